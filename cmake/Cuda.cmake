@@ -1,0 +1,33 @@
+# CUDA, cuDNN, cuBLAS and NCCL are optional. Everything but the CUDA targets builds without them.
+# Sets DLAUNCH_HAVE_CUDA and, when true, imported targets dlaunch::cudnn and dlaunch::nccl.
+option(DLAUNCH_ENABLE_CUDA "Build the CUDA kernels and the NCCL process group when a toolkit is found" ON)
+set(DLAUNCH_HAVE_CUDA OFF)
+if(DLAUNCH_ENABLE_CUDA)
+  if(NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
+    set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
+  endif()
+  include(CheckLanguage)
+  check_language(CUDA)
+  if(CMAKE_CUDA_COMPILER)
+    # 'native' fails on machines without a GPU, so the architectures are explicit.
+    if(NOT DEFINED CMAKE_CUDA_ARCHITECTURES)
+      set(CMAKE_CUDA_ARCHITECTURES 80 90)
+    endif()
+    enable_language(CUDA)
+    find_package(CUDAToolkit)
+    find_library(DLAUNCH_CUDNN_LIB cudnn HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+    find_library(DLAUNCH_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+    find_path(DLAUNCH_CUDNN_INCLUDE cudnn.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+    find_path(DLAUNCH_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+    if(CUDAToolkit_FOUND AND DLAUNCH_CUDNN_LIB AND DLAUNCH_NCCL_LIB AND DLAUNCH_CUDNN_INCLUDE AND DLAUNCH_NCCL_INCLUDE)
+      set(DLAUNCH_HAVE_CUDA ON)
+      add_library(dlaunch::cudnn UNKNOWN IMPORTED)
+      set_target_properties(dlaunch::cudnn PROPERTIES IMPORTED_LOCATION ${DLAUNCH_CUDNN_LIB}
+        INTERFACE_INCLUDE_DIRECTORIES ${DLAUNCH_CUDNN_INCLUDE})
+      add_library(dlaunch::nccl UNKNOWN IMPORTED)
+      set_target_properties(dlaunch::nccl PROPERTIES IMPORTED_LOCATION ${DLAUNCH_NCCL_LIB}
+        INTERFACE_INCLUDE_DIRECTORIES ${DLAUNCH_NCCL_INCLUDE})
+    endif()
+  endif()
+endif()
+message(STATUS "dlaunch: CUDA targets ${DLAUNCH_HAVE_CUDA}")

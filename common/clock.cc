@@ -1,0 +1,10 @@
+#include "common/clock.h"
+
+namespace dlaunch {
+
+const Clock& steady_clock() {
+  static const SteadyClock clock;
+  return clock;
+}
+
+}  // namespace dlaunch

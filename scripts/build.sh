@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# Configures and builds into build/ (Release). Extra arguments go to cmake's configure step.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+generator=()
+command -v ninja >/dev/null && generator=(-G Ninja)
+if [[ ! -f build/CMakeCache.txt ]]; then
+  cmake -S . -B build "${generator[@]}" "$@"
+elif (($# > 0)); then
+  cmake -S . -B build "$@"
+fi
+cmake --build build -j "$(nproc)"

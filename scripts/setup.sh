@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Installs what dlaunch needs from Debian's archive (apt-get only; nothing else is reachable).
+#   scripts/setup.sh          build and run dependencies
+#   scripts/setup.sh --test   plus what the tests use: PyTorch, Slurm, munge, etcd, gdb, iproute2
+#   scripts/setup.sh --bench  plus what the benchmarks use (hyperfine, clang for the fuzzer)
+# Idempotent and quick when everything is present: apt-get runs only for missing packages.
+set -euo pipefail
+
+packages=(
+  g++ cmake make ninja-build pkg-config git ca-certificates
+  libboost-dev libfmt-dev nlohmann-json3-dev libgtest-dev
+  libdnnl-dev libopenblas-dev libgloo-dev zlib1g-dev
+  procps python3
+)
+for arg in "$@"; do
+  case "$arg" in
+    --test)
+      packages+=(python3-torch gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client)
+      ;;
+    --bench)
+      packages+=(python3-torch hyperfine clang libclang-rt-14-dev time)
+      ;;
+    *) echo "setup.sh: unknown option '$arg'; expected --test or --bench" >&2; exit 2 ;;
+  esac
+done
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${Status}' "$p" 2>/dev/null || true)
+  [[ "$status" == "install ok installed" ]] || missing+=("$p")
+done
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+sudo=()
+if [[ $(id -u) -ne 0 ]]; then
+  command -v sudo >/dev/null || { echo "setup.sh: need root (or sudo) to install: ${missing[*]}" >&2; exit 1; }
+  sudo=(sudo)
+fi
+echo "setup.sh: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+# Daemons from the packages (slurmctld, munge, etcd) must not start system-wide: the tests
+# start their own on private ports. policy-rc.d is Debian's switch for that.
+policy=/usr/sbin/policy-rc.d
+created_policy=0
+if [[ ! -e $policy ]]; then
+  printf '#!/bin/sh\nexit 101\n' | "${sudo[@]}" tee $policy >/dev/null
+  "${sudo[@]}" chmod +x $policy
+  created_policy=1
+fi
+trap '[[ $created_policy == 1 ]] && "${sudo[@]}" rm -f $policy' EXIT
+"${sudo[@]}" apt-get update -q
+"${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
