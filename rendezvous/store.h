@@ -1,0 +1,66 @@
+// The key-value store every part of a job meets through: rendezvous state, worker bootstrap
+// (NCCL unique id, CPU collective peers), barriers. One small abstract interface, several
+// implementations (in-memory for tests, TCP client against the agent's server, prefix wrapper,
+// etcd). Modelled on gloo's rendezvous::Store and c10d's Store.
+//
+// Blocking and timeouts: get() and wait() block until every key exists or the store's timeout
+// (set_timeout, default 300 s) passes, then throw TimeoutError. All other calls return as soon
+// as the backend answers. Implementations are thread-safe: any method may be called from any
+// thread at any time.
+//
+// Errors: TimeoutError (deadline), ConnectionError/ClosedError (the backend went away),
+// ProtocolError (the backend answered nonsense). Values are opaque bytes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+
+namespace dlaunch {
+
+using Bytes = std::vector<uint8_t>;
+
+inline Bytes to_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+inline std::string to_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+class Store {
+ public:
+  static constexpr Duration kDefaultTimeout = std::chrono::seconds(300);
+
+  virtual ~Store() = default;
+
+  virtual void set(const std::string& key, const Bytes& value) = 0;
+  // Blocks until `key` exists (or the timeout passes) and returns its value.
+  virtual Bytes get(const std::string& key) = 0;
+  // Adds `delta` to the integer stored at `key` (missing counts as 0) and returns the result.
+  // Counters are stored as ASCII decimal, as c10d does, so get() on them reads "5".
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // If the current value equals `expected` (a missing key equals an empty `expected`), stores
+  // `desired`. Returns the value now stored (desired on success, the current value otherwise;
+  // for a missing key with non-empty `expected`, returns `expected`, as c10d does).
+  virtual Bytes compare_set(const std::string& key, const Bytes& expected,
+                            const Bytes& desired) = 0;
+  // True when every key exists. Never blocks on missing keys.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  // Blocks until every key exists, or `timeout` passes (TimeoutError).
+  virtual void wait(const std::vector<std::string>& keys, Duration timeout) = 0;
+  void wait(const std::vector<std::string>& keys) { wait(keys, timeout()); }
+  // Removes `key`; returns whether it existed.
+  virtual bool delete_key(const std::string& key) = 0;
+  // Number of keys in the store (for a prefix store: in the whole underlying store, as c10d).
+  virtual int64_t num_keys() = 0;
+  // Several keys at once; multi_get blocks like get() until all exist.
+  virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys);
+  virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
+
+  Duration timeout() const { return timeout_; }
+  void set_timeout(Duration timeout) { timeout_ = timeout; }
+
+ protected:
+  Duration timeout_ = kDefaultTimeout;
+};
+
+}  // namespace dlaunch
