@@ -1,0 +1,17 @@
+// Softmax cross-entropy for the classifier head.
+#pragma once
+
+#include <cstdint>
+
+#include "worker/tensor.h"
+
+namespace dlaunch {
+
+// logits: (N, classes). Returns the mean loss over the batch. When grad_logits is not null it is
+// resized to logits' shape and receives d(mean loss)/d(logits), i.e. already divided by N.
+// When correct is not null it receives the number of rows whose argmax is the label.
+// Labels outside [0, classes) throw InternalError (DL_CHECK).
+float softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor* grad_logits,
+                            int* correct);
+
+}  // namespace dlaunch

@@ -1,0 +1,86 @@
+// ResNet-18/34 for small images (CIFAR stem: 3x3 conv stride 1, no max-pool), BasicBlocks with
+// widths w, 2w, 4w, 8w, global average pooling and a linear classifier; initialised like
+// torchvision (Kaiming-normal fan_out/relu convs, BN weight 1 bias 0, PyTorch's default Linear
+// init), deterministically from the seed. MNIST works with in_channels 1 (any H, W >= 8 works:
+// the net is fully convolutional up to the global pool).
+//
+// Parameters and gradients live in two flat float buffers (params(), grads()) so the trainer can
+// broadcast, all-reduce and step them as single arrays. The layout is the REVERSE of PyTorch's
+// named_parameters() order: offset 0 holds fc.bias, then fc.weight, ..., and the stem conv
+// (conv1.weight) comes last. backward() finalises gradients in exactly that order, so the
+// finished region is always a prefix [0, k) of grads() that grows as backward runs; the grad-ready
+// callback is called once per parameter, in increasing offset order, as soon as its gradient is
+// final (this is what lets DDP reduce bucket i while backward computes bucket i + 1).
+// Conv weights are OIHW, linear weight (out, in): the same shapes as PyTorch, names as
+// torchvision ("layer1.0.conv1.weight", "layer2.0.downsample.1.bias", "fc.weight", ...).
+//
+// Batch norm buffers (running_mean, running_var per BN layer, in forward order) are returned by
+// buffers() for checkpoints and for the broadcast from rank 0; num_batches_tracked is not kept
+// (momentum is fixed at 0.1, so PyTorch never reads it).
+//
+// Threading: not thread-safe; forward/backward run on the calling thread plus the kernels' OpenMP
+// team (kernels::cpu::set_num_threads). They block until done; with SyncBN they also block in
+// BatchNormSync::allreduce_sum and rethrow what it throws. Shape errors throw InternalError.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "worker/model/batch_norm_sync.h"
+#include "worker/model/param.h"
+#include "worker/tensor.h"
+
+namespace dlaunch {
+
+struct ResNetConfig {
+  int depth = 18;  // 18 | 34
+  int width = 64;  // channels of the stem and layer1; layers 2-4 use 2w, 4w, 8w
+  int in_channels = 3;
+  int num_classes = 10;
+  int image_size = 32;  // informational (checkpoint metadata); any H, W >= 8 is accepted
+};
+
+class ResNet {
+ public:
+  // Throws UsageError for a depth other than 18 or 34 or a non-positive width/channels/classes.
+  ResNet(const ResNetConfig& config, uint64_t seed);
+  ~ResNet();
+  ResNet(const ResNet&) = delete;
+  ResNet& operator=(const ResNet&) = delete;
+
+  // images: (N, in_channels, H, W), NCHW. Returns the logits (N, num_classes), valid until the
+  // next forward. training = true uses batch statistics (synced when a BatchNormSync is set),
+  // updates the running statistics and keeps what backward needs; false uses running statistics.
+  const Tensor& forward(const Tensor& images, bool training);
+  // grad_logits: (N, num_classes), d(loss)/d(logits) for the batch of the last training forward.
+  // OVERWRITES grads() (no accumulation) and calls the grad-ready callback per parameter.
+  void backward(const Tensor& grad_logits);
+
+  float* params();
+  const float* params() const;
+  float* grads();
+  const float* grads() const;
+  size_t num_params() const;
+  const std::vector<ParamInfo>& param_info() const;
+  // BN running statistics in forward order: bn.running_mean, bn.running_var, ...
+  std::vector<Tensor*> buffers();
+  std::vector<std::string> buffer_names() const;
+
+  // nullptr = local batch norm. The object must outlive its use by forward/backward.
+  void set_batchnorm_sync(BatchNormSync* sync);
+  // fn(offset, count) is called on the thread running backward(); keep it short (enqueue work).
+  void set_grad_ready_callback(std::function<void(size_t offset, size_t count)> fn);
+  void zero_grad();
+
+  const ResNetConfig& config() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dlaunch

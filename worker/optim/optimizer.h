@@ -1,0 +1,61 @@
+// Optimizers over the model's flat parameter buffer, with PyTorch's semantics so results can be
+// compared with torch.optim.SGD / torch.optim.Adam step for step:
+//   SGD  (dampening 0): g = grad + wd * p; buf = first ? g : momentum * buf + g;
+//                       g = nesterov ? g + momentum * buf : buf; p -= lr * g
+//   Adam (not AdamW):   g = grad + wd * p; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//                       p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+// Weight decay applies to every parameter unless OptimConfig::decay_bn_and_bias is false, in
+// which case ParamInfo::no_weight_decay entries are exempt (PyTorch's default is to decay all).
+//
+// State (momentum buffer, or Adam's m then v) is one flat vector sized on the first step, so a
+// checkpoint stores state() and step_count() and restores them with load_state(). Not
+// thread-safe; step() blocks for the duration of the update (OpenMP team of the calling thread).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "worker/model/param.h"
+
+namespace dlaunch {
+
+enum class OptimKind { kSgd, kAdam };
+
+struct OptimConfig {
+  OptimKind kind = OptimKind::kSgd;
+  double momentum = 0.9;  // SGD
+  bool nesterov = false;  // SGD; needs momentum > 0
+  double weight_decay = 0.0;
+  bool decay_bn_and_bias = true;  // false: skip ParamInfo::no_weight_decay parameters
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam
+};
+
+// "sgd" | "adam"; throws UsageError otherwise.
+OptimKind parse_optim_kind(const std::string& text);
+
+class Optimizer {
+ public:
+  // Throws UsageError for nesterov without momentum, negative lr/momentum/decay, betas outside [0,1).
+  explicit Optimizer(const OptimConfig& config);
+
+  // One update of n parameters with learning rate lr. Empty infos mean "all decayed"; otherwise
+  // the infos must cover [0, n) (they are only read for no_weight_decay).
+  void step(float* params, const float* grads, size_t n, float lr,
+            const std::vector<ParamInfo>& infos);
+
+  int64_t step_count() const { return step_count_; }
+  // Momentum buffer (SGD) or m followed by v (Adam); empty before the first step.
+  const std::vector<float>& state() const { return state_; }
+  // Restores a checkpoint; state must be empty or the size state() had. Throws UsageError.
+  void load_state(std::vector<float> state, int64_t step_count);
+  const OptimConfig& config() const { return config_; }
+
+ private:
+  OptimConfig config_;
+  std::vector<float> state_;
+  int64_t step_count_ = 0;
+};
+
+}  // namespace dlaunch
