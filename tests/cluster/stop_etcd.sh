@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Stops the etcd started by start_etcd.sh DIR and removes DIR unless --keep.
+#   tests/cluster/stop_etcd.sh DIR [--keep]
+set -uo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+source "$here/lib.sh"
+dir=${1:?usage: stop_etcd.sh DIR [--keep]}
+[[ -d $dir ]] || exit 0
+[[ -f $dir/etcd.pid ]] && terminate_pids 10 "$(cat "$dir/etcd.pid")"
+rm -f "$dir/etcd.pid"
+if [[ ${2:-} == --keep ]]; then log "stopped; log kept in $dir/etcd.log"; else rm -rf "$dir"; log "stopped and removed $dir"; fi
