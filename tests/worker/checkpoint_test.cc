@@ -1,0 +1,129 @@
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "worker/checkpoint/checkpoint.h"
+
+namespace dlaunch::ckpt {
+namespace {
+namespace fs = std::filesystem;
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("dtrain_ckpt_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  static Checkpoint sample(int64_t epoch) {
+    Checkpoint c;
+    c.meta["epoch"] = epoch;
+    c.meta["config"] = {{"model", "resnet18"}, {"width", 16}};
+    std::vector<float> params(1000);
+    for (size_t i = 0; i < params.size(); ++i) params[i] = 0.001f * static_cast<float>(i) - 0.3f;
+    c.add("params", params);
+    c.add("optimizer.state", {1.5f, -2.25f, 1e-30f});
+    c.add("empty", {});
+    return c;
+  }
+
+  std::vector<uint8_t> read_bytes(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::vector<uint8_t>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+  void write_bytes(const fs::path& p, const std::vector<uint8_t>& b) {
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(b.data()), static_cast<std::streamsize>(b.size()));
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(CheckpointTest, RoundTrip) {
+  fs::path p = dir_ / checkpoint_file_name(3);
+  write_checkpoint(p.string(), sample(3));
+  Checkpoint back = read_checkpoint(p.string());
+  Checkpoint want = sample(3);
+  EXPECT_EQ(back.meta, want.meta);
+  ASSERT_EQ(back.arrays.size(), want.arrays.size());
+  for (size_t i = 0; i < want.arrays.size(); ++i) {
+    EXPECT_EQ(back.arrays[i].first, want.arrays[i].first);
+    EXPECT_EQ(back.arrays[i].second, want.arrays[i].second);  // bit-exact
+  }
+  ASSERT_NE(back.find("optimizer.state"), nullptr);
+  EXPECT_EQ(back.find("missing"), nullptr);
+  // No temporary file left behind.
+  for (auto& e : fs::directory_iterator(dir_)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp"), std::string::npos) << e.path();
+  }
+}
+
+TEST_F(CheckpointTest, EveryFlippedByteOrTruncationIsDetected) {
+  std::vector<uint8_t> good = encode_checkpoint(sample(1));
+  // Flip each byte of the header and a spread of payload bytes.
+  for (size_t i = 0; i < good.size(); i += (i < 64 ? 1 : 97)) {
+    auto bad = good;
+    bad[i] ^= 0x5A;
+    EXPECT_THROW(decode_checkpoint(bad, "x"), CheckpointError) << "byte " << i;
+  }
+  for (size_t len : {size_t{0}, size_t{10}, size_t{31}, size_t{32}, good.size() / 2, good.size() - 1}) {
+    std::vector<uint8_t> cut(good.begin(), good.begin() + static_cast<int64_t>(len));
+    EXPECT_THROW(decode_checkpoint(cut, "x"), CheckpointError) << "length " << len;
+  }
+  auto longer = good;
+  longer.push_back(0);
+  EXPECT_THROW(decode_checkpoint(longer, "x"), CheckpointError);
+}
+
+TEST_F(CheckpointTest, ErrorsNameTheFile) {
+  fs::path p = dir_ / "checkpoint_epoch_0002.dtck";
+  write_bytes(p, {'n', 'o', 'p', 'e'});
+  try {
+    read_checkpoint(p.string());
+    FAIL();
+  } catch (const CheckpointError& e) {
+    EXPECT_NE(std::string(e.what()).find(p.string()), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(read_checkpoint((dir_ / "absent.dtck").string()), CheckpointError);
+}
+
+TEST_F(CheckpointTest, LatestValidSkipsCorruptAndIgnoresTemporaries) {
+  for (int64_t e : {1, 2, 3}) write_checkpoint((dir_ / checkpoint_file_name(e)).string(), sample(e));
+  // Epoch 3 damaged in the middle; a stale temporary file for epoch 4 (a writer killed mid-write).
+  fs::path p3 = dir_ / checkpoint_file_name(3);
+  auto bytes = read_bytes(p3);
+  bytes[bytes.size() / 2] ^= 1;
+  write_bytes(p3, bytes);
+  write_bytes(dir_ / (checkpoint_file_name(4) + ".tmp.123"), {1, 2, 3});
+  auto latest = load_latest_valid(dir_.string());
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->ckpt.meta["epoch"], 2);
+  EXPECT_EQ(latest->path, (dir_ / checkpoint_file_name(2)).string());
+  EXPECT_EQ(list_checkpoints(dir_.string()).size(), 3u);
+
+  prune_checkpoints(dir_.string(), 1);
+  auto left = list_checkpoints(dir_.string());
+  ASSERT_EQ(left.size(), 1u);
+  EXPECT_EQ(left[0], p3.string());
+  EXPECT_FALSE(load_latest_valid(dir_.string()).has_value());
+  EXPECT_FALSE(load_latest_valid((dir_ / "nonexistent").string()).has_value());
+}
+
+TEST_F(CheckpointTest, ReplacingKeepsTheOldFileUntilTheNewOneIsComplete) {
+  fs::path p = dir_ / checkpoint_file_name(5);
+  write_checkpoint(p.string(), sample(5));
+  auto inode_before = fs::status(p).permissions();
+  (void)inode_before;
+  // A writer to a directory that vanished fails cleanly and leaves nothing half-written.
+  EXPECT_THROW(write_checkpoint((dir_ / "gone" / "c.dtck").string(), sample(1)), SystemError);
+  Checkpoint c = sample(6);
+  write_checkpoint(p.string(), c);
+  EXPECT_EQ(read_checkpoint(p.string()).meta["epoch"], 6);
+}
+
+}  // namespace
+}  // namespace dlaunch::ckpt

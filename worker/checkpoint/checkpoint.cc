@@ -1,0 +1,293 @@
+#include "worker/checkpoint/checkpoint.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "common/byte_order.h"
+#include "common/log.h"
+
+namespace dlaunch::ckpt {
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr size_t kHeaderSize = 32;
+constexpr char kFilePrefix[] = "checkpoint_epoch_";
+constexpr char kFileSuffix[] = ".dtck";
+
+uint32_t crc32_of(const uint8_t* data, size_t n) {
+  return static_cast<uint32_t>(crc32_z(crc32_z(0L, Z_NULL, 0), data, n));
+}
+
+class Writer {
+ public:
+  void u32(uint32_t v) { put(v); }
+  void u64(uint64_t v) { put(v); }
+  void raw(const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    out.insert(out.end(), b, b + n);
+  }
+  std::vector<uint8_t> out;
+
+ private:
+  template <typename T>
+  void put(T v) {
+    uint8_t b[sizeof(T)];
+    store_le<T>(b, v);
+    raw(b, sizeof(T));
+  }
+};
+
+// Bounds-checked cursor: every read says what it was reading when the bytes ran out.
+class Reader {
+ public:
+  Reader(const uint8_t* data, size_t size, const std::string& source)
+      : data_(data), size_(size), source_(source) {}
+  uint32_t u32(const char* what) { return get<uint32_t>(what); }
+  uint64_t u64(const char* what) { return get<uint64_t>(what); }
+  const uint8_t* take(size_t n, const char* what) {
+    need(n, what);
+    const uint8_t* p = data_ + pos_;
+    pos_ += n;
+    return p;
+  }
+  size_t remaining() const { return size_ - pos_; }
+
+ private:
+  template <typename T>
+  T get(const char* what) {
+    return load_le<T>(take(sizeof(T), what));
+  }
+  void need(size_t n, const char* what) {
+    if (n > size_ - pos_) {
+      throw CheckpointError(fmt::format("checkpoint {} is malformed: {} needs {} bytes at payload "
+                                        "offset {} but only {} remain",
+                                        source_, what, n, pos_, size_ - pos_));
+    }
+  }
+  const uint8_t* data_;
+  size_t size_;
+  size_t pos_ = 0;
+  const std::string& source_;
+};
+
+void write_all(int fd, const uint8_t* p, size_t n, const std::string& path) {
+  while (n > 0) {
+    ssize_t w = ::write(fd, p, n);
+    if (w < 0) {
+      if (errno == EINTR) continue;
+      throw SystemError(errno_message("writing checkpoint " + path, errno));
+    }
+    p += w;
+    n -= static_cast<size_t>(w);
+  }
+}
+
+void fsync_dir(const fs::path& dir) {
+  int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) throw SystemError(errno_message("opening directory " + dir.string(), errno));
+  int rc = ::fsync(fd);
+  int err = errno;
+  ::close(fd);
+  if (rc != 0) throw SystemError(errno_message("fsync of directory " + dir.string(), err));
+}
+
+std::optional<int64_t> epoch_from_name(const std::string& name) {
+  const size_t plen = std::strlen(kFilePrefix), slen = std::strlen(kFileSuffix);
+  if (name.size() <= plen + slen || name.compare(0, plen, kFilePrefix) != 0 ||
+      name.compare(name.size() - slen, slen, kFileSuffix) != 0) {
+    return std::nullopt;
+  }
+  std::string digits = name.substr(plen, name.size() - plen - slen);
+  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
+  return std::stoll(digits);
+}
+
+}  // namespace
+
+const std::vector<float>* Checkpoint::find(const std::string& name) const {
+  for (const auto& [n, v] : arrays) {
+    if (n == name) return &v;
+  }
+  return nullptr;
+}
+
+std::vector<uint8_t> encode_checkpoint(const Checkpoint& ckpt) {
+  Writer payload;
+  std::string meta = ckpt.meta.dump();
+  payload.u32(static_cast<uint32_t>(meta.size()));
+  payload.raw(meta.data(), meta.size());
+  payload.u32(static_cast<uint32_t>(ckpt.arrays.size()));
+  for (const auto& [name, values] : ckpt.arrays) {
+    payload.u32(static_cast<uint32_t>(name.size()));
+    payload.raw(name.data(), name.size());
+    payload.u64(values.size());
+    for (float v : values) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof bits);
+      payload.u32(bits);
+    }
+  }
+  Writer file;
+  file.raw(kCheckpointMagic, sizeof kCheckpointMagic);
+  file.u32(kCheckpointVersion);
+  file.u32(0);
+  file.u64(payload.out.size());
+  file.u32(crc32_of(payload.out.data(), payload.out.size()));
+  file.u32(crc32_of(file.out.data(), file.out.size()));
+  file.raw(payload.out.data(), payload.out.size());
+  return std::move(file.out);
+}
+
+Checkpoint decode_checkpoint(const std::vector<uint8_t>& bytes, const std::string& source) {
+  if (bytes.size() < kHeaderSize) {
+    throw CheckpointError(fmt::format("checkpoint {} is truncated: {} bytes, shorter than the {}-byte "
+                                      "header",
+                                      source, bytes.size(), kHeaderSize));
+  }
+  if (std::memcmp(bytes.data(), kCheckpointMagic, sizeof kCheckpointMagic) != 0) {
+    throw CheckpointError(fmt::format("{} is not a dtrain checkpoint (the magic bytes are not "
+                                      "DTRAINCK)",
+                                      source));
+  }
+  const uint8_t* h = bytes.data();
+  uint32_t version = load_le<uint32_t>(h + 8);
+  uint64_t payload_size = load_le<uint64_t>(h + 16);
+  uint32_t payload_crc = load_le<uint32_t>(h + 24);
+  uint32_t header_crc = load_le<uint32_t>(h + 28);
+  if (crc32_of(h, 28) != header_crc) {
+    throw CheckpointError(fmt::format("checkpoint {} has a corrupt header (header checksum "
+                                      "mismatch)",
+                                      source));
+  }
+  if (version != kCheckpointVersion) {
+    throw CheckpointError(fmt::format("checkpoint {} has format version {}; this dtrain reads "
+                                      "version {}",
+                                      source, version, kCheckpointVersion));
+  }
+  if (payload_size != bytes.size() - kHeaderSize) {
+    throw CheckpointError(fmt::format("checkpoint {} is truncated or padded: the header promises "
+                                      "{} payload bytes, the file holds {}",
+                                      source, payload_size, bytes.size() - kHeaderSize));
+  }
+  const uint8_t* p = bytes.data() + kHeaderSize;
+  uint32_t actual_crc = crc32_of(p, payload_size);
+  if (actual_crc != payload_crc) {
+    throw CheckpointError(fmt::format("checkpoint {} is corrupt: payload CRC-32 is {:08x}, the "
+                                      "header says {:08x}",
+                                      source, actual_crc, payload_crc));
+  }
+  Reader r(p, payload_size, source);
+  Checkpoint ckpt;
+  uint32_t meta_len = r.u32("the metadata length");
+  const uint8_t* meta = r.take(meta_len, "the metadata");
+  try {
+    ckpt.meta = nlohmann::json::parse(meta, meta + meta_len);
+  } catch (const nlohmann::json::exception& e) {
+    throw CheckpointError(fmt::format("checkpoint {} has unreadable metadata: {}", source, e.what()));
+  }
+  uint32_t n = r.u32("the array count");
+  for (uint32_t i = 0; i < n; ++i) {
+    uint32_t name_len = r.u32("an array name length");
+    const uint8_t* name = r.take(name_len, "an array name");
+    uint64_t count = r.u64("an array length");
+    if (count > r.remaining() / 4) {
+      throw CheckpointError(fmt::format("checkpoint {} is malformed: array {} claims {} values but "
+                                        "only {} bytes remain",
+                                        source, std::string(name, name + name_len), count,
+                                        r.remaining()));
+    }
+    const uint8_t* data = r.take(count * 4, "array values");
+    std::vector<float> values(count);
+    for (uint64_t k = 0; k < count; ++k) {
+      uint32_t bits = load_le<uint32_t>(data + 4 * k);
+      std::memcpy(&values[k], &bits, sizeof bits);
+    }
+    ckpt.arrays.emplace_back(std::string(name, name + name_len), std::move(values));
+  }
+  if (r.remaining() != 0) {
+    throw CheckpointError(
+        fmt::format("checkpoint {} is malformed: {} stray bytes after the last array", source,
+                    r.remaining()));
+  }
+  return ckpt;
+}
+
+void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
+  std::vector<uint8_t> bytes = encode_checkpoint(ckpt);
+  fs::path target(path);
+  fs::path tmp = target;
+  tmp += fmt::format(".tmp.{}", ::getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) throw SystemError(errno_message("creating checkpoint " + tmp.string(), errno));
+  try {
+    write_all(fd, bytes.data(), bytes.size(), tmp.string());
+    if (::fsync(fd) != 0) throw SystemError(errno_message("fsync of " + tmp.string(), errno));
+  } catch (...) {
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    throw;
+  }
+  ::close(fd);
+  if (::rename(tmp.c_str(), target.c_str()) != 0) {
+    int err = errno;
+    ::unlink(tmp.c_str());
+    throw SystemError(errno_message("renaming " + tmp.string() + " to " + path, err));
+  }
+  fsync_dir(target.parent_path());
+}
+
+Checkpoint read_checkpoint(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError(errno_message("cannot open checkpoint " + path, errno));
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (in.bad()) throw CheckpointError("reading checkpoint " + path + " failed");
+  return decode_checkpoint(bytes, path);
+}
+
+std::string checkpoint_file_name(int64_t epoch) {
+  return fmt::format("{}{:04d}{}", kFilePrefix, epoch, kFileSuffix);
+}
+
+std::vector<std::string> list_checkpoints(const std::string& dir) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    auto epoch = epoch_from_name(it->path().filename().string());
+    if (epoch && it->is_regular_file(ec)) found.emplace_back(*epoch, it->path().string());
+  }
+  std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> paths;
+  for (auto& f : found) paths.push_back(std::move(f.second));
+  return paths;
+}
+
+std::optional<LoadedCheckpoint> load_latest_valid(const std::string& dir) {
+  for (const std::string& path : list_checkpoints(dir)) {
+    try {
+      return LoadedCheckpoint{path, read_checkpoint(path)};
+    } catch (const CheckpointError& e) {
+      log_warning("skipping checkpoint {}: {}", path, e.what());
+    }
+  }
+  return std::nullopt;
+}
+
+void prune_checkpoints(const std::string& dir, size_t keep) {
+  std::vector<std::string> paths = list_checkpoints(dir);
+  for (size_t i = keep; i < paths.size(); ++i) {
+    std::error_code ec;
+    fs::remove(paths[i], ec);
+    if (ec) log_warning("could not delete old checkpoint {}: {}", paths[i], ec.message());
+  }
+}
+
+}  // namespace dlaunch::ckpt

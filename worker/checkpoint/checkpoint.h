@@ -1,0 +1,77 @@
+// Training checkpoints: one self-checking file per epoch, written atomically by rank 0.
+//
+// File layout (little-endian):
+//   0   char[8]  magic "DTRAINCK"
+//   8   u32      format version (kCheckpointVersion)
+//   12  u32      0 (reserved)
+//   16  u64      payload size in bytes
+//   24  u32      CRC-32 (zlib) of the payload
+//   28  u32      CRC-32 of bytes 0..27 (the header itself)
+//   32  payload: u32 meta length, meta (JSON text), u32 array count, then per array
+//                u32 name length, name, u64 element count, count float32 values
+// The header CRC catches a damaged size field before we trust it; the payload CRC catches
+// everything else (truncation, bit rot, a half-written file from an older writer).
+//
+// Atomicity: write_checkpoint() writes "<path>.tmp.<pid>" in the same directory, fsyncs it,
+// renames it over <path> and fsyncs the directory, so a reader sees the old file or the new one,
+// never a mix, even across a crash or power loss.
+//
+// Errors: write_checkpoint throws SystemError (disk full, permissions); read_checkpoint throws
+// CheckpointError naming the file and what is wrong with it. Both block on disk I/O.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "common/error.h"
+
+namespace dlaunch::ckpt {
+
+inline constexpr char kCheckpointMagic[8] = {'D', 'T', 'R', 'A', 'I', 'N', 'C', 'K'};
+inline constexpr uint32_t kCheckpointVersion = 1;
+
+class CheckpointError : public Error {
+ public:
+  using Error::Error;
+};
+
+struct Checkpoint {
+  nlohmann::json meta = nlohmann::json::object();  // epoch, step, config, sampler, rng, ...
+  std::vector<std::pair<std::string, std::vector<float>>> arrays;  // params, buffers, optimizer
+
+  // nullptr when absent.
+  const std::vector<float>* find(const std::string& name) const;
+  void add(std::string name, std::vector<float> values) {
+    arrays.emplace_back(std::move(name), std::move(values));
+  }
+};
+
+std::vector<uint8_t> encode_checkpoint(const Checkpoint& ckpt);
+// `source` names the file in error messages.
+Checkpoint decode_checkpoint(const std::vector<uint8_t>& bytes, const std::string& source);
+
+void write_checkpoint(const std::string& path, const Checkpoint& ckpt);
+Checkpoint read_checkpoint(const std::string& path);
+
+// "checkpoint_epoch_0007.dtck": names sort by epoch.
+std::string checkpoint_file_name(int64_t epoch);
+// Checkpoint files in `dir`, newest epoch first (by the number in the name).
+std::vector<std::string> list_checkpoints(const std::string& dir);
+
+struct LoadedCheckpoint {
+  std::string path;
+  Checkpoint ckpt;
+};
+// The newest checkpoint in `dir` that reads back valid; corrupt ones are skipped with a warning
+// naming the file and the reason. nullopt when there is none (or `dir` does not exist).
+std::optional<LoadedCheckpoint> load_latest_valid(const std::string& dir);
+
+// Deletes all but the newest `keep` checkpoints in `dir` (best effort, logs failures).
+void prune_checkpoints(const std::string& dir, size_t keep);
+
+}  // namespace dlaunch::ckpt

@@ -1,0 +1,174 @@
+#include "worker/comm/process_group_gloo.h"
+
+#include <fmt/format.h>
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "common/error.h"
+#include "worker/comm/comm_thread.h"
+#include "worker/comm/gloo_store_adapter.h"
+
+namespace dlaunch::comm {
+namespace {
+
+// gloo reports failures as its own exceptions; callers handle ours.
+template <typename Fn>
+void translate_gloo_errors(const char* what, Fn&& fn) {
+  try {
+    fn();
+  } catch (const gloo::IoException& e) {
+    std::string msg = e.what();
+    if (msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos) {
+      throw TimeoutError(fmt::format("gloo {} timed out: {} (a peer rank is stuck or gone)", what, msg));
+    }
+    throw ConnectionError(fmt::format("gloo {} failed: {} (a peer rank probably exited)", what, msg));
+  } catch (const gloo::Exception& e) {
+    throw ConnectionError(fmt::format("gloo {} failed: {}", what, e.what()));
+  }
+}
+
+template <typename T>
+void reduce_avg_scale(T* data, size_t count, int size) {
+  const T inv = T(1) / static_cast<T>(size);
+  for (size_t i = 0; i < count; ++i) data[i] *= inv;
+}
+
+template <typename T>
+void gloo_allreduce(const std::shared_ptr<gloo::Context>& ctx, T* data, size_t count, ReduceOp op) {
+  if (count == 0) return;
+  gloo::AllreduceOptions opts(ctx);
+  opts.setOutput(data, count);
+  if (op == ReduceOp::kMax) {
+    opts.setReduceFunction(
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<T>));
+  } else {
+    opts.setReduceFunction(
+        static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));
+  }
+  opts.setTag(1);
+  translate_gloo_errors("allreduce", [&] { gloo::allreduce(opts); });
+  if (op == ReduceOp::kAvg) reduce_avg_scale(data, count, ctx->size);
+}
+
+std::shared_ptr<gloo::Context> connect(gloo::rendezvous::Store& store, const std::string& prefix,
+                                       int rank, int size, const GlooOptions& options,
+                                       std::shared_ptr<gloo::transport::Device>& device) {
+  gloo::rendezvous::PrefixStore prefixed(prefix, store);
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  ctx->setTimeout(options.timeout);
+  translate_gloo_errors("connect", [&] { ctx->connectFullMesh(prefixed, device); });
+  return ctx;
+}
+
+class GlooProcessGroup : public ProcessGroup {
+ public:
+  GlooProcessGroup(gloo::rendezvous::Store& store, int rank, int size, const GlooOptions& options)
+      : rank_(rank), size_(size) {
+    if (size < 1 || rank < 0 || rank >= size) {
+      throw UsageError(fmt::format("gloo process group: rank {} of size {} is invalid", rank, size));
+    }
+    gloo::transport::tcp::attr attr;
+    if (!options.iface.empty()) {
+      attr.iface = options.iface;
+    } else {
+      attr.hostname = options.hostname;
+    }
+    translate_gloo_errors("device creation", [&] { device_ = gloo::transport::tcp::CreateDevice(attr); });
+    sync_ = connect(store, "sync", rank, size, options, device_);
+    async_ = connect(store, "async", rank, size, options, device_);
+  }
+
+  ~GlooProcessGroup() override { comm_.reset(); }  // drain the async queue before contexts die
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string backend() const override { return "gloo"; }
+
+  void allreduce(float* data, size_t count, ReduceOp op) override {
+    gloo_allreduce(sync_, data, count, op);
+  }
+  void allreduce(double* data, size_t count, ReduceOp op) override {
+    gloo_allreduce(sync_, data, count, op);
+  }
+
+  void broadcast(void* data, size_t bytes, int root) override {
+    if (bytes == 0) return;
+    gloo::BroadcastOptions opts(sync_);
+    opts.setOutput(static_cast<uint8_t*>(data), bytes);  // the root sends its output buffer
+    opts.setRoot(root);
+    opts.setTag(2);
+    translate_gloo_errors("broadcast", [&] { gloo::broadcast(opts); });
+  }
+
+  std::vector<std::vector<uint8_t>> allgather(const std::vector<uint8_t>& mine) override {
+    // Sizes first, then everyone's bytes padded to the largest.
+    std::vector<uint64_t> sizes(size_);
+    uint64_t my_size = mine.size();
+    {
+      gloo::AllgatherOptions opts(sync_);
+      opts.setInput(&my_size, 1);
+      opts.setOutput(sizes.data(), sizes.size());
+      opts.setTag(3);
+      translate_gloo_errors("allgather", [&] { gloo::allgather(opts); });
+    }
+    uint64_t max_size = std::max<uint64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
+    std::vector<uint8_t> in(max_size, 0), out(max_size * size_);
+    std::copy(mine.begin(), mine.end(), in.begin());
+    {
+      gloo::AllgatherOptions opts(sync_);
+      opts.setInput(in.data(), in.size());
+      opts.setOutput(out.data(), out.size());
+      opts.setTag(4);
+      translate_gloo_errors("allgather", [&] { gloo::allgather(opts); });
+    }
+    std::vector<std::vector<uint8_t>> result(size_);
+    for (int r = 0; r < size_; ++r) {
+      auto first = out.begin() + static_cast<int64_t>(r * max_size);
+      result[r].assign(first, first + static_cast<int64_t>(sizes[r]));
+    }
+    return result;
+  }
+
+  void barrier() override {
+    gloo::BarrierOptions opts(sync_);
+    opts.setTag(5);
+    translate_gloo_errors("barrier", [&] { gloo::barrier(opts); });
+  }
+
+  std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op) override {
+    return comm_->submit([this, data, count, op] { gloo_allreduce(async_, data, count, op); });
+  }
+
+ private:
+  int rank_;
+  int size_;
+  std::shared_ptr<gloo::transport::Device> device_;
+  std::shared_ptr<gloo::Context> sync_;
+  std::shared_ptr<gloo::Context> async_;
+  std::unique_ptr<CommThread> comm_ = std::make_unique<CommThread>();
+};
+
+}  // namespace
+
+std::unique_ptr<ProcessGroup> make_gloo_process_group(gloo::rendezvous::Store& store, int rank,
+                                                      int size, const GlooOptions& options) {
+  return std::make_unique<GlooProcessGroup>(store, rank, size, options);
+}
+
+std::unique_ptr<ProcessGroup> make_gloo_process_group(dlaunch::Store& store, int rank, int size,
+                                                      const GlooOptions& options) {
+  GlooStoreAdapter adapter(store);
+  return std::make_unique<GlooProcessGroup>(adapter, rank, size, options);
+}
+
+}  // namespace dlaunch::comm
