@@ -1,0 +1,20 @@
+#include "worker/model/loss.h"
+
+#include "common/error.h"
+#include "kernels/ops.h"
+
+namespace dlaunch {
+
+float softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor* grad_logits,
+                            int* correct) {
+  DL_CHECK(logits.ndim() == 2) << "logits must be (N, classes), got " << logits.shape_string();
+  const int64_t n = logits.dim(0), classes = logits.dim(1);
+  if (grad_logits) grad_logits->resize({n, classes});
+  int64_t hits = 0;
+  const float loss = kernels::cpu::softmax_cross_entropy(
+      n, classes, logits.data(), labels, grad_logits ? grad_logits->data() : nullptr, &hits);
+  if (correct) *correct = static_cast<int>(hits);
+  return loss;
+}
+
+}  // namespace dlaunch
