@@ -1,0 +1,439 @@
+#include "rendezvous/tcp_store_client.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+#include "common/byte_order.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "rendezvous/host_port.h"
+#include "rendezvous/job_token.h"
+#include "rendezvous/sha256.h"
+
+namespace dlaunch {
+
+using SteadyTime = std::chrono::steady_clock;
+using wire::Op;
+using wire::Request;
+
+namespace {
+
+int remaining_ms(SteadyTime::time_point deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyTime::now());
+  if (left.count() <= 0) return 0;
+  return left.count() > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left.count());
+}
+
+// Saturating "now + d": the default timeouts must not overflow the clock.
+SteadyTime::time_point deadline_after(Duration d) {
+  auto now = SteadyTime::now();
+  if (d > SteadyTime::time_point::max() - now) return SteadyTime::time_point::max();
+  return now + d;
+}
+
+std::string describe_keys(const std::vector<std::string>& keys) {
+  std::string out;
+  for (size_t i = 0; i < keys.size() && i < 5; ++i) {
+    if (i) out += ", ";
+    out += "'" + keys[i] + "'";
+  }
+  if (keys.size() > 5) out += ", ... (" + std::to_string(keys.size()) + " keys)";
+  return out;
+}
+
+}  // namespace
+
+TcpStoreClient::TcpStoreClient(TcpStoreClientOptions options) : options_(std::move(options)) {
+  timeout_ = options_.timeout;
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+}
+
+TcpStoreClient::~TcpStoreClient() { drop(); }
+
+std::string TcpStoreClient::endpoint() const {
+  return HostPort{options_.host, options_.port}.to_string();
+}
+
+void TcpStoreClient::drop() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    fd_ = -1;
+  }
+}
+
+void TcpStoreClient::ensure_connected() {
+  if (fd_ >= 0) return;
+  auto deadline = deadline_after(options_.connect_timeout);
+  auto backoff = std::chrono::milliseconds(20);
+  std::string last_error;
+  while (true) {
+    try {
+      connect_once(deadline);
+      handshake(deadline);
+      return;
+    } catch (const ConnectionError& e) {
+      drop();
+      last_error = e.what();
+    } catch (const ClosedError& e) {
+      // The server accepted and then closed: it is starting up, or overloaded. Retry.
+      drop();
+      last_error = e.what();
+    } catch (const TimeoutError& e) {
+      drop();
+      last_error = e.what();
+    }
+    if (SteadyTime::now() + backoff >= deadline) break;
+    std::this_thread::sleep_for(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+  }
+  throw ConnectionError("cannot reach the store at " + endpoint() + " within " +
+                        std::to_string(to_seconds(options_.connect_timeout)) +
+                        " s (last error: " + last_error +
+                        "); check that the agent hosting it (node rank 0, or the owner of "
+                        "--rdzv_endpoint) is running, that the address and port are right, "
+                        "and that no firewall blocks the port");
+}
+
+void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* res = nullptr;
+  std::string port = std::to_string(options_.port);
+  int rc = getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &res);
+  if (rc != 0) {
+    throw ConnectionError("cannot resolve '" + options_.host + "': " + gai_strerror(rc));
+  }
+  std::string error = "no address";
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
+                      ai->ai_protocol);
+    if (fd < 0) {
+      error = std::strerror(errno);
+      continue;
+    }
+    int r = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
+    if (r != 0 && errno == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      int pr;
+      do {
+        pr = ::poll(&p, 1, remaining_ms(deadline));
+      } while (pr < 0 && errno == EINTR);
+      if (pr == 0) {
+        ::close(fd);
+        freeaddrinfo(res);
+        throw TimeoutError("connect timed out");
+      }
+      int soerr = 0;
+      socklen_t len = sizeof(soerr);
+      getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &len);
+      r = soerr == 0 ? 0 : -1;
+      errno = soerr;
+    }
+    if (r != 0) {
+      error = std::strerror(errno);
+      ::close(fd);
+      continue;
+    }
+    // Blocking from here on; reads are bounded with poll().
+    int flags = fcntl(fd, F_GETFL);
+    fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    fd_ = fd;
+    freeaddrinfo(res);
+    return;
+  }
+  freeaddrinfo(res);
+  throw ConnectionError(error);
+}
+
+void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
+  Bytes hello;
+  wire::put_u8(hello, wire::op2::kValidate);
+  wire::put_u32(hello, wire::kValidationMagic);
+  if (!options_.token) {
+    // Confirm that a store answers (not some other service on the port).
+    wire::put_u8(hello, wire::op2::kPing);
+    uint32_t nonce = static_cast<uint32_t>(::getpid()) ^ 0x5eed;
+    wire::put_u32(hello, nonce);
+    send_raw(hello, "PING");
+    uint32_t echoed = 0;
+    uint8_t buf[4];
+    recv_exact(buf, 4, deadline, "PING", "");
+    echoed = load_le<uint32_t>(buf);
+    if (echoed != nonce) {
+      drop();
+      throw StateError("the service at " + endpoint() +
+                       " is not a dlaunch/PyTorch store (bad PING reply)");
+    }
+    return;
+  }
+  Request begin;
+  begin.op = Op::kAuthBegin;
+  begin.digest = random_nonce();
+  wire::encode_request(wire::Dialect::kTorch2, begin, hello);
+  send_raw(hello, "AUTH_BEGIN");
+  uint8_t mode = recv_u8(deadline, "AUTH_BEGIN");
+  wire::Digest server_nonce, proof;
+  recv_exact(server_nonce.data(), server_nonce.size(), deadline, "AUTH_BEGIN", "");
+  recv_exact(proof.data(), proof.size(), deadline, "AUTH_BEGIN", "");
+  if (mode != 1) {
+    drop();
+    throw StateError("the store at " + endpoint() +
+                     " does not use a job token but this process has one (DLAUNCH_JOB_TOKEN): "
+                     "it may be another job's store on the same port; check --master_port / "
+                     "--rdzv_endpoint, or unset the token on every node");
+  }
+  auto expected = server_proof(*options_.token, begin.digest, server_nonce);
+  if (!constant_time_equal(expected.data(), proof.data(), proof.size())) {
+    drop();
+    throw StateError("the store at " + endpoint() +
+                     " does not know this job's token: it is another job's store, or the "
+                     "nodes were given different DLAUNCH_JOB_TOKEN values");
+  }
+  Request answer;
+  answer.op = Op::kAuthProof;
+  answer.digest = client_proof(*options_.token, begin.digest, server_nonce);
+  Bytes msg;
+  wire::encode_request(wire::Dialect::kTorch2, answer, msg);
+  send_raw(msg, "AUTH_PROOF");
+  try {
+    if (recv_u8(deadline, "AUTH_PROOF") != 0) throw ClosedError("refused");
+  } catch (const ClosedError&) {
+    throw StateError("the store at " + endpoint() +
+                     " refused this process's job token; give every node the same "
+                     "DLAUNCH_JOB_TOKEN");
+  }
+}
+
+void TcpStoreClient::send_raw(const Bytes& bytes, const char* what) {
+  size_t sent = 0;
+  while (sent < bytes.size()) {
+    ssize_t n = ::send(fd_, bytes.data() + sent, bytes.size() - sent, MSG_NOSIGNAL);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      drop();
+      throw ClosedError(std::string("store ") + endpoint() + ": sending " + what + " failed (" +
+                        std::strerror(err) + "); the server closed the connection: is the "
+                        "agent hosting the store still running?");
+    }
+    sent += static_cast<size_t>(n);
+  }
+}
+
+void TcpStoreClient::send_request(const Request& request) {
+  Bytes bytes;
+  wire::encode_request(wire::Dialect::kTorch2, request, bytes);
+  send_raw(bytes, wire::op_name(request.op));
+}
+
+void TcpStoreClient::recv_exact(void* dst, size_t n, SteadyTime::time_point deadline,
+                                const char* what, const std::string& key) {
+  auto* p = static_cast<uint8_t*>(dst);
+  size_t got = 0;
+  while (got < n) {
+    pollfd pfd{fd_, POLLIN, 0};
+    int pr = ::poll(&pfd, 1, remaining_ms(deadline));
+    if (pr < 0) {
+      if (errno == EINTR) continue;
+      int err = errno;
+      drop();
+      throw SystemError(errno_message("poll on the store connection", err));
+    }
+    if (pr == 0) {
+      drop();  // the server forgets a parked request when its connection closes
+      throw TimeoutError(std::string("store ") + endpoint() + ": " + what +
+                         (key.empty() ? "" : " " + key) + " got no answer in time");
+    }
+    ssize_t r = ::recv(fd_, p + got, n - got, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      int err = r < 0 ? errno : 0;
+      drop();
+      throw ClosedError(std::string("store ") + endpoint() + " closed the connection during " +
+                        what + (key.empty() ? "" : " " + key) +
+                        (err ? std::string(" (") + std::strerror(err) + ")" : "") +
+                        "; the agent hosting the store probably exited, or refused this "
+                        "client (job token)");
+    }
+    got += static_cast<size_t>(r);
+  }
+}
+
+uint8_t TcpStoreClient::recv_u8(SteadyTime::time_point deadline, const char* what,
+                                const std::string& key) {
+  uint8_t v;
+  recv_exact(&v, 1, deadline, what, key);
+  return v;
+}
+
+int64_t TcpStoreClient::recv_i64(SteadyTime::time_point deadline, const char* what,
+                                 const std::string& key) {
+  uint8_t buf[8];
+  recv_exact(buf, 8, deadline, what, key);
+  return load_le<int64_t>(buf);
+}
+
+Bytes TcpStoreClient::recv_bytes(SteadyTime::time_point deadline, const char* what,
+                                 const std::string& key) {
+  uint8_t buf[8];
+  recv_exact(buf, 8, deadline, what, key);
+  uint64_t n = load_le<uint64_t>(buf);
+  if (n > wire::Limits().max_frame_bytes) {
+    drop();
+    throw ProtocolError("store " + endpoint() + ": reply of " + std::to_string(n) +
+                        " bytes to " + what + " is over the frame limit");
+  }
+  Bytes value(n);
+  if (n) recv_exact(value.data(), n, deadline, what, key);
+  return value;
+}
+
+namespace {
+Request make(Op op, std::vector<std::string> keys = {}, std::vector<Bytes> values = {}) {
+  Request q;
+  q.op = op;
+  q.keys = std::move(keys);
+  q.values = std::move(values);
+  return q;
+}
+}  // namespace
+
+void TcpStoreClient::set(const std::string& key, const Bytes& value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  send_request(make(Op::kSet, {key}, {value}));
+}
+
+Bytes TcpStoreClient::get(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  send_request(make(Op::kGet, {key}));
+  try {
+    return recv_bytes(deadline_after(timeout_), "GET", "'" + key + "'");
+  } catch (const TimeoutError&) {
+    throw TimeoutError("store " + endpoint() + ": key '" + key + "' did not appear within " +
+                       std::to_string(to_seconds(timeout_)) + " s");
+  }
+}
+
+int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  Request q = make(Op::kAdd, {key});
+  q.delta = delta;
+  send_request(q);
+  return recv_i64(deadline_after(timeout_), "ADD", "'" + key + "'");
+}
+
+Bytes TcpStoreClient::compare_set(const std::string& key, const Bytes& expected,
+                                  const Bytes& desired) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  send_request(make(Op::kCompareSet, {key}, {expected, desired}));
+  return recv_bytes(deadline_after(timeout_), "COMPARE_SET", "'" + key + "'");
+}
+
+bool TcpStoreClient::check(const std::vector<std::string>& keys) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  send_request(make(Op::kCheck, keys));
+  uint8_t r = recv_u8(deadline_after(timeout_), "CHECK");
+  if (r != wire::kCheckReady && r != wire::kCheckNotReady) {
+    drop();
+    throw ProtocolError("store " + endpoint() + ": CHECK answered " + std::to_string(r) +
+                        ", expected 0 (ready) or 1 (not ready)");
+  }
+  return r == wire::kCheckReady;
+}
+
+void TcpStoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  send_request(make(Op::kWait, keys));
+  uint8_t r;
+  try {
+    r = recv_u8(deadline_after(timeout), "WAIT");
+  } catch (const TimeoutError&) {
+    throw TimeoutError("store " + endpoint() + ": key(s) " + describe_keys(keys) +
+                       " did not appear within " + std::to_string(to_seconds(timeout)) + " s");
+  }
+  if (r != wire::kStopWaiting) {
+    drop();
+    throw ProtocolError("store " + endpoint() + ": WAIT answered " + std::to_string(r) +
+                        ", expected STOP_WAITING (0)");
+  }
+}
+
+bool TcpStoreClient::delete_key(const std::string& key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  send_request(make(Op::kDeleteKey, {key}));
+  return recv_i64(deadline_after(timeout_), "DELETE_KEY", "'" + key + "'") == 1;
+}
+
+int64_t TcpStoreClient::num_keys() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  send_request(make(Op::kNumKeys));
+  return recv_i64(deadline_after(timeout_), "GETNUMKEYS");
+}
+
+std::vector<Bytes> TcpStoreClient::multi_get(const std::vector<std::string>& keys) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  send_request(make(Op::kMultiGet, keys));
+  auto deadline = deadline_after(timeout_);
+  std::vector<Bytes> values;
+  values.reserve(keys.size());
+  try {
+    for (size_t i = 0; i < keys.size(); ++i) {
+      values.push_back(recv_bytes(deadline, "MULTI_GET", "'" + keys[i] + "'"));
+    }
+  } catch (const TimeoutError&) {
+    throw TimeoutError("store " + endpoint() + ": key(s) " + describe_keys(keys) +
+                       " did not all appear within " + std::to_string(to_seconds(timeout_)) +
+                       " s");
+  }
+  return values;
+}
+
+void TcpStoreClient::multi_set(const std::vector<std::string>& keys,
+                               const std::vector<Bytes>& values) {
+  if (keys.size() != values.size()) return Store::multi_set(keys, values);  // usage error
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  send_request(make(Op::kMultiSet, keys, values));
+}
+
+void TcpStoreClient::append(const std::string& key, const Bytes& value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  send_request(make(Op::kAppend, {key}, {value}));
+}
+
+bool TcpStoreClient::ping() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  Request q = make(Op::kPing);
+  q.u32 = 0xC0FFEE;
+  send_request(q);
+  uint8_t buf[4];
+  recv_exact(buf, 4, deadline_after(timeout_), "PING", "");
+  return load_le<uint32_t>(buf) == q.u32;
+}
+
+}  // namespace dlaunch

@@ -1,0 +1,83 @@
+// A blocking Store client for the job's TcpStoreServer. It speaks the PyTorch 2.x dialect
+// (VALIDATE first) plus dlaunch's job-token handshake, so it also works against PyTorch's own
+// 2.x TCPStore server when no token is used.
+//
+// Blocking and timeouts: the constructor connects, retrying refused/unreachable attempts with
+// backoff until connect_timeout passes (ConnectionError naming host:port and what to check).
+// Every request waits for its reply at most timeout() (get/wait/multi_get: for the keys to
+// appear; others: for the server to answer), then throws TimeoutError; the connection is then
+// dropped (the server forgets the parked request) and the next call reconnects.
+// Errors: ClosedError when the server closes the connection mid-request (the server or its
+// agent died); ConnectionError when a reconnect fails; ProtocolError on a malformed reply;
+// StateError when the job token is refused or the server is not this job's.
+// Thread-safe: one request at a time per client (a mutex); use one client per thread that
+// blocks in get/wait while others must go on.
+#pragma once
+
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "rendezvous/store.h"
+#include "rendezvous/store_codec.h"
+
+namespace dlaunch {
+
+struct TcpStoreClientOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  Duration connect_timeout = std::chrono::seconds(60);
+  Duration timeout = Store::kDefaultTimeout;
+  std::optional<std::string> token;  // the job token; nullopt: connect without one
+};
+
+class TcpStoreClient final : public Store {
+ public:
+  explicit TcpStoreClient(TcpStoreClientOptions options);
+  ~TcpStoreClient() override;
+  TcpStoreClient(const TcpStoreClient&) = delete;
+  TcpStoreClient& operator=(const TcpStoreClient&) = delete;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, Duration timeout) override;
+  using Store::wait;
+  bool delete_key(const std::string& key) override;
+  int64_t num_keys() override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override;
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  // Appends to the value at `key` (PyTorch 2.x APPEND).
+  void append(const std::string& key, const Bytes& value);
+  // Round trip to the server; returns true when it echoed the nonce.
+  bool ping();
+
+  const TcpStoreClientOptions& options() const { return options_; }
+  std::string endpoint() const;
+
+ private:
+  class Conn;
+  // All run with mutex_ held.
+  void ensure_connected();
+  void connect_once(std::chrono::steady_clock::time_point deadline);
+  void handshake(std::chrono::steady_clock::time_point deadline);
+  void send_request(const wire::Request& request);
+  void send_raw(const Bytes& bytes, const char* what);
+  void recv_exact(void* dst, size_t n, std::chrono::steady_clock::time_point deadline,
+                  const char* what, const std::string& key);
+  uint8_t recv_u8(std::chrono::steady_clock::time_point deadline, const char* what,
+                  const std::string& key = "");
+  int64_t recv_i64(std::chrono::steady_clock::time_point deadline, const char* what,
+                   const std::string& key = "");
+  Bytes recv_bytes(std::chrono::steady_clock::time_point deadline, const char* what,
+                   const std::string& key = "");
+  void drop();
+
+  TcpStoreClientOptions options_;
+  std::mutex mutex_;
+  int fd_ = -1;
+};
+
+}  // namespace dlaunch

@@ -1,0 +1,54 @@
+// Builds every Store implementation for the shared typed suite: each "backend" makes a store
+// and further clients of the same underlying table (threads that block need their own client).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "rendezvous/in_memory_store.h"
+#include "rendezvous/prefix_store.h"
+#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/tcp_store_server.h"
+
+namespace dlaunch::test {
+
+struct InMemoryBackend {
+  static constexpr bool kIsTcp = false;
+  std::shared_ptr<InMemoryStore> table = std::make_shared<InMemoryStore>();
+  std::shared_ptr<Store> client() { return table; }
+  void stop_server() {}
+};
+
+struct PrefixBackend {
+  static constexpr bool kIsTcp = false;
+  std::shared_ptr<InMemoryStore> table = std::make_shared<InMemoryStore>();
+  std::shared_ptr<Store> client() { return std::make_shared<PrefixStore>("run/7", table); }
+  void stop_server() {}
+};
+
+template <bool kWithToken>
+struct TcpBackendT {
+  static constexpr bool kIsTcp = true;
+  std::unique_ptr<TcpStoreServer> server;
+  uint16_t port = 0;
+  TcpBackendT() {
+    TcpStoreServerOptions o;
+    o.host = "127.0.0.1";
+    if (kWithToken) o.token = "s3cret-token";
+    server = std::make_unique<TcpStoreServer>(o);
+    port = server->start();
+  }
+  std::shared_ptr<Store> client() {
+    TcpStoreClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = port;
+    o.connect_timeout = std::chrono::seconds(5);
+    if (kWithToken) o.token = "s3cret-token";
+    return std::make_shared<TcpStoreClient>(o);
+  }
+  void stop_server() { server->stop(); }
+};
+using TcpBackend = TcpBackendT<false>;
+using TcpTokenBackend = TcpBackendT<true>;
+
+}  // namespace dlaunch::test
