@@ -364,13 +364,31 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, Duration timeout
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_connected();
   send_request(make(Op::kWait, keys));
-  uint8_t r;
-  try {
-    r = recv_u8(deadline_after(timeout), "WAIT");
-  } catch (const TimeoutError&) {
+  // Poll for the answer ourselves: on timeout we cancel the parked WAIT (2.x CANCEL_WAIT) and
+  // keep the connection, so callers may wait in short slices cheaply.
+  pollfd pfd{fd_, POLLIN, 0};
+  int pr;
+  do {
+    pr = ::poll(&pfd, 1, remaining_ms(deadline_after(timeout)));
+  } while (pr < 0 && errno == EINTR);
+  auto answer_deadline = deadline_after(timeout_);
+  if (pr == 0) {
+    Bytes cancel;
+    wire::put_u8(cancel, wire::op2::kCancelWait);
+    send_raw(cancel, "CANCEL_WAIT");
+    uint8_t r = recv_u8(answer_deadline, "CANCEL_WAIT");
+    bool raced = r == wire::kStopWaiting;  // the keys came just before the cancel
+    if (raced) r = recv_u8(answer_deadline, "CANCEL_WAIT");
+    if (r != wire::kWaitCanceled) {
+      drop();
+      throw ProtocolError("store " + endpoint() + ": CANCEL_WAIT answered " + std::to_string(r) +
+                          ", expected WAIT_CANCELED (1)");
+    }
+    if (raced) return;
     throw TimeoutError("store " + endpoint() + ": key(s) " + describe_keys(keys) +
                        " did not appear within " + std::to_string(to_seconds(timeout)) + " s");
   }
+  uint8_t r = recv_u8(answer_deadline, "WAIT");
   if (r != wire::kStopWaiting) {
     drop();
     throw ProtocolError("store " + endpoint() + ": WAIT answered " + std::to_string(r) +

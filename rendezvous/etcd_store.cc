@@ -1,0 +1,155 @@
+#include "rendezvous/etcd_store.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace dlaunch {
+namespace {
+
+// etcd refuses transactions with more than --max-txn-ops (default 128) operations.
+constexpr size_t kMaxOpsPerTxn = 100;
+
+std::string as_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
+Bytes as_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+
+}  // namespace
+
+EtcdStore::EtcdStore(std::shared_ptr<etcd::Client> client, std::string prefix)
+    : client_(std::move(client)), prefix_(std::move(prefix)) {
+  DL_CHECK(client_ != nullptr);
+}
+
+void EtcdStore::set(const std::string& key, const Bytes& value) {
+  client_->put(full(key), as_string(value));
+}
+
+void EtcdStore::set_with_lease(const std::string& key, const Bytes& value, int64_t lease) {
+  client_->put(full(key), as_string(value), lease);
+}
+
+std::string EtcdStore::wait_one(const std::string& key, TimePoint deadline, Duration waited_for) {
+  const std::string k = full(key);
+  auto current = client_->range(k);
+  if (!current.kvs.empty()) return std::move(current.kvs.front().value);
+  // Watch from the revision the range saw, so a put between the two calls is not missed.
+  auto watch = client_->watch(k, "", current.revision + 1);
+  while (true) {
+    auto message = watch->next(deadline);
+    if (!message) {
+      throw TimeoutError(fmt::format(
+          "etcd store at {}: key '{}' did not appear within {:.1f} s; the agent or worker that "
+          "should set it may have failed or not started",
+          client_->endpoint(), k, to_seconds(waited_for)));
+    }
+    for (auto& event : message->events) {
+      if (event.type == etcd::Event::Type::kPut) return std::move(event.kv.value);
+    }
+  }
+}
+
+Bytes EtcdStore::get(const std::string& key) {
+  const Duration t = timeout();
+  return as_bytes(wait_one(key, steady_clock().now() + t, t));
+}
+
+void EtcdStore::wait(const std::vector<std::string>& keys, Duration timeout) {
+  if (check(keys)) return;
+  const TimePoint deadline = steady_clock().now() + timeout;
+  for (const auto& key : keys) wait_one(key, deadline, timeout);
+}
+
+int64_t EtcdStore::add(const std::string& key, int64_t delta) {
+  const std::string k = full(key);
+  std::optional<etcd::KeyValue> current = client_->get(k);
+  while (true) {
+    int64_t value = 0;
+    if (current) {
+      try {
+        size_t used = 0;
+        value = std::stoll(current->value, &used);
+        if (used != current->value.size()) throw std::invalid_argument("trailing");
+      } catch (const std::exception&) {
+        throw StateError(fmt::format("etcd store: add() on key '{}' whose value '{}' is not a "
+                                     "decimal counter",
+                                     k, current->value));
+      }
+    }
+    const int64_t next = value + delta;
+    auto guard = current ? etcd::Compare::mod_revision_equals(k, current->mod_revision)
+                         : etcd::Compare::missing(k);
+    auto t = client_->txn({guard}, {etcd::Op::put(k, std::to_string(next))}, {etcd::Op::get(k)});
+    if (t.succeeded) return next;
+    // Someone else changed it in between: retry from the value the failed txn read.
+    current.reset();
+    if (!t.responses.empty() && !t.responses[0].range.kvs.empty()) {
+      current = std::move(t.responses[0].range.kvs.front());
+    }
+  }
+}
+
+Bytes EtcdStore::compare_set(const std::string& key, const Bytes& expected,
+                             const Bytes& desired) {
+  const std::string k = full(key);
+  const std::string want = as_string(expected);
+  std::optional<etcd::KeyValue> current = client_->get(k);
+  while (true) {
+    if (!current) {
+      // c10d: a missing key matches only an empty `expected`; otherwise `expected` comes back.
+      if (!want.empty()) return expected;
+    } else if (current->value != want) {
+      return as_bytes(current->value);
+    }
+    auto guard = current ? etcd::Compare::mod_revision_equals(k, current->mod_revision)
+                         : etcd::Compare::missing(k);
+    auto t = client_->txn({guard}, {etcd::Op::put(k, as_string(desired))}, {etcd::Op::get(k)});
+    if (t.succeeded) return desired;
+    current.reset();
+    if (!t.responses.empty() && !t.responses[0].range.kvs.empty()) {
+      current = std::move(t.responses[0].range.kvs.front());
+    }
+  }
+}
+
+bool EtcdStore::check(const std::vector<std::string>& keys) {
+  for (size_t start = 0; start < keys.size(); start += kMaxOpsPerTxn) {
+    std::vector<etcd::Op> ops;
+    for (size_t i = start; i < std::min(keys.size(), start + kMaxOpsPerTxn); ++i) {
+      auto op = etcd::Op::get(full(keys[i]));
+      op.count_only = true;
+      ops.push_back(std::move(op));
+    }
+    auto t = client_->txn({}, ops, {});
+    for (const auto& r : t.responses) {
+      if (r.range.count == 0) return false;
+    }
+  }
+  return true;
+}
+
+bool EtcdStore::delete_key(const std::string& key) {
+  return client_->delete_range(full(key)) > 0;
+}
+
+int64_t EtcdStore::num_keys() {
+  return client_->range(prefix_, etcd::prefix_end(prefix_), /*count_only=*/true).count;
+}
+
+void EtcdStore::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
+  if (keys.size() != values.size()) {
+    throw UsageError(fmt::format("Store::multi_set: expected as many values as keys, got {} keys "
+                                 "and {} values",
+                                 keys.size(), values.size()));
+  }
+  for (size_t start = 0; start < keys.size(); start += kMaxOpsPerTxn) {
+    std::vector<etcd::Op> ops;
+    for (size_t i = start; i < std::min(keys.size(), start + kMaxOpsPerTxn); ++i) {
+      ops.push_back(etcd::Op::put(full(keys[i]), as_string(values[i])));
+    }
+    client_->txn({}, ops, {});
+  }
+}
+
+}  // namespace dlaunch

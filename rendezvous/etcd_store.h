@@ -1,0 +1,58 @@
+// dlaunch::Store on etcd v3 (through its JSON gateway): every key lives under one prefix (one
+// per run id, e.g. "/dlaunch/<run_id>/"), so jobs sharing an etcd never see each other.
+//
+//   set          put
+//   get, wait    range; if missing, a watch from the range's revision + 1 (no gap, no polling)
+//   add          read, then a txn "mod_revision unchanged (or key missing) -> put", retried
+//   compare_set  the same txn pattern, with c10d's semantics (store.h)
+//   check        one txn of count-only ranges
+//   num_keys     a count-only range over the prefix (this store's keys, not all of etcd's)
+//   multi_set    one txn of puts
+//
+// Blocking and timeouts: get()/wait() block up to timeout() (TimeoutError); every other call
+// is one or a few round trips bounded by the client's request timeout. Thread-safe.
+// Errors: as etcd_client.h (ConnectionError, TimeoutError, ProtocolError, GatewayStatusError),
+// and StateError when add() finds a value that is not a decimal counter.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "rendezvous/etcd_client.h"
+#include "rendezvous/store.h"
+
+namespace dlaunch {
+
+class EtcdStore final : public Store {
+ public:
+  // `prefix` is prepended to every key as is (give it a trailing '/').
+  EtcdStore(std::shared_ptr<etcd::Client> client, std::string prefix);
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, Duration timeout) override;
+  using Store::wait;
+  bool delete_key(const std::string& key) override;
+  int64_t num_keys() override;
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+
+  // etcd-only: a put bound to a lease, so the key vanishes when the lease expires (liveness).
+  void set_with_lease(const std::string& key, const Bytes& value, int64_t lease);
+
+  const std::string& prefix() const { return prefix_; }
+  etcd::Client& client() { return *client_; }
+  const std::shared_ptr<etcd::Client>& shared_client() const { return client_; }
+
+ private:
+  std::string full(const std::string& key) const { return prefix_ + key; }
+  // Blocks until `key` exists or `deadline` passes (TimeoutError naming `waited_for`).
+  std::string wait_one(const std::string& key, TimePoint deadline, Duration waited_for);
+
+  std::shared_ptr<etcd::Client> client_;
+  std::string prefix_;
+};
+
+}  // namespace dlaunch

@@ -1,0 +1,386 @@
+// The TCP store server on loopback: raw clients speaking each PyTorch dialect byte by byte,
+// malformed frames, thousands of connections, the job token, binding rules, and a real
+// PyTorch 1.13 client.
+#include "rendezvous/tcp_store_server.h"
+
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "common/byte_order.h"
+#include "rendezvous/tcp_store_client.h"
+
+namespace dlaunch {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A bare TCP connection for speaking the protocol by hand.
+class Raw {
+ public:
+  explicit Raw(uint16_t port, const char* addr = "127.0.0.1") {
+    bool v6 = std::string(addr).find(':') != std::string::npos;
+    fd_ = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int rc;
+    if (v6) {
+      sockaddr_in6 sa{};
+      sa.sin6_family = AF_INET6;
+      sa.sin6_port = htons(port);
+      inet_pton(AF_INET6, addr, &sa.sin6_addr);
+      rc = ::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+    } else {
+      sockaddr_in sa{};
+      sa.sin_family = AF_INET;
+      sa.sin_port = htons(port);
+      inet_pton(AF_INET, addr, &sa.sin_addr);
+      rc = ::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
+    }
+    if (rc != 0) throw std::runtime_error("connect failed");
+  }
+  ~Raw() { ::close(fd_); }
+  Raw(const Raw&) = delete;
+
+  void send(const Bytes& b) { ASSERT_EQ(::send(fd_, b.data(), b.size(), MSG_NOSIGNAL), ssize_t(b.size())); }
+  // Exactly n bytes, or fewer if the peer closed or 5 s passed.
+  Bytes recv(size_t n, int timeout_ms = 5000) {
+    Bytes out;
+    while (out.size() < n) {
+      pollfd p{fd_, POLLIN, 0};
+      if (::poll(&p, 1, timeout_ms) <= 0) break;
+      uint8_t buf[4096];
+      ssize_t r = ::recv(fd_, buf, std::min(sizeof(buf), n - out.size()), 0);
+      if (r <= 0) break;
+      out.insert(out.end(), buf, buf + r);
+    }
+    return out;
+  }
+  bool closed_by_peer(int timeout_ms = 5000) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, timeout_ms) <= 0) return false;
+    uint8_t b;
+    return ::recv(fd_, &b, 1, 0) <= 0;
+  }
+  bool silent(int ms) {
+    pollfd p{fd_, POLLIN, 0};
+    return ::poll(&p, 1, ms) == 0;
+  }
+
+ private:
+  int fd_;
+};
+
+Bytes cat(std::initializer_list<Bytes> parts) {
+  Bytes out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+Bytes u8(uint8_t v) { return {v}; }
+Bytes u32(uint32_t v) {
+  Bytes b(4);
+  store_le<uint32_t>(b.data(), v);
+  return b;
+}
+Bytes u64(uint64_t v) {
+  Bytes b(8);
+  store_le<uint64_t>(b.data(), v);
+  return b;
+}
+Bytes str(const std::string& s) { return cat({u64(s.size()), Bytes(s.begin(), s.end())}); }
+const Bytes kValidate = cat({u8(0), u32(0x3C85F7CE)});
+
+class ServerTest : public ::testing::Test {
+ protected:
+  void start(TcpStoreServerOptions o = {}) {
+    server_ = std::make_unique<TcpStoreServer>(o);
+    port_ = server_->start();
+  }
+  std::shared_ptr<TcpStoreClient> client(std::optional<std::string> token = std::nullopt,
+                                         Duration connect_timeout = 5s) {
+    TcpStoreClientOptions o;
+    o.port = port_;
+    o.connect_timeout = connect_timeout;
+    o.timeout = 5s;
+    o.token = token;
+    return std::make_shared<TcpStoreClient>(o);
+  }
+  std::unique_ptr<TcpStoreServer> server_;
+  uint16_t port_ = 0;
+};
+
+TEST_F(ServerTest, SpeaksTorch113ByteForByte) {
+  start();
+  Raw c(port_);
+  c.send(cat({u8(0), str("k"), str("v")}));  // SET: no reply
+  c.send(cat({u8(2), str("k")}));             // GET
+  EXPECT_EQ(c.recv(9), cat({str("v")}));
+  c.send(cat({u8(3), str("n"), u64(uint64_t(-4))}));  // ADD -4
+  EXPECT_EQ(c.recv(8), u64(uint64_t(-4)));
+  c.send(cat({u8(4), u64(2), str("k"), str("n")}));  // CHECK -> READY
+  EXPECT_EQ(c.recv(1), u8(0));
+  c.send(cat({u8(4), u64(1), str("absent")}));  // CHECK -> NOT_READY
+  EXPECT_EQ(c.recv(1), u8(1));
+  c.send(cat({u8(5), u64(1), str("k")}));  // WAIT on a present key -> STOP_WAITING
+  EXPECT_EQ(c.recv(1), u8(0));
+  c.send(cat({u8(1), str("k"), str("v"), str("w")}));  // COMPARE_SET match
+  EXPECT_EQ(c.recv(9), str("w"));
+  c.send(u8(6));  // GETNUMKEYS
+  EXPECT_EQ(c.recv(8), u64(2));
+  c.send(cat({u8(8), str("n")}));  // DELETE_KEY
+  EXPECT_EQ(c.recv(8), u64(1));
+  // WATCH_KEY: registered, then told about a change made by another client.
+  Raw w(port_);
+  w.send(cat({u8(7), str("k")}));
+  EXPECT_EQ(w.recv(1), u8(3));
+  c.send(cat({u8(0), str("k"), str("z")}));
+  EXPECT_EQ(w.recv(1 + 9 + 9 + 9), cat({u8(0), str("k"), str("w"), str("z")}));
+}
+
+TEST_F(ServerTest, Torch113WaitIsParkedUntilAnotherClientSets) {
+  start();
+  Raw waiter(port_), setter(port_);
+  waiter.send(cat({u8(5), u64(2), str("a"), str("b")}));
+  EXPECT_TRUE(waiter.silent(100));
+  setter.send(cat({u8(0), str("a"), str("1")}));
+  EXPECT_TRUE(waiter.silent(100));
+  setter.send(cat({u8(3), str("b"), u64(1)}));
+  EXPECT_EQ(setter.recv(8), u64(1));
+  EXPECT_EQ(waiter.recv(1), u8(0));
+}
+
+TEST_F(ServerTest, SpeaksTorch2ByteForByte) {
+  start();
+  Raw c(port_);
+  c.send(cat({kValidate, u8(13), u32(0xDEADBEEF)}));  // VALIDATE, PING
+  EXPECT_EQ(c.recv(4), u32(0xDEADBEEF));
+  c.send(cat({u8(1), str("k"), str("ab")}));  // SET
+  c.send(cat({u8(9), str("k"), str("cd")}));  // APPEND
+  c.send(cat({u8(3), str("k")}));             // GET
+  EXPECT_EQ(c.recv(12), str("abcd"));
+  c.send(cat({u8(11), u64(2), str("x"), str("1"), str("y"), str("22")}));  // MULTI_SET
+  c.send(cat({u8(10), u64(2), str("y"), str("x")}));                      // MULTI_GET
+  EXPECT_EQ(c.recv(8 + 2 + 8 + 1), cat({str("22"), str("1")}));
+  c.send(cat({u8(4), str("cnt"), u64(5)}));  // ADD
+  EXPECT_EQ(c.recv(8), u64(5));
+  c.send(u8(7));  // GETNUMKEYS
+  EXPECT_EQ(c.recv(8), u64(4));
+  // Queue: push two, pop one (size before pop, then the value), length.
+  c.send(cat({u8(14), str("q"), str("first")}));
+  c.send(cat({u8(14), str("q"), str("second")}));
+  c.send(cat({u8(16), str("q")}));
+  EXPECT_EQ(c.recv(8), u64(2));
+  c.send(cat({u8(15), str("q")}));
+  EXPECT_EQ(c.recv(8 + 8 + 5), cat({u64(2), str("first")}));
+  // WAIT parked, then CANCEL_WAIT -> WAIT_CANCELED, and the connection goes on.
+  c.send(cat({u8(6), u64(1), str("never")}));
+  EXPECT_TRUE(c.silent(100));
+  c.send(u8(12));
+  EXPECT_EQ(c.recv(1), u8(1));
+  c.send(cat({u8(13), u32(7)}));
+  EXPECT_EQ(c.recv(4), u32(7));
+}
+
+TEST_F(ServerTest, MalformedFrameClosesOnlyThatConnection) {
+  TcpStoreServerOptions o;
+  o.limits.max_value_bytes = 1 << 20;
+  start(o);
+  auto good = client();
+  good->set("k", to_bytes("v"));
+  {
+    Raw bad(port_);
+    bad.send(Bytes{'G', 'E', 'T', ' ', '/', ' ', 'H', 'T', 'T', 'P'});
+    EXPECT_TRUE(bad.closed_by_peer());
+  }
+  {
+    Raw big(port_);  // a 1 TiB value announced: refused before any of it arrives
+    big.send(cat({kValidate, u8(1), str("k"), u64(1ull << 40)}));
+    EXPECT_TRUE(big.closed_by_peer());
+  }
+  {
+    Raw unknown(port_);
+    unknown.send(cat({kValidate, u8(99)}));
+    EXPECT_TRUE(unknown.closed_by_peer());
+  }
+  {
+    Raw partial(port_);  // a frame cut short stays pending; the server does not block on it
+    partial.send(cat({u8(0), u64(100), Bytes(10, 'x')}));
+    EXPECT_EQ(to_string(good->get("k")), "v");
+  }
+  EXPECT_EQ(to_string(good->get("k")), "v");
+  good->set("k2", to_bytes("still fine"));
+  EXPECT_EQ(to_string(good->get("k2")), "still fine");
+}
+
+TEST_F(ServerTest, HoldsTwoThousandConnectionsAtOnce) {
+  start();
+  constexpr int kConns = 2000;
+  std::vector<std::unique_ptr<Raw>> conns;
+  for (int i = 0; i < kConns; ++i) conns.push_back(std::make_unique<Raw>(port_));
+  for (int i = 0; i < kConns; ++i) {
+    conns[i]->send(cat({kValidate, u8(4), str("n"), u64(1)}));
+  }
+  std::set<uint64_t> seen;
+  for (int i = 0; i < kConns; ++i) {
+    auto r = conns[i]->recv(8);
+    ASSERT_EQ(r.size(), 8u) << "connection " << i;
+    seen.insert(load_le<uint64_t>(r.data()));
+  }
+  EXPECT_EQ(seen.size(), size_t(kConns));  // every ADD answered with a distinct total
+  EXPECT_EQ(*seen.rbegin(), uint64_t(kConns));
+  EXPECT_EQ(server_->num_connections(), size_t(kConns));
+  conns.clear();
+  for (int i = 0; i < 100 && server_->num_connections() > 0; ++i) std::this_thread::sleep_for(20ms);
+  EXPECT_EQ(server_->num_connections(), 0u);
+}
+
+TEST_F(ServerTest, JobTokenKeepsStrangersOut) {
+  TcpStoreServerOptions o;
+  o.token = "right";
+  start(o);
+  EXPECT_THROW(client("wrong"), StateError);
+  EXPECT_THROW(client(std::nullopt, 300ms), ConnectionError);  // refused: no agent proved it yet
+  {
+    Raw torch(port_);  // a PyTorch 1.13 client before any agent proved the token
+    torch.send(cat({u8(3), str("k"), u64(1)}));
+    EXPECT_TRUE(torch.closed_by_peer());
+  }
+  auto agent = client("right");  // an agent from 127.0.0.1 proves the token ...
+  agent->set("k", to_bytes("v"));
+  Raw torch(port_);  // ... so PyTorch workers on that host are served
+  torch.send(cat({u8(2), str("k")}));
+  EXPECT_EQ(torch.recv(9), str("v"));
+}
+
+TEST_F(ServerTest, StrictTokenModeRefusesEveryUnauthenticatedClient) {
+  TcpStoreServerOptions o;
+  o.token = "right";
+  o.admit_unauthenticated_from_agent_hosts = false;
+  start(o);
+  auto agent = client("right");
+  agent->set("k", to_bytes("v"));
+  Raw torch(port_);
+  torch.send(cat({u8(2), str("k")}));
+  EXPECT_TRUE(torch.closed_by_peer());
+}
+
+TEST_F(ServerTest, ClientWithTokenRefusesAStoreWithoutOne) {
+  start();
+  EXPECT_THROW(client("mine"), StateError);
+}
+
+TEST_F(ServerTest, PortInUseIsAClearErrorAndRestartRebindsAtOnce) {
+  start();
+  TcpStoreServerOptions o;
+  o.port = port_;
+  TcpStoreServer second(o);
+  try {
+    second.start();
+    FAIL() << "expected AddressInUseError";
+  } catch (const AddressInUseError& e) {
+    EXPECT_NE(std::string(e.what()).find(std::to_string(port_)), std::string::npos);
+  }
+  auto c = client();
+  c->set("k", {});
+  server_->stop();
+  TcpStoreServer again(o);  // reuse_address: no wait for TIME_WAIT sockets
+  EXPECT_EQ(again.start(), port_);
+}
+
+TEST_F(ServerTest, BindsIpv6Literal) {
+  TcpStoreServerOptions o;
+  o.host = "::1";
+  TcpStoreServer server(o);
+  uint16_t port;
+  try {
+    port = server.start();
+  } catch (const Error& e) {
+    GTEST_SKIP() << "no IPv6 loopback here: " << e.what();
+  }
+  TcpStoreClientOptions co;
+  co.host = "::1";
+  co.port = port;
+  TcpStoreClient c(co);
+  c.set("v6", to_bytes("yes"));
+  EXPECT_EQ(to_string(c.get("v6")), "yes");
+  EXPECT_EQ(c.endpoint(), "[::1]:" + std::to_string(port));
+}
+
+TEST_F(ServerTest, RefusesAnAddressThatIsNotThisMachines) {
+  TcpStoreServerOptions o;
+  o.host = "192.0.2.1";  // TEST-NET-1: never local
+  TcpStoreServer server(o);
+  EXPECT_THROW(server.start(), UsageError);
+}
+
+TEST_F(ServerTest, ConnectErrorNamesTheEndpoint) {
+  start();
+  uint16_t dead_port = port_;
+  server_->stop();
+  TcpStoreClientOptions o;
+  o.port = dead_port;
+  o.connect_timeout = 300ms;
+  try {
+    TcpStoreClient c(o);
+    FAIL() << "expected ConnectionError";
+  } catch (const ConnectionError& e) {
+    EXPECT_NE(std::string(e.what()).find("127.0.0.1:" + std::to_string(dead_port)),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+bool have_torch() {
+  return std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") == 0;
+}
+
+TEST_F(ServerTest, RealPytorch113ClientTalksToOurServer) {
+  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 has no torch (apt-get install python3-torch)";
+  start();
+  auto ours = client();
+  // PyTorch's TCPStore puts "/" in front of every user key on the wire.
+  ours->set("/from_dlaunch", to_bytes("hello torch"));
+  std::string script = R"PY(
+import sys, datetime
+import torch.distributed as d
+s = d.TCPStore("127.0.0.1", int(sys.argv[1]), 2, False, datetime.timedelta(seconds=20))
+s.set("from_torch", "42")
+assert s.get("from_dlaunch") == b"hello torch", s.get("from_dlaunch")
+assert s.add("ctr", 3) == 3 and s.add("ctr", 4) == 7
+assert s.compare_set("cas", "", "first") == b"first"
+assert s.compare_set("cas", "nope", "x") == b"first"
+s.wait(["from_torch", "ctr"])
+assert s.num_keys() >= 4
+assert s.delete_key("cas") and not s.delete_key("cas")
+s.set_timeout(datetime.timedelta(milliseconds=300))
+try:
+    s.get("absent")
+    sys.exit("get of a missing key did not time out")
+except RuntimeError:
+    pass
+print("torch-ok")
+)PY";
+  std::string path = ::testing::TempDir() + "/torch_store_client.py";
+  std::ofstream(path) << script;
+  std::string cmd = "/usr/bin/python3 " + path + " " + std::to_string(port_) + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof(buf), p)) out += buf;
+  int status = pclose(p);
+  EXPECT_EQ(status, 0) << out;
+  EXPECT_NE(out.find("torch-ok"), std::string::npos) << out;
+  EXPECT_EQ(to_string(ours->get("/from_torch")), "42");
+  EXPECT_EQ(ours->add("/ctr", 0), 7);
+  EXPECT_EQ(ours->add("init/", 0), 1);  // the 1.13 client's own join counter
+}
+
+}  // namespace
+}  // namespace dlaunch
