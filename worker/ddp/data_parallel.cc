@@ -1,0 +1,50 @@
+#include "worker/ddp/data_parallel.h"
+
+#include "worker/model/loss.h"
+
+namespace dlaunch::ddp {
+
+DataParallel::DataParallel(ResNet& model, comm::ProcessGroup& pg, bool sync_bn, size_t bucket_bytes)
+    : model_(model), pg_(pg), reducer_(pg, model.grads(), model.param_info(), bucket_bytes) {
+  if (sync_bn && pg.size() > 1) {
+    bn_sync_ = std::make_unique<ProcessGroupBatchNormSync>(pg);
+    model_.set_batchnorm_sync(bn_sync_.get());
+  }
+  model_.set_grad_ready_callback(
+      [this](size_t offset, size_t count) { reducer_.on_grad_ready(offset, count); });
+}
+
+DataParallel::~DataParallel() {
+  model_.set_batchnorm_sync(nullptr);
+  model_.set_grad_ready_callback(nullptr);
+}
+
+void DataParallel::broadcast_state() {
+  broadcast_from_rank0(pg_, model_.params(), model_.num_params());
+  broadcast_buffers();
+}
+
+void DataParallel::broadcast_buffers() {
+  if (pg_.size() == 1) return;
+  for (Tensor* t : model_.buffers()) broadcast_from_rank0(pg_, t->data(), t->numel());
+}
+
+StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels) {
+  StepResult r;
+  const Tensor& logits = model_.forward(images, /*training=*/true);
+  r.loss = softmax_cross_entropy(logits, labels, &grad_logits_, &r.correct);
+  reducer_.begin_step();
+  model_.backward(grad_logits_);
+  reducer_.finish();
+  return r;
+}
+
+StepResult DataParallel::eval_step(const Tensor& images, const int32_t* labels) {
+  StepResult r;
+  const Tensor& logits = model_.forward(images, /*training=*/false);
+  r.loss = softmax_cross_entropy(logits, labels, nullptr, &r.correct) *
+           static_cast<float>(images.dim(0));
+  return r;
+}
+
+}  // namespace dlaunch::ddp

@@ -1,0 +1,56 @@
+// One data-parallel replica: a ResNet whose gradients are averaged across the process group
+// while backward runs (GradReducer) and whose batch norms are optionally synchronised
+// (SyncBN). Equivalent to PyTorch's DistributedDataParallel(model) with broadcast_buffers=True:
+// replicas start from rank 0's parameters and buffers, and the BN running statistics used for
+// eval and checkpoints are rank 0's (broadcast_buffers() before use; without SyncBN each rank's
+// own statistics drift apart between broadcasts, exactly as rank 0's win in PyTorch).
+//
+// Blocking: every method is collective (all ranks call it in the same order) and blocks until
+// the communication it needs is done; failures throw what the process group throws.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "worker/comm/process_group.h"
+#include "worker/ddp/grad_reducer.h"
+#include "worker/ddp/sync_batch_norm.h"
+#include "worker/model/resnet.h"
+
+namespace dlaunch::ddp {
+
+struct StepResult {
+  float loss = 0;   // this rank's mean loss over its batch
+  int correct = 0;  // this rank's correctly classified images
+};
+
+class DataParallel {
+ public:
+  static constexpr size_t kDefaultBucketBytes = 1 << 20;
+
+  DataParallel(ResNet& model, comm::ProcessGroup& pg, bool sync_bn,
+               size_t bucket_bytes = kDefaultBucketBytes);
+  ~DataParallel();
+
+  // Parameters and BN buffers from rank 0.
+  void broadcast_state();
+  // BN running statistics from rank 0.
+  void broadcast_buffers();
+  // Forward, loss, backward with the bucketed allreduce; on return grads() hold the average
+  // over ranks of each rank's mean-loss gradient.
+  StepResult train_step(const Tensor& images, const int32_t* labels);
+  // Forward in eval mode; returns the summed loss over the batch.
+  StepResult eval_step(const Tensor& images, const int32_t* labels);
+
+  ResNet& model() { return model_; }
+  const GradReducer& reducer() const { return reducer_; }
+
+ private:
+  ResNet& model_;
+  comm::ProcessGroup& pg_;
+  GradReducer reducer_;
+  std::unique_ptr<ProcessGroupBatchNormSync> bn_sync_;
+  Tensor grad_logits_;
+};
+
+}  // namespace dlaunch::ddp

@@ -1,0 +1,75 @@
+// dtrain: the bundled distributed ResNet trainer. Run under dlaunch (it reads the torchrun
+// worker contract) or alone as a world of one. See docs/dtrain.md.
+//
+// Exit codes: 0 done, 2 bad usage (flags, a checkpoint from another model), 1 any other failure
+// (the reason is also written to TORCHELASTIC_ERROR_FILE for the agent).
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "common/env.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "common/worker_env.h"
+#include "kernels/ops.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/data/dataset.h"
+#include "worker/train/bootstrap.h"
+#include "worker/train/train_config.h"
+#include "worker/train/trainer.h"
+#include "worker/train/worker_runtime.h"
+
+namespace {
+
+const char* error_type(const std::exception& e) {
+  using namespace dlaunch;
+  if (dynamic_cast<const UsageError*>(&e)) return "UsageError";
+  if (dynamic_cast<const TimeoutError*>(&e)) return "TimeoutError";
+  if (dynamic_cast<const ConnectionError*>(&e)) return "ConnectionError";
+  if (dynamic_cast<const ckpt::CheckpointError*>(&e)) return "CheckpointError";
+  if (dynamic_cast<const data::DataError*>(&e)) return "DataError";
+  if (dynamic_cast<const Error*>(&e)) return "Error";
+  return "RuntimeError";
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dlaunch;
+  std::string error_file = get_env_or(env_names::kErrorFile, "");
+  try {
+    WorkerEnv env = WorkerEnv::from_environ();
+    error_file = env.error_file.empty() ? error_file : env.error_file;
+    set_log_tag(fmt::format("dtrain rank {}", env.rank));
+    bool help = false;
+    train::TrainConfig config =
+        train::parse_train_args(std::vector<std::string>(argv + 1, argv + argc), &help);
+    if (help) {
+      std::fputs(train::train_usage().c_str(), stdout);
+      return 0;
+    }
+    kernels::cpu::set_num_threads(train::resolve_threads(config.threads, env));
+    train::FaultInjection fault;
+    if (env.restart_count == 0) {
+      fault.fail_at_step = get_env_int("DTRAIN_FAIL_AT_STEP").value_or(-1);
+      fault.fail_rank = get_env_int("DTRAIN_FAIL_RANK").value_or(env.world_size - 1);
+    }
+    auto timeout = std::chrono::seconds(get_env_int("DTRAIN_COMM_TIMEOUT_S").value_or(300));
+    auto pg = train::join_process_group(env, timeout);
+    train::TrainSummary s = train::run_training(config, env, *pg, fault);
+    if (env.rank == 0) {
+      log_info("done: {} epochs, {} steps, test accuracy {:.2f}%", s.epochs_done, s.steps,
+               100 * s.test_accuracy);
+    }
+    return 0;
+  } catch (const UsageError& e) {
+    log_error("{}", e.what());
+    train::write_error_file(error_file, error_type(e), e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    log_error("{}: {}", error_type(e), e.what());
+    train::write_error_file(error_file, error_type(e), e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,37 @@
+#include "worker/metrics/metrics_log.h"
+
+#include <cerrno>
+#include <fstream>
+
+#include "common/error.h"
+
+namespace dlaunch::metrics {
+
+MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+  file_ = std::fopen(path.c_str(), "a");
+  if (file_ == nullptr) throw SystemError(errno_message("opening metrics file " + path, errno));
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void MetricsLog::write(const nlohmann::json& record) {
+  std::string line = record.dump() + "\n";
+  if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
+    throw SystemError(errno_message("writing metrics file " + path_, errno));
+  }
+}
+
+std::vector<nlohmann::json> read_metrics(const std::string& path) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(path);
+  std::string line;
+  while (std::getline(in, line)) {
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object()) out.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace dlaunch::metrics

@@ -1,0 +1,35 @@
+// <output_dir>/metrics.jsonl: one JSON object per line, per logged step ("kind": "step") and
+// per epoch ("kind": "epoch"). Values are already reduced over all workers by the caller (mean
+// loss and accuracy, the whole job's images/s). Only rank 0 writes. Appends, so a resumed run
+// continues the same file; each line is flushed as it is written, so a crash loses nothing
+// logged before it. Blocks on the write; I/O failures throw SystemError.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+namespace dlaunch::metrics {
+
+class MetricsLog {
+ public:
+  explicit MetricsLog(const std::string& path);
+  ~MetricsLog();
+  MetricsLog(const MetricsLog&) = delete;
+  MetricsLog& operator=(const MetricsLog&) = delete;
+
+  void write(const nlohmann::json& record);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+// Reads back a metrics.jsonl (lines that do not parse are skipped: a torn last line after a
+// crash must not stop a resumed run from plotting).
+std::vector<nlohmann::json> read_metrics(const std::string& path);
+
+}  // namespace dlaunch::metrics

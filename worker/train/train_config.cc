@@ -1,0 +1,207 @@
+#include "worker/train/train_config.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+#include <map>
+
+#include "common/env.h"
+#include "common/error.h"
+
+namespace dlaunch::train {
+namespace {
+
+struct Flag {
+  const char* name;
+  const char* help;
+  bool boolean;
+  std::function<void(TrainConfig&, const std::string& flag, const std::string& value)> set;
+  std::function<std::string(const TrainConfig&)> show;
+};
+
+std::string choice(const std::string& flag, const std::string& value,
+                   const std::vector<std::string>& allowed) {
+  if (std::find(allowed.begin(), allowed.end(), value) == allowed.end()) {
+    std::string list;
+    for (const auto& a : allowed) list += (list.empty() ? "" : ", ") + a;
+    throw UsageError(fmt::format("{}={} is not allowed; expected one of: {}", flag, value, list));
+  }
+  return value;
+}
+
+int positive_int(const std::string& flag, const std::string& value, int min) {
+  int64_t v = parse_int(value, flag);
+  if (v < min || v > 1'000'000'000) {
+    throw UsageError(fmt::format("{}={} is out of range; expected an integer >= {}", flag, value, min));
+  }
+  return static_cast<int>(v);
+}
+
+double nonneg_double(const std::string& flag, const std::string& value) {
+  double v = parse_double(value, flag);
+  if (!(v >= 0)) throw UsageError(fmt::format("{}={} is negative; expected a number >= 0", flag, value));
+  return v;
+}
+
+std::string fmt_bool(bool b) { return b ? "true" : "false"; }
+std::string fmt_double(double d) { return fmt::format("{}", d); }
+
+const std::vector<Flag>& flags() {
+  static const std::vector<Flag> kFlags = {
+      {"model", "network: resnet18 | resnet34 (CIFAR stem: 3x3 conv, no max-pool)", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.model = choice(f, v, {"resnet18", "resnet34"}); },
+       [](const TrainConfig& c) { return c.model; }},
+      {"width", "base channels (layer widths w, 2w, 4w, 8w)", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.width = positive_int(f, v, 1); },
+       [](const TrainConfig& c) { return std::to_string(c.width); }},
+      {"dataset", "cifar10 | mnist | synthetic (5000/1000 generated 32x32 images, no files)", false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         c.dataset = choice(f, v, {"cifar10", "mnist", "synthetic"});
+       },
+       [](const TrainConfig& c) { return c.dataset; }},
+      {"data_dir", "directory with the dataset files (cifar-10-batches-bin or the MNIST idx files)",
+       false, [](TrainConfig& c, auto&, auto& v) { c.data_dir = v; },
+       [](const TrainConfig& c) { return c.data_dir; }},
+      {"epochs", "epochs to train", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.epochs = positive_int(f, v, 1); },
+       [](const TrainConfig& c) { return std::to_string(c.epochs); }},
+      {"batch_size", "images per worker per step", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.batch_size = positive_int(f, v, 1); },
+       [](const TrainConfig& c) { return std::to_string(c.batch_size); }},
+      {"lr", "base learning rate", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.lr = nonneg_double(f, v); },
+       [](const TrainConfig& c) { return fmt_double(c.lr); }},
+      {"lr_schedule", "cosine | step (x0.1 every 30 epochs) | constant", false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         c.lr_schedule = choice(f, v, {"cosine", "step", "constant"});
+       },
+       [](const TrainConfig& c) { return c.lr_schedule; }},
+      {"warmup_epochs", "linear warm-up from 0 over this many epochs", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.warmup_epochs = nonneg_double(f, v); },
+       [](const TrainConfig& c) { return fmt_double(c.warmup_epochs); }},
+      {"optimizer", "sgd | adam", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.optimizer = choice(f, v, {"sgd", "adam"}); },
+       [](const TrainConfig& c) { return c.optimizer; }},
+      {"momentum", "SGD momentum", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.momentum = nonneg_double(f, v); },
+       [](const TrainConfig& c) { return fmt_double(c.momentum); }},
+      {"nesterov", "Nesterov momentum (SGD)", true,
+       [](TrainConfig& c, auto& f, auto& v) { c.nesterov = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.nesterov); }},
+      {"weight_decay", "L2 penalty added to the gradient (PyTorch's weight_decay)", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.weight_decay = nonneg_double(f, v); },
+       [](const TrainConfig& c) { return fmt_double(c.weight_decay); }},
+      {"scale_lr", "multiply the learning rate by the world size", true,
+       [](TrainConfig& c, auto& f, auto& v) { c.scale_lr = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.scale_lr); }},
+      {"sync_bn", "synchronise batch norm statistics across workers (SyncBatchNorm)", true,
+       [](TrainConfig& c, auto& f, auto& v) { c.sync_bn = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.sync_bn); }},
+      {"seed", "seed for the model, shuffling, augmentation and synthetic data", false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         int64_t s = parse_int(v, f);
+         if (s < 0) throw UsageError(fmt::format("{}={} is negative; expected an integer >= 0", f, v));
+         c.seed = static_cast<uint64_t>(s);
+       },
+       [](const TrainConfig& c) { return std::to_string(c.seed); }},
+      {"output_dir", "checkpoints, metrics.jsonl and curves.svg go here", false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         if (v.empty()) throw UsageError(fmt::format("{} is empty; expected a directory", f));
+         c.output_dir = v;
+       },
+       [](const TrainConfig& c) { return c.output_dir; }},
+      {"resume", "auto (newest valid checkpoint in output_dir, if any) | none | PATH", false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         if (v.empty()) throw UsageError(fmt::format("{} is empty; expected auto, none or a file", f));
+         c.resume = v;
+       },
+       [](const TrainConfig& c) { return c.resume; }},
+      {"eval_every", "evaluate on the test set every N epochs (0: after the last only)", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.eval_every = positive_int(f, v, 0); },
+       [](const TrainConfig& c) { return std::to_string(c.eval_every); }},
+      {"threads", "compute threads per worker (0: OMP_NUM_THREADS, else cores / local workers)",
+       false, [](TrainConfig& c, auto& f, auto& v) { c.threads = positive_int(f, v, 0); },
+       [](const TrainConfig& c) { return std::to_string(c.threads); }},
+      {"log_every", "write a metrics line every N steps (0: epochs only)", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.log_every = positive_int(f, v, 0); },
+       [](const TrainConfig& c) { return std::to_string(c.log_every); }},
+      {"max_steps", "stop after this many optimizer steps in total (0: no limit)", false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         int64_t s = parse_int(v, f);
+         if (s < 0) throw UsageError(fmt::format("{}={} is negative; expected an integer >= 0", f, v));
+         c.max_steps = s;
+       },
+       [](const TrainConfig& c) { return std::to_string(c.max_steps); }},
+      {"no_augment", "turn off random crop + flip (never applied to MNIST)", true,
+       [](TrainConfig& c, auto& f, auto& v) { c.no_augment = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.no_augment); }},
+  };
+  return kFlags;
+}
+
+}  // namespace
+
+TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help) {
+  TrainConfig c;
+  *help = false;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      *help = true;
+      continue;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      throw UsageError(fmt::format("unexpected argument '{}'; dtrain takes only --flag[=value] "
+                                   "options (see dtrain --help)",
+                                   arg));
+    }
+    std::string name = arg.substr(2), value;
+    bool has_value = false;
+    if (auto eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    std::replace(name.begin(), name.end(), '-', '_');
+    auto it = std::find_if(flags().begin(), flags().end(), [&](const Flag& f) { return name == f.name; });
+    if (it == flags().end()) {
+      throw UsageError(fmt::format("unknown flag '{}'; see dtrain --help for the list", arg));
+    }
+    if (!has_value) {
+      if (it->boolean) {
+        value = "true";
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        throw UsageError(fmt::format("flag --{} needs a value, e.g. --{}={}", it->name, it->name,
+                                     it->show(TrainConfig{})));
+      }
+    }
+    it->set(c, "--" + std::string(it->name), value);
+  }
+  if (c.nesterov && c.optimizer == "sgd" && c.momentum <= 0) {
+    throw UsageError("--nesterov needs --momentum > 0 (Nesterov momentum without momentum is undefined)");
+  }
+  if (c.warmup_epochs >= c.epochs && c.warmup_epochs > 0) {
+    throw UsageError(fmt::format("--warmup_epochs={} must be below --epochs={}", c.warmup_epochs, c.epochs));
+  }
+  return c;
+}
+
+std::string train_usage() {
+  std::string out =
+      "usage: dtrain [--flag=value ...]\n"
+      "Trains a ResNet data-parallel across the workers started by dlaunch (or alone as a world of\n"
+      "one). Flags accept dashes too (--batch-size). Defaults in brackets.\n\n";
+  TrainConfig defaults;
+  for (const Flag& f : flags()) {
+    out += fmt::format("  --{:<15} {} [{}]\n", f.name, f.help, f.show(defaults));
+  }
+  out +=
+      "\nOutputs in --output_dir: checkpoint_epoch_NNNN.dtck (each epoch), metrics.jsonl, "
+      "curves.svg.\nSee docs/dtrain.md.\n";
+  return out;
+}
+
+}  // namespace dlaunch::train

@@ -1,0 +1,429 @@
+#include "worker/train/trainer.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+#include <optional>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "kernels/ops.h"
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/data/batch_loader.h"
+#include "worker/data/dataset.h"
+#include "worker/data/distributed_sampler.h"
+#include "worker/ddp/data_parallel.h"
+#include "worker/metrics/metrics_log.h"
+#include "worker/metrics/progress_bar.h"
+#include "worker/metrics/svg_plot.h"
+#include "worker/model/resnet.h"
+#include "worker/optim/lr_schedule.h"
+#include "worker/optim/optimizer.h"
+#include "worker/train/worker_runtime.h"
+
+namespace dlaunch::train {
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+namespace {
+
+constexpr size_t kCheckpointsKept = 3;
+
+double seconds_since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// What must match between a checkpoint and the run resuming from it.
+json model_signature(const TrainConfig& c, const data::ImageDataset& ds) {
+  return {{"model", c.model},           {"width", c.width},
+          {"dataset", c.dataset},       {"in_channels", ds.channels},
+          {"num_classes", ds.num_classes}, {"optimizer", c.optimizer}};
+}
+
+json config_json(const TrainConfig& c) {
+  return {{"model", c.model},         {"width", c.width},
+          {"dataset", c.dataset},     {"epochs", c.epochs},
+          {"batch_size", c.batch_size}, {"lr", c.lr},
+          {"lr_schedule", c.lr_schedule}, {"warmup_epochs", c.warmup_epochs},
+          {"optimizer", c.optimizer}, {"momentum", c.momentum},
+          {"nesterov", c.nesterov},   {"weight_decay", c.weight_decay},
+          {"scale_lr", c.scale_lr},   {"sync_bn", c.sync_bn},
+          {"seed", c.seed},           {"augment", c.augment()}};
+}
+
+// Sends a string from rank 0 to all (length first).
+std::string broadcast_string(comm::ProcessGroup& pg, const std::string& s) {
+  uint64_t n = s.size();
+  pg.broadcast(&n, sizeof n, 0);
+  std::string out = pg.rank() == 0 ? s : std::string(n, '\0');
+  pg.broadcast(out.data(), n, 0);
+  return out;
+}
+
+void broadcast_floats(comm::ProcessGroup& pg, std::vector<float>& v) {
+  uint64_t n = v.size();
+  pg.broadcast(&n, sizeof n, 0);
+  v.resize(n);
+  pg.broadcast(v.data(), n * sizeof(float), 0);
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
+          const FaultInjection& fault)
+      : c_(config), env_(env), pg_(pg), fault_(fault), rank0_(pg.rank() == 0) {}
+
+  TrainSummary run();
+
+ private:
+  void load_data();
+  void build_model();
+  std::optional<json> resume();  // the checkpoint's meta when resuming
+  void train_epoch(int64_t epoch);
+  std::pair<double, double> evaluate();  // mean loss, accuracy
+  void save_checkpoint(int64_t epochs_done);
+  void to_tensor(const data::Batch& b);
+
+  const TrainConfig& c_;
+  const WorkerEnv& env_;
+  comm::ProcessGroup& pg_;
+  FaultInjection fault_;
+  bool rank0_;
+
+  data::ImageDataset train_set_, test_set_;
+  std::unique_ptr<ResNet> model_;
+  std::unique_ptr<ddp::DataParallel> dp_;
+  std::unique_ptr<Optimizer> optimizer_;
+  LrSchedule schedule_;
+  std::unique_ptr<metrics::MetricsLog> metrics_;
+  metrics::ProgressBar progress_{false};
+  Tensor images_;
+  int64_t global_step_ = 0;
+  bool stop_ = false;
+  TrainSummary summary_;
+};
+
+void Trainer::load_data() {
+  train_set_ = data::load_dataset(c_.dataset, c_.data_dir, true, c_.seed);
+  test_set_ = data::load_dataset(c_.dataset, c_.data_dir, false, c_.seed);
+  if (rank0_) {
+    log_info("data: {} ({} images) / {} ({} images), {}x{}x{}, augmentation {}", train_set_.name,
+             train_set_.size(), test_set_.name, test_set_.size(), train_set_.channels,
+             train_set_.height, train_set_.width, c_.augment() ? "on" : "off");
+  }
+}
+
+void Trainer::build_model() {
+  ResNetConfig mc;
+  mc.depth = c_.depth();
+  mc.width = c_.width;
+  mc.in_channels = static_cast<int>(train_set_.channels);
+  mc.num_classes = static_cast<int>(train_set_.num_classes);
+  mc.image_size = static_cast<int>(train_set_.height);
+  model_ = std::make_unique<ResNet>(mc, c_.seed);
+  dp_ = std::make_unique<ddp::DataParallel>(*model_, pg_, c_.sync_bn);
+
+  OptimConfig oc;
+  oc.kind = parse_optim_kind(c_.optimizer);
+  oc.momentum = c_.momentum;
+  oc.nesterov = c_.nesterov;
+  oc.weight_decay = c_.weight_decay;
+  optimizer_ = std::make_unique<Optimizer>(oc);
+
+  schedule_.kind = parse_lr_schedule(c_.lr_schedule);
+  schedule_.base_lr = c_.lr * (c_.scale_lr ? pg_.size() : 1);
+  schedule_.warmup_epochs = c_.warmup_epochs;
+  schedule_.total_epochs = c_.epochs;
+  if (rank0_) {
+    log_info("model: resnet{} width {}, {} parameters, {} gradient buckets; world size {} ({}), "
+             "SyncBN {}, {} threads per worker",
+             c_.depth(), c_.width, model_->num_params(), dp_->reducer().buckets().size(),
+             pg_.size(), pg_.backend(), c_.sync_bn ? "on" : "off", kernels::cpu::num_threads());
+  }
+}
+
+// Rank 0 decides and reads; the others learn the outcome by broadcast, so a bad checkpoint
+// fails every rank with the same message instead of hanging the others in a collective.
+std::optional<json> Trainer::resume() {
+  json decision = json::object();
+  ckpt::Checkpoint ckpt;
+  if (rank0_) {
+    try {
+      std::optional<ckpt::LoadedCheckpoint> loaded;
+      if (c_.resume == "auto") {
+        loaded = ckpt::load_latest_valid(c_.output_dir);
+      } else if (c_.resume != "none") {
+        loaded = ckpt::LoadedCheckpoint{c_.resume, ckpt::read_checkpoint(c_.resume)};
+      }
+      if (loaded) {
+        json want = model_signature(c_, train_set_);
+        json have = loaded->ckpt.meta.value("signature", json::object());
+        if (have != want) {
+          throw UsageError(fmt::format(
+              "checkpoint {} was written for {} but this run is {}; use a fresh --output_dir, "
+              "--resume none, or the matching flags",
+              loaded->path, have.dump(), want.dump()));
+        }
+        for (const char* name : {"params", "optimizer.state"}) {
+          if (loaded->ckpt.find(name) == nullptr) {
+            throw ckpt::CheckpointError(fmt::format("checkpoint {} has no '{}' array", loaded->path, name));
+          }
+        }
+        if (loaded->ckpt.find("params")->size() != model_->num_params()) {
+          throw ckpt::CheckpointError(fmt::format("checkpoint {} holds {} parameters; the model has {}",
+                                                  loaded->path, loaded->ckpt.find("params")->size(),
+                                                  model_->num_params()));
+        }
+        decision = {{"resume", loaded->path}, {"meta", loaded->ckpt.meta}};
+        ckpt = std::move(loaded->ckpt);
+      }
+    } catch (const UsageError& e) {
+      decision = {{"error", e.what()}, {"kind", "usage"}};
+    } catch (const Error& e) {
+      decision = {{"error", e.what()}, {"kind", "checkpoint"}};
+    }
+  }
+  decision = json::parse(broadcast_string(pg_, decision.dump()));
+  if (decision.contains("error")) {
+    std::string msg = decision["error"];
+    if (decision["kind"] == "usage") throw UsageError(msg);
+    throw ckpt::CheckpointError(msg);
+  }
+  if (!decision.contains("resume")) {
+    dp_->broadcast_state();
+    return std::nullopt;
+  }
+  // Parameters, buffers and optimizer state from rank 0's checkpoint.
+  std::vector<float> params = rank0_ ? *ckpt.find("params") : std::vector<float>();
+  broadcast_floats(pg_, params);
+  std::copy(params.begin(), params.end(), model_->params());
+  auto names = model_->buffer_names();
+  auto buffers = model_->buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    std::vector<float> v;
+    if (rank0_) {
+      const auto* b = ckpt.find("buffer." + names[i]);
+      if (b != nullptr && static_cast<int64_t>(b->size()) == buffers[i]->numel()) v = *b;
+      else v.assign(buffers[i]->data(), buffers[i]->data() + buffers[i]->numel());
+    }
+    broadcast_floats(pg_, v);
+    std::copy(v.begin(), v.end(), buffers[i]->data());
+  }
+  std::vector<float> state = rank0_ ? *ckpt.find("optimizer.state") : std::vector<float>();
+  broadcast_floats(pg_, state);
+  const json& meta = decision["meta"];
+  optimizer_->load_state(std::move(state), meta.value("optimizer_steps", int64_t{0}));
+  summary_.resumed = true;
+  summary_.resumed_from = decision["resume"];
+  return meta;
+}
+
+void Trainer::to_tensor(const data::Batch& b) {
+  images_.resize({b.size, train_set_.channels, train_set_.height, train_set_.width});
+  std::memcpy(images_.data(), b.images.data(), b.images.size() * sizeof(float));
+}
+
+void Trainer::train_epoch(int64_t epoch) {
+  data::DistributedSampler sampler(train_set_.size(), pg_.size(), pg_.rank(), /*shuffle=*/true,
+                                   c_.seed, /*drop_last=*/false);
+  data::BatchLoader loader(train_set_, sampler.indices(epoch), c_.batch_size, c_.augment(), c_.seed,
+                           epoch);
+  const int64_t steps = loader.num_batches();
+  auto epoch_start = Clock::now();
+  auto window_start = epoch_start;
+  // [loss * n, correct, n] for the epoch and for the current logging window.
+  double epoch_tot[3] = {0, 0, 0}, window[3] = {0, 0, 0};
+  double lr = 0;
+  int64_t i = 0;
+  while (auto batch = loader.next()) {
+    double progress = static_cast<double>(epoch) + static_cast<double>(i) / steps;
+    lr = lr_at(schedule_, progress);
+    to_tensor(*batch);
+    ddp::StepResult r = dp_->train_step(images_, batch->labels.data());
+    optimizer_->step(model_->params(), model_->grads(), model_->num_params(),
+                     static_cast<float>(lr), model_->param_info());
+    ++global_step_;
+    ++i;
+    touch_heartbeat(env_.heartbeat_file);
+    if (global_step_ == fault_.fail_at_step && pg_.rank() == fault_.fail_rank) {
+      log_warning("fault injection: killing rank {} after step {} (DTRAIN_FAIL_AT_STEP)", pg_.rank(),
+                  global_step_);
+      std::raise(SIGKILL);
+    }
+    double n = static_cast<double>(batch->size);
+    for (double* acc : {epoch_tot, window}) {
+      acc[0] += r.loss * n;
+      acc[1] += r.correct;
+      acc[2] += n;
+    }
+    bool last = (i == steps) || (c_.max_steps > 0 && global_step_ >= c_.max_steps);
+    if (c_.log_every > 0 && (global_step_ % c_.log_every == 0 || last)) {
+      double w[3] = {window[0], window[1], window[2]};
+      pg_.allreduce(w, 3, comm::ReduceOp::kSum);
+      double secs = seconds_since(window_start);
+      double ips = secs > 0 ? w[2] / secs : 0;
+      if (rank0_) {
+        metrics_->write({{"kind", "step"},
+                         {"epoch", epoch + 1},
+                         {"epoch_progress", static_cast<double>(epoch) + static_cast<double>(i) / steps},
+                         {"step", global_step_},
+                         {"loss", w[0] / w[2]},
+                         {"train_accuracy", w[1] / w[2]},
+                         {"lr", lr},
+                         {"images_per_s", ips},
+                         {"world_size", pg_.size()}});
+      }
+      window[0] = window[1] = window[2] = 0;
+      window_start = Clock::now();
+    }
+    if (rank0_) {
+      progress_.update(epoch + 1, i, steps, r.loss,
+                       epoch_tot[2] * pg_.size() / std::max(seconds_since(epoch_start), 1e-9));
+    }
+    if (c_.max_steps > 0 && global_step_ >= c_.max_steps) {
+      stop_ = true;
+      break;
+    }
+  }
+  double train_secs = seconds_since(epoch_start);
+  pg_.allreduce(epoch_tot, 3, comm::ReduceOp::kSum);
+  double train_loss = epoch_tot[0] / epoch_tot[2], train_acc = epoch_tot[1] / epoch_tot[2];
+  double ips = epoch_tot[2] / train_secs;
+
+  bool last_epoch = epoch + 1 == c_.epochs || stop_;
+  bool do_eval = last_epoch || (c_.eval_every > 0 && (epoch + 1) % c_.eval_every == 0);
+  dp_->broadcast_buffers();  // rank 0's running statistics for eval and the checkpoint
+  std::optional<std::pair<double, double>> test;
+  if (do_eval) test = evaluate();
+  double epoch_secs = seconds_since(epoch_start);
+  progress_.clear();
+  if (rank0_) {
+    std::string test_part = test ? fmt::format("test loss {:.4f} acc {:6.2f}%", test->first, 100 * test->second)
+                                 : std::string("test -");
+    fmt::print("epoch {:>3}/{}  train loss {:.4f} acc {:6.2f}%  {}  {:.0f} img/s  lr {:.5f}  {:.1f} s\n",
+               epoch + 1, c_.epochs, train_loss, 100 * train_acc, test_part, ips, lr, epoch_secs);
+    std::fflush(stdout);
+    json rec = {{"kind", "epoch"},       {"epoch", epoch + 1},  {"step", global_step_},
+                {"loss", train_loss},    {"train_accuracy", train_acc}, {"lr", lr},
+                {"images_per_s", ips},   {"world_size", pg_.size()}, {"epoch_time_s", epoch_secs},
+                {"complete", !stop_ || i == steps}};
+    if (test) {
+      rec["test_loss"] = test->first;
+      rec["test_accuracy"] = test->second;
+    }
+    metrics_->write(rec);
+  }
+  if (test) {
+    summary_.test_loss = test->first;
+    summary_.test_accuracy = test->second;
+  }
+  // A checkpoint marks a completed epoch; a --max_steps stop in mid-epoch writes none.
+  if (i == steps) {
+    summary_.epochs_done = epoch + 1;
+    save_checkpoint(epoch + 1);
+  }
+}
+
+std::pair<double, double> Trainer::evaluate() {
+  // Exact shards, no padding: rank r takes samples r, r + world, ... so every test image counts
+  // once.
+  std::vector<int64_t> mine;
+  for (int64_t k = pg_.rank(); k < test_set_.size(); k += pg_.size()) mine.push_back(k);
+  data::BatchLoader loader(test_set_, std::move(mine), std::max(c_.batch_size, 256), false, c_.seed, 0);
+  double tot[3] = {0, 0, 0};
+  while (auto batch = loader.next()) {
+    to_tensor(*batch);
+    ddp::StepResult r = dp_->eval_step(images_, batch->labels.data());
+    tot[0] += r.loss;
+    tot[1] += r.correct;
+    tot[2] += static_cast<double>(batch->size);
+    touch_heartbeat(env_.heartbeat_file);
+  }
+  pg_.allreduce(tot, 3, comm::ReduceOp::kSum);
+  return {tot[0] / tot[2], tot[1] / tot[2]};
+}
+
+void Trainer::save_checkpoint(int64_t epochs_done) {
+  if (!rank0_) return;
+  ckpt::Checkpoint ck;
+  ck.meta = {{"format", "dtrain"},
+             {"epoch", epochs_done},
+             {"step", global_step_},
+             {"optimizer_steps", optimizer_->step_count()},
+             {"world_size", pg_.size()},
+             {"signature", model_signature(c_, train_set_)},
+             {"config", config_json(c_)},
+             // The sampler and augmentation are pure functions of (seed, epoch, index): the
+             // next epoch and the seed are their whole state, whatever the world size.
+             {"sampler", {{"seed", c_.seed}, {"next_epoch", epochs_done}, {"shuffle", true}}},
+             {"rng", {{"seed", c_.seed}, {"kind", "splitmix64 counter-based"}}}};
+  ck.add("params", std::vector<float>(model_->params(), model_->params() + model_->num_params()));
+  auto names = model_->buffer_names();
+  auto buffers = model_->buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    ck.add("buffer." + names[i],
+           std::vector<float>(buffers[i]->data(), buffers[i]->data() + buffers[i]->numel()));
+  }
+  ck.add("optimizer.state", optimizer_->state());
+  std::string path = (fs::path(c_.output_dir) / ckpt::checkpoint_file_name(epochs_done)).string();
+  ckpt::write_checkpoint(path, ck);
+  ckpt::prune_checkpoints(c_.output_dir, kCheckpointsKept);
+  log_debug("wrote {}", path);
+}
+
+TrainSummary Trainer::run() {
+  summary_.test_loss = summary_.test_accuracy = std::nan("");
+  if (rank0_) {
+    std::error_code ec;
+    fs::create_directories(c_.output_dir, ec);
+    if (ec) {
+      throw UsageError(fmt::format("cannot create --output_dir {}: {}", c_.output_dir, ec.message()));
+    }
+  }
+  load_data();
+  build_model();
+  int64_t start_epoch = 0;
+  if (auto meta = resume()) {
+    start_epoch = meta->value("epoch", int64_t{0});
+    global_step_ = meta->value("step", int64_t{0});
+    summary_.epochs_done = start_epoch;
+    if (rank0_) {
+      log_info("resumed from {}: {} epochs and {} steps done (saved by a world of {}, now {})",
+               summary_.resumed_from, start_epoch, global_step_, meta->value("world_size", 0),
+               pg_.size());
+    }
+  }
+  if (rank0_) {
+    metrics_ = std::make_unique<metrics::MetricsLog>((fs::path(c_.output_dir) / "metrics.jsonl").string());
+    progress_ = metrics::ProgressBar(metrics::stdout_is_terminal());
+  }
+  touch_heartbeat(env_.heartbeat_file);
+  for (int64_t epoch = start_epoch; epoch < c_.epochs && !stop_; ++epoch) train_epoch(epoch);
+  if (start_epoch >= c_.epochs && rank0_) {
+    log_info("nothing to train: the checkpoint already has {} of {} epochs", start_epoch, c_.epochs);
+  }
+  summary_.steps = global_step_;
+  if (rank0_) {
+    std::string svg = (fs::path(c_.output_dir) / "curves.svg").string();
+    metrics::write_curves_svg(svg, metrics::read_metrics(metrics_->path()),
+                              fmt::format("dtrain resnet{} width {} on {}, {} worker(s)", c_.depth(),
+                                          c_.width, c_.dataset, pg_.size()));
+    log_info("wrote {} and {}", metrics_->path(), svg);
+  }
+  return summary_;
+}
+
+}  // namespace
+
+TrainSummary run_training(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
+                          const FaultInjection& fault) {
+  Trainer t(config, env, pg, fault);
+  return t.run();
+}
+
+}  // namespace dlaunch::train

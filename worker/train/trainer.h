@@ -1,0 +1,43 @@
+// The training loop of dtrain: data, model, DDP, optimizer, schedule, evaluation, metrics and
+// checkpoints, for one rank of the job.
+//
+//   start -> resume? (rank 0 reads, everyone receives by broadcast) -> per epoch:
+//            [ train steps (heartbeat each) -> epoch totals all-reduced -> eval (all-reduced)
+//              -> epoch line + metrics (rank 0) -> checkpoint (rank 0) ] -> curves.svg (rank 0)
+//
+// Every rank runs run(); all collective calls happen in the same order on every rank.
+// run() blocks for the whole training and throws on failure: UsageError (a checkpoint from a
+// different model/dataset, bad data dir), data::DataError, ckpt::CheckpointError (an explicit
+// --resume PATH that is corrupt), TimeoutError/ConnectionError (a peer died).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "common/worker_env.h"
+#include "worker/comm/process_group.h"
+#include "worker/train/train_config.h"
+
+namespace dlaunch::train {
+
+struct TrainSummary {
+  int64_t epochs_done = 0;  // completed epochs, counting those restored from a checkpoint
+  int64_t steps = 0;        // optimizer steps in total, idem
+  double test_loss = 0;     // of the last evaluation (NaN if none ran)
+  double test_accuracy = 0;
+  bool resumed = false;
+  std::string resumed_from;
+};
+
+// Test-only fault injection, read from the environment by dtrain's main: on the first attempt
+// (TORCHELASTIC_RESTART_COUNT=0) rank `fail_rank` SIGKILLs itself right after global step
+// `fail_at_step`. -1: off.
+struct FaultInjection {
+  int64_t fail_at_step = -1;
+  int64_t fail_rank = 0;
+};
+
+TrainSummary run_training(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
+                          const FaultInjection& fault = {});
+
+}  // namespace dlaunch::train
