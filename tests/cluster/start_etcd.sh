@@ -46,6 +46,7 @@ setsid etcd --name dltest --data-dir "$dir/data" \
   --initial-cluster "dltest=$peer" --initial-cluster-state new \
   --logger zap --log-outputs "$dir/etcd.log" </dev/null >/dev/null 2>&1 &
 echo $! >"$dir/etcd.pid"
+echo "$endpoint" >"$dir/endpoint"
 
 cat >"$dir/env.sh" <<ENV
 # source me: points etcdctl and dlaunch's tests at the private etcd in $dir
@@ -53,7 +54,9 @@ export ETCDCTL_API=3
 export ETCDCTL_ENDPOINTS=http://$endpoint
 export DLAUNCH_ETCD_ENDPOINT=$endpoint
 ENV
-wait_until 30 "etcd health on $endpoint" etcdctl --endpoints "http://$endpoint" endpoint health
+# etcdctl 3.4 refuses --endpoints when ETCDCTL_ENDPOINTS is also set (another etcd's env.sh).
+wait_until 30 "etcd health on $endpoint" \
+  env -u ETCDCTL_ENDPOINTS ETCDCTL_API=3 etcdctl --endpoints "http://$endpoint" endpoint health
 trap - ERR
 log "etcd up in $dir on $endpoint (pid $(cat "$dir/etcd.pid"))"
 log "use it with: source $dir/env.sh"
