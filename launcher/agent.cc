@@ -1,0 +1,739 @@
+#include "launcher/agent.h"
+
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "common/worker_env.h"
+#include "launcher/failure_report.h"
+#include "launcher/log_router.h"
+#include "launcher/posix_process_context.h"
+#include "launcher/worker_group.h"
+#include "rendezvous/rendezvous_handler.h"
+
+extern char** environ;
+
+namespace dlaunch {
+namespace asio = boost::asio;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::optional<TimePoint> mtime_on_steady_clock(const std::string& path) {
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  auto mtime = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(
+          std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+  auto age = std::chrono::system_clock::now() - mtime;
+  return std::chrono::steady_clock::now() -
+         std::chrono::duration_cast<std::chrono::steady_clock::duration>(age);
+}
+
+// A port nobody listens on right now (the same race torchrun accepts: it is handed to the
+// workers, whose rank 0 binds it).
+int64_t pick_free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw SystemError(errno_message("socket", errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw SystemError(errno_message("picking a free port", err));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string first_lines(const std::string& text, size_t n) {
+  std::string out;
+  size_t pos = 0;
+  for (size_t i = 0; i < n && pos < text.size(); ++i) {
+    size_t end = text.find('\n', pos);
+    if (end == std::string::npos) end = text.size();
+    out += "    " + text.substr(pos, end - pos) + "\n";
+    pos = end + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> current_environment() {
+  std::vector<std::pair<std::string, std::string>> env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    size_t eq = kv.find('=');
+    if (eq == std::string::npos) continue;
+    env.emplace_back(kv.substr(0, eq), kv.substr(eq + 1));
+  }
+  return env;
+}
+
+struct Agent::Impl {
+  enum class Phase { kRendezvous, kRunning, kCapturing, kStopping, kDone };
+
+  Impl(LaunchConfig c, ProcessContext& p, asio::io_context& i, AgentOptions o)
+      : cfg(std::move(c)),
+        procs(p),
+        io(i),
+        opts(std::move(o)),
+        signals(i),
+        grace_timer(i),
+        kill_timer(i),
+        hang_timer(i),
+        capture_timer(i) {
+    if (!opts.last_beat) opts.last_beat = mtime_on_steady_clock;
+  }
+
+  LaunchConfig cfg;
+  ProcessContext& procs;
+  asio::io_context& io;
+  AgentOptions opts;
+  asio::signal_set signals;
+  asio::steady_timer grace_timer;
+  asio::steady_timer kill_timer;
+  asio::steady_timer hang_timer;
+  asio::steady_timer capture_timer;
+
+  Phase phase = Phase::kRendezvous;
+  int exit_code = 0;
+  int64_t generation = -1;  // generations started (DLAUNCH_ATTEMPT)
+  int64_t restarts_used = 0;
+  int stop_signal = 0;      // a terminating signal the agent received
+  bool preempted = false;   // a preemption notice (SIGUSR1) arrived
+  bool usage_failure = false;
+  bool membership_restart = false;
+  std::string run_dir;
+  bool temp_run_dir = false;
+  std::string omp_threads;
+  int64_t master_port = 0;
+  std::unique_ptr<WorkerGroup> group;
+  std::vector<std::shared_ptr<WorkerOutput>> outputs;
+  std::vector<std::string> earlier_failures;
+  std::vector<std::string> stuck;
+  std::optional<RendezvousResult> last_round;
+  std::thread rdzv_thread;
+
+  // ---- setup ----------------------------------------------------------------------------------
+
+  void prepare() {
+    if (!cfg.log_dir.empty()) {
+      run_dir = cfg.log_dir + "/" + cfg.run_id;
+      std::error_code ec;
+      fs::create_directories(run_dir, ec);
+      if (ec) {
+        throw SystemError(fmt::format("cannot create the log directory {}: {}; give a writable "
+                                      "--log_dir",
+                                      run_dir, ec.message()));
+      }
+    } else {
+      const char* tmp = std::getenv("TMPDIR");
+      std::string templ =
+          fmt::format("{}/dlaunch_{}_XXXXXX", tmp && *tmp ? tmp : "/tmp", cfg.run_id);
+      std::vector<char> buf(templ.begin(), templ.end());
+      buf.push_back('\0');
+      if (!::mkdtemp(buf.data())) {
+        throw SystemError(errno_message("cannot create a directory from " + templ, errno));
+      }
+      run_dir = buf.data();
+      temp_run_dir = true;
+    }
+    bool user_omp = false;
+    for (const auto& [k, v] : opts.base_env) user_omp |= k == env_names::kOmpNumThreads;
+    if (!user_omp) {
+      int64_t n = std::max<int64_t>(1, opts.cpus / std::max<int64_t>(1, cfg.nproc_per_node));
+      omp_threads = std::to_string(n);
+      log_info("setting OMP_NUM_THREADS={} for each worker ({} cores / {} workers) to avoid "
+               "overloading the node; set OMP_NUM_THREADS yourself to tune it",
+               n, opts.cpus, cfg.nproc_per_node);
+    }
+    master_port = cfg.master_port;
+    if (master_port == 0 && !opts.rendezvous) {
+      master_port = pick_free_port();
+      log_info("--master_port 0: workers will use port {}", master_port);
+    }
+    if (opts.handle_signals) {
+      for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD}) signals.add(s);
+      wait_signal();
+    }
+  }
+
+  // ---- generations ----------------------------------------------------------------------------
+
+  void begin_generation() {
+    phase = Phase::kRendezvous;
+    if (!opts.rendezvous) {
+      RendezvousResult r;
+      r.round = generation + 1;
+      r.group_rank = 0;
+      r.group_world_size = 1;
+      r.local_world_sizes = {cfg.nproc_per_node};
+      r.hosts = {opts.host};
+      r.master_addr = cfg.master_addr;
+      r.master_port = master_port;
+      r.restart_count = restarts_used;
+      start_workers(r);
+      return;
+    }
+    // next_rendezvous() blocks: run it off the loop, then come back to spawn on the loop thread.
+    if (rdzv_thread.joinable()) rdzv_thread.join();
+    auto handler = opts.rendezvous;
+    rdzv_thread = std::thread([this, handler]() {
+      try {
+        RendezvousResult r = handler->next_rendezvous();
+        asio::post(io, [this, r]() { on_rendezvous_done(r); });
+      } catch (const std::exception& e) {
+        std::string msg = e.what();
+        asio::post(io, [this, msg]() { on_rendezvous_failed(msg); });
+      }
+    });
+  }
+
+  void on_rendezvous_done(const RendezvousResult& r) {
+    if (phase == Phase::kDone) return;
+    opts.rendezvous->watch([this](const RendezvousEvent& ev) {
+      asio::post(io, [this, ev]() { on_rendezvous_event(ev); });
+    });
+    start_workers(r);
+  }
+
+  void on_rendezvous_failed(const std::string& msg) {
+    if (phase == Phase::kDone) return;
+    log_error("rendezvous failed: {}", msg);
+    finish(exit_codes::kWorkersFailed);
+  }
+
+  void on_rendezvous_event(const RendezvousEvent& ev) {
+    if (phase != Phase::kRunning && phase != Phase::kCapturing) return;
+    switch (ev.kind) {
+      case RendezvousEvent::Kind::kMembershipChanged:
+        log_warning("membership changed: {}; restarting the workers (not counted as a restart)",
+                    ev.reason);
+        membership_restart = true;
+        group->on_stop_requested("membership changed: " + ev.reason);
+        stop_group(SIGTERM);
+        break;
+      case RendezvousEvent::Kind::kRestartRequested:
+        log_warning("another node asked for a restart: {}", ev.reason);
+        group->on_stop_requested("restart requested by another node: " + ev.reason);
+        peer_restart = true;
+        stop_group(SIGTERM);
+        break;
+      case RendezvousEvent::Kind::kShutdownRequested:
+        log_info("the job is shutting down: {}", ev.reason);
+        group->on_stop_requested("shutdown requested: " + ev.reason);
+        peer_shutdown = true;
+        stop_group(SIGTERM);
+        break;
+    }
+  }
+  bool peer_restart = false;
+  bool peer_shutdown = false;
+
+  WorkerEnv worker_env(const RendezvousResult& r, int64_t local_rank, int64_t base,
+                       int64_t world, const std::string& rank_dir) const {
+    WorkerEnv e;
+    e.local_rank = local_rank;
+    e.rank = base + local_rank;
+    e.world_size = world;
+    e.local_world_size = cfg.nproc_per_node;
+    e.group_rank = r.group_rank;
+    e.group_world_size = r.group_world_size;
+    e.role_rank = e.rank;  // one role per job: role ranks are the global ranks
+    e.role_world_size = world;
+    e.role_name = cfg.role;
+    e.master_addr = r.master_addr;
+    e.master_port = r.master_port;
+    e.restart_count = r.restart_count;
+    e.max_restarts = cfg.max_restarts;
+    e.run_id = cfg.run_id;
+    e.use_agent_store = use_agent_store;
+    e.error_file = rank_dir + "/error.json";
+    e.omp_num_threads = omp_threads;
+    e.heartbeat_file = rank_dir + "/heartbeat";
+    e.node_id = opts.host;
+    e.attempt = generation;
+    return e;
+  }
+  bool use_agent_store = false;
+
+  std::vector<std::pair<std::string, std::string>> full_env(const WorkerEnv& e) const {
+    auto contract = e.to_env();
+    std::vector<std::pair<std::string, std::string>> env;
+    env.reserve(opts.base_env.size() + contract.size() + 1);
+    bool has_nccl_async = false;
+    for (const auto& kv : opts.base_env) {
+      bool overridden = std::any_of(contract.begin(), contract.end(),
+                                    [&](const auto& c) { return c.first == kv.first; });
+      if (!overridden) env.push_back(kv);
+      has_nccl_async |= kv.first == env_names::kNcclAsyncErrorHandling;
+    }
+    env.insert(env.end(), contract.begin(), contract.end());
+    // torchrun 1.13's agent sets it unless the user did, so NCCL errors abort instead of hang.
+    if (!has_nccl_async) env.emplace_back(env_names::kNcclAsyncErrorHandling, "1");
+    return env;
+  }
+
+  void start_workers(const RendezvousResult& r) {
+    ++generation;
+    last_round = r;
+    membership_restart = peer_restart = false;
+    int64_t base = 0, world = 0;
+    for (size_t i = 0; i < r.local_world_sizes.size(); ++i) {
+      if (static_cast<int64_t>(i) < r.group_rank) base += r.local_world_sizes[i];
+      world += r.local_world_sizes[i];
+    }
+    if (world == 0) world = cfg.nproc_per_node;
+    std::string attempt_dir = fmt::format("{}/attempt_{}", run_dir, generation);
+    std::error_code ec;
+    fs::remove_all(attempt_dir, ec);
+    std::vector<WorkerRecord> records;
+    for (int64_t lr = 0; lr < cfg.nproc_per_node; ++lr) {
+      WorkerRecord w;
+      w.local_rank = lr;
+      w.global_rank = base + lr;
+      w.log_dir = fmt::format("{}/{}", attempt_dir, lr);
+      fs::create_directories(w.log_dir, ec);
+      if (ec) {
+        log_error("cannot create {}: {}", w.log_dir, ec.message());
+        finish(exit_codes::kWorkersFailed);
+        return;
+      }
+      w.error_file = w.log_dir + "/error.json";
+      w.heartbeat_file = w.log_dir + "/heartbeat";
+      records.push_back(std::move(w));
+    }
+    group = std::make_unique<WorkerGroup>(generation, std::move(records));
+    outputs.assign(static_cast<size_t>(cfg.nproc_per_node), nullptr);
+    log_info("attempt {}: starting {} worker(s), global ranks {}-{} of {} (node {} of {}), "
+             "restart count {}/{}",
+             generation, cfg.nproc_per_node, base, base + cfg.nproc_per_node - 1, world,
+             r.group_rank, r.group_world_size, r.restart_count, cfg.max_restarts);
+    phase = Phase::kRunning;
+    const int64_t gen = generation;
+    for (int64_t lr = 0; lr < cfg.nproc_per_node; ++lr) {
+      WorkerRecord& w = group->worker(lr);
+      SpawnRequest req;
+      req.argv = cfg.worker_argv(lr);
+      req.env = full_env(worker_env(r, lr, base, world, w.log_dir));
+      try {
+        auto out = std::make_shared<WorkerOutput>(cfg, lr, w.log_dir);
+        outputs[static_cast<size_t>(lr)] = out;
+        ProcessCallbacks cb;
+        cb.on_line = [this, gen, lr, out](int stream, std::string_view line) {
+          out->line(stream, line);
+          if (stream == 2 && gen == generation && group) group->add_stderr_line(lr, std::string(line));
+        };
+        cb.on_exit = [this, gen, lr](const ExitStatus& st) { on_worker_exit(gen, lr, st); };
+        int pid = procs.spawn(req, std::move(cb));
+        group->on_started(lr, pid, opts.clock->now(), std::chrono::system_clock::now());
+        log_debug("local rank {} started as pid {}", lr, pid);
+      } catch (const SpawnError& e) {
+        log_error("{}", e.what());
+        usage_failure = true;
+        group->on_spawn_failed(e.what());
+        stop_group(SIGTERM);
+        return;
+      } catch (const Error& e) {
+        log_error("cannot start local rank {}: {}", lr, e.what());
+        group->on_spawn_failed(e.what());
+        stop_group(SIGTERM);
+        return;
+      }
+    }
+    if (cfg.hang_timeout.count() > 0) arm_hang_check();
+  }
+
+  // ---- supervision ----------------------------------------------------------------------------
+
+  void on_worker_exit(int64_t gen, int64_t lr, const ExitStatus& st) {
+    if (gen != generation || !group) return;  // an abandoned worker of an earlier generation
+    bool was_final = group->final();
+    group->on_exit(lr, st, opts.clock->now(), std::chrono::system_clock::now());
+    const WorkerRecord& w = group->worker(lr);
+    if (!was_final && group->state() == GroupState::kFailed) {
+      log_error("local rank {} (rank {}, pid {}) failed: {}; stopping the other workers", lr,
+                w.global_rank, w.pid, st.describe());
+      if (opts.rendezvous) {
+        report_to_peers(fmt::format("rank {} on {} failed: {}", w.global_rank, opts.host,
+                                    st.describe()));
+      }
+      stop_group(SIGTERM);
+      return;
+    }
+    log_debug("local rank {} (pid {}) exited: {}", lr, w.pid, st.describe());
+    if (group->state() == GroupState::kSucceeded && phase == Phase::kRunning) {
+      log_info("all {} worker(s) finished successfully", cfg.nproc_per_node);
+      phase = Phase::kStopping;
+      group_stopped();
+      return;
+    }
+    if (phase == Phase::kStopping && group->all_exited()) group_stopped();
+  }
+
+  void report_to_peers(const std::string& report) {
+    try {
+      opts.rendezvous->request_restart(report);
+    } catch (const std::exception& e) {
+      log_warning("could not tell the other nodes about the failure: {}", e.what());
+    }
+  }
+
+  void arm_hang_check() {
+    Duration period = std::max<Duration>(cfg.hang_timeout / 4, std::chrono::milliseconds(10));
+    hang_timer.expires_after(period);
+    const int64_t gen = generation;
+    hang_timer.async_wait([this, gen](const boost::system::error_code& ec) {
+      if (ec || gen != generation || phase != Phase::kRunning) return;
+      check_hangs();
+      if (phase == Phase::kRunning) arm_hang_check();
+    });
+  }
+
+  void check_hangs() {
+    TimePoint now = opts.clock->now();
+    for (auto& w : group->workers()) {
+      if (!w.running()) continue;
+      if (!WorkerGroup::is_hung(w.started, opts.last_beat(w.heartbeat_file), now,
+                                cfg.hang_timeout)) {
+        continue;
+      }
+      group->on_hung(w.local_rank, now, std::chrono::system_clock::now());
+      log_error("local rank {} (rank {}, pid {}) is hung: its heartbeat file {} was not touched "
+                "for more than {:.1f} s (--hang_timeout)",
+                w.local_rank, w.global_rank, w.pid, w.heartbeat_file,
+                to_seconds(cfg.hang_timeout));
+      if (opts.rendezvous) {
+        report_to_peers(fmt::format("rank {} on {} hung (no heartbeat for {:.1f} s)",
+                                    w.global_rank, opts.host, to_seconds(cfg.hang_timeout)));
+      }
+      capture_stack(w.local_rank);
+      return;
+    }
+  }
+
+  // ---- stack capture for a hung worker --------------------------------------------------------
+
+  void capture_stack(int64_t lr) {
+    WorkerRecord& w = group->worker(lr);
+    std::string path_env;
+    for (const auto& [k, v] : opts.base_env) {
+      if (k == "PATH") path_env = v;
+    }
+    if (path_env.empty()) path_env = "/usr/local/bin:/usr/bin:/bin";
+    std::vector<std::string> argv;
+    if (!opts.capture_stacks) {
+      stop_group(SIGTERM);
+      return;
+    }
+    if (auto eu = resolve_program("eu-stack", path_env); !eu.empty()) {
+      argv = {eu, "-p", std::to_string(w.pid)};
+    } else if (auto gdb = resolve_program("gdb", path_env); !gdb.empty()) {
+      argv = {gdb, "-batch", "-nx", "-p", std::to_string(w.pid), "-ex", "thread apply all bt"};
+    } else {
+      log_warning("no stack of the hung worker: neither eu-stack (elfutils) nor gdb is "
+                  "installed; install one of them to get stacks (see docs/troubleshooting.md)");
+      stop_group(SIGTERM);
+      return;
+    }
+    phase = Phase::kCapturing;
+    auto text = std::make_shared<std::string>();
+    SpawnRequest req;
+    req.argv = argv;
+    req.env = opts.base_env;
+    const int64_t gen = generation;
+    std::string out_path = w.log_dir + "/stack.txt";
+    ProcessCallbacks cb;
+    cb.on_line = [text](int, std::string_view line) {
+      if (text->size() < (1u << 20)) text->append(line).push_back('\n');
+    };
+    cb.on_exit = [this, gen, text, out_path, lr](const ExitStatus& st) {
+      capture_timer.cancel();
+      std::ofstream(out_path) << *text;
+      if (gen != generation || phase != Phase::kCapturing) return;
+      log_error("stacks of hung local rank {} written to {} ({}); first lines:\n{}", lr, out_path,
+                st.describe(), first_lines(*text, 20));
+      stop_group(SIGTERM);
+    };
+    int pid = -1;
+    try {
+      pid = procs.spawn(req, std::move(cb));
+    } catch (const Error& e) {
+      log_warning("could not capture the hung worker's stack: {}", e.what());
+      stop_group(SIGTERM);
+      return;
+    }
+    capture_timer.expires_after(opts.stack_capture_timeout);
+    capture_timer.async_wait([this, pid](const boost::system::error_code& ec) {
+      if (ec) return;
+      log_warning("stack capture did not finish within {:.0f} s; killing it",
+                  to_seconds(opts.stack_capture_timeout));
+      procs.signal_group(pid, SIGKILL);
+    });
+  }
+
+  // ---- stopping -------------------------------------------------------------------------------
+
+  // Sends `first` to every running worker's group, then SIGKILL after --shutdown_grace.
+  void stop_group(int first) {
+    if (phase == Phase::kStopping || phase == Phase::kDone) return;
+    phase = Phase::kStopping;
+    hang_timer.cancel();
+    if (group->all_exited()) {
+      group_stopped();
+      return;
+    }
+    for (auto& w : group->workers()) {
+      if (w.running()) procs.signal_group(w.pid, first);
+    }
+    grace_timer.expires_after(cfg.shutdown_grace);
+    const int64_t gen = generation;
+    grace_timer.async_wait([this, gen](const boost::system::error_code& ec) {
+      if (!ec && gen == generation && phase == Phase::kStopping) kill_now();
+    });
+  }
+
+  void kill_now() {
+    grace_timer.cancel();
+    for (auto& w : group->workers()) {
+      if (!w.running()) continue;
+      log_warning("local rank {} (pid {}) still runs {:.1f} s after the stop signal; sending "
+                  "SIGKILL",
+                  w.local_rank, w.pid, to_seconds(cfg.shutdown_grace));
+      procs.signal_group(w.pid, SIGKILL);
+    }
+    kill_timer.expires_after(opts.kill_wait);
+    const int64_t gen = generation;
+    kill_timer.async_wait([this, gen](const boost::system::error_code& ec) {
+      if (ec || gen != generation || phase != Phase::kStopping) return;
+      for (auto& w : group->workers()) {
+        if (!w.running()) continue;
+        std::string state = procs.process_state(w.pid);
+        log_error("local rank {} (pid {}) did not die {:.1f} s after SIGKILL (state {}{}); not "
+                  "waiting for it",
+                  w.local_rank, w.pid, to_seconds(opts.kill_wait), state.empty() ? "?" : state,
+                  state == "D" ? ": uninterruptible sleep, usually a stuck device or file system"
+                               : "");
+        stuck.push_back(fmt::format("pid {} (local rank {}, state {})", w.pid, w.local_rank,
+                                    state.empty() ? "?" : state));
+        group->on_abandoned(w.local_rank);
+      }
+      group_stopped();
+    });
+  }
+
+  void group_stopped() {
+    if (phase == Phase::kDone) return;
+    grace_timer.cancel();
+    kill_timer.cancel();
+    hang_timer.cancel();
+    // Children left in the workers' groups, then anything reparented to us.
+    for (auto& w : group->workers()) {
+      if (w.pid > 0 && !w.abandoned) procs.signal_group(w.pid, SIGKILL);
+    }
+    for (auto& s : procs.kill_orphans(opts.kill_wait)) {
+      log_error("orphaned process {} did not die after SIGKILL; not waiting for it", s);
+      stuck.push_back(s);
+    }
+    decide();
+  }
+
+  void decide() {
+    GroupState st = group->state();
+    // After a preemption notice, the scheduler's SIGTERM that usually follows is part of the
+    // preemption: the job still wants a requeue.
+    if (preempted) {
+      log_warning("the job was preempted (SIGUSR1) and its workers have stopped; exiting with "
+                  "{} so the scheduler requeues it",
+                  exit_codes::kPreempted);
+      return finish(exit_codes::kPreempted);
+    }
+    if (stop_signal != 0) {
+      log_warning("stopped by {}; exiting with {}", signal_name(stop_signal),
+                  exit_codes::kSignalBase + stop_signal);
+      return finish(exit_codes::kSignalBase + stop_signal);
+    }
+    if (usage_failure) return finish(exit_codes::kUsage);
+    if (st == GroupState::kSucceeded) return finish(exit_codes::kSuccess);
+    if (peer_shutdown) return finish(exit_codes::kSuccess);
+    if (membership_restart) return begin_generation();
+    bool failed = st == GroupState::kFailed || st == GroupState::kUnhealthy || peer_restart;
+    if (!failed) return finish(exit_codes::kWorkersFailed);
+    int64_t restart_count = last_round ? last_round->restart_count : restarts_used;
+    if (restart_count < cfg.max_restarts) {
+      ++restarts_used;
+      if (auto root = group->root_cause()) {
+        const WorkerRecord& w = group->worker(*root);
+        earlier_failures.push_back(
+            fmt::format("attempt {}: {}", group->attempt(), describe_end(w, cfg.hang_timeout)));
+      } else {
+        earlier_failures.push_back(
+            fmt::format("attempt {}: {}", group->attempt(), group->stop_reason()));
+      }
+      log_warning("restarting the worker group ({} of {} restarts)", restart_count + 1,
+                  cfg.max_restarts);
+      if (!opts.rendezvous) {
+        // Single node: the restart count is ours to keep.
+      }
+      return begin_generation();
+    }
+    if (group->root_cause() || !group->stop_reason().empty()) {
+      ReportContext ctx;
+      ctx.host = opts.host;
+      ctx.max_restarts = cfg.max_restarts;
+      ctx.restarts_used = restart_count;
+      ctx.hang_timeout = cfg.hang_timeout;
+      ctx.earlier = earlier_failures;
+      ctx.stuck = stuck;
+      std::string report = format_failure_report(*group, ctx);
+      ssize_t ignored = ::write(STDERR_FILENO, report.data(), report.size());
+      (void)ignored;
+    }
+    finish(exit_codes::kWorkersFailed);
+  }
+
+  void finish(int code) {
+    if (phase == Phase::kDone) return;
+    phase = Phase::kDone;
+    exit_code = code;
+    grace_timer.cancel();
+    kill_timer.cancel();
+    hang_timer.cancel();
+    capture_timer.cancel();
+    boost::system::error_code ignored;
+    signals.cancel(ignored);
+    if (opts.rendezvous) {
+      try {
+        if (code == exit_codes::kSuccess || code == exit_codes::kWorkersFailed) {
+          opts.rendezvous->set_closed();
+        }
+        opts.rendezvous->shutdown();
+      } catch (const std::exception& e) {
+        log_warning("leaving the rendezvous: {}", e.what());
+      }
+    }
+    if (temp_run_dir) {
+      if (code == exit_codes::kSuccess) {
+        std::error_code ec;
+        fs::remove_all(run_dir, ec);
+      } else {
+        log_info("worker files (error files, heartbeats, stacks) are kept in {}", run_dir);
+      }
+    }
+    io.stop();
+  }
+
+  // ---- signals --------------------------------------------------------------------------------
+
+  void wait_signal() {
+    signals.async_wait([this](const boost::system::error_code& ec, int sig) {
+      if (ec) return;
+      on_signal(sig);
+      if (phase != Phase::kDone) wait_signal();
+    });
+  }
+
+  void forward(int sig) {
+    if (!group) return;
+    for (auto& w : group->workers()) {
+      if (w.running()) procs.signal_group(w.pid, sig);
+    }
+  }
+
+  void on_signal(int sig) {
+    if (sig == SIGCHLD) {
+      procs.reap_orphan_zombies();
+      return;
+    }
+    if (sig == SIGUSR1 || sig == SIGUSR2) {
+      log_info("received {}; forwarding it to every worker", signal_name(sig));
+      forward(sig);
+      if (sig == SIGUSR1 && !preempted) {
+        preempted = true;
+        log_warning("SIGUSR1 is the preemption notice: when the workers stop, dlaunch exits "
+                    "with {} (requeue) and does not restart them",
+                    exit_codes::kPreempted);
+      }
+      return;
+    }
+    if (stop_signal != 0 && phase == Phase::kStopping) {
+      log_warning("received {} again while stopping; killing the workers now", signal_name(sig));
+      kill_now();
+      return;
+    }
+    stop_signal = sig;
+    log_warning("received {}; forwarding it to every worker and stopping the job",
+                signal_name(sig));
+    switch (phase) {
+      case Phase::kRendezvous:
+        finish(exit_codes::kSignalBase + sig);
+        return;
+      case Phase::kRunning:
+      case Phase::kCapturing:
+        group->on_stop_requested(fmt::format("dlaunch received {}", signal_name(sig)));
+        phase = Phase::kRunning;  // a capture in progress is abandoned
+        stop_group(sig);
+        return;
+      case Phase::kStopping:
+        forward(sig);
+        return;
+      case Phase::kDone:
+        return;
+    }
+  }
+};
+
+Agent::Agent(LaunchConfig cfg, ProcessContext& procs, asio::io_context& io, AgentOptions opts)
+    : impl_(std::make_unique<Impl>(std::move(cfg), procs, io, std::move(opts))) {}
+
+Agent::~Agent() {
+  if (impl_->rdzv_thread.joinable()) {
+    // A round still blocked in next_rendezvous (the agent was stopped during it): shutdown()
+    // unblocks it; the thread only posts to the io_context, which outlives this.
+    impl_->rdzv_thread.detach();
+  }
+}
+
+int Agent::run() {
+  try {
+    impl_->prepare();
+    impl_->begin_generation();
+    impl_->io.run();
+  } catch (const UsageError& e) {
+    log_error("{}", e.what());
+    return exit_codes::kUsage;
+  } catch (const std::exception& e) {
+    log_error("{}", e.what());
+    return exit_codes::kWorkersFailed;
+  }
+  return impl_->exit_code;
+}
+
+int64_t Agent::restarts_used() const { return impl_->restarts_used; }
+int64_t Agent::generations() const { return impl_->generation + 1; }
+
+}  // namespace dlaunch

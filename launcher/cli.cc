@@ -1,0 +1,224 @@
+#include "launcher/cli.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <optional>
+
+#include "common/error.h"
+
+namespace dlaunch {
+namespace {
+
+FlagSpec flag(std::string name, char short_name, bool takes_value, std::string fallback,
+              std::string metavar, std::string help) {
+  std::string env = "DLAUNCH_";
+  for (char c : name) env += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return FlagSpec{std::move(name), short_name, takes_value, std::move(env),
+                  std::move(fallback), std::move(metavar), std::move(help)};
+}
+
+std::vector<FlagSpec> make_specs() {
+  return {
+      flag("nproc_per_node", 0, true, "1", "N|cpu|gpu|auto",
+           "workers on this node: a number, cpu (usable cores), gpu (visible GPUs), auto (gpu if "
+           "any, else cpu)"),
+      flag("nnodes", 0, true, "1", "N|MIN:MAX", "number of nodes, or an elastic range"),
+      flag("node_rank", 0, true, "0", "K", "this node's rank (static rendezvous)"),
+      flag("master_addr", 0, true, "127.0.0.1", "HOST", "address of node 0 (hosts the store)"),
+      flag("master_port", 0, true, "29500", "PORT", "port of the job's store; 0 picks a free one"),
+      flag("standalone", 0, false, "false", "",
+           "single-node job with its own store on a free port and a random run id"),
+      flag("rdzv_backend", 0, true, "static", "static|c10d|etcd",
+           "rendezvous backend (c10d is the default for --nnodes MIN:MAX)"),
+      flag("rdzv_endpoint", 0, true, "", "HOST:PORT", "rendezvous endpoint ([v6]:port works)"),
+      flag("rdzv_id", 0, true, "none", "ID", "the job's run id (TORCHELASTIC_RUN_ID)"),
+      flag("rdzv_conf", 0, true, "", "K=V,...",
+           "rendezvous options: join_timeout, last_call_timeout, keep_alive_interval, "
+           "keep_alive_max_attempt, close_timeout, ..."),
+      flag("local_addr", 0, true, "", "ADDR", "address this node advertises to the others"),
+      flag("max_restarts", 0, true, "0", "N", "group restarts allowed after failures"),
+      flag("monitor_interval", 0, true, "5", "SECONDS",
+           "accepted for torchrun compatibility; dlaunch sees exits as events, not by polling"),
+      flag("start_method", 0, true, "spawn", "spawn|fork|forkserver",
+           "accepted for torchrun compatibility; workers are always fresh processes"),
+      flag("role", 0, true, "default", "NAME", "the workers' role (ROLE_NAME, log prefix)"),
+      flag("module", 'm', false, "false", "", "run the program as a Python module (python -m)"),
+      flag("no_python", 0, false, "false", "", "run the program directly, never under python"),
+      flag("python", 0, true, "python3", "PATH",
+           "interpreter for .py programs and -m (Debian's torch lives in /usr/bin/python3)"),
+      flag("append_local_rank_arg", 0, false, "false", "",
+           "append --local_rank=N to the program's arguments, for torch.distributed.launch "
+           "scripts"),
+      flag("use_env", 0, false, "false", "",
+           "accepted for torch.distributed.launch compatibility (the rank is always in the env)"),
+      flag("log_dir", 0, true, "", "DIR",
+           "write each worker's stdout/stderr to DIR/<run_id>/attempt_<n>/<local_rank>/"),
+      flag("redirects", 'r', true, "0", "0|1|2|3|R:S,...",
+           "send stdout (1), stderr (2) or both (3) to the log files only; per local rank as "
+           "0:1,1:2"),
+      flag("tee", 't', true, "0", "0|1|2|3|R:S,...",
+           "copy stdout (1), stderr (2) or both (3) to the log files and the console"),
+      flag("local_ranks_filter", 0, true, "", "R,R,...",
+           "show only these local ranks' output on the console (files get everything)"),
+      flag("hang_timeout", 0, true, "0", "SECONDS",
+           "declare a worker hung when its heartbeat file is older than this; 0 = off"),
+      flag("shutdown_grace", 0, true, "5", "SECONDS",
+           "time between SIGTERM and SIGKILL when stopping workers"),
+      flag("dry_run", 0, false, "false", "",
+           "print the resolved configuration and where each value came from; start nothing"),
+      flag("help", 'h', false, "false", "", "show this help"),
+  };
+}
+
+std::string normalize(std::string name) {
+  std::replace(name.begin(), name.end(), '-', '_');
+  return name;
+}
+
+// Exact name, else a unique prefix (argparse's allow_abbrev), else UsageError.
+const FlagSpec& find_long(const std::string& spelled, const std::string& name) {
+  const auto& specs = flag_specs();
+  for (const auto& s : specs) {
+    if (s.name == name) return s;
+  }
+  std::vector<const FlagSpec*> matches;
+  for (const auto& s : specs) {
+    if (!name.empty() && s.name.compare(0, name.size(), name) == 0) matches.push_back(&s);
+  }
+  if (matches.size() == 1) return *matches.front();
+  if (matches.size() > 1) {
+    std::string names;
+    for (const auto* m : matches) names += (names.empty() ? "--" : ", --") + m->name;
+    throw UsageError(fmt::format("flag '{}' is ambiguous: it could be {}; spell it out",
+                                 spelled, names));
+  }
+  throw UsageError(fmt::format(
+      "flag '{}' is not a dlaunch flag; put dlaunch flags before the program and see "
+      "'dlaunch --help' for the list",
+      spelled));
+}
+
+const FlagSpec& find_short(char c, const std::string& spelled) {
+  for (const auto& s : flag_specs()) {
+    if (s.short_name == c) return s;
+  }
+  throw UsageError(fmt::format(
+      "flag '{}' is not a dlaunch flag; the short flags are -r, -t, -m and -h (see 'dlaunch "
+      "--help')",
+      spelled));
+}
+
+}  // namespace
+
+const std::vector<FlagSpec>& flag_specs() {
+  static const std::vector<FlagSpec> specs = make_specs();
+  return specs;
+}
+
+const FlagSpec& flag_spec(const std::string& name) {
+  for (const auto& s : flag_specs()) {
+    if (s.name == name) return s;
+  }
+  DL_CHECK(false) << "unknown flag name " << name;
+  throw InternalError("unreachable");
+}
+
+CliArgs parse_cli(const std::vector<std::string>& args) {
+  CliArgs out;
+  size_t i = 0;
+  auto record = [&](const FlagSpec& spec, const std::string& spelled,
+                    const std::optional<std::string>& attached) {
+    std::string value;
+    if (spec.takes_value) {
+      if (attached) {
+        value = *attached;
+      } else if (i + 1 < args.size()) {
+        value = args[++i];
+      } else {
+        throw UsageError(fmt::format("flag '{}' needs a value ({}); none was given", spelled,
+                                     spec.metavar));
+      }
+    } else {
+      value = attached ? *attached : "true";
+    }
+    out.values[spec.name] = value;
+    out.spelled[spec.name] = spelled;
+    if (spec.name == "help") out.help = true;
+  };
+
+  for (; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      ++i;
+      break;
+    }
+    if (a.size() < 2 || a[0] != '-') break;  // the program
+    if (a[1] == '-') {
+      std::string body = a.substr(2);
+      std::optional<std::string> attached;
+      size_t eq = body.find('=');
+      std::string spelled = a;
+      if (eq != std::string::npos) {
+        attached = body.substr(eq + 1);
+        body = body.substr(0, eq);
+        spelled = "--" + body;
+      }
+      record(find_long(spelled, normalize(body)), spelled, attached);
+    } else {
+      // -r3, -r=3, -r 3, -m, -h
+      std::string spelled = a.substr(0, 2);
+      const FlagSpec& spec = find_short(a[1], spelled);
+      std::optional<std::string> attached;
+      if (a.size() > 2) {
+        if (!spec.takes_value && a[2] != '=') {
+          throw UsageError(fmt::format(
+              "flag '{}' takes no value but was given as '{}'; write it on its own", spelled, a));
+        }
+        attached = a.substr(a[2] == '=' ? 3 : 2);
+      }
+      record(spec, spelled, attached);
+    }
+  }
+  if (i < args.size()) {
+    out.program = args[i];
+    out.program_args.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+  }
+  return out;
+}
+
+std::string help_text() {
+  std::string text =
+      "usage: dlaunch [options] program [args...]\n"
+      "\n"
+      "Starts --nproc_per_node workers running `program` with torchrun's environment contract,\n"
+      "supervises them (restarts, hang detection, no orphans) and reports the first failure.\n"
+      "A program ending in .py runs under `<python> -u`; -m runs `<python> -u -m program`.\n"
+      "\n"
+      "Every flag accepts both spellings (--nproc_per_node, --nproc-per-node), --flag=value and\n"
+      "--flag value, and is also read from its environment twin (flag > twin > default).\n"
+      "\n"
+      "options:\n";
+  for (const auto& s : flag_specs()) {
+    std::string left = "  ";
+    if (s.short_name) left += fmt::format("-{}, ", s.short_name);
+    left += "--" + s.name;
+    if (s.takes_value) left += " " + s.metavar;
+    text += fmt::format("{}\n      {}", left, s.help);
+    if (s.name != "help") {
+      text += fmt::format(" [{}", s.env);
+      if (!s.fallback.empty() && s.fallback != "false") text += fmt::format(", default {}", s.fallback);
+      text += "]";
+    }
+    text += "\n";
+  }
+  text +=
+      "\n"
+      "exit codes: 0 success; 1 workers failed; 2 bad usage; 75 stopped after a preemption\n"
+      "notice (SIGUSR1), please requeue; 128+N the agent was stopped by signal N.\n"
+      "See docs/cli.md, docs/env.md and docs/troubleshooting.md.\n";
+  return text;
+}
+
+}  // namespace dlaunch

@@ -1,0 +1,158 @@
+#include "launcher/failure_report.h"
+
+#include <fmt/format.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+namespace dlaunch {
+namespace {
+
+constexpr size_t kMaxRaw = 4096;
+
+std::string indent(const std::string& text, const std::string& pad) {
+  std::string out;
+  std::istringstream in(text);
+  std::string line;
+  bool first = true;
+  while (std::getline(in, line)) {
+    out += (first ? "" : "\n" + pad) + line;
+    first = false;
+  }
+  return out;
+}
+
+std::string json_text(const nlohmann::json& j) {
+  if (j.is_string()) return j.get<std::string>();
+  if (j.is_null()) return "";
+  return j.dump();
+}
+
+}  // namespace
+
+std::optional<ErrorFileContents> read_error_file(const std::string& path) {
+  if (path.empty()) return std::nullopt;
+  std::ifstream f(path);
+  if (!f) return std::nullopt;
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  if (text.empty()) return std::nullopt;
+  ErrorFileContents out;
+  try {
+    auto j = nlohmann::json::parse(text);
+    const auto& m = j.at("message");
+    if (m.is_object()) {
+      out.message = json_text(m.value("message", nlohmann::json()));
+      if (m.contains("extraInfo") && m["extraInfo"].is_object()) {
+        const auto& extra = m["extraInfo"];
+        out.traceback = json_text(extra.value("py_callstack", nlohmann::json()));
+        out.timestamp = json_text(extra.value("timestamp", nlohmann::json()));
+      }
+    } else {
+      out.message = json_text(m);
+      if (j.contains("timestamp")) out.timestamp = json_text(j["timestamp"]);
+    }
+  } catch (const std::exception&) {
+    out.raw = text.size() > kMaxRaw ? text.substr(0, kMaxRaw) + "\n... (cut)" : text;
+  }
+  return out;
+}
+
+std::string format_wall_time(std::chrono::system_clock::time_point t) {
+  std::time_t seconds = std::chrono::system_clock::to_time_t(t);
+  int millis = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(t.time_since_epoch()).count() % 1000);
+  std::tm tm{};
+  localtime_r(&seconds, &tm);
+  return fmt::format("{:04}-{:02}-{:02}_{:02}:{:02}:{:02}.{:03}", tm.tm_year + 1900, tm.tm_mon + 1,
+                     tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
+}
+
+std::string describe_end(const WorkerRecord& w, Duration hang_timeout) {
+  std::string what;
+  if (w.hung) {
+    what = fmt::format("hung: no heartbeat for more than {:.1f} s (--hang_timeout)",
+                       to_seconds(hang_timeout));
+    if (w.exit) what += fmt::format(", then ended by {}", w.exit->describe());
+  } else if (w.abandoned) {
+    what = "did not exit after SIGKILL (abandoned)";
+  } else if (w.exit) {
+    what = w.exit->describe();
+  } else if (w.state == WorkerState::kInit) {
+    what = "never started";
+  } else {
+    what = "still running";
+  }
+  return fmt::format("rank {} (local_rank {}, pid {}): {}", w.global_rank, w.local_rank, w.pid,
+                     what);
+}
+
+std::string format_failure_report(const WorkerGroup& group, const ReportContext& ctx) {
+  const std::string bar(64, '=');
+  const std::string rule(64, '-');
+  std::string out = "\n" + bar + "\n";
+  out += fmt::format("dlaunch: job FAILED after {} restart(s) of {} allowed (attempt {})\n",
+                     ctx.restarts_used, ctx.max_restarts, group.attempt());
+  out += rule + "\n";
+  auto root = group.root_cause();
+  if (!root) {
+    out += fmt::format("Root cause: {}\n", group.stop_reason().empty() ? "unknown" : group.stop_reason());
+  } else {
+    const WorkerRecord& w = group.workers()[static_cast<size_t>(*root)];
+    out += "Root cause (first observed failure):\n";
+    out += fmt::format("  time      : {}\n", format_wall_time(w.exited_wall));
+    out += fmt::format("  host      : {}\n", ctx.host);
+    out += fmt::format("  rank      : {} (local_rank: {})\n", w.global_rank, w.local_rank);
+    if (w.hung) {
+      out += fmt::format("  hung      : no heartbeat for more than {:.1f} s (pid: {})\n",
+                         to_seconds(ctx.hang_timeout), w.pid);
+      std::string stack = w.log_dir + "/stack.txt";
+      out += fmt::format("  stacks    : {}\n", stack);
+    } else if (w.exit) {
+      if (w.exit->signaled) {
+        out += fmt::format("  exitcode  : -{} ({}{}) (pid: {})\n", w.exit->code,
+                           signal_name(w.exit->code), w.exit->core_dumped ? ", core dumped" : "",
+                           w.pid);
+      } else {
+        out += fmt::format("  exitcode  : {} (pid: {})\n", w.exit->code, w.pid);
+      }
+    }
+    auto ef = read_error_file(w.error_file);
+    out += fmt::format("  error_file: {}\n", ef ? w.error_file : "<N/A>");
+    if (ef) {
+      std::string msg = !ef->traceback.empty() ? ef->traceback
+                        : !ef->message.empty()  ? ef->message
+                                                : ef->raw;
+      if (!ef->traceback.empty() && !ef->message.empty()) msg = ef->message + "\n" + ef->traceback;
+      out += fmt::format("  traceback : {}\n", indent(msg, "    "));
+    } else if (!w.stderr_tail.empty()) {
+      out += fmt::format("  stderr    : (last {} lines)\n", w.stderr_tail.size());
+      for (const auto& line : w.stderr_tail) out += "    " + line + "\n";
+    } else {
+      out += "  stderr    : <empty>\n";
+    }
+  }
+  out += rule + "\n";
+  out += "Other workers (consequences of the first failure):\n";
+  bool any = false;
+  for (const auto& w : group.workers()) {
+    if (root && w.local_rank == *root) continue;
+    out += "  " + describe_end(w, ctx.hang_timeout) + "\n";
+    any = true;
+  }
+  if (!any) out += "  <none>\n";
+  if (!ctx.earlier.empty()) {
+    out += rule + "\n";
+    out += "Earlier attempts:\n";
+    for (const auto& e : ctx.earlier) out += "  " + e + "\n";
+  }
+  if (!ctx.stuck.empty()) {
+    out += rule + "\n";
+    out += "Processes that would not die (not waited for):\n";
+    for (const auto& s : ctx.stuck) out += "  " + s + "\n";
+  }
+  out += bar + "\n";
+  return out;
+}
+
+}  // namespace dlaunch

@@ -1,0 +1,45 @@
+// The end-of-job summary: the first failure (the root cause) in full, then the other workers'
+// ends summarised as its consequences. Modelled on torchrun's ChildFailedError report, with the
+// signal's name and the stderr tail when the worker wrote no error file. Pure formatting plus
+// reading the error file; never throws (an unreadable error file is said so in the report).
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/worker_group.h"
+
+namespace dlaunch {
+
+// What a TORCHELASTIC_ERROR_FILE says, in PyTorch's format (torch.distributed.elastic.
+// multiprocessing.errors): {"message": {"message": "...", "extraInfo": {"py_callstack": "...",
+// "timestamp": "..."}}} or the older {"message": "...", "timestamp": ...}.
+struct ErrorFileContents {
+  std::string message;    // "ValueError: boom"
+  std::string traceback;  // py_callstack, when present
+  std::string timestamp;  // seconds since the epoch, as written
+  std::string raw;        // the file, when it is not in that format (shown as is, cut)
+};
+// nullopt when the file does not exist or is empty.
+std::optional<ErrorFileContents> read_error_file(const std::string& path);
+
+struct ReportContext {
+  std::string host;
+  int64_t max_restarts = 0;
+  int64_t restarts_used = 0;
+  Duration hang_timeout{0};
+  // One line per earlier attempt that failed: "attempt 0: rank 1 exit code 3".
+  std::vector<std::string> earlier;
+  // "pid 123 (state D)" for processes that would not die.
+  std::vector<std::string> stuck;
+};
+
+// "2026-11-22_17:04:05.123" in local time.
+std::string format_wall_time(std::chrono::system_clock::time_point t);
+// "rank 1 (local_rank 1, pid 4242): exit code 3" for the one-line summaries.
+std::string describe_end(const WorkerRecord& w, Duration hang_timeout);
+
+std::string format_failure_report(const WorkerGroup& group, const ReportContext& ctx);
+
+}  // namespace dlaunch

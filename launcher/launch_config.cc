@@ -1,0 +1,465 @@
+#include "launcher/launch_config.h"
+
+#include <dirent.h>
+#include <fmt/format.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <random>
+#include <set>
+
+#include "common/env.h"
+#include "common/error.h"
+
+namespace dlaunch {
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t pos = s.find(sep, start);
+    parts.push_back(s.substr(start, pos - start));
+    if (pos == std::string::npos) break;
+    start = pos + 1;
+  }
+  return parts;
+}
+
+std::string trim(const std::string& s) {
+  size_t b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  size_t e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+// One flag's raw text and where it came from (flag > env twin > default).
+struct Raw {
+  std::string text;
+  std::string origin;  // "--flag", "DLAUNCH_FLAG" or "default"
+  std::string what;    // how to name it in errors: "--nproc_per_node" or "DLAUNCH_NPROC_PER_NODE"
+  bool given() const { return origin != "default"; }
+};
+
+class Resolver {
+ public:
+  Resolver(const CliArgs& cli, const EnvLookup& env, LaunchConfig& cfg)
+      : cli_(cli), env_(env), cfg_(cfg) {}
+
+  Raw raw(const std::string& name) {
+    const FlagSpec& spec = flag_spec(name);
+    Raw r;
+    if (auto it = cli_.values.find(name); it != cli_.values.end()) {
+      r = {it->second, cli_.spelled.at(name), cli_.spelled.at(name)};
+    } else if (auto v = env_(spec.env)) {
+      r = {*v, spec.env, spec.env};
+    } else {
+      r = {spec.fallback, "default", "--" + name};
+    }
+    cfg_.origin[name] = r.origin;
+    return r;
+  }
+  std::string str(const std::string& name) { return raw(name).text; }
+  int64_t integer(const std::string& name, int64_t min, int64_t max) {
+    Raw r = raw(name);
+    int64_t v = parse_int(r.text, r.what);
+    if (v < min || v > max) {
+      throw UsageError(fmt::format("{}={} is out of range; allowed: {} to {}", r.what, v, min, max));
+    }
+    return v;
+  }
+  double seconds(const std::string& name, bool allow_zero) {
+    Raw r = raw(name);
+    double v = parse_double(r.text, r.what);
+    if (v < 0 || (!allow_zero && v == 0) || v > 1e7) {
+      throw UsageError(fmt::format("{}={} is not allowed; expected a number of seconds {} 0",
+                                   r.what, r.text, allow_zero ? ">=" : ">"));
+    }
+    return v;
+  }
+  bool boolean(const std::string& name) {
+    Raw r = raw(name);
+    return parse_bool(r.text, r.what);
+  }
+
+ private:
+  const CliArgs& cli_;
+  const EnvLookup& env_;
+  LaunchConfig& cfg_;
+};
+
+int64_t resolve_nproc(const Raw& r, const HostInfo& host) {
+  if (r.text == "cpu") return host.cpus;
+  if (r.text == "gpu") {
+    if (host.gpus == 0) {
+      throw UsageError(fmt::format(
+          "{}=gpu but this node has no visible GPU; use a number, cpu, or auto (gpu if any, else "
+          "cpu)",
+          r.what));
+    }
+    return host.gpus;
+  }
+  if (r.text == "auto") return host.gpus > 0 ? host.gpus : host.cpus;
+  int64_t n = 0;
+  try {
+    n = parse_int(r.text, r.what);
+  } catch (const UsageError&) {
+    throw UsageError(fmt::format(
+        "{}='{}' is not allowed; expected a positive number, cpu, gpu or auto", r.what, r.text));
+  }
+  if (n < 1 || n > 4096) {
+    throw UsageError(fmt::format("{}={} is out of range; allowed: 1 to 4096, cpu, gpu or auto",
+                                 r.what, n));
+  }
+  return n;
+}
+
+void resolve_nnodes(const Raw& r, LaunchConfig& cfg) {
+  auto parts = split(r.text, ':');
+  auto bad = [&]() {
+    return UsageError(fmt::format(
+        "{}='{}' is not allowed; expected a node count N or a range MIN:MAX with 1 <= MIN <= MAX",
+        r.what, r.text));
+  };
+  if (parts.size() > 2) throw bad();
+  try {
+    cfg.min_nodes = parse_int(parts[0], r.what);
+    cfg.max_nodes = parts.size() == 2 ? parse_int(parts[1], r.what) : cfg.min_nodes;
+  } catch (const UsageError&) {
+    throw bad();
+  }
+  if (cfg.min_nodes < 1 || cfg.max_nodes < cfg.min_nodes) throw bad();
+}
+
+std::vector<int64_t> parse_rank_list(const Raw& r, int64_t nproc) {
+  std::vector<int64_t> ranks;
+  if (trim(r.text).empty()) return ranks;
+  for (const auto& part : split(r.text, ',')) {
+    int64_t v = 0;
+    try {
+      v = parse_int(trim(part), r.what);
+    } catch (const UsageError&) {
+      throw UsageError(fmt::format(
+          "{}='{}' is not allowed; expected comma-separated local ranks such as 0,2", r.what,
+          r.text));
+    }
+    if (v < 0 || v >= nproc) {
+      throw UsageError(fmt::format(
+          "{}='{}' names local rank {}, but local ranks are 0 to {} (--nproc_per_node={})", r.what,
+          r.text, v, nproc - 1, nproc));
+    }
+    ranks.push_back(v);
+  }
+  return ranks;
+}
+
+void check_std_ranks(const StdSpec& spec, const Raw& r, int64_t nproc) {
+  for (const auto& [rank, mask] : spec.by_rank) {
+    if (rank >= nproc) {
+      throw UsageError(fmt::format(
+          "{}='{}' names local rank {}, but local ranks are 0 to {} (--nproc_per_node={})", r.what,
+          r.text, rank, nproc - 1, nproc));
+    }
+  }
+}
+
+std::map<std::string, std::string> parse_rdzv_conf(const Raw& r) {
+  std::map<std::string, std::string> conf;
+  if (trim(r.text).empty()) return conf;
+  for (const auto& part : split(r.text, ',')) {
+    size_t eq = part.find('=');
+    std::string key = eq == std::string::npos ? "" : trim(part.substr(0, eq));
+    if (key.empty()) {
+      throw UsageError(fmt::format(
+          "{}='{}' is not allowed: '{}' is not key=value; expected key=value pairs separated by "
+          "commas, such as join_timeout=60,last_call_timeout=1",
+          r.what, r.text, part));
+    }
+    conf[key] = trim(part.substr(eq + 1));
+  }
+  return conf;
+}
+
+int64_t count_gpus() {
+  if (auto visible = get_env("CUDA_VISIBLE_DEVICES")) {
+    if (trim(*visible).empty()) return 0;
+    return static_cast<int64_t>(split(*visible, ',').size());
+  }
+  int64_t n = 0;
+  if (DIR* d = opendir("/proc/driver/nvidia/gpus")) {
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] != '.') ++n;
+    }
+    closedir(d);
+  }
+  return n;
+}
+
+}  // namespace
+
+int StdSpec::for_rank(int64_t local_rank) const {
+  if (by_rank.empty()) return all;
+  auto it = by_rank.find(local_rank);
+  return it == by_rank.end() ? 0 : it->second;
+}
+
+StdSpec parse_std_spec(const std::string& text, const std::string& what) {
+  auto bad = [&]() {
+    return UsageError(fmt::format(
+        "{}='{}' is not allowed; expected 0 (none), 1 (stdout), 2 (stderr), 3 (both), or "
+        "per-local-rank pairs such as 0:1,1:2",
+        what, text));
+  };
+  auto mask = [&](const std::string& s) {
+    std::string t = trim(s);
+    if (t.size() != 1 || t[0] < '0' || t[0] > '3') throw bad();
+    return t[0] - '0';
+  };
+  StdSpec spec;
+  if (text.find(':') == std::string::npos) {
+    spec.all = mask(text);
+    return spec;
+  }
+  for (const auto& part : split(text, ',')) {
+    auto kv = split(part, ':');
+    if (kv.size() != 2) throw bad();
+    int64_t rank = 0;
+    try {
+      rank = parse_int(trim(kv[0]), what);
+    } catch (const UsageError&) {
+      throw bad();
+    }
+    if (rank < 0) throw bad();
+    spec.by_rank[rank] = mask(kv[1]);
+  }
+  return spec;
+}
+
+HostInfo HostInfo::detect() {
+  HostInfo h;
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    h.cpus = std::max(1, CPU_COUNT(&set));
+  } else {
+    h.cpus = std::max<long>(1, sysconf(_SC_NPROCESSORS_ONLN));
+  }
+  h.gpus = count_gpus();
+  h.fresh_run_id = random_run_id();
+  return h;
+}
+
+EnvLookup process_env() {
+  return [](const std::string& name) { return get_env(name.c_str()); };
+}
+
+std::string random_run_id() {
+  std::random_device rd;
+  std::uniform_int_distribution<uint64_t> dist;
+  uint64_t v = dist(rd) ^ (static_cast<uint64_t>(getpid()) << 32);
+  return fmt::format("{:016x}", v);
+}
+
+bool LaunchConfig::runs_python() const {
+  if (no_python) return false;
+  return module || ends_with(program, ".py");
+}
+
+std::vector<std::string> LaunchConfig::worker_argv(int64_t local_rank) const {
+  std::vector<std::string> argv;
+  if (runs_python()) {
+    argv = {python, "-u"};
+    if (module) argv.push_back("-m");
+  }
+  argv.push_back(program);
+  // torch.distributed.launch put --local_rank before the script's own arguments.
+  if (append_local_rank) argv.push_back(fmt::format("--local_rank={}", local_rank));
+  argv.insert(argv.end(), program_args.begin(), program_args.end());
+  return argv;
+}
+
+bool LaunchConfig::console_shows(int64_t local_rank) const {
+  return local_ranks_filter.empty() ||
+         std::find(local_ranks_filter.begin(), local_ranks_filter.end(), local_rank) !=
+             local_ranks_filter.end();
+}
+
+std::string LaunchConfig::describe() const {
+  auto std_text = [](const StdSpec& s) {
+    if (s.by_rank.empty()) return std::to_string(s.all);
+    std::string t;
+    for (const auto& [r, m] : s.by_rank) t += fmt::format("{}{}:{}", t.empty() ? "" : ",", r, m);
+    return t;
+  };
+  std::string conf;
+  for (const auto& [k, v] : rdzv_conf) conf += fmt::format("{}{}={}", conf.empty() ? "" : ",", k, v);
+  std::string filter;
+  for (auto r : local_ranks_filter) filter += fmt::format("{}{}", filter.empty() ? "" : ",", r);
+  std::vector<std::pair<std::string, std::string>> rows = {
+      {"nproc_per_node", std::to_string(nproc_per_node)},
+      {"nnodes", min_nodes == max_nodes ? std::to_string(min_nodes)
+                                        : fmt::format("{}:{}", min_nodes, max_nodes)},
+      {"node_rank", std::to_string(node_rank)},
+      {"master_addr", master_addr},
+      {"master_port", master_port == 0 ? "0 (pick a free port)" : std::to_string(master_port)},
+      {"standalone", standalone ? "true" : "false"},
+      {"rdzv_backend", rdzv_backend},
+      {"rdzv_endpoint", rdzv_endpoint},
+      {"rdzv_id", run_id},
+      {"rdzv_conf", conf},
+      {"local_addr", local_addr},
+      {"max_restarts", std::to_string(max_restarts)},
+      {"monitor_interval", fmt::format("{}", monitor_interval)},
+      {"role", role},
+      {"hang_timeout", to_seconds(hang_timeout) == 0 ? "0 (off)"
+                                                     : fmt::format("{}", to_seconds(hang_timeout))},
+      {"shutdown_grace", fmt::format("{}", to_seconds(shutdown_grace))},
+      {"module", module ? "true" : "false"},
+      {"no_python", no_python ? "true" : "false"},
+      {"python", python},
+      {"append_local_rank_arg", append_local_rank ? "true" : "false"},
+      {"log_dir", log_dir},
+      {"redirects", std_text(redirects)},
+      {"tee", std_text(tee)},
+      {"local_ranks_filter", filter},
+  };
+  std::string out = "dlaunch configuration (value  <- origin):\n";
+  for (const auto& [name, value] : rows) {
+    auto it = origin.find(name);
+    out += fmt::format("  {:<22} = {:<24} <- {}\n", name, value,
+                       it == origin.end() ? "default" : it->second);
+  }
+  std::string cmd;
+  for (const auto& a : worker_argv(0)) cmd += (cmd.empty() ? "" : " ") + a;
+  out += fmt::format("  worker command (local rank 0): {}\n", cmd);
+  return out;
+}
+
+LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const HostInfo& host) {
+  LaunchConfig cfg;
+  Resolver r(cli, env, cfg);
+
+  cfg.dry_run = r.boolean("dry_run");
+  cfg.standalone = r.boolean("standalone");
+  Raw nnodes = r.raw("nnodes");
+  resolve_nnodes(nnodes, cfg);
+  cfg.nproc_per_node = resolve_nproc(r.raw("nproc_per_node"), host);
+  Raw node_rank = r.raw("node_rank");
+  cfg.node_rank_given = node_rank.given();
+  cfg.node_rank = r.integer("node_rank", 0, 1 << 20);
+  cfg.master_addr = r.str("master_addr");
+  Raw port = r.raw("master_port");
+  cfg.master_port = r.integer("master_port", 0, 65535);
+  Raw backend = r.raw("rdzv_backend");
+  cfg.rdzv_backend = backend.text;
+  cfg.rdzv_endpoint = r.str("rdzv_endpoint");
+  Raw run_id = r.raw("rdzv_id");
+  cfg.run_id = run_id.text;
+  cfg.rdzv_conf = parse_rdzv_conf(r.raw("rdzv_conf"));
+  cfg.local_addr = r.str("local_addr");
+  cfg.max_restarts = r.integer("max_restarts", 0, 1 << 20);
+  cfg.monitor_interval = r.seconds("monitor_interval", false);
+  Raw start_method = r.raw("start_method");
+  if (start_method.text != "spawn" && start_method.text != "fork" &&
+      start_method.text != "forkserver") {
+    throw UsageError(fmt::format("{}='{}' is not allowed; expected spawn, fork or forkserver",
+                                 start_method.what, start_method.text));
+  }
+  Raw role = r.raw("role");
+  if (role.text.empty() || role.text.find_first_of(" \t\n:") != std::string::npos) {
+    throw UsageError(fmt::format(
+        "{}='{}' is not allowed; expected a non-empty name without spaces or ':'", role.what,
+        role.text));
+  }
+  cfg.role = role.text;
+  cfg.hang_timeout = from_seconds(r.seconds("hang_timeout", true));
+  cfg.shutdown_grace = from_seconds(r.seconds("shutdown_grace", true));
+  cfg.module = r.boolean("module");
+  cfg.no_python = r.boolean("no_python");
+  Raw python = r.raw("python");
+  if (python.text.empty()) {
+    throw UsageError(fmt::format("{} is empty; expected an interpreter such as /usr/bin/python3",
+                                 python.what));
+  }
+  cfg.python = python.text;
+  cfg.append_local_rank = r.boolean("append_local_rank_arg");
+  bool use_env = r.boolean("use_env");
+  cfg.log_dir = r.str("log_dir");
+  Raw redirects = r.raw("redirects");
+  cfg.redirects = parse_std_spec(redirects.text, redirects.what);
+  Raw tee = r.raw("tee");
+  cfg.tee = parse_std_spec(tee.text, tee.what);
+  cfg.local_ranks_filter = parse_rank_list(r.raw("local_ranks_filter"), cfg.nproc_per_node);
+  check_std_ranks(cfg.redirects, redirects, cfg.nproc_per_node);
+  check_std_ranks(cfg.tee, tee, cfg.nproc_per_node);
+  r.raw("help");
+
+  // Combinations.
+  if (cfg.module && cfg.no_python) {
+    throw UsageError(
+        "--module and --no_python were both given; -m runs the program as a Python module, so "
+        "drop one of them");
+  }
+  if (cfg.append_local_rank && use_env) {
+    throw UsageError(
+        "--append_local_rank_arg and --use_env were both given; --use_env means the script reads "
+        "LOCAL_RANK from the environment, so drop --append_local_rank_arg");
+  }
+  static const std::set<std::string> kBackends = {"static", "c10d", "etcd", "etcd-v2"};
+  if (!kBackends.count(cfg.rdzv_backend)) {
+    throw UsageError(fmt::format("{}='{}' is not allowed; expected static, c10d or etcd",
+                                 backend.what, cfg.rdzv_backend));
+  }
+  if (cfg.min_nodes != cfg.max_nodes) {
+    if (!backend.given()) {
+      cfg.rdzv_backend = "c10d";
+      cfg.origin["rdzv_backend"] = nnodes.origin + " (a MIN:MAX range)";
+    } else if (cfg.rdzv_backend == "static") {
+      throw UsageError(fmt::format(
+          "{}='{}' asks for an elastic node range, which the static backend cannot do; use "
+          "--rdzv_backend c10d or a fixed --nnodes",
+          nnodes.what, nnodes.text));
+    }
+  }
+  if (cfg.rdzv_backend == "static" && cfg.node_rank >= cfg.max_nodes) {
+    throw UsageError(fmt::format(
+        "{}={} is not allowed with --nnodes={}; node ranks are 0 to {}", node_rank.what,
+        cfg.node_rank, cfg.max_nodes, cfg.max_nodes - 1));
+  }
+  if (cfg.standalone) {
+    if (cfg.max_nodes != 1) {
+      throw UsageError(fmt::format(
+          "--standalone is a single-node job but {}='{}'; drop --standalone to run on several "
+          "nodes",
+          nnodes.what, nnodes.text));
+    }
+    // torchrun: --standalone picks the store and a fresh run id by itself. An explicit --rdzv_id
+    // is honoured (handy to find the log directory); an explicit port too.
+    if (!run_id.given()) {
+      cfg.run_id = host.fresh_run_id.empty() ? random_run_id() : host.fresh_run_id;
+      cfg.origin["rdzv_id"] = "--standalone (random)";
+    }
+    if (!port.given()) {
+      cfg.master_port = 0;
+      cfg.origin["master_port"] = "--standalone (free port)";
+    }
+    cfg.rdzv_backend = "static";
+    cfg.origin["rdzv_backend"] = "--standalone";
+  }
+  if (cli.program.empty() && !cli.help) {
+    throw UsageError(
+        "no program was given; expected `dlaunch [options] program [args...]` (see dlaunch "
+        "--help)");
+  }
+  cfg.program = cli.program;
+  cfg.program_args = cli.program_args;
+  return cfg;
+}
+
+}  // namespace dlaunch

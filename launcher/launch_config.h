@@ -1,0 +1,102 @@
+// The validated launch configuration, resolved from the command line (cli.h), the DLAUNCH_*
+// environment twins and defaults, in that order of precedence, plus a few host facts (cores,
+// GPUs). Resolution is pure: the environment and host facts are passed in, so tests need no
+// process state. Every value remembers where it came from, for --dry_run.
+//
+// Errors: resolve_config throws UsageError (one sentence: the flag or variable, the value, what
+// is allowed); dlaunch exits 2 on it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "launcher/cli.h"
+
+namespace dlaunch {
+
+// Which of a worker's streams go somewhere: torchrun's Std (0 none, 1 stdout, 2 stderr, 3 both),
+// either one value for every local rank or a per-local-rank map ("0:1,1:2").
+struct StdSpec {
+  static constexpr int kOut = 1;
+  static constexpr int kErr = 2;
+  int all = 0;                 // used when by_rank is empty
+  std::map<int64_t, int> by_rank;  // local rank -> mask; ranks not listed: 0
+
+  int for_rank(int64_t local_rank) const;
+  bool operator==(const StdSpec& o) const { return all == o.all && by_rank == o.by_rank; }
+};
+// Parses "3" or "0:1,1:2"; `what` names the flag in the error.
+StdSpec parse_std_spec(const std::string& text, const std::string& what);
+
+struct HostInfo {
+  int64_t cpus = 1;  // cores this process may run on (sched_getaffinity)
+  int64_t gpus = 0;  // NVIDIA devices visible (/proc/driver/nvidia/gpus, CUDA_VISIBLE_DEVICES)
+  std::string fresh_run_id;  // the run id --standalone uses (random in detect())
+  static HostInfo detect();
+};
+
+using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
+// Reads the real environment.
+EnvLookup process_env();
+
+struct LaunchConfig {
+  // Nodes and workers.
+  int64_t min_nodes = 1;
+  int64_t max_nodes = 1;
+  int64_t nproc_per_node = 1;
+  int64_t node_rank = 0;
+  bool node_rank_given = false;  // an explicit --node_rank (a hint for elastic rendezvous)
+  // Store and rendezvous.
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 29500;  // 0: pick a free port
+  bool standalone = false;
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string run_id = "none";
+  std::map<std::string, std::string> rdzv_conf;
+  std::string local_addr;
+  // Supervision.
+  int64_t max_restarts = 0;
+  double monitor_interval = 5;
+  std::string role = "default";
+  Duration hang_timeout{0};  // zero: off
+  Duration shutdown_grace = std::chrono::seconds(5);
+  // The program.
+  bool module = false;
+  bool no_python = false;
+  bool append_local_rank = false;
+  std::string python = "python3";
+  std::string program;
+  std::vector<std::string> program_args;
+  // Output.
+  std::string log_dir;  // empty: no per-rank files unless redirects/tee ask for them
+  StdSpec redirects;
+  StdSpec tee;
+  std::vector<int64_t> local_ranks_filter;  // empty: every local rank on the console
+  bool dry_run = false;
+
+  // Canonical flag name -> where its value came from: "--nproc-per-node", "DLAUNCH_ROLE",
+  // "default", or "--standalone" for values it implies.
+  std::map<std::string, std::string> origin;
+
+  // The argv every worker runs, with {local_rank} substituted when --append_local_rank_arg.
+  // argv[0] is the program path as given (the process context resolves it against PATH).
+  std::vector<std::string> worker_argv(int64_t local_rank) const;
+  bool runs_python() const;
+  bool console_shows(int64_t local_rank) const;
+  // The resolved configuration, one "name = value  (origin)" line per setting, for --dry_run.
+  std::string describe() const;
+};
+
+// Resolves and validates. `host` supplies cpu/gpu counts for --nproc_per_node cpu|gpu|auto.
+LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const HostInfo& host);
+
+// A random run id (16 hex digits) for --standalone.
+std::string random_run_id();
+
+}  // namespace dlaunch

@@ -1,0 +1,60 @@
+// dlaunch: parse, resolve, then run the agent. Usage errors exit 2 with one sentence; nothing
+// here prints a stack trace.
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <cstdio>
+#include <iostream>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "launcher/agent.h"
+#include "launcher/cli.h"
+#include "launcher/launch_config.h"
+#include "launcher/posix_process_context.h"
+
+namespace {
+
+std::string hostname() {
+  char buf[256] = {0};
+  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
+  return buf;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dlaunch;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  LaunchConfig cfg;
+  HostInfo host;
+  try {
+    CliArgs cli = parse_cli(args);
+    if (cli.help) {
+      std::cout << help_text();
+      return 0;
+    }
+    host = HostInfo::detect();
+    cfg = resolve_config(cli, process_env(), host);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "dlaunch: error: %s\n", e.what());
+    return exit_codes::kUsage;
+  }
+  if (cfg.dry_run) {
+    std::cout << cfg.describe();
+    return 0;
+  }
+  try {
+    boost::asio::io_context io;
+    PosixProcessContext procs(io);
+    AgentOptions opts;
+    opts.host = hostname();
+    opts.base_env = current_environment();
+    opts.cpus = host.cpus;
+    Agent agent(cfg, procs, io, opts);
+    return agent.run();
+  } catch (const std::exception& e) {
+    log_error("{}", e.what());
+    return exit_codes::kWorkersFailed;
+  }
+}

@@ -1,0 +1,122 @@
+#include "launcher/orphan_guard.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace dlaunch {
+namespace {
+
+constexpr size_t kRecord = 1 + sizeof(int32_t);
+constexpr size_t kMaxGroups = 65536;
+
+// Runs in the forked guard: only async-signal-safe calls from here on (the agent may have had
+// threads). Group ids live in a fixed array: no allocation.
+[[noreturn]] void guard_main(int fd) {
+  static pid_t groups[kMaxGroups];
+  size_t n = 0;
+  // Terminal signals go to the agent's process group; the guard must outlive them long enough
+  // to act if the agent then dies without cleaning up.
+  setpgid(0, 0);
+  signal(SIGINT, SIG_IGN);
+  signal(SIGHUP, SIG_IGN);
+  signal(SIGTERM, SIG_IGN);
+  signal(SIGUSR1, SIG_IGN);
+  signal(SIGUSR2, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);
+  char buf[kRecord * 256];
+  size_t have = 0;
+  while (true) {
+    ssize_t r = read(fd, buf + have, sizeof(buf) - have);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;  // the agent is gone
+    have += static_cast<size_t>(r);
+    size_t off = 0;
+    for (; off + kRecord <= have; off += kRecord) {
+      int32_t pg;
+      std::memcpy(&pg, buf + off + 1, sizeof(pg));
+      char op = buf[off];
+      if (op == 'q') _exit(0);
+      if (op == '+' && n < kMaxGroups) {
+        groups[n++] = pg;
+      } else if (op == '-') {
+        for (size_t i = 0; i < n; ++i) {
+          if (groups[i] == pg) {
+            groups[i] = groups[--n];
+            break;
+          }
+        }
+      }
+    }
+    std::memmove(buf, buf + off, have - off);
+    have -= off;
+  }
+  for (size_t i = 0; i < n; ++i) kill(-groups[i], SIGKILL);
+  _exit(0);
+}
+
+}  // namespace
+
+OrphanGuard::OrphanGuard() {
+  int fds[2];
+  if (pipe2(fds, O_CLOEXEC) != 0) throw SystemError(errno_message("pipe2 for the orphan guard", errno));
+  pid_ = fork();
+  if (pid_ < 0) {
+    int err = errno;
+    close(fds[0]);
+    close(fds[1]);
+    throw SystemError(errno_message("fork of the orphan guard", err));
+  }
+  if (pid_ == 0) {
+    // Keep only the read end (as fd 3); stdio goes to /dev/null so the guard never holds the
+    // agent's output pipes open.
+    dup2(fds[0], 3);
+    close_range(4, ~0U, 0);
+    int null_fd = open("/dev/null", O_RDWR);
+    if (null_fd >= 0) {
+      dup2(null_fd, 0);
+      dup2(null_fd, 1);
+      dup2(null_fd, 2);
+      if (null_fd > 3) close(null_fd);
+    }
+    guard_main(3);
+  }
+  close(fds[0]);
+  fd_ = fds[1];
+}
+
+OrphanGuard::~OrphanGuard() { stop(); }
+
+void OrphanGuard::send(char op, pid_t pgid) {
+  if (fd_ < 0) return;
+  char rec[kRecord];
+  rec[0] = op;
+  int32_t pg = static_cast<int32_t>(pgid);
+  std::memcpy(rec + 1, &pg, sizeof(pg));
+  // Records are smaller than PIPE_BUF, so each write is atomic; the guard reads promptly.
+  while (write(fd_, rec, sizeof(rec)) < 0 && errno == EINTR) {
+  }
+}
+
+void OrphanGuard::add_group(pid_t pgid) { send('+', pgid); }
+void OrphanGuard::remove_group(pid_t pgid) { send('-', pgid); }
+
+void OrphanGuard::stop() {
+  if (fd_ < 0) return;
+  send('q', 0);
+  close(fd_);
+  fd_ = -1;
+  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+}  // namespace dlaunch

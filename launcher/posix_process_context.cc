@@ -1,0 +1,433 @@
+#include "launcher/posix_process_context.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace dlaunch {
+namespace asio = boost::asio;
+
+namespace {
+
+// A line longer than this is cut and delivered in pieces (a runaway progress bar must not grow
+// the agent without bound).
+constexpr size_t kMaxLine = 64 * 1024;
+constexpr size_t kReadChunk = 16 * 1024;
+
+class LineSplitter {
+ public:
+  template <typename Emit>
+  void feed(const char* data, size_t n, Emit&& emit) {
+    for (size_t i = 0; i < n; ++i) {
+      if (data[i] == '\n') {
+        emit(std::string_view(pending_));
+        pending_.clear();
+      } else {
+        pending_.push_back(data[i]);
+        if (pending_.size() >= kMaxLine) {
+          emit(std::string_view(pending_));
+          pending_.clear();
+        }
+      }
+    }
+  }
+  template <typename Emit>
+  void flush(Emit&& emit) {
+    if (!pending_.empty()) {
+      emit(std::string_view(pending_));
+      pending_.clear();
+    }
+  }
+
+ private:
+  std::string pending_;
+};
+
+void close_fd(int& fd) {
+  if (fd >= 0) ::close(fd);
+  fd = -1;
+}
+
+// Parses /proc/<pid>/stat: the state letter and the parent pid. The command name may contain
+// spaces and parentheses, so fields are read after the last ')'.
+bool read_stat(int pid, char* state, int* ppid) {
+  std::ifstream f(fmt::format("/proc/{}/stat", pid));
+  if (!f) return false;
+  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t close = text.rfind(')');
+  if (close == std::string::npos) return false;
+  std::istringstream rest(text.substr(close + 1));
+  char st = 0;
+  int pp = 0;
+  if (!(rest >> st >> pp)) return false;
+  if (state) *state = st;
+  if (ppid) *ppid = pp;
+  return true;
+}
+
+ExitStatus status_from_siginfo(const siginfo_t& info) {
+  switch (info.si_code) {
+    case CLD_EXITED: return ExitStatus::exited(info.si_status);
+    case CLD_DUMPED: return ExitStatus{true, info.si_status, true};
+    default: return ExitStatus::killed(info.si_status);
+  }
+}
+
+}  // namespace
+
+struct PosixProcessContext::Child {
+  explicit Child(asio::io_context& io) : pidfd(io), out(io), err(io) {}
+  int pid = -1;
+  asio::posix::stream_descriptor pidfd;
+  asio::posix::stream_descriptor out;
+  asio::posix::stream_descriptor err;
+  LineSplitter split[3];
+  char buf[3][kReadChunk];
+  ProcessCallbacks callbacks;
+
+  void emit(int stream, std::string_view line) {
+    if (callbacks.on_line) callbacks.on_line(stream, line);
+  }
+  // Reads whatever the pipe holds now, without blocking: at exit, this is everything the
+  // process wrote before dying.
+  void drain(int stream) {
+    auto& d = stream == 1 ? out : err;
+    if (!d.is_open()) return;
+    while (true) {
+      ssize_t r = ::read(d.native_handle(), buf[stream], kReadChunk);
+      if (r > 0) {
+        split[stream].feed(buf[stream], static_cast<size_t>(r),
+                           [&](std::string_view l) { emit(stream, l); });
+        continue;
+      }
+      if (r < 0 && errno == EINTR) continue;
+      break;  // EAGAIN (children still hold the pipe) or EOF (the async read closes it)
+    }
+  }
+};
+
+std::string resolve_program(const std::string& name, const std::string& path) {
+  if (name.find('/') != std::string::npos) return name;
+  size_t start = 0;
+  while (start <= path.size()) {
+    size_t end = path.find(':', start);
+    if (end == std::string::npos) end = path.size();
+    std::string dir = path.substr(start, end - start);
+    if (dir.empty()) dir = ".";
+    std::string candidate = dir + "/" + name;
+    struct stat st;
+    if (::stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        ::access(candidate.c_str(), X_OK) == 0) {
+      return candidate;
+    }
+    start = end + 1;
+  }
+  return "";
+}
+
+std::vector<int> child_pids(int parent) {
+  std::vector<int> pids;
+  DIR* d = opendir("/proc");
+  if (!d) return pids;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    long pid = std::strtol(e->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    int ppid = 0;
+    if (read_stat(static_cast<int>(pid), nullptr, &ppid) && ppid == parent) {
+      pids.push_back(static_cast<int>(pid));
+    }
+  }
+  closedir(d);
+  return pids;
+}
+
+PosixProcessContext::PosixProcessContext(asio::io_context& io) : io_(io) {
+  // Orphaned grandchildren are reparented to us instead of init, so shutdown can find them.
+  if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
+    throw SystemError(errno_message("prctl(PR_SET_CHILD_SUBREAPER)", errno));
+  }
+  // Writing to a closed console pipe or a dead guard must be an error, not our death.
+  ::signal(SIGPIPE, SIG_IGN);
+}
+
+PosixProcessContext::~PosixProcessContext() = default;
+
+int PosixProcessContext::spawn(const SpawnRequest& request, ProcessCallbacks callbacks) {
+  DL_CHECK(!request.argv.empty()) << "spawn with an empty argv";
+  std::string path_env = "/usr/local/bin:/usr/bin:/bin";
+  for (const auto& [k, v] : request.env) {
+    if (k == "PATH") path_env = v;
+  }
+  const std::string& name = request.argv[0];
+  std::string path = resolve_program(name, path_env);
+  if (path.empty()) {
+    throw SpawnError(fmt::format(
+        "program '{}' was not found in PATH ({}); give its full path or fix PATH", name,
+        path_env));
+  }
+
+  // Everything the child needs is built before fork: after it, only async-signal-safe calls.
+  std::vector<std::string> env_strings;
+  env_strings.reserve(request.env.size());
+  for (const auto& [k, v] : request.env) env_strings.push_back(k + "=" + v);
+  std::vector<char*> envp;
+  for (auto& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_strings = request.argv;
+  std::vector<char*> argv;
+  for (auto& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, exec_pipe[2] = {-1, -1};
+  auto cleanup = [&]() {
+    for (int* p : {out_pipe, err_pipe, exec_pipe}) {
+      close_fd(p[0]);
+      close_fd(p[1]);
+    }
+  };
+  if (pipe2(exec_pipe, O_CLOEXEC) != 0 ||
+      (request.capture_output &&
+       (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0))) {
+    int err = errno;
+    cleanup();
+    throw SystemError(errno_message("pipe2 for a worker", err));
+  }
+
+  // Block every signal across fork so no agent handler runs in the child (asio's handler would
+  // write to the agent's signal pipe); the child resets dispositions and unblocks before exec.
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) {
+    for (int s = 1; s < NSIG; ++s) {
+      struct sigaction sa;
+      if (sigaction(s, nullptr, &sa) != 0) continue;
+      bool handled = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr
+                                                : (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN);
+      if (handled || s == SIGPIPE) ::signal(s, SIG_DFL);
+    }
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    int err = 0;
+    if (getppid() != parent) _exit(127);  // the agent died before the prctl took effect
+    if (request.capture_output) {
+      if (dup2(out_pipe[1], 1) < 0 || dup2(err_pipe[1], 2) < 0) {
+        err = errno;
+        (void)!write(exec_pipe[1], &err, sizeof(err));
+        _exit(127);
+      }
+    }
+    // Only 0, 1, 2 survive exec; exec_pipe[1] closes on success, telling the agent so.
+    close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+    sigset_t none;
+    sigemptyset(&none);
+    sigprocmask(SIG_SETMASK, &none, nullptr);
+    execve(path.c_str(), argv.data(), envp.data());
+    err = errno;
+    (void)!write(exec_pipe[1], &err, sizeof(err));
+    _exit(127);
+  }
+  int fork_err = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) {
+    cleanup();
+    throw SystemError(errno_message("fork", fork_err));
+  }
+  // Both sides set the group so it exists before either relies on it (EACCES after exec is fine).
+  setpgid(pid, pid);
+  close_fd(out_pipe[1]);
+  close_fd(err_pipe[1]);
+  close_fd(exec_pipe[1]);
+  int exec_errno = 0;
+  ssize_t r;
+  do {
+    r = ::read(exec_pipe[0], &exec_errno, sizeof(exec_errno));
+  } while (r < 0 && errno == EINTR);
+  close_fd(exec_pipe[0]);
+  if (r == static_cast<ssize_t>(sizeof(exec_errno))) {
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    cleanup();
+    std::string hint;
+    if (exec_errno == EACCES) hint = "; make it executable (chmod +x) or check the path";
+    if (exec_errno == ENOEXEC) hint = "; it is not a binary and has no #! line";
+    if (exec_errno == ENOENT) hint = "; if it is a script, check the interpreter in its #! line";
+    throw SpawnError(
+        fmt::format("cannot execute '{}': {}{}", path, std::strerror(exec_errno), hint));
+  }
+
+  int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (pidfd < 0) {
+    int err = errno;
+    ::kill(pid, SIGKILL);
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    cleanup();
+    throw SystemError(errno_message("pidfd_open", err));
+  }
+  guard_.add_group(pid);
+
+  auto child = std::make_shared<Child>(io_);
+  child->pid = pid;
+  child->callbacks = std::move(callbacks);
+  child->pidfd.assign(pidfd);
+  if (request.capture_output) {
+    child->out.assign(out_pipe[0]);
+    child->err.assign(err_pipe[0]);
+    out_pipe[0] = err_pipe[0] = -1;
+    start_read(child, 1);
+    start_read(child, 2);
+  }
+  children_[pid] = child;
+  child->pidfd.async_wait(asio::posix::stream_descriptor::wait_read,
+                          [this, pid](const boost::system::error_code& ec) {
+                            if (!ec) on_pidfd_ready(pid);
+                          });
+  return pid;
+}
+
+void PosixProcessContext::start_read(const std::shared_ptr<Child>& child, int stream) {
+  auto& d = stream == 1 ? child->out : child->err;
+  d.async_read_some(asio::buffer(child->buf[stream], kReadChunk),
+                    [this, child, stream](const boost::system::error_code& ec, size_t n) {
+                      auto& desc = stream == 1 ? child->out : child->err;
+                      auto emit = [&](std::string_view l) { child->emit(stream, l); };
+                      if (n > 0) child->split[stream].feed(child->buf[stream], n, emit);
+                      if (ec) {  // EOF: the process and all its children closed the pipe
+                        child->split[stream].flush(emit);
+                        boost::system::error_code ignored;
+                        desc.close(ignored);
+                        return;
+                      }
+                      start_read(child, stream);
+                    });
+}
+
+void PosixProcessContext::on_pidfd_ready(int pid) {
+  auto it = children_.find(pid);
+  if (it == children_.end()) return;
+  std::shared_ptr<Child> child = it->second;
+  siginfo_t info;
+  std::memset(&info, 0, sizeof(info));
+  int rc;
+  do {
+    rc = waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child->pidfd.native_handle()),
+                &info, WEXITED);
+  } while (rc < 0 && errno == EINTR);
+  if (rc != 0 && errno == EAGAIN) {
+    // Not exited yet: a spurious readiness (Asio may hand a recycled descriptor state a stale
+    // event when file descriptor numbers are reused within one reactor batch). Wait again.
+    child->pidfd.async_wait(asio::posix::stream_descriptor::wait_read,
+                            [this, pid](const boost::system::error_code& ec) {
+                              if (!ec) on_pidfd_ready(pid);
+                            });
+    return;
+  }
+  if (rc != 0) {
+    log_warning("waitid on worker pid {} failed: {}", pid, std::strerror(errno));
+    info.si_code = CLD_KILLED;
+    info.si_status = SIGKILL;
+  }
+  boost::system::error_code ignored;
+  child->pidfd.close(ignored);
+  children_.erase(it);
+  dead_groups_.push_back(pid);
+  // Deliver what the worker wrote before it died, then its exit. Its children may keep the
+  // pipes open; the async reads go on for them.
+  child->drain(1);
+  child->drain(2);
+  auto emit1 = [&](std::string_view l) { child->emit(1, l); };
+  auto emit2 = [&](std::string_view l) { child->emit(2, l); };
+  child->split[1].flush(emit1);
+  child->split[2].flush(emit2);
+  if (child->callbacks.on_exit) child->callbacks.on_exit(status_from_siginfo(info));
+}
+
+void PosixProcessContext::signal_group(int pid, int signal) {
+  if (::killpg(pid, signal) != 0 && errno != ESRCH) {
+    log_warning("could not send {} to process group {}: {}", signal_name(signal), pid,
+                std::strerror(errno));
+  }
+}
+
+std::string PosixProcessContext::process_state(int pid) {
+  char state = 0;
+  if (!read_stat(pid, &state, nullptr)) return "";
+  return std::string(1, state);
+}
+
+void PosixProcessContext::reap_orphan_zombies() {
+  for (int pid : child_pids(getpid())) {
+    if (children_.count(pid) || pid == guard_.pid()) continue;
+    char state = 0;
+    if (read_stat(pid, &state, nullptr) && state == 'Z') waitpid(pid, nullptr, WNOHANG);
+  }
+}
+
+std::vector<std::string> PosixProcessContext::kill_orphans(Duration timeout) {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  std::set<int> stuck;
+  // Killing an orphan can orphan its own children, which then come to us: sweep until none is
+  // left or the deadline passes.
+  while (true) {
+    std::vector<int> orphans;
+    for (int pid : child_pids(getpid())) {
+      if (children_.count(pid) || pid == guard_.pid()) continue;
+      orphans.push_back(pid);
+    }
+    if (orphans.empty()) break;
+    for (int pid : orphans) {
+      if (!stuck.count(pid)) log_info("killing orphaned descendant pid {}", pid);
+      ::kill(pid, SIGKILL);
+      stuck.insert(pid);
+    }
+    for (int pid : orphans) {
+      if (waitpid(pid, nullptr, WNOHANG) == pid) stuck.erase(pid);
+    }
+    if (std::chrono::steady_clock::now() >= deadline) break;
+    // Bounded clean-up after the group has stopped, not exit monitoring: a short sleep keeps
+    // the sweep from spinning while the kernel tears the processes down.
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  // A group whose members are all gone leaves the guard's list, so its id can never hit an
+  // unrelated process group that reuses it later.
+  std::vector<int> live;
+  for (int pg : dead_groups_) {
+    if (::killpg(pg, 0) != 0 && errno == ESRCH) {
+      guard_.remove_group(pg);
+    } else {
+      live.push_back(pg);
+    }
+  }
+  dead_groups_ = live;
+  std::vector<std::string> out;
+  for (int pid : stuck) {
+    std::string state = process_state(pid);
+    if (state.empty()) continue;
+    out.push_back(fmt::format("pid {} (state {})", pid, state));
+  }
+  return out;
+}
+
+}  // namespace dlaunch

@@ -1,0 +1,75 @@
+// The agent's window onto processes: start, signal, and learn of exits and output lines. The
+// agent's logic talks only to this interface, so it can be unit-tested with a fake; the real one
+// (posix_process_context.h) forks and execs, and watches pidfds and pipes on the agent's
+// io_context.
+//
+// Threading: every method must be called on the agent's event-loop thread, and callbacks run on
+// it. Spawning from that one thread matters: the parent-death signal is tied to the thread that
+// forked, so a worker spawned from a short-lived thread would die with that thread.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "launcher/exit_status.h"
+
+namespace dlaunch {
+
+// The program could not be started: not found, not executable, bad interpreter. The message
+// names the path and the reason; it is meant for the user as is.
+class SpawnError : public SystemError {
+ public:
+  using SystemError::SystemError;
+};
+
+struct SpawnRequest {
+  // argv[0] is the program: a path, or a bare name looked up in the PATH of `env`.
+  std::vector<std::string> argv;
+  // The complete environment of the new process ("KEY", "value"); nothing else is inherited.
+  std::vector<std::pair<std::string, std::string>> env;
+  // true: stdout and stderr come back line by line through on_line; false: they are inherited.
+  bool capture_output = true;
+};
+
+struct ProcessCallbacks {
+  // One line without its '\n'; stream 1 = stdout, 2 = stderr. Lines written before the process
+  // exited are all delivered before on_exit; its children may still write after.
+  std::function<void(int stream, std::string_view line)> on_line;
+  // Exactly once, when the process has exited and been reaped.
+  std::function<void(const ExitStatus&)> on_exit;
+};
+
+class ProcessContext {
+ public:
+  virtual ~ProcessContext() = default;
+
+  // Starts a process that leads its own process group and cannot outlive the agent. Returns its
+  // pid. Blocks only until exec has succeeded or failed. Throws SpawnError when the program
+  // cannot be found or executed (the exit is then never reported), SystemError when fork or a
+  // pipe fails.
+  virtual int spawn(const SpawnRequest& request, ProcessCallbacks callbacks) = 0;
+
+  // Sends `signal` to the process group led by `pid` (the process and the children it did not
+  // move elsewhere). Quietly does nothing when the group is gone. Never blocks.
+  virtual void signal_group(int pid, int signal) = 0;
+
+  // SIGKILLs every process that was reparented to the agent (grandchildren whose parent died;
+  // the agent is a child subreaper) and is not a process spawned here, then reaps them, within
+  // `timeout`. Returns "pid (state)" for each one that would not die (e.g. state D), so the
+  // caller can report it instead of waiting forever.
+  virtual std::vector<std::string> kill_orphans(Duration timeout) = 0;
+
+  // Reaps reparented orphans that already exited, so they do not pile up as zombies during a
+  // long run (the agent calls it on SIGCHLD). Never blocks.
+  virtual void reap_orphan_zombies() = 0;
+
+  // One letter from /proc/<pid>/stat (R, S, D, Z, T...), or "" when the process is gone.
+  virtual std::string process_state(int pid) = 0;
+};
+
+}  // namespace dlaunch

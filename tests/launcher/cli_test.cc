@@ -1,0 +1,89 @@
+#include "launcher/cli.h"
+
+#include <gtest/gtest.h>
+
+#include "common/error.h"
+
+namespace dlaunch {
+namespace {
+
+TEST(Cli, BothSpellingsAndBothValueShapes) {
+  auto a = parse_cli({"--nproc_per_node", "2", "--max-restarts=3", "--rdzv_conf=a=1,b=2", "prog"});
+  EXPECT_EQ(a.values.at("nproc_per_node"), "2");
+  EXPECT_EQ(a.values.at("max_restarts"), "3");
+  EXPECT_EQ(a.values.at("rdzv_conf"), "a=1,b=2");  // only the first '=' splits
+  EXPECT_EQ(a.spelled.at("max_restarts"), "--max-restarts");
+  EXPECT_EQ(a.program, "prog");
+}
+
+TEST(Cli, ShortFlags) {
+  auto a = parse_cli({"-r", "3", "-t1", "-m", "mod"});
+  EXPECT_EQ(a.values.at("redirects"), "3");
+  EXPECT_EQ(a.values.at("tee"), "1");
+  EXPECT_EQ(a.values.at("module"), "true");
+  EXPECT_EQ(a.program, "mod");
+  EXPECT_EQ(parse_cli({"-r=0:1,1:2", "p"}).values.at("redirects"), "0:1,1:2");
+  EXPECT_THROW(parse_cli({"-mx", "p"}), UsageError);
+  EXPECT_THROW(parse_cli({"-z", "p"}), UsageError);
+}
+
+TEST(Cli, SwitchesTakeOptionalValues) {
+  auto a = parse_cli({"--standalone", "--no-python=false", "p"});
+  EXPECT_EQ(a.values.at("standalone"), "true");
+  EXPECT_EQ(a.values.at("no_python"), "false");
+}
+
+TEST(Cli, EverythingAfterTheProgramBelongsToIt) {
+  auto a = parse_cli({"--standalone", "train.py", "--nproc_per_node", "8", "-r", "3"});
+  EXPECT_EQ(a.program, "train.py");
+  EXPECT_EQ(a.program_args, (std::vector<std::string>{"--nproc_per_node", "8", "-r", "3"}));
+  EXPECT_EQ(a.values.count("nproc_per_node"), 0u);
+  auto b = parse_cli({"--", "-weird-name", "x"});
+  EXPECT_EQ(b.program, "-weird-name");
+  EXPECT_EQ(b.program_args, std::vector<std::string>{"x"});
+}
+
+TEST(Cli, UniquePrefixesAsArgparse) {
+  EXPECT_EQ(parse_cli({"--nproc", "4", "p"}).values.at("nproc_per_node"), "4");
+  // --master could be --master_addr or --master_port.
+  try {
+    parse_cli({"--master", "x", "p"});
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("ambiguous"), std::string::npos);
+  }
+}
+
+TEST(Cli, ErrorsNameTheFlag) {
+  try {
+    parse_cli({"--nproc_per_node"});
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--nproc_per_node"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("needs a value"), std::string::npos);
+  }
+  try {
+    parse_cli({"--frobnicate", "p"});
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--frobnicate"), std::string::npos);
+  }
+}
+
+TEST(Cli, RepeatedFlagKeepsTheLast) {
+  EXPECT_EQ(parse_cli({"--role", "a", "--role", "b", "p"}).values.at("role"), "b");
+}
+
+TEST(Cli, HelpListsEveryFlagWithItsTwin) {
+  std::string h = help_text();
+  for (const auto& s : flag_specs()) {
+    EXPECT_NE(h.find("--" + s.name), std::string::npos) << s.name;
+    if (s.name != "help") {
+      EXPECT_NE(h.find(s.env), std::string::npos) << s.env;
+    }
+  }
+  EXPECT_TRUE(parse_cli({"-h"}).help);
+}
+
+}  // namespace
+}  // namespace dlaunch

@@ -1,0 +1,419 @@
+// Integration tests: the real dlaunch binary running the real test worker, one test per
+// guarantee of docs/cli.md. Generous timeouts; they assert behaviour, never speed.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/subprocess.h"
+
+namespace dlaunch::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kDlaunch = DLAUNCH_BIN;
+const std::string kWorker = TEST_WORKER_BIN;
+
+std::vector<std::string> cmd(std::vector<std::string> flags, std::vector<std::string> worker) {
+  std::vector<std::string> argv = {kDlaunch};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.push_back(kWorker);
+  argv.insert(argv.end(), worker.begin(), worker.end());
+  return argv;
+}
+
+// "[default1]:KEY=VALUE" lines -> per local rank maps.
+std::map<int, std::map<std::string, std::string>> parse_env_lines(const std::string& out,
+                                                                   const std::string& role) {
+  std::map<int, std::map<std::string, std::string>> env;
+  for (const auto& line : lines_with_prefix(out, "[" + role)) {
+    size_t close = line.find("]:");
+    if (close == std::string::npos) continue;
+    int lr = std::stoi(line.substr(role.size() + 1, close - role.size() - 1));
+    std::string kv = line.substr(close + 2);
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[lr][kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+bool wait_ready(const TempDir& dir, int n) {
+  return wait_until(
+      [&] {
+        for (int r = 0; r < n; ++r) {
+          if (!file_exists(dir.file("ready." + std::to_string(r)))) return false;
+        }
+        return true;
+      },
+      30s);
+}
+
+TEST(DlaunchEnv, ContractForThreeWorkers) {
+  auto r = run(cmd({"--standalone", "--nproc_per_node=3", "--max_restarts", "2", "--role",
+                    "trainer"},
+                   {"print-env"}),
+               {{"OMP_NUM_THREADS", ""}});
+  // An empty OMP_NUM_THREADS is still "set by the user": dlaunch must not replace it.
+  ASSERT_FALSE(r.timed_out);
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  auto env = parse_env_lines(r.out, "trainer");
+  ASSERT_EQ(env.size(), 3u) << r.out;
+  std::set<std::string> ports, run_ids;
+  for (int lr = 0; lr < 3; ++lr) {
+    auto& e = env[lr];
+    EXPECT_EQ(e["RANK"], std::to_string(lr));
+    EXPECT_EQ(e["LOCAL_RANK"], std::to_string(lr));
+    EXPECT_EQ(e["WORLD_SIZE"], "3");
+    EXPECT_EQ(e["LOCAL_WORLD_SIZE"], "3");
+    EXPECT_EQ(e["GROUP_RANK"], "0");
+    EXPECT_EQ(e["GROUP_WORLD_SIZE"], "1");
+    EXPECT_EQ(e["ROLE_RANK"], std::to_string(lr));
+    EXPECT_EQ(e["ROLE_WORLD_SIZE"], "3");
+    EXPECT_EQ(e["ROLE_NAME"], "trainer");
+    EXPECT_EQ(e["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(e["TORCHELASTIC_RESTART_COUNT"], "0");
+    EXPECT_EQ(e["TORCHELASTIC_MAX_RESTARTS"], "2");
+    EXPECT_TRUE(e["TORCHELASTIC_USE_AGENT_STORE"] == "True" ||
+                e["TORCHELASTIC_USE_AGENT_STORE"] == "False");
+    EXPECT_EQ(e["OMP_NUM_THREADS"], "");
+    EXPECT_EQ(e["NCCL_ASYNC_ERROR_HANDLING"], "1");
+    EXPECT_EQ(e["DLAUNCH_ATTEMPT"], "0");
+    EXPECT_NE(e["DLAUNCH_NODE_ID"], "<unset>");
+    std::string suffix = "/attempt_0/" + std::to_string(lr) + "/error.json";
+    EXPECT_GE(e["TORCHELASTIC_ERROR_FILE"].size(), suffix.size());
+    EXPECT_TRUE(e["TORCHELASTIC_ERROR_FILE"].rfind(suffix) ==
+                e["TORCHELASTIC_ERROR_FILE"].size() - suffix.size())
+        << e["TORCHELASTIC_ERROR_FILE"];
+    EXPECT_NE(e["DLAUNCH_HEARTBEAT_FILE"].find("/attempt_0/" + std::to_string(lr) + "/"),
+              std::string::npos);
+    int port = std::stoi(e["MASTER_PORT"]);
+    EXPECT_GT(port, 0);
+    EXPECT_LT(port, 65536);
+    ports.insert(e["MASTER_PORT"]);
+    run_ids.insert(e["TORCHELASTIC_RUN_ID"]);
+  }
+  EXPECT_EQ(ports.size(), 1u);
+  ASSERT_EQ(run_ids.size(), 1u);
+  // --standalone: a random run id, never torchrun's static "none".
+  EXPECT_NE(*run_ids.begin(), "none");
+  EXPECT_EQ(run_ids.begin()->size(), 16u);
+}
+
+TEST(DlaunchEnv, DefaultsMatchTorchrunForStaticJobs) {
+  auto r = run(cmd({"--nproc-per-node", "2", "--master_port", "0"}, {"print-env"}));
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  auto env = parse_env_lines(r.out, "default");
+  ASSERT_EQ(env.size(), 2u) << r.out;
+  EXPECT_EQ(env[0]["TORCHELASTIC_RUN_ID"], "none");
+  EXPECT_EQ(env[1]["ROLE_NAME"], "default");
+  // OMP_NUM_THREADS = max(1, cores / workers), unless the user set it.
+  long cores = sysconf(_SC_NPROCESSORS_ONLN);
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) cores = CPU_COUNT(&set);
+  EXPECT_EQ(env[0]["OMP_NUM_THREADS"], std::to_string(std::max(1L, cores / 2)));
+}
+
+TEST(DlaunchEnv, EnvTwinAndFlagPrecedence) {
+  auto r = run(cmd({"--master_port=0"}, {"print-env"}), {{"DLAUNCH_NPROC_PER_NODE", "2"}});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(parse_env_lines(r.out, "default").size(), 2u);
+  r = run(cmd({"--master_port=0", "--nproc_per_node", "1"}, {"print-env"}),
+          {{"DLAUNCH_NPROC_PER_NODE", "2"}});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(parse_env_lines(r.out, "default").size(), 1u);
+}
+
+TEST(DlaunchExit, SuccessIsZero) {
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "2"}, {"ok"}));
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(lines_with_prefix(r.out, "[default0]:ok rank=0").size(), 1u) << r.out;
+  EXPECT_EQ(lines_with_prefix(r.out, "[default1]:ok rank=1").size(), 1u) << r.out;
+}
+
+TEST(DlaunchExit, FailureIsOneAndReportNamesTheFirstFailure) {
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "3", "--shutdown_grace", "5"},
+                   {"crash", "code=7", "rank=2"}));
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("Root cause (first observed failure)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank      : 2 (local_rank: 2)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("exitcode  : 7"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("crashing on purpose"), std::string::npos) << r.err;  // stderr tail
+  // The others were stopped by dlaunch: listed as consequences, with the signal's name.
+  EXPECT_NE(r.err.find("rank 0 (local_rank 0"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("SIGTERM"), std::string::npos) << r.err;
+}
+
+TEST(DlaunchExit, SegfaultIsReportedBySignalName) {
+  auto r = run(cmd({"--standalone"}, {"segv"}));
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("SIGSEGV"), std::string::npos) << r.err;
+}
+
+TEST(DlaunchExit, ErrorFileIsTheReportedCause) {
+  auto r = run(cmd({"--standalone"}, {"write-error-file", "code=5", "message=KeyError: 42"}));
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("KeyError: 42"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Traceback (most recent call last)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("error.json"), std::string::npos) << r.err;
+  // With an error file, the stderr tail is not what the report shows as the cause.
+  size_t report = r.err.find("Root cause");
+  ASSERT_NE(report, std::string::npos);
+  EXPECT_EQ(r.err.find("this stderr line must not be the reported cause", report),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(DlaunchRestart, CrashOnceRestartsWithIncrementedCount) {
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1"},
+                   {"crash-once"}));
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(lines_with_prefix(r.out, "[default0]:ok rank=0 restart_count=1").size(), 1u) << r.out;
+  EXPECT_EQ(lines_with_prefix(r.out, "[default1]:ok rank=1 restart_count=1").size(), 1u) << r.out;
+}
+
+TEST(DlaunchRestart, BudgetRunsOutThenExitOne) {
+  TempDir logs;
+  auto r = run(cmd({"--standalone", "--max_restarts", "2", "--log_dir", logs.path(), "--rdzv_id",
+                    "budget"},
+                   {"crash", "code=4"}));
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("after 2 restart(s) of 2 allowed"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Earlier attempts"), std::string::npos) << r.err;
+  for (int a = 0; a < 3; ++a) {
+    EXPECT_TRUE(file_exists(logs.path() + "/budget/attempt_" + std::to_string(a) + "/0/stderr.log"))
+        << a;
+  }
+  EXPECT_FALSE(file_exists(logs.path() + "/budget/attempt_3"));
+}
+
+TEST(DlaunchUsage, BadInputExitsTwoWithOneSentence) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string must_mention;
+  };
+  std::vector<Case> cases = {
+      {{"--nproc_per_node=abc", "x"}, "--nproc_per_node"},
+      {{"--nproc_per_node", "0", "x"}, "--nproc_per_node"},
+      {{"--bogus", "x"}, "--bogus"},
+      {{"--redirects", "7", "x"}, "--redirects"},
+      {{"-r", "5:1", "--nproc_per_node", "2", "x"}, "local rank 5"},
+      {{"--nnodes", "3:2", "x"}, "--nnodes"},
+      {{"--module", "--no_python", "x"}, "--no_python"},
+      {{"--max_restarts", "-1", "x"}, "--max_restarts"},
+      {{"--master_port", "70000", "x"}, "--master_port"},
+      {{"--standalone", "--nnodes", "2", "x"}, "--standalone"},
+      {{"--nproc_per_node"}, "--nproc_per_node"},
+      {{}, "no program"},
+  };
+  for (const auto& c : cases) {
+    std::vector<std::string> argv = {kDlaunch};
+    argv.insert(argv.end(), c.args.begin(), c.args.end());
+    auto r = run(argv);
+    EXPECT_EQ(r.exit.shell_code(), 2) << c.args.size() << " " << r.err;
+    EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << r.err;
+    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+    EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+  }
+  auto bad_env = run({kDlaunch, "x"}, {{"DLAUNCH_MAX_RESTARTS", "many"}});
+  EXPECT_EQ(bad_env.exit.shell_code(), 2);
+  EXPECT_NE(bad_env.err.find("DLAUNCH_MAX_RESTARTS"), std::string::npos) << bad_env.err;
+}
+
+TEST(DlaunchUsage, MissingOrNonExecutableProgram) {
+  auto r = run({kDlaunch, "--standalone", "no_such_program_dlaunch"});
+  EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+  EXPECT_NE(r.err.find("'no_such_program_dlaunch' was not found in PATH"), std::string::npos)
+      << r.err;
+  TempDir dir;
+  std::string path = dir.file("not_executable");
+  {
+    FILE* f = fopen(path.c_str(), "w");
+    fputs("echo hi\n", f);
+    fclose(f);
+  }
+  r = run({kDlaunch, "--standalone", path});
+  EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+  EXPECT_NE(r.err.find("cannot execute '" + path + "'"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
+}
+
+TEST(DlaunchUsage, HelpAndDryRun) {
+  auto r = run({kDlaunch, "--help"});
+  EXPECT_EQ(r.exit.shell_code(), 0);
+  EXPECT_NE(r.out.find("--nproc_per_node"), std::string::npos);
+  EXPECT_NE(r.out.find("DLAUNCH_HANG_TIMEOUT"), std::string::npos);
+  r = run({kDlaunch, "--dry_run", "--max-restarts=3", "/bin/true"},
+          {{"DLAUNCH_NPROC_PER_NODE", "4"}});
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.out.find("DLAUNCH_NPROC_PER_NODE"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("--max-restarts"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("worker command (local rank 0): /bin/true"), std::string::npos) << r.out;
+}
+
+TEST(DlaunchSignals, SigtermIsForwardedAndExitIs143) {
+  TempDir dir;
+  Subprocess p(cmd({"--standalone", "--nproc_per_node", "2"},
+                   {"record-signals", "file=" + dir.file("sig"), "ready=" + dir.path()}));
+  ASSERT_TRUE(wait_ready(dir, 2)) << p.err();
+  p.signal(SIGUSR2);
+  ASSERT_TRUE(wait_until([&] { return read_file(dir.file("sig.1")).find("SIGUSR2") != std::string::npos; }, 30s));
+  p.signal(SIGTERM);
+  auto exit = p.wait(60s);
+  ASSERT_TRUE(exit) << p.err();
+  EXPECT_EQ(exit->shell_code(), 128 + SIGTERM) << p.err();
+  for (int r = 0; r < 2; ++r) {
+    std::string sigs = read_file(dir.file("sig." + std::to_string(r)));
+    EXPECT_NE(sigs.find("SIGUSR2"), std::string::npos) << sigs;
+    EXPECT_NE(sigs.find("SIGTERM"), std::string::npos) << sigs;
+  }
+}
+
+TEST(DlaunchSignals, SigintExitIs130) {
+  TempDir dir;
+  Subprocess p(cmd({"--standalone"}, {"record-signals", "file=" + dir.file("sig"),
+                                      "ready=" + dir.path()}));
+  ASSERT_TRUE(wait_ready(dir, 1)) << p.err();
+  p.signal(SIGINT);
+  auto exit = p.wait(60s);
+  ASSERT_TRUE(exit) << p.err();
+  EXPECT_EQ(exit->shell_code(), 128 + SIGINT) << p.err();
+  EXPECT_NE(read_file(dir.file("sig.0")).find("SIGINT"), std::string::npos);
+}
+
+TEST(DlaunchSignals, PreemptionNoticeThenStopExits75) {
+  TempDir dir;
+  Subprocess p(cmd({"--standalone", "--max_restarts", "3"},
+                   {"record-signals", "file=" + dir.file("sig"), "ready=" + dir.path()}));
+  ASSERT_TRUE(wait_ready(dir, 1)) << p.err();
+  p.signal(SIGUSR1);
+  ASSERT_TRUE(wait_until([&] { return read_file(dir.file("sig.0")).find("SIGUSR1") != std::string::npos; }, 30s));
+  p.signal(SIGTERM);
+  auto exit = p.wait(60s);
+  ASSERT_TRUE(exit) << p.err();
+  EXPECT_EQ(exit->shell_code(), 75) << p.err();
+}
+
+TEST(DlaunchShutdown, IgnoredSigtermIsBoundedByTheGrace) {
+  TempDir dir;
+  Subprocess p(cmd({"--standalone", "--nproc_per_node", "2", "--shutdown_grace", "0.5"},
+                   {"ignore-sigterm", "ready=" + dir.path()}));
+  ASSERT_TRUE(wait_ready(dir, 2)) << p.err();
+  pid_t w0 = std::stoi(read_file(dir.file("ready.0")));
+  pid_t w1 = std::stoi(read_file(dir.file("ready.1")));
+  p.signal(SIGTERM);
+  auto exit = p.wait(60s);
+  ASSERT_TRUE(exit) << "dlaunch did not stop workers that ignore SIGTERM\n" << p.err();
+  EXPECT_EQ(exit->shell_code(), 128 + SIGTERM);
+  EXPECT_NE(p.err().find("sending SIGKILL"), std::string::npos) << p.err();
+  EXPECT_TRUE(wait_until([&] { return !process_alive(w0) && !process_alive(w1); }, 10s));
+}
+
+TEST(DlaunchOrphans, AgentSigkillTakesGrandchildrenDown) {
+  TempDir dir;
+  Subprocess p(cmd({"--standalone", "--nproc_per_node", "2"},
+                   {"spawn-grandchild", "file=" + dir.file("gc"), "ready=" + dir.path()}));
+  ASSERT_TRUE(wait_ready(dir, 2)) << p.err();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    pids.push_back(std::stoi(read_file(dir.file("ready." + std::to_string(r)))));
+    pids.push_back(std::stoi(read_file(dir.file("gc." + std::to_string(r)))));
+  }
+  for (pid_t pid : pids) ASSERT_TRUE(process_alive(pid)) << pid;
+  p.signal(SIGKILL);
+  ASSERT_TRUE(p.wait(30s));
+  for (pid_t pid : pids) {
+    EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 20s))
+        << "pid " << pid << " outlived a SIGKILLed agent";
+  }
+}
+
+TEST(DlaunchOrphans, FailureCleansUpGrandchildren) {
+  TempDir dir;
+  // Rank 0 leaves a grandchild behind; rank 1 crashes once rank 0 is ready.
+  Subprocess p(cmd({"--standalone", "--nproc_per_node", "2", "--shutdown_grace", "2"},
+                   {"spawn-grandchild", "file=" + dir.file("gc"), "ready=" + dir.path(),
+                    "rank=0", "others=crash", "others_wait_for=" + dir.file("ready.0")}));
+  auto exit = p.wait(60s);
+  ASSERT_TRUE(exit) << p.err();
+  EXPECT_EQ(exit->shell_code(), 1) << p.err();
+  std::string gc = read_file(dir.file("gc.0"));
+  ASSERT_FALSE(gc.empty()) << p.err();
+  pid_t pid = std::stoi(gc);
+  EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 10s)) << pid;
+}
+
+TEST(DlaunchHang, HungWorkerIsDetectedStackedAndRestarted) {
+  TempDir logs;
+  auto r = run(cmd({"--standalone", "--hang_timeout", "1", "--max_restarts", "1",
+                    "--shutdown_grace", "1", "--log_dir", logs.path(), "--rdzv_id", "hang"},
+                   {"hang"}),
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("is hung"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("restarting the worker group (1 of 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hung      : no heartbeat"), std::string::npos) << r.err;
+  if (!file_exists("/usr/bin/eu-stack") && !file_exists("/usr/bin/gdb")) {
+    GTEST_SKIP() << "neither eu-stack nor gdb is installed: no stack to check";
+  }
+  std::string stack = read_file(logs.path() + "/hang/attempt_0/0/stack.txt");
+  EXPECT_FALSE(stack.empty()) << r.err;
+}
+
+TEST(DlaunchHang, BeatingWorkerIsNotHung) {
+  auto r = run(cmd({"--standalone", "--hang_timeout", "0.6", "--nproc_per_node", "2"},
+                   {"beat", "seconds=2"}));
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(r.err.find("is hung"), std::string::npos) << r.err;
+}
+
+TEST(DlaunchLogs, RedirectsTeeFilterAndFiles) {
+  TempDir logs;
+  auto r = run({kDlaunch, "--standalone", "--nproc_per_node", "2", "--log_dir", logs.path(),
+                "--rdzv_id", "logs", "-r", "0:1", "--local_ranks_filter", "0,1", "--no_python",
+                "/bin/sh", "-c", "echo out$LOCAL_RANK; echo err$LOCAL_RANK >&2"});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  // Rank 0's stdout is redirected: only in its file. Rank 1's is on the console.
+  EXPECT_EQ(r.out.find("[default0]:out0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[default1]:out1"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("[default0]:err0"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(logs.path() + "/logs/attempt_0/0/stdout.log"), "out0\n");
+  EXPECT_EQ(read_file(logs.path() + "/logs/attempt_0/1/stderr.log"), "err1\n");
+
+  r = run({kDlaunch, "--standalone", "--nproc_per_node", "2", "--local_ranks_filter", "1",
+           "/bin/sh", "-c", "echo line$LOCAL_RANK"});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(r.out, "[default1]:line1\n");
+}
+
+TEST(DlaunchProgram, AppendLocalRankArgAndPython) {
+  auto r = run({kDlaunch, "--standalone", "--nproc_per_node", "2", "--append_local_rank_arg",
+                "/bin/echo", "a", "b"});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.out.find("[default1]:--local_rank=1 a b"), std::string::npos) << r.out;
+
+  if (!file_exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  TempDir dir;
+  std::string script = dir.file("show.py");
+  {
+    FILE* f = fopen(script.c_str(), "w");
+    fputs("import os, sys\nprint('py', os.environ['RANK'], sys.argv[1:], sys.stdout.write_through)\n",
+          f);
+    fclose(f);
+  }
+  r = run({kDlaunch, "--standalone", "--python", "/usr/bin/python3", script, "x"});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  // write_through: python ran with -u, as torchrun runs it.
+  EXPECT_NE(r.out.find("[default0]:py 0 ['x'] True"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace dlaunch::testing

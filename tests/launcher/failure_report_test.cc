@@ -1,0 +1,92 @@
+#include "launcher/failure_report.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "launcher/exit_status.h"
+
+namespace dlaunch {
+namespace {
+
+std::string write_temp(const std::string& text) {
+  char name[] = "/tmp/dlaunch_error_XXXXXX";
+  int fd = mkstemp(name);
+  EXPECT_GE(fd, 0);
+  close(fd);
+  std::ofstream(name) << text;
+  return name;
+}
+
+TEST(ErrorFile, PyTorchFormat) {
+  std::string path = write_temp(
+      R"({"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": "Traceback...\nValueError: x", "timestamp": "1700000000"}}})");
+  auto e = read_error_file(path);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "ValueError: x");
+  EXPECT_EQ(e->traceback, "Traceback...\nValueError: x");
+  EXPECT_EQ(e->timestamp, "1700000000");
+  std::remove(path.c_str());
+}
+
+TEST(ErrorFile, OldFormatAndGarbage) {
+  std::string path = write_temp(R"({"message": "boom", "timestamp": 12})");
+  auto e = read_error_file(path);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->message, "boom");
+  EXPECT_EQ(e->timestamp, "12");
+  std::remove(path.c_str());
+  path = write_temp("not json");
+  e = read_error_file(path);
+  ASSERT_TRUE(e);
+  EXPECT_EQ(e->raw, "not json");
+  std::remove(path.c_str());
+  EXPECT_FALSE(read_error_file("/nonexistent/error.json"));
+}
+
+TEST(SignalNames, Names) {
+  EXPECT_EQ(signal_name(11), "SIGSEGV");
+  EXPECT_EQ(signal_name(9), "SIGKILL");
+  EXPECT_EQ(parse_signal("term"), 15);
+  EXPECT_EQ(parse_signal("SIGUSR1"), 10);
+  EXPECT_EQ(parse_signal("9"), 9);
+  EXPECT_EQ(parse_signal("nope"), 0);
+  EXPECT_EQ(ExitStatus::killed(6).describe(), "signal SIGABRT (6)");
+  EXPECT_EQ(ExitStatus::exited(3).describe(), "exit code 3");
+}
+
+TEST(FailureReport, RootCauseFirstOthersAsConsequences) {
+  std::vector<WorkerRecord> ws(2);
+  ws[0].local_rank = 0;
+  ws[1].local_rank = 1;
+  ws[0].global_rank = 4;
+  ws[1].global_rank = 5;
+  WorkerGroup g(1, ws);
+  auto wall = std::chrono::system_clock::now();
+  g.on_started(0, 100, TimePoint{}, wall);
+  g.on_started(1, 101, TimePoint{}, wall);
+  g.add_stderr_line(1, "RuntimeError: CUDA out of memory");
+  g.on_exit(1, ExitStatus::killed(11), TimePoint{}, wall);
+  g.on_exit(0, ExitStatus::killed(15), TimePoint{}, wall);
+  ReportContext ctx;
+  ctx.host = "nodeA";
+  ctx.max_restarts = 1;
+  ctx.restarts_used = 1;
+  ctx.earlier = {"attempt 0: rank 5 (local_rank 1, pid 90): exit code 3"};
+  std::string r = format_failure_report(g, ctx);
+  size_t root = r.find("Root cause");
+  size_t others = r.find("Other workers");
+  ASSERT_NE(root, std::string::npos);
+  ASSERT_NE(others, std::string::npos);
+  EXPECT_LT(root, others);
+  EXPECT_NE(r.find("rank      : 5 (local_rank: 1)"), std::string::npos) << r;
+  EXPECT_NE(r.find("exitcode  : -11 (SIGSEGV) (pid: 101)"), std::string::npos) << r;
+  EXPECT_NE(r.find("host      : nodeA"), std::string::npos) << r;
+  EXPECT_NE(r.find("CUDA out of memory"), std::string::npos) << r;
+  EXPECT_NE(r.find("rank 4 (local_rank 0, pid 100): signal SIGTERM"), std::string::npos) << r;
+  EXPECT_NE(r.find("attempt 0: rank 5"), std::string::npos) << r;
+}
+
+}  // namespace
+}  // namespace dlaunch

@@ -1,0 +1,145 @@
+#include "launcher/launch_config.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "common/error.h"
+
+namespace dlaunch {
+namespace {
+
+LaunchConfig resolve(std::vector<std::string> args, std::map<std::string, std::string> env = {},
+                     HostInfo host = HostInfo{8, 0, "feedfacecafebeef"}) {
+  auto lookup = [env](const std::string& k) -> std::optional<std::string> {
+    auto it = env.find(k);
+    if (it == env.end()) return std::nullopt;
+    return it->second;
+  };
+  return resolve_config(parse_cli(args), lookup, host);
+}
+
+std::string usage_error(std::vector<std::string> args, std::map<std::string, std::string> env = {}) {
+  try {
+    resolve(args, env);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(LaunchConfig, DefaultsAreTorchruns) {
+  auto c = resolve({"p"});
+  EXPECT_EQ(c.nproc_per_node, 1);
+  EXPECT_EQ(c.min_nodes, 1);
+  EXPECT_EQ(c.max_nodes, 1);
+  EXPECT_EQ(c.master_addr, "127.0.0.1");
+  EXPECT_EQ(c.master_port, 29500);
+  EXPECT_EQ(c.run_id, "none");
+  EXPECT_EQ(c.rdzv_backend, "static");
+  EXPECT_EQ(c.role, "default");
+  EXPECT_EQ(c.max_restarts, 0);
+  EXPECT_EQ(c.origin.at("nproc_per_node"), "default");
+}
+
+TEST(LaunchConfig, FlagBeatsEnvTwinBeatsDefault) {
+  auto c = resolve({"p"}, {{"DLAUNCH_NPROC_PER_NODE", "3"}, {"DLAUNCH_ROLE", "x"}});
+  EXPECT_EQ(c.nproc_per_node, 3);
+  EXPECT_EQ(c.origin.at("nproc_per_node"), "DLAUNCH_NPROC_PER_NODE");
+  EXPECT_EQ(c.role, "x");
+  c = resolve({"--nproc-per-node=5", "p"}, {{"DLAUNCH_NPROC_PER_NODE", "3"}});
+  EXPECT_EQ(c.nproc_per_node, 5);
+  EXPECT_EQ(c.origin.at("nproc_per_node"), "--nproc-per-node");
+  EXPECT_NE(c.describe().find("--nproc-per-node"), std::string::npos);
+}
+
+TEST(LaunchConfig, NprocKeywords) {
+  EXPECT_EQ(resolve({"--nproc_per_node", "cpu", "p"}).nproc_per_node, 8);
+  EXPECT_EQ(resolve({"--nproc_per_node", "auto", "p"}).nproc_per_node, 8);
+  EXPECT_EQ(resolve({"--nproc_per_node", "auto", "p"}, {}, HostInfo{8, 2, "x"}).nproc_per_node, 2);
+  EXPECT_NE(usage_error({"--nproc_per_node", "gpu", "p"}).find("no visible GPU"), std::string::npos);
+  EXPECT_NE(usage_error({"--nproc_per_node", "many", "p"}).find("cpu, gpu or auto"),
+            std::string::npos);
+}
+
+TEST(LaunchConfig, StandalonePicksPortAndRunId) {
+  auto c = resolve({"--standalone", "p"});
+  EXPECT_EQ(c.master_port, 0);
+  EXPECT_EQ(c.run_id, "feedfacecafebeef");
+  c = resolve({"--standalone", "--rdzv_id", "mine", "--master_port", "1234", "p"});
+  EXPECT_EQ(c.run_id, "mine");
+  EXPECT_EQ(c.master_port, 1234);
+}
+
+TEST(LaunchConfig, ElasticRangeDefaultsToC10d) {
+  auto c = resolve({"--nnodes", "2:4", "p"});
+  EXPECT_EQ(c.min_nodes, 2);
+  EXPECT_EQ(c.max_nodes, 4);
+  EXPECT_EQ(c.rdzv_backend, "c10d");
+  EXPECT_NE(usage_error({"--nnodes", "2:4", "--rdzv_backend", "static", "p"}).find("static"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--nnodes", "2", "--node_rank", "2", "p"}).find("--node_rank"),
+            std::string::npos);
+}
+
+TEST(LaunchConfig, RdzvConf) {
+  auto c = resolve({"--rdzv_conf", "join_timeout=60, last_call_timeout=1", "p"});
+  EXPECT_EQ(c.rdzv_conf.at("join_timeout"), "60");
+  EXPECT_EQ(c.rdzv_conf.at("last_call_timeout"), "1");
+  EXPECT_NE(usage_error({"--rdzv_conf", "oops", "p"}).find("key=value"), std::string::npos);
+}
+
+TEST(LaunchConfig, StdSpecs) {
+  EXPECT_EQ(parse_std_spec("3", "-r").for_rank(5), 3);
+  auto s = parse_std_spec("0:1,1:2", "-r");
+  EXPECT_EQ(s.for_rank(0), 1);
+  EXPECT_EQ(s.for_rank(1), 2);
+  EXPECT_EQ(s.for_rank(2), 0);
+  EXPECT_THROW(parse_std_spec("4", "-r"), UsageError);
+  EXPECT_THROW(parse_std_spec("0:1,x:2", "-r"), UsageError);
+  EXPECT_THROW(parse_std_spec("", "-r"), UsageError);
+}
+
+TEST(LaunchConfig, WorkerArgv) {
+  auto c = resolve({"train.py", "--lr", "0.1"});
+  EXPECT_EQ(c.worker_argv(0), (std::vector<std::string>{"python3", "-u", "train.py", "--lr", "0.1"}));
+  c = resolve({"--python", "/usr/bin/python3", "-m", "pkg.train", "x"});
+  EXPECT_EQ(c.worker_argv(1),
+            (std::vector<std::string>{"/usr/bin/python3", "-u", "-m", "pkg.train", "x"}));
+  c = resolve({"--no_python", "train.py"});
+  EXPECT_EQ(c.worker_argv(0), std::vector<std::string>{"train.py"});
+  c = resolve({"--append_local_rank_arg", "train.py", "x"});
+  EXPECT_EQ(c.worker_argv(3),
+            (std::vector<std::string>{"python3", "-u", "train.py", "--local_rank=3", "x"}));
+  c = resolve({"./a.out", "x"});
+  EXPECT_EQ(c.worker_argv(0), (std::vector<std::string>{"./a.out", "x"}));
+}
+
+TEST(LaunchConfig, Combinations) {
+  EXPECT_NE(usage_error({"-m", "--no_python", "p"}).find("--no_python"), std::string::npos);
+  EXPECT_NE(usage_error({"--append_local_rank_arg", "--use_env", "p"}).find("--use_env"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--standalone", "--nnodes", "1:2", "p"}).find("--standalone"),
+            std::string::npos);
+  EXPECT_NE(usage_error({}).find("no program"), std::string::npos);
+  EXPECT_NE(usage_error({"--local_ranks_filter", "0,3", "--nproc_per_node", "2", "p"})
+                .find("local rank 3"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--hang_timeout", "-1", "p"}).find("--hang_timeout"), std::string::npos);
+  EXPECT_NE(usage_error({"p"}, {{"DLAUNCH_HANG_TIMEOUT", "soon"}}).find("DLAUNCH_HANG_TIMEOUT"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--start_method", "thread", "p"}).find("--start_method"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--role", "a b", "p"}).find("--role"), std::string::npos);
+}
+
+TEST(LaunchConfig, SecondsAndSwitchesFromEnv) {
+  auto c = resolve({"p"}, {{"DLAUNCH_HANG_TIMEOUT", "2.5"}, {"DLAUNCH_STANDALONE", "1"},
+                           {"DLAUNCH_SHUTDOWN_GRACE", "0.25"}});
+  EXPECT_DOUBLE_EQ(to_seconds(c.hang_timeout), 2.5);
+  EXPECT_DOUBLE_EQ(to_seconds(c.shutdown_grace), 0.25);
+  EXPECT_TRUE(c.standalone);
+}
+
+}  // namespace
+}  // namespace dlaunch

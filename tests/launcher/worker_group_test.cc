@@ -1,0 +1,115 @@
+#include "launcher/worker_group.h"
+
+#include <gtest/gtest.h>
+
+namespace dlaunch {
+namespace {
+
+using namespace std::chrono_literals;
+
+WorkerGroup make_group(int n) {
+  std::vector<WorkerRecord> ws(static_cast<size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    ws[static_cast<size_t>(i)].local_rank = i;
+    ws[static_cast<size_t>(i)].global_rank = 10 + i;
+  }
+  return WorkerGroup(0, std::move(ws));
+}
+
+const auto kWall = std::chrono::system_clock::time_point{};
+
+TEST(WorkerGroup, InitToHealthyToSucceeded) {
+  FakeClock clock;
+  auto g = make_group(2);
+  EXPECT_EQ(g.state(), GroupState::kInit);
+  g.on_started(0, 100, clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kInit);
+  g.on_started(1, 101, clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kHealthy);
+  g.on_exit(1, ExitStatus::exited(0), clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kHealthy);
+  EXPECT_FALSE(g.all_exited());
+  g.on_exit(0, ExitStatus::exited(0), clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kSucceeded);
+  EXPECT_TRUE(g.all_exited());
+  EXPECT_FALSE(g.root_cause());
+}
+
+TEST(WorkerGroup, FirstFailureIsTheRootCauseAndLaterOnesAreConsequences) {
+  FakeClock clock;
+  auto g = make_group(3);
+  for (int i = 0; i < 3; ++i) g.on_started(i, 100 + i, clock.now(), kWall);
+  clock.advance(1s);
+  g.on_exit(2, ExitStatus::killed(11), clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kFailed);
+  ASSERT_TRUE(g.root_cause());
+  EXPECT_EQ(*g.root_cause(), 2);
+  clock.advance(1s);
+  g.on_exit(0, ExitStatus::exited(1), clock.now(), kWall);   // e.g. a broken collective
+  g.on_exit(1, ExitStatus::killed(15), clock.now(), kWall);  // our SIGTERM
+  EXPECT_EQ(*g.root_cause(), 2);
+  EXPECT_EQ(g.worker(0).state, WorkerState::kStopped);
+  EXPECT_EQ(g.worker(2).state, WorkerState::kFailed);
+  EXPECT_TRUE(g.all_exited());
+}
+
+TEST(WorkerGroup, HangMakesUnhealthyAndIsFinal) {
+  FakeClock clock;
+  auto g = make_group(2);
+  g.on_started(0, 1, clock.now(), kWall);
+  g.on_started(1, 2, clock.now(), kWall);
+  g.on_hung(1, clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kUnhealthy);
+  EXPECT_EQ(*g.root_cause(), 1);
+  EXPECT_TRUE(g.worker(1).hung);
+  g.on_exit(0, ExitStatus::exited(2), clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kUnhealthy);
+  EXPECT_EQ(*g.root_cause(), 1);
+}
+
+TEST(WorkerGroup, StopRequestKeepsAFinalState) {
+  FakeClock clock;
+  auto g = make_group(1);
+  g.on_started(0, 1, clock.now(), kWall);
+  g.on_stop_requested("SIGTERM");
+  EXPECT_EQ(g.state(), GroupState::kStopped);
+  g.on_exit(0, ExitStatus::killed(15), clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kStopped);
+  EXPECT_FALSE(g.root_cause());
+  auto h = make_group(1);
+  h.on_started(0, 1, clock.now(), kWall);
+  h.on_exit(0, ExitStatus::exited(3), clock.now(), kWall);
+  h.on_stop_requested("late");
+  EXPECT_EQ(h.state(), GroupState::kFailed);
+}
+
+TEST(WorkerGroup, AbandonedWorkersCountAsGone) {
+  FakeClock clock;
+  auto g = make_group(1);
+  g.on_started(0, 1, clock.now(), kWall);
+  g.on_stop_requested("x");
+  EXPECT_FALSE(g.all_exited());
+  g.on_abandoned(0);
+  EXPECT_TRUE(g.all_exited());
+}
+
+TEST(WorkerGroup, StderrTailIsBounded) {
+  auto g = make_group(1);
+  for (int i = 0; i < 200; ++i) g.add_stderr_line(0, std::to_string(i));
+  EXPECT_EQ(g.worker(0).stderr_tail.size(), WorkerGroup::kTailLines);
+  EXPECT_EQ(g.worker(0).stderr_tail.back(), "199");
+}
+
+TEST(WorkerGroup, HangRule) {
+  FakeClock clock;
+  TimePoint start = clock.now();
+  EXPECT_FALSE(WorkerGroup::is_hung(start, std::nullopt, start + 900ms, 1s));
+  EXPECT_TRUE(WorkerGroup::is_hung(start, std::nullopt, start + 1100ms, 1s));
+  EXPECT_FALSE(WorkerGroup::is_hung(start, start + 500ms, start + 1400ms, 1s));
+  EXPECT_TRUE(WorkerGroup::is_hung(start, start + 500ms, start + 1600ms, 1s));
+  // A heartbeat older than the start (a stale file) does not count.
+  EXPECT_TRUE(WorkerGroup::is_hung(start, start - 10s, start + 1100ms, 1s));
+}
+
+}  // namespace
+}  // namespace dlaunch

@@ -1,0 +1,216 @@
+// dlaunch_test_worker: a small worker whose behaviour is chosen on the command line, so the
+// launcher's guarantees can be tested with real processes.
+//
+//   dlaunch_test_worker MODE [key=value...]
+//
+// Modes:
+//   ok                  print "ok rank=R" and exit 0
+//   crash [code=N]      exit N (default 3)
+//   crash-once [code=N] exit N when TORCHELASTIC_RESTART_COUNT is 0, else like ok
+//   segv                die of SIGSEGV
+//   hang                run forever without touching the heartbeat
+//   beat [seconds=S]    touch the heartbeat file every 50 ms for S seconds (default 1), exit 0
+//   ignore-sigterm      ignore SIGTERM and run forever
+//   spawn-grandchild file=PATH   fork a child that sleeps forever (same process group), write
+//                       its pid to PATH.<rank>, then run forever
+//   print-env           print every contract variable as KEY=VALUE (unset ones as KEY=<unset>)
+//   write-error-file [code=N] [message=TEXT]   write PyTorch's error.json, then exit N
+//   sleep [seconds=S]   sleep S seconds (default: forever), exit 0
+//   record-signals file=PATH   append "SIGNAME" lines to PATH.<rank> for each of SIGINT,
+//                       SIGTERM, SIGHUP, SIGUSR1, SIGUSR2; exit 128+N on INT/TERM/HUP
+// Options for every mode:
+//   rank=R              only global rank R runs MODE; the others run `others`
+//   others=MODE         what the other ranks do (default: sleep, i.e. until stopped)
+//   ready=DIR           create DIR/ready.<rank> (with the pid) once set up
+//   others_wait_for=PATH  the ranks running `others` first wait (up to 60 s) for PATH to exist
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <ctime>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "common/heartbeat.h"
+#include "common/worker_env.h"
+
+namespace {
+
+std::map<std::string, std::string> g_opts;
+int g_rank = 0;
+int g_signal_fd = -1;
+
+std::string opt(const std::string& key, const std::string& fallback) {
+  auto it = g_opts.find(key);
+  return it == g_opts.end() ? fallback : it->second;
+}
+
+const char* env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return v ? v : fallback;
+}
+
+void write_file(const std::string& path, const std::string& text) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (!f) {
+    std::fprintf(stderr, "test_worker: cannot write %s: %s\n", path.c_str(), std::strerror(errno));
+    std::exit(90);
+  }
+  std::fputs(text.c_str(), f);
+  std::fclose(f);
+}
+
+void mark_ready() {
+  std::string dir = opt("ready", "");
+  if (dir.empty()) return;
+  std::string tmp = dir + "/.ready." + std::to_string(g_rank);
+  write_file(tmp, std::to_string(getpid()));
+  std::rename(tmp.c_str(), (dir + "/ready." + std::to_string(g_rank)).c_str());
+}
+
+[[noreturn]] void sleep_forever() {
+  while (true) pause();
+}
+
+void on_signal(int sig) {
+  // Async-signal-safe: write(2) only.
+  const char* name = sig == SIGINT    ? "SIGINT\n"
+                     : sig == SIGTERM ? "SIGTERM\n"
+                     : sig == SIGHUP  ? "SIGHUP\n"
+                     : sig == SIGUSR1 ? "SIGUSR1\n"
+                                      : "SIGUSR2\n";
+  if (g_signal_fd >= 0) (void)!write(g_signal_fd, name, std::strlen(name));
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) _exit(128 + sig);
+}
+
+int run_mode(const std::string& mode) {
+  if (mode == "ok") {
+    mark_ready();
+    std::printf("ok rank=%d\n", g_rank);
+    return 0;
+  }
+  if (mode == "crash") {
+    mark_ready();
+    std::fprintf(stderr, "test_worker rank %d: crashing on purpose\n", g_rank);
+    return std::atoi(opt("code", "3").c_str());
+  }
+  if (mode == "crash-once") {
+    mark_ready();
+    if (std::string(env_or("TORCHELASTIC_RESTART_COUNT", "0")) == "0") {
+      std::fprintf(stderr, "test_worker rank %d: crashing once (restart count 0)\n", g_rank);
+      return std::atoi(opt("code", "3").c_str());
+    }
+    std::printf("ok rank=%d restart_count=%s\n", g_rank, env_or("TORCHELASTIC_RESTART_COUNT", ""));
+    return 0;
+  }
+  if (mode == "segv") {
+    mark_ready();
+    std::fflush(stdout);
+    signal(SIGSEGV, SIG_DFL);
+    raise(SIGSEGV);
+    return 99;
+  }
+  if (mode == "hang") {
+    mark_ready();
+    sleep_forever();
+  }
+  if (mode == "beat") {
+    mark_ready();
+    double seconds = std::atof(opt("seconds", "1").c_str());
+    auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+    while (std::chrono::steady_clock::now() < end) {
+      dlaunch::heartbeat();
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    std::printf("beat done rank=%d\n", g_rank);
+    return 0;
+  }
+  if (mode == "ignore-sigterm") {
+    signal(SIGTERM, SIG_IGN);
+    mark_ready();
+    sleep_forever();
+  }
+  if (mode == "spawn-grandchild") {
+    pid_t child = fork();
+    if (child == 0) sleep_forever();
+    write_file(opt("file", "grandchild") + "." + std::to_string(g_rank), std::to_string(child));
+    mark_ready();
+    sleep_forever();
+  }
+  if (mode == "print-env") {
+    namespace n = dlaunch::env_names;
+    for (const char* name :
+         {n::kRank, n::kLocalRank, n::kWorldSize, n::kLocalWorldSize, n::kGroupRank,
+          n::kGroupWorldSize, n::kRoleRank, n::kRoleWorldSize, n::kRoleName, n::kMasterAddr,
+          n::kMasterPort, n::kRestartCount, n::kMaxRestarts, n::kRunId, n::kUseAgentStore,
+          n::kErrorFile, n::kOmpNumThreads, n::kNcclAsyncErrorHandling, n::kHeartbeatFile,
+          n::kNodeId, n::kAttempt}) {
+      std::printf("%s=%s\n", name, env_or(name, "<unset>"));
+    }
+    return 0;
+  }
+  if (mode == "write-error-file") {
+    const char* path = std::getenv("TORCHELASTIC_ERROR_FILE");
+    std::string message = opt("message", "ValueError: the test worker failed on purpose");
+    if (path) {
+      // PyTorch's format (torch/distributed/elastic/multiprocessing/errors/error_handler.py).
+      std::string json = "{\"message\": {\"message\": \"" + message +
+                         "\", \"extraInfo\": {\"py_callstack\": \"Traceback (most recent call "
+                         "last):\\n  File \\\"train.py\\\", line 7, in <module>\\n" + message +
+                         "\\n\", \"timestamp\": \"" + std::to_string(std::time(nullptr)) +
+                         "\"}}}";
+      write_file(path, json);
+    }
+    std::fprintf(stderr, "this stderr line must not be the reported cause\n");
+    return std::atoi(opt("code", "1").c_str());
+  }
+  if (mode == "sleep") {
+    mark_ready();
+    std::string s = opt("seconds", "");
+    if (s.empty()) sleep_forever();
+    std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(s.c_str())));
+    return 0;
+  }
+  if (mode == "record-signals") {
+    std::string path = opt("file", "signals") + "." + std::to_string(g_rank);
+    g_signal_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) signal(s, on_signal);
+    mark_ready();
+    sleep_forever();
+  }
+  std::fprintf(stderr, "test_worker: unknown mode '%s'\n", mode.c_str());
+  return 64;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: dlaunch_test_worker MODE [key=value...]\n");
+    return 64;
+  }
+  for (int i = 2; i < argc; ++i) {
+    std::string a = argv[i];
+    size_t eq = a.find('=');
+    if (eq != std::string::npos) g_opts[a.substr(0, eq)] = a.substr(eq + 1);
+  }
+  g_rank = std::atoi(env_or("RANK", "0"));
+  std::string mode = argv[1];
+  std::string only = opt("rank", "");
+  if (!only.empty() && std::atoi(only.c_str()) != g_rank) {
+    mode = opt("others", "sleep");
+    std::string wait_for = opt("others_wait_for", "");
+    for (int i = 0; !wait_for.empty() && i < 6000 && access(wait_for.c_str(), F_OK) != 0; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
+  int code = run_mode(mode);
+  std::fflush(stdout);
+  return code;
+}
