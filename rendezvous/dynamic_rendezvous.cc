@@ -1,0 +1,351 @@
+#include "rendezvous/dynamic_rendezvous.h"
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "rendezvous/host_port.h"
+#include "rendezvous/prefix_store.h"
+
+namespace dlaunch {
+
+namespace {
+// How often a waiting node re-reads the arrival count while a round forms. Wake-up keys make
+// most waits end early; this bounds the last-call measurement error.
+Duration poll_interval(const RendezvousConfig& c) {
+  auto p = c.last_call_timeout / 5;
+  return std::clamp<Duration>(p, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
+}
+}  // namespace
+
+DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params)
+    : params_(params),
+      config_(RendezvousConfig::parse(params.config)),
+      clock_(params.clock ? *params.clock : steady_clock()) {
+  if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
+    throw UsageError("--nnodes " + std::to_string(params_.min_nodes) + ":" +
+                     std::to_string(params_.max_nodes) +
+                     " is not a valid range; expected 1 <= MIN <= MAX");
+  }
+  limits_ = {params_.min_nodes, params_.max_nodes, config_.last_call_timeout};
+  prefix_ = "dlaunch/rdzv/" + params_.run_id;
+  node_id_ = detail::make_node_id(params_.host);
+  store_ = detail::connect_store(params_, config_);
+  open_store_ = detail::store_opener(params_, config_, store_);
+  watcher_ = std::make_unique<EventWatcher>(open_store_, prefix_, node_id_,
+                                            std::chrono::seconds(1));
+}
+
+DynamicRendezvous::~DynamicRendezvous() { shutdown(); }
+
+std::string DynamicRendezvous::round_key(int64_t round, const std::string& suffix) const {
+  return prefix_ + "/round/" + std::to_string(round) + "/" + suffix;
+}
+
+std::optional<DynamicState> DynamicRendezvous::read_state() {
+  // compare_set with an expected value no record ever has: returns the current record, or our
+  // impossible `expected` when there is none. One round trip, never blocks, never writes.
+  static const Bytes kProbe = to_bytes("\x01probe");
+  Bytes v = store_->compare_set(key("state"), kProbe, kProbe);
+  if (v == kProbe) return std::nullopt;
+  return DynamicState::decode(v);
+}
+
+RendezvousResult DynamicRendezvous::next_rendezvous() {
+  start_keep_alive();
+  auto start = clock_.now();
+  auto deadline = start + config_.join_timeout;
+  view_.running_round_dead = false;
+  bool announced_waiting = false;
+  TimePoint last_dead_check{};
+  std::unique_ptr<Liveness> waiting_liveness;  // only while waiting for a full round to end
+  while (true) {
+    auto state = read_state();
+    auto now = clock_.now();
+    if (state && state->status == DynamicState::Status::kOpen &&
+        view_.joined_round == state->round) {
+      int64_t arrivals = store_->add(round_key(state->round, "arrivals"), 0);
+      if (arrivals != view_.arrivals) {
+        view_.arrivals = arrivals;
+        view_.arrivals_changed_at = now;
+      }
+    }
+    if (state && state->status == DynamicState::Status::kComplete &&
+        view_.joined_round == state->round && view_.arrival_index > state->participants &&
+        now - last_dead_check >= config_.keep_alive_interval) {
+      // Waiting for the next round. Normally a running node opens it once told; if every node
+      // of the running round is gone, nobody will: find out (once per keep-alive interval).
+      last_dead_check = now;
+      if (!waiting_liveness) {
+        waiting_liveness = make_store_liveness(
+            store_, prefix_, node_id_,
+            config_.keep_alive_interval * config_.keep_alive_max_attempt, clock_);
+      }
+      std::vector<std::string> ids;
+      for (int64_t i = 1; i <= state->participants; ++i) {
+        auto k = round_key(state->round, "node/" + std::to_string(i));
+        if (store_->check({k})) ids.push_back(NodeDescriptor::decode(store_->get(k)).id);
+      }
+      view_.running_round_dead = !ids.empty() && waiting_liveness->dead(ids).size() == ids.size();
+    }
+    JoinDecision d = decide_join(state, view_, limits_, now);
+    log_debug("rendezvous {}: round {} step {}", params_.run_id, state ? state->round : -1,
+              join_step_name(d.step));
+    switch (d.step) {
+      case JoinStep::kClosed:
+        throw StateError("rendezvous '" + params_.run_id +
+                         "' is closed: the job finished or failed on another node; no new round "
+                         "will start");
+      case JoinStep::kCreate:
+        store_->compare_set(key("state"), Bytes(), d.next.encode());
+        continue;
+      case JoinStep::kJoin: {
+        int64_t r = state->round;
+        int64_t index = store_->add(round_key(r, "arrivals"), 1);
+        NodeDescriptor me{node_id_, params_.host, params_.local_world_size,
+                          params_.node_rank ? *params_.node_rank : -1};
+        store_->set(round_key(r, "node/" + std::to_string(index)), me.encode());
+        view_.joined_round = r;
+        view_.arrival_index = index;
+        view_.arrivals = index;
+        view_.arrivals_changed_at = now;
+        announced_waiting = false;
+        continue;  // decide at once: complete at MAX, or announce ourselves to a running round
+      }
+      case JoinStep::kComplete:
+        if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
+            d.next.encode()) {
+          store_->set(round_key(state->round, "done"), to_bytes("1"));
+          log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id,
+                    state->round, d.participants);
+        }
+        continue;
+      case JoinStep::kOpenNext:
+        if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
+            d.next.encode()) {
+          store_->set(round_key(state->round, "superseded"), to_bytes("1"));
+        }
+        continue;
+      case JoinStep::kDone:
+        return finish_round(*state, deadline);
+      case JoinStep::kWaitNextRound:
+        if (!announced_waiting) {
+          announced_waiting = true;
+          if (state->participants < limits_.max_nodes) {
+            publish_event(*store_, prefix_, state->round,
+                          {RendezvousEvent::Kind::kMembershipChanged, node_id_,
+                           "node " + params_.host + " is waiting to join"});
+          }
+        }
+        break;
+      case JoinStep::kWait:
+        break;
+    }
+    if (now >= deadline) {
+      int64_t arrivals = view_.arrivals;
+      throw TimeoutError(
+          "rendezvous '" + params_.run_id + "': join_timeout (" +
+          std::to_string(to_seconds(config_.join_timeout)) + " s) passed with " +
+          std::to_string(arrivals) + " node(s) in round " +
+          std::to_string(state ? state->round : 0) + ", fewer than --nnodes MIN=" +
+          std::to_string(limits_.min_nodes) +
+          (d.step == JoinStep::kWaitNextRound ? " (this node waits for a full round to restart)"
+                                              : "") +
+          "; check that the other agents run with the same --rdzv_id and --rdzv_endpoint " +
+          params_.endpoint);
+    }
+    // Sleep until something may have changed: the round's wake-up key, or the next poll.
+    Duration sleep = poll_interval(config_);
+    if (d.step == JoinStep::kWait && d.wake_at != TimePoint::max()) {
+      sleep = std::min<Duration>(sleep, std::max<Duration>(d.wake_at - now, Duration(0)));
+    }
+    sleep = std::min<Duration>(sleep, deadline - now);
+    std::string wake_key = round_key(state->round, d.step == JoinStep::kWaitNextRound
+                                                       ? "superseded"
+                                                       : "done");
+    try {
+      if (sleep > Duration::zero()) store_->wait({wake_key}, sleep);
+    } catch (const TimeoutError&) {
+    }
+  }
+}
+
+RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, TimePoint deadline) {
+  const int64_t n = state.participants;
+  std::vector<std::string> keys;
+  for (int64_t i = 1; i <= n; ++i) keys.push_back(round_key(state.round, "node/" + std::to_string(i)));
+  // An arrival counted but not yet described (its agent just added itself) is a moment away;
+  // one that died between the two steps is not: bound the wait by the join deadline.
+  auto left = deadline - clock_.now();
+  try {
+    store_->wait(keys, std::max<Duration>(left, std::chrono::milliseconds(1)));
+  } catch (const TimeoutError&) {
+    throw TimeoutError("rendezvous '" + params_.run_id + "' round " +
+                       std::to_string(state.round) +
+                       ": a node counted itself in but never described itself (it died while "
+                       "joining); the next round will go on without it");
+  }
+  auto values = store_->multi_get(keys);
+  std::vector<NodeDescriptor> arrivals;
+  for (const auto& v : values) arrivals.push_back(NodeDescriptor::decode(v));
+  auto by_rank = assign_ranks(arrivals);
+
+  RendezvousResult result;
+  result.round = state.round;
+  result.group_world_size = n;
+  std::vector<NodeDescriptor> nodes;
+  for (int64_t rank = 0; rank < n; ++rank) {
+    const auto& d = arrivals[by_rank[rank]];
+    if (d.id == node_id_) result.group_rank = rank;
+    result.local_world_sizes.push_back(d.local_world_size);
+    result.hosts.push_back(d.host);
+    nodes.push_back(d);
+  }
+  HostPort master = parse_host_port(params_.endpoint.empty() ? "127.0.0.1" : params_.endpoint,
+                                    29400, "--rdzv_endpoint");
+  result.master_addr = master.host;
+  result.master_port = master.port;
+  result.restart_count = store_->add(key("restart_count"), 0);
+  result.store = std::make_shared<PrefixStore>("dlaunch/job/" + params_.run_id, store_);
+  view_.last_round = state.round;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_round_ = state.round;
+    running_nodes_ = std::move(nodes);
+    my_rank_ = result.group_rank;
+  }
+  log_info("rendezvous '{}' round {} complete: node rank {} of {} (world size {})",
+           params_.run_id, state.round, result.group_rank, n, result.world_size());
+  return result;
+}
+
+void DynamicRendezvous::watch(std::function<void(const RendezvousEvent&)> on_event) {
+  int64_t round;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    round = running_round_;
+  }
+  DL_CHECK(round >= 0) << "watch() before next_rendezvous()";
+  watcher_->watch(round, std::move(on_event));
+}
+
+void DynamicRendezvous::request_restart(const std::string& report) {
+  DL_CHECK(view_.last_round >= 0) << "request_restart() before next_rendezvous()";
+  if (publish_event(*store_, prefix_, view_.last_round,
+                    {RendezvousEvent::Kind::kRestartRequested, node_id_, report})) {
+    store_->add(key("restart_count"), 1);
+  }
+}
+
+int64_t DynamicRendezvous::num_nodes_waiting() {
+  auto state = read_state();
+  if (!state || state->status != DynamicState::Status::kComplete) return 0;
+  int64_t arrivals = store_->add(round_key(state->round, "arrivals"), 0);
+  return std::max<int64_t>(0, arrivals - state->participants);
+}
+
+void DynamicRendezvous::set_closed() {
+  while (true) {
+    auto state = read_state();
+    DynamicState closed = state.value_or(DynamicState{});
+    if (state && state->status == DynamicState::Status::kClosed) break;
+    closed.status = DynamicState::Status::kClosed;
+    Bytes expected = state ? state->encode() : Bytes();
+    if (store_->compare_set(key("state"), expected, closed.encode()) == closed.encode()) {
+      publish_event(*store_, prefix_, closed.round,
+                    {RendezvousEvent::Kind::kShutdownRequested, node_id_, "rendezvous closed"});
+      // Wake nodes waiting for the round to complete or for the next one.
+      store_->set(round_key(closed.round, "done"), to_bytes("1"));
+      store_->set(round_key(closed.round, "superseded"), to_bytes("1"));
+      break;
+    }
+  }
+}
+
+bool DynamicRendezvous::is_closed() {
+  auto state = read_state();
+  return state && state->status == DynamicState::Status::kClosed;
+}
+
+void DynamicRendezvous::start_keep_alive() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (keep_alive_.joinable() || stopping_) return;
+  keep_alive_ = std::thread([this] { keep_alive_loop(); });
+}
+
+void DynamicRendezvous::keep_alive_loop() {
+  std::shared_ptr<Store> store;
+  std::unique_ptr<Liveness> liveness;
+  auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  int64_t reported_round = -1;
+  while (true) {
+    int64_t round;
+    std::vector<std::string> watched;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (stopping_) break;
+      round = running_round_;
+      if (round >= 0 && round != reported_round) {
+        for (auto r : watched_ranks(my_rank_, static_cast<int64_t>(running_nodes_.size()))) {
+          watched.push_back(running_nodes_[r].id + "\n" + running_nodes_[r].host + "\n" +
+                            std::to_string(r));
+        }
+      }
+    }
+    try {
+      if (!store) {
+        store = open_store_();
+        liveness = params_.liveness
+                       ? params_.liveness(store, prefix_, node_id_, window, clock_)
+                       : make_store_liveness(store, prefix_, node_id_, window, clock_);
+      }
+      liveness->beat();
+      if (!watched.empty()) {
+        std::vector<std::string> ids;
+        for (const auto& w : watched) ids.push_back(w.substr(0, w.find('\n')));
+        auto dead = liveness->dead(ids);
+        if (!dead.empty()) {
+          std::string who;
+          for (const auto& w : watched) {
+            auto id = w.substr(0, w.find('\n'));
+            if (std::find(dead.begin(), dead.end(), id) == dead.end()) continue;
+            auto rest = w.substr(w.find('\n') + 1);
+            who += (who.empty() ? "" : ", ") + std::string("node rank ") +
+                   rest.substr(rest.find('\n') + 1) + " (" + rest.substr(0, rest.find('\n')) + ")";
+          }
+          std::string reason = who + " lost its keep-alive (silent for " +
+                               std::to_string(to_seconds(window)) + " s)";
+          log_warning("rendezvous '{}' round {}: {}", params_.run_id, round, reason);
+          publish_event(*store, prefix_, round,
+                        {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
+          reported_round = round;
+        }
+      }
+    } catch (const Error& e) {
+      log_warning("rendezvous keep-alive: {}; retrying", e.what());
+      store.reset();
+      liveness.reset();
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait_for(lock, config_.keep_alive_interval, [&] { return stopping_; });
+  }
+  if (liveness) {
+    try {
+      liveness->leave();
+    } catch (const Error& e) {
+      log_debug("rendezvous keep-alive: could not mark this node as left: {}", e.what());
+    }
+  }
+}
+
+void DynamicRendezvous::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (keep_alive_.joinable()) keep_alive_.join();
+  if (watcher_) watcher_->stop();
+}
+
+}  // namespace dlaunch

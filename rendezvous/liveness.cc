@@ -1,0 +1,60 @@
+#include "rendezvous/liveness.h"
+
+namespace dlaunch {
+namespace {
+
+class StoreLiveness final : public Liveness {
+ public:
+  StoreLiveness(std::shared_ptr<Store> store, std::string prefix, std::string self_id,
+                Duration window, const Clock& clock)
+      : store_(std::move(store)),
+        prefix_(std::move(prefix)),
+        self_(std::move(self_id)),
+        window_(window),
+        clock_(clock) {}
+
+  void beat() override { store_->add(prefix_ + "/hb/" + self_, 1); }
+
+  std::vector<std::string> dead(const std::vector<std::string>& node_ids) override {
+    std::vector<std::string> result;
+    auto now = clock_.now();
+    for (const auto& id : node_ids) {
+      if (id == self_) continue;
+      // add(0) reads the counter without blocking, creating it at 0 for a node that never beat.
+      int64_t count = store_->add(prefix_ + "/hb/" + id, 0);
+      auto it = seen_.find(id);
+      if (it == seen_.end() || it->second.count != count) {
+        seen_[id] = {count, now};
+        continue;
+      }
+      if (now - it->second.changed_at >= window_ && !store_->check({prefix_ + "/left/" + id})) {
+        result.push_back(id);
+      }
+    }
+    return result;
+  }
+
+  void leave() override { store_->set(prefix_ + "/left/" + self_, to_bytes("1")); }
+
+ private:
+  struct Seen {
+    int64_t count;
+    TimePoint changed_at;
+  };
+  std::shared_ptr<Store> store_;
+  std::string prefix_, self_;
+  Duration window_;
+  const Clock& clock_;
+  std::unordered_map<std::string, Seen> seen_;
+};
+
+}  // namespace
+
+std::unique_ptr<Liveness> make_store_liveness(std::shared_ptr<Store> store,
+                                              const std::string& prefix,
+                                              const std::string& self_id, Duration window,
+                                              const Clock& clock) {
+  return std::make_unique<StoreLiveness>(std::move(store), prefix, self_id, window, clock);
+}
+
+}  // namespace dlaunch

@@ -1,0 +1,67 @@
+// Events pushed between the nodes of a running round: "restart" (a worker failed somewhere),
+// "membership changed" (a node died or wants in), "shutdown" (rendezvous closed). One record per
+// round at "<prefix>/round/<r>/event", written with compare_set from empty so the first event
+// of a round wins; the others are moot since every node re-forms anyway.
+//
+// EventWatcher owns one thread that blocks on the current round's record (store wait() in
+// slices, so stop() is bounded by one slice) and calls the callback once per round, on that
+// thread (not for a restart this node requested itself).
+#pragma once
+
+#include <condition_variable>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/store.h"
+
+namespace dlaunch {
+
+struct EventRecord {
+  RendezvousEvent::Kind kind = RendezvousEvent::Kind::kRestartRequested;
+  std::string origin;  // node id of the publisher
+  std::string reason;
+};
+
+Bytes encode_event(const EventRecord& e);
+std::optional<EventRecord> decode_event(const Bytes& value);
+std::string event_key(const std::string& prefix, int64_t round);
+
+// Publishes `e` for `round`; true when it was the first event of the round. Blocks one round
+// trip; throws the store's errors.
+bool publish_event(Store& store, const std::string& prefix, int64_t round, const EventRecord& e);
+
+class EventWatcher {
+ public:
+  EventWatcher(std::function<std::shared_ptr<Store>()> open_store, std::string prefix,
+               std::string self_id, Duration slice);
+  ~EventWatcher();
+  EventWatcher(const EventWatcher&) = delete;
+  EventWatcher& operator=(const EventWatcher&) = delete;
+
+  // Watches `round` from now on, replacing any earlier round and callback.
+  void watch(int64_t round, std::function<void(const RendezvousEvent&)> on_event);
+  // Stops watching (bounded by one slice). Idempotent.
+  void stop();
+
+ private:
+  void run();
+
+  std::function<std::shared_ptr<Store>()> open_store_;
+  std::string prefix_, self_;
+  Duration slice_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool stopping_ = false;
+  bool armed_ = false;
+  int64_t round_ = -1;
+  uint64_t generation_ = 0;
+  std::function<void(const RendezvousEvent&)> on_event_;
+  std::thread thread_;
+};
+
+}  // namespace dlaunch

@@ -1,0 +1,179 @@
+#include "rendezvous/rendezvous_registry.h"
+
+#include <unistd.h>
+
+#include <mutex>
+
+#include "common/env.h"
+#include "common/error.h"
+#include "common/log.h"
+#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/host_port.h"
+#include "rendezvous/job_token.h"
+#include "rendezvous/sha256.h"
+#include "rendezvous/static_rendezvous.h"
+#include "rendezvous/tcp_store_client.h"
+
+namespace dlaunch {
+
+// ---- RendezvousResult ----------------------------------------------------------------------
+
+int64_t RendezvousResult::world_size() const {
+  int64_t n = 0;
+  for (auto l : local_world_sizes) n += l;
+  return n;
+}
+
+int64_t RendezvousResult::global_rank_base() const {
+  int64_t n = 0;
+  for (int64_t i = 0; i < group_rank && i < static_cast<int64_t>(local_world_sizes.size()); ++i) {
+    n += local_world_sizes[i];
+  }
+  return n;
+}
+
+// ---- config --------------------------------------------------------------------------------
+
+namespace {
+
+Duration parse_seconds(const std::string& key, const std::string& value) {
+  double s = parse_double(value, "--rdzv_conf " + key);
+  if (s < 0) throw UsageError("--rdzv_conf " + key + "=" + value + ": expected seconds >= 0");
+  return from_seconds(s);
+}
+
+}  // namespace
+
+std::map<std::string, std::string> RendezvousConfig::split(const std::string& text) {
+  std::map<std::string, std::string> out;
+  size_t start = 0;
+  while (start < text.size()) {
+    size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma == std::string::npos ? std::string::npos
+                                                                     : comma - start);
+    start = comma == std::string::npos ? text.size() : comma + 1;
+    if (item.empty()) continue;
+    size_t eq = item.find('=');
+    if (eq == std::string::npos || eq == 0) {
+      throw UsageError("--rdzv_conf: '" + item + "' is not key=value (e.g. join_timeout=900)");
+    }
+    out[item.substr(0, eq)] = item.substr(eq + 1);
+  }
+  return out;
+}
+
+RendezvousConfig RendezvousConfig::parse(const std::map<std::string, std::string>& conf) {
+  RendezvousConfig c;
+  for (const auto& [key, value] : conf) {
+    if (key == "join_timeout") {
+      c.join_timeout = parse_seconds(key, value);
+    } else if (key == "last_call_timeout") {
+      c.last_call_timeout = parse_seconds(key, value);
+    } else if (key == "keep_alive_interval") {
+      c.keep_alive_interval = parse_seconds(key, value);
+      if (c.keep_alive_interval <= Duration::zero()) {
+        throw UsageError("--rdzv_conf keep_alive_interval=" + value + ": expected seconds > 0");
+      }
+    } else if (key == "keep_alive_max_attempt") {
+      c.keep_alive_max_attempt = parse_int(value, "--rdzv_conf keep_alive_max_attempt");
+      if (c.keep_alive_max_attempt < 1) {
+        throw UsageError("--rdzv_conf keep_alive_max_attempt=" + value + ": expected >= 1");
+      }
+    } else if (key == "close_timeout") {
+      c.close_timeout = parse_seconds(key, value);
+    } else if (key == "token_file") {
+      c.token_file = value;
+    } else {
+      log_warning("--rdzv_conf: ignoring unknown option {}={}", key, value);
+    }
+  }
+  return c;
+}
+
+// ---- registry ------------------------------------------------------------------------------
+
+namespace {
+
+std::mutex& registry_mutex() {
+  static std::mutex m;
+  return m;
+}
+
+std::map<std::string, RendezvousFactory>& registry() {
+  static std::map<std::string, RendezvousFactory> r = {
+      {"static",
+       [](const RendezvousParams& p) -> std::unique_ptr<RendezvousHandler> {
+         return std::make_unique<StaticRendezvous>(p);
+       }},
+      {"c10d",
+       [](const RendezvousParams& p) -> std::unique_ptr<RendezvousHandler> {
+         return std::make_unique<DynamicRendezvous>(p);
+       }},
+  };
+  return r;
+}
+
+}  // namespace
+
+void register_rendezvous_backend(const std::string& name, RendezvousFactory factory) {
+  std::lock_guard<std::mutex> lock(registry_mutex());
+  registry()[name] = std::move(factory);
+}
+
+std::unique_ptr<RendezvousHandler> create_rendezvous_handler(const RendezvousParams& params) {
+  RendezvousFactory factory;
+  std::string known;
+  {
+    std::lock_guard<std::mutex> lock(registry_mutex());
+    auto it = registry().find(params.backend);
+    if (it != registry().end()) factory = it->second;
+    for (const auto& [name, f] : registry()) known += (known.empty() ? "" : ", ") + name;
+  }
+  if (!factory) {
+    throw UsageError("--rdzv_backend " + params.backend + " is not known; expected one of: " +
+                     known);
+  }
+  return factory(params);
+}
+
+namespace detail {
+
+std::shared_ptr<Store> connect_store(const RendezvousParams& params,
+                                     const RendezvousConfig& config) {
+  if (params.store) return params.store;
+  if (params.endpoint.empty()) {
+    throw UsageError("rendezvous: no store endpoint; give --rdzv_endpoint host:port (or "
+                     "--master_addr/--master_port for static rendezvous)");
+  }
+  HostPort hp = parse_host_port(params.endpoint, 29400, "--rdzv_endpoint");
+  TcpStoreClientOptions o;
+  o.host = hp.host;
+  o.port = hp.port;
+  o.connect_timeout = config.join_timeout;
+  o.token = params.token ? params.token : load_job_token(config.token_file);
+  return std::make_shared<TcpStoreClient>(o);
+}
+
+std::function<std::shared_ptr<Store>()> store_opener(const RendezvousParams& params,
+                                                     const RendezvousConfig& config,
+                                                     std::shared_ptr<Store> main_store) {
+  if (params.open_store) return params.open_store;
+  if (params.store || params.endpoint.empty()) {
+    return [main_store] { return main_store; };
+  }
+  RendezvousParams copy = params;
+  return [copy, config] { return connect_store(copy, config); };
+}
+
+std::string make_node_id(const std::string& host) {
+  auto nonce = random_nonce();
+  std::string id = (host.empty() ? std::string("node") : host) + "-" +
+                   std::to_string(::getpid()) + "-" + to_hex(nonce.data(), 4);
+  for (auto& ch : id) {
+    if (ch == ' ' || ch == '\n' || ch == '|') ch = '_';
+  }
+  return id;
+}
+
+}  // namespace detail
+}  // namespace dlaunch

@@ -1,0 +1,228 @@
+#include "rendezvous/static_rendezvous.h"
+
+#include <sstream>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "rendezvous/host_port.h"
+#include "rendezvous/prefix_store.h"
+
+namespace dlaunch {
+
+StaticRendezvous::StaticRendezvous(const RendezvousParams& params)
+    : params_(params),
+      config_(RendezvousConfig::parse(params.config)),
+      clock_(params.clock ? *params.clock : steady_clock()) {
+  if (params_.min_nodes != params_.max_nodes) {
+    throw UsageError("static rendezvous needs a fixed node count, got --nnodes " +
+                     std::to_string(params_.min_nodes) + ":" + std::to_string(params_.max_nodes) +
+                     "; use --rdzv_backend c10d for an elastic range");
+  }
+  if (!params_.node_rank) {
+    throw UsageError("static rendezvous needs --node_rank (or SLURM_NODEID) on every node");
+  }
+  if (*params_.node_rank < 0 || *params_.node_rank >= params_.max_nodes) {
+    throw UsageError("--node_rank " + std::to_string(*params_.node_rank) + " is outside 0.." +
+                     std::to_string(params_.max_nodes - 1) + " for --nnodes " +
+                     std::to_string(params_.max_nodes));
+  }
+  node_id_ = detail::make_node_id(params_.host);
+  store_ = detail::connect_store(params_, config_);
+  watcher_ = std::make_unique<EventWatcher>(detail::store_opener(params_, config_, store_),
+                                            prefix_, node_id_, std::chrono::seconds(1));
+}
+
+StaticRendezvous::~StaticRendezvous() { shutdown(); }
+
+Bytes StaticRendezvous::encode(const Record& r) const {
+  return to_bytes("rank=" + std::to_string(r.rank) + "\nnnodes=" + std::to_string(r.nnodes) +
+                  "\nlws=" + std::to_string(r.local_world_size) + "\nrun_id=" + r.run_id +
+                  "\nhost=" + r.host + "\nid=" + r.id);
+}
+
+StaticRendezvous::Record StaticRendezvous::decode(const Bytes& b) {
+  Record r;
+  std::istringstream in(to_string(b));
+  std::string line;
+  while (std::getline(in, line)) {
+    auto eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string k = line.substr(0, eq), v = line.substr(eq + 1);
+    try {
+      if (k == "rank") r.rank = std::stoll(v);
+      if (k == "nnodes") r.nnodes = std::stoll(v);
+      if (k == "lws") r.local_world_size = std::stoll(v);
+    } catch (const std::exception&) {
+      throw ProtocolError("static rendezvous: malformed node record '" + to_string(b) + "'");
+    }
+    if (k == "run_id") r.run_id = v;
+    if (k == "host") r.host = v;
+    if (k == "id") r.id = v;
+  }
+  return r;
+}
+
+std::string StaticRendezvous::node_key(int64_t round, int64_t rank) const {
+  return prefix_ + "/round/" + std::to_string(round) + "/node/" + std::to_string(rank);
+}
+
+namespace {
+
+std::string describe(const char* what, const std::string& host, const std::string& value) {
+  return std::string(what) + " " + value + " on " + host;
+}
+
+// One message for a mismatch between two records, or "".
+template <typename R>
+std::string mismatch(const R& a, const R& b) {
+  if (a.run_id != b.run_id) {
+    return "two jobs share one store: " + describe("run id", a.host, "'" + a.run_id + "'") +
+           " vs " + describe("run id", b.host, "'" + b.run_id + "'") +
+           "; give each job its own --master_port (or the same --rdzv_id on every node)";
+  }
+  if (a.nnodes != b.nnodes) {
+    return "nodes disagree on the node count: " +
+           describe("--nnodes", a.host, std::to_string(a.nnodes)) + " (node rank " +
+           std::to_string(a.rank) + ") vs " +
+           describe("--nnodes", b.host, std::to_string(b.nnodes)) + " (node rank " +
+           std::to_string(b.rank) + "); pass the same --nnodes to every node";
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string StaticRendezvous::find_conflict(int64_t round, const Record& mine) {
+  for (int64_t k = 0; k < params_.max_nodes; ++k) {
+    std::string key = node_key(round, k);
+    if (!store_->check({key})) continue;
+    Record other = decode(store_->get(key));
+    std::string m = mismatch(mine, other);
+    if (!m.empty()) return m;
+  }
+  return "";
+}
+
+void StaticRendezvous::fail_conflict(int64_t round, const std::string& message) {
+  // Tell the nodes that cannot see the conflict themselves (they wait for ranks that never come).
+  store_->compare_set(prefix_ + "/round/" + std::to_string(round) + "/error", Bytes(),
+                      to_bytes(message));
+  throw StateError("static rendezvous failed: " + message);
+}
+
+RendezvousResult StaticRendezvous::next_rendezvous() {
+  const int64_t n = params_.max_nodes;
+  const int64_t me = *params_.node_rank;
+  const int64_t round = next_round_++;
+  Record mine{me, n, params_.local_world_size, params_.run_id, params_.host, node_id_};
+  Bytes mine_bytes = encode(mine);
+  auto start = clock_.now();
+  auto deadline = start + config_.join_timeout;
+
+  Bytes current = store_->compare_set(node_key(round, me), Bytes(), mine_bytes);
+  if (current != mine_bytes) {
+    Record other = decode(current);
+    std::string m = mismatch(mine, other);
+    if (m.empty()) {
+      m = "node rank " + std::to_string(me) + " is claimed by two agents: " + other.host +
+          " and " + mine.host + " (run id '" + mine.run_id + "'); give every node a distinct "
+          "--node_rank in 0.." + std::to_string(n - 1);
+    }
+    fail_conflict(round, m);
+  }
+
+  std::vector<std::string> keys;
+  for (int64_t k = 0; k < n; ++k) keys.push_back(node_key(round, k));
+  std::string error_key = prefix_ + "/round/" + std::to_string(round) + "/error";
+  Duration slice = std::chrono::seconds(1);
+  while (true) {
+    auto now = clock_.now();
+    if (now >= deadline) {
+      std::vector<int64_t> missing;
+      std::string joined;
+      for (int64_t k = 0; k < n; ++k) {
+        if (!store_->check({keys[k]})) {
+          missing.push_back(k);
+        } else if (joined.size() < 400) {
+          joined += (joined.empty() ? "" : ", ") + std::to_string(k) + " on " +
+                    decode(store_->get(keys[k])).host;
+        }
+      }
+      std::string m;
+      for (size_t i = 0; i < missing.size() && i < 20; ++i) {
+        m += (i ? ", " : "") + std::to_string(missing[i]);
+      }
+      if (missing.size() > 20) m += ", ...";
+      throw TimeoutError(
+          "static rendezvous: after " + std::to_string(to_seconds(config_.join_timeout)) +
+          " s (join_timeout) " + std::to_string(missing.size()) + " of " + std::to_string(n) +
+          " nodes never joined (missing node ranks: " + m + "; joined: " + joined +
+          "); check that every node runs dlaunch with --nnodes " + std::to_string(n) +
+          ", a distinct --node_rank and the same --master_addr/--master_port (" +
+          params_.endpoint + ")");
+    }
+    try {
+      store_->wait(keys, std::min<Duration>(slice, deadline - now));
+      break;
+    } catch (const TimeoutError&) {
+    }
+    if (store_->check({error_key})) {
+      throw StateError("static rendezvous failed: " + to_string(store_->get(error_key)));
+    }
+    if (me == 0) {
+      std::string m = find_conflict(round, mine);
+      if (!m.empty()) fail_conflict(round, m);
+    }
+    slice = std::min<Duration>(slice * 2, std::chrono::seconds(30));
+  }
+
+  auto values = store_->multi_get(keys);
+  RendezvousResult result;
+  result.round = round;
+  result.group_rank = me;
+  result.group_world_size = n;
+  for (int64_t k = 0; k < n; ++k) {
+    Record r = decode(values[k]);
+    std::string m = mismatch(mine, r);
+    if (!m.empty()) fail_conflict(round, m);
+    result.local_world_sizes.push_back(r.local_world_size);
+    result.hosts.push_back(r.host);
+  }
+  HostPort master = parse_host_port(params_.endpoint.empty() ? "127.0.0.1" : params_.endpoint,
+                                    29500, "--master_addr/--master_port");
+  result.master_addr = master.host;
+  result.master_port = master.port;
+  result.restart_count = store_->add(prefix_ + "/restart_count", 0);
+  result.store = std::make_shared<PrefixStore>("dlaunch/job/" + params_.run_id, store_);
+  current_round_ = round;
+  log_info("static rendezvous round {} complete: node rank {} of {}, world size {}", round, me, n,
+           result.world_size());
+  return result;
+}
+
+void StaticRendezvous::watch(std::function<void(const RendezvousEvent&)> on_event) {
+  DL_CHECK(current_round_ >= 0) << "watch() before next_rendezvous()";
+  watcher_->watch(current_round_, std::move(on_event));
+}
+
+void StaticRendezvous::request_restart(const std::string& report) {
+  DL_CHECK(current_round_ >= 0) << "request_restart() before next_rendezvous()";
+  EventRecord e{RendezvousEvent::Kind::kRestartRequested, node_id_, report};
+  if (publish_event(*store_, prefix_, current_round_, e)) store_->add(prefix_ + "/restart_count", 1);
+}
+
+void StaticRendezvous::set_closed() {
+  store_->set(prefix_ + "/closed", to_bytes("1"));
+  if (current_round_ >= 0) {
+    publish_event(*store_, prefix_, current_round_,
+                  {RendezvousEvent::Kind::kShutdownRequested, node_id_, "rendezvous closed"});
+  }
+}
+
+bool StaticRendezvous::is_closed() { return store_->check({prefix_ + "/closed"}); }
+
+void StaticRendezvous::shutdown() {
+  if (watcher_) watcher_->stop();
+}
+
+}  // namespace dlaunch

@@ -1,0 +1,342 @@
+// Rendezvous handlers as threads in one process over a real TcpStoreServer on 127.0.0.1.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <future>
+#include <thread>
+
+#include "common/error.h"
+#include "rendezvous/rendezvous_registry.h"
+#include "rendezvous/tcp_store_server.h"
+
+namespace dlaunch {
+namespace {
+
+using namespace std::chrono_literals;
+
+class RendezvousTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = std::make_unique<TcpStoreServer>(TcpStoreServerOptions{});
+    port_ = server_->start();
+  }
+  RendezvousParams params(const std::string& backend, int64_t min, int64_t max,
+                          const std::string& host) {
+    RendezvousParams p;
+    p.backend = backend;
+    p.run_id = "job1";
+    p.min_nodes = min;
+    p.max_nodes = max;
+    p.endpoint = "127.0.0.1:" + std::to_string(port_);
+    p.host = host;
+    p.config = {{"join_timeout", "20"}, {"last_call_timeout", "0.3"}};
+    return p;
+  }
+  std::unique_ptr<TcpStoreServer> server_;
+  uint16_t port_ = 0;
+};
+
+// Runs next_rendezvous on every handler at once.
+std::vector<RendezvousResult> meet(std::vector<std::unique_ptr<RendezvousHandler>>& handlers) {
+  std::vector<std::future<RendezvousResult>> futures;
+  for (auto& h : handlers) {
+    futures.push_back(std::async(std::launch::async, [&h] { return h->next_rendezvous(); }));
+  }
+  std::vector<RendezvousResult> results;
+  for (auto& f : futures) results.push_back(f.get());
+  return results;
+}
+
+TEST_F(RendezvousTest, StaticRanksFollowNodeRankWithUnevenWorkersPerNode) {
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  const int64_t lws[] = {2, 3, 1};
+  for (int64_t k : {2, 0, 1}) {  // arrival order differs from node rank
+    auto p = params("static", 3, 3, "host-" + std::to_string(k));
+    p.node_rank = k;
+    p.local_world_size = lws[k];
+    hs.push_back(create_rendezvous_handler(p));
+  }
+  auto rs = meet(hs);
+  for (auto& r : rs) {
+    EXPECT_EQ(r.group_world_size, 3);
+    EXPECT_EQ(r.world_size(), 6);
+    EXPECT_EQ(r.local_world_sizes, (std::vector<int64_t>{2, 3, 1}));
+    EXPECT_EQ(r.hosts, (std::vector<std::string>{"host-0", "host-1", "host-2"}));
+    EXPECT_EQ(r.master_addr, "127.0.0.1");
+    EXPECT_EQ(r.master_port, port_);
+    EXPECT_EQ(r.restart_count, 0);
+  }
+  EXPECT_EQ(rs[0].group_rank, 2);
+  EXPECT_EQ(rs[0].global_rank_base(), 5);
+  EXPECT_EQ(rs[1].global_rank_base(), 0);
+  EXPECT_EQ(rs[2].global_rank_base(), 2);
+  // The job store is shared and namespaced.
+  rs[0].store->set("k", to_bytes("v"));
+  EXPECT_EQ(to_string(rs[1].store->get("k")), "v");
+}
+
+std::string failure_of(std::vector<std::unique_ptr<RendezvousHandler>>& hs) {
+  std::vector<std::future<std::string>> fs;
+  for (auto& h : hs) {
+    fs.push_back(std::async(std::launch::async, [&h]() -> std::string {
+      try {
+        h->next_rendezvous();
+        return "";
+      } catch (const Error& e) {
+        return e.what();
+      }
+    }));
+  }
+  std::string all;
+  for (auto& f : fs) all += f.get() + "\n";
+  return all;
+}
+
+TEST_F(RendezvousTest, StaticTwoAgentsClaimingOneNodeRankFailWithBothHosts) {
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (const char* host : {"alpha", "beta"}) {
+    auto p = params("static", 2, 2, host);
+    p.node_rank = 0;
+    p.config["join_timeout"] = "3";
+    hs.push_back(create_rendezvous_handler(p));
+  }
+  auto all = failure_of(hs);
+  EXPECT_NE(all.find("node rank 0 is claimed by two agents"), std::string::npos) << all;
+  EXPECT_NE(all.find("alpha"), std::string::npos) << all;
+  EXPECT_NE(all.find("beta"), std::string::npos) << all;
+}
+
+TEST_F(RendezvousTest, StaticDifferentNodeCountsFailNamingHostsAndValues) {
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  auto a = params("static", 2, 2, "alpha");
+  a.node_rank = 0;
+  auto b = params("static", 3, 3, "beta");
+  b.node_rank = 1;
+  a.config["join_timeout"] = b.config["join_timeout"] = "10";
+  hs.push_back(create_rendezvous_handler(a));
+  hs.push_back(create_rendezvous_handler(b));
+  auto start = std::chrono::steady_clock::now();
+  auto all = failure_of(hs);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);  // before the join timeout
+  EXPECT_NE(all.find("--nnodes 2 on alpha"), std::string::npos) << all;
+  EXPECT_NE(all.find("--nnodes 3 on beta"), std::string::npos) << all;
+}
+
+TEST_F(RendezvousTest, StaticDifferentRunIdsFail) {
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  auto a = params("static", 2, 2, "alpha");
+  a.node_rank = 0;
+  auto b = params("static", 2, 2, "beta");
+  b.node_rank = 1;
+  b.run_id = "other-job";
+  hs.push_back(create_rendezvous_handler(a));
+  hs.push_back(create_rendezvous_handler(b));
+  auto all = failure_of(hs);
+  EXPECT_NE(all.find("'job1' on alpha"), std::string::npos) << all;
+  EXPECT_NE(all.find("'other-job' on beta"), std::string::npos) << all;
+}
+
+TEST_F(RendezvousTest, StaticMissingNodeTimesOutNamingIt) {
+  auto p = params("static", 2, 2, "alpha");
+  p.node_rank = 0;
+  p.config["join_timeout"] = "1";
+  auto h = create_rendezvous_handler(p);
+  try {
+    h->next_rendezvous();
+    FAIL() << "expected TimeoutError";
+  } catch (const TimeoutError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing node ranks: 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(RendezvousTest, StaticMasterNeverAnsweringIsAConnectionErrorWithinTheJoinTimeout) {
+  uint16_t dead = port_;
+  server_->stop();
+  auto p = params("static", 2, 2, "alpha");
+  p.endpoint = "127.0.0.1:" + std::to_string(dead);
+  p.node_rank = 1;
+  p.config["join_timeout"] = "1";
+  auto start = std::chrono::steady_clock::now();
+  try {
+    create_rendezvous_handler(p);
+    FAIL() << "expected ConnectionError";
+  } catch (const ConnectionError& e) {
+    EXPECT_NE(std::string(e.what()).find(p.endpoint), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+TEST_F(RendezvousTest, DynamicCompletesAtMaxWithDistinctRanksAndHonoursHints) {
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int i = 0; i < 3; ++i) {
+    auto p = params("c10d", 2, 3, "h" + std::to_string(i));
+    p.config["last_call_timeout"] = "30";  // completion must come from MAX, not last call
+    if (i == 1) p.node_rank = 0;
+    hs.push_back(create_rendezvous_handler(p));
+  }
+  auto start = std::chrono::steady_clock::now();
+  auto rs = meet(hs);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);
+  std::set<int64_t> ranks;
+  for (auto& r : rs) {
+    EXPECT_EQ(r.group_world_size, 3);
+    EXPECT_EQ(r.round, rs[0].round);
+    EXPECT_EQ(r.hosts, rs[0].hosts);
+    ranks.insert(r.group_rank);
+  }
+  EXPECT_EQ(ranks, (std::set<int64_t>{0, 1, 2}));
+  EXPECT_EQ(rs[1].group_rank, 0);  // the hint
+  EXPECT_EQ(rs[0].hosts[0], "h1");
+}
+
+TEST_F(RendezvousTest, DynamicCompletesAtMinAfterLastCall) {
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int i = 0; i < 2; ++i) hs.push_back(create_rendezvous_handler(params("c10d", 2, 4, "h")));
+  auto rs = meet(hs);
+  EXPECT_EQ(rs[0].group_world_size, 2);
+  EXPECT_NE(rs[0].group_rank, rs[1].group_rank);
+}
+
+// A liveness that can be frozen: the node looks hung (no more beats, no clean leave).
+struct Freezer {
+  std::atomic<bool> frozen{false};
+};
+LivenessFactory freezable(std::shared_ptr<Freezer> f) {
+  return [f](std::shared_ptr<Store> store, const std::string& prefix, const std::string& self,
+             Duration window, const Clock& clock) -> std::unique_ptr<Liveness> {
+    struct L : Liveness {
+      std::unique_ptr<Liveness> inner;
+      std::shared_ptr<Freezer> f;
+      void beat() override {
+        if (!f->frozen) inner->beat();
+      }
+      std::vector<std::string> dead(const std::vector<std::string>& ids) override {
+        return inner->dead(ids);
+      }
+      void leave() override {
+        if (!f->frozen) inner->leave();
+      }
+    };
+    auto l = std::make_unique<L>();
+    l->inner = make_store_liveness(store, prefix, self, window, clock);
+    l->f = f;
+    return l;
+  };
+}
+
+struct EventLog {
+  std::mutex m;
+  std::condition_variable cv;
+  std::vector<RendezvousEvent> events;
+  std::function<void(const RendezvousEvent&)> sink() {
+    return [this](const RendezvousEvent& e) {
+      std::lock_guard<std::mutex> lock(m);
+      events.push_back(e);
+      cv.notify_all();
+    };
+  }
+  bool wait_for(size_t n, Duration d) {
+    std::unique_lock<std::mutex> lock(m);
+    return cv.wait_for(lock, d, [&] { return events.size() >= n; });
+  }
+};
+
+TEST_F(RendezvousTest, DynamicNodeThatStopsKeepAlivesIsDetectedAndTheRestReForm) {
+  auto freezer = std::make_shared<Freezer>();
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int i = 0; i < 3; ++i) {
+    auto p = params("c10d", 2, 3, "h" + std::to_string(i));
+    p.config["keep_alive_interval"] = "0.2";
+    p.config["keep_alive_max_attempt"] = "2";
+    if (i == 2) p.liveness = freezable(freezer);
+    hs.push_back(create_rendezvous_handler(p));
+  }
+  auto rs = meet(hs);
+  EventLog log0, log1;
+  hs[0]->watch(log0.sink());
+  hs[1]->watch(log1.sink());
+  auto frozen_at = std::chrono::steady_clock::now();
+  freezer->frozen = true;
+  ASSERT_TRUE(log0.wait_for(1, 10s));
+  ASSERT_TRUE(log1.wait_for(1, 10s));
+  auto detected = std::chrono::steady_clock::now() - frozen_at;
+  EXPECT_EQ(log0.events[0].kind, RendezvousEvent::Kind::kMembershipChanged);
+  EXPECT_NE(log0.events[0].reason.find("h2"), std::string::npos) << log0.events[0].reason;
+  EXPECT_LT(detected, 5s);  // window 0.4 s; generous for a loaded machine
+  // The two survivors re-form a round of two.
+  std::vector<std::unique_ptr<RendezvousHandler>> survivors;
+  survivors.push_back(std::move(hs[0]));
+  survivors.push_back(std::move(hs[1]));
+  auto again = meet(survivors);
+  EXPECT_EQ(again[0].group_world_size, 2);
+  EXPECT_EQ(again[0].round, rs[0].round + 1);
+  EXPECT_EQ(again[0].restart_count, 0);  // membership changes are free
+}
+
+TEST_F(RendezvousTest, DynamicLateJoinerTriggersMembershipChangeAndIsAdmittedNextRound) {
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int i = 0; i < 2; ++i) hs.push_back(create_rendezvous_handler(params("c10d", 2, 3, "h")));
+  auto rs = meet(hs);
+  EventLog log;
+  hs[0]->watch(log.sink());
+  auto late = create_rendezvous_handler(params("c10d", 2, 3, "late"));
+  auto late_result = std::async(std::launch::async, [&] { return late->next_rendezvous(); });
+  ASSERT_TRUE(log.wait_for(1, 10s));
+  EXPECT_EQ(log.events[0].kind, RendezvousEvent::Kind::kMembershipChanged);
+  EXPECT_GE(hs[0]->num_nodes_waiting(), 1);
+  auto again = meet(hs);
+  auto l = late_result.get();
+  EXPECT_EQ(l.group_world_size, 3);
+  EXPECT_EQ(again[0].group_world_size, 3);
+  EXPECT_EQ(again[0].round, l.round);
+}
+
+TEST_F(RendezvousTest, RestartRequestIsPushedAndCountedJobWide) {
+  for (const char* backend : {"static", "c10d"}) {
+    std::vector<std::unique_ptr<RendezvousHandler>> hs;
+    for (int64_t k = 0; k < 2; ++k) {
+      auto p = params(backend, 2, 2, "h" + std::to_string(k));
+      p.run_id = std::string("restart-") + backend;
+      p.node_rank = k;
+      hs.push_back(create_rendezvous_handler(p));
+    }
+    meet(hs);
+    EventLog log;
+    hs[1]->watch(log.sink());
+    hs[0]->request_restart("rank 0 on h0 exited with code 3");
+    ASSERT_TRUE(log.wait_for(1, 10s)) << backend;
+    EXPECT_EQ(log.events[0].kind, RendezvousEvent::Kind::kRestartRequested);
+    EXPECT_EQ(log.events[0].reason, "rank 0 on h0 exited with code 3");
+    hs[1]->request_restart("a later failure: not counted");
+    auto rs = meet(hs);
+    EXPECT_EQ(rs[0].restart_count, 1) << backend;
+    EXPECT_EQ(rs[1].restart_count, 1) << backend;
+  }
+}
+
+TEST_F(RendezvousTest, ClosedRendezvousRefusesNewRounds) {
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int i = 0; i < 2; ++i) hs.push_back(create_rendezvous_handler(params("c10d", 1, 2, "h")));
+  meet(hs);
+  EventLog log;
+  hs[1]->watch(log.sink());
+  hs[0]->set_closed();
+  EXPECT_TRUE(hs[1]->is_closed());
+  ASSERT_TRUE(log.wait_for(1, 10s));
+  EXPECT_EQ(log.events[0].kind, RendezvousEvent::Kind::kShutdownRequested);
+  EXPECT_THROW(hs[1]->next_rendezvous(), StateError);
+}
+
+TEST(RendezvousRegistry, UnknownBackendAndBadConf) {
+  RendezvousParams p;
+  p.backend = "zookeeper";
+  EXPECT_THROW(create_rendezvous_handler(p), UsageError);
+  EXPECT_THROW(RendezvousConfig::split("join_timeout"), UsageError);
+  auto conf = RendezvousConfig::parse(RendezvousConfig::split("join_timeout=5,last_call_timeout=0.5"));
+  EXPECT_EQ(conf.join_timeout, std::chrono::seconds(5));
+  EXPECT_EQ(conf.last_call_timeout, std::chrono::milliseconds(500));
+  EXPECT_THROW(RendezvousConfig::parse({{"keep_alive_interval", "x"}}), UsageError);
+}
+
+}  // namespace
+}  // namespace dlaunch
