@@ -68,6 +68,15 @@ std::vector<FlagSpec> make_specs() {
            "time between SIGTERM and SIGKILL when stopping workers"),
       flag("dry_run", 0, false, "false", "",
            "print the resolved configuration and where each value came from; start nothing"),
+      // Slurm (launcher/slurm_launch.h, docs/slurm.md).
+      flag("slurm", 0, false, "false", "",
+           "require Slurm: take nnodes, node_rank, master_addr/port, rdzv_id and GPUs from "
+           "SLURM_* (done anyway when SLURM_JOB_ID is set) and fail outside a Slurm job"),
+      flag("no_slurm", 0, false, "false", "", "ignore every SLURM_* variable"),
+      flag("slurm_mode", 0, true, "auto", "auto|agent|task",
+           "under srun: agent = one dlaunch per node starts the workers; task = one Slurm task "
+           "per worker, dlaunch sets RANK etc. and execs the program; auto = task when the step "
+           "has more tasks than nodes"),
       flag("help", 'h', false, "false", "", "show this help"),
   };
 }

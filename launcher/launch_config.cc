@@ -12,6 +12,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "launcher/slurm_launch.h"
 
 namespace dlaunch {
 namespace {
@@ -328,6 +329,7 @@ std::string LaunchConfig::describe() const {
       {"redirects", std_text(redirects)},
       {"tee", std_text(tee)},
       {"local_ranks_filter", filter},
+      {"slurm_mode", slurm_mode},
   };
   std::string out = "dlaunch configuration (value  <- origin):\n";
   for (const auto& [name, value] : rows) {
@@ -452,6 +454,8 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
     cfg.rdzv_backend = "static";
     cfg.origin["rdzv_backend"] = "--standalone";
   }
+  // Slurm fills what the user left at its default (explicit flag > twin > SLURM_* > default).
+  apply_slurm(cli, env, cfg);
   if (cli.program.empty() && !cli.help) {
     throw UsageError(
         "no program was given; expected `dlaunch [options] program [args...]` (see dlaunch "

@@ -79,6 +79,9 @@ struct LaunchConfig {
   StdSpec tee;
   std::vector<int64_t> local_ranks_filter;  // empty: every local rank on the console
   bool dry_run = false;
+  // Under Slurm (slurm_launch.h): "off", "agent" (one dlaunch per node) or "task" (exec the
+  // program as this Slurm task's worker).
+  std::string slurm_mode = "off";
 
   // Canonical flag name -> where its value came from: "--nproc-per-node", "DLAUNCH_ROLE",
   // "default", or "--standalone" for values it implies.

@@ -12,6 +12,7 @@
 #include "launcher/cli.h"
 #include "launcher/launch_config.h"
 #include "launcher/posix_process_context.h"
+#include "launcher/slurm_launch.h"
 
 namespace {
 
@@ -43,6 +44,18 @@ int main(int argc, char** argv) {
   if (cfg.dry_run) {
     std::cout << cfg.describe();
     return 0;
+  }
+  if (cfg.slurm_mode == "task") {
+    // One Slurm task per worker: no agent; become the worker (returns only by throwing).
+    try {
+      exec_slurm_task(cfg);
+    } catch (const UsageError& e) {
+      std::fprintf(stderr, "dlaunch: error: %s\n", e.what());
+      return exit_codes::kUsage;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dlaunch: error: %s\n", e.what());
+      return exit_codes::kUsage;
+    }
   }
   try {
     boost::asio::io_context io;
