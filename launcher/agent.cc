@@ -171,7 +171,9 @@ struct Agent::Impl {
                "overloading the node; set OMP_NUM_THREADS yourself to tune it",
                n, opts.cpus, cfg.nproc_per_node);
     }
-    master_port = cfg.master_port;
+    master_port = opts.master_port.value_or(cfg.master_port);
+    use_agent_store = opts.use_agent_store;
+    if (!opts.master_addr.empty()) cfg.master_addr = opts.master_addr;
     if (master_port == 0 && !opts.rendezvous) {
       master_port = pick_free_port();
       log_info("--master_port 0: workers will use port {}", master_port);

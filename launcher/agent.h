@@ -68,6 +68,11 @@ struct AgentOptions {
   int64_t cpus = 1;
   // Rendezvous for several nodes; null: a single node that is its own job.
   std::shared_ptr<RendezvousHandler> rendezvous;
+  // Single node: where the job's store is (job_services.h). Unset port: --master_port, where
+  // 0 picks a free port for the workers' rank 0 to bind (no agent store).
+  std::optional<int64_t> master_port;
+  std::string master_addr;  // empty: --master_addr
+  bool use_agent_store = false;
 };
 
 class Agent {

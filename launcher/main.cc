@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "launcher/agent.h"
 #include "launcher/cli.h"
+#include "launcher/job_services.h"
 #include "launcher/launch_config.h"
 #include "launcher/posix_process_context.h"
 #include "launcher/slurm_launch.h"
@@ -59,13 +60,25 @@ int main(int argc, char** argv) {
   }
   try {
     boost::asio::io_context io;
+    // The process context first: it forks the orphan guard while we are single-threaded (the
+    // store server starts a thread).
     PosixProcessContext procs(io);
     AgentOptions opts;
     opts.host = hostname();
+    JobServices services = start_job_services(cfg, opts.host);
+    opts.rendezvous = services.rendezvous;
+    if (services.server) {
+      opts.master_addr = services.master_addr;
+      opts.master_port = services.master_port;
+      opts.use_agent_store = services.use_agent_store;
+    }
     opts.base_env = current_environment();
     opts.cpus = host.cpus;
     Agent agent(cfg, procs, io, opts);
     return agent.run();
+  } catch (const UsageError& e) {
+    log_error("{}", e.what());
+    return exit_codes::kUsage;
   } catch (const std::exception& e) {
     log_error("{}", e.what());
     return exit_codes::kWorkersFailed;

@@ -1,7 +1,10 @@
 // Integration tests: the real dlaunch binary running the real test worker, one test per
 // guarantee of docs/cli.md. Generous timeouts; they assert behaviour, never speed.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -413,6 +416,42 @@ TEST(DlaunchProgram, AppendLocalRankArgAndPython) {
   ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
   // write_through: python ran with -u, as torchrun runs it.
   EXPECT_NE(r.out.find("[default0]:py 0 ['x'] True"), std::string::npos) << r.out;
+}
+
+TEST(DlaunchStore, PortInUseIsAClearMessage) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  ASSERT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(fd, 1), 0);
+  ASSERT_EQ(getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
+  std::string port = std::to_string(ntohs(addr.sin_port));
+  auto r = run(cmd({"--master_port", port}, {"ok"}));
+  close(fd);
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("127.0.0.1:" + port + ": the port is in use"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+}
+
+// PyTorch workers (Debian's python3-torch 1.13, gloo on CPU) join the agent's store through
+// init_method="env://" with TORCHELASTIC_USE_AGENT_STORE=True and all-reduce.
+TEST(DlaunchStore, PyTorchWorkersJoinTheAgentStore) {
+  auto probe = run({"/usr/bin/python3", "-c", "import torch.distributed"});
+  if (probe.timed_out || probe.exit.shell_code() != 0) {
+    GTEST_SKIP() << "Debian's python3-torch is not installed for /usr/bin/python3";
+  }
+  auto r = run({kDlaunch, "--standalone", "--nproc_per_node", "2", "--python", "/usr/bin/python3",
+                std::string(SOURCE_DIR) + "/examples/single_node/allreduce.py"},
+               {}, 180s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.out << r.err;
+  EXPECT_NE(r.out.find("[default0]:rank 0/2: all_reduce sum 1 (restart 0, agent store True)"),
+            std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("[default1]:rank 1/2: all_reduce sum 1"), std::string::npos) << r.out;
 }
 
 }  // namespace

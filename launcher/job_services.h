@@ -1,0 +1,38 @@
+// What an agent sets up before its first worker generation: the job's TCP store (hosted by
+// this agent when it is node 0 / the owner of the rendezvous endpoint) and, for several nodes,
+// the rendezvous handler. Kept apart from the agent so the agent logic stays testable with
+// fakes and this wiring stays small.
+//
+//   single node (--nnodes 1, --standalone): host the store on --master_addr:--master_port
+//     (0 = a free port); no rendezvous; workers get TORCHELASTIC_USE_AGENT_STORE=True.
+//   static (--nnodes N): node 0 hosts the store on --master_addr:--master_port; every node
+//     joins the static rendezvous through it.
+//   c10d (--nnodes MIN:MAX): the agent that can bind --rdzv_endpoint hosts the store there
+//     (torchrun's rule: try to bind, else be a client); every node joins through it.
+//
+// Blocks only to bind the server. Throws UsageError (bad endpoint/host), AddressInUseError (the
+// port is held by another process: the message says what to do), SystemError.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "launcher/launch_config.h"
+
+namespace dlaunch {
+
+class TcpStoreServer;
+class RendezvousHandler;
+
+struct JobServices {
+  std::shared_ptr<TcpStoreServer> server;         // null when another agent hosts the store
+  std::shared_ptr<RendezvousHandler> rendezvous;  // null for a single node
+  std::string master_addr;  // what single-node workers get as MASTER_ADDR
+  int64_t master_port = 0;  // ... and MASTER_PORT
+  bool use_agent_store = false;
+};
+
+JobServices start_job_services(const LaunchConfig& cfg, const std::string& host);
+
+}  // namespace dlaunch
