@@ -170,7 +170,14 @@ struct TcpStoreServer::Impl {
             close(c);
             return;
           }
-          c->in.insert(c->in.end(), c->rbuf.begin(), c->rbuf.begin() + static_cast<std::ptrdiff_t>(n));
+          if (c->in.empty()) {
+            // The common case: nothing pending. Swap buffers instead of copying.
+            c->rbuf.resize(n);
+            c->in.swap(c->rbuf);
+          } else {
+            c->in.insert(c->in.end(), c->rbuf.begin(),
+                         c->rbuf.begin() + static_cast<std::ptrdiff_t>(n));
+          }
           process(c);
           start_read(c);
         });

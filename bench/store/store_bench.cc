@@ -1,0 +1,239 @@
+// Store operations per second on loopback: dlaunch's TcpStoreServer against PyTorch 1.13's own
+// TCPStore server, driven by the same client (PyTorch 1.13 dialect, one blocking connection
+// per client thread, SET + GET + ADD per iteration, GET and ADD wait for their replies).
+// Also holds N idle connections open (from a child process, which has its own fd table) while
+// measuring, to show the server carries 10,000 clients.
+//
+//   store_bench [--clients 16] [--seconds 3] [--depth 1] [--hold 10000] [--no-peer]
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/byte_order.h"
+#include "rendezvous/tcp_store_server.h"
+
+using namespace dlaunch;
+
+namespace {
+
+int dial(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(port);
+  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
+    ::close(fd);
+    return -1;
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  return fd;
+}
+
+bool send_all(int fd, const std::vector<uint8_t>& b) {
+  size_t off = 0;
+  while (off < b.size()) {
+    ssize_t n = ::send(fd, b.data() + off, b.size() - off, MSG_NOSIGNAL);
+    if (n <= 0) return false;
+    off += n;
+  }
+  return true;
+}
+bool recv_all(int fd, void* dst, size_t n) {
+  auto* p = static_cast<uint8_t*>(dst);
+  size_t got = 0;
+  while (got < n) {
+    ssize_t r = ::recv(fd, p + got, n - got, 0);
+    if (r <= 0) return false;
+    got += r;
+  }
+  return true;
+}
+void put_u64(std::vector<uint8_t>& b, uint64_t v) {
+  size_t at = b.size();
+  b.resize(at + 8);
+  store_le<uint64_t>(b.data() + at, v);
+}
+void put_str(std::vector<uint8_t>& b, const std::string& s) {
+  put_u64(b, s.size());
+  b.insert(b.end(), s.begin(), s.end());
+}
+
+// One client: SET k v; GET k; ADD c 1 (1.13 opcodes 0, 2, 3), `depth` iterations sent before
+// the replies are read (1: plain request/response). Returns ops done.
+uint64_t client_loop(uint16_t port, int id, int depth, const std::atomic<bool>& stop) {
+  int fd = dial(port);
+  if (fd < 0) return 0;
+  std::string key = "/bench/k" + std::to_string(id);
+  std::vector<uint8_t> set, get, add;
+  set.push_back(0);
+  put_str(set, key);
+  put_str(set, std::string(64, 'v'));
+  get.push_back(2);
+  put_str(get, key);
+  add.push_back(3);
+  put_str(add, "/bench/counter");
+  put_u64(add, 1);
+  uint64_t ops = 0;
+  std::vector<uint8_t> buf(depth * (8 + 64 + 8));
+  std::vector<uint8_t> batch;
+  for (int i = 0; i < depth; ++i) {
+    batch.insert(batch.end(), set.begin(), set.end());
+    batch.insert(batch.end(), get.begin(), get.end());
+    batch.insert(batch.end(), add.begin(), add.end());
+  }
+  while (!stop.load(std::memory_order_relaxed)) {
+    if (depth == 1) {
+      if (!send_all(fd, set) || !send_all(fd, get) || !recv_all(fd, buf.data(), 8 + 64)) break;
+      if (!send_all(fd, add) || !recv_all(fd, buf.data(), 8)) break;
+    } else {
+      if (!send_all(fd, batch) || !recv_all(fd, buf.data(), buf.size())) break;
+    }
+    ops += 3 * depth;
+  }
+  ::close(fd);
+  return ops;
+}
+
+double measure(uint16_t port, int clients, int depth, double seconds) {
+  std::atomic<bool> stop{false};
+  std::vector<uint64_t> ops(clients, 0);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < clients; ++i) {
+    threads.emplace_back([&, i] { ops[i] = client_loop(port, i, depth, stop); });
+  }
+  auto start = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
+  stop = true;
+  for (auto& t : threads) t.join();
+  double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  uint64_t total = 0;
+  for (auto o : ops) total += o;
+  return total / elapsed;
+}
+
+// A child that opens `n` connections, proves each with an ADD, reports on `report_fd`, and
+// holds them until killed.
+pid_t hold_connections(uint16_t port, int n, int report_fd) {
+  pid_t pid = fork();
+  if (pid != 0) return pid;
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = lim.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &lim);
+  std::vector<int> fds;
+  std::vector<uint8_t> add;
+  add.push_back(3);
+  put_str(add, "/bench/held");
+  put_u64(add, 1);
+  int ok = 0;
+  for (int i = 0; i < n; ++i) {
+    int fd = dial(port);
+    if (fd < 0) break;
+    fds.push_back(fd);
+    uint8_t r[8];
+    if (send_all(fd, add) && recv_all(fd, r, 8)) ++ok;
+  }
+  (void)!write(report_fd, &ok, sizeof(ok));
+  pause();
+  _exit(0);
+}
+
+// Starts PyTorch 1.13's TCPStore server in /usr/bin/python3; returns its pid and port.
+pid_t start_torch_server(uint16_t* port) {
+  int p[2];
+  if (pipe(p) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(p[1], 1);
+    ::close(p[0]);
+    execl("/usr/bin/python3", "python3", "-c",
+          "import datetime, time, torch.distributed as d\n"
+          "s = d.TCPStore('127.0.0.1', 0, None, True, datetime.timedelta(seconds=600), False)\n"
+          "print(s.port, flush=True)\n"
+          "time.sleep(1e6)\n",
+          (char*)nullptr);
+    _exit(127);
+  }
+  ::close(p[1]);
+  char buf[32] = {};
+  ssize_t n = read(p[0], buf, sizeof(buf) - 1);
+  ::close(p[0]);
+  if (n <= 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return -1;
+  }
+  *port = static_cast<uint16_t>(std::stoi(buf));
+  return pid;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int clients = 16, hold = 0, depth = 1;
+  double seconds = 3;
+  bool peer = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--clients" && i + 1 < argc) clients = std::stoi(argv[++i]);
+    else if (a == "--seconds" && i + 1 < argc) seconds = std::stod(argv[++i]);
+    else if (a == "--hold" && i + 1 < argc) hold = std::stoi(argv[++i]);
+    else if (a == "--depth" && i + 1 < argc) depth = std::stoi(argv[++i]);
+    else if (a == "--no-peer") peer = false;
+    else {
+      std::fprintf(stderr, "usage: store_bench [--clients N] [--seconds S] [--depth D] [--hold N] [--no-peer]\n");
+      return 2;
+    }
+  }
+  TcpStoreServer server(TcpStoreServerOptions{});
+  uint16_t port = server.start();
+  pid_t holder = -1;
+  if (hold > 0) {
+    int p[2];
+    if (pipe(p) != 0) return 1;
+    auto t0 = std::chrono::steady_clock::now();
+    holder = hold_connections(port, hold, p[1]);
+    int ok = 0;
+    if (read(p[0], &ok, sizeof(ok)) != sizeof(ok)) ok = -1;
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("held connections: %d of %d answered (server reports %zu open), opened in %.2f s\n",
+                ok, hold, server.num_connections(), dt);
+  }
+  double ours = measure(port, clients, depth, seconds);
+  std::printf("dlaunch TcpStoreServer: %d clients x depth %d, %.0f ops/s%s\n", clients, depth, ours,
+              hold > 0 ? " (while holding the idle connections)" : "");
+  if (holder > 0) {
+    kill(holder, SIGKILL);
+    waitpid(holder, nullptr, 0);
+  }
+  if (peer) {
+    uint16_t torch_port = 0;
+    pid_t torch = start_torch_server(&torch_port);
+    if (torch < 0) {
+      std::printf("PyTorch 1.13 TCPStore: not measured (/usr/bin/python3 has no torch)\n");
+      return 0;
+    }
+    double theirs = measure(torch_port, clients, depth, seconds);
+    kill(torch, SIGKILL);
+    waitpid(torch, nullptr, 0);
+    std::printf("PyTorch 1.13 TCPStore server: %d clients x depth %d, %.0f ops/s\n", clients, depth,
+                theirs);
+    std::printf("ratio dlaunch / PyTorch: %.2fx\n", theirs > 0 ? ours / theirs : 0.0);
+  }
+  return 0;
+}
