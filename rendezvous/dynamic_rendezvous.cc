@@ -77,9 +77,11 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
       // of the running round is gone, nobody will: find out (once per keep-alive interval).
       last_dead_check = now;
       if (!waiting_liveness) {
-        waiting_liveness = make_store_liveness(
-            store_, prefix_, node_id_,
-            config_.keep_alive_interval * config_.keep_alive_max_attempt, clock_);
+        // The backend's liveness (etcd: leases), as the keep-alive thread uses.
+        auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+        waiting_liveness = params_.liveness
+                               ? params_.liveness(store_, prefix_, node_id_, window, clock_)
+                               : make_store_liveness(store_, prefix_, node_id_, window, clock_);
       }
       std::vector<std::string> ids;
       for (int64_t i = 1; i <= state->participants; ++i) {

@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/etcd_rendezvous.h"
 #include "rendezvous/host_port.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/sha256.h"
@@ -109,6 +110,7 @@ std::map<std::string, RendezvousFactory>& registry() {
        [](const RendezvousParams& p) -> std::unique_ptr<RendezvousHandler> {
          return std::make_unique<DynamicRendezvous>(p);
        }},
+      {"etcd", make_etcd_rendezvous},  // rendezvous/etcd_rendezvous.h
   };
   return r;
 }
