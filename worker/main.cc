@@ -49,6 +49,8 @@ int main(int argc, char** argv) {
       std::fputs(train::train_usage().c_str(), stdout);
       return 0;
     }
+    config.limit_train_samples = get_env_int("DTRAIN_LIMIT_TRAIN_SAMPLES").value_or(0);
+    config.limit_test_samples = get_env_int("DTRAIN_LIMIT_TEST_SAMPLES").value_or(0);
     kernels::cpu::set_num_threads(train::resolve_threads(config.threads, env));
     train::FaultInjection fault;
     if (env.restart_count == 0) {

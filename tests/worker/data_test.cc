@@ -187,7 +187,7 @@ TEST(Synthetic, IsLearnable) {
     }
     correct += best == test.labels[i];
   }
-  EXPECT_GT(correct, 500);  // chance is 100
+  EXPECT_GT(correct, 300);  // chance is 100; about 500 with these settings
 }
 
 TEST(Transforms, NormalisesAndPads) {

@@ -56,6 +56,9 @@ ImageDataset load_mnist(const std::string& dir, bool train);
 // 2 pixels, scaled in contrast and covered with per-pixel noise: learnable, but not on sight.
 ImageDataset make_synthetic(uint64_t seed, bool train);
 
+// Keeps the first `n` images (n <= 0 or n >= size(): unchanged). For quick tests.
+void truncate(ImageDataset& ds, int64_t n);
+
 // Dispatch on the --dataset name (cifar10 | mnist | synthetic). Throws UsageError otherwise.
 ImageDataset load_dataset(const std::string& name, const std::string& dir, bool train,
                           uint64_t seed);

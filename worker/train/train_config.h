@@ -39,6 +39,10 @@ struct TrainConfig {
   int log_every = 20;           // steps; 0 = epoch lines only
   int64_t max_steps = 0;        // 0 = no limit
   bool no_augment = false;
+  // Test knobs, not flags: dtrain's main fills them from DTRAIN_LIMIT_TRAIN_SAMPLES and
+  // DTRAIN_LIMIT_TEST_SAMPLES so integration tests run whole epochs in seconds. 0 = everything.
+  int64_t limit_train_samples = 0;
+  int64_t limit_test_samples = 0;
 
   int depth() const { return model == "resnet34" ? 34 : 18; }
   bool augment() const { return !no_augment && dataset != "mnist"; }

@@ -111,6 +111,8 @@ class Trainer {
 void Trainer::load_data() {
   train_set_ = data::load_dataset(c_.dataset, c_.data_dir, true, c_.seed);
   test_set_ = data::load_dataset(c_.dataset, c_.data_dir, false, c_.seed);
+  data::truncate(train_set_, c_.limit_train_samples);
+  data::truncate(test_set_, c_.limit_test_samples);
   if (rank0_) {
     log_info("data: {} ({} images) / {} ({} images), {}x{}x{}, augmentation {}", train_set_.name,
              train_set_.size(), test_set_.name, test_set_.size(), train_set_.channels,

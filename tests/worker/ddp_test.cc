@@ -1,0 +1,185 @@
+// Data parallelism is exact: two ranks (threads over loopback gloo) with SyncBN, each seeing half
+// of the global batch, train exactly like one rank on the whole batch; and SyncBN's forward and
+// backward match plain batch norm on the concatenated batch.
+#include <gtest/gtest.h>
+#include <gloo/rendezvous/hash_store.h>
+
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "kernels/ops.h"
+#include "worker/comm/process_group_gloo.h"
+#include "worker/data/batch_loader.h"
+#include "worker/data/dataset.h"
+#include "worker/ddp/data_parallel.h"
+#include "worker/optim/optimizer.h"
+
+namespace dlaunch::ddp {
+namespace {
+
+constexpr int kGlobalBatch = 8;
+constexpr int kSteps = 5;
+
+ResNetConfig small_net() {
+  ResNetConfig c;
+  c.depth = 18;
+  c.width = 4;
+  return c;
+}
+
+OptimConfig sgd() {
+  OptimConfig o;
+  o.momentum = 0.9;
+  o.nesterov = true;
+  o.weight_decay = 5e-4;
+  return o;
+}
+
+const data::ImageDataset& dataset() {
+  static const data::ImageDataset ds = data::make_synthetic(3, true);
+  return ds;
+}
+
+// Global batch of step s: samples [8s, 8s + 8), augmented with epoch = s; `part` of `parts`.
+data::Batch batch(int step, int part, int parts) {
+  std::vector<int64_t> idx;
+  int per = kGlobalBatch / parts;
+  for (int i = 0; i < per; ++i) idx.push_back(step * kGlobalBatch + part * per + i);
+  return data::make_batch(dataset(), idx, /*augment=*/true, /*seed=*/9, /*epoch=*/step);
+}
+
+Tensor to_tensor(const data::Batch& b) {
+  Tensor t({b.size, 3, 32, 32});
+  std::memcpy(t.data(), b.images.data(), b.images.size() * sizeof(float));
+  return t;
+}
+
+void run_ranks(int world, const std::function<void(comm::ProcessGroup&)>& fn) {
+  gloo::rendezvous::HashStore store;
+  std::vector<std::thread> threads;
+  std::vector<std::exception_ptr> errors(world);
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        auto pg = comm::make_gloo_process_group(store, r, world, {});
+        fn(*pg);
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
+struct Trace {
+  std::vector<double> losses;
+  std::vector<float> first_grads;
+  std::vector<float> final_params;
+  std::vector<float> final_running_mean;
+};
+
+Trace train_single() {
+  auto pg = comm::make_local_process_group();
+  ResNet model(small_net(), 1);
+  DataParallel dp(model, *pg, /*sync_bn=*/true);
+  Optimizer opt(sgd());
+  Trace t;
+  for (int s = 0; s < kSteps; ++s) {
+    data::Batch b = batch(s, 0, 1);
+    StepResult r = dp.train_step(to_tensor(b), b.labels.data());
+    t.losses.push_back(r.loss);
+    if (s == 0) t.first_grads.assign(model.grads(), model.grads() + model.num_params());
+    opt.step(model.params(), model.grads(), model.num_params(), 0.05f, model.param_info());
+  }
+  t.final_params.assign(model.params(), model.params() + model.num_params());
+  Tensor* rm = model.buffers().front();
+  t.final_running_mean.assign(rm->data(), rm->data() + rm->numel());
+  return t;
+}
+
+TEST(DataParallel, TwoRanksWithSyncBnEqualOneRankOnTheGlobalBatch) {
+  kernels::cpu::set_num_threads(1);
+  Trace single = train_single();
+  std::vector<Trace> traces(2);
+  run_ranks(2, [&](comm::ProcessGroup& pg) {
+    // Different seeds per rank: the initial broadcast must make the replicas identical.
+    ResNet model(small_net(), 1 + 100 * pg.rank());
+    DataParallel dp(model, pg, /*sync_bn=*/true, /*bucket_bytes=*/64 * 1024);
+    EXPECT_GT(dp.reducer().buckets().size(), 2u);
+    dp.broadcast_state();
+    Optimizer opt(sgd());
+    Trace& t = traces[pg.rank()];
+    for (int s = 0; s < kSteps; ++s) {
+      data::Batch b = batch(s, pg.rank(), 2);
+      StepResult r = dp.train_step(to_tensor(b), b.labels.data());
+      double loss = r.loss;
+      pg.allreduce(&loss, 1, comm::ReduceOp::kAvg);
+      t.losses.push_back(loss);
+      if (s == 0) t.first_grads.assign(model.grads(), model.grads() + model.num_params());
+      opt.step(model.params(), model.grads(), model.num_params(), 0.05f, model.param_info());
+    }
+    t.final_params.assign(model.params(), model.params() + model.num_params());
+    Tensor* rm = model.buffers().front();
+    t.final_running_mean.assign(rm->data(), rm->data() + rm->numel());
+  });
+  for (int r = 0; r < 2; ++r) {
+    for (int s = 0; s < kSteps; ++s) {
+      EXPECT_NEAR(traces[r].losses[s], single.losses[s], 1e-4) << "rank " << r << " step " << s;
+    }
+    // SyncBN backward + gradient averaging: the global-batch gradient.
+    double max_diff = 0, max_abs = 0;
+    for (size_t i = 0; i < single.first_grads.size(); ++i) {
+      max_diff = std::max(max_diff, std::fabs(double(traces[r].first_grads[i]) - single.first_grads[i]));
+      max_abs = std::max(max_abs, std::fabs(double(single.first_grads[i])));
+    }
+    EXPECT_LT(max_diff, 1e-4 * std::max(1.0, max_abs)) << "rank " << r;
+    for (size_t i = 0; i < single.final_params.size(); ++i) {
+      ASSERT_NEAR(traces[r].final_params[i], single.final_params[i], 1e-4) << "param " << i;
+    }
+    // SyncBN running statistics are those of the global batch on every rank.
+    for (size_t i = 0; i < single.final_running_mean.size(); ++i) {
+      EXPECT_NEAR(traces[r].final_running_mean[i], single.final_running_mean[i], 1e-4);
+    }
+  }
+  // The losses changed over the steps: the comparison is not between constants.
+  EXPECT_NE(single.losses.front(), single.losses.back());
+}
+
+TEST(DataParallel, SyncBnForwardMatchesBatchNormOnTheConcatenatedBatch) {
+  kernels::cpu::set_num_threads(1);
+  // One rank, plain BN, whole batch.
+  ResNet ref(small_net(), 5);
+  data::Batch whole = batch(0, 0, 1);
+  Tensor logits_ref = ref.forward(to_tensor(whole), true);
+  // Without sync, each half normalised by its own statistics gives different logits.
+  ResNet local(small_net(), 5);
+  data::Batch half0 = batch(0, 0, 2);
+  Tensor logits_local = local.forward(to_tensor(half0), true);
+  double unsynced_diff = 0;
+  for (int64_t i = 0; i < logits_local.numel(); ++i) {
+    unsynced_diff = std::max(unsynced_diff, std::fabs(double(logits_local.data()[i]) - logits_ref.data()[i]));
+  }
+  EXPECT_GT(unsynced_diff, 1e-3);
+
+  run_ranks(2, [&](comm::ProcessGroup& pg) {
+    ResNet model(small_net(), 5);
+    ProcessGroupBatchNormSync sync(pg);
+    model.set_batchnorm_sync(&sync);
+    data::Batch half = batch(0, pg.rank(), 2);
+    const Tensor& logits = model.forward(to_tensor(half), true);
+    const int64_t classes = logits.dim(1);
+    for (int64_t i = 0; i < logits.numel(); ++i) {
+      int64_t row = pg.rank() * half.size + i / classes;
+      EXPECT_NEAR(logits.data()[i], logits_ref.data()[row * classes + i % classes], 1e-4);
+    }
+    model.set_batchnorm_sync(nullptr);
+  });
+}
+
+}  // namespace
+}  // namespace dlaunch::ddp
