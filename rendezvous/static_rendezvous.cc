@@ -133,7 +133,12 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
 
   std::vector<std::string> keys;
   for (int64_t k = 0; k < n; ++k) keys.push_back(node_key(round, k));
-  std::string error_key = prefix_ + "/round/" + std::to_string(round) + "/error";
+  // Count arrivals; the node that completes the count sets one key everybody waits on, so a
+  // WAIT names one key instead of N (N agents x N keys is what makes 1,000 agents slow).
+  std::string round_prefix = prefix_ + "/round/" + std::to_string(round);
+  std::string all_key = round_prefix + "/all";
+  if (store_->add(round_prefix + "/joined", 1) == n) store_->set(all_key, to_bytes("1"));
+  std::string error_key = round_prefix + "/error";
   Duration slice = std::chrono::seconds(1);
   while (true) {
     auto now = clock_.now();
@@ -162,7 +167,7 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
           params_.endpoint + ")");
     }
     try {
-      store_->wait(keys, std::min<Duration>(slice, deadline - now));
+      store_->wait({all_key}, std::min<Duration>(slice, deadline - now));
       break;
     } catch (const TimeoutError&) {
     }
@@ -176,6 +181,14 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
     slice = std::min<Duration>(slice * 2, std::chrono::seconds(30));
   }
 
+  // "all" means the count reached some node's --nnodes; with disagreeing counts some of our
+  // ranks may never come. Check what is there before blocking on it.
+  if (!store_->check(keys)) {
+    std::string m = find_conflict(round, mine);
+    if (!m.empty()) fail_conflict(round, m);
+    auto left = deadline - clock_.now();
+    store_->wait(keys, std::max<Duration>(left, std::chrono::milliseconds(1)));
+  }
   auto values = store_->multi_get(keys);
   RendezvousResult result;
   result.round = round;

@@ -65,6 +65,8 @@ std::string TcpStoreClient::endpoint() const {
 }
 
 void TcpStoreClient::drop() {
+  rbuf_.clear();
+  rpos_ = 0;
   if (fd_ >= 0) {
     ::close(fd_);
     fd_ = -1;
@@ -245,6 +247,15 @@ void TcpStoreClient::recv_exact(void* dst, size_t n, SteadyTime::time_point dead
   auto* p = static_cast<uint8_t*>(dst);
   size_t got = 0;
   while (got < n) {
+    // Serve from the receive buffer first: a MULTI_GET reply of 1,000 values is then a few
+    // recv() calls, not two per value.
+    if (rpos_ < rbuf_.size()) {
+      size_t take = std::min(n - got, rbuf_.size() - rpos_);
+      std::memcpy(p + got, rbuf_.data() + rpos_, take);
+      rpos_ += take;
+      got += take;
+      continue;
+    }
     pollfd pfd{fd_, POLLIN, 0};
     int pr = ::poll(&pfd, 1, remaining_ms(deadline));
     if (pr < 0) {
@@ -258,8 +269,14 @@ void TcpStoreClient::recv_exact(void* dst, size_t n, SteadyTime::time_point dead
       throw TimeoutError(std::string("store ") + endpoint() + ": " + what +
                          (key.empty() ? "" : " " + key) + " got no answer in time");
     }
-    ssize_t r = ::recv(fd_, p + got, n - got, 0);
-    if (r < 0 && errno == EINTR) continue;
+    size_t want = std::max<size_t>(n - got, 64 * 1024);
+    rbuf_.resize(want);
+    rpos_ = 0;
+    ssize_t r = ::recv(fd_, rbuf_.data(), want, 0);
+    if (r < 0 && errno == EINTR) {
+      rbuf_.clear();
+      continue;
+    }
     if (r <= 0) {
       int err = r < 0 ? errno : 0;
       drop();
@@ -269,7 +286,7 @@ void TcpStoreClient::recv_exact(void* dst, size_t n, SteadyTime::time_point dead
                         "; the agent hosting the store probably exited, or refused this "
                         "client (job token)");
     }
-    got += static_cast<size_t>(r);
+    rbuf_.resize(static_cast<size_t>(r));
   }
 }
 
@@ -366,13 +383,25 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, Duration timeout
   send_request(make(Op::kWait, keys));
   // Poll for the answer ourselves: on timeout we cancel the parked WAIT (2.x CANCEL_WAIT) and
   // keep the connection, so callers may wait in short slices cheaply.
-  pollfd pfd{fd_, POLLIN, 0};
-  int pr;
-  do {
-    pr = ::poll(&pfd, 1, remaining_ms(deadline_after(timeout)));
-  } while (pr < 0 && errno == EINTR);
+  auto wait_deadline = deadline_after(timeout);
+  bool ready = rpos_ < rbuf_.size();  // an answer may already be buffered
+  while (!ready) {
+    pollfd pfd{fd_, POLLIN, 0};
+    int pr = ::poll(&pfd, 1, remaining_ms(wait_deadline));
+    if (pr > 0) {
+      ready = true;
+    } else if (pr < 0 && errno == EINTR) {
+      continue;
+    } else if (pr < 0) {
+      int err = errno;
+      drop();
+      throw SystemError(errno_message("poll on the store connection", err));
+    } else {
+      break;  // timed out
+    }
+  }
   auto answer_deadline = deadline_after(timeout_);
-  if (pr == 0) {
+  if (!ready) {
     Bytes cancel;
     wire::put_u8(cancel, wire::op2::kCancelWait);
     send_raw(cancel, "CANCEL_WAIT");

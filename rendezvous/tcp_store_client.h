@@ -78,6 +78,8 @@ class TcpStoreClient final : public Store {
   TcpStoreClientOptions options_;
   std::mutex mutex_;
   int fd_ = -1;
+  Bytes rbuf_;       // received, not yet consumed: [rpos_, rbuf_.size())
+  size_t rpos_ = 0;
 };
 
 }  // namespace dlaunch

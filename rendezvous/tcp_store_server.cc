@@ -360,14 +360,13 @@ struct TcpStoreServer::Impl {
 
   // Parks `c` on the keys of `q` that are missing; false when none is missing.
   bool park_if_missing(const ConnPtr& c, const Request& q) {
+    // One wait-list entry per missing key occurrence, counted in `awaiting`; no duplicate
+    // search, which would make a WAIT on N keys by N clients cost N^3.
     size_t missing = 0;
     for (const auto& key : q.keys) {
       if (!exists(key)) {
-        auto& list = waiters[key];
-        if (std::find(list.begin(), list.end(), c) == list.end()) {
-          list.push_back(c);
-          ++missing;
-        }
+        waiters[key].push_back(c);
+        ++missing;
       }
     }
     if (missing == 0) return false;
