@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace dlaunch::kernels::cpu {
 namespace {
@@ -163,6 +164,7 @@ void plane_bwd_apply_flat(const float* x, const float* dy, const float* r, int64
 }  // namespace
 
 void batch_norm_sums(const ActShape& s, const float* x, double* sum, double* sumsq) {
+  ScopedOpTimer timer("bn_sums");
   check_shape(s);
   const int64_t hw = s.hw(), plane = hw * s.cblock;
   reduce_planes(s, sum, sumsq, [&](int64_t p, double* a, double* b) {
@@ -212,6 +214,7 @@ void batch_norm_eval_scale_shift(int64_t c, const float* running_mean, const flo
 
 void batch_norm_apply(const ActShape& s, const float* x, const float* scale, const float* shift,
                       const float* residual, bool relu, float* y) {
+  ScopedOpTimer timer("bn_apply");
   check_shape(s);
   const int64_t cb = s.cblock, blocks = s.c / cb, hw = s.hw(), plane = hw * cb;
 #pragma omp parallel for schedule(static)
@@ -234,6 +237,7 @@ void batch_norm_apply(const ActShape& s, const float* x, const float* scale, con
 void batch_norm_backward_reduce(const ActShape& s, const float* x, const float* dy,
                                 const float* relu_out, const float* mean, const float* invstd,
                                 double* sum_dy, double* sum_dy_xhat) {
+  ScopedOpTimer timer("bn_backward_reduce");
   check_shape(s);
   DL_CHECK(s.cblock == 1 || s.cblock == 8 || s.cblock == 16) << "cblock " << s.cblock;
   const int64_t hw = s.hw(), plane = hw * s.cblock;
@@ -257,6 +261,7 @@ void batch_norm_backward_apply(const ActShape& s, const float* x, const float* d
                                const float* relu_out, const float* mean, const float* invstd,
                                const float* gamma, const double* sum_dy,
                                const double* sum_dy_xhat, double count, float* dx) {
+  ScopedOpTimer timer("bn_backward_apply");
   check_shape(s);
   std::vector<float> k(3 * s.c);
   for (int64_t c = 0; c < s.c; ++c) {

@@ -16,6 +16,7 @@
 
 #include "common/error.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace dlaunch::kernels::cpu {
 namespace {
@@ -198,6 +199,7 @@ void guarded(const char* what, F&& f) {
 }  // namespace
 
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y) {
+  ScopedOpTimer timer("conv2d_forward");
   guarded("conv2d_forward", [&] {
     ConvPrims& p = prims(s);
     const void* wei = w;
@@ -216,6 +218,7 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y
 }
 
 void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx) {
+  ScopedOpTimer timer("conv2d_backward_data");
   guarded("conv2d_backward_data", [&] {
     ConvPrims& p = prims(s);
     std::call_once(p.bwd_data_once, [&] { init_bwd_data(s, p); });
@@ -235,6 +238,7 @@ void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, f
 }
 
 void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw) {
+  ScopedOpTimer timer("conv2d_backward_weights");
   guarded("conv2d_backward_weights", [&] {
     ConvPrims& p = prims(s);
     std::call_once(p.bwd_weights_once, [&] { init_bwd_weights(s, p); });

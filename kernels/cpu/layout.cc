@@ -2,10 +2,12 @@
 
 #include "common/error.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace dlaunch::kernels::cpu {
 
 void reorder(const ActShape& s, const float* src, int dst_cblock, float* dst) {
+  ScopedOpTimer timer("reorder");
   const int sb = s.cblock, db = dst_cblock;
   DL_CHECK(s.c % sb == 0 && s.c % db == 0) << "c=" << s.c << " src block=" << sb << " dst block=" << db;
   const int64_t hw = s.hw();

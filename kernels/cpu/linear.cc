@@ -3,11 +3,13 @@
 
 #include "common/error.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace dlaunch::kernels::cpu {
 
 void linear_forward(int64_t n, int64_t in, int64_t out, const float* x, const float* w,
                     const float* b, float* y) {
+  ScopedOpTimer timer("linear");
   DL_CHECK(n > 0 && in > 0 && out > 0) << "n=" << n << " in=" << in << " out=" << out;
   for (int64_t i = 0; i < n; ++i)
     for (int64_t j = 0; j < out; ++j) y[i * out + j] = b ? b[j] : 0.f;
@@ -18,6 +20,7 @@ void linear_forward(int64_t n, int64_t in, int64_t out, const float* x, const fl
 
 void linear_backward(int64_t n, int64_t in, int64_t out, const float* x, const float* w,
                      const float* dy, float* dx, float* dw, float* db) {
+  ScopedOpTimer timer("linear_backward");
   DL_CHECK(n > 0 && in > 0 && out > 0) << "n=" << n << " in=" << in << " out=" << out;
   // dw (out, in) = dy^T (out, n) * x (n, in)
   cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, out, in, n, 1.0f, dy, out, x, in, 0.0f, dw,

@@ -3,11 +3,13 @@
 #include <cmath>
 
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace dlaunch::kernels::cpu {
 
 void sgd_step(int64_t n, float* p, const float* grad, float* buf, float lr, float momentum,
               bool nesterov, float weight_decay, bool first) {
+  ScopedOpTimer timer("sgd_step");
 #pragma omp parallel for simd schedule(static)
   for (int64_t i = 0; i < n; ++i) {
     float g = grad[i];
@@ -23,6 +25,7 @@ void sgd_step(int64_t n, float* p, const float* grad, float* buf, float lr, floa
 
 void adam_step(int64_t n, float* p, const float* grad, float* m, float* v, float lr, float beta1,
                float beta2, float eps, float weight_decay, int64_t step) {
+  ScopedOpTimer timer("adam_step");
   const double bc1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
   const float step_size = static_cast<float>(lr / bc1);

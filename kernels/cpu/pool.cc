@@ -1,9 +1,11 @@
 #include "common/error.h"
 #include "kernels/ops.h"
+#include "kernels/profile.h"
 
 namespace dlaunch::kernels::cpu {
 
 void global_avg_pool_forward(const ActShape& s, const float* x, float* y) {
+  ScopedOpTimer timer("avg_pool");
   DL_CHECK(s.cblock >= 1 && s.c % s.cblock == 0) << "c=" << s.c << " cblock=" << s.cblock;
   const int64_t cb = s.cblock, blocks = s.c / cb, hw = s.hw();
   const float inv = 1.0f / static_cast<float>(hw);
@@ -20,6 +22,7 @@ void global_avg_pool_forward(const ActShape& s, const float* x, float* y) {
 }
 
 void global_avg_pool_backward(const ActShape& s, const float* dy, float* dx) {
+  ScopedOpTimer timer("avg_pool_backward");
   DL_CHECK(s.cblock >= 1 && s.c % s.cblock == 0) << "c=" << s.c << " cblock=" << s.cblock;
   const int64_t cb = s.cblock, blocks = s.c / cb, hw = s.hw();
   const float inv = 1.0f / static_cast<float>(hw);

@@ -1,0 +1,49 @@
+// Shared helpers of the CUDA kernels: status checks that throw InternalError, launch geometry,
+// per-thread library handles and a grow-only device workspace.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <cstdint>
+
+#include "common/error.h"
+
+#define DL_CUDA_CHECK(expr)                                                                   \
+  do {                                                                                        \
+    cudaError_t e_ = (expr);                                                                  \
+    DL_CHECK(e_ == cudaSuccess) << #expr << ": " << cudaGetErrorString(e_);                   \
+  } while (0)
+#define DL_CUDNN_CHECK(expr)                                                                  \
+  do {                                                                                        \
+    cudnnStatus_t e_ = (expr);                                                                \
+    DL_CHECK(e_ == CUDNN_STATUS_SUCCESS) << #expr << ": " << cudnnGetErrorString(e_);         \
+  } while (0)
+#define DL_CUBLAS_CHECK(expr)                                                                 \
+  do {                                                                                        \
+    cublasStatus_t e_ = (expr);                                                               \
+    DL_CHECK(e_ == CUBLAS_STATUS_SUCCESS) << #expr << ": cuBLAS status " << int(e_);          \
+  } while (0)
+// After a kernel launch: reports bad launch configurations at once.
+#define DL_CUDA_LAUNCH_CHECK() DL_CUDA_CHECK(cudaGetLastError())
+
+namespace dlaunch::kernels::cuda::detail {
+
+constexpr int kThreads = 256;
+inline unsigned blocks_for(int64_t n) {
+  int64_t b = (n + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b < 65535 * 4 ? (b < 1 ? 1 : b) : 65535 * 4);
+}
+
+cudnnHandle_t cudnn();
+cublasHandle_t cublas();
+// A device buffer of at least `bytes`, owned by the calling thread, valid until the next call.
+void* workspace(size_t bytes);
+
+// Channel of flat element i in an (N, C, H, W) activation with channel block cb.
+__device__ __forceinline__ int64_t channel_of(int64_t i, int64_t c, int64_t hw, int64_t cb) {
+  return ((i / (hw * cb)) % (c / cb)) * cb + i % cb;
+}
+
+}  // namespace dlaunch::kernels::cuda::detail

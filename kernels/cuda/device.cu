@@ -1,0 +1,80 @@
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/ops_cuda.h"
+
+namespace dlaunch::kernels::cuda {
+
+int device_count() {
+  int n = 0;
+  // No driver or no device is an error here; both mean "no GPU", never a failure.
+  if (cudaGetDeviceCount(&n) != cudaSuccess) {
+    cudaGetLastError();  // clear the sticky error for later callers
+    return 0;
+  }
+  return n;
+}
+
+void synchronize() { DL_CUDA_CHECK(cudaDeviceSynchronize()); }
+
+float* alloc_floats(int64_t n) {
+  void* p = nullptr;
+  DL_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(n > 0 ? n : 1) * sizeof(float)));
+  return static_cast<float*>(p);
+}
+
+double* alloc_doubles(int64_t n) {
+  void* p = nullptr;
+  DL_CUDA_CHECK(cudaMalloc(&p, static_cast<size_t>(n > 0 ? n : 1) * sizeof(double)));
+  return static_cast<double*>(p);
+}
+
+void free_device(void* p) { DL_CUDA_CHECK(cudaFree(p)); }
+
+void copy_to_device(void* dst, const void* src, int64_t bytes) {
+  DL_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyHostToDevice));
+}
+
+void copy_to_host(void* dst, const void* src, int64_t bytes) {
+  DL_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost));
+}
+
+namespace detail {
+
+namespace {
+struct Handles {
+  cudnnHandle_t dnn = nullptr;
+  cublasHandle_t blas = nullptr;
+  void* ws = nullptr;
+  size_t ws_bytes = 0;
+  ~Handles() {
+    // Destruction at thread exit may run after the CUDA context is gone: ignore statuses.
+    if (dnn) cudnnDestroy(dnn);
+    if (blas) cublasDestroy(blas);
+    if (ws) cudaFree(ws);
+  }
+};
+thread_local Handles t_handles;
+}  // namespace
+
+cudnnHandle_t cudnn() {
+  if (!t_handles.dnn) DL_CUDNN_CHECK(cudnnCreate(&t_handles.dnn));
+  return t_handles.dnn;
+}
+
+cublasHandle_t cublas() {
+  if (!t_handles.blas) DL_CUBLAS_CHECK(cublasCreate(&t_handles.blas));
+  return t_handles.blas;
+}
+
+void* workspace(size_t bytes) {
+  if (bytes > t_handles.ws_bytes) {
+    // The previous buffer may still be in use by queued work on the default stream.
+    DL_CUDA_CHECK(cudaDeviceSynchronize());
+    if (t_handles.ws) DL_CUDA_CHECK(cudaFree(t_handles.ws));
+    DL_CUDA_CHECK(cudaMalloc(&t_handles.ws, bytes));
+    t_handles.ws_bytes = bytes;
+  }
+  return t_handles.ws;
+}
+
+}  // namespace detail
+}  // namespace dlaunch::kernels::cuda
