@@ -58,12 +58,14 @@ double run_once(const std::string& backend, int n, int64_t min_nodes, int64_t ma
         auto result = handler->next_rendezvous();
         done = now_ns();
         if (result.group_world_size != n) done = -1;
+        (void)!write(p[1], &done, sizeof(done));
         handler->shutdown();
+        _exit(done > 0 ? 0 : 1);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "agent %d: %s\n", i, e.what());
       }
       (void)!write(p[1], &done, sizeof(done));
-      _exit(done > 0 ? 0 : 1);
+      _exit(1);
     }
     pids.push_back(pid);
   }
