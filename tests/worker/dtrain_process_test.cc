@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
@@ -203,6 +204,65 @@ TEST_F(DtrainProcessTest, BadUsageExitsTwoWithErrorFile) {
   EXPECT_EQ(wait_for(mismatch), 2);
   EXPECT_NE(slurp(mismatch.log).find("\"width\":16"), std::string::npos) << slurp(mismatch.log);
 }
+
+#ifdef DLAUNCH_BINARY
+// Under dlaunch --max_restarts 1: rank 1 is SIGKILLed in the middle of epoch 3 (step 20 of 8 per
+// epoch), dlaunch restarts the group, and training resumes from the epoch-2 checkpoint: the step
+// count and the loss curve continue instead of starting over.
+TEST_F(DtrainProcessTest, KilledWorkerResumesUnderDlaunch) {
+  std::vector<std::string> args = {"--standalone", "--nproc_per_node=2", "--max_restarts=1",
+                                   "--hang_timeout=120", DTRAIN_BINARY};
+  for (auto& a : small_run(4)) args.push_back(a);
+  args.push_back("--sync_bn");
+  pid_t pid = ::fork();
+  std::string log_path = log("dlaunch.log");
+  if (pid == 0) {
+    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    ::setenv("DTRAIN_FAIL_AT_STEP", "20", 1);
+    ::setenv("DTRAIN_FAIL_RANK", "1", 1);
+    ::setenv("DTRAIN_LIMIT_TRAIN_SAMPLES", "512", 1);
+    ::setenv("DTRAIN_LIMIT_TEST_SAMPLES", "200", 1);
+    ::setenv("OMP_NUM_THREADS", "1", 1);
+    std::vector<char*> argv{const_cast<char*>(DLAUNCH_BINARY)};
+    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(DLAUNCH_BINARY, argv.data());
+    ::_exit(127);
+  }
+  Proc p{pid, log_path};
+  ASSERT_EQ(wait_for(p), 0) << slurp(log_path);
+  std::string text = slurp(log_path);
+  EXPECT_NE(text.find("fault injection: killing rank 1 after step 20"), std::string::npos) << text;
+  EXPECT_NE(text.find("resumed from " + (dir_ / "out" / "checkpoint_epoch_0002.dtck").string()),
+            std::string::npos)
+      << text;
+
+  // Epoch lines: 1 and 2 from the first attempt, 3 and 4 after the restart; steps continue.
+  auto epochs = epoch_lines(dir_ / "out" / "metrics.jsonl");
+  ASSERT_EQ(epochs.size(), 4u) << text;
+  for (int e = 0; e < 4; ++e) {
+    EXPECT_EQ(epochs[e]["epoch"], e + 1);
+    EXPECT_EQ(epochs[e]["step"], 8 * (e + 1));
+  }
+  // The first attempt logged step 20 before dying; the second continues from step 16, not 0.
+  std::vector<int64_t> step_numbers;
+  std::ifstream in(dir_ / "out" / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line);
+    if (j["kind"] == "step") step_numbers.push_back(j["step"]);
+  }
+  EXPECT_NE(std::find(step_numbers.begin(), step_numbers.end(), 20), step_numbers.end());
+  auto restart = std::adjacent_find(step_numbers.begin(), step_numbers.end(),
+                                    [](int64_t a, int64_t b) { return b <= a; });
+  ASSERT_NE(restart, step_numbers.end()) << "no restart visible in the step lines";
+  EXPECT_GT(*(restart + 1), 16);
+  // Training continued from the checkpoint: the loss after the restart is below the first
+  // epoch's (a fresh model would start over near ln(10) = 2.3).
+  EXPECT_LT(epochs[2]["loss"].get<double>(), epochs[0]["loss"].get<double>());
+}
+#endif
 
 // Smoke versions of the accuracy runs: a few hundred steps on the real files, accuracy far above
 // chance (10%). The full runs are in bench/train.

@@ -25,8 +25,8 @@ constexpr int64_t kTestSize = 1000;
 constexpr int kBlobs = 4;
 // Tuned so that a nearest-class-mean classifier on raw pixels gets about half the test set and
 // a small ResNet needs a few epochs to pass 90%: learning is visible, not instant.
-constexpr double kBlobAmplitude = 0.25;
-constexpr double kNoise = 0.35;
+constexpr double kBlobAmplitude = 0.30;
+constexpr double kNoise = 0.30;
 constexpr int64_t kMaxShift = 4;
 constexpr double kColourJitter = 0.10;
 

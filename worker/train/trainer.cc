@@ -252,11 +252,6 @@ void Trainer::train_epoch(int64_t epoch) {
     ++global_step_;
     ++i;
     touch_heartbeat(env_.heartbeat_file);
-    if (global_step_ == fault_.fail_at_step && pg_.rank() == fault_.fail_rank) {
-      log_warning("fault injection: killing rank {} after step {} (DTRAIN_FAIL_AT_STEP)", pg_.rank(),
-                  global_step_);
-      std::raise(SIGKILL);
-    }
     double n = static_cast<double>(batch->size);
     for (double* acc : {epoch_tot, window}) {
       acc[0] += r.loss * n;
@@ -286,6 +281,12 @@ void Trainer::train_epoch(int64_t epoch) {
     if (rank0_) {
       progress_.update(epoch + 1, i, steps, r.loss,
                        epoch_tot[2] * pg_.size() / std::max(seconds_since(epoch_start), 1e-9));
+    }
+    // After the step's logging, so the metrics show the step the worker died after.
+    if (global_step_ == fault_.fail_at_step && pg_.rank() == fault_.fail_rank) {
+      log_warning("fault injection: killing rank {} after step {} (DTRAIN_FAIL_AT_STEP)", pg_.rank(),
+                  global_step_);
+      std::raise(SIGKILL);
     }
     if (c_.max_steps > 0 && global_step_ >= c_.max_steps) {
       stop_ = true;

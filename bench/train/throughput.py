@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""dtrain's training throughput beside PyTorch 1.13's, same model, batch and worker layout, in
+one run (the machine is shared and noisy: compare the ratio, repeat with --repeats).
+
+Layouts: one process with 2 threads; 2 workers x 1 thread (plain BN); 2 workers x 1 thread
+with SyncBN for dtrain (PyTorch's SyncBatchNorm refuses CPU tensors, so its figure there is
+plain DDP). dtrain's 2-worker runs go through dlaunch; PyTorch's through torch.distributed.run.
+
+dtrain's figure: the median of its per-window images/s (metrics.jsonl step lines, the first
+window dropped as warm-up), data loading and augmentation included. PyTorch's: a fixed batch,
+no data loading (torch_ddp_bench.py).
+
+  /usr/bin/python3 bench/train/throughput.py --build build --widths 16 64 --batch_size 128
+"""
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def run(cmd, env):
+    r = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if r.returncode != 0:
+        sys.exit(f"command failed ({r.returncode}): {' '.join(cmd)}\n{r.stdout[-3000:]}")
+    return r.stdout
+
+
+def dtrain_ips(build, width, batch, steps, workers, threads, sync_bn):
+    out = tempfile.mkdtemp(prefix="dtrain_bench_")
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads), DTRAIN_LIMIT_TEST_SAMPLES="256")
+    log_every = max(2, steps // 6)
+    args = [f"--width={width}", f"--batch_size={batch}", f"--max_steps={steps}",
+            f"--log_every={log_every}", "--eval_every=0", "--epochs=1", "--resume=none",
+            f"--threads={threads}", f"--output_dir={out}"]
+    if sync_bn:
+        args.append("--sync_bn")
+    dtrain = os.path.join(build, "bin", "dtrain")
+    if workers == 1:
+        run([dtrain] + args, env)
+    else:
+        run([os.path.join(build, "bin", "dlaunch"), "--standalone", f"--nproc_per_node={workers}",
+             dtrain] + args, env)
+    with open(os.path.join(out, "metrics.jsonl")) as f:
+        steps_ips = [json.loads(l)["images_per_s"] for l in f if '"kind":"step"' in l]
+    shutil.rmtree(out, ignore_errors=True)
+    return statistics.median(steps_ips[1:] if len(steps_ips) > 1 else steps_ips)
+
+
+def torch_ips(width, batch, steps, workers, threads):
+    bench = os.path.join(HERE, "torch_ddp_bench.py")
+    args = [f"--width={width}", f"--batch_size={batch}", f"--steps={steps}", f"--threads={threads}"]
+    env = dict(os.environ, OMP_NUM_THREADS=str(threads))
+    if workers == 1:
+        out = run(["/usr/bin/python3", bench] + args, env)
+    else:
+        out = run(["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",
+                   f"--nproc_per_node={workers}", "-r", "1", "-t", "1", bench] + args, env)
+    line = [l for l in out.splitlines() if l.startswith("{")][-1]
+    return json.loads(line)["images_per_s"]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--build", default="build")
+    p.add_argument("--widths", type=int, nargs="+", default=[16])
+    p.add_argument("--batch_size", type=int, default=128)
+    p.add_argument("--steps", type=int, default=0, help="0: 30 at width <= 16, else 12")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--layouts", nargs="+", default=["1x2", "2x1", "2x1-syncbn"])
+    args = p.parse_args()
+    print(f"{'width':>5} {'layout':>11} {'dtrain img/s':>13} {'torch img/s':>12} {'ratio':>6}")
+    for width in args.widths:
+        steps = args.steps or (30 if width <= 16 else 12)
+        for layout in args.layouts:
+            workers, threads = (1, 2) if layout == "1x2" else (2, 1)
+            sync = layout.endswith("syncbn")
+            ours, theirs = [], []
+            for _ in range(args.repeats):
+                ours.append(dtrain_ips(args.build, width, args.batch_size, steps, workers, threads, sync))
+                theirs.append(torch_ips(width, args.batch_size, steps, workers, threads))
+            o, t = statistics.median(ours), statistics.median(theirs)
+            print(f"{width:>5} {layout:>11} {o:>13.1f} {t:>12.1f} {o / t:>6.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+#!/usr/bin/python3
+"""PyTorch 1.13's training throughput for the ResNet of torch_resnet.py: forward, loss, backward
+(DDP over gloo when WORLD_SIZE > 1) and an SGD step on a fixed random batch (no data loading:
+PyTorch's best case). Prints one JSON line on rank 0 with the whole job's images/s.
+
+  /usr/bin/python3 bench/train/torch_ddp_bench.py --width 16 --batch_size 128 --threads 2
+  /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node 2 -r 1 -t 1 \\
+      bench/train/torch_ddp_bench.py --width 16 --threads 1
+"""
+import argparse
+import json
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_resnet import ResNet  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--width", type=int, default=16)
+    p.add_argument("--depth", type=int, default=18)
+    p.add_argument("--batch_size", type=int, default=128)
+    p.add_argument("--steps", type=int, default=20)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--threads", type=int, default=1)
+    args = p.parse_args()
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if world > 1:
+        dist.init_process_group("gloo")
+    torch.set_num_threads(args.threads)
+    torch.manual_seed(rank)
+    model = ResNet(args.depth, args.width)
+    if world > 1:
+        model = torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
+    x = torch.randn(args.batch_size, 3, 32, 32)
+    y = torch.randint(0, 10, (args.batch_size,))
+    model.train()
+
+    def step():
+        out = model(x)
+        loss = F.cross_entropy(out, y)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+
+    for _ in range(args.warmup):
+        step()
+    if world > 1:
+        dist.barrier()
+    t0 = time.time()
+    for _ in range(args.steps):
+        step()
+    if world > 1:
+        dist.barrier()
+    secs = time.time() - t0
+    if rank == 0:
+        print(json.dumps({"images_per_s": world * args.batch_size * args.steps / secs,
+                          "world_size": world, "threads": args.threads, "width": args.width,
+                          "batch_size": args.batch_size, "steps": args.steps}), flush=True)
+    if world > 1:
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
