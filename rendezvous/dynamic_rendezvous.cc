@@ -6,6 +6,7 @@
 #include "common/log.h"
 #include "rendezvous/host_port.h"
 #include "rendezvous/prefix_store.h"
+#include "rendezvous/tcp_store_client.h"
 
 namespace dlaunch {
 
@@ -117,6 +118,11 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
       case JoinStep::kComplete:
         if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
             d.next.encode()) {
+          // Every participant stopped its workers before joining, so the previous
+          // generation's worker keys are dead; clear them before anyone is released (a
+          // membership change keeps TORCHELASTIC_RESTART_COUNT, hence PyTorch's
+          // "/worker/attempt_N" prefix).
+          clear_worker_keys();
           store_->set(round_key(state->round, "done"), to_bytes("1"));
           log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id,
                     state->round, d.participants);
@@ -172,8 +178,29 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
   }
 }
 
+void DynamicRendezvous::clear_worker_keys() {
+  auto* tcp = dynamic_cast<TcpStoreClient*>(store_.get());
+  if (!tcp) return;  // other stores (etcd) do not host PyTorch workers
+  for (const auto& prefix : params_.clear_prefixes) {
+    int64_t n = tcp->delete_prefix(prefix);
+    if (n > 0) log_debug("rendezvous {}: cleared {} stale keys under '{}'", params_.run_id, n, prefix);
+  }
+}
+
 RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, TimePoint deadline) {
   const int64_t n = state.participants;
+  // The completing node clears stale worker keys and then sets "done": wait for it, so no
+  // worker of this round starts before the cleanup.
+  try {
+    auto left = deadline - clock_.now();
+    store_->wait({round_key(state.round, "done")},
+                 std::max<Duration>(left, std::chrono::milliseconds(1)));
+  } catch (const TimeoutError&) {
+    throw TimeoutError("rendezvous '" + params_.run_id + "' round " +
+                       std::to_string(state.round) +
+                       " was marked complete but its completing node never released it (it died "
+                       "mid-step); start again");
+  }
   std::vector<std::string> keys;
   for (int64_t i = 1; i <= n; ++i) keys.push_back(round_key(state.round, "node/" + std::to_string(i)));
   // An arrival counted but not yet described (its agent just added itself) is a moment away;

@@ -27,6 +27,7 @@ const char* op_name(Op op) {
     case Op::kQueueLen: return "QUEUE_LEN";
     case Op::kAuthBegin: return "AUTH_BEGIN";
     case Op::kAuthProof: return "AUTH_PROOF";
+    case Op::kDeletePrefix: return "DELETE_PREFIX";
   }
   return "?";
 }
@@ -147,6 +148,10 @@ bool map_opcode(Dialect dialect, uint8_t code, Op* op) {
     *op = Op::kAuthProof;
     return true;
   }
+  if (code == op2::kDeletePrefix) {
+    *op = Op::kDeletePrefix;
+    return true;
+  }
   if (code >= sizeof(kOps) / sizeof(kOps[0])) return false;
   *op = kOps[code];
   return true;
@@ -173,6 +178,7 @@ bool read_args(Reader& r, Request* q) {
     case Op::kDeleteKey:
     case Op::kQueuePop:
     case Op::kQueueLen:
+    case Op::kDeletePrefix:
       q->keys.resize(1);
       return r.key(&q->keys[0]);
     case Op::kAdd:
@@ -328,6 +334,7 @@ uint8_t opcode(Dialect dialect, Op op) {
     case Op::kQueueLen: return op2::kQueueLen;
     case Op::kAuthBegin: return op2::kAuthBegin;
     case Op::kAuthProof: return op2::kAuthProof;
+    case Op::kDeletePrefix: return op2::kDeletePrefix;
     case Op::kWatchKey: break;
   }
   throw UsageError(std::string("the PyTorch 2.x dialect has no ") + op_name(op));
@@ -356,6 +363,7 @@ void encode_request(Dialect dialect, const Request& q, Bytes& out) {
     case Op::kDeleteKey:
     case Op::kQueuePop:
     case Op::kQueueLen:
+    case Op::kDeletePrefix:
       put_string(out, q.keys.at(0));
       break;
     case Op::kAdd:

@@ -13,7 +13,8 @@
 //                                                  APPEND=9 MULTI_GET=10 MULTI_SET=11
 //                                                  CANCEL_WAIT=12 PING=13 QUEUE_PUSH=14
 //                                                  QUEUE_POP=15 QUEUE_LEN=16
-//   dlaunch   2.x, then AUTH_BEGIN/AUTH_PROOF      AUTH_BEGIN=0xA0 AUTH_PROOF=0xA1 (2.x only)
+//   dlaunch   2.x, then AUTH_BEGIN/AUTH_PROOF      AUTH_BEGIN=0xA0 AUTH_PROOF=0xA1
+//                                                  DELETE_PREFIX=0xA2 (2.x only)
 //
 // docs/store_protocol.md has every request and reply layout.
 #pragma once
@@ -43,7 +44,7 @@ inline constexpr uint8_t kValidate = 0, kSet = 1, kCompareSet = 2, kGet = 3, kAd
                          kMultiGet = 10, kMultiSet = 11, kCancelWait = 12, kPing = 13,
                          kQueuePush = 14, kQueuePop = 15, kQueueLen = 16,
                          // dlaunch's extension, accepted only in the 2.x dialect.
-                         kAuthBegin = 0xA0, kAuthProof = 0xA1;
+                         kAuthBegin = 0xA0, kAuthProof = 0xA1, kDeletePrefix = 0xA2;
 }
 
 // Reply codes (u8).
@@ -56,7 +57,7 @@ inline constexpr uint8_t kWatchKeyUpdated = 0, kWatchKeyCreated = 1, kWatchKeyDe
 enum class Op : uint8_t {
   kValidate, kPing, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys, kWatchKey,
   kDeleteKey, kAppend, kMultiGet, kMultiSet, kCancelWait, kQueuePush, kQueuePop, kQueueLen,
-  kAuthBegin, kAuthProof,
+  kAuthBegin, kAuthProof, kDeletePrefix,
 };
 const char* op_name(Op op);
 

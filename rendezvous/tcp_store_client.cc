@@ -472,6 +472,13 @@ void TcpStoreClient::append(const std::string& key, const Bytes& value) {
   send_request(make(Op::kAppend, {key}, {value}));
 }
 
+int64_t TcpStoreClient::delete_prefix(const std::string& prefix) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ensure_connected();
+  send_request(make(Op::kDeletePrefix, {prefix}));
+  return recv_i64(deadline_after(timeout_), "DELETE_PREFIX", "'" + prefix + "'");
+}
+
 bool TcpStoreClient::ping() {
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_connected();

@@ -53,6 +53,8 @@ class TcpStoreClient final : public Store {
   void append(const std::string& key, const Bytes& value);
   // Round trip to the server; returns true when it echoed the nonce.
   bool ping();
+  // Deletes every key starting with `prefix` (dlaunch servers only); returns how many.
+  int64_t delete_prefix(const std::string& prefix);
 
   const TcpStoreClientOptions& options() const { return options_; }
   std::string endpoint() const;

@@ -565,6 +565,22 @@ struct TcpStoreServer::Impl {
         wire::put_i64(reply, it == queues.end() ? 0 : static_cast<int64_t>(it->second.size()));
         break;
       }
+      case Op::kDeletePrefix: {
+        // dlaunch's extension: clears a finished generation's keys (e.g. PyTorch's
+        // "/worker/attempt_N/...") before the next one starts. Linear in the table size.
+        int64_t n = 0;
+        const std::string& prefix = q.keys[0];
+        for (auto it = table.begin(); it != table.end();) {
+          if (it->first.compare(0, prefix.size(), prefix) == 0) {
+            it = table.erase(it);
+            ++n;
+          } else {
+            ++it;
+          }
+        }
+        wire::put_i64(reply, n);
+        break;
+      }
       case Op::kAuthBegin:
       case Op::kAuthProof:
         return;

@@ -7,6 +7,7 @@
 
 #include "common/error.h"
 #include "rendezvous/rendezvous_registry.h"
+#include "rendezvous/tcp_store_client.h"
 #include "rendezvous/tcp_store_server.h"
 
 namespace dlaunch {
@@ -263,6 +264,12 @@ TEST_F(RendezvousTest, DynamicNodeThatStopsKeepAlivesIsDetectedAndTheRestReForm)
   EXPECT_EQ(log0.events[0].kind, RendezvousEvent::Kind::kMembershipChanged);
   EXPECT_NE(log0.events[0].reason.find("h2"), std::string::npos) << log0.events[0].reason;
   EXPECT_LT(detected, 5s);  // window 0.4 s; generous for a loaded machine
+  // Keys PyTorch workers of round 0 left behind (same TORCHELASTIC_RESTART_COUNT next round).
+  TcpStoreClientOptions co;
+  co.port = port_;
+  TcpStoreClient worker_store(co);
+  worker_store.set("/worker/attempt_0/rank0_addr", to_bytes("stale"));
+  worker_store.set("/other/keep", to_bytes("x"));
   // The two survivors re-form a round of two.
   std::vector<std::unique_ptr<RendezvousHandler>> survivors;
   survivors.push_back(std::move(hs[0]));
@@ -271,6 +278,8 @@ TEST_F(RendezvousTest, DynamicNodeThatStopsKeepAlivesIsDetectedAndTheRestReForm)
   EXPECT_EQ(again[0].group_world_size, 2);
   EXPECT_EQ(again[0].round, rs[0].round + 1);
   EXPECT_EQ(again[0].restart_count, 0);  // membership changes are free
+  EXPECT_FALSE(worker_store.check({"/worker/attempt_0/rank0_addr"}));
+  EXPECT_TRUE(worker_store.check({"/other/keep"}));
 }
 
 TEST_F(RendezvousTest, DynamicLateJoinerTriggersMembershipChangeAndIsAdmittedNextRound) {

@@ -187,6 +187,20 @@ TEST_F(ServerTest, SpeaksTorch2ByteForByte) {
   EXPECT_EQ(c.recv(4), u32(7));
 }
 
+TEST_F(ServerTest, DeletePrefixExtensionRemovesOnlyMatchingKeys) {
+  start();
+  auto c = client();
+  c->set("/worker/attempt_0/a", {});
+  c->set("/worker/attempt_0/b", {});
+  c->set("/workers", {});
+  EXPECT_EQ(c->delete_prefix("/worker/"), 2);
+  EXPECT_FALSE(c->check({"/worker/attempt_0/a"}));
+  EXPECT_TRUE(c->check({"/workers"}));
+  Raw torch113(port_);  // not part of the 1.13 dialect: 0xA2 is a bad opcode there
+  torch113.send(cat({u8(0xA2), str("/")}));
+  EXPECT_TRUE(torch113.closed_by_peer());
+}
+
 TEST_F(ServerTest, MalformedFrameClosesOnlyThatConnection) {
   TcpStoreServerOptions o;
   o.limits.max_value_bytes = 1 << 20;
