@@ -24,5 +24,9 @@ seed 113_wait '\x00\x05\x01\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\
 seed 2_validate_ping '\x01\x00\xce\xf7\x85\x3c\x0d\x01\x02\x03\x04'
 seed 2_multiset '\x01\x0b\x01\x00\x00\x00\x00\x00\x00\x00\x01\x00\x00\x00\x00\x00\x00\x00a\x01\x00\x00\x00\x00\x00\x00\x001'
 seed 2_auth '\x01\xa0AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA'
-"$out/store_codec_fuzz" "$out/corpus" -max_total_time="$seconds" -jobs="$jobs" -workers="$jobs" \
-  -artifact_prefix="$out/crashes/" -max_len=4096 -print_final_stats=1 2>&1 | tail -25
+parallel=()
+# With -jobs libFuzzer writes fuzz-N.log into the current directory: run from $out.
+((jobs > 1)) && parallel=(-jobs="$jobs" -workers="$jobs")
+cd "$out"
+./store_codec_fuzz corpus -max_total_time="$seconds" "${parallel[@]}" \
+  -artifact_prefix=crashes/ -max_len=4096 -print_final_stats=1 2>&1 | tail -25
