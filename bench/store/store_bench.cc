@@ -153,8 +153,9 @@ pid_t hold_connections(uint16_t port, int n, int report_fd) {
   _exit(0);
 }
 
-// Starts PyTorch 1.13's TCPStore server in /usr/bin/python3; returns its pid and port.
-pid_t start_torch_server(uint16_t* port) {
+// Starts PyTorch 1.13's TCPStore server in /usr/bin/python3; returns its pid and port. The
+// pipe stays open (in *out_fd) until the server is killed, so its stdout never breaks.
+pid_t start_torch_server(uint16_t* port, int* out_fd) {
   int p[2];
   if (pipe(p) != 0) return -1;
   pid_t pid = fork();
@@ -172,8 +173,9 @@ pid_t start_torch_server(uint16_t* port) {
   ::close(p[1]);
   char buf[32] = {};
   ssize_t n = read(p[0], buf, sizeof(buf) - 1);
-  ::close(p[0]);
+  *out_fd = p[0];
   if (n <= 0) {
+    ::close(p[0]);
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
     return -1;
@@ -223,7 +225,8 @@ int main(int argc, char** argv) {
   }
   if (peer) {
     uint16_t torch_port = 0;
-    pid_t torch = start_torch_server(&torch_port);
+    int torch_fd = -1;
+    pid_t torch = start_torch_server(&torch_port, &torch_fd);
     if (torch < 0) {
       std::printf("PyTorch 1.13 TCPStore: not measured (/usr/bin/python3 has no torch)\n");
       return 0;
@@ -231,6 +234,7 @@ int main(int argc, char** argv) {
     double theirs = measure(torch_port, clients, depth, seconds);
     kill(torch, SIGKILL);
     waitpid(torch, nullptr, 0);
+    ::close(torch_fd);
     std::printf("PyTorch 1.13 TCPStore server: %d clients x depth %d, %.0f ops/s\n", clients, depth,
                 theirs);
     std::printf("ratio dlaunch / PyTorch: %.2fx\n", theirs > 0 ? ours / theirs : 0.0);
