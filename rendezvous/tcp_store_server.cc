@@ -78,7 +78,8 @@ struct TcpStoreServer::Impl {
   explicit Impl(TcpStoreServerOptions o) : options(std::move(o)), acceptor(ctx), retry_timer(ctx) {}
 
   TcpStoreServerOptions options;
-  asio::io_context ctx;
+  // One thread runs this context: the hint lets Asio skip its internal locking.
+  asio::io_context ctx{1};
   tcp::acceptor acceptor;
   asio::steady_timer retry_timer;
   std::thread thread;
