@@ -79,9 +79,9 @@ void plane_sums_flat(const float* x, int64_t hw, double* sum, double* sumsq) {
   *sumsq += q;
 }
 
-template <int CB>
-void plane_apply(const float* x, int64_t hw, const float* scale, const float* shift,
-                 const float* res, bool relu, float* y) {
+template <int CB, bool kRes, bool kRelu>
+void plane_apply_t(const float* x, int64_t hw, const float* scale, const float* shift,
+                   const float* res, float* y) {
   float sc[CB], sh[CB];
   for (int j = 0; j < CB; ++j) sc[j] = scale[j], sh[j] = shift[j];
   for (int64_t i = 0; i < hw; ++i) {
@@ -89,11 +89,23 @@ void plane_apply(const float* x, int64_t hw, const float* scale, const float* sh
 #pragma omp simd
     for (int j = 0; j < CB; ++j) {
       float v = x[o + j] * sc[j] + sh[j];
-      if (res) v += res[o + j];
-      if (relu) v = v > 0.f ? v : 0.f;
+      if (kRes) v += res[o + j];
+      if (kRelu) v = v > 0.f ? v : 0.f;
       y[o + j] = v;
     }
   }
+}
+
+// The flags become template arguments so the inner loops carry no branches.
+template <int CB>
+void plane_apply(const float* x, int64_t hw, const float* scale, const float* shift,
+                 const float* res, bool relu, float* y) {
+  if (res) {
+    if (relu) return plane_apply_t<CB, true, true>(x, hw, scale, shift, res, y);
+    return plane_apply_t<CB, true, false>(x, hw, scale, shift, res, y);
+  }
+  if (relu) return plane_apply_t<CB, false, true>(x, hw, scale, shift, res, y);
+  return plane_apply_t<CB, false, false>(x, hw, scale, shift, res, y);
 }
 
 void plane_apply_flat(const float* x, int64_t hw, float sc, float sh, const float* res, bool relu,
@@ -114,9 +126,9 @@ void plane_apply_flat(const float* x, int64_t hw, float sc, float sh, const floa
 }
 
 // Backward sums of one plane (CB channels per pixel; CB = 1 is the flat case too).
-template <int CB>
-void plane_bwd_sums(const float* x, const float* dy, const float* r, int64_t hw, const float* mean,
-                    double* sdy, double* sdyx) {
+template <int CB, bool kMask>
+void plane_bwd_sums_t(const float* x, const float* dy, const float* r, int64_t hw,
+                      const float* mean, double* sdy, double* sdyx) {
   float a[CB] = {}, b[CB] = {}, m[CB];
   for (int j = 0; j < CB; ++j) m[j] = mean[j];
   for (int64_t i = 0; i < hw; ++i) {
@@ -124,7 +136,7 @@ void plane_bwd_sums(const float* x, const float* dy, const float* r, int64_t hw,
 #pragma omp simd
     for (int j = 0; j < CB; ++j) {
       float g = dy[o + j];
-      if (r) g = r[o + j] > 0.f ? g : 0.f;
+      if (kMask) g = r[o + j] > 0.f ? g : 0.f;
       a[j] += g;
       b[j] += g * (x[o + j] - m[j]);
     }
@@ -133,8 +145,16 @@ void plane_bwd_sums(const float* x, const float* dy, const float* r, int64_t hw,
 }
 
 template <int CB>
-void plane_bwd_apply(const float* x, const float* dy, const float* r, int64_t hw, const float* k0,
-                     const float* k1, const float* k2, const float* mean, float* dx) {
+void plane_bwd_sums(const float* x, const float* dy, const float* r, int64_t hw, const float* mean,
+                    double* sdy, double* sdyx) {
+  if (r) return plane_bwd_sums_t<CB, true>(x, dy, r, hw, mean, sdy, sdyx);
+  return plane_bwd_sums_t<CB, false>(x, dy, r, hw, mean, sdy, sdyx);
+}
+
+template <int CB, bool kMask>
+void plane_bwd_apply_t(const float* x, const float* dy, const float* r, int64_t hw,
+                       const float* k0, const float* k1, const float* k2, const float* mean,
+                       float* dx) {
   // dx = k0 * g - k1 - k2 * (x - mean), with k0 = gamma invstd, k1 = k0 sum_dy / M,
   // k2 = k0 invstd sum_dy_xhat / M.
   float a[CB], b[CB], c[CB], m[CB];
@@ -144,10 +164,17 @@ void plane_bwd_apply(const float* x, const float* dy, const float* r, int64_t hw
 #pragma omp simd
     for (int j = 0; j < CB; ++j) {
       float g = dy[o + j];
-      if (r) g = r[o + j] > 0.f ? g : 0.f;
+      if (kMask) g = r[o + j] > 0.f ? g : 0.f;
       dx[o + j] = a[j] * g - b[j] - c[j] * (x[o + j] - m[j]);
     }
   }
+}
+
+template <int CB>
+void plane_bwd_apply(const float* x, const float* dy, const float* r, int64_t hw, const float* k0,
+                     const float* k1, const float* k2, const float* mean, float* dx) {
+  if (r) return plane_bwd_apply_t<CB, true>(x, dy, r, hw, k0, k1, k2, mean, dx);
+  return plane_bwd_apply_t<CB, false>(x, dy, r, hw, k0, k1, k2, mean, dx);
 }
 
 template <int CB>

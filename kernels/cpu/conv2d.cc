@@ -3,18 +3,38 @@
 // the OIHW weights into it on each call (weights are small next to a batch of activations) and
 // reorder weight gradients back. Primitives are created once per shape and cached.
 //
+// Each pass has several implementations ("variants"), because oneDNN 2.6's JIT kernels differ
+// a lot by shape on the same CPU (measured on the 2-core AVX-512 machine: the 16-channel
+// 32x32 forward is ~4x slower than its backward-data twin; Winograd wins on wide layers):
+//   direct    oneDNN's direct algorithm for that pass;
+//   auto      oneDNN's convolution_auto (Winograd F(4x4,3x3) where oneDNN supports it);
+//   twin      for stride-1 "same" convolutions, forward and backward-data are each other's
+//             transposes: conv(x, W) == backward_data(x, V) of the channel-swapped convolution
+//             with V[i][o][kh][kw] = W[o][i][k-1-kh][k-1-kw], and vice versa.
+// The variant is chosen per shape and pass the first time it runs (DLAUNCH_CONV_ALGO=autotune,
+// the default: candidates timed in 3 interleaved rounds after a warm-up, fastest kept) or fixed by
+// DLAUNCH_CONV_ALGO=direct|auto|twin (falling back to direct where a variant does not apply).
+// Autotuning means two runs of the same program may use different algorithms, so results can
+// differ in float rounding; set DLAUNCH_CONV_ALGO=direct for bitwise-reproducible runs.
+//
 // Concurrency: several models may run in one process on different threads (the SyncBN tests run
 // ranks as threads), so the cache is locked and everything mutable per call (scratchpad, weight
 // reorder buffers, stream) is thread_local. Scratchpads are user-managed because oneDNN's
 // library-managed scratchpad is shared between threads unless built for concurrent execution.
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
+#include <string>
 #include <unordered_map>
+#include <vector>
 
+#include "common/env.h"
 #include "common/error.h"
+#include "common/log.h"
 #include "kernels/ops.h"
 #include "kernels/profile.h"
 
@@ -53,13 +73,10 @@ class Arena {
   size_t size_ = 0;
 };
 
-Arena& scratch_arena() {
-  thread_local Arena a;
-  return a;
-}
-Arena& weight_arena() {
-  thread_local Arena a;
-  return a;
+enum Arenas { kScratch, kWeights, kTwinWeights, kDiffWeights, kArenaCount };
+void* arena(int which, size_t bytes) {
+  thread_local Arena a[kArenaCount];
+  return a[which].get(bytes);
 }
 
 Tag act_tag(int cblock) {
@@ -75,6 +92,27 @@ Tag act_tag(int cblock) {
   return Tag::undef;
 }
 
+enum class Variant { kDirect, kAuto, kTwin };
+enum class Pass { kForward, kBackwardData, kBackwardWeights };
+const char* variant_name(Variant v) {
+  return v == Variant::kDirect ? "direct" : v == Variant::kAuto ? "auto" : "twin";
+}
+const char* pass_name(Pass p) {
+  return p == Pass::kForward ? "forward" : p == Pass::kBackwardData ? "backward_data" : "backward_weights";
+}
+
+// "autotune" (default), or a fixed variant.
+enum class Policy { kAutotune, kDirect, kAuto, kTwin };
+// Read when a shape's pass is first used (not cached: tests switch it between shapes).
+Policy policy() {
+  const std::string v = get_env_or("DLAUNCH_CONV_ALGO", "autotune");
+  if (v == "autotune") return Policy::kAutotune;
+  if (v == "direct") return Policy::kDirect;
+  if (v == "auto") return Policy::kAuto;
+  if (v == "twin") return Policy::kTwin;
+  throw UsageError("DLAUNCH_CONV_ALGO must be autotune, direct, auto or twin, got '" + v + "'");
+}
+
 struct Key {
   int64_t v[10];
   bool operator==(const Key& o) const { return std::memcmp(v, o.v, sizeof(v)) == 0; }
@@ -87,12 +125,7 @@ struct KeyHash {
   }
 };
 
-Key make_key(const ConvShape& s) {
-  return Key{{s.n, s.c_in, s.h_in, s.w_in, s.c_out, s.kernel, s.stride, s.pad, s.in_cblock,
-              s.out_cblock}};
-}
-
-// A reorder between two descriptors, or nothing when they are equal.
+// A reorder between two descriptors; no primitive when they are equal.
 struct Reorder {
   memory::desc from, to;
   std::unique_ptr<dnnl::reorder> prim;
@@ -101,26 +134,18 @@ struct Reorder {
     to = t;
     if (f != t) prim = std::make_unique<dnnl::reorder>(dnnl::reorder::primitive_desc(engine(), f, engine(), t));
   }
-  // Returns the pointer holding data in `to`'s format: src itself or `buffer` after reordering.
   void run(const void* src, void* dst) const {
     memory a(from, engine(), const_cast<void*>(src));
     memory b(to, engine(), dst);
     prim->execute(stream(), a, b);
   }
-};
-
-struct ConvPrims {
-  memory::desc src, dst, user_wei;
-  dnnl::convolution_forward::primitive_desc fwd_pd;
-  dnnl::convolution_forward fwd;
-  Reorder fwd_wei;  // OIHW -> fwd weights format
-  std::once_flag bwd_data_once, bwd_weights_once;
-  dnnl::convolution_backward_data bwd_data;
-  memory::desc bwd_data_scratch;
-  Reorder bwd_data_wei;  // OIHW -> bwd-data weights format
-  dnnl::convolution_backward_weights bwd_weights;
-  memory::desc bwd_weights_scratch;
-  Reorder bwd_diff_wei;  // bwd-weights diff format -> OIHW
+  // src in `from` format -> pointer in `to` format (src itself or the arena).
+  const void* to_target(const void* src, int which) const {
+    if (!prim) return src;
+    void* buf = arena(which, to.get_size());
+    run(src, buf);
+    return buf;
+  }
 };
 
 dnnl::primitive_attr user_scratchpad() {
@@ -129,70 +154,267 @@ dnnl::primitive_attr user_scratchpad() {
   return attr;
 }
 
-memory::dims strides(const ConvShape& s) { return {s.stride, s.stride}; }
-memory::dims pads(const ConvShape& s) { return {s.pad, s.pad}; }
+memory scratch(const memory::desc& md) { return memory(md, engine(), arena(kScratch, md.get_size())); }
 
-std::unique_ptr<ConvPrims> create(const ConvShape& s) {
+// The descriptors of one convolution (src/dst in the caller's layouts).
+struct Descs {
+  memory::desc src, dst, user_wei, any_wei;
+  memory::dims strides, pads;
+};
+
+Descs descs(const ConvShape& s) {
+  const auto f32 = memory::data_type::f32;
+  Descs d;
+  d.src = memory::desc({s.n, s.c_in, s.h_in, s.w_in}, f32, act_tag(s.in_cblock));
+  d.dst = memory::desc({s.n, s.c_out, s.h_out(), s.w_out()}, f32, act_tag(s.out_cblock));
+  d.user_wei = memory::desc({s.c_out, s.c_in, s.kernel, s.kernel}, f32, Tag::oihw);
+  d.any_wei = memory::desc({s.c_out, s.c_in, s.kernel, s.kernel}, f32, Tag::any);
+  d.strides = {s.stride, s.stride};
+  d.pads = {s.pad, s.pad};
+  return d;
+}
+
+dnnl::convolution_forward::primitive_desc fwd_pd(const Descs& d, dnnl::algorithm alg) {
+  dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, alg, d.src, d.any_wei,
+                                       d.dst, d.strides, d.pads, d.pads);
+  return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), engine());
+}
+
+// One runnable implementation of one pass: the primitive, its scratchpad, the weight reorder.
+struct Impl {
+  dnnl::primitive prim;
+  memory::desc scratch;
+  Reorder wei;  // forward/backward-data: OIHW (or its twin transform) -> primitive format;
+                // backward-weights: primitive's diff format -> OIHW
+};
+
+std::unique_ptr<Impl> make_forward(const Descs& d, dnnl::algorithm alg) {
+  auto pd = fwd_pd(d, alg);
+  auto impl = std::make_unique<Impl>();
+  impl->prim = dnnl::convolution_forward(pd);
+  impl->scratch = pd.scratchpad_desc();
+  impl->wei.init(d.user_wei, pd.weights_desc());
+  return impl;
+}
+
+std::unique_ptr<Impl> make_backward_data(const Descs& d, dnnl::algorithm alg) {
+  dnnl::convolution_backward_data::desc desc(alg, d.src, d.any_wei, d.dst, d.strides, d.pads, d.pads);
+  dnnl::convolution_backward_data::primitive_desc pd(desc, user_scratchpad(), engine(), fwd_pd(d, alg));
+  auto impl = std::make_unique<Impl>();
+  impl->prim = dnnl::convolution_backward_data(pd);
+  impl->scratch = pd.scratchpad_desc();
+  impl->wei.init(d.user_wei, pd.weights_desc());
+  return impl;
+}
+
+std::unique_ptr<Impl> make_backward_weights(const Descs& d, dnnl::algorithm alg) {
+  dnnl::convolution_backward_weights::desc desc(alg, d.src, d.any_wei, d.dst, d.strides, d.pads, d.pads);
+  dnnl::convolution_backward_weights::primitive_desc pd(desc, user_scratchpad(), engine(), fwd_pd(d, alg));
+  auto impl = std::make_unique<Impl>();
+  impl->prim = dnnl::convolution_backward_weights(pd);
+  impl->scratch = pd.scratchpad_desc();
+  impl->wei.init(pd.diff_weights_desc(), d.user_wei);
+  return impl;
+}
+
+bool has_twin(const ConvShape& s) {
+  return s.stride == 1 && s.kernel % 2 == 1 && s.pad == s.kernel / 2;
+}
+
+ConvShape swapped(const ConvShape& s) {
+  ConvShape t = s;
+  std::swap(t.c_in, t.c_out);
+  std::swap(t.in_cblock, t.out_cblock);
+  return t;
+}
+
+// V[i][o][kh][kw] = W[o][i][k-1-kh][k-1-kw]: the weights of the channel-swapped twin.
+const float* twin_weights(const ConvShape& s, const float* w) {
+  const int64_t k = s.kernel, kk = k * k;
+  float* v = static_cast<float*>(arena(kTwinWeights, sizeof(float) * s.weight_numel()));
+  for (int64_t o = 0; o < s.c_out; ++o)
+    for (int64_t i = 0; i < s.c_in; ++i) {
+      const float* src = w + (o * s.c_in + i) * kk;
+      float* dst = v + (i * s.c_out + o) * kk;
+      for (int64_t j = 0; j < kk; ++j) dst[j] = src[kk - 1 - j];
+    }
+  return v;
+}
+
+struct PassState {
+  std::mutex mu;
+  bool chosen = false;
+  Variant variant = Variant::kDirect;
+  std::unique_ptr<Impl> impl;
+};
+
+struct ConvEntry {
+  ConvShape shape;
+  Descs d, twin_d;
+  PassState pass[3];
+};
+
+ConvEntry& entry(const ConvShape& s) {
+  static std::mutex mu;
+  static std::unordered_map<Key, std::unique_ptr<ConvEntry>, KeyHash> cache;
   DL_CHECK(s.n > 0 && s.c_in > 0 && s.c_out > 0 && s.h_out() > 0 && s.w_out() > 0)
       << "bad conv shape n=" << s.n << " c_in=" << s.c_in << " " << s.h_in << "x" << s.w_in
       << " c_out=" << s.c_out << " k=" << s.kernel << " stride=" << s.stride << " pad=" << s.pad;
   DL_CHECK(s.c_in % s.in_cblock == 0 && s.c_out % s.out_cblock == 0)
       << "channels " << s.c_in << "/" << s.c_out << " not multiples of blocks " << s.in_cblock
       << "/" << s.out_cblock;
-  auto p = std::make_unique<ConvPrims>();
-  const auto f32 = memory::data_type::f32;
-  p->src = memory::desc({s.n, s.c_in, s.h_in, s.w_in}, f32, act_tag(s.in_cblock));
-  p->dst = memory::desc({s.n, s.c_out, s.h_out(), s.w_out()}, f32, act_tag(s.out_cblock));
-  p->user_wei = memory::desc({s.c_out, s.c_in, s.kernel, s.kernel}, f32, Tag::oihw);
-  memory::desc any_wei({s.c_out, s.c_in, s.kernel, s.kernel}, f32, Tag::any);
-  dnnl::convolution_forward::desc d(dnnl::prop_kind::forward_training,
-                                    dnnl::algorithm::convolution_direct, p->src, any_wei, p->dst,
-                                    strides(s), pads(s), pads(s));
-  p->fwd_pd = dnnl::convolution_forward::primitive_desc(d, user_scratchpad(), engine());
-  p->fwd = dnnl::convolution_forward(p->fwd_pd);
-  p->fwd_wei.init(p->user_wei, p->fwd_pd.weights_desc());
-  return p;
-}
-
-void init_bwd_data(const ConvShape& s, ConvPrims& p) {
-  memory::desc any_wei({s.c_out, s.c_in, s.kernel, s.kernel}, memory::data_type::f32, Tag::any);
-  dnnl::convolution_backward_data::desc d(dnnl::algorithm::convolution_direct, p.src, any_wei,
-                                          p.dst, strides(s), pads(s), pads(s));
-  dnnl::convolution_backward_data::primitive_desc pd(d, user_scratchpad(), engine(), p.fwd_pd);
-  p.bwd_data = dnnl::convolution_backward_data(pd);
-  p.bwd_data_scratch = pd.scratchpad_desc();
-  p.bwd_data_wei.init(p.user_wei, pd.weights_desc());
-}
-
-void init_bwd_weights(const ConvShape& s, ConvPrims& p) {
-  memory::desc any_wei({s.c_out, s.c_in, s.kernel, s.kernel}, memory::data_type::f32, Tag::any);
-  dnnl::convolution_backward_weights::desc d(dnnl::algorithm::convolution_direct, p.src, any_wei,
-                                             p.dst, strides(s), pads(s), pads(s));
-  dnnl::convolution_backward_weights::primitive_desc pd(d, user_scratchpad(), engine(), p.fwd_pd);
-  p.bwd_weights = dnnl::convolution_backward_weights(pd);
-  p.bwd_weights_scratch = pd.scratchpad_desc();
-  p.bwd_diff_wei.init(pd.diff_weights_desc(), p.user_wei);
-}
-
-ConvPrims& prims(const ConvShape& s) {
-  static std::mutex mu;
-  static std::unordered_map<Key, std::unique_ptr<ConvPrims>, KeyHash> cache;
+  const Key key{{s.n, s.c_in, s.h_in, s.w_in, s.c_out, s.kernel, s.stride, s.pad, s.in_cblock,
+                 s.out_cblock}};
   std::lock_guard<std::mutex> lock(mu);
-  auto& slot = cache[make_key(s)];
-  if (!slot) slot = create(s);
+  auto& slot = cache[key];
+  if (!slot) {
+    slot = std::make_unique<ConvEntry>();
+    slot->shape = s;
+    slot->d = descs(s);
+    if (has_twin(s)) slot->twin_d = descs(swapped(s));
+  }
   return *slot;
 }
 
-memory scratch(const memory::desc& md) {
-  return memory(md, engine(), scratch_arena().get(md.get_size()));
+std::unique_ptr<Impl> make(ConvEntry& e, Pass pass, Variant v) {
+  const dnnl::algorithm alg =
+      v == Variant::kAuto ? dnnl::algorithm::convolution_auto : dnnl::algorithm::convolution_direct;
+  switch (pass) {
+    case Pass::kForward:
+      return v == Variant::kTwin ? make_backward_data(e.twin_d, alg) : make_forward(e.d, alg);
+    case Pass::kBackwardData:
+      return v == Variant::kTwin ? make_forward(e.twin_d, alg) : make_backward_data(e.d, alg);
+    case Pass::kBackwardWeights:
+      return make_backward_weights(e.d, alg);
+  }
+  return nullptr;
 }
 
-template <typename F>
-void guarded(const char* what, F&& f) {
+// Runs one pass with one implementation. a/b are the pass's two inputs, out its output:
+// forward (x, w) -> y; backward-data (dy, w) -> dx; backward-weights (x, dy) -> dw.
+void execute(const ConvEntry& e, Pass pass, Variant v, const Impl& impl, const float* a,
+             const float* b, float* out) {
+  const Descs& d = e.d;
+  auto mem = [](const memory::desc& md, const void* p) { return memory(md, engine(), const_cast<void*>(p)); };
+  switch (pass) {
+    case Pass::kForward: {
+      if (v == Variant::kTwin) {  // backward-data of the twin: diff_dst = x, diff_src = y
+        const void* wei = impl.wei.to_target(twin_weights(e.shape, b), kWeights);
+        impl.prim.execute(stream(), {{DNNL_ARG_DIFF_DST, mem(e.twin_d.dst, a)},
+                                     {DNNL_ARG_WEIGHTS, mem(impl.wei.to, wei)},
+                                     {DNNL_ARG_DIFF_SRC, mem(e.twin_d.src, out)},
+                                     {DNNL_ARG_SCRATCHPAD, scratch(impl.scratch)}});
+      } else {
+        const void* wei = impl.wei.to_target(b, kWeights);
+        impl.prim.execute(stream(), {{DNNL_ARG_SRC, mem(d.src, a)},
+                                     {DNNL_ARG_WEIGHTS, mem(impl.wei.to, wei)},
+                                     {DNNL_ARG_DST, mem(d.dst, out)},
+                                     {DNNL_ARG_SCRATCHPAD, scratch(impl.scratch)}});
+      }
+      break;
+    }
+    case Pass::kBackwardData: {
+      if (v == Variant::kTwin) {  // forward of the twin: src = dy, dst = dx
+        const void* wei = impl.wei.to_target(twin_weights(e.shape, b), kWeights);
+        impl.prim.execute(stream(), {{DNNL_ARG_SRC, mem(e.twin_d.src, a)},
+                                     {DNNL_ARG_WEIGHTS, mem(impl.wei.to, wei)},
+                                     {DNNL_ARG_DST, mem(e.twin_d.dst, out)},
+                                     {DNNL_ARG_SCRATCHPAD, scratch(impl.scratch)}});
+      } else {
+        const void* wei = impl.wei.to_target(b, kWeights);
+        impl.prim.execute(stream(), {{DNNL_ARG_DIFF_DST, mem(d.dst, a)},
+                                     {DNNL_ARG_WEIGHTS, mem(impl.wei.to, wei)},
+                                     {DNNL_ARG_DIFF_SRC, mem(d.src, out)},
+                                     {DNNL_ARG_SCRATCHPAD, scratch(impl.scratch)}});
+      }
+      break;
+    }
+    case Pass::kBackwardWeights: {
+      void* diff = impl.wei.prim ? arena(kDiffWeights, impl.wei.from.get_size()) : out;
+      impl.prim.execute(stream(), {{DNNL_ARG_SRC, mem(d.src, a)},
+                                   {DNNL_ARG_DIFF_DST, mem(d.dst, b)},
+                                   {DNNL_ARG_DIFF_WEIGHTS, mem(impl.wei.from, diff)},
+                                   {DNNL_ARG_SCRATCHPAD, scratch(impl.scratch)}});
+      if (impl.wei.prim) impl.wei.run(diff, out);
+      break;
+    }
+  }
+  stream().wait();
+}
+
+std::vector<Variant> candidates(const ConvShape& s, Pass pass) {
+  std::vector<Variant> v = {Variant::kDirect};
+  // oneDNN only has Winograd for 3x3 stride 1; elsewhere "auto" is "direct" again.
+  if (s.kernel == 3 && s.stride == 1) v.push_back(Variant::kAuto);
+  if (pass != Pass::kBackwardWeights && has_twin(s)) v.push_back(Variant::kTwin);
+  return v;
+}
+
+constexpr int kAutotuneRounds = 3;
+
+// Picks the pass's implementation on first use (under the pass's lock, so concurrent first
+// calls autotune once).
+void choose(ConvEntry& e, PassState& ps, Pass pass, const float* a, const float* b, float* out) {
+  const ConvShape& s = e.shape;
+  const auto cands = candidates(s, pass);
+  const Policy pol = policy();
+  if (pol != Policy::kAutotune) {
+    Variant want = pol == Policy::kAuto ? Variant::kAuto : pol == Policy::kTwin ? Variant::kTwin : Variant::kDirect;
+    if (std::find(cands.begin(), cands.end(), want) == cands.end()) want = Variant::kDirect;
+    try {
+      ps.impl = make(e, pass, want);
+    } catch (const dnnl::error&) {
+      want = Variant::kDirect;  // e.g. no twin primitive for a 3-channel input
+      ps.impl = make(e, pass, want);
+    }
+    ps.variant = want;
+    return;
+  }
+  // Candidates are timed in interleaved rounds and each keeps its fastest run, so a burst of
+  // load from other processes penalises one run of each, not one candidate.
+  std::vector<std::pair<Variant, std::unique_ptr<Impl>>> impls;
+  for (Variant v : cands) {
+    try {
+      impls.emplace_back(v, make(e, pass, v));
+    } catch (const dnnl::error&) {
+      continue;  // this variant does not exist for the shape
+    }
+    execute(e, pass, v, *impls.back().second, a, b, out);  // warm-up: page faults, caches
+  }
+  std::vector<double> fastest(impls.size(), 1e300);
+  for (int round = 0; round < kAutotuneRounds && impls.size() > 1; ++round)
+    for (size_t i = 0; i < impls.size(); ++i) {
+      const auto t0 = std::chrono::steady_clock::now();
+      execute(e, pass, impls[i].first, *impls[i].second, a, b, out);
+      fastest[i] = std::min(fastest[i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+  double best = 1e300;
+  for (size_t i = 0; i < impls.size(); ++i)
+    if (!ps.impl || fastest[i] < best) {
+      best = fastest[i];
+      ps.variant = impls[i].first;
+      ps.impl = std::move(impls[i].second);
+    }
+  DL_CHECK(ps.impl) << "no oneDNN implementation for this convolution";
+  log_debug("conv {}x{}x{}x{} -> {} k{} s{} {}: {} ({:.2f} ms)", s.n, s.c_in, s.h_in, s.w_in,
+            s.c_out, s.kernel, s.stride, pass_name(pass), variant_name(ps.variant), best * 1e3);
+}
+
+void run(const ConvShape& s, Pass pass, const float* a, const float* b, float* out) {
+  ConvEntry& e = entry(s);
+  PassState& ps = e.pass[static_cast<int>(pass)];
   try {
-    f();
-  } catch (const dnnl::error& e) {
-    DL_CHECK(false) << what << ": oneDNN error " << e.status << ": " << e.what();
+    {
+      std::lock_guard<std::mutex> lock(ps.mu);
+      if (!ps.chosen) {
+        choose(e, ps, pass, a, b, out);
+        ps.chosen = true;
+      }
+    }
+    // The implementation is immutable once chosen; executing it concurrently is safe.
+    execute(e, pass, ps.variant, *ps.impl, a, b, out);
+  } catch (const dnnl::error& err) {
+    DL_CHECK(false) << "conv2d " << pass_name(pass) << ": oneDNN error " << err.status << ": " << err.what();
   }
 }
 
@@ -200,58 +422,17 @@ void guarded(const char* what, F&& f) {
 
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y) {
   ScopedOpTimer timer("conv2d_forward");
-  guarded("conv2d_forward", [&] {
-    ConvPrims& p = prims(s);
-    const void* wei = w;
-    if (p.fwd_wei.prim) {
-      void* buf = weight_arena().get(p.fwd_wei.to.get_size());
-      p.fwd_wei.run(w, buf);
-      wei = buf;
-    }
-    p.fwd.execute(stream(),
-                  {{DNNL_ARG_SRC, memory(p.src, engine(), const_cast<float*>(x))},
-                   {DNNL_ARG_WEIGHTS, memory(p.fwd_wei.to, engine(), const_cast<void*>(wei))},
-                   {DNNL_ARG_DST, memory(p.dst, engine(), y)},
-                   {DNNL_ARG_SCRATCHPAD, scratch(p.fwd_pd.scratchpad_desc())}});
-    stream().wait();
-  });
+  run(s, Pass::kForward, x, w, y);
 }
 
 void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx) {
   ScopedOpTimer timer("conv2d_backward_data");
-  guarded("conv2d_backward_data", [&] {
-    ConvPrims& p = prims(s);
-    std::call_once(p.bwd_data_once, [&] { init_bwd_data(s, p); });
-    const void* wei = w;
-    if (p.bwd_data_wei.prim) {
-      void* buf = weight_arena().get(p.bwd_data_wei.to.get_size());
-      p.bwd_data_wei.run(w, buf);
-      wei = buf;
-    }
-    p.bwd_data.execute(
-        stream(), {{DNNL_ARG_DIFF_DST, memory(p.dst, engine(), const_cast<float*>(dy))},
-                   {DNNL_ARG_WEIGHTS, memory(p.bwd_data_wei.to, engine(), const_cast<void*>(wei))},
-                   {DNNL_ARG_DIFF_SRC, memory(p.src, engine(), dx)},
-                   {DNNL_ARG_SCRATCHPAD, scratch(p.bwd_data_scratch)}});
-    stream().wait();
-  });
+  run(s, Pass::kBackwardData, dy, w, dx);
 }
 
 void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw) {
   ScopedOpTimer timer("conv2d_backward_weights");
-  guarded("conv2d_backward_weights", [&] {
-    ConvPrims& p = prims(s);
-    std::call_once(p.bwd_weights_once, [&] { init_bwd_weights(s, p); });
-    void* diff = dw;
-    if (p.bwd_diff_wei.prim) diff = weight_arena().get(p.bwd_diff_wei.from.get_size());
-    p.bwd_weights.execute(
-        stream(), {{DNNL_ARG_SRC, memory(p.src, engine(), const_cast<float*>(x))},
-                   {DNNL_ARG_DIFF_DST, memory(p.dst, engine(), const_cast<float*>(dy))},
-                   {DNNL_ARG_DIFF_WEIGHTS, memory(p.bwd_diff_wei.from, engine(), diff)},
-                   {DNNL_ARG_SCRATCHPAD, scratch(p.bwd_weights_scratch)}});
-    if (p.bwd_diff_wei.prim) p.bwd_diff_wei.run(diff, dw);
-    stream().wait();
-  });
+  run(s, Pass::kBackwardWeights, x, dy, dw);
 }
 
 }  // namespace dlaunch::kernels::cpu

@@ -53,8 +53,13 @@ std::vector<ConvCase> conv_cases() {
           {16, 32, 1, 2, 16, 16}, {4, 8, 3, 1, 1, 8},   {4, 4, 3, 2, 1, 1}};
 }
 
-ConvShape make_conv(const ConvCase& c) {
-  return ConvShape{2, c.c_in, 7, 6, c.c_out, c.kernel, c.stride, c.kernel / 2, c.in_block, c.out_block};
+// Every implementation variant (see kernels/cpu/conv2d.cc) is tested: the variant is chosen
+// when a shape is first used, from DLAUNCH_CONV_ALGO, so each variant gets its own batch size.
+const char* const kConvAlgos[] = {"direct", "auto", "twin", "autotune"};
+
+ConvShape make_conv(const ConvCase& c, int algo) {
+  setenv("DLAUNCH_CONV_ALGO", kConvAlgos[algo], 1);
+  return ConvShape{2 + algo, c.c_in, 7, 6, c.c_out, c.kernel, c.stride, c.kernel / 2, c.in_block, c.out_block};
 }
 
 // Naive direct convolution in double, layout-aware.
@@ -81,8 +86,10 @@ std::vector<double> naive_conv(const ConvShape& s, const std::vector<float>& x,
 }
 
 TEST(Conv2d, ForwardMatchesNaiveInEveryLayout) {
+  for (int algo = 0; algo < 4; ++algo)
   for (const auto& c : conv_cases()) {
-    const ConvShape s = make_conv(c);
+    SCOPED_TRACE(kConvAlgos[algo]);
+    const ConvShape s = make_conv(c, algo);
     const auto x = random_vector(s.in().numel(), 2), w = random_vector(s.weight_numel(), 3);
     std::vector<float> y(s.out().numel());
     cpu::conv2d_forward(s, x.data(), w.data(), y.data());
@@ -94,8 +101,10 @@ TEST(Conv2d, ForwardMatchesNaiveInEveryLayout) {
 }
 
 TEST(Conv2d, BackwardDataMatchesFiniteDifferences) {
+  for (int algo = 0; algo < 4; ++algo)
   for (const auto& c : conv_cases()) {
-    const ConvShape s = make_conv(c);
+    SCOPED_TRACE(kConvAlgos[algo]);
+    const ConvShape s = make_conv(c, algo);
     auto x = random_vector(s.in().numel(), 4);
     const auto w = random_vector(s.weight_numel(), 5), r = random_vector(s.out().numel(), 6);
     std::vector<float> dx(x.size()), y(r.size());
@@ -108,8 +117,10 @@ TEST(Conv2d, BackwardDataMatchesFiniteDifferences) {
 }
 
 TEST(Conv2d, BackwardWeightsMatchesFiniteDifferences) {
+  for (int algo = 0; algo < 4; ++algo)
   for (const auto& c : conv_cases()) {
-    const ConvShape s = make_conv(c);
+    SCOPED_TRACE(kConvAlgos[algo]);
+    const ConvShape s = make_conv(c, algo);
     const auto x = random_vector(s.in().numel(), 7), r = random_vector(s.out().numel(), 8);
     auto w = random_vector(s.weight_numel(), 9);
     std::vector<float> dw(w.size()), y(r.size());
