@@ -1,0 +1,284 @@
+// dlaunch under a real Slurm (label cluster): munged, slurmctld and four slurmd in multiple-
+// slurmd mode on 127.0.0.11-14, started by the ctest fixture (tests/cluster/start_slurm.sh).
+// Jobs run the real dlaunch and test worker binaries through srun and sbatch.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "slurm_test_env.h"
+#include "tests/support/subprocess.h"
+
+namespace dlaunch {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::RunResult;
+using testing::TempDir;
+
+// Worker key ("<task>" or "<task>/<local prefix>") -> its printed contract.
+using Workers = std::map<std::string, std::map<std::string, std::string>>;
+
+// Parses `srun --label` output of print-env workers: "0: [default1]:RANK=1" (agent mode: srun's
+// task label, then dlaunch's local-rank prefix) or "3: RANK=3" (task mode).
+Workers parse_print_env(const std::string& out) {
+  static const std::regex line_re(R"(^\s*(\d+): (?:\[([^\]]*)\]:)?([A-Z_]+)=(.*)$)");
+  Workers workers;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (!std::regex_match(line, m, line_re)) continue;
+    std::string who = m[1].str() + (m[2].matched ? "/" + m[2].str() : "");
+    workers[who][m[3]] = m[4];
+  }
+  return workers;
+}
+
+class SlurmClusterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto where = test::find_test_slurm();
+    if (where.conf.empty()) GTEST_SKIP() << where.skip_reason;
+    conf_ = where.conf;
+  }
+
+  // Runs a Slurm client (srun, sbatch, ...) found on PATH, pointed at the test cluster.
+  RunResult run(std::vector<std::string> argv, std::chrono::milliseconds timeout = 120s) {
+    argv[0] = which(argv[0]);
+    return testing::run(argv, {{"SLURM_CONF", conf_}}, timeout);
+  }
+
+  static std::string which(const std::string& program) {
+    if (program.find('/') != std::string::npos) return program;
+    const char* path = std::getenv("PATH");
+    std::istringstream dirs(path ? path : "/usr/bin:/bin");
+    for (std::string d; std::getline(dirs, d, ':');) {
+      std::string candidate = d + "/" + program;
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+    }
+    return program;
+  }
+
+  // Submits a batch job; returns its id.
+  std::string sbatch(const std::vector<std::string>& args) {
+    std::vector<std::string> argv = {"sbatch", "--parsable"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    RunResult r = run(argv, 30s);
+    EXPECT_EQ(r.exit.code, 0) << r.out << r.err;
+    if (r.exit.code != 0) return "";
+    return r.out.substr(0, r.out.find_first_of(";\n"));
+  }
+
+  bool job_gone(const std::string& id, std::chrono::milliseconds timeout) {
+    return testing::wait_until(
+        [&] {
+          RunResult r = run({"squeue", "-h", "-j", id}, 10s);
+          return r.exit.code == 0 && r.out.find_first_not_of(" \n") == std::string::npos;
+        },
+        timeout);
+  }
+
+  // The pids in DIR/ready.<rank> once `n` workers are up.
+  std::vector<pid_t> wait_ready(const TempDir& dir, int n, std::chrono::milliseconds timeout) {
+    std::vector<pid_t> pids;
+    testing::wait_until(
+        [&] {
+          pids.clear();
+          for (int r = 0; r < n; ++r) {
+            std::string path = dir.file("ready." + std::to_string(r));
+            if (!testing::file_exists(path)) return false;
+            pid_t pid = std::atoi(testing::read_file(path).c_str());
+            if (pid <= 0) return false;
+            pids.push_back(pid);
+          }
+          return true;
+        },
+        timeout);
+    return pids;
+  }
+
+  std::string conf_;
+};
+
+TEST_F(SlurmClusterTest, TaskPerWorkerContractComesFromSlurmIds) {
+  // -w: fixed nodes, so the master is known (Slurm may otherwise pick others while earlier
+  // jobs' nodes are still completing).
+  RunResult r = run({"srun", "-N2", "-w", "127.0.0.[11-12]", "--ntasks-per-node=2", "--label", DLAUNCH_BIN,
+                     TEST_WORKER_BIN, "print-env"});
+  ASSERT_EQ(r.exit.code, 0) << r.out << r.err;
+  Workers w = parse_print_env(r.out);
+  ASSERT_EQ(w.size(), 4u) << r.out;
+  const std::string run_id = w["0"]["TORCHELASTIC_RUN_ID"];
+  const int64_t job_id = std::stoll(run_id);
+  for (const auto& [task, env] : w) {
+    const int t = std::stoi(task);
+    EXPECT_EQ(env.at("RANK"), task);  // RANK = SLURM_PROCID
+    EXPECT_EQ(env.at("LOCAL_RANK"), std::to_string(t % 2));
+    EXPECT_EQ(env.at("WORLD_SIZE"), "4");
+    EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "2");
+    EXPECT_EQ(env.at("GROUP_RANK"), std::to_string(t / 2));
+    EXPECT_EQ(env.at("GROUP_WORLD_SIZE"), "2");
+    EXPECT_EQ(env.at("MASTER_ADDR"), "127.0.0.11");  // first host of SLURM_STEP_NODELIST
+    EXPECT_EQ(env.at("MASTER_PORT"), std::to_string(20000 + job_id % 10000));
+    EXPECT_EQ(env.at("TORCHELASTIC_RUN_ID"), run_id);
+    EXPECT_EQ(env.at("TORCHELASTIC_USE_AGENT_STORE"), "False");  // no agent: torch hosts it
+  }
+}
+
+TEST_F(SlurmClusterTest, DryRunNamesTheSlurmVariableBehindEachValue) {
+  RunResult r = run({"srun", "-N2", "-w", "127.0.0.[11-12]", "--ntasks-per-node=1", "--label",
+                     DLAUNCH_BIN, "--nproc_per_node=2", "--dry_run", TEST_WORKER_BIN, "ok"});
+  ASSERT_EQ(r.exit.code, 0) << r.out << r.err;
+  for (const char* task : {"0", "1"}) {
+    std::string prefix = std::string(task) + ":   ";
+    EXPECT_NE(r.out.find(prefix + "nnodes                 = 2                        <- "
+                                  "SLURM_STEP_NUM_NODES"),
+              std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find(prefix + "node_rank              = " + task), std::string::npos)
+        << r.out;
+    EXPECT_NE(r.out.find(prefix + "master_addr            = 127.0.0.11"), std::string::npos);
+    EXPECT_NE(r.out.find("<- first host of SLURM_STEP_NODELIST"), std::string::npos);
+    EXPECT_NE(r.out.find(prefix + "slurm_mode             = agent"), std::string::npos);
+  }
+  // An explicit flag wins over Slurm.
+  r = run({"srun", "-N1", DLAUNCH_BIN, "--master_port=29999", "--dry_run", TEST_WORKER_BIN,
+           "ok"});
+  EXPECT_NE(r.out.find("master_port            = 29999                    <- --master_port"),
+            std::string::npos)
+      << r.out;
+}
+
+TEST_F(SlurmClusterTest, BatchScriptOfAMultiNodeJobIsRefusedWithTheSrunRecipe) {
+  TempDir dir;
+  std::string id = sbatch({"-N2", "--output=" + dir.file("out"), "--wrap",
+                           std::string(DLAUNCH_BIN) + " " + TEST_WORKER_BIN + " ok; echo EXIT=$?"});
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(job_gone(id, 60s));
+  std::string out = testing::read_file(dir.file("out"));
+  EXPECT_NE(out.find("EXIT=2"), std::string::npos) << out;
+  EXPECT_NE(out.find("srun --ntasks-per-node=1 dlaunch"), std::string::npos) << out;
+}
+
+TEST_F(SlurmClusterTest, SingleNodeAgentHostsTheStoreOnTheDerivedPort) {
+  RunResult r = run({"srun", "-N1", "-w", "127.0.0.11", "--label", DLAUNCH_BIN,
+                     "--nproc_per_node=2", TEST_WORKER_BIN, "print-env"});
+  ASSERT_EQ(r.exit.code, 0) << r.out << r.err;
+  Workers w = parse_print_env(r.out);
+  ASSERT_EQ(w.size(), 2u) << r.out;
+  for (const auto& [who, env] : w) {
+    EXPECT_EQ(env.at("WORLD_SIZE"), "2");
+    EXPECT_EQ(env.at("MASTER_ADDR"), "127.0.0.11");
+    EXPECT_EQ(env.at("MASTER_PORT"),
+              std::to_string(20000 + std::stoll(env.at("TORCHELASTIC_RUN_ID")) % 10000));
+    EXPECT_EQ(env.at("TORCHELASTIC_USE_AGENT_STORE"), "True");
+  }
+}
+
+// scancel: Slurm sends SIGTERM, then SIGKILL after KillWait (5 s here). Workers that ignore
+// SIGTERM are killed too: nothing survives the job.
+TEST_F(SlurmClusterTest, ScancelLeavesNoWorkerAlive) {
+  for (const char* mode : {"sleep", "ignore-sigterm"}) {
+    SCOPED_TRACE(mode);
+    TempDir dir;
+    std::string id =
+        sbatch({"-N1", "--output=" + dir.file("out"), "--wrap",
+                "srun " + std::string(DLAUNCH_BIN) + " --nproc_per_node=2 --shutdown_grace=2 " +
+                    TEST_WORKER_BIN + " " + mode + " ready=" + dir.path()});
+    ASSERT_FALSE(id.empty());
+    auto pids = wait_ready(dir, 2, 60s);
+    ASSERT_EQ(pids.size(), 2u) << testing::read_file(dir.file("out"));
+    for (pid_t p : pids) EXPECT_TRUE(testing::process_alive(p));
+    ASSERT_EQ(run({"scancel", id}, 10s).exit.code, 0);
+    EXPECT_TRUE(job_gone(id, 60s));
+    EXPECT_TRUE(testing::wait_until(
+        [&] {
+          for (pid_t p : pids) {
+            if (testing::process_alive(p)) return false;
+          }
+          return true;
+        },
+        30s))
+        << testing::read_file(dir.file("out"));
+  }
+}
+
+// With proctrack/cgroup only the agent may get the scheduler's SIGTERM: send it to dlaunch
+// alone and check the workers got it from dlaunch, and the step ended.
+TEST_F(SlurmClusterTest, SigtermToTheAgentIsForwardedToEveryWorker) {
+  TempDir dir;
+  std::string id = sbatch(
+      {"-N1", "--output=" + dir.file("out"), "--wrap",
+       "srun " + std::string(DLAUNCH_BIN) + " --nproc_per_node=2 " + TEST_WORKER_BIN +
+           " record-signals file=" + dir.file("sig") + " ready=" + dir.path() +
+           "; echo EXIT=$?"});
+  ASSERT_FALSE(id.empty());
+  auto pids = wait_ready(dir, 2, 60s);
+  ASSERT_EQ(pids.size(), 2u) << testing::read_file(dir.file("out"));
+  // The workers' parent is dlaunch.
+  std::ifstream stat("/proc/" + std::to_string(pids[0]) + "/stat");
+  std::string pid_s, comm, state;
+  pid_t agent = 0;
+  stat >> pid_s >> comm >> state >> agent;
+  ASSERT_GT(agent, 1);
+  ASSERT_EQ(::kill(agent, SIGTERM), 0);
+  ASSERT_TRUE(job_gone(id, 60s)) << testing::read_file(dir.file("out"));
+  for (int rank = 0; rank < 2; ++rank) {
+    EXPECT_NE(testing::read_file(dir.file("sig." + std::to_string(rank))).find("SIGTERM"),
+              std::string::npos);
+  }
+  std::string out = testing::read_file(dir.file("out"));
+  EXPECT_NE(out.find("EXIT=143"), std::string::npos) << out;  // 128 + SIGTERM
+}
+
+// Preemption: --signal=USR1@T makes Slurm send SIGUSR1 ahead of the time limit; the workers get
+// it (checkpoint time), and when the step is then stopped dlaunch exits 75: requeue.
+TEST_F(SlurmClusterTest, PreemptionNoticeEndsWithTheRequeueCode) {
+  TempDir dir;
+  std::string id = sbatch(
+      {"-N1", "-t", "2", "--signal=USR1@110", "--output=" + dir.file("out"), "--wrap",
+       "srun " + std::string(DLAUNCH_BIN) + " --nproc_per_node=2 " + TEST_WORKER_BIN +
+           " record-signals file=" + dir.file("sig") + " ready=" + dir.path() +
+           "; echo EXIT=$?"});
+  ASSERT_FALSE(id.empty());
+  ASSERT_EQ(wait_ready(dir, 2, 60s).size(), 2u) << testing::read_file(dir.file("out"));
+  // Slurm checks signal deadlines periodically: allow a generous wait.
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        return testing::read_file(dir.file("sig.0")).find("SIGUSR1") != std::string::npos &&
+               testing::read_file(dir.file("sig.1")).find("SIGUSR1") != std::string::npos;
+      },
+      100s))
+      << testing::read_file(dir.file("out"));
+  // Then the scheduler stops the step (as at preemption): SIGTERM to the step's processes.
+  ASSERT_EQ(run({"scancel", "--signal=TERM", id + ".0"}, 10s).exit.code, 0);
+  ASSERT_TRUE(job_gone(id, 60s));
+  std::string out = testing::read_file(dir.file("out"));
+  EXPECT_NE(out.find("EXIT=75"), std::string::npos) << out;
+  EXPECT_NE(out.find("preempted"), std::string::npos) << out;
+}
+
+TEST_F(SlurmClusterTest, PyTorchScriptOneTaskPerWorker) {
+  TempDir dir;
+  // The job runs in the source tree (--chdir), where the script's default SCRIPT lives.
+  std::string id = sbatch({"--output=" + dir.file("out"), "--export=ALL,MODE=task,DLAUNCH=" +
+                                                             std::string(DLAUNCH_BIN),
+                           "--chdir=" + std::string(DLAUNCH_SOURCE_DIR),
+                           std::string(DLAUNCH_SOURCE_DIR) + "/examples/slurm/pytorch.sbatch"});
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(job_gone(id, 120s));
+  std::string out = testing::read_file(dir.file("out"));
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(out.find("rank " + std::to_string(rank) + "/4: all_reduce sum 6"),
+              std::string::npos)
+        << out;
+  }
+}
+
+}  // namespace
+}  // namespace dlaunch
