@@ -1,0 +1,41 @@
+#!/bin/bash
+# The accuracy runs of docs/benchmarks.md ("Accuracy"), dtrain beside PyTorch 1.13 on the same
+# data files and schedule. Long (tens of minutes on 2 cores): run when the machine is quiet,
+#   nohup bench/train/accuracy.sh build /tmp/accuracy > /tmp/accuracy.log 2>&1 &
+# Arguments: build directory (with bin/dtrain and bin/dlaunch), output directory, and optionally
+# which runs (mnist cifar torch_cifar; default all). Data: DLAUNCH_DATA_DIR or ../shared/data.
+set -euo pipefail
+build=${1:-build}
+out=${2:-/tmp/dtrain_accuracy}
+shift 2 || true
+runs=${*:-mnist cifar torch_cifar}
+here=$(cd "$(dirname "$0")" && pwd)
+data=${DLAUNCH_DATA_DIR:-$here/../../../shared/data}
+mkdir -p "$out"
+export OMP_NUM_THREADS=1
+
+for run in $runs; do
+  start=$(date +%s)
+  case $run in
+    mnist)
+      # 2 workers x 64 = global batch 128, 2 epochs; target >= 99.0% test accuracy.
+      "$build/bin/dlaunch" --standalone --nproc_per_node=2 "$build/bin/dtrain" \
+        --dataset=mnist --data_dir="$data/mnist" --width=16 --epochs=2 --batch_size=64 \
+        --lr=0.1 --warmup_epochs=0.2 --nesterov --weight_decay=5e-4 --resume=none \
+        --log_every=50 --output_dir="$out/mnist" ;;
+    cifar)
+      # The issue's recipe: data_batch_1.bin, test_batch.bin, width 16, batch 128, SGD nesterov
+      # 0.9, wd 5e-4, lr 0.1, 1 warm-up epoch then cosine, 20 epochs. 2 workers x 64 = 128.
+      "$build/bin/dlaunch" --standalone --nproc_per_node=2 "$build/bin/dtrain" \
+        --dataset=cifar10 --data_dir="$data/cifar-10-batches-bin" --width=16 --epochs=20 \
+        --batch_size=64 --lr=0.1 --warmup_epochs=1 --nesterov --weight_decay=5e-4 \
+        --resume=none --log_every=20 --output_dir="$out/cifar" ;;
+    torch_cifar)
+      # Same recipe in PyTorch 1.13, 2 DDP workers x 64 (gloo), same files.
+      /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=2 -r 1 -t 1 \
+        "$here/torch_cifar.py" --data_dir="$data/cifar-10-batches-bin" --width=16 --epochs=20 \
+        --batch_size=64 --lr=0.1 --warmup_epochs=1 --threads=1 --output="$out/torch_cifar.json" ;;
+    *) echo "unknown run $run" >&2; exit 2 ;;
+  esac
+  echo "== $run took $(( $(date +%s) - start )) s"
+done
