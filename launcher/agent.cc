@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <mutex>
 #include <thread>
 
 #include "common/error.h"
@@ -94,7 +95,7 @@ std::vector<std::pair<std::string, std::string>> current_environment() {
 }
 
 struct Agent::Impl {
-  enum class Phase { kRendezvous, kRunning, kCapturing, kStopping, kDone };
+  enum class Phase { kRendezvous, kRunning, kCapturing, kStopping, kExitBarrier, kDone };
 
   Impl(LaunchConfig c, ProcessContext& p, asio::io_context& i, AgentOptions o)
       : cfg(std::move(c)),
@@ -107,6 +108,19 @@ struct Agent::Impl {
         hang_timer(i),
         capture_timer(i) {
     if (!opts.last_beat) opts.last_beat = mtime_on_steady_clock;
+  }
+
+  // Helper threads (rendezvous round, exit barrier) post back through this, so a thread still
+  // blocked when the agent is destroyed (stopped by a signal) never touches a dead io_context.
+  struct PostGate {
+    std::mutex mutex;
+    bool open = true;
+  };
+  std::shared_ptr<PostGate> gate = std::make_shared<PostGate>();
+  template <typename F>
+  static void post_from_thread(const std::shared_ptr<PostGate>& gate, asio::io_context& io, F f) {
+    std::lock_guard<std::mutex> lock(gate->mutex);
+    if (gate->open) asio::post(io, std::move(f));
   }
 
   LaunchConfig cfg;
@@ -204,21 +218,23 @@ struct Agent::Impl {
     // next_rendezvous() blocks: run it off the loop, then come back to spawn on the loop thread.
     if (rdzv_thread.joinable()) rdzv_thread.join();
     auto handler = opts.rendezvous;
-    rdzv_thread = std::thread([this, handler]() {
+    auto g = gate;
+    rdzv_thread = std::thread([this, handler, g]() {
       try {
         RendezvousResult r = handler->next_rendezvous();
-        asio::post(io, [this, r]() { on_rendezvous_done(r); });
+        post_from_thread(g, io, [this, r]() { on_rendezvous_done(r); });
       } catch (const std::exception& e) {
         std::string msg = e.what();
-        asio::post(io, [this, msg]() { on_rendezvous_failed(msg); });
+        post_from_thread(g, io, [this, msg]() { on_rendezvous_failed(msg); });
       }
     });
   }
 
   void on_rendezvous_done(const RendezvousResult& r) {
     if (phase == Phase::kDone) return;
-    opts.rendezvous->watch([this](const RendezvousEvent& ev) {
-      asio::post(io, [this, ev]() { on_rendezvous_event(ev); });
+    auto g = gate;
+    opts.rendezvous->watch([this, g](const RendezvousEvent& ev) {
+      post_from_thread(g, io, [this, ev]() { on_rendezvous_event(ev); });
     });
     start_workers(r);
   }
@@ -230,6 +246,7 @@ struct Agent::Impl {
   }
 
   void on_rendezvous_event(const RendezvousEvent& ev) {
+    if (phase == Phase::kExitBarrier) return on_event_after_success(ev);
     if (phase != Phase::kRunning && phase != Phase::kCapturing) return;
     switch (ev.kind) {
       case RendezvousEvent::Kind::kMembershipChanged:
@@ -255,6 +272,29 @@ struct Agent::Impl {
   }
   bool peer_restart = false;
   bool peer_shutdown = false;
+
+  // Our workers are done, others' are not: a failure elsewhere restarts everyone (the job-wide
+  // budget permitting), a closed rendezvous means the job failed elsewhere.
+  void on_event_after_success(const RendezvousEvent& ev) {
+    if (ev.kind == RendezvousEvent::Kind::kRestartRequested) {
+      int64_t restart_count = last_round ? last_round->restart_count : restarts_used;
+      if (restart_count < cfg.max_restarts) {
+        log_warning("another node failed after this node's workers finished ({}); rejoining "
+                    "for the job-wide restart",
+                    ev.reason);
+        ++restarts_used;
+        earlier_failures.push_back(fmt::format("attempt {}: {}", group->attempt(), ev.reason));
+        return begin_generation();
+      }
+      log_error("another node failed ({}) and the restart budget ({}) is spent", ev.reason,
+                cfg.max_restarts);
+      return finish_now(exit_codes::kWorkersFailed);
+    }
+    if (ev.kind == RendezvousEvent::Kind::kShutdownRequested) {
+      log_error("the job was closed by another node while this node waited: {}", ev.reason);
+      return finish_now(exit_codes::kWorkersFailed);
+    }
+  }
 
   WorkerEnv worker_env(const RendezvousResult& r, int64_t local_rank, int64_t base,
                        int64_t world, const std::string& rank_dir) const {
@@ -581,7 +621,10 @@ struct Agent::Impl {
     }
     if (usage_failure) return finish(exit_codes::kUsage);
     if (st == GroupState::kSucceeded) return finish(exit_codes::kSuccess);
-    if (peer_shutdown) return finish(exit_codes::kSuccess);
+    if (peer_shutdown) {
+      log_error("another node closed the job ({}); stopping here too", group->stop_reason());
+      return finish(exit_codes::kWorkersFailed);
+    }
     if (membership_restart) return begin_generation();
     bool failed = st == GroupState::kFailed || st == GroupState::kUnhealthy || peer_restart;
     if (!failed) return finish(exit_codes::kWorkersFailed);
@@ -620,24 +663,50 @@ struct Agent::Impl {
 
   void finish(int code) {
     if (phase == Phase::kDone) return;
-    phase = Phase::kDone;
-    exit_code = code;
     grace_timer.cancel();
     kill_timer.cancel();
     hang_timer.cancel();
     capture_timer.cancel();
-    boost::system::error_code ignored;
-    signals.cancel(ignored);
-    if (opts.rendezvous) {
-      try {
-        if (code == exit_codes::kSuccess || code == exit_codes::kWorkersFailed) {
-          opts.rendezvous->set_closed();
-        }
-        opts.rendezvous->shutdown();
-      } catch (const std::exception& e) {
-        log_warning("leaving the rendezvous: {}", e.what());
-      }
+    if (code == exit_codes::kSuccess && opts.rendezvous && last_round && last_round->store &&
+        last_round->group_world_size > 1) {
+      return start_exit_barrier();
     }
+    finish_now(code);
+  }
+
+  // This node's workers succeeded; wait until every node's did (torchrun's exit barrier), so
+  // the agent hosting the store does not take it away while others still use it, and so a
+  // failure elsewhere still brings this node back for the job-wide restart.
+  void start_exit_barrier() {
+    phase = Phase::kExitBarrier;
+    auto store = last_round->store;
+    int64_t nodes = last_round->group_world_size;
+    std::string key = fmt::format("dlaunch/exit_barrier/{}", last_round->round);
+    log_info("waiting for the other {} node(s) to finish (up to {:.0f} s)", nodes - 1,
+             to_seconds(kExitBarrierTimeout));
+    auto g = gate;
+    const int64_t gen = generation;
+    std::thread([this, store, nodes, key, g, gen]() {
+      bool ok = true;
+      try {
+        if (store->add(key, 1) >= nodes) store->set(key + "/done", to_bytes("1"));
+        store->wait({key + "/done"}, kExitBarrierTimeout);
+      } catch (const std::exception& e) {
+        ok = false;
+        log_warning("not every node reached the exit barrier: {}", e.what());
+      }
+      post_from_thread(g, io, [this, gen, ok]() {
+        if (gen != generation || phase != Phase::kExitBarrier) return;
+        finish_now(ok ? exit_codes::kSuccess : exit_codes::kWorkersFailed);
+      });
+    }).detach();
+  }
+  static constexpr Duration kExitBarrierTimeout = std::chrono::seconds(300);
+
+  void finish_now(int code) {
+    if (phase == Phase::kDone) return;
+    phase = Phase::kDone;
+    exit_code = code;
     if (temp_run_dir) {
       if (code == exit_codes::kSuccess) {
         std::error_code ec;
@@ -646,6 +715,27 @@ struct Agent::Impl {
         log_info("worker files (error files, heartbeats, stacks) are kept in {}", run_dir);
       }
     }
+    if (opts.rendezvous && code == exit_codes::kWorkersFailed) {
+      // The job failed for good: no more rounds for anyone.
+      try {
+        opts.rendezvous->set_closed();
+      } catch (const std::exception& e) {
+        log_warning("closing the rendezvous: {}", e.what());
+      }
+    }
+    stop_loop();
+  }
+
+  void stop_loop() {
+    if (opts.rendezvous) {
+      try {
+        opts.rendezvous->shutdown();
+      } catch (const std::exception& e) {
+        log_warning("leaving the rendezvous: {}", e.what());
+      }
+    }
+    boost::system::error_code ignored;
+    signals.cancel(ignored);
     io.stop();
   }
 
@@ -655,7 +745,7 @@ struct Agent::Impl {
     signals.async_wait([this](const boost::system::error_code& ec, int sig) {
       if (ec) return;
       on_signal(sig);
-      if (phase != Phase::kDone) wait_signal();
+      wait_signal();
     });
   }
 
@@ -669,6 +759,12 @@ struct Agent::Impl {
   void on_signal(int sig) {
     if (sig == SIGCHLD) {
       procs.reap_orphan_zombies();
+      return;
+    }
+    if (phase == Phase::kDone) return;
+    if (phase == Phase::kExitBarrier) {
+      // Only the exit barrier is left: a terminating signal ends the wait.
+      if (sig != SIGUSR1 && sig != SIGUSR2) finish_now(exit_codes::kSignalBase + sig);
       return;
     }
     if (sig == SIGUSR1 || sig == SIGUSR2) {
@@ -703,6 +799,7 @@ struct Agent::Impl {
       case Phase::kStopping:
         forward(sig);
         return;
+      case Phase::kExitBarrier:
       case Phase::kDone:
         return;
     }
@@ -713,9 +810,13 @@ Agent::Agent(LaunchConfig cfg, ProcessContext& procs, asio::io_context& io, Agen
     : impl_(std::make_unique<Impl>(std::move(cfg), procs, io, std::move(opts))) {}
 
 Agent::~Agent() {
+  {
+    std::lock_guard<std::mutex> lock(impl_->gate->mutex);
+    impl_->gate->open = false;
+  }
   if (impl_->rdzv_thread.joinable()) {
-    // A round still blocked in next_rendezvous (the agent was stopped during it): shutdown()
-    // unblocks it; the thread only posts to the io_context, which outlives this.
+    // A round still blocked in next_rendezvous (the agent was stopped during it). It holds its
+    // own reference to the handler and can no longer post (the gate is closed).
     impl_->rdzv_thread.detach();
   }
 }

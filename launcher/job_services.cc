@@ -6,13 +6,46 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/worker_env.h"
+#include "rendezvous/host_port.h"
+#include "rendezvous/rendezvous_registry.h"
 #include "rendezvous/tcp_store_server.h"
 
 namespace dlaunch {
 
+namespace {
+
+// Hosts the store on `hp`; returns null when another process (another agent of this job on
+// this host, or the endpoint is not an address of this host) should be the host instead.
+std::shared_ptr<TcpStoreServer> try_host(const HostPort& hp, bool must) {
+  TcpStoreServerOptions o;
+  o.host = hp.host;
+  o.port = hp.port;
+  o.token = get_env(env_names::kJobToken);
+  auto server = std::make_shared<TcpStoreServer>(o);
+  try {
+    server->start();
+    return server;
+  } catch (const AddressInUseError&) {
+    if (must) {
+      throw AddressInUseError(fmt::format(
+          "cannot host the job's store on {}: the port is in use (another job, or a stale "
+          "agent); pass a free --master_port (node 0 publishes it to nobody else, so every node "
+          "needs the same value)",
+          hp.to_string()));
+    }
+    return nullptr;
+  } catch (const Error& e) {
+    if (must) throw;
+    log_debug("not hosting the store on {}: {}", hp.to_string(), e.what());
+    return nullptr;
+  }
+}
+
+}  // namespace
+
 JobServices start_job_services(const LaunchConfig& cfg, const std::string& host) {
   JobServices s;
-  if (cfg.max_nodes == 1) {
+  if (cfg.max_nodes == 1 && cfg.rdzv_backend == "static") {
     TcpStoreServerOptions o;
     o.host = cfg.master_addr;
     o.port = static_cast<uint16_t>(cfg.master_port);
@@ -35,11 +68,51 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host)
              cfg.master_addr, s.master_port);
     return s;
   }
-  (void)host;
-  throw UsageError(fmt::format(
-      "--nnodes={}:{} needs the multi-node rendezvous, which this build of dlaunch does not "
-      "include yet; run one node (--nnodes 1)",
-      cfg.min_nodes, cfg.max_nodes));
+
+  RendezvousParams p;
+  p.backend = cfg.rdzv_backend;
+  p.run_id = cfg.run_id;
+  p.min_nodes = cfg.min_nodes;
+  p.max_nodes = cfg.max_nodes;
+  p.local_world_size = cfg.nproc_per_node;
+  p.host = cfg.local_addr.empty() ? host : cfg.local_addr;
+  p.config = cfg.rdzv_conf;
+  p.token = get_env(env_names::kJobToken);
+  if (cfg.rdzv_backend == "static") {
+    if (cfg.master_port == 0) {
+      throw UsageError(fmt::format(
+          "--master_port=0 cannot work with --nnodes={}: the other nodes would not know the "
+          "port node 0 picked; give every node the same free --master_port",
+          cfg.max_nodes));
+    }
+    HostPort hp = cfg.rdzv_endpoint.empty()
+                      ? HostPort{cfg.master_addr, static_cast<uint16_t>(cfg.master_port)}
+                      : parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint");
+    p.endpoint = hp.to_string();
+    p.node_rank = cfg.node_rank;
+    if (cfg.node_rank == 0) s.server = try_host(hp, true);
+  } else if (cfg.rdzv_backend == "c10d") {
+    if (cfg.rdzv_endpoint.empty()) {
+      throw UsageError(fmt::format(
+          "--rdzv_backend=c10d (--nnodes={}:{}) needs --rdzv_endpoint host:port, the address "
+          "where one agent hosts the rendezvous store and every other agent connects",
+          cfg.min_nodes, cfg.max_nodes));
+    }
+    HostPort hp = parse_host_port(cfg.rdzv_endpoint, 29400, "--rdzv_endpoint");
+    p.endpoint = hp.to_string();
+    if (cfg.node_rank_given) p.node_rank = cfg.node_rank;
+    // torchrun's rule: the agent that can bind the endpoint hosts the store; the rest connect.
+    s.server = try_host(hp, false);
+  } else {
+    p.endpoint = cfg.rdzv_endpoint;
+    if (cfg.node_rank_given) p.node_rank = cfg.node_rank;
+  }
+  if (s.server) {
+    log_info("hosting the job's store on {}:{}", s.server->host(), s.server->port());
+  }
+  s.rendezvous = std::shared_ptr<RendezvousHandler>(create_rendezvous_handler(p));
+  s.use_agent_store = cfg.rdzv_backend != "etcd" && cfg.rdzv_backend != "etcd-v2";
+  return s;
 }
 
 }  // namespace dlaunch

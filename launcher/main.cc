@@ -67,10 +67,10 @@ int main(int argc, char** argv) {
     opts.host = hostname();
     JobServices services = start_job_services(cfg, opts.host);
     opts.rendezvous = services.rendezvous;
-    if (services.server) {
+    opts.use_agent_store = services.use_agent_store;
+    if (services.server && !services.rendezvous) {
       opts.master_addr = services.master_addr;
       opts.master_port = services.master_port;
-      opts.use_agent_store = services.use_agent_store;
     }
     opts.base_env = current_environment();
     opts.cpus = host.cpus;

@@ -7,6 +7,7 @@
 //   ok                  print "ok rank=R" and exit 0
 //   crash [code=N]      exit N (default 3)
 //   crash-once [code=N] exit N when TORCHELASTIC_RESTART_COUNT is 0, else like ok
+//   wait-once           run until stopped when TORCHELASTIC_RESTART_COUNT is 0, else like ok
 //   segv                die of SIGSEGV
 //   hang                run forever without touching the heartbeat
 //   beat [seconds=S]    touch the heartbeat file every 50 ms for S seconds (default 1), exit 0
@@ -106,6 +107,12 @@ int run_mode(const std::string& mode) {
       std::fprintf(stderr, "test_worker rank %d: crashing once (restart count 0)\n", g_rank);
       return std::atoi(opt("code", "3").c_str());
     }
+    std::printf("ok rank=%d restart_count=%s\n", g_rank, env_or("TORCHELASTIC_RESTART_COUNT", ""));
+    return 0;
+  }
+  if (mode == "wait-once") {
+    mark_ready();
+    if (std::string(env_or("TORCHELASTIC_RESTART_COUNT", "0")) == "0") sleep_forever();
     std::printf("ok rank=%d restart_count=%s\n", g_rank, env_or("TORCHELASTIC_RESTART_COUNT", ""));
     return 0;
   }

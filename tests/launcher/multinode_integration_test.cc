@@ -1,0 +1,122 @@
+// Several real dlaunch agents on 127.0.0.1 forming one job: static and c10d rendezvous through
+// the agent-hosted store, global ranks by node rank, and a failure on one node pushed to the
+// other so every node restarts together.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/support/subprocess.h"
+
+namespace dlaunch::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kDlaunch = DLAUNCH_BIN;
+const std::string kWorker = TEST_WORKER_BIN;
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::map<std::string, std::string> env_of(const std::string& out, int local_rank) {
+  std::map<std::string, std::string> env;
+  std::string prefix = "[default" + std::to_string(local_rank) + "]:";
+  for (const auto& line : lines_with_prefix(out, prefix)) {
+    std::string kv = line.substr(prefix.size());
+    size_t eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+TEST(DlaunchMultiNode, StaticRanksFollowNodeRank) {
+  std::string port = std::to_string(free_port());
+  // Node 1 starts first: it must wait for node 0 (the store host) to come up.
+  auto n1 = std::make_unique<Subprocess>(std::vector<std::string>{
+      kDlaunch, "--nnodes", "2", "--node_rank", "1", "--master_port", port, "--nproc_per_node",
+      "1", "--rdzv_id", "static1", kWorker, "print-env"});
+  auto n0 = std::make_unique<Subprocess>(std::vector<std::string>{
+      kDlaunch, "--nnodes", "2", "--node_rank", "0", "--master_port", port, "--nproc_per_node",
+      "2", "--rdzv_id", "static1", kWorker, "print-env"});
+  auto e0 = n0->wait(60s);
+  auto e1 = n1->wait(60s);
+  ASSERT_TRUE(e0 && e1) << n0->err() << n1->err();
+  EXPECT_EQ(e0->shell_code(), 0) << n0->err();
+  EXPECT_EQ(e1->shell_code(), 0) << n1->err();
+  auto a = env_of(n0->out(), 0), b = env_of(n0->out(), 1), c = env_of(n1->out(), 0);
+  EXPECT_EQ(a["RANK"], "0");
+  EXPECT_EQ(b["RANK"], "1");
+  EXPECT_EQ(c["RANK"], "2");  // node 1's workers come after node 0's
+  for (auto* e : {&a, &b, &c}) {
+    EXPECT_EQ((*e)["WORLD_SIZE"], "3");
+    EXPECT_EQ((*e)["GROUP_WORLD_SIZE"], "2");
+    EXPECT_EQ((*e)["MASTER_PORT"], port);
+    EXPECT_EQ((*e)["TORCHELASTIC_RUN_ID"], "static1");
+    EXPECT_EQ((*e)["TORCHELASTIC_USE_AGENT_STORE"], "True");
+  }
+  EXPECT_EQ(c["GROUP_RANK"], "1");
+  EXPECT_EQ(c["LOCAL_WORLD_SIZE"], "1");
+  EXPECT_EQ(a["LOCAL_WORLD_SIZE"], "2");
+}
+
+TEST(DlaunchMultiNode, FailureOnOneNodeRestartsEveryNode) {
+  std::string port = std::to_string(free_port());
+  auto node = [&](const std::string& rank) {
+    // Global rank 1 (node 1) crashes on the first attempt; rank 0 (node 0) runs until stopped
+    // then, so the restart must be pushed to node 0 while its worker runs.
+    return std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "2", "--node_rank", rank, "--master_port", port, "--max_restarts",
+        "1", "--rdzv_id", "push", kWorker, "crash-once", "rank=1", "others=wait-once"});
+  };
+  auto n0 = node("0");
+  auto n1 = node("1");
+  auto e1 = n1->wait(90s);
+  auto e0 = n0->wait(90s);
+  ASSERT_TRUE(e0 && e1) << n0->err() << n1->err();
+  EXPECT_EQ(e1->shell_code(), 0) << n1->err();
+  EXPECT_EQ(e0->shell_code(), 0) << n0->err();
+  EXPECT_NE(n0->err().find("another node asked for a restart"), std::string::npos) << n0->err();
+  EXPECT_NE(n0->out().find("restart_count=1"), std::string::npos) << n0->out();
+  EXPECT_NE(n1->out().find("restart_count=1"), std::string::npos) << n1->out();
+}
+
+TEST(DlaunchMultiNode, ElasticC10dTwoAgents) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "2:3", "--rdzv_endpoint", endpoint, "--rdzv_id", "elastic1",
+        "--rdzv_conf", "last_call_timeout=0.5", kWorker, "print-env"}));
+  }
+  std::set<std::string> ranks;
+  for (auto& n : nodes) {
+    auto e = n->wait(60s);
+    ASSERT_TRUE(e) << n->err();
+    EXPECT_EQ(e->shell_code(), 0) << n->err();
+    auto env = env_of(n->out(), 0);
+    EXPECT_EQ(env["WORLD_SIZE"], "2") << n->out();
+    EXPECT_EQ(env["GROUP_WORLD_SIZE"], "2");
+    ranks.insert(env["RANK"]);
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1"}));
+}
+
+}  // namespace
+}  // namespace dlaunch::testing
