@@ -398,3 +398,59 @@ print("torch-ok")
 
 }  // namespace
 }  // namespace dlaunch
+
+namespace dlaunch {
+namespace {
+
+std::string run_python(const std::string& script, const std::string& args) {
+  std::string path = ::testing::TempDir() + "/dlaunch_rdzv_" + std::to_string(::getpid()) + ".py";
+  std::ofstream(path) << script;
+  std::string cmd = "/usr/bin/python3 " + path + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return "popen failed";
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof(buf), p)) out += buf;
+  int status = pclose(p);
+  return (status == 0 ? "" : "exit status " + std::to_string(status) + "\n") + out;
+}
+
+// PyTorch's own c10d rendezvous handler (what torchrun runs) over our server: the endpoint's
+// port is taken, so both agents fall back to being clients of the dlaunch store.
+TEST(TorchCompat, Pytorch113C10dRendezvousRunsOverOurStore) {
+  if (std::system("/usr/bin/python3 -c 'import torch.distributed' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "/usr/bin/python3 has no torch (apt-get install python3-torch)";
+  }
+  TcpStoreServer server(TcpStoreServerOptions{});
+  uint16_t port = server.start();
+  std::string script = R"PY(
+import sys, multiprocessing as mp
+def agent(port, q):
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
+    from torch.distributed.elastic.rendezvous.registry import get_rendezvous_handler
+    p = RendezvousParameters(backend="c10d", endpoint=f"127.0.0.1:{port}", run_id="compat",
+                             min_nodes=2, max_nodes=2, join_timeout=60)
+    store, rank, world = get_rendezvous_handler(p).next_rendezvous()
+    store.set(f"hello{rank}", "x")
+    store.get(f"hello{1 - rank}")
+    q.put((rank, world))
+if __name__ == "__main__":
+    q = mp.get_context("spawn").Queue()
+    ps = [mp.get_context("spawn").Process(target=agent, args=(int(sys.argv[1]), q)) for _ in range(2)]
+    for p in ps: p.start()
+    got = sorted(q.get(timeout=90) for _ in ps)
+    for p in ps: p.join()
+    assert got == [(0, 2), (1, 2)], got
+    print("rdzv-ok")
+)PY";
+  std::string out = run_python(script, std::to_string(port));
+  EXPECT_NE(out.find("rdzv-ok"), std::string::npos) << out;
+  // The rendezvous state really lives in our server (PyTorch's c10d backend key).
+  TcpStoreClientOptions o;
+  o.port = port;
+  TcpStoreClient ours(o);
+  EXPECT_TRUE(ours.check({"/torch.rendezvous.compat"})) << "keys: " << ours.num_keys();
+}
+
+}  // namespace
+}  // namespace dlaunch
