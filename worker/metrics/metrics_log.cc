@@ -8,8 +8,13 @@
 namespace dlaunch::metrics {
 
 MetricsLog::MetricsLog(const std::string& path) : path_(path) {
-  file_ = std::fopen(path.c_str(), "a");
+  file_ = std::fopen(path.c_str(), "a+");
   if (file_ == nullptr) throw SystemError(errno_message("opening metrics file " + path, errno));
+  // A run killed mid-line left a torn last line: end it, so our first record starts clean.
+  if (std::fseek(file_, -1, SEEK_END) == 0 && std::fgetc(file_) != '\n') {
+    std::fputc('\n', file_);
+    std::fflush(file_);
+  }
 }
 
 MetricsLog::~MetricsLog() {

@@ -1,0 +1,104 @@
+// dtrain's flag parsing, metrics.jsonl reading and the SVG curves.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "common/error.h"
+#include "worker/metrics/metrics_log.h"
+#include "worker/metrics/svg_plot.h"
+#include "worker/train/train_config.h"
+
+namespace dlaunch {
+namespace {
+
+train::TrainConfig parse(std::vector<std::string> args) {
+  bool help = false;
+  return train::parse_train_args(args, &help);
+}
+
+TEST(TrainConfig, DefaultsAreTheQuickSyntheticRun) {
+  train::TrainConfig c = parse({});
+  EXPECT_EQ(c.dataset, "synthetic");
+  EXPECT_EQ(c.model, "resnet18");
+  EXPECT_EQ(c.width, 16);
+  EXPECT_EQ(c.resume, "auto");
+  EXPECT_TRUE(c.augment());
+}
+
+TEST(TrainConfig, SpellingsAndBooleans) {
+  train::TrainConfig c = parse({"--batch-size", "32", "--lr=0.5", "--sync_bn", "--nesterov=false",
+                                "--model=resnet34", "--dataset", "mnist", "--no-augment"});
+  EXPECT_EQ(c.batch_size, 32);
+  EXPECT_DOUBLE_EQ(c.lr, 0.5);
+  EXPECT_TRUE(c.sync_bn);
+  EXPECT_FALSE(c.nesterov);
+  EXPECT_EQ(c.depth(), 34);
+  EXPECT_FALSE(c.augment());
+  bool help = false;
+  train::parse_train_args({"--help"}, &help);
+  EXPECT_TRUE(help);
+  for (const char* flag : {"--model", "--sync_bn", "--resume", "--max_steps", "--no_augment"}) {
+    EXPECT_NE(train::train_usage().find(flag), std::string::npos) << flag;
+  }
+}
+
+TEST(TrainConfig, BadValuesSayWhatIsAllowed) {
+  auto message = [](std::vector<std::string> args) -> std::string {
+    try {
+      parse(args);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  EXPECT_NE(message({"--model=resnet50"}).find("resnet18, resnet34"), std::string::npos);
+  EXPECT_NE(message({"--epochs=0"}).find(">= 1"), std::string::npos);
+  EXPECT_NE(message({"--lr=-1"}).find("negative"), std::string::npos);
+  EXPECT_NE(message({"--width"}).find("needs a value"), std::string::npos);
+  EXPECT_NE(message({"--frobnicate"}).find("unknown flag"), std::string::npos);
+  EXPECT_NE(message({"stray"}).find("unexpected argument"), std::string::npos);
+  EXPECT_NE(message({"--nesterov", "--momentum=0"}).find("momentum"), std::string::npos);
+  EXPECT_NE(message({"--epochs=2", "--warmup_epochs=2"}).find("below"), std::string::npos);
+}
+
+TEST(Metrics, WritesReadsAndSkipsTornLines) {
+  std::string path = std::filesystem::temp_directory_path() /
+                     ("dtrain_metrics_" + std::to_string(::getpid()) + ".jsonl");
+  std::filesystem::remove(path);
+  {
+    metrics::MetricsLog log(path);
+    log.write({{"kind", "step"}, {"epoch_progress", 0.5}, {"loss", 2.0}});
+    log.write({{"kind", "epoch"}, {"epoch", 1}, {"loss", 1.5}, {"train_accuracy", 0.4},
+               {"test_loss", 1.6}, {"test_accuracy", 0.35}});
+  }
+  {
+    std::ofstream torn(path, std::ios::app);
+    torn << "{\"kind\": \"step\", \"lo";  // a crash mid-line
+  }
+  {
+    metrics::MetricsLog log(path);  // a resumed run appends
+    log.write({{"kind", "epoch"}, {"epoch", 2}, {"loss", 1.0}, {"train_accuracy", 0.6},
+               {"test_loss", 1.1}, {"test_accuracy", 0.55}});
+  }
+  auto records = metrics::read_metrics(path);
+  // The torn line is dropped; the resumed run's record after it survives.
+  ASSERT_EQ(records.size(), 3u);
+  EXPECT_EQ(records[2]["epoch"], 2);
+  std::string svg = metrics::render_curves_svg(records, "run <1>");
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+  EXPECT_NE(svg.find("run &lt;1&gt;"), std::string::npos);
+  EXPECT_NE(svg.find("test accuracy"), std::string::npos);
+  EXPECT_NE(svg.find("<polyline"), std::string::npos);
+  std::filesystem::remove(path);
+}
+
+TEST(Metrics, EmptyHistoryStillRenders) {
+  std::string svg = metrics::render_curves_svg({}, "empty");
+  EXPECT_NE(svg.find("no data"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace dlaunch
