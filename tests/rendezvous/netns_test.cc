@@ -1,0 +1,151 @@
+// Hosts in network namespaces joined by veth pairs (root and iproute2 only; skipped otherwise):
+// three rdzv_agent processes meet through the store hosted in namespace A; cutting C's link
+// (a partition, not a process death) must be noticed by the others within the keep-alive
+// window, and A and B re-form a round of two.
+//
+//       [ns dl_b] 10.77.1.2 --veth-- 10.77.1.1 [ns dl_a: store + agent] 10.77.2.1 --veth-- 10.77.2.2 [ns dl_c]
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+
+int sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+
+// A child process whose stdout we read line by line.
+class Proc {
+ public:
+  Proc(const std::vector<std::string>& argv) {
+    int p[2];
+    if (pipe(p) != 0) throw std::runtime_error("pipe");
+    pid_ = fork();
+    if (pid_ == 0) {
+      dup2(p[1], 1);
+      ::close(p[0]);
+      std::vector<char*> args;
+      for (auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+      args.push_back(nullptr);
+      execvp(args[0], args.data());
+      _exit(127);
+    }
+    ::close(p[1]);
+    fd_ = p[0];
+    fcntl(fd_, F_SETFL, O_NONBLOCK);
+  }
+  ~Proc() {
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    ::close(fd_);
+  }
+  // Reads until a line starting with `prefix` arrives or `timeout` passes; returns it or "".
+  std::string wait_line(const std::string& prefix, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < deadline) {
+      size_t nl;
+      while ((nl = buf_.find('\n')) != std::string::npos) {
+        std::string line = buf_.substr(0, nl);
+        buf_.erase(0, nl + 1);
+        all_ += line + "\n";
+        if (line.rfind(prefix, 0) == 0) return line;
+      }
+      char b[512];
+      ssize_t n = read(fd_, b, sizeof(b));
+      if (n > 0) {
+        buf_.append(b, n);
+      } else {
+        std::this_thread::sleep_for(20ms);
+      }
+    }
+    return "";
+  }
+  const std::string& output() const { return all_; }
+
+ private:
+  pid_t pid_;
+  int fd_;
+  std::string buf_, all_;
+};
+
+class NetnsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (geteuid() != 0) GTEST_SKIP() << "needs root for ip netns";
+    if (sh("ip netns add dl_probe_" + std::to_string(getpid())) != 0) {
+      GTEST_SKIP() << "ip netns unavailable (iproute2 missing or no CAP_SYS_ADMIN)";
+    }
+    sh("ip netns del dl_probe_" + std::to_string(getpid()));
+    teardown();
+    const char* setup[] = {
+        "ip netns add dl_a", "ip netns add dl_b", "ip netns add dl_c",
+        "ip link add dl_ab type veth peer name dl_ba",
+        "ip link add dl_ac type veth peer name dl_ca",
+        "ip link set dl_ab netns dl_a", "ip link set dl_ba netns dl_b",
+        "ip link set dl_ac netns dl_a", "ip link set dl_ca netns dl_c",
+        "ip -n dl_a addr add 10.77.1.1/24 dev dl_ab", "ip -n dl_b addr add 10.77.1.2/24 dev dl_ba",
+        "ip -n dl_a addr add 10.77.2.1/24 dev dl_ac", "ip -n dl_c addr add 10.77.2.2/24 dev dl_ca",
+        "ip -n dl_a link set dl_ab up", "ip -n dl_a link set dl_ac up", "ip -n dl_a link set lo up",
+        "ip -n dl_b link set dl_ba up", "ip -n dl_b link set lo up",
+        "ip -n dl_c link set dl_ca up", "ip -n dl_c link set lo up",
+    };
+    for (const char* cmd : setup) ASSERT_EQ(sh(cmd), 0) << cmd;
+  }
+  void TearDown() override { teardown(); }
+  static void teardown() {
+    for (const char* ns : {"dl_a", "dl_b", "dl_c"}) sh(std::string("ip netns del ") + ns);
+  }
+};
+
+std::string agent_binary() {
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  std::string dir = std::string(self, n > 0 ? n : 0);
+  return dir.substr(0, dir.rfind('/')) + "/rdzv_agent";
+}
+
+TEST_F(NetnsTest, PartitionedNodeIsDetectedAndTheOthersReForm) {
+  const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=0.5,join_timeout=60";
+  auto agent = [&](const char* ns, const char* endpoint, const char* host, bool serve) {
+    std::vector<std::string> argv = {"ip", "netns", "exec", ns, agent_binary(), "--endpoint",
+                                     endpoint, "--host", host, "--nnodes", "2:3", "--conf", conf};
+    if (serve) {
+      argv.push_back("--serve");
+      argv.push_back("0.0.0.0");
+    }
+    return std::make_unique<Proc>(argv);
+  };
+  auto a = agent("dl_a", "127.0.0.1:29477", "node-a", true);
+  std::this_thread::sleep_for(300ms);
+  auto b = agent("dl_b", "10.77.1.1:29477", "node-b", false);
+  auto c = agent("dl_c", "10.77.2.1:29477", "node-c", false);
+  for (auto* p : {a.get(), b.get(), c.get()}) {
+    std::string line = p->wait_line("ROUND", 30s);
+    ASSERT_EQ(line.substr(0, 8), "ROUND 0 ") << p->output();
+    EXPECT_EQ(line.substr(line.rfind(' ') + 1), "3") << line;
+  }
+  auto cut = std::chrono::steady_clock::now();
+  ASSERT_EQ(sh("ip -n dl_c link set dl_ca down"), 0);
+  std::string ev_a = a->wait_line("EVENT", 20s);
+  std::string ev_b = b->wait_line("EVENT", 20s);
+  auto noticed = std::chrono::steady_clock::now() - cut;
+  EXPECT_NE(ev_a.find("membership"), std::string::npos) << a->output();
+  EXPECT_NE(ev_b.find("membership"), std::string::npos) << b->output();
+  EXPECT_NE((ev_a + ev_b).find("node-c"), std::string::npos) << ev_a << ev_b;
+  // Window 1 s: noticed well within keep-alive window + slack on a loaded machine.
+  EXPECT_LT(noticed, 10s);
+  std::string ra = a->wait_line("ROUND", 20s), rb = b->wait_line("ROUND", 20s);
+  EXPECT_EQ(ra.substr(0, 8), "ROUND 1 ") << a->output();
+  EXPECT_EQ(ra.substr(ra.rfind(' ') + 1), "2") << ra;
+  EXPECT_EQ(rb.substr(rb.rfind(' ') + 1), "2") << rb;
+}
+
+}  // namespace
