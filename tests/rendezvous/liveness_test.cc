@@ -1,0 +1,46 @@
+// Store liveness with a scripted clock: a node is dead only after its counter stood still for
+// the whole window on the observer's clock, and never after it left cleanly.
+#include "rendezvous/liveness.h"
+
+#include <gtest/gtest.h>
+
+#include "rendezvous/in_memory_store.h"
+
+namespace dlaunch {
+namespace {
+
+using namespace std::chrono_literals;
+
+TEST(StoreLiveness, DeadOnlyAfterASilentWindowAndNeverAfterLeaving) {
+  auto store = std::make_shared<InMemoryStore>();
+  FakeClock clock;
+  auto a = make_store_liveness(store, "p", "a", 3s, clock);
+  auto b = make_store_liveness(store, "p", "b", 3s, clock);
+  auto c = make_store_liveness(store, "p", "c", 3s, clock);
+  auto observer = make_store_liveness(store, "p", "o", 3s, clock);
+  std::vector<std::string> all = {"a", "b", "c", "o"};
+  a->beat();
+  b->beat();
+  c->beat();
+  EXPECT_TRUE(observer->dead(all).empty());  // first sight starts every window
+  for (int i = 0; i < 4; ++i) {
+    clock.advance(1s);
+    a->beat();  // a keeps beating; b and c go silent; c leaves cleanly
+    if (i == 0) c->leave();
+    auto dead = observer->dead(all);
+    if (i < 2) {
+      EXPECT_TRUE(dead.empty()) << i;
+    } else {
+      EXPECT_EQ(dead, (std::vector<std::string>{"b"})) << i;
+    }
+  }
+  b->beat();  // b comes back: its window starts over
+  EXPECT_TRUE(observer->dead(all).empty());
+  // A node that never beat at all is dead one window after it was first asked about.
+  EXPECT_TRUE(observer->dead({"ghost"}).empty());
+  clock.advance(3s);
+  EXPECT_EQ(observer->dead({"ghost"}), (std::vector<std::string>{"ghost"}));
+}
+
+}  // namespace
+}  // namespace dlaunch
