@@ -231,6 +231,9 @@ int PosixProcessContext::spawn(const SpawnRequest& request, ProcessCallbacks cal
     prctl(PR_SET_PDEATHSIG, SIGKILL);
     int err = 0;
     if (getppid() != parent) _exit(127);  // the agent died before the prctl took effect
+    // Under Yama ptrace_scope 1, let the agent's own helpers (eu-stack/gdb for hung workers)
+    // attach. Fails harmlessly (EINVAL) without Yama.
+    prctl(PR_SET_PTRACER, parent, 0, 0, 0);
     if (request.capture_output) {
       if (dup2(out_pipe[1], 1) < 0 || dup2(err_pipe[1], 2) < 0) {
         err = errno;

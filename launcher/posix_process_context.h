@@ -4,7 +4,8 @@
 // What each worker gets, in the child between fork and exec:
 //   - its own process group (setpgid), so a signal reaches the worker and its children;
 //   - PR_SET_PDEATHSIG(SIGKILL), then a getppid() check that closes the race with an agent that
-//     died before the prctl;
+//     died before the prctl; PR_SET_PTRACER(agent) so the agent's stack-capture helpers may
+//     attach under Yama ptrace_scope 1;
 //   - default dispositions for every signal the agent catches, and for SIGPIPE; an empty mask;
 //   - no file descriptor but 0, 1, 2 (close_range marks the rest close-on-exec);
 //   - exec failures (ENOENT, EACCES, ENOEXEC...) sent back through a close-on-exec pipe, so the

@@ -54,8 +54,10 @@ void WorkerGroup::on_exit(int64_t local_rank, const ExitStatus& status, TimePoin
   WorkerRecord& w = worker(local_rank);
   if (w.state != WorkerState::kRunning) return;  // abandoned, or a duplicate report
   w.exit = status;
-  w.exited = now;
-  w.exited_wall = wall;
+  if (!w.hung) {  // a hung worker's time is when it was declared hung, not when we killed it
+    w.exited = now;
+    w.exited_wall = wall;
+  }
   if (!status.success()) {
     // Once the group is final, a non-zero exit is a consequence of the stop (our SIGTERM, a
     // broken collective), not a new cause.
