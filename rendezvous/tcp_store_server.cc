@@ -186,6 +186,12 @@ struct TcpStoreServer::Impl {
 
   void send(const ConnPtr& c, Bytes bytes) {
     if (c->closed) return;
+    // A client that sends requests but never reads the replies must not grow our memory.
+    if (c->out_pending.size() + bytes.size() > options.limits.max_frame_bytes) {
+      complain("client " + c->peer + " does not read its replies; closing it");
+      close(c);
+      return;
+    }
     if (c->out_pending.empty()) {
       c->out_pending = std::move(bytes);
     } else {
