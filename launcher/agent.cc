@@ -156,7 +156,8 @@ struct Agent::Impl {
 
   void prepare() {
     if (!cfg.log_dir.empty()) {
-      run_dir = cfg.log_dir + "/" + cfg.run_id;
+      // Absolute, so the paths handed to workers (error file, heartbeat) survive a chdir.
+      run_dir = fs::absolute(fs::path(cfg.log_dir) / cfg.run_id).lexically_normal().string();
       std::error_code ec;
       fs::create_directories(run_dir, ec);
       if (ec) {
@@ -726,6 +727,20 @@ struct Agent::Impl {
     stop_loop();
   }
 
+  // The agent cannot go on (an unexpected error escaped a handler): nothing may outlive it.
+  void emergency_stop() {
+    try {
+      if (group) {
+        for (auto& w : group->workers()) {
+          if (w.pid > 0) procs.signal_group(w.pid, SIGKILL);
+        }
+      }
+      procs.kill_orphans(opts.kill_wait);
+    } catch (const std::exception& e) {
+      log_error("emergency stop: {}", e.what());
+    }
+  }
+
   void stop_loop() {
     if (opts.rendezvous) {
       try {
@@ -828,9 +843,11 @@ int Agent::run() {
     impl_->io.run();
   } catch (const UsageError& e) {
     log_error("{}", e.what());
+    impl_->emergency_stop();
     return exit_codes::kUsage;
   } catch (const std::exception& e) {
     log_error("{}", e.what());
+    impl_->emergency_stop();
     return exit_codes::kWorkersFailed;
   }
   return impl_->exit_code;

@@ -169,7 +169,10 @@ PosixProcessContext::PosixProcessContext(asio::io_context& io) : io_(io) {
   ::signal(SIGPIPE, SIG_IGN);
 }
 
-PosixProcessContext::~PosixProcessContext() = default;
+PosixProcessContext::~PosixProcessContext() {
+  // Normally every child was reaped; if the agent unwinds early, none may outlive it.
+  for (const auto& [pid, child] : children_) ::killpg(pid, SIGKILL);
+}
 
 int PosixProcessContext::spawn(const SpawnRequest& request, ProcessCallbacks callbacks) {
   DL_CHECK(!request.argv.empty()) << "spawn with an empty argv";

@@ -118,5 +118,33 @@ TEST(DlaunchMultiNode, ElasticC10dTwoAgents) {
   EXPECT_EQ(ranks, (std::set<std::string>{"0", "1"}));
 }
 
+// 2 agents x 2 PyTorch workers (Debian's python3-torch 1.13, gloo): init_process_group over the
+// node-0 agent's store, then all_reduce across both nodes.
+TEST(DlaunchMultiNode, PyTorchAllReduceAcrossTwoAgents) {
+  auto probe = run({"/usr/bin/python3", "-c", "import torch.distributed"});
+  if (probe.timed_out || probe.exit.shell_code() != 0) {
+    GTEST_SKIP() << "Debian's python3-torch is not installed for /usr/bin/python3";
+  }
+  std::string port = std::to_string(free_port());
+  std::string script = std::string(SOURCE_DIR) + "/examples/single_node/allreduce.py";
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (const char* rank : {"0", "1"}) {
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "2", "--node_rank", rank, "--master_port", port, "--nproc_per_node",
+        "2", "--rdzv_id", "torch2x2", "--python", "/usr/bin/python3", script}));
+  }
+  std::string all_out;
+  for (auto& n : nodes) {
+    auto e = n->wait(240s);
+    ASSERT_TRUE(e) << n->err();
+    EXPECT_EQ(e->shell_code(), 0) << n->out() << n->err();
+    all_out += n->out();
+  }
+  for (int r = 0; r < 4; ++r) {
+    EXPECT_NE(all_out.find("rank " + std::to_string(r) + "/4: all_reduce sum 6"), std::string::npos)
+        << all_out;
+  }
+}
+
 }  // namespace
 }  // namespace dlaunch::testing
