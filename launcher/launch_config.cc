@@ -397,9 +397,7 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.redirects = parse_std_spec(redirects.text, redirects.what);
   Raw tee = r.raw("tee");
   cfg.tee = parse_std_spec(tee.text, tee.what);
-  cfg.local_ranks_filter = parse_rank_list(r.raw("local_ranks_filter"), cfg.nproc_per_node);
-  check_std_ranks(cfg.redirects, redirects, cfg.nproc_per_node);
-  check_std_ranks(cfg.tee, tee, cfg.nproc_per_node);
+  Raw ranks_filter = r.raw("local_ranks_filter");
   r.raw("help");
 
   // Combinations.
@@ -456,6 +454,10 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   }
   // Slurm fills what the user left at its default (explicit flag > twin > SLURM_* > default).
   apply_slurm(cli, env, cfg);
+  // Local ranks are checked against the final worker count (Slurm may have set it).
+  cfg.local_ranks_filter = parse_rank_list(ranks_filter, cfg.nproc_per_node);
+  check_std_ranks(cfg.redirects, redirects, cfg.nproc_per_node);
+  check_std_ranks(cfg.tee, tee, cfg.nproc_per_node);
   if (cli.program.empty() && !cli.help) {
     throw UsageError(
         "no program was given; expected `dlaunch [options] program [args...]` (see dlaunch "
