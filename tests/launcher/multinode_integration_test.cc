@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -116,6 +117,45 @@ TEST(DlaunchMultiNode, ElasticC10dTwoAgents) {
     ranks.insert(env["RANK"]);
   }
   EXPECT_EQ(ranks, (std::set<std::string>{"0", "1"}));
+}
+
+// An agent SIGKILLed mid-run (not the one hosting the store): the others notice through the
+// keep-alive, stop their workers and re-form with the smaller world, without spending the
+// restart budget (--max_restarts 0).
+TEST(DlaunchMultiNode, ElasticNodeLossReformsWithoutSpendingRestarts) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  TempDir ready;
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "2:3", "--rdzv_endpoint", endpoint, "--rdzv_id", "loss",
+        "--rdzv_conf", "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=2",
+        kWorker, "wait-first-attempt", "ready=" + ready.path()}));
+  }
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (int r = 0; r < 3; ++r) {
+          if (!file_exists(ready.file("ready." + std::to_string(r)))) return false;
+        }
+        return true;
+      },
+      60s));
+  size_t victim = nodes.size();
+  for (size_t i = 0; i < nodes.size() && victim == nodes.size(); ++i) {
+    if (nodes[i]->err().find("hosting the job's store") == std::string::npos) victim = i;
+  }
+  ASSERT_LT(victim, nodes.size());
+  nodes[victim]->signal(SIGKILL);
+  ASSERT_TRUE(nodes[victim]->wait(30s));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i == victim) continue;
+    auto e = nodes[i]->wait(60s);
+    ASSERT_TRUE(e) << nodes[i]->err();
+    EXPECT_EQ(e->shell_code(), 0) << nodes[i]->err();
+    EXPECT_NE(nodes[i]->out().find("world=2 attempt=1"), std::string::npos) << nodes[i]->out();
+    EXPECT_NE(nodes[i]->err().find("not counted as a restart"), std::string::npos)
+        << nodes[i]->err();
+  }
 }
 
 // 2 agents x 2 PyTorch workers (Debian's python3-torch 1.13, gloo): init_process_group over the

@@ -8,6 +8,9 @@
 //   crash [code=N]      exit N (default 3)
 //   crash-once [code=N] exit N when TORCHELASTIC_RESTART_COUNT is 0, else like ok
 //   wait-once           run until stopped when TORCHELASTIC_RESTART_COUNT is 0, else like ok
+//   wait-first-attempt  run until stopped when DLAUNCH_ATTEMPT is 0 (any restart, also a free
+//                       one after a membership change, moves on), then print
+//                       "ok rank=R world=W attempt=A" and exit 0
 //   segv                die of SIGSEGV
 //   hang                run forever without touching the heartbeat
 //   beat [seconds=S]    touch the heartbeat file every 50 ms for S seconds (default 1), exit 0
@@ -114,6 +117,13 @@ int run_mode(const std::string& mode) {
     mark_ready();
     if (std::string(env_or("TORCHELASTIC_RESTART_COUNT", "0")) == "0") sleep_forever();
     std::printf("ok rank=%d restart_count=%s\n", g_rank, env_or("TORCHELASTIC_RESTART_COUNT", ""));
+    return 0;
+  }
+  if (mode == "wait-first-attempt") {
+    mark_ready();
+    if (std::string(env_or("DLAUNCH_ATTEMPT", "0")) == "0") sleep_forever();
+    std::printf("ok rank=%d world=%s attempt=%s\n", g_rank, env_or("WORLD_SIZE", "?"),
+                env_or("DLAUNCH_ATTEMPT", "?"));
     return 0;
   }
   if (mode == "segv") {
