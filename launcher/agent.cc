@@ -716,8 +716,8 @@ struct Agent::Impl {
         log_info("worker files (error files, heartbeats, stacks) are kept in {}", run_dir);
       }
     }
-    if (opts.rendezvous && code == exit_codes::kWorkersFailed) {
-      // The job failed for good: no more rounds for anyone.
+    if (opts.rendezvous && (code == exit_codes::kWorkersFailed || code == exit_codes::kUsage)) {
+      // The job failed for good (or cannot run here at all): no more rounds for anyone.
       try {
         opts.rendezvous->set_closed();
       } catch (const std::exception& e) {
