@@ -61,7 +61,10 @@ void reorder(const ActShape& src_shape, const float* src, int dst_cblock, float*
 
 // ---- convolution (oneDNN; primitives cached per shape) ---------------------------------------
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y);
-void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx);
+// accumulate: dx += the result instead of dx = the result (a residual block's input gradient is
+// the sum of its main path's and its shortcut's; the twin variant does the sum for free).
+void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx,
+                          bool accumulate = false);
 void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw);
 
 // ---- batch norm ------------------------------------------------------------------------------
@@ -93,11 +96,13 @@ void batch_norm_backward_reduce(const ActShape& s, const float* x, const float* 
                                 const float* relu_out, const float* mean, const float* invstd,
                                 double* sum_dy, double* sum_dy_xhat);
 // dx = gamma * invstd * (g - sum_dy / count - xhat * sum_dy_xhat / count) with the (global)
-// sums and count. dx may alias dy.
+// sums and count. dx may alias dy. When g_out is not null it also receives g (the gradient
+// that reaches an identity shortcut through the fused add + ReLU); g_out must not alias dy.
 void batch_norm_backward_apply(const ActShape& s, const float* x, const float* dy,
                                const float* relu_out, const float* mean, const float* invstd,
                                const float* gamma, const double* sum_dy,
-                               const double* sum_dy_xhat, double count, float* dx);
+                               const double* sum_dy_xhat, double count, float* dx,
+                               float* g_out = nullptr);
 
 // ---- elementwise (layout-agnostic: n is the element count) -----------------------------------
 void relu_forward(int64_t n, const float* x, float* y);

@@ -151,10 +151,10 @@ void plane_bwd_sums(const float* x, const float* dy, const float* r, int64_t hw,
   return plane_bwd_sums_t<CB, false>(x, dy, r, hw, mean, sdy, sdyx);
 }
 
-template <int CB, bool kMask>
+template <int CB, bool kMask, bool kOut>
 void plane_bwd_apply_t(const float* x, const float* dy, const float* r, int64_t hw,
                        const float* k0, const float* k1, const float* k2, const float* mean,
-                       float* dx) {
+                       float* dx, float* g_out) {
   // dx = k0 * g - k1 - k2 * (x - mean), with k0 = gamma invstd, k1 = k0 sum_dy / M,
   // k2 = k0 invstd sum_dy_xhat / M.
   float a[CB], b[CB], c[CB], m[CB];
@@ -165,6 +165,7 @@ void plane_bwd_apply_t(const float* x, const float* dy, const float* r, int64_t 
     for (int j = 0; j < CB; ++j) {
       float g = dy[o + j];
       if (kMask) g = r[o + j] > 0.f ? g : 0.f;
+      if (kOut) g_out[o + j] = g;
       dx[o + j] = a[j] * g - b[j] - c[j] * (x[o + j] - m[j]);
     }
   }
@@ -172,20 +173,13 @@ void plane_bwd_apply_t(const float* x, const float* dy, const float* r, int64_t 
 
 template <int CB>
 void plane_bwd_apply(const float* x, const float* dy, const float* r, int64_t hw, const float* k0,
-                     const float* k1, const float* k2, const float* mean, float* dx) {
-  if (r) return plane_bwd_apply_t<CB, true>(x, dy, r, hw, k0, k1, k2, mean, dx);
-  return plane_bwd_apply_t<CB, false>(x, dy, r, hw, k0, k1, k2, mean, dx);
-}
-
-template <int CB>
-void plane_bwd_apply_flat(const float* x, const float* dy, const float* r, int64_t hw, float a,
-                          float b, float c, float m, float* dx) {
-#pragma omp simd
-  for (int64_t i = 0; i < hw; ++i) {
-    float g = dy[i];
-    if (r) g = r[i] > 0.f ? g : 0.f;
-    dx[i] = a * g - b - c * (x[i] - m);
+                     const float* k1, const float* k2, const float* mean, float* dx, float* g_out) {
+  if (r) {
+    if (g_out) return plane_bwd_apply_t<CB, true, true>(x, dy, r, hw, k0, k1, k2, mean, dx, g_out);
+    return plane_bwd_apply_t<CB, true, false>(x, dy, r, hw, k0, k1, k2, mean, dx, g_out);
   }
+  if (g_out) return plane_bwd_apply_t<CB, false, true>(x, dy, r, hw, k0, k1, k2, mean, dx, g_out);
+  return plane_bwd_apply_t<CB, false, false>(x, dy, r, hw, k0, k1, k2, mean, dx, g_out);
 }
 
 }  // namespace
@@ -287,7 +281,8 @@ void batch_norm_backward_reduce(const ActShape& s, const float* x, const float* 
 void batch_norm_backward_apply(const ActShape& s, const float* x, const float* dy,
                                const float* relu_out, const float* mean, const float* invstd,
                                const float* gamma, const double* sum_dy,
-                               const double* sum_dy_xhat, double count, float* dx) {
+                               const double* sum_dy_xhat, double count, float* dx,
+                               float* g_out) {
   ScopedOpTimer timer("bn_backward_apply");
   check_shape(s);
   std::vector<float> k(3 * s.c);
@@ -303,15 +298,16 @@ void batch_norm_backward_apply(const ActShape& s, const float* x, const float* d
   for (int64_t p = 0; p < s.n * blocks; ++p) {
     const int64_t c0 = (p % blocks) * cb, o = p * plane;
     const float* r = relu_out ? relu_out + o : nullptr;
+    float* go = g_out ? g_out + o : nullptr;
     switch (cb) {
       case 16:
-        plane_bwd_apply<16>(x + o, dy + o, r, hw, k0 + c0, k1 + c0, k2 + c0, mean + c0, dx + o);
+        plane_bwd_apply<16>(x + o, dy + o, r, hw, k0 + c0, k1 + c0, k2 + c0, mean + c0, dx + o, go);
         break;
       case 8:
-        plane_bwd_apply<8>(x + o, dy + o, r, hw, k0 + c0, k1 + c0, k2 + c0, mean + c0, dx + o);
+        plane_bwd_apply<8>(x + o, dy + o, r, hw, k0 + c0, k1 + c0, k2 + c0, mean + c0, dx + o, go);
         break;
       default:
-        plane_bwd_apply_flat<1>(x + o, dy + o, r, hw, k0[c0], k1[c0], k2[c0], mean[c0], dx + o);
+        plane_bwd_apply<1>(x + o, dy + o, r, hw, k0 + c0, k1 + c0, k2 + c0, mean + c0, dx + o, go);
     }
   }
 }

@@ -12,7 +12,7 @@
 //             transposes: conv(x, W) == backward_data(x, V) of the channel-swapped convolution
 //             with V[i][o][kh][kw] = W[o][i][k-1-kh][k-1-kw], and vice versa.
 // The variant is chosen per shape and pass the first time it runs (DLAUNCH_CONV_ALGO=autotune,
-// the default: candidates timed in 3 interleaved rounds after a warm-up, fastest kept) or fixed by
+// the default: candidates' CPU time measured in 3 interleaved rounds after a warm-up, cheapest kept) or fixed by
 // DLAUNCH_CONV_ALGO=direct|auto|twin (falling back to direct where a variant does not apply).
 // Autotuning means two runs of the same program may use different algorithms, so results can
 // differ in float rounding; set DLAUNCH_CONV_ALGO=direct for bitwise-reproducible runs.
@@ -22,7 +22,7 @@
 // reorder buffers, stream) is thread_local. Scratchpads are user-managed because oneDNN's
 // library-managed scratchpad is shared between threads unless built for concurrent execution.
 #include <algorithm>
-#include <chrono>
+#include <ctime>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -73,7 +73,7 @@ class Arena {
   size_t size_ = 0;
 };
 
-enum Arenas { kScratch, kWeights, kTwinWeights, kDiffWeights, kArenaCount };
+enum Arenas { kScratch, kWeights, kTwinWeights, kDiffWeights, kPartial, kArenaCount };
 void* arena(int which, size_t bytes) {
   thread_local Arena a[kArenaCount];
   return a[which].get(bytes);
@@ -93,12 +93,24 @@ Tag act_tag(int cblock) {
 }
 
 enum class Variant { kDirect, kAuto, kTwin };
-enum class Pass { kForward, kBackwardData, kBackwardWeights };
+// kBackwardDataAcc is backward-data that adds to its output (dx += ...): the twin does it with
+// a sum post-op for free, the others through a temporary and an add.
+enum class Pass { kForward, kBackwardData, kBackwardWeights, kBackwardDataAcc };
 const char* variant_name(Variant v) {
   return v == Variant::kDirect ? "direct" : v == Variant::kAuto ? "auto" : "twin";
 }
 const char* pass_name(Pass p) {
-  return p == Pass::kForward ? "forward" : p == Pass::kBackwardData ? "backward_data" : "backward_weights";
+  switch (p) {
+    case Pass::kForward:
+      return "forward";
+    case Pass::kBackwardData:
+      return "backward_data";
+    case Pass::kBackwardWeights:
+      return "backward_weights";
+    case Pass::kBackwardDataAcc:
+      return "backward_data_accumulate";
+  }
+  return "?";
 }
 
 // "autotune" (default), or a fixed variant.
@@ -148,9 +160,14 @@ struct Reorder {
   }
 };
 
-dnnl::primitive_attr user_scratchpad() {
+dnnl::primitive_attr user_scratchpad(bool sum_post_op = false) {
   dnnl::primitive_attr attr;
   attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (sum_post_op) {
+    dnnl::post_ops ops;
+    ops.append_sum(1.0f);
+    attr.set_post_ops(ops);
+  }
   return attr;
 }
 
@@ -174,10 +191,11 @@ Descs descs(const ConvShape& s) {
   return d;
 }
 
-dnnl::convolution_forward::primitive_desc fwd_pd(const Descs& d, dnnl::algorithm alg) {
+dnnl::convolution_forward::primitive_desc fwd_pd(const Descs& d, dnnl::algorithm alg,
+                                                 bool sum_post_op = false) {
   dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_training, alg, d.src, d.any_wei,
                                        d.dst, d.strides, d.pads, d.pads);
-  return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(), engine());
+  return dnnl::convolution_forward::primitive_desc(desc, user_scratchpad(sum_post_op), engine());
 }
 
 // One runnable implementation of one pass: the primitive, its scratchpad, the weight reorder.
@@ -188,8 +206,8 @@ struct Impl {
                 // backward-weights: primitive's diff format -> OIHW
 };
 
-std::unique_ptr<Impl> make_forward(const Descs& d, dnnl::algorithm alg) {
-  auto pd = fwd_pd(d, alg);
+std::unique_ptr<Impl> make_forward(const Descs& d, dnnl::algorithm alg, bool sum_post_op = false) {
+  auto pd = fwd_pd(d, alg, sum_post_op);
   auto impl = std::make_unique<Impl>();
   impl->prim = dnnl::convolution_forward(pd);
   impl->scratch = pd.scratchpad_desc();
@@ -251,7 +269,7 @@ struct PassState {
 struct ConvEntry {
   ConvShape shape;
   Descs d, twin_d;
-  PassState pass[3];
+  PassState pass[4];
 };
 
 ConvEntry& entry(const ConvShape& s) {
@@ -286,6 +304,9 @@ std::unique_ptr<Impl> make(ConvEntry& e, Pass pass, Variant v) {
       return v == Variant::kTwin ? make_forward(e.twin_d, alg) : make_backward_data(e.d, alg);
     case Pass::kBackwardWeights:
       return make_backward_weights(e.d, alg);
+    case Pass::kBackwardDataAcc:
+      return v == Variant::kTwin ? make_forward(e.twin_d, alg, /*sum_post_op=*/true)
+                                 : make_backward_data(e.d, alg);
   }
   return nullptr;
 }
@@ -313,6 +334,16 @@ void execute(const ConvEntry& e, Pass pass, Variant v, const Impl& impl, const f
       }
       break;
     }
+    case Pass::kBackwardDataAcc:
+      if (v != Variant::kTwin) {  // into a temporary, then dx += temporary
+        float* partial = static_cast<float*>(arena(kPartial, d.src.get_size()));
+        execute(e, Pass::kBackwardData, v, impl, a, b, partial);
+        const int64_t n = e.shape.in().numel();
+#pragma omp parallel for simd schedule(static)
+        for (int64_t i = 0; i < n; ++i) out[i] += partial[i];
+        return;
+      }
+      [[fallthrough]];  // the twin's forward primitive carries a sum post-op: dst += conv
     case Pass::kBackwardData: {
       if (v == Variant::kTwin) {  // forward of the twin: src = dy, dst = dx
         const void* wei = impl.wei.to_target(twin_weights(e.shape, b), kWeights);
@@ -352,6 +383,22 @@ std::vector<Variant> candidates(const ConvShape& s, Pass pass) {
 
 constexpr int kAutotuneRounds = 3;
 
+// CPU seconds consumed so far by the threads of the calling thread's OpenMP team (the threads
+// oneDNN runs on; GOMP keeps the same pool threads for every region of one team size).
+// Autotuning compares this rather than wall time: the 2-core machines are shared, and another
+// process stealing a core stretches wall time but not the work a variant needs; background
+// threads of our own process (data loader, gradient all-reduce) are not counted either.
+double team_cpu_seconds() {
+  double total = 0;
+#pragma omp parallel reduction(+ : total)
+  {
+    timespec t{};
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    total += static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  }
+  return total;
+}
+
 // Picks the pass's implementation on first use (under the pass's lock, so concurrent first
 // calls autotune once).
 void choose(ConvEntry& e, PassState& ps, Pass pass, const float* a, const float* b, float* out) {
@@ -370,8 +417,16 @@ void choose(ConvEntry& e, PassState& ps, Pass pass, const float* a, const float*
     ps.variant = want;
     return;
   }
-  // Candidates are timed in interleaved rounds and each keeps its fastest run, so a burst of
-  // load from other processes penalises one run of each, not one candidate.
+  // Candidates are timed (team CPU time) in interleaved rounds and each keeps its cheapest run,
+  // so a burst of load from other processes penalises one run of each, not one candidate.
+  // Trial runs of the accumulating pass must not add to dx more than once: keep the original
+  // and restore it before every run (the real run comes after choosing).
+  std::vector<float> original;
+  if (pass == Pass::kBackwardDataAcc) original.assign(out, out + s.in().numel());
+  auto trial = [&](Variant v, const Impl& impl) {
+    if (!original.empty()) std::copy(original.begin(), original.end(), out);
+    execute(e, pass, v, impl, a, b, out);
+  };
   std::vector<std::pair<Variant, std::unique_ptr<Impl>>> impls;
   for (Variant v : cands) {
     try {
@@ -379,14 +434,15 @@ void choose(ConvEntry& e, PassState& ps, Pass pass, const float* a, const float*
     } catch (const dnnl::error&) {
       continue;  // this variant does not exist for the shape
     }
-    execute(e, pass, v, *impls.back().second, a, b, out);  // warm-up: page faults, caches
+    trial(v, *impls.back().second);  // warm-up: page faults, caches
   }
   std::vector<double> fastest(impls.size(), 1e300);
   for (int round = 0; round < kAutotuneRounds && impls.size() > 1; ++round)
     for (size_t i = 0; i < impls.size(); ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
+      if (!original.empty()) std::copy(original.begin(), original.end(), out);
+      const double t0 = team_cpu_seconds();
       execute(e, pass, impls[i].first, *impls[i].second, a, b, out);
-      fastest[i] = std::min(fastest[i], std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+      fastest[i] = std::min(fastest[i], team_cpu_seconds() - t0);
     }
   double best = 1e300;
   for (size_t i = 0; i < impls.size(); ++i)
@@ -396,8 +452,10 @@ void choose(ConvEntry& e, PassState& ps, Pass pass, const float* a, const float*
       ps.impl = std::move(impls[i].second);
     }
   DL_CHECK(ps.impl) << "no oneDNN implementation for this convolution";
-  log_debug("conv {}x{}x{}x{} -> {} k{} s{} {}: {} ({:.2f} ms)", s.n, s.c_in, s.h_in, s.w_in,
-            s.c_out, s.kernel, s.stride, pass_name(pass), variant_name(ps.variant), best * 1e3);
+  if (!original.empty()) std::copy(original.begin(), original.end(), out);
+  if (impls.size() > 1)
+    log_debug("conv {}x{}x{}x{} -> {} k{} s{} {}: {} ({:.2f} CPU ms)", s.n, s.c_in, s.h_in, s.w_in,
+              s.c_out, s.kernel, s.stride, pass_name(pass), variant_name(ps.variant), best * 1e3);
 }
 
 void run(const ConvShape& s, Pass pass, const float* a, const float* b, float* out) {
@@ -425,9 +483,10 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y
   run(s, Pass::kForward, x, w, y);
 }
 
-void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx) {
+void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx,
+                          bool accumulate) {
   ScopedOpTimer timer("conv2d_backward_data");
-  run(s, Pass::kBackwardData, dy, w, dx);
+  run(s, accumulate ? Pass::kBackwardDataAcc : Pass::kBackwardData, dy, w, dx);
 }
 
 void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw) {

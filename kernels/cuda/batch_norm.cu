@@ -108,7 +108,7 @@ __global__ void apply_kernel(int64_t total, int64_t c, int64_t hw, int64_t cb, c
 __global__ void bwd_apply_kernel(int64_t total, int64_t c, int64_t hw, int64_t cb, const float* x,
                                  const float* dy, const float* r, const float* mean,
                                  const float* invstd, const float* gamma, const double* sdy,
-                                 const double* sdyx, double count, float* dx) {
+                                 const double* sdyx, double count, float* dx, float* g_out) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t ch = detail::channel_of(i, c, hw, cb);
@@ -118,7 +118,9 @@ __global__ void bwd_apply_kernel(int64_t total, int64_t c, int64_t hw, int64_t c
     const float k0 = gamma[ch] * is;
     const float k1 = float(k0 * sdy[ch] / count);
     const float k2 = float(k0 * is * sdyx[ch] / count);
-    dx[i] = k0 * g - k1 - k2 * (x[i] - mean[ch]);
+    const float xi = x[i];
+    if (g_out) g_out[i] = g;
+    dx[i] = k0 * g - k1 - k2 * (xi - mean[ch]);
   }
 }
 
@@ -184,11 +186,12 @@ void batch_norm_backward_reduce(const ActShape& s, const float* x, const float* 
 void batch_norm_backward_apply(const ActShape& s, const float* x, const float* dy,
                                const float* relu_out, const float* mean, const float* invstd,
                                const float* gamma, const double* sum_dy,
-                               const double* sum_dy_xhat, double count, float* dx) {
+                               const double* sum_dy_xhat, double count, float* dx,
+                               float* g_out) {
   check_shape(s);
   bwd_apply_kernel<<<detail::blocks_for(s.numel()), detail::kThreads>>>(
       s.numel(), s.c, s.hw(), s.cblock, x, dy, relu_out, mean, invstd, gamma, sum_dy, sum_dy_xhat,
-      count, dx);
+      count, dx, g_out);
   DL_CUDA_LAUNCH_CHECK();
 }
 

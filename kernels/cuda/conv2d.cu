@@ -100,12 +100,13 @@ void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y
                                          c.fwd_ws, &zero, c.y, y));
 }
 
-void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx) {
+void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx,
+                          bool accumulate) {
   Conv& c = get(s);
-  const float one = 1.f, zero = 0.f;
+  const float one = 1.f, beta = accumulate ? 1.f : 0.f;
   void* ws = c.bwd_data_ws ? detail::workspace(c.bwd_data_ws) : nullptr;
   DL_CUDNN_CHECK(cudnnConvolutionBackwardData(detail::cudnn(), &one, c.w, w, c.y, dy, c.conv,
-                                              c.bwd_data, ws, c.bwd_data_ws, &zero, c.x, dx));
+                                              c.bwd_data, ws, c.bwd_data_ws, &beta, c.x, dx));
 }
 
 void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw) {

@@ -32,7 +32,8 @@ void copy_to_host(void* dst, const void* src, int64_t bytes);
 void reorder(const ActShape& src_shape, const float* src, int dst_cblock, float* dst);
 
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y);
-void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx);
+void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx,
+                          bool accumulate = false);
 void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw);
 
 void batch_norm_sums(const ActShape& s, const float* x, double* sum, double* sumsq);
@@ -51,7 +52,8 @@ void batch_norm_backward_reduce(const ActShape& s, const float* x, const float* 
 void batch_norm_backward_apply(const ActShape& s, const float* x, const float* dy,
                                const float* relu_out, const float* mean, const float* invstd,
                                const float* gamma, const double* sum_dy,
-                               const double* sum_dy_xhat, double count, float* dx);
+                               const double* sum_dy_xhat, double count, float* dx,
+                               float* g_out = nullptr);
 
 void relu_forward(int64_t n, const float* x, float* y);
 void relu_backward(int64_t n, const float* y, const float* dy, float* dx);

@@ -116,6 +116,22 @@ TEST(Conv2d, BackwardDataMatchesFiniteDifferences) {
   }
 }
 
+TEST(Conv2d, BackwardDataAccumulateAddsToOutput) {
+  for (int algo = 0; algo < 4; ++algo)
+    for (const auto& c : conv_cases()) {
+      SCOPED_TRACE(kConvAlgos[algo]);
+      ConvShape s = make_conv(c, algo);
+      s.n += 10;  // shapes of their own: the variant is chosen per (shape, pass)
+      const auto w = random_vector(s.weight_numel(), 15), dy = random_vector(s.out().numel(), 16);
+      const auto base = random_vector(s.in().numel(), 17);
+      std::vector<float> plain(base.size()), acc = base;
+      cpu::conv2d_backward_data(s, dy.data(), w.data(), plain.data());
+      cpu::conv2d_backward_data(s, dy.data(), w.data(), acc.data(), /*accumulate=*/true);
+      for (size_t i = 0; i < acc.size(); ++i)
+        ASSERT_NEAR(acc[i], base[i] + plain[i], 1e-4 * (1 + std::fabs(plain[i]))) << i;
+    }
+}
+
 TEST(Conv2d, BackwardWeightsMatchesFiniteDifferences) {
   for (int algo = 0; algo < 4; ++algo)
   for (const auto& c : conv_cases()) {
@@ -217,9 +233,12 @@ void check_bn_gradients(bool relu, bool residual) {
                                    bn.gamma.data(), sdy.data(), sdyx.data(), double(s.n * s.hw()),
                                    dx.data());
     std::vector<float> dgamma(sdyx.begin(), sdyx.end()), dbeta(sdy.begin(), sdy.end());
-    std::vector<float> dres(x.size());
-    cpu::relu_backward(s.numel(), relu ? y.data() : r.data(), r.data(), dres.data());
-    if (!relu) dres = r;
+    // g_out: the gradient reaching the residual input, written by the same pass.
+    std::vector<float> dres(x.size()), dx2(x.size());
+    cpu::batch_norm_backward_apply(s, x.data(), r.data(), yp, bn.mean.data(), bn.invstd.data(),
+                                   bn.gamma.data(), sdy.data(), sdyx.data(), double(s.n * s.hw()),
+                                   dx2.data(), dres.data());
+    EXPECT_EQ(dx2, dx);
     std::vector<float> out(x.size());
     auto loss = [&] {
       bn.forward(x.data(), rp, relu, out.data());

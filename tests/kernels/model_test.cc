@@ -138,7 +138,10 @@ TEST(ResNet, EndToEndGradientMatchesFiniteDifferences) {
       std::vector<double> random(p.count);
       std::normal_distribution<double> normal;
       double rnorm = 0, gdotr = 0;
-      for (auto& v : random) rnorm += (v = normal(rng)) * v;
+      for (auto& v : random) {
+        v = normal(rng);
+        rnorm += v * v;
+      }
       rnorm = std::sqrt(rnorm);
       for (size_t i = 0; i < p.count; ++i) gdotr += g[i] * (random[i] /= rnorm);
       const std::vector<float> orig(net.params() + p.offset, net.params() + p.offset + p.count);

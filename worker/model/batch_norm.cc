@@ -60,7 +60,7 @@ void BatchNorm2d::forward(const kernels::ActShape& s, const float* x, const floa
 }
 
 void BatchNorm2d::backward(const kernels::ActShape& s, const float* x, const float* dy,
-                           const float* y, BatchNormSync* sync, float* dx) {
+                           const float* y, BatchNormSync* sync, float* dx, float* g_out) {
   DL_CHECK(s.c == channels_ && count_ > 0) << "backward without a training forward";
   cpu::batch_norm_backward_reduce(s, x, dy, y, mean_.data(), invstd_.data(), sum0_.data(),
                                   sum1_.data());
@@ -81,7 +81,7 @@ void BatchNorm2d::backward(const kernels::ActShape& s, const float* x, const flo
     }
   }
   cpu::batch_norm_backward_apply(s, x, dy, y, mean_.data(), invstd_.data(), gamma_, sum0_.data(),
-                                 sum1_.data(), count_, dx);
+                                 sum1_.data(), count_, dx, g_out);
 }
 
 }  // namespace dlaunch

@@ -34,9 +34,10 @@ class BatchNorm2d {
   void forward(const kernels::ActShape& s, const float* x, const float* residual, bool relu,
                bool training, BatchNormSync* sync, float* y);
   // dy: gradient w.r.t. y; y: the forward output, needed when the layer applied ReLU (else null).
-  // Writes dx (may alias dy) and dgamma/dbeta (local sums).
+  // Writes dx (may alias dy) and dgamma/dbeta (local sums). g_out, when not null, receives the
+  // ReLU-masked dy, i.e. the gradient w.r.t. the fused residual input.
   void backward(const kernels::ActShape& s, const float* x, const float* dy, const float* y,
-                BatchNormSync* sync, float* dx);
+                BatchNormSync* sync, float* dx, float* g_out = nullptr);
 
   Tensor& running_mean() { return running_mean_; }
   Tensor& running_var() { return running_var_; }

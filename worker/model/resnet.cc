@@ -319,7 +319,10 @@ void ResNet::backward(const Tensor& grad_logits) {
       m.grad_ready(blk.convd.param);
       cpu::conv2d_backward_data(cs, t0, m.p(blk.convd.param), dx);
     }
-    blk.bn2->layer.backward(blk.out_shape, blk.conv2.out.data(), dy, y, m.sync, t0);
+    // Identity shortcut: bn2's backward also writes the masked gradient (what reaches the
+    // shortcut) into dx, and conv1's backward-data adds the main path to it below.
+    blk.bn2->layer.backward(blk.out_shape, blk.conv2.out.data(), dy, y, m.sync, t0,
+                            blk.downsample ? nullptr : dx);
     m.bn_ready(*blk.bn2);
     const ConvShape cs2 = blk.conv2.shape(blk.mid_shape);
     cpu::conv2d_backward_weights(cs2, blk.bn1->out.data(), t0, m.g(blk.conv2.param));
@@ -330,14 +333,8 @@ void ResNet::backward(const Tensor& grad_logits) {
     const ConvShape cs1 = blk.conv1.shape(blk.in_shape);
     cpu::conv2d_backward_weights(cs1, x, t1, m.g(blk.conv1.param));
     m.grad_ready(blk.conv1.param);
-    const int64_t count = blk.in_shape.numel();
-    if (blk.downsample) {
-      cpu::conv2d_backward_data(cs1, t1, m.p(blk.conv1.param), t0);
-      cpu::add(count, dx, t0, dx);
-    } else {
-      cpu::conv2d_backward_data(cs1, t1, m.p(blk.conv1.param), dx);
-      cpu::add_relu_backward(count, y, dy, dx);
-    }
+    // dx already holds the shortcut's gradient (downsample conv's or the identity's).
+    cpu::conv2d_backward_data(cs1, t1, m.p(blk.conv1.param), dx, /*accumulate=*/true);
     cur = 1 - cur;
   }
 
