@@ -73,6 +73,12 @@ TEST_F(Cuda, Convolutions) {
     gpu::conv2d_forward(c, gx.get(), gw.get(), gy.get());
     gpu::conv2d_backward_data(c, gdy.get(), gw.get(), gdx.get());
     gpu::conv2d_backward_weights(c, gx.get(), gdy.get(), gdw.get());
+    // Accumulating backward-data adds to what dx held.
+    std::vector<float> acc = x;
+    cpu::conv2d_backward_data(c, dy.data(), w.data(), acc.data(), /*accumulate=*/true);
+    Dev<float> gacc(x);
+    gpu::conv2d_backward_data(c, gdy.get(), gw.get(), gacc.get(), /*accumulate=*/true);
+    expect_close(gacc.host(), acc, 1e-4, "conv backward data accumulate");
     expect_close(gy.host(), y, 1e-4, "conv forward");
     expect_close(gdx.host(), dx, 1e-4, "conv backward data");
     expect_close(gdw.host(), dw, 1e-3, "conv backward weights");
@@ -95,8 +101,9 @@ TEST_F(Cuda, BatchNormTrainingEvalAndBackward) {
     cpu::batch_norm_apply(s, x.data(), scale.data(), shift.data(), res.data(), true, y.data());
     cpu::batch_norm_backward_reduce(s, x.data(), dy.data(), y.data(), mean.data(), is.data(),
                                     sdy.data(), sdyx.data());
+    std::vector<float> g(x.size());
     cpu::batch_norm_backward_apply(s, x.data(), dy.data(), y.data(), mean.data(), is.data(),
-                                   gamma.data(), sdy.data(), sdyx.data(), count, dx.data());
+                                   gamma.data(), sdy.data(), sdyx.data(), count, dx.data(), g.data());
     cpu::batch_norm_eval_scale_shift(s.c, rm.data(), rv.data(), gamma.data(), beta.data(), 1e-5f,
                                      escale.data(), eshift.data());
     // GPU
@@ -110,8 +117,10 @@ TEST_F(Cuda, BatchNormTrainingEvalAndBackward) {
     gpu::batch_norm_apply(s, gx.get(), gscale.get(), gshift.get(), gres.get(), true, gy.get());
     gpu::batch_norm_backward_reduce(s, gx.get(), gdy.get(), gy.get(), gmean.get(), gis.get(),
                                     gsdy.get(), gsdyx.get());
+    Dev<float> gg(x.size());
     gpu::batch_norm_backward_apply(s, gx.get(), gdy.get(), gy.get(), gmean.get(), gis.get(),
-                                   ggamma.get(), gsdy.get(), gsdyx.get(), count, gdx.get());
+                                   ggamma.get(), gsdy.get(), gsdyx.get(), count, gdx.get(), gg.get());
+    expect_close(gg.host(), g, 0, "bn masked gradient");
     gpu::batch_norm_eval_scale_shift(s.c, grm.get(), grv.get(), ggamma.get(), gbeta.get(), 1e-5f,
                                      gescale.get(), geshift.get());
     expect_close(gsum.host(), sum, 1e-6, "bn sum");
