@@ -78,6 +78,10 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
       }
     }
     const int64_t next = value + delta;
+    // add(k, 0) is how callers read a counter without blocking (the rendezvous polls it):
+    // answer from the read instead of writing the same value back, which would cost an etcd
+    // raft write and fsync per poll. Only a missing key is written, to create it at 0.
+    if (delta == 0 && current) return next;
     auto guard = current ? etcd::Compare::mod_revision_equals(k, current->mod_revision)
                          : etcd::Compare::missing(k);
     auto t = client_->txn({guard}, {etcd::Op::put(k, std::to_string(next))}, {etcd::Op::get(k)});
@@ -135,6 +139,24 @@ bool EtcdStore::delete_key(const std::string& key) {
 
 int64_t EtcdStore::num_keys() {
   return client_->range(prefix_, etcd::prefix_end(prefix_), /*count_only=*/true).count;
+}
+
+std::vector<Bytes> EtcdStore::multi_get(const std::vector<std::string>& keys) {
+  const Duration t = timeout();
+  const TimePoint deadline = steady_clock().now() + t;
+  std::vector<Bytes> values(keys.size());
+  for (size_t start = 0; start < keys.size(); start += kMaxOpsPerTxn) {
+    const size_t end = std::min(keys.size(), start + kMaxOpsPerTxn);
+    std::vector<etcd::Op> ops;
+    for (size_t i = start; i < end; ++i) ops.push_back(etcd::Op::get(full(keys[i])));
+    auto txn = client_->txn({}, ops, {});
+    for (size_t i = start; i < end; ++i) {
+      const auto& kvs = txn.responses.at(i - start).range.kvs;
+      values[i] = kvs.empty() ? as_bytes(wait_one(keys[i], deadline, t))
+                              : as_bytes(kvs.front().value);
+    }
+  }
+  return values;
 }
 
 void EtcdStore::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {

@@ -37,6 +37,9 @@ class EtcdStore final : public Store {
   using Store::wait;
   bool delete_key(const std::string& key) override;
   int64_t num_keys() override;
+  // One transaction of ranges for the keys already there (one round trip for a rendezvous
+  // reading every node's descriptor); blocks like get() only for missing ones.
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override;
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
 
   // etcd-only: a put bound to a lease, so the key vanishes when the lease expires (liveness).

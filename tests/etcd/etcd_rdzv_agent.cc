@@ -9,6 +9,7 @@
 //                   [--node_rank K] [--check_store]
 //
 // Output lines (stdout, flushed), times from CLOCK_MONOTONIC so processes on one host compare:
+//   start t=SECONDS                          (first thing in main)
 //   round R rank K size N master HOST:PORT t=SECONDS
 //   event KIND t=SECONDS reason...
 //   error MESSAGE
@@ -48,6 +49,8 @@ const char* kind_name(dlaunch::RendezvousEvent::Kind k) {
 
 int main(int argc, char** argv) {
   using namespace dlaunch;
+  std::printf("start t=%.6f\n", now_seconds());
+  std::fflush(stdout);
   std::map<std::string, std::string> flags = {{"host", "127.0.0.1"}, {"rounds", "0"}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
