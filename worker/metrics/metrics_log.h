@@ -1,8 +1,9 @@
 // <output_dir>/metrics.jsonl: one JSON object per line, per logged step ("kind": "step") and
 // per epoch ("kind": "epoch"). Values are already reduced over all workers by the caller (mean
 // loss and accuracy, the whole job's images/s). Only rank 0 writes. Appends, so a resumed run
-// continues the same file (a torn last line from a crash is ended first); each line is flushed as it is written, so a crash loses nothing
-// logged before it. Blocks on the write; I/O failures throw SystemError.
+// continues the same file (a torn last line from a crash is ended first); each line is flushed
+// as it is written, so a crash loses nothing logged before it. Blocks on the write; I/O failures
+// throw SystemError.
 #pragma once
 
 #include <nlohmann/json.hpp>

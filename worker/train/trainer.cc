@@ -10,6 +10,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/heartbeat.h"
 #include "common/log.h"
 #include "kernels/ops.h"
 #include "worker/checkpoint/checkpoint.h"
@@ -251,7 +252,7 @@ void Trainer::train_epoch(int64_t epoch) {
                      static_cast<float>(lr), model_->param_info());
     ++global_step_;
     ++i;
-    touch_heartbeat(env_.heartbeat_file);
+    heartbeat();
     double n = static_cast<double>(batch->size);
     for (double* acc : {epoch_tot, window}) {
       acc[0] += r.loss * n;
@@ -345,7 +346,7 @@ std::pair<double, double> Trainer::evaluate() {
     tot[0] += r.loss;
     tot[1] += r.correct;
     tot[2] += static_cast<double>(batch->size);
-    touch_heartbeat(env_.heartbeat_file);
+    heartbeat();
   }
   pg_.allreduce(tot, 3, comm::ReduceOp::kSum);
   return {tot[0] / tot[2], tot[1] / tot[2]};
@@ -405,7 +406,7 @@ TrainSummary Trainer::run() {
     metrics_ = std::make_unique<metrics::MetricsLog>((fs::path(c_.output_dir) / "metrics.jsonl").string());
     progress_ = metrics::ProgressBar(metrics::stdout_is_terminal());
   }
-  touch_heartbeat(env_.heartbeat_file);
+  heartbeat();
   for (int64_t epoch = start_epoch; epoch < c_.epochs && !stop_; ++epoch) train_epoch(epoch);
   if (start_epoch >= c_.epochs && rank0_) {
     log_info("nothing to train: the checkpoint already has {} of {} epochs", start_epoch, c_.epochs);

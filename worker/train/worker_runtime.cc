@@ -1,9 +1,5 @@
 #include "worker/train/worker_runtime.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <nlohmann/json.hpp>
 
 #include <ctime>
@@ -15,17 +11,6 @@
 #include "common/log.h"
 
 namespace dlaunch::train {
-
-void touch_heartbeat(const std::string& path) {
-  if (path.empty()) return;
-  // utimensat(NULL) = now; create on first use.
-  if (::utimensat(AT_FDCWD, path.c_str(), nullptr, 0) == 0) return;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    ::futimens(fd, nullptr);
-    ::close(fd);
-  }
-}
 
 bool write_error_file(const std::string& path, const std::string& type, const std::string& what) {
   if (path.empty()) return true;

@@ -1,9 +1,9 @@
-// The small duties of a worker toward its launcher (DESIGN.md §3, §4):
-//  - touch the heartbeat file (DLAUNCH_HEARTBEAT_FILE) every step so a hang is detected;
+// The small duties of a worker toward its launcher (DESIGN.md §3, §4), besides the heartbeat
+// (common/heartbeat.h, called every step):
 //  - on a fatal error, leave PyTorch's JSON error record in TORCHELASTIC_ERROR_FILE so the agent
 //    reports the root cause;
 //  - pick the number of compute threads.
-// None of these throws: a worker must not die because its heartbeat file is on a full disk.
+// Neither throws: a worker must not die because its error file cannot be written.
 #pragma once
 
 #include <string>
@@ -11,9 +11,6 @@
 #include "common/worker_env.h"
 
 namespace dlaunch::train {
-
-// Creates the file if needed and sets its mtime to now. Empty path: no-op.
-void touch_heartbeat(const std::string& path);
 
 // Writes {"message": {"message": "<type>: <what>", "extraInfo": {"py_callstack": ...,
 // "timestamp": "<unix seconds>"}}}, the format torch.distributed.elastic's @record writes.
