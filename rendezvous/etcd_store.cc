@@ -3,6 +3,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <condition_variable>
+#include <thread>
+#include <unordered_map>
 
 #include "common/error.h"
 
@@ -17,9 +20,103 @@ Bytes as_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
 }  // namespace
 
+// One watch over [prefix, prefix_end) from the revision the store had when it started: a
+// thread reads its events and records, per key, the revision of the latest put; waiters block
+// on a condition variable. When the stream breaks (etcd gone), waiters are woken with the
+// error and the next wait starts a new watch.
+class EtcdStore::PrefixWatch {
+ public:
+  PrefixWatch(etcd::Client& client, const std::string& prefix) {
+    int64_t revision = client.range(prefix, etcd::prefix_end(prefix), true).revision;
+    watch_ = client.watch(prefix, etcd::prefix_end(prefix), revision + 1);
+    thread_ = std::thread([this] { run(); });
+  }
+
+  ~PrefixWatch() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    watch_->cancel();
+    thread_.join();
+  }
+
+  bool broken() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !error_.empty();
+  }
+
+  // Blocks until a put of `key` newer than `after` was seen (returns its value), `deadline`
+  // passes (nullopt), or the watch broke (ConnectionError).
+  std::optional<std::string> wait_put(const std::string& key, int64_t after, TimePoint deadline) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (true) {
+      auto it = puts_.find(key);
+      if (it != puts_.end() && it->second.revision > after) return it->second.value;
+      if (!error_.empty()) throw ConnectionError(error_);
+      if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
+        it = puts_.find(key);
+        if (it != puts_.end() && it->second.revision > after) return it->second.value;
+        return std::nullopt;
+      }
+    }
+  }
+
+ private:
+  struct Put {
+    int64_t revision = 0;
+    std::string value;
+  };
+
+  void run() {
+    try {
+      while (true) {
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (stopping_) return;
+        }
+        auto message = watch_->next(steady_clock().now() + std::chrono::milliseconds(500));
+        if (!message) continue;
+        std::lock_guard<std::mutex> lock(mutex_);
+        for (auto& event : message->events) {
+          if (event.type == etcd::Event::Type::kPut) {
+            puts_[event.kv.key] = {event.kv.mod_revision, std::move(event.kv.value)};
+          } else {
+            puts_.erase(event.kv.key);
+          }
+        }
+        changed_.notify_all();
+      }
+    } catch (const Error& e) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      error_ = e.what();
+      changed_.notify_all();
+    }
+  }
+
+  std::unique_ptr<etcd::Watch> watch_;
+  std::thread thread_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  bool stopping_ = false;                        // guarded by mutex_
+  std::string error_;                            // guarded by mutex_
+  std::unordered_map<std::string, Put> puts_;    // guarded by mutex_
+};
+
 EtcdStore::EtcdStore(std::shared_ptr<etcd::Client> client, std::string prefix)
     : client_(std::move(client)), prefix_(std::move(prefix)) {
   DL_CHECK(client_ != nullptr);
+}
+
+EtcdStore::~EtcdStore() = default;
+
+std::shared_ptr<EtcdStore::PrefixWatch> EtcdStore::prefix_watch() {
+  std::lock_guard<std::mutex> lock(watch_mutex_);
+  if (!watch_ || watch_->broken()) {
+    watch_.reset();  // join the old thread before starting a new one
+    watch_ = std::make_shared<PrefixWatch>(*client_, prefix_);
+  }
+  return watch_;
 }
 
 void EtcdStore::set(const std::string& key, const Bytes& value) {
@@ -32,22 +129,18 @@ void EtcdStore::set_with_lease(const std::string& key, const Bytes& value, int64
 
 std::string EtcdStore::wait_one(const std::string& key, TimePoint deadline, Duration waited_for) {
   const std::string k = full(key);
+  // The watch first: it then sees every put after the range below (no gap).
+  auto watch = prefix_watch();
   auto current = client_->range(k);
   if (!current.kvs.empty()) return std::move(current.kvs.front().value);
-  // Watch from the revision the range saw, so a put between the two calls is not missed.
-  auto watch = client_->watch(k, "", current.revision + 1);
-  while (true) {
-    auto message = watch->next(deadline);
-    if (!message) {
-      throw TimeoutError(fmt::format(
-          "etcd store at {}: key '{}' did not appear within {:.1f} s; the agent or worker that "
-          "should set it may have failed or not started",
-          client_->endpoint(), k, to_seconds(waited_for)));
-    }
-    for (auto& event : message->events) {
-      if (event.type == etcd::Event::Type::kPut) return std::move(event.kv.value);
-    }
+  auto value = watch->wait_put(k, current.revision, deadline);
+  if (!value) {
+    throw TimeoutError(fmt::format(
+        "etcd store at {}: key '{}' did not appear within {:.1f} s; the agent or worker that "
+        "should set it may have failed or not started",
+        client_->endpoint(), k, to_seconds(waited_for)));
   }
+  return std::move(*value);
 }
 
 Bytes EtcdStore::get(const std::string& key) {
@@ -56,7 +149,9 @@ Bytes EtcdStore::get(const std::string& key) {
 }
 
 void EtcdStore::wait(const std::vector<std::string>& keys, Duration timeout) {
-  if (check(keys)) return;
+  // Several keys: one transaction answers the common "all there" case. One key: wait_one's
+  // range does that already.
+  if (keys.size() > 1 && check(keys)) return;
   const TimePoint deadline = steady_clock().now() + timeout;
   for (const auto& key : keys) wait_one(key, deadline, timeout);
 }

@@ -2,7 +2,9 @@
 // per run id, e.g. "/dlaunch/<run_id>/"), so jobs sharing an etcd never see each other.
 //
 //   set          put
-//   get, wait    range; if missing, a watch from the range's revision + 1 (no gap, no polling)
+//   get, wait    range; if missing, wait for the key on the store's one watch over its prefix
+//                (opened at the first wait, kept by a background thread; no gap, no polling,
+//                and no new connection per wait: the rendezvous waits in short slices)
 //   add          read, then a txn "mod_revision unchanged (or key missing) -> put", retried
 //   compare_set  the same txn pattern, with c10d's semantics (store.h)
 //   check        one txn of count-only ranges
@@ -16,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 
 #include "rendezvous/etcd_client.h"
@@ -27,6 +30,7 @@ class EtcdStore final : public Store {
  public:
   // `prefix` is prepended to every key as is (give it a trailing '/').
   EtcdStore(std::shared_ptr<etcd::Client> client, std::string prefix);
+  ~EtcdStore() override;  // stops the prefix watch thread
 
   void set(const std::string& key, const Bytes& value) override;
   Bytes get(const std::string& key) override;
@@ -54,8 +58,14 @@ class EtcdStore final : public Store {
   // Blocks until `key` exists or `deadline` passes (TimeoutError naming `waited_for`).
   std::string wait_one(const std::string& key, TimePoint deadline, Duration waited_for);
 
+  class PrefixWatch;
+  // The running prefix watch, started (or restarted after a failure) on demand.
+  std::shared_ptr<PrefixWatch> prefix_watch();
+
   std::shared_ptr<etcd::Client> client_;
   std::string prefix_;
+  std::mutex watch_mutex_;
+  std::shared_ptr<PrefixWatch> watch_;  // guarded by watch_mutex_
 };
 
 }  // namespace dlaunch
