@@ -111,7 +111,9 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host)
     log_info("hosting the job's store on {}:{}", s.server->host(), s.server->port());
   }
   s.rendezvous = std::shared_ptr<RendezvousHandler>(create_rendezvous_handler(p));
-  s.use_agent_store = cfg.rdzv_backend != "etcd" && cfg.rdzv_backend != "etcd-v2";
+  // etcd: the group-rank-0 agent hosts the workers' TCP store each round
+  // (rendezvous/etcd_rendezvous.h), so workers join an agent store there too.
+  s.use_agent_store = cfg.rdzv_backend != "etcd-v2";
   return s;
 }
 
