@@ -396,7 +396,13 @@ struct Agent::Impl {
         group->on_started(lr, pid, opts.clock->now(), std::chrono::system_clock::now());
         log_debug("local rank {} started as pid {}", lr, pid);
       } catch (const SpawnError& e) {
-        log_error("{}", e.what());
+        if (cfg.runs_python()) {
+          log_error("{} (the interpreter for .py programs and -m; choose it with --python, e.g. "
+                    "--python /usr/bin/python3 for Debian's PyTorch)",
+                    e.what());
+        } else {
+          log_error("{}", e.what());
+        }
         usage_failure = true;
         group->on_spawn_failed(e.what());
         stop_group(SIGTERM);
