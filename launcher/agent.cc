@@ -715,7 +715,9 @@ struct Agent::Impl {
     phase = Phase::kDone;
     exit_code = code;
     if (temp_run_dir) {
-      if (code == exit_codes::kSuccess) {
+      // Kept when it may explain something (error files, stacks); not for success or a program
+      // that never started.
+      if (code == exit_codes::kSuccess || code == exit_codes::kUsage) {
         std::error_code ec;
         fs::remove_all(run_dir, ec);
       } else {
