@@ -353,6 +353,24 @@ TEST(DlaunchOrphans, FailureCleansUpGrandchildren) {
   EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 10s)) << pid;
 }
 
+// A grandchild that left the worker's process group (setsid) is not reached by killpg; it is
+// reparented to dlaunch (a child subreaper) when the worker dies, and killed by the sweep.
+TEST(DlaunchOrphans, SetsidGrandchildIsSweptWhenTheAttemptEnds) {
+  TempDir dir;
+  Subprocess p(cmd({"--standalone", "--nproc_per_node", "2", "--shutdown_grace", "2"},
+                   {"spawn-grandchild", "setsid=1", "file=" + dir.file("gc"),
+                    "ready=" + dir.path(), "rank=0", "others=crash",
+                    "others_wait_for=" + dir.file("ready.0")}));
+  auto exit = p.wait(60s);
+  ASSERT_TRUE(exit) << p.err();
+  EXPECT_EQ(exit->shell_code(), 1) << p.err();
+  std::string gc = read_file(dir.file("gc.0"));
+  ASSERT_FALSE(gc.empty()) << p.err();
+  pid_t pid = std::stoi(gc);
+  EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 10s)) << pid;
+  EXPECT_NE(p.err().find("killing orphaned descendant pid " + gc), std::string::npos) << p.err();
+}
+
 TEST(DlaunchHang, HungWorkerIsDetectedStackedAndRestarted) {
   TempDir logs;
   auto r = run(cmd({"--standalone", "--hang_timeout", "1", "--max_restarts", "1",

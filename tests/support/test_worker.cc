@@ -15,8 +15,9 @@
 //   hang                run forever without touching the heartbeat
 //   beat [seconds=S]    touch the heartbeat file every 50 ms for S seconds (default 1), exit 0
 //   ignore-sigterm      ignore SIGTERM and run forever
-//   spawn-grandchild file=PATH   fork a child that sleeps forever (same process group), write
-//                       its pid to PATH.<rank>, then run forever
+//   spawn-grandchild file=PATH [setsid=1]   fork a child that sleeps forever (in the worker's
+//                       process group, or its own session with setsid=1), write its pid to
+//                       PATH.<rank>, then run forever
 //   print-env           print every contract variable as KEY=VALUE (unset ones as KEY=<unset>)
 //   write-error-file [code=N] [message=TEXT]   write PyTorch's error.json, then exit N
 //   sleep [seconds=S]   sleep S seconds (default: forever), exit 0
@@ -155,7 +156,11 @@ int run_mode(const std::string& mode) {
   }
   if (mode == "spawn-grandchild") {
     pid_t child = fork();
-    if (child == 0) sleep_forever();
+    if (child == 0) {
+      // setsid=1: leave the worker's process group and session, as a daemon would.
+      if (opt("setsid", "0") == "1") setsid();
+      sleep_forever();
+    }
     write_file(opt("file", "grandchild") + "." + std::to_string(g_rank), std::to_string(child));
     mark_ready();
     sleep_forever();
