@@ -19,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <thread>
 
 #include "common/error.h"
@@ -664,8 +665,37 @@ struct Agent::Impl {
       std::string report = format_failure_report(*group, ctx);
       ssize_t ignored = ::write(STDERR_FILENO, report.data(), report.size());
       (void)ignored;
+      propagate_error_file();
     }
     finish(exit_codes::kWorkersFailed);
+  }
+
+  // When dlaunch itself runs under a launcher that gave it TORCHELASTIC_ERROR_FILE (torchrun,
+  // another dlaunch), hand the root cause up as torchrun's agent does: the worker's error file
+  // as is, else a file in the same format saying how the worker ended.
+  void propagate_error_file() {
+    std::string target;
+    for (const auto& [k, v] : opts.base_env) {
+      if (k == env_names::kErrorFile) target = v;
+    }
+    auto root = group->root_cause();
+    if (target.empty() || !root) return;
+    const WorkerRecord& w = group->worker(*root);
+    std::ifstream in(w.error_file);
+    std::string content((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    if (content.empty()) {
+      nlohmann::json j;
+      j["message"]["message"] =
+          fmt::format("dlaunch: rank {} on {} {}", w.global_rank, opts.host,
+                      describe_end(w, cfg.hang_timeout));
+      j["message"]["extraInfo"]["timestamp"] = std::to_string(
+          std::chrono::duration_cast<std::chrono::seconds>(w.exited_wall.time_since_epoch())
+              .count());
+      content = j.dump();
+    }
+    std::ofstream out(target);
+    out << content;
+    if (!out) log_warning("could not write the error file {} for the parent launcher", target);
   }
 
   void finish(int code) {

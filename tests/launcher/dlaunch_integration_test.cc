@@ -174,6 +174,19 @@ TEST(DlaunchExit, ErrorFileIsTheReportedCause) {
       << r.err;
 }
 
+// Under a parent launcher that set TORCHELASTIC_ERROR_FILE, the root cause is handed up.
+TEST(DlaunchExit, RootCauseErrorFileGoesToTheParentLauncher) {
+  TempDir dir;
+  std::string parent = dir.file("parent_error.json");
+  auto r = run(cmd({"--standalone"}, {"write-error-file", "message=KeyError: 7"}),
+               {{"TORCHELASTIC_ERROR_FILE", parent}});
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(read_file(parent).find("KeyError: 7"), std::string::npos) << read_file(parent);
+  r = run(cmd({"--standalone"}, {"segv"}), {{"TORCHELASTIC_ERROR_FILE", parent}});
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(read_file(parent).find("SIGSEGV"), std::string::npos) << read_file(parent);
+}
+
 TEST(DlaunchRestart, CrashOnceRestartsWithIncrementedCount) {
   auto r = run(cmd({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1"},
                    {"crash-once"}));
