@@ -58,6 +58,11 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host)
           "cannot host the job's store on {}:{}: the port is in use (another job, or a stale "
           "agent); pass a free --master_port, or --master_port 0 / --standalone to pick one",
           cfg.master_addr, cfg.master_port));
+    } catch (const UsageError& e) {
+      throw UsageError(fmt::format(
+          "--master_addr={} cannot host this single-node job's store ({}); use 127.0.0.1 (the "
+          "default) or an address of this machine",
+          cfg.master_addr, e.what()));
     }
     s.server = server;
     s.master_addr = cfg.master_addr;
