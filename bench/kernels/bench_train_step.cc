@@ -4,15 +4,18 @@
 // /usr/bin/python3), and the ratio.
 //
 //   bench_train_step [--widths 64,16] [--batch 128] [--threads 2] [--steps 5] [--warmup 2]
-//                    [--no-torch] [--profile] [--depth 18]
+//                    [--repeat 1] [--no-torch] [--profile] [--depth 18]
 //
-// Reports medians of per-step times. --profile prints where our step spends its time per op.
+// Reports medians of per-step times. With --repeat R, ours and PyTorch's runs alternate R times
+// (so slow drifts in the machine's load hit both) and the summary shows the median over rounds
+// of images/s and of the per-round ratio. --profile prints where our step spends its time.
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <ctime>
 #include <random>
 #include <sstream>
 #include <string>
@@ -40,6 +43,7 @@ struct Options {
   int threads = 2;
   int steps = 5;
   int warmup = 2;
+  int repeat = 1;
   bool torch = true;
   bool profile = false;
 };
@@ -50,8 +54,14 @@ double median(std::vector<double> v) {
   return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-// Median seconds per training step.
-double run_ours(const Options& o, int width, std::vector<double>* steps_out) {
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+}
+
+// Median seconds per training step; *cpu_out gets the median process CPU seconds per step.
+double run_ours(const Options& o, int width, std::vector<double>* steps_out, double* cpu_out) {
   kernels::cpu::set_num_threads(o.threads);
   ResNet net(ResNetConfig{o.depth, width, 3, 10, 32}, 0);
   OptimConfig oc;
@@ -66,30 +76,37 @@ double run_ours(const Options& o, int width, std::vector<double>* steps_out) {
   std::vector<int32_t> labels(static_cast<size_t>(o.batch));
   for (auto& l : labels) l = static_cast<int32_t>(rng() % 10);
   Tensor grad;
-  std::vector<double> times;
+  std::vector<double> times, cpu;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     if (o.profile && s == o.warmup) {
       kernels::profile_report(true);
       kernels::set_profiling(true);
     }
     const auto t0 = std::chrono::steady_clock::now();
+    const double c0 = process_cpu_seconds();
     const Tensor& logits = net.forward(images, true);
     softmax_cross_entropy(logits, labels.data(), &grad, nullptr);
     net.backward(grad);
     opt.step(net.params(), net.grads(), net.num_params(), 0.1f, net.param_info());
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (s >= o.warmup) times.push_back(dt);
+    const double dc = process_cpu_seconds() - c0;
+    if (s >= o.warmup) {
+      times.push_back(dt);
+      cpu.push_back(dc);
+    }
   }
   if (o.profile) {
     kernels::set_profiling(false);
     std::printf("profile, width %d, %d steps:\n%s", width, o.steps, kernels::profile_report(true).c_str());
   }
   *steps_out = times;
+  *cpu_out = median(cpu);
   return median(times);
 }
 
-// PyTorch's images/s, or a negative number when it could not be measured.
-double run_torch(const Options& o, int width) {
+// PyTorch's images/s, or a negative number when it could not be measured; *cpu_ips gets its
+// CPU-time-based rate (see torch_train_step.py).
+double run_torch(const Options& o, int width, double* cpu_ips) {
   const std::string cmd = "/usr/bin/python3 " DLAUNCH_TORCH_BENCH " --width " + std::to_string(width) +
                           " --batch " + std::to_string(o.batch) + " --threads " +
                           std::to_string(o.threads) + " --steps " + std::to_string(o.steps) +
@@ -100,7 +117,7 @@ double run_torch(const Options& o, int width) {
   double ips = -1;
   while (std::fgets(line, sizeof line, p)) {
     std::fputs(line, stdout);
-    std::sscanf(line, "torch images_per_s %lf", &ips);
+    std::sscanf(line, "torch images_per_s %lf step_s %*f cpu_images_per_s %lf", &ips, cpu_ips);
   }
   if (pclose(p) != 0) return -1;
   return ips;
@@ -133,12 +150,13 @@ int main(int argc, char** argv) {
     else if (a == "--threads") o.threads = static_cast<int>(parse_int(next(), a));
     else if (a == "--steps") o.steps = static_cast<int>(parse_int(next(), a));
     else if (a == "--warmup") o.warmup = static_cast<int>(parse_int(next(), a));
+    else if (a == "--repeat") o.repeat = static_cast<int>(parse_int(next(), a));
     else if (a == "--no-torch") o.torch = false;
     else if (a == "--profile") o.profile = true;
     else {
       std::fprintf(stderr,
                    "usage: bench_train_step [--widths 64,16] [--depth 18] [--batch 128] [--threads 2]"
-                   " [--steps 5] [--warmup 2] [--no-torch] [--profile]\n");
+                   " [--steps 5] [--warmup 2] [--repeat 1] [--no-torch] [--profile]\n");
       return 2;
     }
   }
@@ -146,27 +164,53 @@ int main(int argc, char** argv) {
   if (getloadavg(load, 3) > 0) std::printf("load average before: %.2f %.2f %.2f\n", load[0], load[1], load[2]);
   std::printf("ResNet-%d CIFAR, batch %d, %d threads, median of %d steps after %d warm-up\n", o.depth,
               o.batch, o.threads, o.steps, o.warmup);
+  // Two figures per side: wall-clock images/s (what a user sees; hurt by whatever else runs on
+  // the machine) and CPU images/s = batch * threads / process CPU seconds per step (the rate with
+  // the threads on otherwise idle cores; robust to load from other processes).
   struct Row {
     int width;
-    double ours, torch;
+    double ours, torch, ratio, ours_cpu, torch_cpu, cpu_ratio;
   };
   std::vector<Row> rows;
   for (int w : o.widths) {
-    std::vector<double> steps;
-    const double t = run_ours(o, w, &steps);
-    std::printf("dtrain width %d images_per_s %.2f step_s %.4f steps", w, o.batch / t, t);
-    for (double s : steps) std::printf(" %.4f", s);
-    std::printf("\n");
-    std::fflush(stdout);
-    const double torch = (o.torch && o.depth == 18) ? run_torch(o, w) : -1;
-    rows.push_back({w, o.batch / t, torch});
+    std::vector<double> ours_ips, torch_ips, ratios, ours_cpu, torch_cpu, cpu_ratios;
+    for (int round = 0; round < o.repeat; ++round) {
+      std::vector<double> steps;
+      double cpu_s = 0;
+      const double t = run_ours(o, w, &steps, &cpu_s);
+      const double cpu_ips = o.batch * o.threads / cpu_s;
+      std::printf("dtrain width %d images_per_s %.2f step_s %.4f cpu_images_per_s %.2f cpu_s %.4f steps",
+                  w, o.batch / t, t, cpu_ips, cpu_s);
+      for (double s : steps) std::printf(" %.4f", s);
+      std::printf("\n");
+      std::fflush(stdout);
+      ours_ips.push_back(o.batch / t);
+      ours_cpu.push_back(cpu_ips);
+      double torch_cpu_ips = -1;
+      const double torch = (o.torch && o.depth == 18) ? run_torch(o, w, &torch_cpu_ips) : -1;
+      if (torch > 0) {
+        torch_ips.push_back(torch);
+        ratios.push_back(o.batch / t / torch);
+      }
+      if (torch_cpu_ips > 0) {
+        torch_cpu.push_back(torch_cpu_ips);
+        cpu_ratios.push_back(cpu_ips / torch_cpu_ips);
+      }
+    }
+    auto med = [](const std::vector<double>& v) { return v.empty() ? -1.0 : median(v); };
+    rows.push_back({w, med(ours_ips), med(torch_ips), med(ratios), med(ours_cpu), med(torch_cpu),
+                    med(cpu_ratios)});
   }
-  std::printf("\n%-6s %14s %14s %7s\n", "width", "dtrain img/s", "torch img/s", "ratio");
+  std::printf("\nmedians over %d round%s\n%-6s %12s %12s %7s   %14s %14s %7s\n", o.repeat,
+              o.repeat == 1 ? "" : "s", "width", "dtrain img/s", "torch img/s", "ratio",
+              "dtrain CPU i/s", "torch CPU i/s", "ratio");
   for (const Row& r : rows) {
     if (r.torch > 0)
-      std::printf("%-6d %14.1f %14.1f %6.2fx\n", r.width, r.ours, r.torch, r.ours / r.torch);
+      std::printf("%-6d %12.1f %12.1f %6.2fx   %14.1f %14.1f %6.2fx\n", r.width, r.ours, r.torch,
+                  r.ratio, r.ours_cpu, r.torch_cpu, r.cpu_ratio);
     else
-      std::printf("%-6d %14.1f %14s %7s\n", r.width, r.ours, "n/a", "n/a");
+      std::printf("%-6d %12.1f %12s %7s   %14.1f %14s %7s\n", r.width, r.ours, "n/a", "n/a",
+                  r.ours_cpu, "n/a", "n/a");
   }
   if (getloadavg(load, 3) > 0) std::printf("load average after: %.2f %.2f %.2f\n", load[0], load[1], load[2]);
   return 0;

@@ -3,7 +3,8 @@
 backward, SGD nesterov momentum 0.9 + weight decay 5e-4) of a CIFAR ResNet-18 on random data.
 
 Usage: torch_train_step.py --width 64 --batch 128 --threads 2 --steps 5 --warmup 2
-Prints one line: "torch images_per_s <median> step_s <median seconds> ..." (per-step seconds).
+Prints one line: "torch images_per_s <median> step_s <median seconds> cpu_images_per_s <batch *
+threads / median process CPU seconds per step> cpu_s <...> steps ..." (per-step seconds).
 The model is written out here (no torchvision): CIFAR stem (3x3 conv stride 1, no max-pool),
 BasicBlocks [2, 2, 2, 2], widths w, 2w, 4w, 8w.
 """
@@ -67,18 +68,22 @@ def main():
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True, weight_decay=5e-4)
     images = torch.randn(a.batch, 3, 32, 32)
     labels = torch.randint(0, 10, (a.batch,))
-    times = []
+    times, cpu = [], []
     for s in range(a.warmup + a.steps):
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         opt.zero_grad(set_to_none=True)
         loss = F.cross_entropy(model(images), labels)
         loss.backward()
         opt.step()
-        dt = time.perf_counter() - t0
+        dt, dc = time.perf_counter() - t0, time.process_time() - c0
         if s >= a.warmup:
             times.append(dt)
-    med = statistics.median(times)
-    print("torch images_per_s %.2f step_s %.4f steps %s" % (a.batch / med, med,
+            cpu.append(dc)
+    med, cmed = statistics.median(times), statistics.median(cpu)
+    # cpu_images_per_s: images per CPU-second of the process times the thread count, i.e. the
+    # rate the step would reach with all its threads on otherwise idle cores.
+    print("torch images_per_s %.2f step_s %.4f cpu_images_per_s %.2f cpu_s %.4f steps %s" % (
+          a.batch / med, med, a.batch * a.threads / cmed, cmed,
           " ".join("%.4f" % t for t in times)), flush=True)
 
 
