@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/signal_set.hpp>
@@ -876,6 +877,9 @@ Agent::~Agent() {
 
 int Agent::run() {
   try {
+    // The loop must not run dry while a helper thread (rendezvous round, exit barrier) works:
+    // only finish() ends it, with io.stop().
+    auto work = asio::make_work_guard(impl_->io);
     impl_->prepare();
     impl_->begin_generation();
     impl_->io.run();

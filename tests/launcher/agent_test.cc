@@ -10,6 +10,10 @@
 #include <boost/asio/steady_timer.hpp>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <thread>
+
+#include "rendezvous/rendezvous_handler.h"
 
 namespace dlaunch {
 namespace {
@@ -231,6 +235,120 @@ TEST(Agent, FreshHeartbeatsKeepWorkersHealthy) {
   jump.async_wait([&](const boost::system::error_code&) { clock.advance(5s); });
   Agent agent(cfg, procs, io, opts);
   EXPECT_EQ(agent.run(), exit_codes::kSuccess);
+}
+
+// A scripted rendezvous: every round has 2 nodes of 2 workers, this node is node 1; events are
+// fired by the test through the callback the agent registered with watch().
+class FakeRendezvous : public RendezvousHandler {
+ public:
+  std::string backend() const override { return "fake"; }
+  std::string run_id() const override { return "fake"; }
+  RendezvousResult next_rendezvous() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    RendezvousResult r;
+    r.round = rounds_++;
+    r.group_rank = 1;
+    r.group_world_size = 2;
+    r.local_world_sizes = {3, 2};
+    r.hosts = {"a", "b"};
+    r.master_addr = "10.0.0.1";
+    r.master_port = 29400;
+    r.restart_count = restart_count_;
+    return r;
+  }
+  void watch(std::function<void(const RendezvousEvent&)> cb) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    on_event_ = std::move(cb);
+  }
+  void request_restart(const std::string& report) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++restart_count_;
+    reports.push_back(report);
+  }
+  int64_t num_nodes_waiting() override { return 0; }
+  void set_closed() override { closed = true; }
+  bool is_closed() override { return closed; }
+  void shutdown() override { shut_down = true; }
+
+  void fire(RendezvousEvent::Kind kind, const std::string& reason, bool spends) {
+    std::function<void(const RendezvousEvent&)> cb;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (spends) ++restart_count_;
+      cb = on_event_;
+    }
+    cb(RendezvousEvent{kind, reason});
+  }
+  int64_t rounds() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return rounds_;
+  }
+  std::vector<std::string> reports;
+  bool closed = false;
+  bool shut_down = false;
+
+ private:
+  std::mutex mutex_;
+  int64_t rounds_ = 0;
+  int64_t restart_count_ = 0;
+  std::function<void(const RendezvousEvent&)> on_event_;
+};
+
+TEST(AgentRendezvous, RanksComeFromTheRoundAndEventsRestart) {
+  asio::io_context io;
+  FakeProcessContext procs(io);
+  auto rdzv = std::make_shared<FakeRendezvous>();
+  // Attempt 0: run until stopped, and a node joins (free restart). Attempt 1: run until
+  // stopped, another node fails (spends the budget). Attempt 2: succeed.
+  procs.script = [&](int64_t lr, int64_t attempt) {
+    if (lr == 1 && attempt < 2) {
+      auto kind = attempt == 0 ? RendezvousEvent::Kind::kMembershipChanged
+                               : RendezvousEvent::Kind::kRestartRequested;
+      // From another thread, as the handler's watcher would.
+      std::thread([rdzv, kind, attempt]() {
+        rdzv->fire(kind, attempt == 0 ? "node 2 joined" : "rank 0 on a failed", attempt == 1);
+      }).detach();
+    }
+    return attempt < 2 ? Behaviour{} : Behaviour{ExitStatus::exited(0)};
+  };
+  auto opts = options();
+  opts.rendezvous = rdzv;
+  opts.use_agent_store = true;
+  Agent agent(config(2, 1), procs, io, opts);
+  EXPECT_EQ(agent.run(), exit_codes::kSuccess);
+  EXPECT_EQ(agent.generations(), 3);
+  EXPECT_EQ(rdzv->rounds(), 3);
+  EXPECT_EQ(agent.restarts_used(), 1);  // the membership change was free
+  ASSERT_EQ(procs.spawned.size(), 6u);
+  // Node 1 of sizes {3, 2}: global ranks 3 and 4 of 5; the store is the round's.
+  EXPECT_EQ(env_of(procs.spawned[0], "RANK"), "3");
+  EXPECT_EQ(env_of(procs.spawned[1], "RANK"), "4");
+  EXPECT_EQ(env_of(procs.spawned[1], "WORLD_SIZE"), "5");
+  EXPECT_EQ(env_of(procs.spawned[1], "GROUP_RANK"), "1");
+  EXPECT_EQ(env_of(procs.spawned[1], "MASTER_ADDR"), "10.0.0.1");
+  EXPECT_EQ(env_of(procs.spawned[1], "TORCHELASTIC_USE_AGENT_STORE"), "True");
+  EXPECT_EQ(env_of(procs.spawned[2], "TORCHELASTIC_RESTART_COUNT"), "0");  // after the join
+  EXPECT_EQ(env_of(procs.spawned[4], "TORCHELASTIC_RESTART_COUNT"), "1");  // after the failure
+  EXPECT_EQ(env_of(procs.spawned[4], "DLAUNCH_ATTEMPT"), "2");
+  EXPECT_TRUE(rdzv->shut_down);
+  EXPECT_FALSE(rdzv->closed);
+}
+
+TEST(AgentRendezvous, LocalFailureIsPushedToTheOtherNodes) {
+  asio::io_context io;
+  FakeProcessContext procs(io);
+  auto rdzv = std::make_shared<FakeRendezvous>();
+  procs.script = [](int64_t lr, int64_t) {
+    return lr == 0 ? Behaviour{ExitStatus::exited(9)} : Behaviour{};
+  };
+  auto opts = options();
+  opts.rendezvous = rdzv;
+  Agent agent(config(2, 0), procs, io, opts);
+  EXPECT_EQ(agent.run(), exit_codes::kWorkersFailed);
+  ASSERT_EQ(rdzv->reports.size(), 1u);
+  EXPECT_NE(rdzv->reports[0].find("rank 3"), std::string::npos) << rdzv->reports[0];
+  EXPECT_NE(rdzv->reports[0].find("exit code 9"), std::string::npos) << rdzv->reports[0];
+  EXPECT_TRUE(rdzv->closed);  // the budget is spent: no more rounds for anyone
 }
 
 }  // namespace
