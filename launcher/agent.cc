@@ -29,6 +29,7 @@
 #include "launcher/failure_report.h"
 #include "launcher/log_router.h"
 #include "launcher/posix_process_context.h"
+#include "launcher/stack_capture.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/rendezvous_handler.h"
 
@@ -69,18 +70,6 @@ int64_t pick_free_port() {
   }
   ::close(fd);
   return ntohs(addr.sin_port);
-}
-
-std::string first_lines(const std::string& text, size_t n) {
-  std::string out;
-  size_t pos = 0;
-  for (size_t i = 0; i < n && pos < text.size(); ++i) {
-    size_t end = text.find('\n', pos);
-    if (end == std::string::npos) end = text.size();
-    out += "    " + text.substr(pos, end - pos) + "\n";
-    pos = end + 1;
-  }
-  return out;
 }
 
 }  // namespace
@@ -496,16 +485,12 @@ struct Agent::Impl {
       if (k == "PATH") path_env = v;
     }
     if (path_env.empty()) path_env = "/usr/local/bin:/usr/bin:/bin";
-    std::vector<std::string> argv;
     if (!opts.capture_stacks) {
       stop_group(SIGTERM);
       return;
     }
-    if (auto eu = resolve_program("eu-stack", path_env); !eu.empty()) {
-      argv = {eu, "-p", std::to_string(w.pid)};
-    } else if (auto gdb = resolve_program("gdb", path_env); !gdb.empty()) {
-      argv = {gdb, "-batch", "-nx", "-p", std::to_string(w.pid), "-ex", "thread apply all bt"};
-    } else {
+    std::vector<std::string> argv = stack_capture_command(w.pid, path_env);
+    if (argv.empty()) {
       log_warning("no stack of the hung worker: neither eu-stack (elfutils) nor gdb is "
                   "installed; install one of them to get stacks (see docs/troubleshooting.md)");
       stop_group(SIGTERM);
@@ -650,9 +635,6 @@ struct Agent::Impl {
       }
       log_warning("restarting the worker group ({} of {} restarts)", restart_count + 1,
                   cfg.max_restarts);
-      if (!opts.rendezvous) {
-        // Single node: the restart count is ours to keep.
-      }
       return begin_generation();
     }
     if (group->root_cause() || !group->stop_reason().empty()) {

@@ -2,10 +2,14 @@
 
 #include <gtest/gtest.h>
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
 
 #include "launcher/exit_status.h"
+#include "launcher/stack_capture.h"
 
 namespace dlaunch {
 namespace {
@@ -86,6 +90,30 @@ TEST(FailureReport, RootCauseFirstOthersAsConsequences) {
   EXPECT_NE(r.find("CUDA out of memory"), std::string::npos) << r;
   EXPECT_NE(r.find("rank 4 (local_rank 0, pid 100): signal SIGTERM"), std::string::npos) << r;
   EXPECT_NE(r.find("attempt 0: rank 5"), std::string::npos) << r;
+}
+
+TEST(StackCapture, PrefersEuStackThenGdbThenNothing) {
+  char dir[] = "/tmp/dlaunch_tools_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string d = dir;
+  auto make_tool = [&](const std::string& name) {
+    std::string p = d + "/" + name;
+    std::ofstream(p) << "#!/bin/sh\n";
+    chmod(p.c_str(), 0755);
+  };
+  EXPECT_TRUE(stack_capture_command(42, d).empty());
+  make_tool("gdb");
+  auto gdb = stack_capture_command(42, d);
+  ASSERT_FALSE(gdb.empty());
+  EXPECT_EQ(gdb[0], d + "/gdb");
+  EXPECT_EQ(gdb.back(), "thread apply all bt");
+  make_tool("eu-stack");
+  EXPECT_EQ(stack_capture_command(42, "/nonexistent:" + d),
+            (std::vector<std::string>{d + "/eu-stack", "-p", "42"}));
+  std::remove((d + "/gdb").c_str());
+  std::remove((d + "/eu-stack").c_str());
+  rmdir(dir);
+  EXPECT_EQ(first_lines("a\nb\nc\n", 2), "    a\n    b\n");
 }
 
 }  // namespace
