@@ -292,16 +292,34 @@ TEST(DlaunchSignals, SigtermIsForwardedAndExitIs143) {
   }
 }
 
-TEST(DlaunchSignals, SigintExitIs130) {
+TEST(DlaunchSignals, SigintAndSighupExitWith128PlusN) {
+  for (int sig : {SIGINT, SIGHUP}) {
+    TempDir dir;
+    Subprocess p(cmd({"--standalone"}, {"record-signals", "file=" + dir.file("sig"),
+                                        "ready=" + dir.path()}));
+    ASSERT_TRUE(wait_ready(dir, 1)) << p.err();
+    p.signal(sig);
+    auto exit = p.wait(60s);
+    ASSERT_TRUE(exit) << p.err();
+    EXPECT_EQ(exit->shell_code(), 128 + sig) << p.err();
+    EXPECT_NE(read_file(dir.file("sig.0")).find(sig == SIGINT ? "SIGINT" : "SIGHUP"),
+              std::string::npos);
+  }
+}
+
+TEST(DlaunchSignals, SecondSignalSkipsTheGrace) {
   TempDir dir;
-  Subprocess p(cmd({"--standalone"}, {"record-signals", "file=" + dir.file("sig"),
-                                      "ready=" + dir.path()}));
+  // A grace far longer than the test waits: only the second SIGTERM can end the job in time.
+  Subprocess p(cmd({"--standalone", "--shutdown_grace", "600"},
+                   {"ignore-sigterm", "ready=" + dir.path()}));
   ASSERT_TRUE(wait_ready(dir, 1)) << p.err();
-  p.signal(SIGINT);
+  p.signal(SIGTERM);
+  ASSERT_TRUE(wait_until([&] { return p.err().find("received SIGTERM") != std::string::npos; }, 30s));
+  p.signal(SIGTERM);
   auto exit = p.wait(60s);
   ASSERT_TRUE(exit) << p.err();
-  EXPECT_EQ(exit->shell_code(), 128 + SIGINT) << p.err();
-  EXPECT_NE(read_file(dir.file("sig.0")).find("SIGINT"), std::string::npos);
+  EXPECT_EQ(exit->shell_code(), 128 + SIGTERM);
+  EXPECT_NE(p.err().find("killing the workers now"), std::string::npos) << p.err();
 }
 
 TEST(DlaunchSignals, PreemptionNoticeThenStopExits75) {
