@@ -383,17 +383,14 @@ struct Agent::Impl {
           if (stream == 2 && gen == generation && group) group->add_stderr_line(lr, std::string(line));
         };
         cb.on_exit = [this, gen, lr](const ExitStatus& st) { on_worker_exit(gen, lr, st); };
+        cb.on_exec_failed = [this, gen, lr](const std::string& message) {
+          on_exec_failed(gen, lr, message);
+        };
         int pid = procs.spawn(req, std::move(cb));
         group->on_started(lr, pid, opts.clock->now(), std::chrono::system_clock::now());
         log_debug("local rank {} started as pid {}", lr, pid);
       } catch (const SpawnError& e) {
-        if (cfg.runs_python()) {
-          log_error("{} (the interpreter for .py programs and -m; choose it with --python, e.g. "
-                    "--python /usr/bin/python3 for Debian's PyTorch)",
-                    e.what());
-        } else {
-          log_error("{}", e.what());
-        }
+        log_spawn_error(e.what());
         usage_failure = true;
         group->on_spawn_failed(e.what());
         stop_group(SIGTERM);
@@ -433,6 +430,32 @@ struct Agent::Impl {
       return;
     }
     if (phase == Phase::kStopping && group->all_exited()) group_stopped();
+  }
+
+  // The program was found but could not be executed: a usage problem, no restart helps.
+  void on_exec_failed(int64_t gen, int64_t lr, const std::string& message) {
+    if (gen != generation || !group) return;
+    if (!usage_failure) {
+      usage_failure = true;
+      log_spawn_error(message);
+    }
+    bool was_final = group->final();
+    group->on_exit(lr, ExitStatus::exited(127), opts.clock->now(), std::chrono::system_clock::now());
+    if (!was_final) {
+      stop_group(SIGTERM);
+    } else if (phase == Phase::kStopping && group->all_exited()) {
+      group_stopped();
+    }
+  }
+
+  void log_spawn_error(const std::string& message) {
+    if (cfg.runs_python()) {
+      log_error("{} (the interpreter for .py programs and -m; choose it with --python, e.g. "
+                "--python /usr/bin/python3 for Debian's PyTorch)",
+                message);
+    } else {
+      log_error("{}", message);
+    }
   }
 
   void report_to_peers(const std::string& report) {
@@ -506,6 +529,11 @@ struct Agent::Impl {
     ProcessCallbacks cb;
     cb.on_line = [text](int, std::string_view line) {
       if (text->size() < (1u << 20)) text->append(line).push_back('\n');
+    };
+    cb.on_exec_failed = [this, gen](const std::string& message) {
+      capture_timer.cancel();
+      log_warning("could not capture the hung worker's stack: {}", message);
+      if (gen == generation && phase == Phase::kCapturing) stop_group(SIGTERM);
     };
     cb.on_exit = [this, gen, text, out_path, lr](const ExitStatus& st) {
       capture_timer.cancel();

@@ -95,7 +95,10 @@ ExitStatus status_from_siginfo(const siginfo_t& info) {
 
 struct PosixProcessContext::Child {
   explicit Child(asio::io_context& io) : pidfd(io), out(io), err(io) {}
+  ~Child() { close_fd(exec_fd); }
   int pid = -1;
+  std::string path;
+  int exec_fd = -1;  // read end of the exec-status pipe: errno bytes if exec failed, else EOF
   asio::posix::stream_descriptor pidfd;
   asio::posix::stream_descriptor out;
   asio::posix::stream_descriptor err;
@@ -265,23 +268,9 @@ int PosixProcessContext::spawn(const SpawnRequest& request, ProcessCallbacks cal
   close_fd(out_pipe[1]);
   close_fd(err_pipe[1]);
   close_fd(exec_pipe[1]);
-  int exec_errno = 0;
-  ssize_t r;
-  do {
-    r = ::read(exec_pipe[0], &exec_errno, sizeof(exec_errno));
-  } while (r < 0 && errno == EINTR);
-  close_fd(exec_pipe[0]);
-  if (r == static_cast<ssize_t>(sizeof(exec_errno))) {
-    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
-    }
-    cleanup();
-    std::string hint;
-    if (exec_errno == EACCES) hint = "; make it executable (chmod +x) or check the path";
-    if (exec_errno == ENOEXEC) hint = "; it is not a binary and has no #! line";
-    if (exec_errno == ENOENT) hint = "; if it is a script, check the interpreter in its #! line";
-    throw SpawnError(
-        fmt::format("cannot execute '{}': {}{}", path, std::strerror(exec_errno), hint));
-  }
+  // Do not wait for the exec here: the next worker is forked at once and the children exec in
+  // parallel. A failed exec leaves its errno in the pipe; on_pidfd_ready reads it at the exit.
+  fcntl(exec_pipe[0], F_SETFL, O_NONBLOCK);
 
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) {
@@ -296,6 +285,9 @@ int PosixProcessContext::spawn(const SpawnRequest& request, ProcessCallbacks cal
 
   auto child = std::make_shared<Child>(io_);
   child->pid = pid;
+  child->path = path;
+  child->exec_fd = exec_pipe[0];
+  exec_pipe[0] = -1;
   child->callbacks = std::move(callbacks);
   child->pidfd.assign(pidfd);
   if (request.capture_output) {
@@ -359,6 +351,27 @@ void PosixProcessContext::on_pidfd_ready(int pid) {
   child->pidfd.close(ignored);
   children_.erase(it);
   dead_groups_.push_back(pid);
+  int exec_errno = 0;
+  ssize_t r;
+  do {
+    r = ::read(child->exec_fd, &exec_errno, sizeof(exec_errno));
+  } while (r < 0 && errno == EINTR);
+  close_fd(child->exec_fd);
+  if (r == static_cast<ssize_t>(sizeof(exec_errno))) {
+    std::string hint;
+    if (exec_errno == EACCES) hint = "; make it executable (chmod +x) or check the path";
+    if (exec_errno == ENOEXEC) hint = "; it is not a binary and has no #! line";
+    if (exec_errno == ENOENT) hint = "; if it is a script, check the interpreter in its #! line";
+    std::string message =
+        fmt::format("cannot execute '{}': {}{}", child->path, std::strerror(exec_errno), hint);
+    if (child->callbacks.on_exec_failed) {
+      child->callbacks.on_exec_failed(message);
+    } else if (child->callbacks.on_exit) {
+      log_error("{}", message);
+      child->callbacks.on_exit(ExitStatus::exited(127));
+    }
+    return;
+  }
   // Deliver what the worker wrote before it died, then its exit. Its children may keep the
   // pipes open; the async reads go on for them.
   child->drain(1);

@@ -8,8 +8,10 @@
 //     attach under Yama ptrace_scope 1;
 //   - default dispositions for every signal the agent catches, and for SIGPIPE; an empty mask;
 //   - no file descriptor but 0, 1, 2 (close_range marks the rest close-on-exec);
-//   - exec failures (ENOENT, EACCES, ENOEXEC...) sent back through a close-on-exec pipe, so the
-//     agent reports them with the path instead of seeing an anonymous exit 127.
+//   - exec failures (EACCES, ENOEXEC, a missing #! interpreter...) sent back through a
+//     close-on-exec pipe, so the agent reports them with the path instead of seeing an
+//     anonymous exit 127. spawn() does not wait for the exec (workers exec in parallel); the
+//     pipe is read when the process exits and turns into on_exec_failed.
 // The agent itself becomes a child subreaper, so orphaned grandchildren come back to it, and
 // starts an OrphanGuard that kills the worker groups if the agent dies uncleanly.
 //

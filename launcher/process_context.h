@@ -40,8 +40,12 @@ struct ProcessCallbacks {
   // One line without its '\n'; stream 1 = stdout, 2 = stderr. Lines written before the process
   // exited are all delivered before on_exit; its children may still write after.
   std::function<void(int stream, std::string_view line)> on_line;
-  // Exactly once, when the process has exited and been reaped.
+  // Exactly once, when the process has exited and been reaped, unless on_exec_failed is called
+  // instead.
   std::function<void(const ExitStatus&)> on_exit;
+  // Instead of on_exit when the program could not be executed (EACCES, ENOEXEC, a missing #!
+  // interpreter): a message for the user naming the path and the reason.
+  std::function<void(const std::string& message)> on_exec_failed;
 };
 
 class ProcessContext {
@@ -49,9 +53,10 @@ class ProcessContext {
   virtual ~ProcessContext() = default;
 
   // Starts a process that leads its own process group and cannot outlive the agent. Returns its
-  // pid. Blocks only until exec has succeeded or failed. Throws SpawnError when the program
-  // cannot be found or executed (the exit is then never reported), SystemError when fork or a
-  // pipe fails.
+  // pid right after fork: it does not wait for the exec, so several workers start in parallel.
+  // Throws SpawnError when the program is not found (then nothing was started), SystemError when
+  // fork or a pipe fails. A program found but not executable is reported through
+  // on_exec_failed.
   virtual int spawn(const SpawnRequest& request, ProcessCallbacks callbacks) = 0;
 
   // Sends `signal` to the process group led by `pid` (the process and the children it did not
