@@ -105,6 +105,32 @@ class SlurmClusterTest : public ::testing::Test {
   std::string conf_;
 };
 
+// The recommended pattern: one dlaunch per node, each starting two workers; dlaunch takes the
+// node count, node rank, master and port from Slurm and runs the static rendezvous.
+TEST_F(SlurmClusterTest, AgentPerNodeGivesRanksWorldSizeAndMaster) {
+  RunResult r = run({"srun", "-N2", "-w", "127.0.0.[11-12]", "--ntasks-per-node=1", "--label",
+                     DLAUNCH_BIN, "--nproc_per_node=2", TEST_WORKER_BIN, "print-env"});
+  ASSERT_EQ(r.exit.code, 0) << r.out << r.err;
+  Workers w = parse_print_env(r.out);
+  ASSERT_EQ(w.size(), 4u) << r.out;
+  std::set<std::string> ranks;
+  const std::string run_id = w.begin()->second["TORCHELASTIC_RUN_ID"];
+  for (const auto& [who, env] : w) {
+    const std::string task = who.substr(0, who.find('/'));  // srun task = node rank here
+    ranks.insert(env.at("RANK"));
+    EXPECT_EQ(env.at("GROUP_RANK"), task) << who;
+    EXPECT_EQ(std::stoi(env.at("RANK")), 2 * std::stoi(task) + std::stoi(env.at("LOCAL_RANK")));
+    EXPECT_EQ(env.at("WORLD_SIZE"), "4");
+    EXPECT_EQ(env.at("LOCAL_WORLD_SIZE"), "2");
+    EXPECT_EQ(env.at("GROUP_WORLD_SIZE"), "2");
+    EXPECT_EQ(env.at("MASTER_ADDR"), "127.0.0.11");
+    EXPECT_EQ(env.at("MASTER_PORT"), std::to_string(20000 + std::stoll(run_id) % 10000));
+    EXPECT_EQ(env.at("TORCHELASTIC_RUN_ID"), run_id);
+    EXPECT_EQ(env.at("TORCHELASTIC_USE_AGENT_STORE"), "True");
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1", "2", "3"}));
+}
+
 TEST_F(SlurmClusterTest, TaskPerWorkerContractComesFromSlurmIds) {
   // -w: fixed nodes, so the master is known (Slurm may otherwise pick others while earlier
   // jobs' nodes are still completing).
@@ -187,12 +213,12 @@ TEST_F(SlurmClusterTest, ScancelLeavesNoWorkerAlive) {
     SCOPED_TRACE(mode);
     TempDir dir;
     std::string id =
-        sbatch({"-N1", "--output=" + dir.file("out"), "--wrap",
+        sbatch({"-N2", "--ntasks-per-node=1", "--output=" + dir.file("out"), "--wrap",
                 "srun " + std::string(DLAUNCH_BIN) + " --nproc_per_node=2 --shutdown_grace=2 " +
                     TEST_WORKER_BIN + " " + mode + " ready=" + dir.path()});
     ASSERT_FALSE(id.empty());
-    auto pids = wait_ready(dir, 2, 60s);
-    ASSERT_EQ(pids.size(), 2u) << testing::read_file(dir.file("out"));
+    auto pids = wait_ready(dir, 4, 60s);  // 2 nodes x 2 workers
+    ASSERT_EQ(pids.size(), 4u) << testing::read_file(dir.file("out"));
     for (pid_t p : pids) EXPECT_TRUE(testing::process_alive(p));
     ASSERT_EQ(run({"scancel", id}, 10s).exit.code, 0);
     EXPECT_TRUE(job_gone(id, 60s));
@@ -263,6 +289,30 @@ TEST_F(SlurmClusterTest, PreemptionNoticeEndsWithTheRequeueCode) {
   EXPECT_NE(out.find("preempted"), std::string::npos) << out;
 }
 
+#ifdef DTRAIN_BIN
+// examples/slurm/dtrain.sbatch as a user would submit it: dtrain on 2 nodes x 2 workers.
+TEST_F(SlurmClusterTest, DtrainSbatchTrainsOnTwoNodes) {
+  TempDir dir;
+  std::string id = sbatch(
+      {"--output=" + dir.file("out"), "--chdir=" + dir.path(),
+       "--export=ALL,DLAUNCH=" + std::string(DLAUNCH_BIN) + ",DTRAIN=" + DTRAIN_BIN +
+           ",DTRAIN_ARGS=--dataset=synthetic --epochs=1 --max_steps=2 --batch_size=8 "
+           "--width=4 --eval_every=0",
+       std::string(DLAUNCH_SOURCE_DIR) + "/examples/slurm/dtrain.sbatch"});
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(job_gone(id, 280s)) << testing::read_file(dir.file("out"));
+  std::string out = testing::read_file(dir.file("out"));
+  // Both agents resolved the same job from Slurm, and the 4 workers finished.
+  EXPECT_NE(out.find("nnodes                 = 2                        <- SLURM_STEP_NUM_NODES"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("global ranks 0-1 of 4 (node 0 of 2)"), std::string::npos) << out;
+  EXPECT_NE(out.find("global ranks 2-3 of 4 (node 1 of 2)"), std::string::npos) << out;
+  EXPECT_EQ(out.find("srun: error"), std::string::npos) << out;
+  EXPECT_TRUE(testing::file_exists(dir.file("dtrain-" + id))) << out;
+}
+#endif
+
 TEST_F(SlurmClusterTest, PyTorchScriptOneTaskPerWorker) {
   TempDir dir;
   // The job runs in the source tree (--chdir), where the script's default SCRIPT lives.
@@ -274,7 +324,25 @@ TEST_F(SlurmClusterTest, PyTorchScriptOneTaskPerWorker) {
   ASSERT_TRUE(job_gone(id, 120s));
   std::string out = testing::read_file(dir.file("out"));
   for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_NE(out.find("rank " + std::to_string(rank) + "/4: all_reduce sum 6"),
+    EXPECT_NE(out.find("rank " + std::to_string(rank) + "/4: all_reduce sum 6 (restart 0, agent "
+                       "store False)"),
+              std::string::npos)
+        << out;
+  }
+}
+
+TEST_F(SlurmClusterTest, PyTorchScriptOneAgentPerNode) {
+  TempDir dir;
+  std::string id = sbatch({"--output=" + dir.file("out"), "--export=ALL,MODE=agent,DLAUNCH=" +
+                                                             std::string(DLAUNCH_BIN),
+                           "--chdir=" + std::string(DLAUNCH_SOURCE_DIR),
+                           std::string(DLAUNCH_SOURCE_DIR) + "/examples/slurm/pytorch.sbatch"});
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(job_gone(id, 120s));
+  std::string out = testing::read_file(dir.file("out"));
+  for (int rank = 0; rank < 4; ++rank) {
+    EXPECT_NE(out.find("rank " + std::to_string(rank) + "/4: all_reduce sum 6 (restart 0, agent "
+                       "store True)"),
               std::string::npos)
         << out;
   }

@@ -1,0 +1,111 @@
+// Real dlaunch agents with --rdzv_backend etcd against a real etcd 3.4 (label cluster): the
+// workers' contract across agents, and node loss (an agent SIGKILLed, its lease expires, the
+// others re-form and restart their workers with the smaller world).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <memory>
+#include <regex>
+#include <set>
+
+#include "etcd_test_env.h"
+#include "tests/support/subprocess.h"
+
+namespace dlaunch {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::Subprocess;
+
+class EtcdDlaunchTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto where = test::find_test_etcd();
+    if (where.endpoint.empty()) GTEST_SKIP() << where.skip_reason;
+    endpoint_ = where.endpoint;
+    run_id_ = "dl-" + std::to_string(::getpid()) + "-" +
+              ::testing::UnitTest::GetInstance()->current_test_info()->name();
+  }
+
+  // One agent on its own loopback address (as its own "host"), TTL 2 s.
+  std::unique_ptr<Subprocess> agent(int host, const std::string& nnodes, int nproc,
+                                    const std::vector<std::string>& worker) {
+    std::vector<std::string> argv = {
+        DLAUNCH_BIN, "--nnodes", nnodes, "--nproc_per_node", std::to_string(nproc),
+        "--rdzv_backend", "etcd", "--rdzv_endpoint", endpoint_, "--rdzv_id", run_id_,
+        "--rdzv_conf",
+        "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4,join_timeout=60",
+        "--local_addr", "127.0.0." + std::to_string(10 + host), "--no_python", "--no_slurm"};
+    argv.insert(argv.end(), worker.begin(), worker.end());
+    return std::make_unique<Subprocess>(argv);
+  }
+
+  std::string endpoint_;
+  std::string run_id_;
+};
+
+TEST_F(EtcdDlaunchTest, TwoAgentsGiveEveryWorkerTheSameWorldAndAgentStore) {
+  auto a = agent(1, "2:3", 2, {TEST_WORKER_BIN, "print-env"});
+  auto b = agent(2, "2:3", 2, {TEST_WORKER_BIN, "print-env"});
+  auto ea = a->wait(120s), eb = b->wait(120s);
+  ASSERT_TRUE(ea && eb) << a->err() << b->err();
+  EXPECT_EQ(ea->code, 0) << a->out() << a->err();
+  EXPECT_EQ(eb->code, 0) << b->out() << b->err();
+  const std::string out = a->out() + b->out();
+  std::set<std::string> ranks, masters;
+  std::regex rank_re(R"(\]:RANK=(\d+))"), master_re(R"(\]:MASTER_ADDR=(\S+))");
+  for (std::sregex_iterator it(out.begin(), out.end(), rank_re), end; it != end; ++it) {
+    ranks.insert((*it)[1]);
+  }
+  for (std::sregex_iterator it(out.begin(), out.end(), master_re), end; it != end; ++it) {
+    masters.insert((*it)[1]);
+  }
+  EXPECT_EQ(ranks, (std::set<std::string>{"0", "1", "2", "3"})) << out;
+  EXPECT_EQ(testing::lines_with_prefix(out, "[default0]:WORLD_SIZE=4").size() +
+                testing::lines_with_prefix(out, "[default1]:WORLD_SIZE=4").size(),
+            4u)
+      << out;
+  // One workers' store, on the group-rank-0 agent's address.
+  ASSERT_EQ(masters.size(), 1u) << out;
+  EXPECT_TRUE(*masters.begin() == "127.0.0.11" || *masters.begin() == "127.0.0.12") << out;
+  EXPECT_EQ(testing::lines_with_prefix(out, "[default0]:TORCHELASTIC_USE_AGENT_STORE=True").size(),
+            2u)
+      << out;
+}
+
+TEST_F(EtcdDlaunchTest, KilledAgentIsReplacedByARoundOfTheSurvivors) {
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int h = 1; h <= 3; ++h) agents.push_back(agent(h, "2:3", 1, {TEST_WORKER_BIN, "sleep"}));
+  auto started = [&](Subprocess& p, const std::string& what) {
+    return p.err().find(what) != std::string::npos;
+  };
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        for (auto& p : agents) {
+          if (!started(*p, "attempt 0: starting 1 worker(s)")) return false;
+        }
+        return true;
+      },
+      60s))
+      << agents[0]->err() << agents[1]->err() << agents[2]->err();
+  for (auto& p : agents) EXPECT_TRUE(started(*p, " of 3 (node ")) << p->err();
+  agents[2]->signal(SIGKILL);
+  agents[2]->wait(10s);
+  // The survivors notice the expired lease, re-form without spending the restart budget, and
+  // start their workers again in a world of 2.
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        return started(*agents[0], "of 2 (node ") && started(*agents[1], "of 2 (node ");
+      },
+      60s))
+      << agents[0]->err() << agents[1]->err();
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_NE(agents[i]->err().find("lost its keep-alive"), std::string::npos) << agents[i]->err();
+    EXPECT_NE(agents[i]->err().find("restart count 0/0"), std::string::npos) << agents[i]->err();
+    agents[i]->signal(SIGTERM);
+  }
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(agents[i]->wait(30s).has_value());
+}
+
+}  // namespace
+}  // namespace dlaunch
