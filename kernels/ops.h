@@ -60,6 +60,10 @@ int preferred_cblock(int64_t c);
 void reorder(const ActShape& src_shape, const float* src, int dst_cblock, float* dst);
 
 // ---- convolution (oneDNN; primitives cached per shape) ---------------------------------------
+// The implementation of each pass is chosen per shape the first time it runs: autotuned by CPU
+// time among oneDNN direct, Winograd and the transposed "twin" (kernels/cpu/conv2d.cc), so the
+// first call of a new shape takes a few runs longer. DLAUNCH_CONV_ALGO=direct|auto|twin fixes it
+// (bitwise-reproducible results); anything else but "autotune" throws UsageError.
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y);
 // accumulate: dx += the result instead of dx = the result (a residual block's input gradient is
 // the sum of its main path's and its shortcut's; the twin variant does the sum for free).
