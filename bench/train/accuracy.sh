@@ -31,8 +31,9 @@ for run in $runs; do
         --batch_size=64 --lr=0.1 --warmup_epochs=1 --nesterov --weight_decay=5e-4 \
         --resume=none --log_every=20 --output_dir="$out/cifar" ;;
     torch_cifar)
-      # Same recipe in PyTorch 1.13, 2 DDP workers x 64 (gloo), same files.
-      /usr/bin/python3 -m torch.distributed.run --standalone --nproc_per_node=2 -r 1 -t 1 \
+      # Same recipe in PyTorch 1.13, 2 DDP workers x 64 (gloo), same files, launched by dlaunch
+      # (torchrun --standalone's fixed port 29400 collides with other jobs on a shared machine).
+      "$build/bin/dlaunch" --standalone --nproc_per_node=2 --python=/usr/bin/python3 \
         "$here/torch_cifar.py" --data_dir="$data/cifar-10-batches-bin" --width=16 --epochs=20 \
         --batch_size=64 --lr=0.1 --warmup_epochs=1 --threads=1 --output="$out/torch_cifar.json" ;;
     *) echo "unknown run $run" >&2; exit 2 ;;

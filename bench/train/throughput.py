@@ -4,7 +4,8 @@ one run (the machine is shared and noisy: compare the ratio, repeat with --repea
 
 Layouts: one process with 2 threads; 2 workers x 1 thread (plain BN); 2 workers x 1 thread
 with SyncBN for dtrain (PyTorch's SyncBatchNorm refuses CPU tensors, so its figure there is
-plain DDP). dtrain's 2-worker runs go through dlaunch; PyTorch's through torch.distributed.run.
+plain DDP). Both frameworks' 2-worker runs are started by dlaunch (PyTorch's script is plain DDP, as it
+would run under torchrun).
 
 dtrain's figure: the median of its per-window images/s (metrics.jsonl step lines, the first
 window dropped as warm-up), data loading and augmentation included. PyTorch's: a fixed batch,
@@ -52,15 +53,17 @@ def dtrain_ips(build, width, batch, steps, workers, threads, sync_bn):
     return statistics.median(steps_ips[1:] if len(steps_ips) > 1 else steps_ips)
 
 
-def torch_ips(width, batch, steps, workers, threads):
+def torch_ips(build, width, batch, steps, workers, threads):
     bench = os.path.join(HERE, "torch_ddp_bench.py")
     args = [f"--width={width}", f"--batch_size={batch}", f"--steps={steps}", f"--threads={threads}"]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     if workers == 1:
         out = run(["/usr/bin/python3", bench] + args, env)
     else:
-        out = run(["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",
-                   f"--nproc_per_node={workers}", "-r", "1", "-t", "1", bench] + args, env)
+        # dlaunch starts the PyTorch workers too: torchrun --standalone's fixed port 29400
+        # collides with other jobs on a shared machine. The workers are the same either way.
+        out = run([os.path.join(build, "bin", "dlaunch"), "--standalone",
+                   f"--nproc_per_node={workers}", "--python=/usr/bin/python3", bench] + args, env)
     line = [l for l in out.splitlines() if l.startswith("{")][-1]
     return json.loads(line)["images_per_s"]
 
@@ -83,7 +86,7 @@ def main():
             ours, theirs = [], []
             for _ in range(args.repeats):
                 ours.append(dtrain_ips(args.build, width, args.batch_size, steps, workers, threads, sync))
-                theirs.append(torch_ips(width, args.batch_size, steps, workers, threads))
+                theirs.append(torch_ips(args.build, width, args.batch_size, steps, workers, threads))
             o, t = statistics.median(ours), statistics.median(theirs)
             print(f"{width:>5} {layout:>11} {o:>13.1f} {t:>12.1f} {o / t:>6.2f}", flush=True)
 

@@ -101,10 +101,11 @@ void panel(std::string& svg, double x0, double y0, double w, double h, const std
         svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="{}"/>)" "\n", px(x), py(y), s.colour);
       }
     }
+    // The legend sits under the panel, where it cannot hide a curve.
+    const double lx = x0 + 150 * (legend % 3), ly = y0 + h + 48 + 16 * (legend / 3);
     svg += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="{}" stroke-width="2"/>)"
                        R"(<text x="{}" y="{}" font-size="11">{}</text>)" "\n",
-                       x0 + w - 130, y0 + 14 + 16 * legend, x0 + w - 112, y0 + 14 + 16 * legend,
-                       s.colour, x0 + w - 106, y0 + 18 + 16 * legend, escape(s.label));
+                       lx, ly, lx + 18, ly, s.colour, lx + 24, ly + 4, escape(s.label));
     ++legend;
   }
 }
@@ -133,7 +134,7 @@ std::string render_curves_svg(const std::vector<nlohmann::json>& records, const 
       if (r.contains("test_accuracy")) test_acc.points.emplace_back(e, 100 * num(r, "test_accuracy"));
     }
   }
-  const int W = 960, H = 400;
+  const int W = 960, H = 430;
   std::string svg = fmt::format(
       R"(<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" viewBox="0 0 {} {}" font-family="sans-serif">)" "\n"
       R"(<rect width="100%" height="100%" fill="white"/>)" "\n"
