@@ -18,7 +18,7 @@ for arg in "$@"; do
       packages+=(python3-torch gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client)
       ;;
     --bench)
-      packages+=(python3-torch hyperfine clang libclang-rt-14-dev time)
+      packages+=(python3-torch hyperfine clang libclang-rt-14-dev time python3-etcd)
       ;;
     *) echo "setup.sh: unknown option '$arg'; expected --test or --bench" >&2; exit 2 ;;
   esac

@@ -3,11 +3,15 @@
 #   1. N agents (default 64) complete one rendezvous (--nnodes N): time from the first agent's
 #      start to the last agent's "round complete", median of RUNS runs;
 #   2. node loss: K agents (default 8, --nnodes 2:K) form a round; one is SIGKILLed; time until
-#      every survivor completed the re-formed round, against the lease TTL.
+#      every survivor completed the re-formed round, against the lease TTL;
+#   3. the peer: P real launchers (default 8) with one worker each (`/bin/sh -c date`), dlaunch
+#      --rdzv_backend etcd vs torchrun --rdzv_backend etcd (torch 1.13, python-etcd, etcd's v2
+#      API), both against this etcd: time from launching the agents until the last worker runs.
 # The agents are build/bin/etcd_rdzv_agent (tests/etcd/etcd_rdzv_agent.cc): the registry's
 # "etcd" handler exactly as dlaunch uses it, without workers.
 #
-#   bench/etcd/etcd_rendezvous_bench.sh [BUILD_DIR] (env: AGENTS=64 RUNS=5 LOSS_AGENTS=8)
+#   bench/etcd/etcd_rendezvous_bench.sh [BUILD_DIR]
+#   (env: AGENTS=64 RUNS=5 LOSS_AGENTS=8 PEER_AGENTS=8 PEER_RUNS=3; PEER_RUNS=0 skips part 3)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
@@ -27,7 +31,7 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-"$root/tests/cluster/start_etcd.sh" "$work/etcd" >/dev/null 2>&1
+"$root/tests/cluster/start_etcd.sh" "$work/etcd" --v2 >/dev/null 2>&1
 endpoint=$(cat "$work/etcd/endpoint")
 ulimit -n 20000 2>/dev/null || true
 
@@ -90,3 +94,43 @@ for ((run = 1; run <= runs; run++)); do
   kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=()
 done
 echo "node loss to re-formed group: median $(printf '%s\n' "${losses[@]}" | median) s over $runs runs (target <= TTL + 1 = $((ttl + 1)) s)"
+
+peer_agents=${PEER_AGENTS:-8} peer_runs=${PEER_RUNS:-3}
+((peer_runs > 0)) || exit 0
+if ! /usr/bin/python3 -c 'import etcd, torch.distributed.run' 2>/dev/null; then
+  echo; echo "peer skipped: /usr/bin/python3 lacks torch or python-etcd (scripts/setup.sh --bench)"; exit 0
+fi
+echo
+echo "launch with etcd rendezvous, $peer_agents agents x 1 worker (/bin/sh), until the last worker runs"
+# $1: dlaunch|torchrun, $2: run number. Prints milliseconds.
+launch() {
+  local who=$1 run=$2 dir=$work/p-$1-$2 t0 i
+  mkdir -p "$dir"
+  t0=$(date +%s%N)
+  for ((i = 0; i < peer_agents; i++)); do
+    if [[ $who == dlaunch ]]; then
+      "$build/bin/dlaunch" --nnodes "$peer_agents" --nproc_per_node 1 --rdzv_backend etcd \
+        --rdzv_endpoint "$endpoint" --rdzv_id "peer-$run-$$" --local_addr 127.0.0.1 \
+        --no_slurm --no_python /bin/sh -c "date +%s%N > $dir/w.\$RANK" >"$dir/a$i.log" 2>&1 &
+    else
+      # -r/-t: torch 1.13 on Python 3.11 crashes at argument parsing without them.
+      /usr/bin/python3 -m torch.distributed.run --nnodes "$peer_agents" --nproc_per_node 1 \
+        --rdzv_backend etcd --rdzv_endpoint "$endpoint" --rdzv_id "tpeer-$run-$$" -r 1 -t 1 \
+        --no_python /bin/sh -c "date +%s%N > $dir/w.\$RANK" >"$dir/a$i.log" 2>&1 &
+    fi
+    pids+=($!)
+  done
+  wait "${pids[@]}" || true
+  pids=()
+  local n; n=$(ls "$dir" | grep -c '^w\.' || true)
+  [[ $n == "$peer_agents" ]] || { echo "$who run $run: $n of $peer_agents workers ran" >&2; tail -5 "$dir/a0.log" >&2; exit 1; }
+  echo $(( ($(cat "$dir"/w.* | sort -n | tail -1) - t0) / 1000000 ))
+}
+ours=() theirs=()
+for ((run = 1; run <= peer_runs; run++)); do
+  ours+=("$(launch dlaunch "$run")")
+  theirs+=("$(launch torchrun "$run")")
+  echo "  run $run: dlaunch ${ours[-1]} ms, torchrun ${theirs[-1]} ms"
+done
+o=$(printf '%s\n' "${ours[@]}" | median) t=$(printf '%s\n' "${theirs[@]}" | median)
+echo "medians over $peer_runs runs: dlaunch $o ms, torchrun $t ms, torchrun/dlaunch $(awk -v a="$t" -v b="$o" 'BEGIN {printf "%.1f", a / b}')x"

@@ -3,7 +3,7 @@
 # and peer ports away from 2379/2380 and its data in DIR. The v3 JSON gateway dlaunch speaks is
 # served on the client port (http://127.0.0.1:PORT/v3/...).
 #
-#   tests/cluster/start_etcd.sh DIR [--skip-ok]
+#   tests/cluster/start_etcd.sh DIR [--skip-ok] [--v2]
 #   source DIR/env.sh; etcdctl put a b; echo $DLAUNCH_ETCD_ENDPOINT
 #   tests/cluster/stop_etcd.sh DIR
 #
@@ -13,9 +13,17 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/lib.sh"
 
-dir=${1:?usage: start_etcd.sh DIR [--skip-ok]}
-skip_code=77
-[[ ${2:-} == --skip-ok ]] && skip_code=0
+dir=${1:?usage: start_etcd.sh DIR [--skip-ok] [--v2]}
+shift
+skip_code=77 v2=()
+for arg in "$@"; do
+  case $arg in
+    --skip-ok) skip_code=0 ;;
+    # The v2 API too: torchrun's etcd rendezvous (python-etcd) speaks only v2 (bench/etcd).
+    --v2) v2=(--enable-v2=true) ;;
+    *) log "unknown option '$arg'"; exit 2 ;;
+  esac
+done
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
 rm -f "$dir/skip"
@@ -44,7 +52,7 @@ setsid etcd --name dltest --data-dir "$dir/data" \
   --listen-client-urls "http://$endpoint" --advertise-client-urls "http://$endpoint" \
   --listen-peer-urls "$peer" --initial-advertise-peer-urls "$peer" \
   --initial-cluster "dltest=$peer" --initial-cluster-state new \
-  --logger zap --log-outputs "$dir/etcd.log" </dev/null >/dev/null 2>&1 &
+  --logger zap --log-outputs "$dir/etcd.log" "${v2[@]}" </dev/null >/dev/null 2>&1 &
 echo $! >"$dir/etcd.pid"
 echo "$endpoint" >"$dir/endpoint"
 
