@@ -40,11 +40,12 @@ for ((r = 0; r < repeat; r++)); do
   t1=$(now)
   kill -9 $pa $pb $pc 2>/dev/null || true
   wait 2>/dev/null || true
-  times+=("$(echo "$t1 - $t0" | bc)")
-  grep -h "^ROUND 1" "$dir/a" "$dir/b" | tr '\n' ' '; echo "after $(echo "$t1 - $t0" | bc) s"
+  dt=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+  times+=("$dt")
+  grep -h "^ROUND 1" "$dir/a" "$dir/b" | tr '\n' ' '; echo "after $dt s"
   rm -rf "$dir"
 done
 cleanup
 median=$(printf '%s\n' "${times[@]}" | sort -n | sed -n "$(( (repeat + 1) / 2 ))p")
-window=$(echo "$interval * $attempts" | bc)
+window=$(awk -v i="$interval" -v n="$attempts" 'BEGIN { print i * n }')
 echo "node loss (link cut) to re-formed round of 2: median $median s over $repeat runs; keep-alive window $window s (target: window + 1 s)"
