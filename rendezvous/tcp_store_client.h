@@ -5,8 +5,10 @@
 // Blocking and timeouts: the constructor connects, retrying refused/unreachable attempts with
 // backoff until connect_timeout passes (ConnectionError naming host:port and what to check).
 // Every request waits for its reply at most timeout() (get/wait/multi_get: for the keys to
-// appear; others: for the server to answer), then throws TimeoutError; the connection is then
-// dropped (the server forgets the parked request) and the next call reconnects.
+// appear; others: for the server to answer), then throws TimeoutError. A timed-out wait() is
+// cancelled on the wire (CANCEL_WAIT) and keeps the connection, so waiting in short slices is
+// cheap; any other timeout drops the connection (the server forgets the parked request) and the
+// next call reconnects.
 // Errors: ClosedError when the server closes the connection mid-request (the server or its
 // agent died); ConnectionError when a reconnect fails; ProtocolError on a malformed reply;
 // StateError when the job token is refused or the server is not this job's.
