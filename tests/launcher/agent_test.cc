@@ -25,6 +25,7 @@ struct Behaviour {
   std::optional<ExitStatus> exit;  // exits by itself after `after`; nullopt: runs until signaled
   Duration after = 1ms;
   bool ignore_sigterm = false;
+  bool unkillable = false;  // ignores even SIGKILL, like a process stuck in state D
 };
 
 class FakeProcessContext : public ProcessContext {
@@ -60,13 +61,15 @@ class FakeProcessContext : public ProcessContext {
     auto it = procs_.find(pid);
     if (it == procs_.end() || !it->second.alive) return;
     if (sig == SIGTERM && it->second.b.ignore_sigterm) return;
+    if (it->second.b.unkillable) return;
     asio::post(io_, [this, pid, sig]() { end(pid, ExitStatus::killed(sig)); });
   }
   std::vector<std::string> kill_orphans(Duration) override { return {}; }
   void reap_orphan_zombies() override {}
   std::string process_state(int pid) override {
     auto it = procs_.find(pid);
-    return it != procs_.end() && it->second.alive ? "S" : "";
+    if (it == procs_.end() || !it->second.alive) return "";
+    return it->second.b.unkillable ? "D" : "S";
   }
   int count_signals(int sig) const {
     int n = 0;
@@ -186,6 +189,23 @@ TEST(Agent, WorkerIgnoringSigtermIsKilledAfterTheGrace) {
   Agent agent(config(2, 0), procs, io, options());
   EXPECT_EQ(agent.run(), exit_codes::kWorkersFailed);
   EXPECT_GE(procs.count_signals(SIGKILL), 1);
+}
+
+TEST(Agent, AProcessThatCannotDieIsAbandonedNotWaitedFor) {
+  asio::io_context io;
+  FakeProcessContext procs(io);
+  procs.script = [](int64_t lr, int64_t) {
+    if (lr == 0) return Behaviour{ExitStatus::exited(1), 5ms};
+    Behaviour b;
+    b.unkillable = true;
+    return b;
+  };
+  Agent agent(config(2, 3), procs, io, options());
+  // Bounded: grace (50 ms) + kill wait (100 ms), then the stuck worker is abandoned. The
+  // restarts go on without waiting for it.
+  EXPECT_EQ(agent.run(), exit_codes::kWorkersFailed);
+  EXPECT_EQ(agent.generations(), 4);
+  EXPECT_GE(procs.count_signals(SIGKILL), 4);
 }
 
 TEST(Agent, MissingProgramIsUsage) {
