@@ -31,8 +31,9 @@ for prog in etcd etcdctl ss; do
   command -v "$prog" >/dev/null || skip "'$prog' not installed: run scripts/setup.sh --test (etcd-server etcd-client iproute2)"
 done
 if [[ -f $dir/etcd.pid ]] && kill -0 "$(cat "$dir/etcd.pid")" 2>/dev/null; then
-  log "an etcd already runs in $dir; stop it first: tests/cluster/stop_etcd.sh $dir"
-  exit 1
+  # Left over from an interrupted run (this directory is ours): start afresh.
+  log "an etcd already runs in $dir; stopping it first"
+  "$here/stop_etcd.sh" "$dir" --keep
 fi
 
 failed() {

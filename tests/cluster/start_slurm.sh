@@ -38,8 +38,9 @@ for prog in munged mungekey slurmctld slurmd srun sbatch sinfo ss; do
   command -v "$prog" >/dev/null || skip "'$prog' not installed: run scripts/setup.sh --test (slurm-wlm munge iproute2)"
 done
 if [[ -e $dir/run/slurmctld.pid ]] && kill -0 "$(cat "$dir/run/slurmctld.pid")" 2>/dev/null; then
-  log "a cluster already runs in $dir; stop it first: tests/cluster/stop_slurm.sh $dir"
-  exit 1
+  # Left over from an interrupted run (this directory is ours): start afresh.
+  log "a cluster already runs in $dir; stopping it first"
+  "$here/stop_slurm.sh" "$dir" --keep
 fi
 
 failed() {
