@@ -421,8 +421,10 @@ TEST(DlaunchHang, HungWorkerIsDetectedStackedAndRestarted) {
 }
 
 TEST(DlaunchHang, BeatingWorkerIsNotHung) {
-  auto r = run(cmd({"--standalone", "--hang_timeout", "0.6", "--nproc_per_node", "2"},
-                   {"beat", "seconds=2"}));
+  // Beats every 50 ms for twice the timeout; the timeout is generous so a busy machine's
+  // scheduling gaps cannot look like a hang.
+  auto r = run(cmd({"--standalone", "--hang_timeout", "2", "--nproc_per_node", "2"},
+                   {"beat", "seconds=4"}));
   EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
   EXPECT_EQ(r.err.find("is hung"), std::string::npos) << r.err;
 }
