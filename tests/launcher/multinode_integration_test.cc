@@ -129,7 +129,7 @@ TEST(DlaunchMultiNode, ElasticNodeLossReformsWithoutSpendingRestarts) {
   for (int i = 0; i < 3; ++i) {
     nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
         kDlaunch, "--nnodes", "2:3", "--rdzv_endpoint", endpoint, "--rdzv_id", "loss",
-        "--rdzv_conf", "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=2",
+        "--rdzv_conf", "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=3",
         kWorker, "wait-first-attempt", "ready=" + ready.path()}));
   }
   ASSERT_TRUE(wait_until(
