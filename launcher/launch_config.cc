@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <random>
 #include <set>
@@ -40,7 +41,20 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b + 1);
 }
 
-// One flag's raw text and where it came from (flag > env twin > default).
+// torchrun's environment twin for a flag it shares with dlaunch ("PET_NPROC_PER_NODE"), or "".
+std::string torchrun_twin(const std::string& name) {
+  static const std::set<std::string> kTorchrunFlags = {
+      "nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf",
+      "standalone", "max_restarts", "monitor_interval", "start_method", "role", "module",
+      "no_python", "log_dir", "redirects", "tee", "node_rank", "master_addr", "master_port",
+      "local_addr", "local_ranks_filter", "use_env"};
+  if (!kTorchrunFlags.count(name)) return "";
+  std::string env = "PET_";
+  for (char c : name) env += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return env;
+}
+
+// One flag's raw text and where it came from (flag > DLAUNCH_ twin > PET_ twin > default).
 struct Raw {
   std::string text;
   std::string origin;  // "--flag", "DLAUNCH_FLAG" or "default"
@@ -60,6 +74,9 @@ class Resolver {
       r = {it->second, cli_.spelled.at(name), cli_.spelled.at(name)};
     } else if (auto v = env_(spec.env)) {
       r = {*v, spec.env, spec.env};
+    } else if (auto pet = torchrun_twin(name); !pet.empty() && env_(pet)) {
+      // torchrun's own twins (PET_NPROC_PER_NODE...) keep torchrun job scripts working.
+      r = {*env_(pet), pet, pet};
     } else {
       r = {spec.fallback, "default", "--" + name};
     }

@@ -53,6 +53,18 @@ TEST(LaunchConfig, FlagBeatsEnvTwinBeatsDefault) {
   EXPECT_NE(c.describe().find("--nproc-per-node"), std::string::npos);
 }
 
+TEST(LaunchConfig, TorchrunTwinsComeAfterOurs) {
+  auto c = resolve({"p"}, {{"PET_NPROC_PER_NODE", "4"}, {"PET_MAX_RESTARTS", "2"}});
+  EXPECT_EQ(c.nproc_per_node, 4);
+  EXPECT_EQ(c.origin.at("nproc_per_node"), "PET_NPROC_PER_NODE");
+  EXPECT_EQ(c.max_restarts, 2);
+  c = resolve({"p"}, {{"PET_NPROC_PER_NODE", "4"}, {"DLAUNCH_NPROC_PER_NODE", "3"}});
+  EXPECT_EQ(c.nproc_per_node, 3);
+  // dlaunch-only flags have no PET_ twin.
+  c = resolve({"p"}, {{"PET_HANG_TIMEOUT", "9"}});
+  EXPECT_EQ(c.hang_timeout.count(), 0);
+}
+
 TEST(LaunchConfig, NprocKeywords) {
   EXPECT_EQ(resolve({"--nproc_per_node", "cpu", "p"}).nproc_per_node, 8);
   EXPECT_EQ(resolve({"--nproc_per_node", "auto", "p"}).nproc_per_node, 8);
