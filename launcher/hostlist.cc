@@ -11,8 +11,12 @@ namespace {
 
 constexpr const char kExample[] = "e.g. \"gpu-[01-04,07],login[1-2]\"";
 
-bool is_separator(char c) { return c == ',' || c == ' ' || c == '\t' || c == '\n'; }
-bool is_digit(char c) { return c >= '0' && c <= '9'; }
+bool is_separator(char c) {
+  return c == ',' || c == ' ' || c == '\t' || c == '\n';
+}
+bool is_digit(char c) {
+  return c >= '0' && c <= '9';
+}
 
 [[noreturn]] void fail(std::string_view input, size_t pos, const std::string& problem) {
   throw UsageError(fmt::format("bad Slurm hostlist \"{}\": {} at position {}; expected a list {}",
@@ -44,8 +48,8 @@ std::vector<std::string> expand_ranges(std::string_view input, size_t pos, std::
   size_t start = 0;
   while (true) {
     size_t comma = body.find(',', start);
-    std::string_view range = body.substr(start, comma == std::string_view::npos ? body.npos
-                                                                               : comma - start);
+    std::string_view range =
+        body.substr(start, comma == std::string_view::npos ? body.npos : comma - start);
     size_t range_pos = pos + start;
     size_t dash = range.find('-');
     std::string_view lo_text = range.substr(0, dash);
@@ -155,8 +159,8 @@ std::vector<std::string> expand_hostlist(std::string_view hostlist) {
 std::string first_host(std::string_view hostlist) {
   auto hosts = expand_hostlist(hostlist);
   if (hosts.empty()) {
-    throw UsageError(fmt::format(
-        "Slurm hostlist \"{}\" names no host; expected at least one, {}", hostlist, kExample));
+    throw UsageError(fmt::format("Slurm hostlist \"{}\" names no host; expected at least one, {}",
+                                 hostlist, kExample));
   }
   return hosts.front();
 }

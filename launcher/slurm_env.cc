@@ -32,9 +32,10 @@ std::optional<FromVar<int64_t>> int_of(const EnvGetter& env,
   if (!text) return std::nullopt;
   int64_t value = parse_int(text->value, text->source);
   if (value < min_value) {
-    throw UsageError(fmt::format("{}={} is out of range; expected a number >= {} (set by Slurm; "
-                                 "is the variable overwritten in your job script?)",
-                                 text->source, text->value, min_value));
+    throw UsageError(
+        fmt::format("{}={} is out of range; expected a number >= {} (set by Slurm; "
+                    "is the variable overwritten in your job script?)",
+                    text->source, text->value, min_value));
   }
   return FromVar<int64_t>{value, text->source};
 }
@@ -46,8 +47,8 @@ int64_t count_visible_devices(const std::string& list) {
   size_t start = 0;
   while (start <= list.size()) {
     size_t comma = list.find(',', start);
-    std::string item = list.substr(start, comma == std::string::npos ? std::string::npos
-                                                                      : comma - start);
+    std::string item =
+        list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     bool index = !item.empty();
     for (char c : item) index = index && std::isdigit(static_cast<unsigned char>(c));
     bool uuid = item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0;
@@ -78,9 +79,10 @@ int64_t slurm_master_port(int64_t job_id) {
 
 std::vector<int64_t> expand_slurm_counts(const std::string& text, const std::string& what) {
   auto bad = [&](const std::string& why) {
-    return UsageError(fmt::format("{}='{}' is malformed ({}); expected Slurm's form such as "
-                                  "'2(x3),1'",
-                                  what, text, why));
+    return UsageError(
+        fmt::format("{}='{}' is malformed ({}); expected Slurm's form such as "
+                    "'2(x3),1'",
+                    what, text, why));
   };
   std::vector<int64_t> out;
   size_t start = 0;
@@ -136,23 +138,23 @@ SlurmEnv read_slurm_env(const EnvGetter& env) {
   s.nnodes = int_of(env, {"SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"}, 1);
   s.node_rank = int_of(env, {"SLURM_NODEID"}, 0);
   if (s.node_rank && s.nnodes && s.node_rank->value >= s.nnodes->value) {
-    throw UsageError(fmt::format("{}={} is not below {}={}: the node rank must be smaller than "
-                                 "the node count; check what your job script exports",
-                                 s.node_rank->source, s.node_rank->value, s.nnodes->source,
-                                 s.nnodes->value));
+    throw UsageError(
+        fmt::format("{}={} is not below {}={}: the node rank must be smaller than "
+                    "the node count; check what your job script exports",
+                    s.node_rank->source, s.node_rank->value, s.nnodes->source, s.nnodes->value));
   }
   s.nodelist = first_of(env, {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"});
   if (s.nodelist) {
-    s.master_addr = FromVar<std::string>{first_host(s.nodelist->value),
-                                         "first host of " + s.nodelist->source};
+    s.master_addr =
+        FromVar<std::string>{first_host(s.nodelist->value), "first host of " + s.nodelist->source};
   }
   if (s.job_id) {
     s.run_id = FromVar<std::string>{s.job_id->value, s.job_id->source};
     // Heterogeneous and array jobs still have a plain numeric SLURM_JOB_ID.
     int64_t id = parse_int(s.job_id->value, s.job_id->source);
     s.master_port = FromVar<int64_t>{
-        slurm_master_port(id), fmt::format("{} ({} + {} % {})", s.job_id->source,
-                                           kSlurmPortBase, id, kSlurmPortSpan)};
+        slurm_master_port(id),
+        fmt::format("{} ({} + {} % {})", s.job_id->source, kSlurmPortBase, id, kSlurmPortSpan)};
   }
   s.gpus_on_node = int_of(env, {"SLURM_GPUS_ON_NODE"}, 0);
   if (!s.gpus_on_node) {
@@ -169,9 +171,8 @@ SlurmEnv read_slurm_env(const EnvGetter& env) {
       per_node && s.node_rank) {
     auto counts = expand_slurm_counts(per_node->value, per_node->source);
     if (static_cast<size_t>(s.node_rank->value) < counts.size()) {
-      s.local_tasks = FromVar<int64_t>{
-          counts[static_cast<size_t>(s.node_rank->value)],
-          fmt::format("{}[{}]", per_node->source, s.node_rank->value)};
+      s.local_tasks = FromVar<int64_t>{counts[static_cast<size_t>(s.node_rank->value)],
+                                       fmt::format("{}[{}]", per_node->source, s.node_rank->value)};
     }
   }
   s.restart_count = int_of(env, {"SLURM_RESTART_COUNT"}, 0);
@@ -203,9 +204,10 @@ SlurmSettings resolve_slurm_settings(const SlurmEnv& slurm, const UserSettings& 
   } else if (mode == "task") {
     out.mode = SlurmMode::kTaskPerWorker;
   } else {
-    throw UsageError(fmt::format("--slurm_mode='{}' is not a mode; expected auto, agent (one "
-                                 "dlaunch per node) or task (one Slurm task per worker)",
-                                 mode));
+    throw UsageError(
+        fmt::format("--slurm_mode='{}' is not a mode; expected auto, agent (one "
+                    "dlaunch per node) or task (one Slurm task per worker)",
+                    mode));
   }
   if (out.mode == SlurmMode::kTaskPerWorker && !slurm.in_step) {
     throw UsageError(
@@ -222,8 +224,7 @@ SlurmSettings resolve_slurm_settings(const SlurmEnv& slurm, const UserSettings& 
         "dlaunch runs in the batch script (or salloc shell) of a {}-node job ({}={}), not in a "
         "job step, so it would wait forever for the other {} nodes; start one dlaunch per node "
         "with `srun --ntasks-per-node=1 dlaunch ...`, or pass --nnodes=1 to use this node only",
-        slurm.nnodes->value, slurm.nnodes->source, slurm.nnodes->value,
-        slurm.nnodes->value - 1));
+        slurm.nnodes->value, slurm.nnodes->source, slurm.nnodes->value, slurm.nnodes->value - 1));
   }
 
   if (slurm.nnodes && !user.nnodes) {
@@ -237,8 +238,8 @@ SlurmSettings resolve_slurm_settings(const SlurmEnv& slurm, const UserSettings& 
   if (out.mode == SlurmMode::kAgentPerNode) {
     // Default: one worker per GPU Slurm gave this node (--gpus-per-node / --gres=gpu:N). For
     // an explicit "gpu"/"auto", CUDA_VISIBLE_DEVICES counts too.
-    const bool wants_gpus = user.nproc_per_node && (*user.nproc_per_node == "gpu" ||
-                                                     *user.nproc_per_node == "auto");
+    const bool wants_gpus =
+        user.nproc_per_node && (*user.nproc_per_node == "gpu" || *user.nproc_per_node == "auto");
     if (slurm.gpus_on_node && slurm.gpus_on_node->value > 0) {
       if (wants_gpus ||
           (!user.nproc_per_node && slurm.gpus_on_node->source == "SLURM_GPUS_ON_NODE")) {

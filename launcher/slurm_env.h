@@ -72,9 +72,9 @@ struct SlurmEnv {
   bool in_step = false;
 
   std::optional<FromVar<std::string>> job_id;
-  std::optional<FromVar<int64_t>> nnodes;        // step's nodes in a step, else the job's
-  std::optional<FromVar<int64_t>> node_rank;     // SLURM_NODEID
-  std::optional<FromVar<std::string>> nodelist;  // compressed, step's first
+  std::optional<FromVar<int64_t>> nnodes;           // step's nodes in a step, else the job's
+  std::optional<FromVar<int64_t>> node_rank;        // SLURM_NODEID
+  std::optional<FromVar<std::string>> nodelist;     // compressed, step's first
   std::optional<FromVar<std::string>> master_addr;  // the nodelist's first host
   std::optional<FromVar<int64_t>> master_port;      // derived from SLURM_JOB_ID
   std::optional<FromVar<std::string>> run_id;       // SLURM_JOB_ID

@@ -15,8 +15,8 @@ namespace dlaunch {
 namespace {
 
 // The text of a flag the user gave (on the command line or through its twin), or nullopt.
-std::optional<std::string> given(const CliArgs& cli, const EnvLookup& env,
-                                 const LaunchConfig& cfg, const std::string& name) {
+std::optional<std::string> given(const CliArgs& cli, const EnvLookup& env, const LaunchConfig& cfg,
+                                 const std::string& name) {
   auto origin = cfg.origin.find(name);
   if (origin != cfg.origin.end() && origin->second == "default") return std::nullopt;
   if (auto it = cli.values.find(name); it != cli.values.end()) return it->second;
@@ -59,8 +59,9 @@ void apply_slurm(const CliArgs& cli, const EnvLookup& env, LaunchConfig& cfg) {
   SlurmSettings s = resolve_slurm_settings(
       read_slurm_env([&env](const std::string& name) { return env(name); }), user);
   cfg.slurm_mode = s.active ? to_string(s.mode) : "off";
-  cfg.origin["slurm_mode"] = s.active ? (user.slurm_mode ? "--slurm_mode" : "SLURM_STEP_NUM_TASKS "
-                                                                            "vs nodes (auto)")
+  cfg.origin["slurm_mode"] = s.active ? (user.slurm_mode ? "--slurm_mode"
+                                                         : "SLURM_STEP_NUM_TASKS "
+                                                           "vs nodes (auto)")
                                       : (s.notes.empty() ? "default" : s.notes.front());
   if (!s.active) return;
 
@@ -114,10 +115,10 @@ void exec_slurm_task(const LaunchConfig& cfg) {
   for (auto& a : argv) args.push_back(a.data());
   args.push_back(nullptr);
   execvp(args[0], args.data());
-  throw SystemError(errno_message(
-      fmt::format("cannot run '{}' for Slurm task {} (is it on PATH and executable?)", argv[0],
-                  w.rank),
-      errno));
+  throw SystemError(
+      errno_message(fmt::format("cannot run '{}' for Slurm task {} (is it on PATH and executable?)",
+                                argv[0], w.rank),
+                    errno));
 }
 
 }  // namespace dlaunch

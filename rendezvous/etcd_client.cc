@@ -64,20 +64,20 @@ void connect(Connection& c, const HostPort& hp, const std::string& endpoint, Dur
   // Forward resolution only (a name in --rdzv_endpoint); never reverse.
   auto results = resolver.resolve(hp.host, std::to_string(hp.port), ec);
   if (ec) {
-    throw ConnectionError(fmt::format("cannot resolve etcd endpoint {}: {}; expected host:port "
-                                      "of etcd's client URL, e.g. 10.0.0.5:2379",
-                                      endpoint, ec.message()));
+    throw ConnectionError(
+        fmt::format("cannot resolve etcd endpoint {}: {}; expected host:port "
+                    "of etcd's client URL, e.g. 10.0.0.5:2379",
+                    endpoint, ec.message()));
   }
-  ec = run_op(c.ioc, c.socket, steady_clock().now() + timeout, [&](auto handler) {
-    asio::async_connect(c.socket, results, handler);
-  });
+  ec = run_op(c.ioc, c.socket, steady_clock().now() + timeout,
+              [&](auto handler) { asio::async_connect(c.socket, results, handler); });
   if (ec) {
     error_code ignored;
     c.socket.close(ignored);
-    throw ConnectionError(fmt::format(
-        "cannot connect to etcd at {}: {}; is etcd running and listening there "
-        "(--listen-client-urls)? For tests: tests/cluster/start_etcd.sh",
-        endpoint, ec == asio::error::timed_out ? "timed out" : ec.message()));
+    throw ConnectionError(
+        fmt::format("cannot connect to etcd at {}: {}; is etcd running and listening there "
+                    "(--listen-client-urls)? For tests: tests/cluster/start_etcd.sh",
+                    endpoint, ec == asio::error::timed_out ? "timed out" : ec.message()));
   }
   c.socket.set_option(tcp::no_delay(true), ec);
 }
@@ -138,7 +138,9 @@ Client::Client(ClientOptions options) : impl_(std::make_unique<Impl>()) {
 
 Client::~Client() = default;
 
-const std::string& Client::endpoint() const { return impl_->options.endpoint; }
+const std::string& Client::endpoint() const {
+  return impl_->options.endpoint;
+}
 
 std::string Client::call(const std::string& path, const std::string& body) {
   const auto host = impl_->host_port.to_string();
@@ -147,9 +149,8 @@ std::string Client::call(const std::string& path, const std::string& body) {
     auto conn = impl_->take(reused);
     const TimePoint deadline = steady_clock().now() + impl_->options.request_timeout;
     auto req = make_request(host, path, body);
-    error_code ec = run_op(conn->ioc, conn->socket, deadline, [&](auto handler) {
-      http::async_write(conn->socket, req, handler);
-    });
+    error_code ec = run_op(conn->ioc, conn->socket, deadline,
+                           [&](auto handler) { http::async_write(conn->socket, req, handler); });
     http::response<http::string_body> res;
     if (!ec) {
       ec = run_op(conn->ioc, conn->socket, deadline, [&](auto handler) {
@@ -163,12 +164,12 @@ std::string Client::call(const std::string& path, const std::string& body) {
     if (ec) {
       // A pooled connection the server closed while idle fails at once; retry on a fresh one.
       // (Only then: a fresh connection that breaks means etcd is gone.)
-      const bool stale = reused && (ec == http::error::end_of_stream || ec == asio::error::eof ||
-                                    ec == asio::error::connection_reset ||
-                                    ec == asio::error::broken_pipe);
+      const bool stale =
+          reused && (ec == http::error::end_of_stream || ec == asio::error::eof ||
+                     ec == asio::error::connection_reset || ec == asio::error::broken_pipe);
       if (stale && attempt == 0) continue;
-      throw ConnectionError(fmt::format("etcd at {} broke the connection during {}: {}",
-                                        endpoint(), path, ec.message()));
+      throw ConnectionError(fmt::format("etcd at {} broke the connection during {}: {}", endpoint(),
+                                        path, ec.message()));
     }
     if (res.keep_alive()) impl_->give_back(std::move(conn));
     if (res.result() != http::status::ok) {
@@ -182,8 +183,7 @@ int64_t Client::put(const std::string& key, const std::string& value, int64_t le
   return decode_put(call("/v3/kv/put", encode_put(key, value, lease)));
 }
 
-RangeResponse Client::range(const std::string& key, const std::string& range_end,
-                            bool count_only) {
+RangeResponse Client::range(const std::string& key, const std::string& range_end, bool count_only) {
   return decode_range(call("/v3/kv/range", encode_range(key, range_end, count_only)));
 }
 
@@ -244,8 +244,8 @@ struct Watch::Impl {
     if (canceled) throw ClosedError("etcd watch was cancelled");
     if (ec == asio::error::timed_out) return false;
     if (ec) {
-      throw ClosedError(fmt::format("etcd at {} closed the watch stream: {}", endpoint,
-                                    ec.message()));
+      throw ClosedError(
+          fmt::format("etcd at {} closed the watch stream: {}", endpoint, ec.message()));
     }
     return true;
   }
@@ -262,9 +262,8 @@ struct Watch::Impl {
       if (m.canceled || m.compact_revision > 0) {
         throw ProtocolError(fmt::format(
             "etcd at {} cancelled the watch{}{}", endpoint,
-            m.compact_revision > 0
-                ? fmt::format(": revision {} was compacted", m.compact_revision)
-                : "",
+            m.compact_revision > 0 ? fmt::format(": revision {} was compacted", m.compact_revision)
+                                   : "",
             m.cancel_reason.empty() ? "" : ": " + m.cancel_reason));
       }
       created = created || m.created;
@@ -313,9 +312,8 @@ std::unique_ptr<Watch> Client::watch(const std::string& key, const std::string& 
   const TimePoint deadline = steady_clock().now() + impl_->options.request_timeout;
   auto req = make_request(impl_->host_port.to_string(), "/v3/watch",
                           encode_watch_create(key, range_end, start_revision));
-  error_code ec = run_op(impl->conn.ioc, impl->conn.socket, deadline, [&](auto handler) {
-    http::async_write(impl->conn.socket, req, handler);
-  });
+  error_code ec = run_op(impl->conn.ioc, impl->conn.socket, deadline,
+                         [&](auto handler) { http::async_write(impl->conn.socket, req, handler); });
   if (!ec) {
     ec = run_op(impl->conn.ioc, impl->conn.socket, deadline, [&](auto handler) {
       http::async_read_header(impl->conn.socket, impl->conn.buffer, impl->parser, handler);

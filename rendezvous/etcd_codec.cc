@@ -18,8 +18,8 @@ std::string excerpt(const std::string& body) {
 }
 
 [[noreturn]] void bad(const char* call, const std::string& body, const std::string& why) {
-  throw ProtocolError(fmt::format("etcd {} answer is not what the v3 gateway sends ({}): {}",
-                                  call, why, excerpt(body)));
+  throw ProtocolError(fmt::format("etcd {} answer is not what the v3 gateway sends ({}): {}", call,
+                                  why, excerpt(body)));
 }
 
 json parse(const char* call, const std::string& body) {
@@ -125,21 +125,30 @@ json op_json(const Op& op) {
 
 const char* target_name(Compare::Target t) {
   switch (t) {
-    case Compare::Target::kVersion: return "VERSION";
-    case Compare::Target::kCreate: return "CREATE";
-    case Compare::Target::kMod: return "MOD";
-    case Compare::Target::kValue: return "VALUE";
-    case Compare::Target::kLease: return "LEASE";
+    case Compare::Target::kVersion:
+      return "VERSION";
+    case Compare::Target::kCreate:
+      return "CREATE";
+    case Compare::Target::kMod:
+      return "MOD";
+    case Compare::Target::kValue:
+      return "VALUE";
+    case Compare::Target::kLease:
+      return "LEASE";
   }
   return "VALUE";
 }
 
 const char* result_name(Compare::Result r) {
   switch (r) {
-    case Compare::Result::kEqual: return "EQUAL";
-    case Compare::Result::kGreater: return "GREATER";
-    case Compare::Result::kLess: return "LESS";
-    case Compare::Result::kNotEqual: return "NOT_EQUAL";
+    case Compare::Result::kEqual:
+      return "EQUAL";
+    case Compare::Result::kGreater:
+      return "GREATER";
+    case Compare::Result::kLess:
+      return "LESS";
+    case Compare::Result::kNotEqual:
+      return "NOT_EQUAL";
   }
   return "EQUAL";
 }
@@ -149,11 +158,21 @@ json compare_json(const Compare& c) {
             {"target", target_name(c.target)},
             {"result", result_name(c.result)}};
   switch (c.target) {
-    case Compare::Target::kVersion: j["version"] = std::to_string(c.number); break;
-    case Compare::Target::kCreate: j["create_revision"] = std::to_string(c.number); break;
-    case Compare::Target::kMod: j["mod_revision"] = std::to_string(c.number); break;
-    case Compare::Target::kLease: j["lease"] = std::to_string(c.number); break;
-    case Compare::Target::kValue: j["value"] = base64_encode(c.value); break;
+    case Compare::Target::kVersion:
+      j["version"] = std::to_string(c.number);
+      break;
+    case Compare::Target::kCreate:
+      j["create_revision"] = std::to_string(c.number);
+      break;
+    case Compare::Target::kMod:
+      j["mod_revision"] = std::to_string(c.number);
+      break;
+    case Compare::Target::kLease:
+      j["lease"] = std::to_string(c.number);
+      break;
+    case Compare::Target::kValue:
+      j["value"] = base64_encode(c.value);
+      break;
   }
   return j;
 }
@@ -320,7 +339,9 @@ std::string encode_lease_grant(int64_t ttl_seconds) {
   return json{{"TTL", std::to_string(ttl_seconds)}}.dump();
 }
 
-std::string encode_lease_id(int64_t id) { return json{{"ID", std::to_string(id)}}.dump(); }
+std::string encode_lease_id(int64_t id) {
+  return json{{"ID", std::to_string(id)}}.dump();
+}
 
 std::string encode_watch_create(const std::string& key, const std::string& range_end,
                                 int64_t start_revision) {

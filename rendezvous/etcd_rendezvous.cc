@@ -40,9 +40,10 @@ class LeaseLiveness final : public Liveness {
   void beat() override {
     auto& client = store_->client();
     if (lease_ != 0 && !client.lease_keepalive(lease_)) {
-      log_warning("etcd lease {:x} of node {} had expired (this agent was silent for more than "
-                  "{} s); taking a new one, the others re-form without this node meanwhile",
-                  lease_, self_, ttl_);
+      log_warning(
+          "etcd lease {:x} of node {} had expired (this agent was silent for more than "
+          "{} s); taking a new one, the others re-form without this node meanwhile",
+          lease_, self_, ttl_);
       lease_ = 0;
     }
     if (lease_ == 0) lease_ = client.lease_grant(ttl_).id;
@@ -102,9 +103,7 @@ class LeaseLiveness final : public Liveness {
   // The Store-level key (EtcdStore adds its own prefix).
   std::string store_key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
   // The etcd key.
-  std::string full(const std::string& suffix) const {
-    return store_->prefix() + store_key(suffix);
-  }
+  std::string full(const std::string& suffix) const { return store_->prefix() + store_key(suffix); }
 
   struct Seen {
     bool was_alive = false;
@@ -180,7 +179,8 @@ class EtcdRendezvous final : public RendezvousHandler {
         throw TimeoutError(fmt::format(
             "etcd rendezvous '{}' round {}: node rank 0 ({}) never published the workers' store "
             "address within join_timeout ({} s); it may have died right after the round",
-            run_id_, r.round, r.hosts.empty() ? "?" : r.hosts[0], to_seconds(config_.join_timeout)));
+            run_id_, r.round, r.hosts.empty() ? "?" : r.hosts[0],
+            to_seconds(config_.join_timeout)));
       }
     }
     HostPort hp = parse_host_port(where, 0, "the workers' store address in etcd");
@@ -221,9 +221,8 @@ int64_t lease_ttl_seconds(Duration window) {
 }
 
 std::unique_ptr<Liveness> make_lease_liveness(std::shared_ptr<Store> store,
-                                              const std::string& prefix,
-                                              const std::string& self_id, Duration window,
-                                              const Clock& clock) {
+                                              const std::string& prefix, const std::string& self_id,
+                                              Duration window, const Clock& clock) {
   auto etcd_store = std::dynamic_pointer_cast<EtcdStore>(store);
   if (!etcd_store) {
     throw UsageError("lease liveness needs an etcd store (--rdzv_backend etcd)");

@@ -41,9 +41,8 @@ std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& 
 // observer that only calls dead() holds none. beat() renews it, and grants a new one when etcd
 // already expired it (the node was declared dead meanwhile; it rejoins at the next round).
 std::unique_ptr<Liveness> make_lease_liveness(std::shared_ptr<Store> store,
-                                              const std::string& prefix,
-                                              const std::string& self_id, Duration window,
-                                              const Clock& clock);
+                                              const std::string& prefix, const std::string& self_id,
+                                              Duration window, const Clock& clock);
 
 // The TTL used for `window`: ceil(window) seconds, at least 2.
 int64_t lease_ttl_seconds(Duration window);

@@ -15,8 +15,12 @@ namespace {
 // etcd refuses transactions with more than --max-txn-ops (default 128) operations.
 constexpr size_t kMaxOpsPerTxn = 100;
 
-std::string as_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
-Bytes as_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
+std::string as_string(const Bytes& b) {
+  return std::string(b.begin(), b.end());
+}
+Bytes as_bytes(const std::string& s) {
+  return Bytes(s.begin(), s.end());
+}
 
 }  // namespace
 
@@ -98,9 +102,9 @@ class EtcdStore::PrefixWatch {
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  bool stopping_ = false;                        // guarded by mutex_
-  std::string error_;                            // guarded by mutex_
-  std::unordered_map<std::string, Put> puts_;    // guarded by mutex_
+  bool stopping_ = false;                      // guarded by mutex_
+  std::string error_;                          // guarded by mutex_
+  std::unordered_map<std::string, Put> puts_;  // guarded by mutex_
 };
 
 EtcdStore::EtcdStore(std::shared_ptr<etcd::Client> client, std::string prefix)
@@ -167,9 +171,10 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
         value = std::stoll(current->value, &used);
         if (used != current->value.size()) throw std::invalid_argument("trailing");
       } catch (const std::exception&) {
-        throw StateError(fmt::format("etcd store: add() on key '{}' whose value '{}' is not a "
-                                     "decimal counter",
-                                     k, current->value));
+        throw StateError(
+            fmt::format("etcd store: add() on key '{}' whose value '{}' is not a "
+                        "decimal counter",
+                        k, current->value));
       }
     }
     const int64_t next = value + delta;
@@ -189,8 +194,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   }
 }
 
-Bytes EtcdStore::compare_set(const std::string& key, const Bytes& expected,
-                             const Bytes& desired) {
+Bytes EtcdStore::compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) {
   const std::string k = full(key);
   const std::string want = as_string(expected);
   std::optional<etcd::KeyValue> current = client_->get(k);
@@ -247,8 +251,8 @@ std::vector<Bytes> EtcdStore::multi_get(const std::vector<std::string>& keys) {
     auto txn = client_->txn({}, ops, {});
     for (size_t i = start; i < end; ++i) {
       const auto& kvs = txn.responses.at(i - start).range.kvs;
-      values[i] = kvs.empty() ? as_bytes(wait_one(keys[i], deadline, t))
-                              : as_bytes(kvs.front().value);
+      values[i] =
+          kvs.empty() ? as_bytes(wait_one(keys[i], deadline, t)) : as_bytes(kvs.front().value);
     }
   }
   return values;
@@ -256,9 +260,10 @@ std::vector<Bytes> EtcdStore::multi_get(const std::vector<std::string>& keys) {
 
 void EtcdStore::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
   if (keys.size() != values.size()) {
-    throw UsageError(fmt::format("Store::multi_set: expected as many values as keys, got {} keys "
-                                 "and {} values",
-                                 keys.size(), values.size()));
+    throw UsageError(
+        fmt::format("Store::multi_set: expected as many values as keys, got {} keys "
+                    "and {} values",
+                    keys.size(), values.size()));
   }
   for (size_t start = 0; start < keys.size(); start += kMaxOpsPerTxn) {
     std::vector<etcd::Op> ops;

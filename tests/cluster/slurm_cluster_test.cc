@@ -134,8 +134,8 @@ TEST_F(SlurmClusterTest, AgentPerNodeGivesRanksWorldSizeAndMaster) {
 TEST_F(SlurmClusterTest, TaskPerWorkerContractComesFromSlurmIds) {
   // -w: fixed nodes, so the master is known (Slurm may otherwise pick others while earlier
   // jobs' nodes are still completing).
-  RunResult r = run({"srun", "-N2", "-w", "127.0.0.[11-12]", "--ntasks-per-node=2", "--label", DLAUNCH_BIN,
-                     TEST_WORKER_BIN, "print-env"});
+  RunResult r = run({"srun", "-N2", "-w", "127.0.0.[11-12]", "--ntasks-per-node=2", "--label",
+                     DLAUNCH_BIN, TEST_WORKER_BIN, "print-env"});
   ASSERT_EQ(r.exit.code, 0) << r.out << r.err;
   Workers w = parse_print_env(r.out);
   ASSERT_EQ(w.size(), 4u) << r.out;
@@ -166,15 +166,13 @@ TEST_F(SlurmClusterTest, DryRunNamesTheSlurmVariableBehindEachValue) {
                                   "SLURM_STEP_NUM_NODES"),
               std::string::npos)
         << r.out;
-    EXPECT_NE(r.out.find(prefix + "node_rank              = " + task), std::string::npos)
-        << r.out;
+    EXPECT_NE(r.out.find(prefix + "node_rank              = " + task), std::string::npos) << r.out;
     EXPECT_NE(r.out.find(prefix + "master_addr            = 127.0.0.11"), std::string::npos);
     EXPECT_NE(r.out.find("<- first host of SLURM_STEP_NODELIST"), std::string::npos);
     EXPECT_NE(r.out.find(prefix + "slurm_mode             = agent"), std::string::npos);
   }
   // An explicit flag wins over Slurm.
-  r = run({"srun", "-N1", DLAUNCH_BIN, "--master_port=29999", "--dry_run", TEST_WORKER_BIN,
-           "ok"});
+  r = run({"srun", "-N1", DLAUNCH_BIN, "--master_port=29999", "--dry_run", TEST_WORKER_BIN, "ok"});
   EXPECT_NE(r.out.find("master_port            = 29999                    <- --master_port"),
             std::string::npos)
       << r.out;
@@ -238,11 +236,10 @@ TEST_F(SlurmClusterTest, ScancelLeavesNoWorkerAlive) {
 // alone and check the workers got it from dlaunch, and the step ended.
 TEST_F(SlurmClusterTest, SigtermToTheAgentIsForwardedToEveryWorker) {
   TempDir dir;
-  std::string id = sbatch(
-      {"-N1", "--output=" + dir.file("out"), "--wrap",
-       "srun " + std::string(DLAUNCH_BIN) + " --nproc_per_node=2 " + TEST_WORKER_BIN +
-           " record-signals file=" + dir.file("sig") + " ready=" + dir.path() +
-           "; echo EXIT=$?"});
+  std::string id = sbatch({"-N1", "--output=" + dir.file("out"), "--wrap",
+                           "srun " + std::string(DLAUNCH_BIN) + " --nproc_per_node=2 " +
+                               TEST_WORKER_BIN + " record-signals file=" + dir.file("sig") +
+                               " ready=" + dir.path() + "; echo EXIT=$?"});
   ASSERT_FALSE(id.empty());
   auto pids = wait_ready(dir, 2, 60s);
   ASSERT_EQ(pids.size(), 2u) << testing::read_file(dir.file("out"));
@@ -269,8 +266,7 @@ TEST_F(SlurmClusterTest, PreemptionNoticeEndsWithTheRequeueCode) {
   std::string id = sbatch(
       {"-N1", "-t", "2", "--signal=USR1@110", "--output=" + dir.file("out"), "--wrap",
        "srun " + std::string(DLAUNCH_BIN) + " --nproc_per_node=2 " + TEST_WORKER_BIN +
-           " record-signals file=" + dir.file("sig") + " ready=" + dir.path() +
-           "; echo EXIT=$?"});
+           " record-signals file=" + dir.file("sig") + " ready=" + dir.path() + "; echo EXIT=$?"});
   ASSERT_FALSE(id.empty());
   ASSERT_EQ(wait_ready(dir, 2, 60s).size(), 2u) << testing::read_file(dir.file("out"));
   // Slurm checks signal deadlines periodically: allow a generous wait.
@@ -293,12 +289,12 @@ TEST_F(SlurmClusterTest, PreemptionNoticeEndsWithTheRequeueCode) {
 // examples/slurm/dtrain.sbatch as a user would submit it: dtrain on 2 nodes x 2 workers.
 TEST_F(SlurmClusterTest, DtrainSbatchTrainsOnTwoNodes) {
   TempDir dir;
-  std::string id = sbatch(
-      {"--output=" + dir.file("out"), "--chdir=" + dir.path(),
-       "--export=ALL,DLAUNCH=" + std::string(DLAUNCH_BIN) + ",DTRAIN=" + DTRAIN_BIN +
-           ",DTRAIN_ARGS=--dataset=synthetic --epochs=1 --max_steps=2 --batch_size=8 "
-           "--width=4 --eval_every=0",
-       std::string(DLAUNCH_SOURCE_DIR) + "/examples/slurm/dtrain.sbatch"});
+  std::string id =
+      sbatch({"--output=" + dir.file("out"), "--chdir=" + dir.path(),
+              "--export=ALL,DLAUNCH=" + std::string(DLAUNCH_BIN) + ",DTRAIN=" + DTRAIN_BIN +
+                  ",DTRAIN_ARGS=--dataset=synthetic --epochs=1 --max_steps=2 --batch_size=8 "
+                  "--width=4 --eval_every=0",
+              std::string(DLAUNCH_SOURCE_DIR) + "/examples/slurm/dtrain.sbatch"});
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(job_gone(id, 280s)) << testing::read_file(dir.file("out"));
   std::string out = testing::read_file(dir.file("out"));
@@ -316,15 +312,16 @@ TEST_F(SlurmClusterTest, DtrainSbatchTrainsOnTwoNodes) {
 TEST_F(SlurmClusterTest, PyTorchScriptOneTaskPerWorker) {
   TempDir dir;
   // The job runs in the source tree (--chdir), where the script's default SCRIPT lives.
-  std::string id = sbatch({"--output=" + dir.file("out"), "--export=ALL,MODE=task,DLAUNCH=" +
-                                                             std::string(DLAUNCH_BIN),
+  std::string id = sbatch({"--output=" + dir.file("out"),
+                           "--export=ALL,MODE=task,DLAUNCH=" + std::string(DLAUNCH_BIN),
                            "--chdir=" + std::string(DLAUNCH_SOURCE_DIR),
                            std::string(DLAUNCH_SOURCE_DIR) + "/examples/slurm/pytorch.sbatch"});
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(job_gone(id, 120s));
   std::string out = testing::read_file(dir.file("out"));
   for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_NE(out.find("rank " + std::to_string(rank) + "/4: all_reduce sum 6 (restart 0, agent "
+    EXPECT_NE(out.find("rank " + std::to_string(rank) +
+                       "/4: all_reduce sum 6 (restart 0, agent "
                        "store False)"),
               std::string::npos)
         << out;
@@ -333,15 +330,16 @@ TEST_F(SlurmClusterTest, PyTorchScriptOneTaskPerWorker) {
 
 TEST_F(SlurmClusterTest, PyTorchScriptOneAgentPerNode) {
   TempDir dir;
-  std::string id = sbatch({"--output=" + dir.file("out"), "--export=ALL,MODE=agent,DLAUNCH=" +
-                                                             std::string(DLAUNCH_BIN),
+  std::string id = sbatch({"--output=" + dir.file("out"),
+                           "--export=ALL,MODE=agent,DLAUNCH=" + std::string(DLAUNCH_BIN),
                            "--chdir=" + std::string(DLAUNCH_SOURCE_DIR),
                            std::string(DLAUNCH_SOURCE_DIR) + "/examples/slurm/pytorch.sbatch"});
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(job_gone(id, 120s));
   std::string out = testing::read_file(dir.file("out"));
   for (int rank = 0; rank < 4; ++rank) {
-    EXPECT_NE(out.find("rank " + std::to_string(rank) + "/4: all_reduce sum 6 (restart 0, agent "
+    EXPECT_NE(out.find("rank " + std::to_string(rank) +
+                       "/4: all_reduce sum 6 (restart 0, agent "
                        "store True)"),
               std::string::npos)
         << out;

@@ -24,9 +24,10 @@ inline SlurmLocation find_test_slurm() {
     if (::kill(std::atoi(line.c_str()), 0) == 0) return {dir + "/slurm.conf", ""};
   }
   if (const char* c = std::getenv("SLURM_CONF"); c != nullptr && *c != '\0') return {c, ""};
-  return {"", "no Slurm cluster running: run these tests through `ctest -L cluster` (its "
-              "fixture starts one), or start one with tests/cluster/start_slurm.sh " + dir +
-              " and source " + dir + "/env.sh"};
+  return {"",
+          "no Slurm cluster running: run these tests through `ctest -L cluster` (its "
+          "fixture starts one), or start one with tests/cluster/start_slurm.sh " +
+              dir + " and source " + dir + "/env.sh"};
 }
 
 }  // namespace dlaunch::test

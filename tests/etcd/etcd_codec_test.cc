@@ -50,7 +50,8 @@ TEST(EtcdCodec, RangeFoundAndMissing) {
   EXPECT_TRUE(missing.kvs.empty());
   EXPECT_EQ(missing.count, 0);
   // An empty value is omitted too.
-  auto empty = decode_range(R"({"header":{"revision":"3"},"kvs":[{"key":"Zm9v","mod_revision":"3"}],"count":"1"})");
+  auto empty = decode_range(
+      R"({"header":{"revision":"3"},"kvs":[{"key":"Zm9v","mod_revision":"3"}],"count":"1"})");
   EXPECT_EQ(empty.kvs.at(0).value, "");
   // Numbers instead of strings are accepted.
   EXPECT_EQ(decode_range(R"({"header":{"revision":9}})").revision, 9);
@@ -68,7 +69,8 @@ TEST(EtcdCodec, TxnSucceededAndFailed) {
   EXPECT_FALSE(failed.succeeded);
   ASSERT_EQ(failed.responses.size(), 1u);
   EXPECT_EQ(failed.responses[0].range.kvs.at(0).value, "bar");
-  auto del = decode_txn(R"({"header":{},"succeeded":true,"responses":[{"response_delete_range":{"header":{},"deleted":"2"}}]})");
+  auto del = decode_txn(
+      R"({"header":{},"succeeded":true,"responses":[{"response_delete_range":{"header":{},"deleted":"2"}}]})");
   EXPECT_EQ(del.responses.at(0).deleted, 2);
   EXPECT_THROW(decode_txn(R"({"responses":[{"response_frob":{}}]})"), ProtocolError);
 }
@@ -90,8 +92,8 @@ TEST(EtcdCodec, TxnRequestShape) {
 }
 
 TEST(EtcdCodec, Leases) {
-  auto g = decode_lease_grant(
-      R"({"header":{"revision":"2"},"ID":"5540731580545638153","TTL":"2"})");
+  auto g =
+      decode_lease_grant(R"({"header":{"revision":"2"},"ID":"5540731580545638153","TTL":"2"})");
   EXPECT_EQ(g.id, 5540731580545638153);
   EXPECT_EQ(g.ttl, 2);
   EXPECT_THROW(decode_lease_grant(R"({"header":{}})"), ProtocolError);
@@ -101,9 +103,10 @@ TEST(EtcdCodec, Leases) {
                 R"({"result":{"header":{"revision":"2"},"ID":"5540731580545638153","TTL":"5"}})"),
             5);
   // Expired: 200, but no TTL.
-  EXPECT_EQ(decode_lease_keepalive(
-                R"({"result":{"header":{"revision":"2"},"ID":"5540731580545638153"}})" "\n"),
-            std::nullopt);
+  EXPECT_EQ(
+      decode_lease_keepalive(R"({"result":{"header":{"revision":"2"},"ID":"5540731580545638153"}})"
+                             "\n"),
+      std::nullopt);
   EXPECT_THROW(decode_lease_keepalive(R"({"error":{"grpc_code":14,"message":"unavailable"}})"),
                ProtocolError);
 }

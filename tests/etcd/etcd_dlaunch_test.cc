@@ -31,11 +31,23 @@ class EtcdDlaunchTest : public ::testing::Test {
   std::unique_ptr<Subprocess> agent(int host, const std::string& nnodes, int nproc,
                                     const std::vector<std::string>& worker) {
     std::vector<std::string> argv = {
-        DLAUNCH_BIN, "--nnodes", nnodes, "--nproc_per_node", std::to_string(nproc),
-        "--rdzv_backend", "etcd", "--rdzv_endpoint", endpoint_, "--rdzv_id", run_id_,
+        DLAUNCH_BIN,
+        "--nnodes",
+        nnodes,
+        "--nproc_per_node",
+        std::to_string(nproc),
+        "--rdzv_backend",
+        "etcd",
+        "--rdzv_endpoint",
+        endpoint_,
+        "--rdzv_id",
+        run_id_,
         "--rdzv_conf",
         "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4,join_timeout=60",
-        "--local_addr", "127.0.0." + std::to_string(10 + host), "--no_python", "--no_slurm"};
+        "--local_addr",
+        "127.0.0." + std::to_string(10 + host),
+        "--no_python",
+        "--no_slurm"};
     argv.insert(argv.end(), worker.begin(), worker.end());
     return std::make_unique<Subprocess>(argv);
   }
@@ -94,9 +106,7 @@ TEST_F(EtcdDlaunchTest, KilledAgentIsReplacedByARoundOfTheSurvivors) {
   // The survivors notice the expired lease, re-form without spending the restart budget, and
   // start their workers again in a world of 2.
   ASSERT_TRUE(testing::wait_until(
-      [&] {
-        return started(*agents[0], "of 2 (node ") && started(*agents[1], "of 2 (node ");
-      },
+      [&] { return started(*agents[0], "of 2 (node ") && started(*agents[1], "of 2 (node "); },
       60s))
       << agents[0]->err() << agents[1]->err();
   for (int i = 0; i < 2; ++i) {

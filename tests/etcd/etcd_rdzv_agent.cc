@@ -17,8 +17,8 @@
 // MASTER (proves rank 0 hosts it and the others reach it).
 #include <time.h>
 
-#include <cstdio>
 #include <condition_variable>
+#include <cstdio>
 #include <map>
 #include <mutex>
 #include <string>
@@ -38,9 +38,12 @@ double now_seconds() {
 
 const char* kind_name(dlaunch::RendezvousEvent::Kind k) {
   switch (k) {
-    case dlaunch::RendezvousEvent::Kind::kMembershipChanged: return "membership";
-    case dlaunch::RendezvousEvent::Kind::kRestartRequested: return "restart";
-    case dlaunch::RendezvousEvent::Kind::kShutdownRequested: return "shutdown";
+    case dlaunch::RendezvousEvent::Kind::kMembershipChanged:
+      return "membership";
+    case dlaunch::RendezvousEvent::Kind::kRestartRequested:
+      return "restart";
+    case dlaunch::RendezvousEvent::Kind::kShutdownRequested:
+      return "shutdown";
   }
   return "?";
 }
@@ -71,8 +74,8 @@ int main(int argc, char** argv) {
     std::string nnodes = flags.at("nnodes");
     size_t colon = nnodes.find(':');
     p.min_nodes = parse_int(nnodes.substr(0, colon), "--nnodes");
-    p.max_nodes = colon == std::string::npos ? p.min_nodes
-                                             : parse_int(nnodes.substr(colon + 1), "--nnodes");
+    p.max_nodes =
+        colon == std::string::npos ? p.min_nodes : parse_int(nnodes.substr(colon + 1), "--nnodes");
     p.host = flags.at("host");
     if (flags.count("node_rank")) p.node_rank = parse_int(flags["node_rank"], "--node_rank");
     if (flags.count("conf")) p.config = RendezvousConfig::split(flags["conf"]);

@@ -46,8 +46,14 @@ class EtcdRendezvousTest : public ::testing::Test {
   // Fast keep-alive so node loss shows within a few seconds: lease TTL 2 s.
   std::unique_ptr<Subprocess> start_agent(const std::string& nnodes,
                                           const std::vector<std::string>& extra = {}) {
-    std::vector<std::string> argv = {DLAUNCH_ETCD_AGENT, "--endpoint", endpoint_, "--run_id",
-                                     run_id_,            "--nnodes",   nnodes,    "--conf",
+    std::vector<std::string> argv = {DLAUNCH_ETCD_AGENT,
+                                     "--endpoint",
+                                     endpoint_,
+                                     "--run_id",
+                                     run_id_,
+                                     "--nnodes",
+                                     nnodes,
+                                     "--conf",
                                      "last_call_timeout=0.5,keep_alive_interval=0.5,"
                                      "keep_alive_max_attempt=4,join_timeout=60",
                                      "--check_store"};
@@ -74,7 +80,8 @@ class EtcdRendezvousTest : public ::testing::Test {
 
   std::string describe(const std::vector<Subprocess*>& agents) {
     std::string s;
-    for (auto* a : agents) s += "--- agent " + std::to_string(a->pid()) + ":\n" + a->out() + a->err();
+    for (auto* a : agents)
+      s += "--- agent " + std::to_string(a->pid()) + ":\n" + a->out() + a->err();
     return s;
   }
 
@@ -150,9 +157,9 @@ TEST_F(EtcdRendezvousTest, LateAgentIsAdmittedAtTheNextRound) {
 }
 
 TEST_F(EtcdRendezvousTest, UnreachableEtcdFailsNamingTheEndpoint) {
-  auto r = testing::run({DLAUNCH_ETCD_AGENT, "--endpoint", "127.0.0.1:1", "--run_id", run_id_,
-                         "--nnodes", "1"},
-                        {}, 30s);
+  auto r = testing::run(
+      {DLAUNCH_ETCD_AGENT, "--endpoint", "127.0.0.1:1", "--run_id", run_id_, "--nnodes", "1"}, {},
+      30s);
   EXPECT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit.code, 1);
   EXPECT_NE(r.out.find("cannot connect to etcd at 127.0.0.1:1"), std::string::npos) << r.out;

@@ -220,8 +220,8 @@ TEST_F(EtcdStoreTest, WatchSeesPutsAndDeletesAndCanBeCancelled) {
     ASSERT_TRUE(m.has_value()) << "no watch event within 10 s";
     for (auto& e : m->events) seen.push_back(e.type);
   }
-  EXPECT_EQ(seen, (std::vector<etcd::Event::Type>{etcd::Event::Type::kPut,
-                                                  etcd::Event::Type::kDelete}));
+  EXPECT_EQ(seen,
+            (std::vector<etcd::Event::Type>{etcd::Event::Type::kPut, etcd::Event::Type::kDelete}));
   // A deadline with nothing happening returns empty and leaves the watch usable.
   EXPECT_FALSE(watch->next(std::chrono::steady_clock::now() + 100ms).has_value());
   store_->set("w", to_bytes("2"));

@@ -30,11 +30,14 @@ inline EtcdLocation find_test_etcd() {
   if (std::ifstream ep(dir + "/endpoint"); ep && std::getline(ep, line) && !line.empty()) {
     return {line, ""};
   }
-  return {"", "no etcd running: run these tests through `ctest -L cluster` (its fixture starts "
-              "one), or start one with tests/cluster/start_etcd.sh " + dir};
+  return {"",
+          "no etcd running: run these tests through `ctest -L cluster` (its fixture starts "
+          "one), or start one with tests/cluster/start_etcd.sh " +
+              dir};
 #else
-  return {"", "DLAUNCH_ETCD_ENDPOINT is not set; start etcd with tests/cluster/start_etcd.sh DIR "
-              "and source DIR/env.sh"};
+  return {"",
+          "DLAUNCH_ETCD_ENDPOINT is not set; start etcd with tests/cluster/start_etcd.sh DIR "
+          "and source DIR/env.sh"};
 #endif
 }
 

@@ -45,8 +45,7 @@ TEST(Hostlist, CommasInsideBracketsSeparateRangesNotHosts) {
             Hosts({"gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-07"}));
   EXPECT_EQ(expand_hostlist("gpu-[01-04,07],login[1-2]"),
             Hosts({"gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-07", "login1", "login2"}));
-  EXPECT_EQ(expand_hostlist("a[1,3,5-6],b,c[9]"),
-            Hosts({"a1", "a3", "a5", "a6", "b", "c9"}));
+  EXPECT_EQ(expand_hostlist("a[1,3,5-6],b,c[9]"), Hosts({"a1", "a3", "a5", "a6", "b", "c9"}));
   // Order and duplicates are kept, as Slurm does.
   EXPECT_EQ(expand_hostlist("n[3,1,3]"), Hosts({"n3", "n1", "n3"}));
 }
@@ -59,9 +58,8 @@ TEST(Hostlist, SeveralBracketGroupsAreACartesianProduct) {
   // then the first, the second, ..., the second-to-last slowest.
   EXPECT_EQ(expand_hostlist("r[1-2]c[1-3]n[5],x"),
             Hosts({"r1c1n5", "r2c1n5", "r1c2n5", "r2c2n5", "r1c3n5", "r2c3n5", "x"}));
-  EXPECT_EQ(expand_hostlist("a[1-2]b[3-4]c[5-6]"),
-            Hosts({"a1b3c5", "a1b3c6", "a2b3c5", "a2b3c6", "a1b4c5", "a1b4c6", "a2b4c5",
-                   "a2b4c6"}));
+  EXPECT_EQ(expand_hostlist("a[1-2]b[3-4]c[5-6]"), Hosts({"a1b3c5", "a1b3c6", "a2b3c5", "a2b3c6",
+                                                          "a1b4c5", "a1b4c6", "a2b4c5", "a2b4c6"}));
   EXPECT_EQ(expand_hostlist("a[1-2]b[3-4]c[5-6]d[7-8]")[8], "a1b3c6d7");
   // Extension: text after the last group (Slurm refuses it).
   EXPECT_EQ(expand_hostlist("x[1-2]y"), Hosts({"x1y", "x2y"}));
@@ -98,8 +96,9 @@ TEST(Hostlist, MalformedInputNamesInputAndPosition) {
   EXPECT_NE(msg.find("position 2"), std::string::npos) << msg;
 
   msg = error_of("n[1-2],m[1,7-4]");
-  EXPECT_NE(msg.find("reversed range '7-4' (the low end must come first, e.g. [4-7]) at position 11"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("reversed range '7-4' (the low end must come first, e.g. [4-7]) at position 11"),
+      std::string::npos)
       << msg;
 
   msg = error_of("n[1-[2]]");
@@ -152,13 +151,26 @@ TEST(Hostlist, AgreesWithScontrol) {
   std::ofstream(conf) << "ClusterName=hostlisttest\nSlurmctldHost=localhost\n"
                          "NodeName=n1 NodeAddr=127.0.0.1 CPUs=1 State=UNKNOWN\n"
                          "PartitionName=p Nodes=n1 Default=YES\n";
-  const std::vector<std::string> inputs = {
-      "node1",          "a,b,c",          "a b",           "n[1-3]",
-      "n[8-11]",        "n[09-11]",       "n[001-10]",     "[1-3]",
-      "gpu-[01-04,07]", "gpu-[01-04,07],login[1-2]",      "rack[1-2]-n[01-02]",
-      "a[1-2][3-4]",    "r[1-2]c[1-3]n[5],x",             "n[3,1,3]",
-      "n[98-101],m[0]", "a,,b",          "a[1-2]b[3-4]c[5-6]",
-      "a[1-2]b[3-4]c[5-6]d[7-8]",         "a[1-3]b[4-5]",  "x[1,3],y[2]z[4-5]"};
+  const std::vector<std::string> inputs = {"node1",
+                                           "a,b,c",
+                                           "a b",
+                                           "n[1-3]",
+                                           "n[8-11]",
+                                           "n[09-11]",
+                                           "n[001-10]",
+                                           "[1-3]",
+                                           "gpu-[01-04,07]",
+                                           "gpu-[01-04,07],login[1-2]",
+                                           "rack[1-2]-n[01-02]",
+                                           "a[1-2][3-4]",
+                                           "r[1-2]c[1-3]n[5],x",
+                                           "n[3,1,3]",
+                                           "n[98-101],m[0]",
+                                           "a,,b",
+                                           "a[1-2]b[3-4]c[5-6]",
+                                           "a[1-2]b[3-4]c[5-6]d[7-8]",
+                                           "a[1-3]b[4-5]",
+                                           "x[1,3],y[2]z[4-5]"};
   for (const auto& input : inputs) {
     std::string out = run("SLURM_CONF=" + conf + " scontrol show hostnames '" + input + "' 2>&1");
     std::istringstream lines(out);

@@ -58,9 +58,12 @@ EnvMap srun_task_env() {
 // The batch script of a 2-node job: no step, SLURM_NODEID=0 on the first node only.
 EnvMap batch_env() {
   return {
-      {"SLURM_JOB_ID", "3"},          {"SLURM_JOB_NODELIST", "127.0.0.[11-12]"},
-      {"SLURM_JOB_NUM_NODES", "2"},   {"SLURM_NNODES", "2"},
-      {"SLURM_NODEID", "0"},          {"SLURM_PROCID", "0"},
+      {"SLURM_JOB_ID", "3"},
+      {"SLURM_JOB_NODELIST", "127.0.0.[11-12]"},
+      {"SLURM_JOB_NUM_NODES", "2"},
+      {"SLURM_NNODES", "2"},
+      {"SLURM_NODEID", "0"},
+      {"SLURM_PROCID", "0"},
       {"SLURM_TASKS_PER_NODE", "1(x2)"},
   };
 }
@@ -245,8 +248,8 @@ TEST(SlurmEnv, TaskPerWorkerIsChosenStepWide) {
 
 TEST(SlurmEnv, TaskWorkerEnvFollowsSlurmIds) {
   SlurmEnv s = read_slurm_env(srun_task_env());
-  WorkerEnv w = slurm_task_worker_env(s, s.master_addr->value, s.master_port->value,
-                                      s.run_id->value);
+  WorkerEnv w =
+      slurm_task_worker_env(s, s.master_addr->value, s.master_port->value, s.run_id->value);
   EXPECT_EQ(w.rank, 3);
   EXPECT_EQ(w.local_rank, 1);
   EXPECT_EQ(w.world_size, 4);

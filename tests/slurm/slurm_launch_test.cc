@@ -26,11 +26,11 @@ LaunchConfig resolve(std::vector<std::string> args, const Env& env) {
 
 // `srun -N2 --ntasks-per-node=1`, node 1, job 4242.
 Env srun_env() {
-  return {{"SLURM_JOB_ID", "4242"},        {"SLURM_STEP_ID", "0"},
-          {"SLURM_STEP_NUM_NODES", "2"},   {"SLURM_NNODES", "2"},
-          {"SLURM_NODEID", "1"},           {"SLURM_STEP_NODELIST", "gpu-[07-08]"},
-          {"SLURM_STEP_NUM_TASKS", "2"},   {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
-          {"SLURM_PROCID", "1"},           {"SLURM_LOCALID", "0"}};
+  return {{"SLURM_JOB_ID", "4242"},      {"SLURM_STEP_ID", "0"},
+          {"SLURM_STEP_NUM_NODES", "2"}, {"SLURM_NNODES", "2"},
+          {"SLURM_NODEID", "1"},         {"SLURM_STEP_NODELIST", "gpu-[07-08]"},
+          {"SLURM_STEP_NUM_TASKS", "2"}, {"SLURM_STEP_TASKS_PER_NODE", "1(x2)"},
+          {"SLURM_PROCID", "1"},         {"SLURM_LOCALID", "0"}};
 }
 
 TEST(SlurmLaunch, SlurmFillsWhatTheUserLeftAtDefaults) {
@@ -101,7 +101,9 @@ TEST(SlurmLaunch, SwitchesAndModes) {
 }
 
 TEST(SlurmLaunch, BatchScriptTrapIsAUsageError) {
-  Env batch = {{"SLURM_JOB_ID", "7"}, {"SLURM_JOB_NUM_NODES", "2"}, {"SLURM_NODEID", "0"},
+  Env batch = {{"SLURM_JOB_ID", "7"},
+               {"SLURM_JOB_NUM_NODES", "2"},
+               {"SLURM_NODEID", "0"},
                {"SLURM_JOB_NODELIST", "n[1-2]"}};
   EXPECT_THROW(resolve({}, batch), UsageError);
   EXPECT_EQ(resolve({"--nnodes=1"}, batch).max_nodes, 1);
