@@ -1,0 +1,284 @@
+// PyTorch compatibility: unmodified torchrun-style scripts run with Debian's PyTorch 1.13
+// (/usr/bin/python3, gloo on CPU) under real dlaunch agents on 127.0.0.1.
+//
+//  - 2 agents x 2 workers, static and c10d rendezvous: DDP training ends with bitwise identical
+//    parameters on every rank and a lower loss, and every worker used the agent's store
+//    (TORCHELASTIC_USE_AGENT_STORE=True): it holds a connection to MASTER_PORT, does not listen on
+//    it itself, and the listening socket belongs to the dlaunch agent hosting the store;
+//  - a worker decorated with @record that raises: the failure report names the rank and shows the
+//    Python exception from TORCHELASTIC_ERROR_FILE;
+//  - `-m module` and `script.py` forms (two standalone jobs at once, on separate stores).
+//
+// The scripts live beside this file (ddp_train.py, record_fail.py). Skipped when /usr/bin/python3
+// cannot import torch.distributed. Timeouts are generous: importing torch takes 5-25 s on the
+// shared 2-core machine.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <map>
+#include <memory>
+#include <regex>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/support/subprocess.h"
+
+namespace dlaunch::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kDlaunch = DLAUNCH_BIN;
+const std::string kCompatDir = COMPAT_DIR;
+const std::string kPython = "/usr/bin/python3";
+constexpr auto kJobTimeout = 240s;
+
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+bool torch_missing() {
+  static const bool missing = [] {
+    auto probe = run({kPython, "-c", "import torch.distributed.elastic.multiprocessing.errors"},
+                     {}, 120s);
+    return probe.timed_out || probe.exit.shell_code() != 0;
+  }();
+  return missing;
+}
+
+#define SKIP_WITHOUT_TORCH()                                                              \
+  if (torch_missing())                                                                    \
+  GTEST_SKIP() << "Debian's python3-torch (1.13) cannot be imported by " << kPython \
+               << "; install python3-torch (scripts/setup.sh --test)"
+
+// What ddp_train.py printed for one rank.
+struct RankReport {
+  int world = 0;
+  int store_port = 0;
+  int listen_self = -1;
+  int connected = -1;
+  long owner_pid = 0;
+  std::string agent_store;
+  double loss_first = 0;
+  double loss_last = 0;
+  int steps = 0;
+  std::string sha;
+};
+
+std::map<int, RankReport> parse_reports(const std::string& out) {
+  static const std::regex store_re(
+      R"(rank (\d+)/(\d+): store port=(\d+) listen_self=(\d) connected=(\d) owner_pid=(\d+) )"
+      R"(agent_store=(\S*))");
+  static const std::regex loss_re(R"(rank (\d+)/(\d+): loss ([0-9.]+) -> ([0-9.]+) steps=(\d+))");
+  static const std::regex sha_re(R"(rank (\d+)/(\d+): params sha256 ([0-9a-f]{64}))");
+  std::map<int, RankReport> reports;
+  std::smatch m;
+  size_t pos = 0;
+  while (pos < out.size()) {
+    size_t end = out.find('\n', pos);
+    if (end == std::string::npos) end = out.size();
+    std::string line = out.substr(pos, end - pos);
+    pos = end + 1;
+    if (std::regex_search(line, m, store_re)) {
+      auto& r = reports[std::stoi(m[1])];
+      r.world = std::stoi(m[2]);
+      r.store_port = std::stoi(m[3]);
+      r.listen_self = std::stoi(m[4]);
+      r.connected = std::stoi(m[5]);
+      r.owner_pid = std::stol(m[6]);
+      r.agent_store = m[7];
+    } else if (std::regex_search(line, m, loss_re)) {
+      auto& r = reports[std::stoi(m[1])];
+      r.loss_first = std::stod(m[3]);
+      r.loss_last = std::stod(m[4]);
+      r.steps = std::stoi(m[5]);
+    } else if (std::regex_search(line, m, sha_re)) {
+      reports[std::stoi(m[1])].sha = m[3];
+    }
+  }
+  return reports;
+}
+
+// Every rank 0..world-1 reported, trained `steps` steps, ends with the same parameters, and the
+// (rank-averaged) loss went down.
+void expect_trained_together(const std::map<int, RankReport>& reports, int world, int steps,
+                             const std::string& context) {
+  ASSERT_EQ(reports.size(), static_cast<size_t>(world)) << context;
+  const std::string& sha0 = reports.begin()->second.sha;
+  EXPECT_EQ(sha0.size(), 64u) << context;
+  for (const auto& [rank, r] : reports) {
+    EXPECT_GE(rank, 0);
+    EXPECT_LT(rank, world) << context;
+    EXPECT_EQ(r.world, world) << "rank " << rank << "\n" << context;
+    EXPECT_EQ(r.steps, steps) << "rank " << rank << "\n" << context;
+    EXPECT_EQ(r.sha, sha0) << "rank " << rank << " ended with different parameters\n" << context;
+    EXPECT_GT(r.loss_first, 0.0) << context;
+    EXPECT_LT(r.loss_last, r.loss_first * 0.9)
+        << "rank " << rank << ": the loss did not go down\n" << context;
+  }
+}
+
+// Every worker reached the store hosted by `host_pid` at `port` as a client only.
+void expect_on_agent_store(const std::map<int, RankReport>& reports, int port, long host_pid,
+                           const std::string& context) {
+  for (const auto& [rank, r] : reports) {
+    EXPECT_EQ(r.agent_store, "True") << "rank " << rank << "\n" << context;
+    EXPECT_EQ(r.store_port, port) << "rank " << rank << "\n" << context;
+    EXPECT_EQ(r.listen_self, 0) << "rank " << rank << " listens on MASTER_PORT itself\n"
+                                << context;
+    EXPECT_EQ(r.connected, 1) << "rank " << rank << " holds no connection to MASTER_PORT\n"
+                              << context;
+    EXPECT_EQ(r.owner_pid, host_pid)
+        << "rank " << rank << ": MASTER_PORT is not the hosting agent's listener\n"
+        << context;
+  }
+}
+
+std::vector<std::string> agent_argv(std::vector<std::string> flags,
+                                    const std::vector<std::string>& program) {
+  flags.insert(flags.begin(), kDlaunch);
+  flags.insert(flags.end(), {"--python", kPython});
+  flags.insert(flags.end(), program.begin(), program.end());
+  return flags;
+}
+
+struct JobResult {
+  std::string out;      // every agent's stdout, concatenated
+  std::string context;  // every agent's stdout and stderr, for failure messages
+};
+
+// Waits for every agent; each must exit with `expected_code`.
+JobResult wait_all(std::vector<std::unique_ptr<Subprocess>>& agents, int expected_code) {
+  JobResult job;
+  for (size_t i = 0; i < agents.size(); ++i) {
+    auto e = agents[i]->wait(kJobTimeout);
+    job.out += agents[i]->out();
+    job.context += "--- agent " + std::to_string(i) + " stdout:\n" + agents[i]->out() +
+                   "--- agent " + std::to_string(i) + " stderr:\n" + agents[i]->err();
+    EXPECT_TRUE(e) << "agent " << i << " did not exit within " << kJobTimeout.count() << " s";
+    if (e) {
+      EXPECT_EQ(e->shell_code(), expected_code) << "agent " << i;
+    }
+  }
+  return job;
+}
+
+// (a) and (e): static rendezvous, node 0 hosts the store at --master_port.
+TEST(TorchCompat, StaticTwoAgentsDdpOnAgentStore) {
+  SKIP_WITHOUT_TORCH();
+  int port = free_port();
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (const char* rank : {"0", "1"}) {
+    agents.push_back(std::make_unique<Subprocess>(agent_argv(
+        {"--nnodes", "2", "--node_rank", rank, "--master_addr", "127.0.0.1", "--master_port",
+         std::to_string(port), "--nproc_per_node", "2", "--rdzv_id", "compat_static"},
+        {kCompatDir + "/ddp_train.py", "--steps", "8"})));
+  }
+  auto job = wait_all(agents, 0);
+  auto reports = parse_reports(job.out);
+  expect_trained_together(reports, 4, 8, job.context);
+  expect_on_agent_store(reports, port, agents[0]->pid(), job.context);
+}
+
+// (b) and (e): c10d elastic rendezvous at MIN=MAX=2; the agent that bound the endpoint hosts the
+// store and the workers use it (MASTER_PORT = the endpoint's port).
+TEST(TorchCompat, ElasticC10dTwoAgentsDdpOnAgentStore) {
+  SKIP_WITHOUT_TORCH();
+  int port = free_port();
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int i = 0; i < 2; ++i) {
+    agents.push_back(std::make_unique<Subprocess>(agent_argv(
+        {"--nnodes", "2:2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+         "127.0.0.1:" + std::to_string(port), "--rdzv_id", "compat_c10d", "--nproc_per_node",
+         "2"},
+        {kCompatDir + "/ddp_train.py", "--steps", "8"})));
+  }
+  auto job = wait_all(agents, 0);
+  auto reports = parse_reports(job.out);
+  expect_trained_together(reports, 4, 8, job.context);
+  long host = 0;
+  for (auto& a : agents) {
+    if (a->err().find("hosting the job's store") != std::string::npos) host = a->pid();
+  }
+  ASSERT_NE(host, 0) << "no agent said it hosts the store\n" << job.context;
+  expect_on_agent_store(reports, port, host, job.context);
+}
+
+// (c): rank 1 (node 1's only worker) raises inside @record. Node 1's report names the rank and
+// shows the exception from the error file (the `traceback :` field appears only when the error
+// file was read; otherwise the report shows the stderr tail). Node 0 is told by the push.
+TEST(TorchCompat, RecordedExceptionReachesFailureReport) {
+  SKIP_WITHOUT_TORCH();
+  std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (const char* rank : {"0", "1"}) {
+    agents.push_back(std::make_unique<Subprocess>(
+        agent_argv({"--nnodes", "2", "--node_rank", rank, "--master_port", port, "--rdzv_id",
+                    "compat_record"},
+                   {kCompatDir + "/record_fail.py"}),
+        std::map<std::string, std::string>{{"COMPAT_FAIL_RANK", "1"}}));
+  }
+  auto job = wait_all(agents, 1);
+  std::string err1 = agents[1]->err();
+  size_t report = err1.find("Root cause (first observed failure):");
+  ASSERT_NE(report, std::string::npos) << job.context;
+  std::string summary = err1.substr(report);
+  EXPECT_TRUE(std::regex_search(summary, std::regex(R"(rank\s*:\s*1 \(local_rank: 0\))")))
+      << summary;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(summary, m, std::regex(R"(error_file:\s*(\S+))"))) << summary;
+  EXPECT_NE(m[1].str(), "<N/A>") << summary;
+  EXPECT_NE(m[1].str().find("error.json"), std::string::npos) << summary;
+  EXPECT_TRUE(std::regex_search(
+      summary,
+      std::regex(R"(traceback\s*:\s*ValueError: compat: deliberate failure on rank 1 of 2)")))
+      << summary;
+  // The other node stopped its worker because of the push, and says whose failure it was.
+  std::string err0 = agents[0]->err();
+  EXPECT_NE(err0.find("rank 1"), std::string::npos) << err0;
+  EXPECT_EQ(err0.find("deliberate failure"), std::string::npos)
+      << "node 0's own worker did not fail; its report should not claim it did\n"
+      << err0;
+}
+
+// (d): the same script as `-m ddp_train` (found through PYTHONPATH) and as a path, two
+// standalone jobs at the same time: each gets its own store (port), its arguments, and trains.
+TEST(TorchCompat, ModuleAndScriptFormsAsTwoStandaloneJobs) {
+  SKIP_WITHOUT_TORCH();
+  std::map<std::string, std::string> env{{"PYTHONPATH", kCompatDir}};
+  std::vector<std::unique_ptr<Subprocess>> jobs;
+  jobs.push_back(std::make_unique<Subprocess>(
+      agent_argv({"--standalone", "--nproc_per_node", "2"}, {"-m", "ddp_train", "--steps", "5"}),
+      env));
+  jobs.push_back(std::make_unique<Subprocess>(
+      agent_argv({"--standalone", "--nproc_per_node", "2"},
+                 {kCompatDir + "/ddp_train.py", "--steps", "6"})));
+  std::set<int> ports;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    std::vector<std::unique_ptr<Subprocess>> one;
+    one.push_back(std::move(jobs[i]));
+    auto job = wait_all(one, 0);
+    auto reports = parse_reports(job.out);
+    expect_trained_together(reports, 2, i == 0 ? 5 : 6, job.context);
+    ASSERT_FALSE(reports.empty());
+    int port = reports.begin()->second.store_port;
+    expect_on_agent_store(reports, port, one[0]->pid(), job.context);
+    ports.insert(port);
+  }
+  EXPECT_EQ(ports.size(), 2u) << "two standalone jobs shared one store port";
+}
+
+}  // namespace
+}  // namespace dlaunch::testing
