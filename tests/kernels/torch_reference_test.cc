@@ -127,7 +127,8 @@ void compare_resnet(const ResNetConfig& cfg, int64_t n, int64_t hw) {
   EXPECT_EQ(k, ref_buffers.size());
 }
 
-TEST(TorchReference, ResNet18MixedLayouts) { compare_resnet(ResNetConfig{18, 4, 3, 5, 16}, 4, 16); }
+// Width 4: NCHW everywhere (cblock 1); width 8: nChw8c; width 16: nChw16c (on AVX-512).
+TEST(TorchReference, ResNet18PlainNchw) { compare_resnet(ResNetConfig{18, 4, 3, 5, 16}, 4, 16); }
 TEST(TorchReference, ResNet18Blocked) { compare_resnet(ResNetConfig{18, 16, 3, 10, 16}, 6, 16); }
 TEST(TorchReference, ResNet18Mnist) { compare_resnet(ResNetConfig{18, 8, 1, 10, 28}, 3, 28); }
 TEST(TorchReference, ResNet34) { compare_resnet(ResNetConfig{34, 8, 3, 10, 16}, 4, 16); }

@@ -1,6 +1,7 @@
 // ResNet forward/backward over the kernels. Activations stay in the channel-blocked layout the
-// oneDNN convolutions prefer (kernels::cpu::preferred_cblock) from the stem's output to the
-// global pool, so no activation is ever reordered; only the input images are NCHW.
+// oneDNN convolutions prefer (kernels::cpu::preferred_cblock of the width, the same block for
+// every layer) from the stem's output to the global pool, so no activation is ever reordered;
+// only the input images are NCHW.
 //
 // Per residual block (BasicBlock):
 //   z1 = conv1(x); a1 = relu(bn1(z1)); z2 = conv2(a1)
@@ -83,6 +84,10 @@ struct ResNet::Impl {
   };
 
   ResNetConfig config;
+  // One channel block for every activation after the stem (all channel counts are multiples of
+  // the width): oneDNN has fast kernels for nChw16c -> nChw16c or 8c -> 8c, but converting
+  // between 8 and 16 inside a convolution falls back to its slow reference code.
+  int cblock = 1;
   std::vector<Param> params;
   std::vector<ParamInfo> infos;
   Tensor flat_params, flat_grads;
@@ -109,14 +114,14 @@ struct ResNet::Impl {
   float* g(int id) { return flat_grads.data() + params[static_cast<size_t>(id)].offset; }
 
   void make_conv(Conv& c, const std::string& name, int64_t c_in, int64_t c_out, int64_t kernel,
-                 int64_t stride) {
+                 int64_t stride, int in_cblock) {
     c.c_in = c_in;
     c.c_out = c_out;
     c.kernel = kernel;
     c.stride = stride;
     c.pad = kernel / 2;
-    c.in_cblock = cpu::preferred_cblock(c_in);
-    c.out_cblock = cpu::preferred_cblock(c_out);
+    c.in_cblock = in_cblock;
+    c.out_cblock = cblock;
     c.param = add_param(name + ".weight", static_cast<size_t>(c_out * c_in * kernel * kernel), false);
   }
   std::unique_ptr<Bn> make_bn(const std::string& name, int64_t c) {
@@ -164,8 +169,9 @@ ResNet::ResNet(const ResNetConfig& config, uint64_t seed) : impl_(std::make_uniq
                      std::to_string(config.in_channels) + ", num_classes " +
                      std::to_string(config.num_classes));
   const int64_t w = config.width;
+  m.cblock = cpu::preferred_cblock(w);
   // Registration follows torchvision's named_parameters() order.
-  m.make_conv(m.stem, "conv1", config.in_channels, w, 3, 1);
+  m.make_conv(m.stem, "conv1", config.in_channels, w, 3, 1, /*in_cblock=*/1);  // NCHW images
   m.stem_bn = m.make_bn("bn1", w);
   const int counts18[4] = {2, 2, 2, 2}, counts34[4] = {3, 4, 6, 3};
   const int* counts = config.depth == 18 ? counts18 : counts34;
@@ -176,13 +182,13 @@ ResNet::ResNet(const ResNetConfig& config, uint64_t seed) : impl_(std::make_uniq
       const std::string prefix = "layer" + std::to_string(layer + 1) + "." + std::to_string(b);
       const int64_t stride = (layer > 0 && b == 0) ? 2 : 1;
       Impl::Block blk;
-      m.make_conv(blk.conv1, prefix + ".conv1", c_in, c_out, 3, stride);
+      m.make_conv(blk.conv1, prefix + ".conv1", c_in, c_out, 3, stride, m.cblock);
       blk.bn1 = m.make_bn(prefix + ".bn1", c_out);
-      m.make_conv(blk.conv2, prefix + ".conv2", c_out, c_out, 3, 1);
+      m.make_conv(blk.conv2, prefix + ".conv2", c_out, c_out, 3, 1, m.cblock);
       blk.bn2 = m.make_bn(prefix + ".bn2", c_out);
       if (stride != 1 || c_in != c_out) {
         blk.downsample = true;
-        m.make_conv(blk.convd, prefix + ".downsample.0", c_in, c_out, 1, stride);
+        m.make_conv(blk.convd, prefix + ".downsample.0", c_in, c_out, 1, stride, m.cblock);
         blk.bnd = m.make_bn(prefix + ".downsample.1", c_out);
       }
       m.blocks.push_back(std::move(blk));
