@@ -5,7 +5,7 @@
 // Memory is 64-byte aligned (one cache line, one AVX-512 vector) and zero-initialised on
 // allocation. Only Device::kCpu is implemented today; kCuda is reserved for the CUDA path
 // (kernels/cuda), and constructing a kCuda tensor throws StateError until it lands.
-// Copying copies the data. Not thread-safe; nothing here blocks.
+// Copying copies the data; a moved-from Tensor is empty. Not thread-safe; nothing here blocks.
 #pragma once
 
 #include <cstddef>

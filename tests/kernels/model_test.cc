@@ -107,8 +107,15 @@ double train_loss(ResNet& net, const Tensor& images, const std::vector<int32_t>&
 }
 
 TEST(ResNet, EndToEndGradientMatchesFiniteDifferences) {
-  for (int in_channels : {3, 1}) {
-    ResNetConfig cfg{18, 4, in_channels, 5, 16};
+  // Width 4 runs NCHW everywhere, width 16 the nChw16c (AVX-512) or nChw8c path; one input
+  // channel (MNIST) changes only the stem.
+  struct Case {
+    int width, in_channels;
+  };
+  for (const Case& cs : {Case{4, 3}, Case{4, 1}, Case{16, 3}}) {
+    const int in_channels = cs.in_channels;
+    SCOPED_TRACE("width " + std::to_string(cs.width) + " in_channels " + std::to_string(in_channels));
+    ResNetConfig cfg{18, cs.width, in_channels, 5, 16};
     ResNet net(cfg, 7);
     const int64_t batch = 8;
     const Tensor images = random_images(batch, in_channels, 16, 8);
@@ -128,7 +135,6 @@ TEST(ResNet, EndToEndGradientMatchesFiniteDifferences) {
     int checked = 0, failures = 0;
     double total_error = 0;
     for (const auto& p : net.param_info()) {
-      // One input channel changes only the stem; the rest was covered by the 3-channel run.
       if (in_channels == 1 && p.name.rfind("conv1.", 0) != 0 && p.name.rfind("bn1.", 0) != 0) continue;
       const float* g = analytic.data() + p.offset;
       double norm = 0;
@@ -173,7 +179,7 @@ TEST(ResNet, EndToEndGradientMatchesFiniteDifferences) {
       }
     }
     EXPECT_LT(total_error / checked, 0.01) << "mean relative error of the directional derivatives";
-    EXPECT_EQ(failures, 0) << failures << " of " << checked << " (in_channels " << in_channels << ")";
+    EXPECT_EQ(failures, 0) << failures << " of " << checked;
   }
 }
 
@@ -318,6 +324,36 @@ TEST(ResNet, EvalUsesRunningStatisticsAndWorksForOneImage) {
   net.forward(images, false);
   Tensor g({6, 10});
   EXPECT_THROW(net.backward(g), InternalError);
+}
+
+}  // namespace
+}  // namespace dlaunch
+
+namespace dlaunch {
+namespace {
+
+TEST(Tensor, AlignedZeroedResizeKeepsCapacityCopyAndMove) {
+  Tensor t({2, 3, 5});
+  EXPECT_EQ(t.numel(), 30);
+  EXPECT_EQ(t.dim(-1), 5);
+  EXPECT_EQ(t.shape_string(), "[2, 3, 5]");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(t.data()) % 64, 0u);
+  for (int64_t i = 0; i < t.numel(); ++i) ASSERT_EQ(t.data()[i], 0.f);
+  t.fill(2.f);
+  const float* before = t.data();
+  t.resize({3, 10});  // same size: same allocation, contents kept
+  EXPECT_EQ(t.data(), before);
+  EXPECT_EQ(t.data()[29], 2.f);
+  Tensor copy = t;
+  EXPECT_NE(copy.data(), t.data());
+  EXPECT_EQ(copy.data()[7], 2.f);
+  Tensor moved = std::move(copy);
+  EXPECT_EQ(moved.numel(), 30);
+  EXPECT_EQ(copy.numel(), 0);  // NOLINT(bugprone-use-after-move): documented moved-from state
+  t.resize({100});  // larger: new zeroed allocation
+  EXPECT_EQ(t.data()[99], 0.f);
+  EXPECT_THROW(t.dim(3), InternalError);
+  EXPECT_THROW(Tensor({2}, Device::kCuda), StateError);
 }
 
 }  // namespace
