@@ -89,7 +89,8 @@ struct Agent::Impl {
   enum class Phase { kRendezvous, kRunning, kCapturing, kStopping, kExitBarrier, kDone };
 
   Impl(LaunchConfig c, ProcessContext& p, asio::io_context& i, AgentOptions o)
-      : cfg(std::move(c)),
+      : gate(std::make_shared<PostGate>(i)),
+        cfg(std::move(c)),
         procs(p),
         io(i),
         opts(std::move(o)),
@@ -101,17 +102,21 @@ struct Agent::Impl {
     if (!opts.last_beat) opts.last_beat = mtime_on_steady_clock;
   }
 
-  // Helper threads (rendezvous round, exit barrier) post back through this, so a thread still
-  // blocked when the agent is destroyed (stopped by a signal) never touches a dead io_context.
+  // Helper threads (rendezvous round, exit barrier, the handler's watcher) post back through
+  // this, so a thread still blocked when the agent is destroyed (stopped by a signal) never
+  // touches a dead io_context. The gate, not the agent, knows the loop: such a thread must not
+  // read any member of the (by then freed) Impl, not even the `io` reference.
   struct PostGate {
+    explicit PostGate(asio::io_context& i) : io(i) {}
     std::mutex mutex;
     bool open = true;
+    asio::io_context& io;  // used only while open
   };
-  std::shared_ptr<PostGate> gate = std::make_shared<PostGate>();
+  std::shared_ptr<PostGate> gate;
   template <typename F>
-  static void post_from_thread(const std::shared_ptr<PostGate>& gate, asio::io_context& io, F f) {
+  static void post_from_thread(const std::shared_ptr<PostGate>& gate, F f) {
     std::lock_guard<std::mutex> lock(gate->mutex);
-    if (gate->open) asio::post(io, std::move(f));
+    if (gate->open) asio::post(gate->io, std::move(f));
   }
 
   LaunchConfig cfg;
@@ -214,10 +219,10 @@ struct Agent::Impl {
     rdzv_thread = std::thread([this, handler, g]() {
       try {
         RendezvousResult r = handler->next_rendezvous();
-        post_from_thread(g, io, [this, r]() { on_rendezvous_done(r); });
+        post_from_thread(g, [this, r]() { on_rendezvous_done(r); });
       } catch (const std::exception& e) {
         std::string msg = e.what();
-        post_from_thread(g, io, [this, msg]() { on_rendezvous_failed(msg); });
+        post_from_thread(g, [this, msg]() { on_rendezvous_failed(msg); });
       }
     });
   }
@@ -226,7 +231,7 @@ struct Agent::Impl {
     if (phase == Phase::kDone) return;
     auto g = gate;
     opts.rendezvous->watch([this, g](const RendezvousEvent& ev) {
-      post_from_thread(g, io, [this, ev]() { on_rendezvous_event(ev); });
+      post_from_thread(g, [this, ev]() { on_rendezvous_event(ev); });
     });
     start_workers(r);
   }
@@ -743,7 +748,7 @@ struct Agent::Impl {
         ok = false;
         log_warning("not every node reached the exit barrier: {}", e.what());
       }
-      post_from_thread(g, io, [this, gen, ok]() {
+      post_from_thread(g, [this, gen, ok]() {
         if (gen != generation || phase != Phase::kExitBarrier) return;
         finish_now(ok ? exit_codes::kSuccess : exit_codes::kWorkersFailed);
       });

@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <condition_variable>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -369,6 +370,71 @@ TEST(AgentRendezvous, LocalFailureIsPushedToTheOtherNodes) {
   EXPECT_NE(rdzv->reports[0].find("rank 3"), std::string::npos) << rdzv->reports[0];
   EXPECT_NE(rdzv->reports[0].find("exit code 9"), std::string::npos) << rdzv->reports[0];
   EXPECT_TRUE(rdzv->closed);  // the budget is spent: no more rounds for anyone
+}
+
+// A round that blocks until the test releases it, as a real rendezvous waiting for nodes does.
+class BlockingRendezvous : public RendezvousHandler {
+ public:
+  std::string backend() const override { return "blocking"; }
+  std::string run_id() const override { return "blocking"; }
+  RendezvousResult next_rendezvous() override {
+    std::unique_lock<std::mutex> lock(mutex_);
+    entered_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return released_; });
+    RendezvousResult r;
+    r.group_world_size = 1;
+    r.local_world_sizes = {1};
+    r.hosts = {"a"};
+    r.master_addr = "127.0.0.1";
+    r.master_port = 29400;
+    return r;
+  }
+  void watch(std::function<void(const RendezvousEvent&)>) override {}
+  void request_restart(const std::string&) override {}
+  int64_t num_nodes_waiting() override { return 0; }
+  void set_closed() override {}
+  bool is_closed() override { return false; }
+  void shutdown() override {}
+  void wait_entered() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    cv_.wait(lock, [&] { return entered_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    released_ = true;
+    cv_.notify_all();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool entered_ = false;
+  bool released_ = false;
+};
+
+// The agent is stopped and destroyed while its round still blocks; when the round ends later,
+// the detached round thread must not touch the dead agent (ASan: heap-use-after-free).
+TEST(AgentRendezvous, ARoundEndingAfterTheAgentIsGoneTouchesNothing) {
+  auto rdzv = std::make_shared<BlockingRendezvous>();
+  {
+    asio::io_context io;
+    FakeProcessContext procs(io);
+    procs.script = [](int64_t, int64_t) { return Behaviour{ExitStatus::exited(0)}; };
+    auto opts = options();
+    opts.rendezvous = rdzv;
+    Agent agent(config(1, 0), procs, io, opts);
+    std::thread stopper([&]() {
+      rdzv->wait_entered();
+      io.stop();
+    });
+    agent.run();
+    stopper.join();
+  }
+  rdzv->release();
+  // The round thread holds the other reference until it has finished.
+  for (int i = 0; i < 1000 && rdzv.use_count() > 1; ++i) std::this_thread::sleep_for(5ms);
+  EXPECT_EQ(rdzv.use_count(), 1);
 }
 
 }  // namespace
