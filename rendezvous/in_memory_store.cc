@@ -19,6 +19,18 @@ int64_t parse_counter(const Bytes& value, const std::string& key) {
   return result;
 }
 
+int64_t add_to_counter(const Bytes* current, int64_t delta, const std::string& key) {
+  if (!current) return delta;
+  int64_t base = parse_counter(*current, key);
+  int64_t sum = 0;
+  if (__builtin_add_overflow(base, delta, &sum)) {
+    throw ProtocolError("add(" + std::to_string(delta) + ") to store key '" + key +
+                        "' holding " + std::to_string(base) +
+                        " leaves the int64 range; reset the counter or add smaller steps");
+  }
+  return sum;
+}
+
 namespace {
 
 std::string join_keys(const std::vector<std::string>& keys) {
@@ -67,11 +79,11 @@ Bytes InMemoryStore::get(const std::string& key) {
 }
 
 int64_t InMemoryStore::add(const std::string& key, int64_t delta) {
-  int64_t result = delta;
+  int64_t result = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     auto it = table_.find(key);
-    if (it != table_.end()) result += parse_counter(it->second, key);
+    result = add_to_counter(it == table_.end() ? nullptr : &it->second, delta, key);
     table_[key] = to_bytes(std::to_string(result));
   }
   changed_.notify_all();

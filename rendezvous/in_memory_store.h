@@ -45,4 +45,9 @@ class InMemoryStore final : public Store {
 // Parses a counter value as add() stores it ("-12"); throws ProtocolError on anything else.
 int64_t parse_counter(const Bytes& value, const std::string& key);
 
+// add()'s arithmetic, shared by every store that keeps counters itself: `current` (null when
+// the key is missing) plus `delta`. Throws ProtocolError when the value is not a counter or the
+// sum leaves int64 (signed overflow would be undefined behaviour a client could trigger).
+int64_t add_to_counter(const Bytes* current, int64_t delta, const std::string& key);
+
 }  // namespace dlaunch

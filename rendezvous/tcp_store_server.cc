@@ -503,14 +503,12 @@ struct TcpStoreServer::Impl {
         answer_ready(c, q);
         return;
       case Op::kAdd: {
-        int64_t value = q.delta;
+        int64_t value = 0;
         auto it = table.find(q.keys[0]);
-        if (it != table.end()) {
-          try {
-            value += parse_counter(it->second, q.keys[0]);
-          } catch (const Error& e) {
-            return bad_frame(c, std::string("ADD: ") + e.what());
-          }
+        try {
+          value = add_to_counter(it == table.end() ? nullptr : &it->second, q.delta, q.keys[0]);
+        } catch (const Error& e) {
+          return bad_frame(c, std::string("ADD: ") + e.what());
         }
         store_value(q.keys[0], to_bytes(std::to_string(value)));
         wire::put_i64(reply, value);

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <limits>
 #include <thread>
 
 #include "common/error.h"
@@ -58,6 +59,18 @@ TYPED_TEST(StoreSuite, AddCountsFromZeroAndStoresDecimal) {
   EXPECT_EQ(this->store->add("c", -2), 3);
   EXPECT_EQ(this->store->add("c", 0), 3);
   EXPECT_EQ(to_string(this->store->get("c")), "3");
+}
+
+// A sum past int64 is refused (it was signed overflow, undefined behaviour a client could
+// trigger in the server), and the counter keeps its value.
+TYPED_TEST(StoreSuite, AddThatWouldOverflowIsRefused) {
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  EXPECT_EQ(this->store->add("big", max), max);
+  EXPECT_THROW(this->store->add("big", 1), Error);
+  EXPECT_EQ(to_string(this->backend.client()->get("big")), std::to_string(max));
+  EXPECT_EQ(this->backend.client()->add("small", std::numeric_limits<int64_t>::min()),
+            std::numeric_limits<int64_t>::min());
+  EXPECT_THROW(this->backend.client()->add("small", -1), Error);
 }
 
 TYPED_TEST(StoreSuite, CompareSetFollowsC10dSemantics) {
