@@ -106,8 +106,19 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host)
     HostPort hp = parse_host_port(cfg.rdzv_endpoint, 29400, "--rdzv_endpoint");
     p.endpoint = hp.to_string();
     if (cfg.node_rank_given) p.node_rank = cfg.node_rank;
+    if (hp.port == 0 && cfg.max_nodes > 1) {
+      throw UsageError(fmt::format(
+          "--rdzv_endpoint {} with port 0 cannot work with --nnodes={}:{}: the other nodes "
+          "would not know the port this one picked; give every node the same free port",
+          cfg.rdzv_endpoint, cfg.min_nodes, cfg.max_nodes));
+    }
     // torchrun's rule: the agent that can bind the endpoint hosts the store; the rest connect.
     s.server = try_host(hp, false);
+    // Port 0 (torchrun's --standalone spelling): join the store on the port it was given.
+    if (hp.port == 0 && s.server) {
+      hp.port = s.server->port();
+      p.endpoint = hp.to_string();
+    }
   } else {
     p.endpoint = cfg.rdzv_endpoint;
     if (cfg.node_rank_given) p.node_rank = cfg.node_rank;

@@ -487,6 +487,25 @@ TEST(DlaunchStore, PortInUseIsAClearMessage) {
   EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
 }
 
+// torchrun's --standalone spelling: c10d on port 0. The agent hosts on a free port and must
+// join its own store there, not dial port 0 until the join timeout.
+TEST(DlaunchStore, C10dEndpointPortZeroJoinsTheStoreItHosts) {
+  auto r = run(cmd({"--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:0",
+                    "--rdzv_conf", "join_timeout=20", "--nproc_per_node", "1"},
+                   {"ok"}),
+               {}, 60s);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(lines_with_prefix(r.out, "[default0]:ok rank=0").size(), 1u) << r.out;
+  // Several nodes cannot find a port one of them picked: a usage error, at once.
+  auto multi = run(cmd({"--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+                        "127.0.0.1:0", "--nproc_per_node", "1"},
+                       {"ok"}),
+                   {}, 60s);
+  EXPECT_EQ(multi.exit.shell_code(), 2) << multi.err;
+  EXPECT_NE(multi.err.find("port 0"), std::string::npos) << multi.err;
+}
+
 // PyTorch workers (Debian's python3-torch 1.13, gloo on CPU) join the agent's store through
 // init_method="env://" with TORCHELASTIC_USE_AGENT_STORE=True and all-reduce.
 TEST(DlaunchStore, PyTorchWorkersJoinTheAgentStore) {
