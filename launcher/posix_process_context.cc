@@ -329,11 +329,14 @@ void PosixProcessContext::on_pidfd_ready(int pid) {
   siginfo_t info;
   std::memset(&info, 0, sizeof(info));
   int rc;
+  // WNOHANG: the pidfd is a blocking descriptor (Asio's assign/async_wait do not make it
+  // non-blocking), so without it a readiness that is not an exit would block the whole loop
+  // inside waitid. Not exited yet shows as success with si_pid 0.
   do {
     rc = waitid(static_cast<idtype_t>(P_PIDFD), static_cast<id_t>(child->pidfd.native_handle()),
-                &info, WEXITED);
+                &info, WEXITED | WNOHANG);
   } while (rc < 0 && errno == EINTR);
-  if (rc != 0 && errno == EAGAIN) {
+  if ((rc == 0 && info.si_pid == 0) || (rc != 0 && errno == EAGAIN)) {
     // Not exited yet: a spurious readiness (Asio may hand a recycled descriptor state a stale
     // event when file descriptor numbers are reused within one reactor batch). Wait again.
     child->pidfd.async_wait(asio::posix::stream_descriptor::wait_read,
