@@ -1,0 +1,379 @@
+// Whole agents at scale: N real dlaunch processes on this host (one per "node", each with
+// --nproc_per_node 1 and a worker that exits at once) forming one job over static or c10d
+// rendezvous, beside torchrun 1.13's c10d agents from the same run.
+//
+// Per job, measured on CLOCK_MONOTONIC from just before the first agent is spawned:
+//   workers  until the last worker began (each worker prints a CLOCK_MONOTONIC stamp as its first
+//            act: bench/launch/stamp_worker.cc, "exit" mode = print one line, exit 0, as cheap as
+//            /bin/true); implies every agent finished its rendezvous and spawned its worker;
+//   exit     until the last agent exited (all must exit 0): includes the exit barrier, where
+//            every agent waits for the others before leaving.
+// Agents are posix_spawn'ed back to back; their stdout goes to one O_APPEND file (dlaunch writes
+// each worker line with one write, so lines never mix), their stderr to another, shown on
+// failure.
+//
+//   agents_bench [--agents 2,8,32,128,512,1024] [--backend static|c10d|both] [--repeat 3]
+//                [--repeat_large 1] [--torchrun 32] [--torchrun_repeat 1] [--true]
+//                [--timeout 300]
+//   --repeat_large  runs for N >= 512 (they take the machine for seconds each)
+//   --torchrun N    torchrun peer with N agents (0: none)
+//   --true          workers are /bin/true (then only the exit time is measured)
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+const std::string kDlaunch = DLAUNCH_BIN;
+const std::string kStamp = STAMP_WORKER_BIN;
+const std::string kPython = "/usr/bin/python3";
+
+int64_t mono_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+// A port free right now on 127.0.0.1 (the agents bind it a moment later).
+int free_port() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+struct JobResult {
+  bool ok = false;
+  double exit_s = -1;                  // first spawn -> last agent exited
+  std::optional<double> workers_s;     // first spawn -> last worker's stamp
+  int failed = 0;                      // agents that exited, but not with 0
+  int killed = 0;                      // agents still running at the deadline (SIGKILLed)
+  std::string err_tail;
+};
+
+std::string tail_of(const std::string& path, size_t bytes) {
+  std::ifstream f(path);
+  std::stringstream s;
+  s << f.rdbuf();
+  std::string text = s.str();
+  return text.size() > bytes ? text.substr(text.size() - bytes) : text;
+}
+
+// Spawns every argv at once, waits for all (SIGKILL after `timeout_s`), reads the stamps.
+JobResult run_job(const std::vector<std::vector<std::string>>& argvs, int expected_stamps,
+                  double timeout_s) {
+  char dir_template[] = "/tmp/agents_bench_XXXXXX";
+  std::string dir = mkdtemp(dir_template);
+  std::string out_path = dir + "/stdout", err_path = dir + "/stderr";
+  int out_fd = open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  int err_fd = open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_adddup2(&actions, out_fd, 1);
+  posix_spawn_file_actions_adddup2(&actions, err_fd, 2);
+
+  JobResult r;
+  std::set<pid_t> running;
+  int64_t t0 = mono_ns();
+  for (const auto& argv : argvs) {
+    std::vector<std::string> args = argv;
+    std::vector<char*> cargv;
+    for (auto& a : args) cargv.push_back(a.data());
+    cargv.push_back(nullptr);
+    pid_t pid = -1;
+    int rc = posix_spawn(&pid, cargv[0], &actions, nullptr, cargv.data(), environ);
+    if (rc != 0) {
+      std::fprintf(stderr, "posix_spawn %s: %s\n", cargv[0], std::strerror(rc));
+      ++r.failed;
+      continue;
+    }
+    running.insert(pid);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  close(out_fd);
+  close(err_fd);
+
+  // Reap; WNOHANG polling every 0.2 ms costs little next to the figures and allows a deadline.
+  // Once an agent failed the run is lost: the others would sit in the exit barrier (300 s), so
+  // they get kFailedGrace to finish, then SIGKILL.
+  constexpr int64_t kFailedGrace = 5'000'000'000;
+  int64_t deadline = t0 + static_cast<int64_t>(timeout_s * 1e9);
+  int64_t last_exit = t0;
+  bool killed = false;
+  while (!running.empty()) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      last_exit = mono_ns();
+      running.erase(pid);
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        if (r.failed == 0) deadline = std::min(deadline, last_exit + kFailedGrace);
+        ++r.failed;
+      }
+      continue;
+    }
+    if (!killed && mono_ns() > deadline) {
+      r.killed = static_cast<int>(running.size());
+      for (pid_t p : running) kill(p, SIGKILL);
+      killed = true;
+    }
+    usleep(200);
+  }
+  r.exit_s = static_cast<double>(last_exit - t0) / 1e9;
+
+  std::ifstream out(out_path);
+  std::string line;
+  int64_t latest = 0;
+  int stamps = 0;
+  while (std::getline(out, line)) {
+    size_t at = line.find("stamp ");
+    long long ns = 0;
+    if (at != std::string::npos && std::sscanf(line.c_str() + at, "stamp %lld", &ns) == 1) {
+      latest = std::max<int64_t>(latest, ns);
+      ++stamps;
+    }
+  }
+  if (expected_stamps > 0 && stamps == expected_stamps) {
+    r.workers_s = static_cast<double>(latest - t0) / 1e9;
+  }
+  r.ok = r.failed == 0 && r.killed == 0 && (expected_stamps == 0 || r.workers_s.has_value());
+  if (!r.ok) {
+    // The agents' error lines (the cause), then the tail (the consequences).
+    std::ifstream err(err_path);
+    int errors = 0;
+    while (std::getline(err, line)) {
+      if (line.find(" E] ") != std::string::npos && errors++ < 5) r.err_tail += line + "\n";
+    }
+    if (errors > 5) r.err_tail += "(" + std::to_string(errors) + " error lines in all)\n";
+    r.err_tail += "...\n" + tail_of(err_path, 1500);
+    if (expected_stamps > 0 && stamps != expected_stamps) {
+      r.err_tail += "\n(" + std::to_string(stamps) + " of " + std::to_string(expected_stamps) +
+                    " worker stamps)";
+    }
+  }
+  unlink(out_path.c_str());
+  unlink(err_path.c_str());
+  rmdir(dir.c_str());
+  return r;
+}
+
+std::vector<std::string> worker_argv(bool use_true) {
+  if (use_true) return {"/bin/true"};
+  return {kStamp, "exit"};
+}
+
+std::vector<std::vector<std::string>> dlaunch_job(const std::string& backend, int n, int port,
+                                                  const std::string& run_id, bool use_true) {
+  std::vector<std::vector<std::string>> argvs;
+  for (int k = 0; k < n; ++k) {
+    std::vector<std::string> a = {kDlaunch};
+    if (backend == "static") {
+      a.insert(a.end(), {"--nnodes", std::to_string(n), "--node_rank", std::to_string(k),
+                         "--master_addr", "127.0.0.1", "--master_port", std::to_string(port)});
+    } else {
+      a.insert(a.end(), {"--nnodes", std::to_string(n) + ":" + std::to_string(n),
+                         "--rdzv_backend", "c10d", "--rdzv_endpoint",
+                         "127.0.0.1:" + std::to_string(port)});
+    }
+    a.insert(a.end(), {"--rdzv_id", run_id, "--rdzv_conf", "join_timeout=120",
+                       "--nproc_per_node", "1", "--no_python"});
+    for (auto& w : worker_argv(use_true)) a.push_back(w);
+    argvs.push_back(a);
+  }
+  return argvs;
+}
+
+// torchrun 1.13 crashes at argument parsing on Python 3.11 unless -r and -t are given (only 1
+// and 2 parse); -r 2 -t 2 leaves stdout, where the stamps go, untouched.
+std::vector<std::vector<std::string>> torchrun_job(int n, int port, const std::string& run_id,
+                                                   bool use_true) {
+  std::vector<std::vector<std::string>> argvs;
+  for (int k = 0; k < n; ++k) {
+    std::vector<std::string> a = {kPython, "-m", "torch.distributed.run", "--nnodes",
+                                  std::to_string(n), "--nproc_per_node", "1", "--rdzv_backend",
+                                  "c10d", "--rdzv_endpoint", "127.0.0.1:" + std::to_string(port),
+                                  "--rdzv_id", run_id, "-r", "2", "-t", "2", "--no_python"};
+    for (auto& w : worker_argv(use_true)) a.push_back(w);
+    argvs.push_back(a);
+  }
+  return argvs;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return -1;
+  std::sort(v.begin(), v.end());
+  size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string range(const std::vector<double>& v) {
+  if (v.size() < 2) return "";
+  char buf[64];
+  std::snprintf(buf, sizeof(buf), " (%.3f-%.3f)", *std::min_element(v.begin(), v.end()),
+                *std::max_element(v.begin(), v.end()));
+  return buf;
+}
+
+struct Figures {
+  std::vector<double> exit_s, workers_s;
+  int failures = 0;
+};
+
+void print_row(const std::string& name, int n, const Figures& f) {
+  char workers[32] = "n/a";
+  if (!f.workers_s.empty()) std::snprintf(workers, sizeof(workers), "%.3f", median(f.workers_s));
+  char exited[32] = "n/a";
+  if (!f.exit_s.empty()) std::snprintf(exited, sizeof(exited), "%.3f", median(f.exit_s));
+  std::printf("%-9s %5d agents: workers started %s%s s [%zu runs], all exited 0 %s%s s "
+              "[%zu runs; %d failed]\n",
+              name.c_str(), n, workers, range(f.workers_s).c_str(), f.workers_s.size(), exited,
+              range(f.exit_s).c_str(), f.exit_s.size(), f.failures);
+  std::fflush(stdout);
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::stoi(item));
+  return out;
+}
+
+// Every worker's start counts even when the run failed later (at exit); the exit time only
+// when every agent exited 0.
+void record(Figures& f, const JobResult& r, const std::string& what) {
+  if (r.workers_s) f.workers_s.push_back(*r.workers_s);
+  if (!r.ok) {
+    ++f.failures;
+    std::fprintf(stderr, "%s failed (%d agents exited non-zero, %d killed at the deadline); "
+                 "stderr tail:\n%s\n", what.c_str(), r.failed, r.killed, r.err_tail.c_str());
+    return;
+  }
+  f.exit_s.push_back(r.exit_s);
+}
+
+std::string load() {
+  std::ifstream f("/proc/loadavg");
+  std::string a, b, c;
+  f >> a >> b >> c;
+  return a + " " + b + " " + c;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> agents = {2, 8, 32, 128, 512, 1024};
+  std::vector<std::string> backends = {"static", "c10d"};
+  int repeat = 3, repeat_large = 1, torchrun_n = 32, torchrun_repeat = 1;
+  double timeout_s = 300;
+  bool use_true = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--agents") agents = parse_list(next());
+    else if (a == "--backend") {
+      std::string b = next();
+      backends = b == "both" ? std::vector<std::string>{"static", "c10d"}
+                             : std::vector<std::string>{b};
+    } else if (a == "--repeat") repeat = std::stoi(next());
+    else if (a == "--repeat_large") repeat_large = std::stoi(next());
+    else if (a == "--torchrun") torchrun_n = std::stoi(next());
+    else if (a == "--torchrun_repeat") torchrun_repeat = std::stoi(next());
+    else if (a == "--timeout") timeout_s = std::stod(next());
+    else if (a == "--true") use_true = true;
+    else {
+      std::fprintf(stderr,
+                   "usage: agents_bench [--agents 2,8,...] [--backend static|c10d|both] "
+                   "[--repeat N] [--repeat_large N] [--torchrun N] [--torchrun_repeat N] "
+                   "[--true] [--timeout S]\n");
+      return 2;
+    }
+  }
+  // The store host needs ~2 fds per agent; this process none per agent, but the agents inherit
+  // the limit.
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = lim.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &lim);
+  std::printf("fd limit %llu; load average at start %s; worker: %s\n",
+              static_cast<unsigned long long>(lim.rlim_cur), load().c_str(),
+              use_true ? "/bin/true" : "stamp_worker exit");
+  std::fflush(stdout);
+
+  int stamps_per_agent = use_true ? 0 : 1;
+  int run = 0;
+  for (int n : agents) {
+    for (const auto& backend : backends) {
+      Figures f;
+      int reps = n >= 512 ? repeat_large : repeat;
+      for (int r = 0; r < reps; ++r) {
+        std::string id = "agents" + std::to_string(getpid()) + "_" + std::to_string(run++);
+        auto res = run_job(dlaunch_job(backend, n, free_port(), id, use_true),
+                           n * stamps_per_agent, timeout_s);
+        record(f, res, "dlaunch " + backend + " " + std::to_string(n));
+      }
+      print_row(backend, n, f);
+    }
+  }
+
+  if (torchrun_n > 0) {
+    std::printf("load average before torchrun: %s\n", load().c_str());
+    Figures tf;
+    Figures df;  // dlaunch c10d at the same N, interleaved with torchrun's runs
+    for (int r = 0; r < torchrun_repeat; ++r) {
+      std::string id = "torchrun" + std::to_string(getpid()) + "_" + std::to_string(run++);
+      auto res = run_job(torchrun_job(torchrun_n, free_port(), id, use_true),
+                         torchrun_n * stamps_per_agent, timeout_s);
+      record(tf, res, "torchrun " + std::to_string(torchrun_n));
+      id = "agents" + std::to_string(getpid()) + "_" + std::to_string(run++);
+      res = run_job(dlaunch_job("c10d", torchrun_n, free_port(), id, use_true),
+                    torchrun_n * stamps_per_agent, timeout_s);
+      record(df, res, "dlaunch c10d " + std::to_string(torchrun_n));
+    }
+    print_row("torchrun", torchrun_n, tf);
+    print_row("c10d", torchrun_n, df);
+    if (!tf.exit_s.empty() && !df.exit_s.empty()) {
+      std::printf("ratio torchrun / dlaunch (c10d, %d agents, interleaved runs): all exited %.0fx",
+                  torchrun_n, median(tf.exit_s) / median(df.exit_s));
+      if (!tf.workers_s.empty() && !df.workers_s.empty()) {
+        std::printf(", workers started %.0fx", median(tf.workers_s) / median(df.workers_s));
+      }
+      std::printf("\n");
+    }
+    std::printf("load average at end: %s\n", load().c_str());
+  }
+  return 0;
+}
