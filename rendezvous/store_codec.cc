@@ -79,27 +79,17 @@ class Reader {
     return true;
   }
   bool key(std::string* s) {
-    uint64_t n;
-    if (!u64(&n)) return false;
-    if (n > limits_.max_key_bytes) {
-      return fail("key of " + std::to_string(n) + " bytes over the limit of " +
-                  std::to_string(limits_.max_key_bytes));
-    }
-    if (!have(n)) return false;
-    s->assign(reinterpret_cast<const char*>(data_ + pos_), n);
-    pos_ += n;
+    const uint8_t* at = nullptr;
+    uint64_t n = 0;
+    if (!sized(limits_.max_key_bytes, "key", &at, &n)) return false;
+    s->assign(reinterpret_cast<const char*>(at), n);
     return true;
   }
   bool value(Bytes* b) {
-    uint64_t n;
-    if (!u64(&n)) return false;
-    if (n > limits_.max_value_bytes) {
-      return fail("value of " + std::to_string(n) + " bytes over the limit of " +
-                  std::to_string(limits_.max_value_bytes));
-    }
-    if (!have(n)) return false;
-    b->assign(data_ + pos_, data_ + pos_ + n);
-    pos_ += n;
+    const uint8_t* at = nullptr;
+    uint64_t n = 0;
+    if (!sized(limits_.max_value_bytes, "value", &at, &n)) return false;
+    b->assign(at, at + n);
     return true;
   }
   bool fail(std::string why) {
@@ -111,6 +101,18 @@ class Reader {
   const std::string& error() const { return error_; }
 
  private:
+  // A u64 length of at most `limit` bytes, then the bytes themselves (returned in place).
+  bool sized(uint64_t limit, const char* what, const uint8_t** at, uint64_t* n) {
+    if (!u64(n)) return false;
+    if (*n > limit) {
+      return fail(std::string(what) + " of " + std::to_string(*n) + " bytes over the limit of " +
+                  std::to_string(limit));
+    }
+    if (!have(*n)) return false;
+    *at = data_ + pos_;
+    pos_ += *n;
+    return true;
+  }
   bool have(uint64_t n) {
     if (n > limits_.max_frame_bytes || pos_ + n > limits_.max_frame_bytes) {
       return fail("request larger than the frame limit of " +
