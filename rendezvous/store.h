@@ -36,7 +36,9 @@ class Store {
   // Blocks until `key` exists (or the timeout passes) and returns its value.
   virtual Bytes get(const std::string& key) = 0;
   // Adds `delta` to the integer stored at `key` (missing counts as 0) and returns the result.
-  // Counters are stored as ASCII decimal, as c10d does, so get() on them reads "5".
+  // Counters are stored as ASCII decimal, as c10d does, so get() on them reads "5". A key that
+  // holds no counter, or a sum outside int64, is refused (ProtocolError; over TCP the server
+  // drops the connection, so the client sees ClosedError) and the value stays.
   virtual int64_t add(const std::string& key, int64_t delta) = 0;
   // If the current value equals `expected` (a missing key equals an empty `expected`), stores
   // `desired`. Returns the value now stored (desired on success, the current value otherwise;
