@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <cerrno>
@@ -109,14 +110,19 @@ struct PosixProcessContext::Child {
   void emit(int stream, std::string_view line) {
     if (callbacks.on_line) callbacks.on_line(stream, line);
   }
-  // Reads whatever the pipe holds now, without blocking: at exit, this is everything the
-  // process wrote before dying.
+  // Reads what the pipe holds now, without blocking: at exit, this is everything the process
+  // wrote before dying. At most one pipe's capacity: a grandchild still writing to the pipe
+  // could otherwise outpace us and keep the loop thread here for good; the async read goes on
+  // with the rest.
   void drain(int stream) {
     auto& d = stream == 1 ? out : err;
     if (!d.is_open()) return;
-    while (true) {
-      ssize_t r = ::read(d.native_handle(), buf[stream], kReadChunk);
+    int capacity = ::fcntl(d.native_handle(), F_GETPIPE_SZ);
+    size_t budget = capacity > 0 ? static_cast<size_t>(capacity) : size_t{1} << 20;
+    while (budget > 0) {
+      ssize_t r = ::read(d.native_handle(), buf[stream], std::min(kReadChunk, budget));
       if (r > 0) {
+        budget -= static_cast<size_t>(r);
         split[stream].feed(buf[stream], static_cast<size_t>(r),
                            [&](std::string_view l) { emit(stream, l); });
         continue;

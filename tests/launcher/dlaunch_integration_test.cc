@@ -154,6 +154,18 @@ TEST(DlaunchExit, FailureIsOneAndReportNamesTheFirstFailure) {
   EXPECT_NE(r.err.find("SIGTERM"), std::string::npos) << r.err;
 }
 
+// A grandchild that keeps writing to the worker's stdout after the worker died must not keep
+// the agent reading at the exit (it hung there for good): the failure is reported and the
+// grandchild goes with the group.
+TEST(DlaunchExit, ChattyGrandchildDoesNotBlockTheExitReport) {
+  auto r = run({kDlaunch, "--nproc_per_node", "1", "--no_python", "/bin/sh", "-c",
+                "(yes &); sleep 0.2; exit 3"},
+               {}, 60s);
+  EXPECT_FALSE(r.timed_out);
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("exitcode  : 3"), std::string::npos) << r.err;
+}
+
 TEST(DlaunchExit, SegfaultIsReportedBySignalName) {
   auto r = run(cmd({"--standalone"}, {"segv"}));
   EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
