@@ -116,6 +116,19 @@ TYPED_TEST(StoreSuite, WaitIsReleasedWhenTheLastKeyAppears) {
   t.join();
 }
 
+// "Wait forever" is Duration::max(): it must wait, not overflow into a past deadline.
+TYPED_TEST(StoreSuite, WaitWithTheLargestTimeoutWaitsForTheKey) {
+  auto writer = this->backend.client();
+  std::thread t([&] {
+    std::this_thread::sleep_for(100ms);
+    writer->set("forever", to_bytes("v"));
+  });
+  EXPECT_NO_THROW(this->store->wait({"forever"}, Duration::max()));
+  t.join();
+  this->store->set_timeout(Duration::max());
+  EXPECT_EQ(to_string(this->store->get("forever")), "v");
+}
+
 TYPED_TEST(StoreSuite, MultiSetAndMultiGet) {
   auto& s = *this->store;
   s.multi_set({"m1", "m2", "m3"}, {to_bytes("a"), to_bytes(""), to_bytes("c")});
