@@ -3,6 +3,8 @@
 // rendezvous, beside torchrun 1.13's c10d agents from the same run.
 //
 // Per job, measured on CLOCK_MONOTONIC from just before the first agent is spawned:
+//   first    until the first worker began (static: no agent starts its worker before all N
+//            joined, so this bounds the rendezvous itself);
 //   workers  until the last worker began (each worker prints a CLOCK_MONOTONIC stamp as its first
 //            act: bench/launch/stamp_worker.cc, "exit" mode = print one line, exit 0, as cheap as
 //            /bin/true); implies every agent finished its rendezvous and spawned its worker;
@@ -72,6 +74,7 @@ struct JobResult {
   bool ok = false;
   double exit_s = -1;                  // first spawn -> last agent exited
   std::optional<double> workers_s;     // first spawn -> last worker's stamp
+  std::optional<double> first_worker_s;  // first spawn -> first worker's stamp
   int failed = 0;                      // agents that exited, but not with 0
   int killed = 0;                      // agents still running at the deadline (SIGKILLed)
   std::string err_tail;
@@ -133,6 +136,7 @@ JobResult run_job(const std::vector<std::vector<std::string>>& argvs, int expect
     if (pid > 0) {
       last_exit = mono_ns();
       running.erase(pid);
+      if (killed && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) continue;  // ours
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
         if (r.failed == 0) deadline = std::min(deadline, last_exit + kFailedGrace);
         ++r.failed;
@@ -150,18 +154,20 @@ JobResult run_job(const std::vector<std::vector<std::string>>& argvs, int expect
 
   std::ifstream out(out_path);
   std::string line;
-  int64_t latest = 0;
+  int64_t latest = 0, earliest = 0;
   int stamps = 0;
   while (std::getline(out, line)) {
     size_t at = line.find("stamp ");
     long long ns = 0;
     if (at != std::string::npos && std::sscanf(line.c_str() + at, "stamp %lld", &ns) == 1) {
       latest = std::max<int64_t>(latest, ns);
+      earliest = earliest == 0 ? ns : std::min<int64_t>(earliest, ns);
       ++stamps;
     }
   }
   if (expected_stamps > 0 && stamps == expected_stamps) {
     r.workers_s = static_cast<double>(latest - t0) / 1e9;
+    r.first_worker_s = static_cast<double>(earliest - t0) / 1e9;
   }
   r.ok = r.failed == 0 && r.killed == 0 && (expected_stamps == 0 || r.workers_s.has_value());
   if (!r.ok) {
@@ -242,18 +248,22 @@ std::string range(const std::vector<double>& v) {
 }
 
 struct Figures {
-  std::vector<double> exit_s, workers_s;
+  std::vector<double> exit_s, workers_s, first_worker_s;
   int failures = 0;
 };
 
 void print_row(const std::string& name, int n, const Figures& f) {
   char workers[32] = "n/a";
   if (!f.workers_s.empty()) std::snprintf(workers, sizeof(workers), "%.3f", median(f.workers_s));
+  char first[32] = "n/a";
+  if (!f.first_worker_s.empty()) {
+    std::snprintf(first, sizeof(first), "%.3f", median(f.first_worker_s));
+  }
   char exited[32] = "n/a";
   if (!f.exit_s.empty()) std::snprintf(exited, sizeof(exited), "%.3f", median(f.exit_s));
-  std::printf("%-9s %5d agents: workers started %s%s s [%zu runs], all exited 0 %s%s s "
-              "[%zu runs; %d failed]\n",
-              name.c_str(), n, workers, range(f.workers_s).c_str(), f.workers_s.size(), exited,
+  std::printf("%-9s %5d agents: first worker %s s, workers started %s%s s [%zu runs], "
+              "all exited 0 %s%s s [%zu runs; %d failed]\n",
+              name.c_str(), n, first, workers, range(f.workers_s).c_str(), f.workers_s.size(), exited,
               range(f.exit_s).c_str(), f.exit_s.size(), f.failures);
   std::fflush(stdout);
 }
@@ -270,6 +280,7 @@ std::vector<int> parse_list(const std::string& s) {
 // when every agent exited 0.
 void record(Figures& f, const JobResult& r, const std::string& what) {
   if (r.workers_s) f.workers_s.push_back(*r.workers_s);
+  if (r.first_worker_s) f.first_worker_s.push_back(*r.first_worker_s);
   if (!r.ok) {
     ++f.failures;
     std::fprintf(stderr, "%s failed (%d agents exited non-zero, %d killed at the deadline); "

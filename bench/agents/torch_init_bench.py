@@ -13,6 +13,7 @@ Usage (any python3 runs the driver; the workers use /usr/bin/python3, Debian's t
 """
 import argparse
 import os
+import re
 import socket
 import statistics
 import subprocess
@@ -23,6 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 WORKER = os.path.join(HERE, "torch_init_worker.py")
 PYTHON = "/usr/bin/python3"
 FIELDS = ("start", "top", "imported", "init", "allreduce")
+STAMPS = re.compile(r"init-times rank=(\d+) " + " ".join(f"{f}=(\\d+)" for f in FIELDS))
 
 
 def free_port():
@@ -35,13 +37,11 @@ def run_once(argv):
     t0 = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
     p = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600)
     t_end = time.clock_gettime_ns(time.CLOCK_MONOTONIC)
+    # Searched in the whole text, not per line: torchrun runs workers with `python -u`, where
+    # print() writes the text and the newline separately, so two ranks' lines can run together.
     ranks = {}
-    for line in p.stdout.splitlines():
-        at = line.find("init-times ")
-        if at < 0:
-            continue
-        kv = dict(item.split("=") for item in line[at:].split()[1:])
-        ranks[int(kv["rank"])] = {k: int(kv[k]) for k in FIELDS}
+    for m in STAMPS.finditer(p.stdout):
+        ranks[int(m.group(1))] = {k: int(v) for k, v in zip(FIELDS, m.groups()[1:])}
     if p.returncode != 0 or len(ranks) != 2:
         sys.stderr.write(f"run failed (exit {p.returncode}, {len(ranks)} ranks): {' '.join(argv)}\n"
                          f"{p.stdout[-2000:]}\n{p.stderr[-3000:]}\n")
