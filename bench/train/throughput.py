@@ -64,8 +64,9 @@ def torch_ips(build, width, batch, steps, workers, threads):
         # collides with other jobs on a shared machine. The workers are the same either way.
         out = run([os.path.join(build, "bin", "dlaunch"), "--standalone",
                    f"--nproc_per_node={workers}", "--python=/usr/bin/python3", bench] + args, env)
-    line = [l for l in out.splitlines() if l.startswith("{")][-1]
-    return json.loads(line)["images_per_s"]
+    # Under dlaunch the line carries a "[default0]:" prefix.
+    line = [l for l in out.splitlines() if '{"images_per_s"' in l][-1]
+    return json.loads(line[line.index("{"):])["images_per_s"]
 
 
 def main():
