@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <mutex>
 
 #include "common/env.h"
@@ -164,7 +165,14 @@ std::function<std::shared_ptr<Store>()> store_opener(const RendezvousParams& par
     return [main_store] { return main_store; };
   }
   RendezvousParams copy = params;
-  return [copy, config] { return connect_store(copy, config); };
+  RendezvousConfig bounded = config;
+  bounded.join_timeout = std::max<Duration>(
+      config.keep_alive_interval * config.keep_alive_max_attempt, std::chrono::seconds(5));
+  return [copy, bounded] {
+    auto store = connect_store(copy, bounded);
+    store->set_timeout(bounded.join_timeout);
+    return store;
+  };
 }
 
 std::string make_node_id(const std::string& host) {

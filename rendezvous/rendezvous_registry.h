@@ -83,8 +83,11 @@ std::unique_ptr<RendezvousHandler> create_rendezvous_handler(const RendezvousPar
 
 namespace detail {
 // The store a handler uses, connecting to params.endpoint if needed (shared by backends).
+// Connecting gives up after the join timeout.
 std::shared_ptr<Store> connect_store(const RendezvousParams& params, const RendezvousConfig& config);
-// A fresh connection for a background thread (see RendezvousParams::open_store).
+// A fresh connection for a background thread (see RendezvousParams::open_store). Its connects
+// and replies are bounded by the keep-alive window (at least 5 s), not the join timeout: the
+// threads are joined by shutdown(), which must stay quick when the store host is gone.
 std::function<std::shared_ptr<Store>()> store_opener(const RendezvousParams& params,
                                                      const RendezvousConfig& config,
                                                      std::shared_ptr<Store> main_store);

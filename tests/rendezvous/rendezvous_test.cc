@@ -336,6 +336,24 @@ TEST_F(RendezvousTest, ClosedRendezvousRefusesNewRounds) {
   EXPECT_THROW(hs[1]->next_rendezvous(), StateError);
 }
 
+// The keep-alive and event threads reconnect when the store host goes away. shutdown() joins
+// them, so their connects must be bounded by the keep-alive window, not the join timeout:
+// otherwise an agent told to stop waits out the join timeout (600 s by default).
+TEST_F(RendezvousTest, ShutdownAfterTheStoreHostDiedIsBoundedByTheKeepAliveWindow) {
+  auto p = params("c10d", 1, 1, "h");
+  p.config = {{"join_timeout", "120"}, {"last_call_timeout", "0.1"},
+              {"keep_alive_interval", "0.2"}, {"keep_alive_max_attempt", "3"}};
+  auto h = create_rendezvous_handler(p);
+  h->next_rendezvous();
+  h->watch([](const RendezvousEvent&) {});
+  server_->stop();
+  std::this_thread::sleep_for(1s);  // both threads are now reconnecting
+  auto start = std::chrono::steady_clock::now();
+  h->shutdown();
+  auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, 60s) << "shutdown waited for the join timeout";
+}
+
 TEST(RendezvousRegistry, UnknownBackendAndBadConf) {
   RendezvousParams p;
   p.backend = "zookeeper";
