@@ -77,7 +77,7 @@ void InMemoryStore::set(const std::string& key, const Bytes& value) {
 
 Bytes InMemoryStore::get(const std::string& key) {
   std::unique_lock<std::mutex> lock(mutex_);
-  wait_locked(lock, {key}, timeout_);
+  wait_locked(lock, {key}, timeout());
   return table_.at(key);
 }
 
@@ -134,7 +134,7 @@ int64_t InMemoryStore::num_keys() {
 
 std::vector<Bytes> InMemoryStore::multi_get(const std::vector<std::string>& keys) {
   std::unique_lock<std::mutex> lock(mutex_);
-  wait_locked(lock, keys, timeout_);
+  wait_locked(lock, keys, timeout());
   std::vector<Bytes> values;
   values.reserve(keys.size());
   for (const auto& k : keys) values.push_back(table_.at(k));

@@ -7,7 +7,7 @@ namespace dlaunch {
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
     : prefix_(std::move(prefix)), base_(std::move(base)) {
   DL_CHECK(base_ != nullptr) << "PrefixStore needs a base store";
-  timeout_ = base_->timeout();
+  set_timeout(base_->timeout());
 }
 
 std::vector<std::string> PrefixStore::full(const std::vector<std::string>& keys) const {
@@ -22,7 +22,7 @@ void PrefixStore::set(const std::string& key, const Bytes& value) { base_->set(f
 Bytes PrefixStore::get(const std::string& key) {
   // The base's get() would use the base's timeout; wait with ours first. When the key exists the
   // wait answers at once.
-  if (timeout_ != base_->timeout()) base_->wait({full(key)}, timeout_);
+  if (timeout() != base_->timeout()) base_->wait({full(key)}, timeout());
   return base_->get(full(key));
 }
 
@@ -47,7 +47,7 @@ int64_t PrefixStore::num_keys() { return base_->num_keys(); }
 
 std::vector<Bytes> PrefixStore::multi_get(const std::vector<std::string>& keys) {
   auto full_keys = full(keys);
-  if (timeout_ != base_->timeout()) base_->wait(full_keys, timeout_);
+  if (timeout() != base_->timeout()) base_->wait(full_keys, timeout());
   return base_->multi_get(full_keys);
 }
 

@@ -12,6 +12,7 @@
 // ProtocolError (the backend answered nonsense). Values are opaque bytes.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -58,11 +59,12 @@ class Store {
   virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys);
   virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
 
-  Duration timeout() const { return timeout_; }
-  void set_timeout(Duration timeout) { timeout_ = timeout; }
+  // Atomic: one thread may change the timeout while others are inside calls that read it.
+  Duration timeout() const { return timeout_.load(std::memory_order_relaxed); }
+  void set_timeout(Duration timeout) { timeout_.store(timeout, std::memory_order_relaxed); }
 
- protected:
-  Duration timeout_ = kDefaultTimeout;
+ private:
+  std::atomic<Duration> timeout_{kDefaultTimeout};
 };
 
 }  // namespace dlaunch

@@ -53,7 +53,7 @@ std::string describe_keys(const std::vector<std::string>& keys) {
 }  // namespace
 
 TcpStoreClient::TcpStoreClient(TcpStoreClientOptions options) : options_(std::move(options)) {
-  timeout_ = options_.timeout;
+  set_timeout(options_.timeout);
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_connected();
 }
@@ -340,10 +340,10 @@ Bytes TcpStoreClient::get(const std::string& key) {
   ensure_connected();
   send_request(make(Op::kGet, {key}));
   try {
-    return recv_bytes(deadline_after(timeout_), "GET", "'" + key + "'");
+    return recv_bytes(deadline_after(timeout()), "GET", "'" + key + "'");
   } catch (const TimeoutError&) {
     throw TimeoutError("store " + endpoint() + ": key '" + key + "' did not appear within " +
-                       std::to_string(to_seconds(timeout_)) + " s");
+                       std::to_string(to_seconds(timeout())) + " s");
   }
 }
 
@@ -353,7 +353,7 @@ int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
   Request q = make(Op::kAdd, {key});
   q.delta = delta;
   send_request(q);
-  return recv_i64(deadline_after(timeout_), "ADD", "'" + key + "'");
+  return recv_i64(deadline_after(timeout()), "ADD", "'" + key + "'");
 }
 
 Bytes TcpStoreClient::compare_set(const std::string& key, const Bytes& expected,
@@ -361,14 +361,14 @@ Bytes TcpStoreClient::compare_set(const std::string& key, const Bytes& expected,
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_connected();
   send_request(make(Op::kCompareSet, {key}, {expected, desired}));
-  return recv_bytes(deadline_after(timeout_), "COMPARE_SET", "'" + key + "'");
+  return recv_bytes(deadline_after(timeout()), "COMPARE_SET", "'" + key + "'");
 }
 
 bool TcpStoreClient::check(const std::vector<std::string>& keys) {
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_connected();
   send_request(make(Op::kCheck, keys));
-  uint8_t r = recv_u8(deadline_after(timeout_), "CHECK");
+  uint8_t r = recv_u8(deadline_after(timeout()), "CHECK");
   if (r != wire::kCheckReady && r != wire::kCheckNotReady) {
     drop();
     throw ProtocolError("store " + endpoint() + ": CHECK answered " + std::to_string(r) +
@@ -400,7 +400,7 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, Duration timeout
       break;  // timed out
     }
   }
-  auto answer_deadline = deadline_after(timeout_);
+  auto answer_deadline = deadline_after(Store::timeout());
   if (!ready) {
     Bytes cancel;
     wire::put_u8(cancel, wire::op2::kCancelWait);
@@ -429,21 +429,21 @@ bool TcpStoreClient::delete_key(const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_connected();
   send_request(make(Op::kDeleteKey, {key}));
-  return recv_i64(deadline_after(timeout_), "DELETE_KEY", "'" + key + "'") == 1;
+  return recv_i64(deadline_after(timeout()), "DELETE_KEY", "'" + key + "'") == 1;
 }
 
 int64_t TcpStoreClient::num_keys() {
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_connected();
   send_request(make(Op::kNumKeys));
-  return recv_i64(deadline_after(timeout_), "GETNUMKEYS");
+  return recv_i64(deadline_after(timeout()), "GETNUMKEYS");
 }
 
 std::vector<Bytes> TcpStoreClient::multi_get(const std::vector<std::string>& keys) {
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_connected();
   send_request(make(Op::kMultiGet, keys));
-  auto deadline = deadline_after(timeout_);
+  auto deadline = deadline_after(timeout());
   std::vector<Bytes> values;
   values.reserve(keys.size());
   try {
@@ -452,7 +452,7 @@ std::vector<Bytes> TcpStoreClient::multi_get(const std::vector<std::string>& key
     }
   } catch (const TimeoutError&) {
     throw TimeoutError("store " + endpoint() + ": key(s) " + describe_keys(keys) +
-                       " did not all appear within " + std::to_string(to_seconds(timeout_)) +
+                       " did not all appear within " + std::to_string(to_seconds(timeout())) +
                        " s");
   }
   return values;
@@ -476,7 +476,7 @@ int64_t TcpStoreClient::delete_prefix(const std::string& prefix) {
   std::lock_guard<std::mutex> lock(mutex_);
   ensure_connected();
   send_request(make(Op::kDeletePrefix, {prefix}));
-  return recv_i64(deadline_after(timeout_), "DELETE_PREFIX", "'" + prefix + "'");
+  return recv_i64(deadline_after(timeout()), "DELETE_PREFIX", "'" + prefix + "'");
 }
 
 bool TcpStoreClient::ping() {
@@ -486,7 +486,7 @@ bool TcpStoreClient::ping() {
   q.u32 = 0xC0FFEE;
   send_request(q);
   uint8_t buf[4];
-  recv_exact(buf, 4, deadline_after(timeout_), "PING", "");
+  recv_exact(buf, 4, deadline_after(timeout()), "PING", "");
   return load_le<uint32_t>(buf) == q.u32;
 }
 
