@@ -14,10 +14,9 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <set>
-#include <sstream>
 #include <thread>
 
 #include "common/error.h"
@@ -68,17 +67,26 @@ void close_fd(int& fd) {
 }
 
 // Parses /proc/<pid>/stat: the state letter and the parent pid. The command name may contain
-// spaces and parentheses, so fields are read after the last ')'.
+// spaces and parentheses, so fields are read after the last ')'. Plain open/read, not iostreams:
+// a process reaped between the open and the read makes read() fail with ESRCH, and libstdc++'s
+// filebuf throws on that whatever the stream's exception mask; here it is just "gone".
 bool read_stat(int pid, char* state, int* ppid) {
-  std::ifstream f(fmt::format("/proc/{}/stat", pid));
-  if (!f) return false;
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-  size_t close = text.rfind(')');
-  if (close == std::string::npos) return false;
-  std::istringstream rest(text.substr(close + 1));
+  char path[32];
+  std::snprintf(path, sizeof(path), "/proc/%d/stat", pid);
+  int fd = ::open(path, O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  char buf[512];  // pid, comm (at most 64 bytes in parentheses), state, ppid come first
+  ssize_t n;
+  do {
+    n = ::read(fd, buf, sizeof(buf) - 1);
+  } while (n < 0 && errno == EINTR);
+  ::close(fd);
+  if (n <= 0) return false;
+  buf[n] = '\0';
+  const char* close = std::strrchr(buf, ')');
   char st = 0;
   int pp = 0;
-  if (!(rest >> st >> pp)) return false;
+  if (close == nullptr || std::sscanf(close + 1, " %c %d", &st, &pp) != 2) return false;
   if (state) *state = st;
   if (ppid) *ppid = pp;
   return true;

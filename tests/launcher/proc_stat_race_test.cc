@@ -1,14 +1,11 @@
-// Found by bench/agents (docs/benchmarks.md, "Agents at scale"): PosixProcessContext reads
-// /proc/<pid>/stat through an std::ifstream; when the process is reaped between the open and
-// the read, read() fails with ESRCH and libstdc++'s basic_filebuf::underflow throws
-// std::ios_base::failure whatever the stream's exception mask. The orphan sweep reads every
-// process on the host, so a process exiting anywhere during a sweep kills the agent
-// ("basic_filebuf::underflow error reading the file: No such process", exit 1).
+// Found by bench/agents (docs/benchmarks.md, "Agents at scale"): reading /proc/<pid>/stat
+// through an std::ifstream throws when the process is reaped between the open and the read
+// (read() fails with ESRCH, and libstdc++'s filebuf throws whatever the exception mask). The
+// orphan sweep reads every process on the host, so a process exiting anywhere during a sweep
+// killed the agent ("basic_filebuf::underflow error reading the file: No such process").
 //
 // This test races process_state() (the public entry to the same read) against children being
-// reaped by another thread. It belongs with the launcher's tests; it lives here because the
-// launcher part was being edited while this was found. It FAILS until read_stat() handles the
-// failed read (launcher/posix_process_context.cc).
+// reaped by another thread.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
