@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
+#include "rendezvous/in_memory_store.h"
 
 namespace dlaunch {
 namespace {
@@ -164,20 +165,9 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
   const std::string k = full(key);
   std::optional<etcd::KeyValue> current = client_->get(k);
   while (true) {
-    int64_t value = 0;
-    if (current) {
-      try {
-        size_t used = 0;
-        value = std::stoll(current->value, &used);
-        if (used != current->value.size()) throw std::invalid_argument("trailing");
-      } catch (const std::exception&) {
-        throw StateError(
-            fmt::format("etcd store: add() on key '{}' whose value '{}' is not a "
-                        "decimal counter",
-                        k, current->value));
-      }
-    }
-    const int64_t next = value + delta;
+    // The same arithmetic and refusals (not a counter, int64 overflow) as every other store.
+    Bytes stored = current ? to_bytes(current->value) : Bytes();
+    const int64_t next = add_to_counter(current ? &stored : nullptr, delta, k);
     // add(k, 0) is how callers read a counter without blocking (the rendezvous polls it):
     // answer from the read instead of writing the same value back, which would cost an etcd
     // raft write and fsync per poll. Only a missing key is written, to create it at 0.

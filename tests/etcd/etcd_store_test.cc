@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdlib>
 #include <thread>
 
@@ -81,7 +82,10 @@ TEST_F(EtcdStoreTest, AddCountsFromZeroAndStoresDecimal) {
   EXPECT_EQ(store_->add("c", 0), 3);
   EXPECT_EQ(to_string(store_->get("c")), "3");
   store_->set("text", to_bytes("abc"));
-  EXPECT_THROW(store_->add("text", 1), StateError);
+  EXPECT_THROW(store_->add("text", 1), ProtocolError);
+  store_->set("big", to_bytes(std::to_string(INT64_MAX)));
+  EXPECT_THROW(store_->add("big", 1), ProtocolError);
+  EXPECT_EQ(to_string(store_->get("big")), std::to_string(INT64_MAX)) << "a refused add writes nothing";
 }
 
 TEST_F(EtcdStoreTest, ConcurrentAddsFromManyClientsLoseNoUpdate) {
