@@ -4,63 +4,26 @@
 Usage: torch_reference.py DIR MODE
   MODE resnet: reads DIR/meta.txt ("depth width in_channels classes n h w"), DIR/params.txt
     ("name offset count" per line, dtrain's flat layout), DIR/params.bin, DIR/images.bin,
-    DIR/labels.bin; runs one training forward + cross-entropy + backward with a torchvision-layout
-    ResNet (CIFAR stem) and writes DIR/out_loss.txt, DIR/out_logits.bin, DIR/out_grads.bin (flat
+    DIR/labels.bin; runs one training forward + cross-entropy + backward with bench/train/torch_resnet.py's
+    ResNet (CIFAR stem, torchvision layout) and writes DIR/out_loss.txt, DIR/out_logits.bin, DIR/out_grads.bin (flat
     layout), DIR/out_buffers.bin (running mean/var per BN in forward order).
   MODE optim: reads DIR/optim.txt ("kind lr momentum nesterov wd steps n"), DIR/p0.bin and
     DIR/g.bin (steps * n gradients); applies torch.optim.SGD/Adam; writes DIR/out_p.bin.
 Exit code 77 when torch is missing (the C++ test skips).
 """
+import os
 import sys
 
 try:
     import numpy as np
     import torch
-    import torch.nn as nn
     import torch.nn.functional as F
 except ImportError:
     sys.exit(77)
 
-
-class BasicBlock(nn.Module):
-    def __init__(self, c_in, c_out, stride):
-        super().__init__()
-        self.conv1 = nn.Conv2d(c_in, c_out, 3, stride, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(c_out)
-        self.conv2 = nn.Conv2d(c_out, c_out, 3, 1, 1, bias=False)
-        self.bn2 = nn.BatchNorm2d(c_out)
-        self.downsample = None
-        if stride != 1 or c_in != c_out:
-            self.downsample = nn.Sequential(nn.Conv2d(c_in, c_out, 1, stride, bias=False),
-                                            nn.BatchNorm2d(c_out))
-
-    def forward(self, x):
-        out = F.relu(self.bn1(self.conv1(x)))
-        out = self.bn2(self.conv2(out))
-        return F.relu(out + (self.downsample(x) if self.downsample is not None else x))
-
-
-class ResNet(nn.Module):
-    def __init__(self, depth, width, in_channels, classes):
-        super().__init__()
-        counts = {18: [2, 2, 2, 2], 34: [3, 4, 6, 3]}[depth]
-        self.conv1 = nn.Conv2d(in_channels, width, 3, 1, 1, bias=False)
-        self.bn1 = nn.BatchNorm2d(width)
-        c_in = width
-        for i, n in enumerate(counts):
-            c_out = width << i
-            blocks = []
-            for b in range(n):
-                blocks.append(BasicBlock(c_in, c_out, 2 if (i > 0 and b == 0) else 1))
-                c_in = c_out
-            setattr(self, "layer%d" % (i + 1), nn.Sequential(*blocks))
-        self.fc = nn.Linear(c_in, classes)
-
-    def forward(self, x):
-        x = F.relu(self.bn1(self.conv1(x)))
-        for i in range(4):
-            x = getattr(self, "layer%d" % (i + 1))(x)
-        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+# The one PyTorch spelling of dtrain's ResNet, shared with the benchmarks.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "train"))
+from torch_resnet import ResNet  # noqa: E402
 
 
 def run_resnet(d):
