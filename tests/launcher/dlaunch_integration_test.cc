@@ -292,7 +292,12 @@ TEST(DlaunchSignals, SigtermIsForwardedAndExitIs143) {
                    {"record-signals", "file=" + dir.file("sig"), "ready=" + dir.path()}));
   ASSERT_TRUE(wait_ready(dir, 2)) << p.err();
   p.signal(SIGUSR2);
-  ASSERT_TRUE(wait_until([&] { return read_file(dir.file("sig.1")).find("SIGUSR2") != std::string::npos; }, 30s));
+  // Both ranks must have recorded SIGUSR2 before SIGTERM is sent; else rank 0 may still be
+  // about to record it when SIGTERM ends it.
+  ASSERT_TRUE(wait_until([&] {
+    return read_file(dir.file("sig.0")).find("SIGUSR2") != std::string::npos &&
+           read_file(dir.file("sig.1")).find("SIGUSR2") != std::string::npos;
+  }, 30s));
   p.signal(SIGTERM);
   auto exit = p.wait(60s);
   ASSERT_TRUE(exit) << p.err();

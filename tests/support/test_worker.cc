@@ -202,7 +202,14 @@ int run_mode(const std::string& mode) {
   if (mode == "record-signals") {
     std::string path = opt("file", "signals") + "." + std::to_string(g_rank);
     g_signal_fd = open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) signal(s, on_signal);
+    // Every recorded signal is blocked while one is being recorded, so a SIGTERM that arrives
+    // during the SIGUSR2 handler cannot exit before SIGUSR2's line is written.
+    struct sigaction action {};
+    action.sa_handler = on_signal;
+    action.sa_flags = SA_RESTART;
+    sigemptyset(&action.sa_mask);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaddset(&action.sa_mask, s);
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) sigaction(s, &action, nullptr);
     mark_ready();
     sleep_forever();
   }
