@@ -6,6 +6,7 @@
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
+#include <gloo/common/logging.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/prefix_store.h>
@@ -34,6 +35,10 @@ void translate_gloo_errors(const char* what, Fn&& fn) {
     throw ConnectionError(fmt::format("gloo {} failed: {} (a peer rank probably exited)", what, msg));
   } catch (const gloo::Exception& e) {
     throw ConnectionError(fmt::format("gloo {} failed: {}", what, e.what()));
+  } catch (const gloo::EnforceNotMet& e) {
+    // gloo's internal checks derive from std::exception, not gloo::Exception; they too mean
+    // this collective cannot go on, and the launcher should restart the group.
+    throw ConnectionError(fmt::format("gloo {} failed a check: {}", what, e.what()));
   }
 }
 

@@ -43,7 +43,10 @@ double seconds_since(Clock::time_point t) {
 json model_signature(const TrainConfig& c, const data::ImageDataset& ds) {
   return {{"model", c.model},           {"width", c.width},
           {"dataset", c.dataset},       {"in_channels", ds.channels},
-          {"num_classes", ds.num_classes}, {"optimizer", c.optimizer}};
+          {"num_classes", ds.num_classes}, {"optimizer", c.optimizer},
+          // SGD keeps momentum buffers only when --momentum is non-zero: resuming across that
+          // change would hand the optimizer a state of the wrong size.
+          {"momentum_buffers", c.optimizer != "sgd" || c.momentum != 0}};
 }
 
 json config_json(const TrainConfig& c) {
