@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <csignal>
 #include <cstdio>
 #include <iostream>
 
@@ -74,8 +75,17 @@ int main(int argc, char** argv) {
     }
     opts.base_env = current_environment();
     opts.cpus = host.cpus;
-    Agent agent(cfg, procs, io, opts);
-    return agent.run();
+    int code;
+    {
+      Agent agent(cfg, procs, io, opts);
+      code = agent.run();
+    }
+    // The outcome is decided and the agent's handlers are gone (Asio restores the default
+    // action). Slurm signals every process of a step at once, so a SIGTERM can land after the
+    // workers already ended: it must not turn `code` (75 after a preemption notice) into death
+    // by signal while the store server and the orphan guard shut down.
+    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) ::signal(s, SIG_IGN);
+    return code;
   } catch (const UsageError& e) {
     log_error("{}", e.what());
     return exit_codes::kUsage;
