@@ -37,18 +37,6 @@ const std::string kCompatDir = COMPAT_DIR;
 const std::string kPython = "/usr/bin/python3";
 constexpr auto kJobTimeout = 240s;
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 bool torch_missing() {
   static const bool missing = [] {
     auto probe = run({kPython, "-c", "import torch.distributed.elastic.multiprocessing.errors"},

@@ -24,18 +24,6 @@ using namespace std::chrono_literals;
 const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kWorker = TEST_WORKER_BIN;
 
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
-
 std::map<std::string, std::string> env_of(const std::string& out, int local_rank) {
   std::map<std::string, std::string> env;
   std::string prefix = "[default" + std::to_string(local_rank) + "]:";
