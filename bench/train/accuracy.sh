@@ -4,6 +4,8 @@
 #   nohup bench/train/accuracy.sh build /tmp/accuracy > /tmp/accuracy.log 2>&1 &
 # Arguments: build directory (with bin/dtrain and bin/dlaunch), output directory, and optionally
 # which runs (mnist cifar torch_cifar; default all). Data: DLAUNCH_DATA_DIR or ../shared/data.
+# SEED (default 0) seeds both trainers' weights, shuffle and augmentation; runs with another seed
+# write to <output>/seed<SEED>/ so several seeds can sit side by side.
 set -euo pipefail
 build=${1:-build}
 out=${2:-/tmp/dtrain_accuracy}
@@ -11,6 +13,8 @@ shift 2 || true
 runs=${*:-mnist cifar torch_cifar}
 here=$(cd "$(dirname "$0")" && pwd)
 data=${DLAUNCH_DATA_DIR:-$here/../../../shared/data}
+seed=${SEED:-0}
+[ "$seed" = 0 ] || out="$out/seed$seed"
 mkdir -p "$out"
 export OMP_NUM_THREADS=1
 
@@ -29,13 +33,14 @@ for run in $runs; do
       "$build/bin/dlaunch" --standalone --nproc_per_node=2 "$build/bin/dtrain" \
         --dataset=cifar10 --data_dir="$data/cifar-10-batches-bin" --width=16 --epochs=20 \
         --batch_size=64 --lr=0.1 --warmup_epochs=1 --nesterov --weight_decay=5e-4 \
-        --resume=none --log_every=20 --output_dir="$out/cifar" ;;
+        --resume=none --log_every=20 --seed="$seed" --output_dir="$out/cifar" ;;
     torch_cifar)
       # Same recipe in PyTorch 1.13, 2 DDP workers x 64 (gloo), same files, launched by dlaunch
       # (torchrun --standalone's fixed port 29400 collides with other jobs on a shared machine).
       "$build/bin/dlaunch" --standalone --nproc_per_node=2 --python=/usr/bin/python3 \
         "$here/torch_cifar.py" --data_dir="$data/cifar-10-batches-bin" --width=16 --epochs=20 \
-        --batch_size=64 --lr=0.1 --warmup_epochs=1 --threads=1 --output="$out/torch_cifar.json" ;;
+        --batch_size=64 --lr=0.1 --warmup_epochs=1 --threads=1 --seed="$seed" \
+        --output="$out/torch_cifar.json" ;;
     *) echo "unknown run $run" >&2; exit 2 ;;
   esac
   echo "== $run took $(( $(date +%s) - start )) s"
