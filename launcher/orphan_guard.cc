@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -69,7 +70,14 @@ constexpr size_t kMaxGroups = 65536;
 OrphanGuard::OrphanGuard() {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw SystemError(errno_message("pipe2 for the orphan guard", errno));
-  pid_ = fork();
+  // A "clone child": a fork (no shared memory) whose exit signals nothing to the agent. waitid()
+  // without __WALL does not see such a child, so the agent can ask the kernel "do I have any
+  // child left?" (ECHILD) and skip scanning /proc at teardown (posix_process_context.cc), and
+  // the agent gets no SIGCHLD for the guard. A raw clone, not glibc's fork(): the child skips
+  // glibc's fork housekeeping (atfork handlers, the thread's cached tid), which is fine for
+  // guard_main, which uses only plain system calls. Reparented after the agent dies, it gets
+  // SIGCHLD as its exit signal again, so whoever inherits it reaps it normally.
+  pid_ = static_cast<pid_t>(::syscall(SYS_clone, 0, nullptr, nullptr, nullptr, nullptr));
   if (pid_ < 0) {
     int err = errno;
     close(fds[0]);
@@ -115,7 +123,8 @@ void OrphanGuard::stop() {
   send('q', 0);
   close(fd_);
   fd_ = -1;
-  while (waitpid(pid_, nullptr, 0) < 0 && errno == EINTR) {
+  // __WCLONE: the guard is a clone child (see the constructor).
+  while (waitpid(pid_, nullptr, __WCLONE) < 0 && errno == EINTR) {
   }
 }
 

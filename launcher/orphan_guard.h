@@ -10,6 +10,10 @@
 // agent lives it is still caught as a reparented orphan (the agent is a subreaper), but after
 // an agent SIGKILL only the process group is reachable. docs/troubleshooting.md says so.
 //
+// The guard is the agent's child but a "clone child" (no exit signal): plain waitid() calls do
+// not see it, so "the agent has no child left" can be asked of the kernel (ECHILD) without a
+// /proc scan, and reaping reparented orphans never takes the guard's exit by mistake.
+//
 // Threading: one owner thread (the agent's loop). Never blocks except stop(), which waits for
 // the guard to exit (immediate). Throws SystemError when the guard cannot be started.
 #pragma once

@@ -160,20 +160,26 @@ std::string resolve_program(const std::string& name, const std::string& path) {
   return "";
 }
 
-std::vector<int> child_pids(int parent) {
-  std::vector<int> pids;
+std::vector<std::pair<int, int>> process_parents() {
+  std::vector<std::pair<int, int>> out;
   DIR* d = opendir("/proc");
-  if (!d) return pids;
+  if (!d) return out;
   while (dirent* e = readdir(d)) {
     char* end = nullptr;
     long pid = std::strtol(e->d_name, &end, 10);
     if (*end != '\0' || pid <= 0) continue;
     int ppid = 0;
-    if (read_stat(static_cast<int>(pid), nullptr, &ppid) && ppid == parent) {
-      pids.push_back(static_cast<int>(pid));
-    }
+    if (read_stat(static_cast<int>(pid), nullptr, &ppid)) out.emplace_back(static_cast<int>(pid), ppid);
   }
   closedir(d);
+  return out;
+}
+
+std::vector<int> child_pids(int parent) {
+  std::vector<int> pids;
+  for (const auto& [pid, ppid] : process_parents()) {
+    if (ppid == parent) pids.push_back(pid);
+  }
   return pids;
 }
 
@@ -368,6 +374,9 @@ void PosixProcessContext::on_pidfd_ready(int pid) {
   child->pidfd.close(ignored);
   children_.erase(it);
   dead_groups_.push_back(pid);
+  // A reparented orphan that exited behind this worker in the kernel's list of children was
+  // left by reap_orphan_zombies(); take it now.
+  reap_orphan_zombies();
   int exec_errno = 0;
   ssize_t r;
   do {
@@ -414,51 +423,137 @@ std::string PosixProcessContext::process_state(int pid) {
 }
 
 void PosixProcessContext::reap_orphan_zombies() {
-  for (int pid : child_pids(getpid())) {
-    if (children_.count(pid) || pid == guard_.pid()) continue;
-    char state = 0;
-    if (read_stat(pid, &state, nullptr) && state == 'Z') waitpid(pid, nullptr, WNOHANG);
+  // Asks the kernel, not /proc: peek (WNOWAIT) at the first exited child and reap it unless it
+  // is a worker, whose pidfd handler reaps it and calls this again (on_pidfd_ready). The guard
+  // is a clone child, invisible here. One system call when nothing exited.
+  while (true) {
+    siginfo_t info;
+    std::memset(&info, 0, sizeof(info));
+    if (waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT) != 0) {
+      if (errno == EINTR) continue;
+      return;  // ECHILD: no children at all
+    }
+    if (info.si_pid == 0 || children_.count(info.si_pid)) return;
+    while (waitpid(info.si_pid, nullptr, WNOHANG) < 0 && errno == EINTR) {
+    }
   }
 }
 
-std::vector<std::string> PosixProcessContext::kill_orphans(Duration timeout) {
-  auto deadline = std::chrono::steady_clock::now() + timeout;
-  std::set<int> stuck;
-  // Killing an orphan can orphan its own children, which then come to us: sweep until none is
-  // left or the deadline passes.
-  while (true) {
-    std::vector<int> orphans;
-    for (int pid : child_pids(getpid())) {
-      if (children_.count(pid) || pid == guard_.pid()) continue;
-      orphans.push_back(pid);
-    }
-    if (orphans.empty()) break;
-    for (int pid : orphans) {
-      if (!stuck.count(pid)) log_info("killing orphaned descendant pid {}", pid);
-      ::kill(pid, SIGKILL);
-      stuck.insert(pid);
-    }
-    for (int pid : orphans) {
-      if (waitpid(pid, nullptr, WNOHANG) == pid) stuck.erase(pid);
-    }
-    if (std::chrono::steady_clock::now() >= deadline) break;
-    // Bounded clean-up after the group has stopped, not exit monitoring: a short sleep keeps
-    // the sweep from spinning while the kernel tears the processes down.
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+bool PosixProcessContext::may_have_untracked_children() {
+  reap_orphan_zombies();
+  siginfo_t info;
+  std::memset(&info, 0, sizeof(info));
+  int rc;
+  do {
+    rc = waitid(P_ALL, 0, &info, WEXITED | WNOHANG | WNOWAIT);
+  } while (rc != 0 && errno == EINTR);
+  if (rc != 0) return false;  // ECHILD: no child but the guard (a clone child, not counted)
+  // Some child exists. If every one were a tracked worker, children_ would account for them all,
+  // but the kernel gives no count: only /proc can tell. Not knowing is "yes".
+  return true;
+}
+
+std::vector<int> PosixProcessContext::untracked_descendants() {
+  std::map<int, std::vector<int>> kids;
+  ++proc_scans_;
+  for (const auto& [pid, ppid] : process_parents()) kids[ppid].push_back(pid);
+  std::vector<int> todo;
+  for (int pid : kids[getpid()]) {
+    // Workers (and stack captures) are tracked: their exits come through pidfds, and whatever
+    // they started is in their process group. The guard must live until the agent exits.
+    if (children_.count(pid) || pid == guard_.pid()) continue;
+    todo.push_back(pid);
   }
+  // Parents before their children: once a parent is SIGKILLed it forks no more.
+  for (size_t i = 0; i < todo.size(); ++i) {
+    int pid = todo[i];
+    auto it = kids.find(pid);
+    if (it != kids.end()) todo.insert(todo.end(), it->second.begin(), it->second.end());
+  }
+  return todo;
+}
+
+std::vector<std::string> PosixProcessContext::kill_orphans(Duration timeout) {
+  using std::chrono::steady_clock;
+  const auto start = steady_clock::now();
+  const auto deadline = start + timeout;
+  // A bounded clean-up after the group has stopped, not exit monitoring: short sleeps keep the
+  // waits below from spinning while the kernel tears processes down.
+  auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
+
+  // 1. The caller has SIGKILLed the workers' groups. A member's children are reparented to us
+  //    when it exits, so wait (for half the bound at most) until the groups of reaped workers
+  //    are empty: then one look finds every orphan. Members reparented to us become our
+  //    zombies; P_PGID reaps exactly those (no worker we track leads or sits in such a group).
+  const auto drain_deadline = start + timeout / 2;
+  while (true) {
+    bool busy = false;
+    for (int pg : dead_groups_) {
+      if (lingering_groups_.count(pg)) continue;
+      siginfo_t info;
+      do {
+        std::memset(&info, 0, sizeof(info));
+      } while (waitid(P_PGID, static_cast<id_t>(pg), &info, WEXITED | WNOHANG) == 0 &&
+               info.si_pid != 0);
+      if (::killpg(pg, 0) == 0) busy = true;
+    }
+    if (!busy || steady_clock::now() >= drain_deadline) break;
+    pause();
+  }
+
+  // 2. Orphans that left the workers' groups (setsid, a daemon) are our children now. The
+  //    kernel says whether we have any child at all; only then is /proc read, once (plus once
+  //    more after a kill, for anything forked while we looked). With many agents on one host,
+  //    reading every process's stat on each teardown was the agents' main cost
+  //    (docs/benchmarks.md, "Agents at scale").
+  std::set<int> killed;
+  std::set<int> gone;
+  if (may_have_untracked_children()) {
+    while (true) {
+      bool found_new = false;
+      for (int pid : untracked_descendants()) {
+        if (gone.count(pid)) continue;
+        if (killed.insert(pid).second) {
+          log_info("killing orphaned descendant pid {}", pid);
+          found_new = true;
+        }
+        ::kill(pid, SIGKILL);
+      }
+      // Until each is gone: our child (now or after its parent died) is reaped here; another's
+      // is gone when kill(0) says so.
+      while (true) {
+        for (int pid : killed) {
+          if (gone.count(pid)) continue;
+          pid_t r;
+          do {
+            r = waitpid(pid, nullptr, WNOHANG);
+          } while (r < 0 && errno == EINTR);
+          if (r == pid || (r < 0 && ::kill(pid, 0) != 0 && errno == ESRCH)) gone.insert(pid);
+        }
+        if (gone.size() == killed.size() || steady_clock::now() >= deadline) break;
+        pause();
+      }
+      if (!found_new || steady_clock::now() >= deadline) break;
+    }
+  }
+
   // A group whose members are all gone leaves the guard's list, so its id can never hit an
-  // unrelated process group that reuses it later.
+  // unrelated process group that reuses it later. One that is not empty by now (a member in D
+  // state) is not waited for again by later teardowns.
   std::vector<int> live;
   for (int pg : dead_groups_) {
     if (::killpg(pg, 0) != 0 && errno == ESRCH) {
       guard_.remove_group(pg);
+      lingering_groups_.erase(pg);
     } else {
       live.push_back(pg);
+      lingering_groups_.insert(pg);
     }
   }
   dead_groups_ = live;
   std::vector<std::string> out;
-  for (int pid : stuck) {
+  for (int pid : killed) {
+    if (gone.count(pid)) continue;
     std::string state = process_state(pid);
     if (state.empty()) continue;
     out.push_back(fmt::format("pid {} (state {})", pid, state));

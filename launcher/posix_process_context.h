@@ -15,11 +15,22 @@
 // The agent itself becomes a child subreaper, so orphaned grandchildren come back to it, and
 // starts an OrphanGuard that kills the worker groups if the agent dies uncleanly.
 //
+// Finding descendants costs nothing while the job runs: exits come through pidfds, exited
+// orphans through waitid() on SIGCHLD, and a worker's own children through its process group.
+// /proc is read (one pass over every process on the host) only at teardown, and only when the
+// kernel says the agent still has a child it does not track: many agents on one host each
+// reading every other's processes was quadratic (docs/benchmarks.md, "Agents at scale").
+//
 // Throws: the constructor SystemError (prctl, guard); spawn SpawnError/SystemError.
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "launcher/orphan_guard.h"
 #include "launcher/process_context.h"
@@ -41,22 +52,38 @@ class PosixProcessContext final : public ProcessContext {
   std::string process_state(int pid) override;
   void reap_orphan_zombies() override;
 
+  // How many times this context has read /proc to find descendants (tests, benchmarks).
+  int64_t proc_scans() const { return proc_scans_; }
+
  private:
   struct Child;
   void on_pidfd_ready(int pid);
   void start_read(const std::shared_ptr<Child>& child, int stream);
+  // Reaps exited orphans, then: may a child other than those tracked exist? false only when
+  // the kernel says the agent has no child at all (ECHILD; the guard does not count). Cheap.
+  bool may_have_untracked_children();
+  // One /proc pass: every descendant of the agent except tracked children (and what they
+  // started) and the guard; parents before their children.
+  std::vector<int> untracked_descendants();
 
   boost::asio::io_context& io_;
   OrphanGuard guard_;
   std::map<int, std::shared_ptr<Child>> children_;  // by pid, until reaped
   std::vector<int> dead_groups_;  // reaped leaders whose group may still have members
+  std::set<int> lingering_groups_;  // dead groups still not empty after a teardown's wait
+  int64_t proc_scans_ = 0;
 };
 
 // Looks `name` up in `path` (colon-separated) as execvp would; returns "" when not found.
 // A name containing '/' is returned unchanged.
 std::string resolve_program(const std::string& name, const std::string& path);
 
-// Children of `parent` (by /proc/<pid>/stat), for the orphan sweep and tests.
+// Every process on the host as (pid, parent pid), from one pass over /proc/<pid>/stat. Costs
+// one open/read per process: the teardown sweep calls it only when the kernel says the agent
+// has a child it does not track.
+std::vector<std::pair<int, int>> process_parents();
+
+// Children of `parent` (by /proc/<pid>/stat), for tests.
 std::vector<int> child_pids(int parent);
 
 }  // namespace dlaunch

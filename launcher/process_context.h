@@ -64,9 +64,11 @@ class ProcessContext {
   virtual void signal_group(int pid, int signal) = 0;
 
   // SIGKILLs every process that was reparented to the agent (grandchildren whose parent died;
-  // the agent is a child subreaper) and is not a process spawned here, then reaps them, within
-  // `timeout`. Returns "pid (state)" for each one that would not die (e.g. state D), so the
-  // caller can report it instead of waiting forever.
+  // the agent is a child subreaper) and is not a process spawned here, and their descendants,
+  // then reaps them, within `timeout`. Call it after SIGKILLing the workers' groups: it first
+  // waits (half the bound at most) for those groups to empty, so their members' children have
+  // come to the agent. Blocks up to `timeout`. Returns "pid (state)" for each one that would
+  // not die (e.g. state D), so the caller can report it instead of waiting forever.
   virtual std::vector<std::string> kill_orphans(Duration timeout) = 0;
 
   // Reaps reparented orphans that already exited, so they do not pile up as zombies during a
