@@ -13,6 +13,7 @@
 #include "common/error.h"
 #include "kernels/ops.h"
 #include "tests/kernels/grad_check.h"
+#include "worker/model/batch_norm.h"
 #include "worker/model/loss.h"
 #include "worker/model/resnet.h"
 
@@ -208,16 +209,16 @@ class ThreadSync : public BatchNormSync {
   class Rank : public BatchNormSync {
    public:
     explicit Rank(ThreadSync* group) : group_(group) {}
-    void allreduce_sum(float* data, size_t count) override { group_->reduce(data, count); }
+    void allreduce_sum(double* data, size_t count) override { group_->reduce(data, count); }
 
    private:
     ThreadSync* group_;
   };
-  void allreduce_sum(float*, size_t) override { FAIL() << "use a Rank"; }
+  void allreduce_sum(double*, size_t) override { FAIL() << "use a Rank"; }
   int calls() const { return calls_; }
 
  private:
-  void reduce(float* data, size_t count) {
+  void reduce(double* data, size_t count) {
     std::unique_lock<std::mutex> lock(mu_);
     const uint64_t gen = generation_;
     if (arrived_ == 0) sum_.assign(count, 0.0);
@@ -241,7 +242,7 @@ class ThreadSync : public BatchNormSync {
   int calls_ = 0;
   uint64_t generation_ = 0;
   std::vector<double> sum_;
-  std::vector<float> result_;
+  std::vector<double> result_;
 };
 
 Tensor slice(const Tensor& t, int64_t begin, int64_t end) {
@@ -306,6 +307,68 @@ TEST(SyncBatchNorm, TwoRanksEqualOneRankOnTheConcatenatedBatch) {
     }
   // 20 BN layers, 2 forwards (one call each) and 1 backward (one call each).
   EXPECT_EQ(group.calls(), 20 * 3);
+}
+
+// A large mean against a tiny spread (mean 1000, std 0.01): the variance is E[x^2] - E[x]^2, the
+// difference of two sums near 1.3e5 and 1.3e8. Summed as floats across ranks, those sums carry
+// rounding errors (ulp 8 at 1.3e8) far larger than the variance (1e-4), and the normalised output
+// is off by a factor of several; summed as doubles the two ranks match one rank on the whole batch.
+TEST(SyncBatchNorm, LargeMeanSmallVarianceMatchesTheConcatenatedBatch) {
+  const int64_t c = 16, per_rank = 2, hw = 8;
+  const kernels::ActShape full_shape{2 * per_rank, c, hw, hw, 1};
+  const kernels::ActShape half_shape{per_rank, c, hw, hw, 1};
+  std::vector<float> x = random_vector(static_cast<size_t>(full_shape.numel()), 41, -0.017f, 0.017f);
+  for (int64_t n = 0; n < full_shape.n; ++n)
+    for (int64_t ch = 0; ch < c; ++ch)
+      for (int64_t i = 0; i < hw * hw; ++i) x[static_cast<size_t>((n * c + ch) * hw * hw + i)] += 1000.0f + ch;
+  std::vector<float> gamma(c), beta(c), dgamma(c), dbeta(c);
+  for (int64_t i = 0; i < c; ++i) {
+    gamma[static_cast<size_t>(i)] = 1.0f + 0.1f * static_cast<float>(i);
+    beta[static_cast<size_t>(i)] = 0.05f * static_cast<float>(i);
+  }
+
+  BatchNorm2d full(c);
+  full.bind(gamma.data(), beta.data(), dgamma.data(), dbeta.data());
+  std::vector<float> y_full(x.size());
+  full.forward(full_shape, x.data(), nullptr, false, true, nullptr, y_full.data());
+
+  ThreadSync group(2);
+  std::vector<std::unique_ptr<BatchNorm2d>> layers;
+  std::vector<std::vector<float>> dg(2, std::vector<float>(c)), db(2, std::vector<float>(c));
+  std::vector<float> y_sync(x.size());
+  const size_t half = x.size() / 2;
+  for (int r = 0; r < 2; ++r) {
+    layers.push_back(std::make_unique<BatchNorm2d>(c));
+    layers.back()->bind(gamma.data(), beta.data(), dg[static_cast<size_t>(r)].data(),
+                        db[static_cast<size_t>(r)].data());
+  }
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      ThreadSync::Rank sync(&group);
+      layers[static_cast<size_t>(r)]->forward(half_shape, x.data() + r * half, nullptr, false, true,
+                                              &sync, y_sync.data() + r * half);
+    });
+  }
+  for (auto& t : threads) t.join();
+
+  // The output is O(1) (normalised); a lost variance shows as errors of order 1.
+  double max_y = 0;
+  for (size_t i = 0; i < x.size(); ++i) {
+    max_y = std::max(max_y, static_cast<double>(std::fabs(y_full[i])));
+    ASSERT_NEAR(y_sync[i], y_full[i], 0.05) << "at " << i;
+  }
+  EXPECT_GT(max_y, 0.5) << "the test input must normalise to values of order 1";
+  for (int r = 0; r < 2; ++r) {
+    for (int64_t i = 0; i < c; ++i) {
+      EXPECT_FLOAT_EQ(layers[static_cast<size_t>(r)]->running_mean().data()[i], full.running_mean().data()[i]);
+      // running_var = 0.9 + 0.1 * unbiased batch variance (about 1e-4): compare the batch part.
+      const double batch_var_sync = (layers[static_cast<size_t>(r)]->running_var().data()[i] - 0.9) / 0.1;
+      const double batch_var_full = (full.running_var().data()[i] - 0.9) / 0.1;
+      EXPECT_NEAR(batch_var_sync, batch_var_full, 2e-5) << "channel " << i;
+      EXPECT_GT(batch_var_full, 5e-5) << "channel " << i;
+    }
+  }
 }
 
 TEST(ResNet, EvalUsesRunningStatisticsAndWorksForOneImage) {

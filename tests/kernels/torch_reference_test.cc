@@ -68,13 +68,13 @@ bool run_reference(const std::string& dir, const std::string& mode, std::string*
   return true;
 }
 
-void compare_resnet(const ResNetConfig& cfg, int64_t n, int64_t hw) {
+void compare_resnet(const ResNetConfig& cfg, int64_t n, int64_t hw, uint32_t image_seed = 5) {
   SCOPED_TRACE("depth " + std::to_string(cfg.depth) + " width " + std::to_string(cfg.width) +
                " in_channels " + std::to_string(cfg.in_channels));
   TempDir dir;
   ResNet net(cfg, 17);
   Tensor images({n, cfg.in_channels, hw, hw});
-  const auto v = test::random_vector(static_cast<size_t>(images.numel()), 5, -2.f, 2.f);
+  const auto v = test::random_vector(static_cast<size_t>(images.numel()), image_seed, -2.f, 2.f);
   std::copy(v.begin(), v.end(), images.data());
   std::vector<int32_t> labels(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) labels[static_cast<size_t>(i)] = static_cast<int32_t>(i % cfg.num_classes);
@@ -129,7 +129,10 @@ void compare_resnet(const ResNetConfig& cfg, int64_t n, int64_t hw) {
 
 // Width 4: NCHW everywhere (cblock 1); width 8: nChw8c; width 16: nChw16c (on AVX-512).
 TEST(TorchReference, ResNet18PlainNchw) { compare_resnet(ResNetConfig{18, 4, 3, 5, 16}, 4, 16); }
-TEST(TorchReference, ResNet18Blocked) { compare_resnet(ResNetConfig{18, 16, 3, 10, 16}, 6, 16); }
+// Image seed 5 put one pre-ReLU value of layer1.0 at 1.2e-7 from the kink: which side it fell on
+// depended on float rounding (it flipped when the BN sums became double), so the gradients
+// disagreed with PyTorch's by one ReLU unit. Seed 6 has no such knife-edge.
+TEST(TorchReference, ResNet18Blocked) { compare_resnet(ResNetConfig{18, 16, 3, 10, 16}, 6, 16, 6); }
 TEST(TorchReference, ResNet18Mnist) { compare_resnet(ResNetConfig{18, 8, 1, 10, 28}, 3, 28); }
 TEST(TorchReference, ResNet34) { compare_resnet(ResNetConfig{34, 8, 3, 10, 16}, 4, 16); }
 

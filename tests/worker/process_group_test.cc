@@ -49,6 +49,11 @@ TEST(GlooProcessGroup, Collectives) {
     std::vector<double> m = {static_cast<double>(pg.rank())};
     pg.allreduce(m.data(), 1, ReduceOp::kMax);
     EXPECT_EQ(m[0], world - 1);
+    // Doubles stay doubles (SyncBN's sums): 1e8 + 0.125 per rank is not a float.
+    std::vector<double> d = {1e8 + 0.125 * (pg.rank() + 1), 16777217.0};
+    pg.allreduce(d.data(), d.size(), ReduceOp::kSum);
+    EXPECT_EQ(d[0], 3e8 + 0.75);
+    EXPECT_EQ(d[1], 3 * 16777217.0);
 
     std::vector<float> b(1000, static_cast<float>(pg.rank() + 10));
     pg.broadcast(b.data(), b.size() * sizeof(float), 1);

@@ -11,7 +11,7 @@ namespace dlaunch::ddp {
 class ProcessGroupBatchNormSync : public BatchNormSync {
  public:
   explicit ProcessGroupBatchNormSync(comm::ProcessGroup& pg) : pg_(pg) {}
-  void allreduce_sum(float* data, size_t count) override {
+  void allreduce_sum(double* data, size_t count) override {
     pg_.allreduce(data, count, comm::ReduceOp::kSum);
   }
 

@@ -1,5 +1,7 @@
 #include "worker/model/batch_norm.h"
 
+#include <algorithm>
+
 #include "common/error.h"
 
 namespace dlaunch {
@@ -41,11 +43,9 @@ void BatchNorm2d::forward(const kernels::ActShape& s, const float* x, const floa
   count_ = static_cast<double>(s.n * s.hw());
   if (sync) {
     const int64_t c = channels_;
-    for (int64_t i = 0; i < c; ++i) {
-      packed_[i] = static_cast<float>(sum0_[i]);
-      packed_[c + i] = static_cast<float>(sum1_[i]);
-    }
-    packed_[2 * c] = static_cast<float>(count_);
+    std::copy(sum0_.begin(), sum0_.end(), packed_.begin());
+    std::copy(sum1_.begin(), sum1_.end(), packed_.begin() + c);
+    packed_[2 * c] = count_;
     sync->allreduce_sum(packed_.data(), 2 * c + 1);
     for (int64_t i = 0; i < c; ++i) {
       sum0_[i] = packed_[i];
@@ -70,10 +70,8 @@ void BatchNorm2d::backward(const kernels::ActShape& s, const float* x, const flo
     dgamma_[i] = static_cast<float>(sum1_[i]);
   }
   if (sync) {
-    for (int64_t i = 0; i < c; ++i) {
-      packed_[i] = static_cast<float>(sum0_[i]);
-      packed_[c + i] = static_cast<float>(sum1_[i]);
-    }
+    std::copy(sum0_.begin(), sum0_.end(), packed_.begin());
+    std::copy(sum1_.begin(), sum1_.end(), packed_.begin() + c);
     sync->allreduce_sum(packed_.data(), 2 * c);
     for (int64_t i = 0; i < c; ++i) {
       sum0_[i] = packed_[i];

@@ -52,7 +52,7 @@ class BatchNorm2d {
   // Per-channel state of the last training forward; doubles for the sums.
   std::vector<float> mean_, invstd_, scale_, shift_;
   std::vector<double> sum0_, sum1_;
-  std::vector<float> packed_;
+  std::vector<double> packed_;  // what SyncBN all-reduces (doubles, see batch_norm_sync.h)
   double count_ = 0;
 };
 

@@ -3,9 +3,12 @@
 //
 // Per BN layer and step the model calls allreduce_sum exactly twice, in the same order on every
 // rank (so ranks must run the same model on the same number of layers):
-//   forward:  [sum(C), sum_of_squares(C), count(1)]            2C + 1 floats
-//   backward: [sum_dy(C), sum_dy_xhat(C)]                       2C floats
+//   forward:  [sum(C), sum_of_squares(C), count(1)]            2C + 1 doubles
+//   backward: [sum_dy(C), sum_dy_xhat(C)]                       2C doubles
 // It must sum elementwise over all ranks, in place, and block until the result is there.
+// Doubles, not floats: the variance is E[x^2] - E[x]^2, a difference of two large sums when the
+// mean is large against the spread; rounding either sum to float first (24-bit mantissa) loses
+// the variance entirely (e.g. mean 1000, std 0.01), and a float count is inexact past 2^24.
 // Exceptions it throws propagate out of ResNet::forward/backward.
 #pragma once
 
@@ -16,7 +19,7 @@ namespace dlaunch {
 class BatchNormSync {
  public:
   virtual ~BatchNormSync() = default;
-  virtual void allreduce_sum(float* data, size_t count) = 0;
+  virtual void allreduce_sum(double* data, size_t count) = 0;
 };
 
 }  // namespace dlaunch
