@@ -113,6 +113,85 @@ TEST_F(CheckpointTest, LatestValidSkipsCorruptAndIgnoresTemporaries) {
   EXPECT_FALSE(load_latest_valid((dir_ / "nonexistent").string()).has_value());
 }
 
+TEST_F(CheckpointTest, EpochNumbersBeyondInt64AreSkippedWithAWarning) {
+  write_checkpoint((dir_ / checkpoint_file_name(2)).string(), sample(2));
+  // A valid file under a name whose number overflows int64 (std::stoll used to throw
+  // std::out_of_range out of --resume auto); the largest int64 itself is still a name of ours.
+  const std::string huge = "checkpoint_epoch_99999999999999999999999.dtck";
+  const std::string max = "checkpoint_epoch_9223372036854775807.dtck";
+  const std::string over = "checkpoint_epoch_9223372036854775808.dtck";
+  write_checkpoint((dir_ / huge).string(), sample(7));
+  write_checkpoint((dir_ / over).string(), sample(8));
+  write_checkpoint((dir_ / max).string(), sample(9));
+  ::testing::internal::CaptureStderr();
+  const auto paths = list_checkpoints(dir_.string());
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  ASSERT_EQ(paths.size(), 2u);
+  EXPECT_EQ(paths[0], (dir_ / max).string());
+  EXPECT_EQ(paths[1], (dir_ / checkpoint_file_name(2)).string());
+  EXPECT_NE(err.find(huge), std::string::npos) << err;
+  EXPECT_NE(err.find(over), std::string::npos) << err;
+  EXPECT_NE(err.find("does not fit in 64 bits"), std::string::npos) << err;
+
+  fs::remove(dir_ / max);
+  ::testing::internal::CaptureStderr();
+  auto latest = load_latest_valid(dir_.string());
+  ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(latest.has_value());
+  EXPECT_EQ(latest->ckpt.meta["epoch"], 2);
+}
+
+TEST_F(CheckpointTest, UnreadableDirectoryIsReportedNotTakenForEmpty) {
+  // A regular file where the directory should be: opening it as a directory fails (ENOTDIR), the
+  // same path any unreadable directory takes (EACCES cannot be tested as root).
+  const fs::path not_dir = dir_ / "plain_file";
+  write_bytes(not_dir, {1, 2, 3});
+  try {
+    list_checkpoints(not_dir.string());
+    FAIL() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("cannot open checkpoint directory " + not_dir.string()), std::string::npos) << msg;
+    EXPECT_NE(msg.find("ot a directory"), std::string::npos) << msg;
+  }
+  EXPECT_THROW(load_latest_valid(not_dir.string()), CheckpointError);
+  // Pruning is best effort: it warns and goes on.
+  ::testing::internal::CaptureStderr();
+  EXPECT_NO_THROW(prune_checkpoints(not_dir.string(), 1));
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("not pruning old checkpoints"), std::string::npos) << err;
+  // A directory that does not exist yet simply holds no checkpoints.
+  EXPECT_TRUE(list_checkpoints((dir_ / "absent").string()).empty());
+  if (::geteuid() != 0) {
+    const fs::path locked = dir_ / "locked";
+    fs::create_directories(locked);
+    fs::permissions(locked, fs::perms::none);
+    EXPECT_THROW(list_checkpoints(locked.string()), CheckpointError);
+    fs::permissions(locked, fs::perms::owner_all);
+  }
+}
+
+TEST_F(CheckpointTest, RequireArraysNamesTheMissingOrMisSizedArray) {
+  Checkpoint c = sample(1);
+  c.add("buffer.bn1.running_mean", std::vector<float>(16));
+  EXPECT_NO_THROW(require_arrays(c, "ck", {{"params", 1000}, {"buffer.bn1.running_mean", 16}}));
+  try {
+    require_arrays(c, "ck.dtck", {{"params", 1000}, {"buffer.bn1.running_var", 16}});
+    FAIL() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("ck.dtck has no 'buffer.bn1.running_var' array"), std::string::npos) << msg;
+  }
+  try {
+    require_arrays(c, "ck.dtck", {{"buffer.bn1.running_mean", 32}});
+    FAIL() << "expected CheckpointError";
+  } catch (const CheckpointError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("holds 16 values in 'buffer.bn1.running_mean'; this model needs 32"),
+              std::string::npos) << msg;
+  }
+}
+
 TEST_F(CheckpointTest, ReplacingKeepsTheOldFileUntilTheNewOneIsComplete) {
   fs::path p = dir_ / checkpoint_file_name(5);
   write_checkpoint(p.string(), sample(5));

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "rendezvous/tcp_store_server.h"
+#include "worker/checkpoint/checkpoint.h"
 
 namespace dlaunch {
 namespace {
@@ -203,6 +204,26 @@ TEST_F(DtrainProcessTest, BadUsageExitsTwoWithErrorFile) {
                                log("mismatch.log"));
   EXPECT_EQ(wait_for(mismatch), 2);
   EXPECT_NE(slurp(mismatch.log).find("\"width\":16"), std::string::npos) << slurp(mismatch.log);
+
+  // The same checkpoint without one BN running-statistics array is refused, naming the array,
+  // instead of resuming with fresh statistics.
+  const fs::path ck = dir_ / "out" / "checkpoint_epoch_0001.dtck";
+  ckpt::Checkpoint c = ckpt::read_checkpoint(ck.string());
+  auto buffer = std::find_if(c.arrays.begin(), c.arrays.end(),
+                             [](const auto& a) { return a.first.rfind("buffer.", 0) == 0; });
+  ASSERT_NE(buffer, c.arrays.end()) << "the checkpoint holds no buffer.* array";
+  const std::string dropped = buffer->first;
+  c.arrays.erase(buffer);
+  ckpt::write_checkpoint(ck.string(), c);
+  Proc no_buffer = spawn_dtrain({"--width=16", "--epochs=2", "--batch_size=64",
+                                 "--output_dir=" + (dir_ / "out").string()},
+                                {"TORCHELASTIC_ERROR_FILE=" + err, "DTRAIN_LIMIT_TRAIN_SAMPLES=128",
+                                 "DTRAIN_LIMIT_TEST_SAMPLES=64"},
+                                log("no_buffer.log"));
+  EXPECT_EQ(wait_for(no_buffer), 1);
+  EXPECT_NE(slurp(no_buffer.log).find("has no '" + dropped + "' array"), std::string::npos)
+      << slurp(no_buffer.log);
+  EXPECT_NE(slurp(err).find("CheckpointError"), std::string::npos) << slurp(err);
 }
 
 #ifdef DLAUNCH_BINARY

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 
 #include "common/byte_order.h"
 #include "common/log.h"
@@ -100,15 +101,29 @@ void fsync_dir(const fs::path& dir) {
   if (rc != 0) throw SystemError(errno_message("fsync of directory " + dir.string(), err));
 }
 
+// The epoch in a checkpoint file name; nullopt for names that are not ours (or whose number does
+// not fit in int64: such a file cannot have been written by us, and std::stoll would throw
+// std::out_of_range out of --resume auto).
 std::optional<int64_t> epoch_from_name(const std::string& name) {
   const size_t plen = std::strlen(kFilePrefix), slen = std::strlen(kFileSuffix);
   if (name.size() <= plen + slen || name.compare(0, plen, kFilePrefix) != 0 ||
       name.compare(name.size() - slen, slen, kFileSuffix) != 0) {
     return std::nullopt;
   }
-  std::string digits = name.substr(plen, name.size() - plen - slen);
-  if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) return std::nullopt;
-  return std::stoll(digits);
+  const std::string digits = name.substr(plen, name.size() - plen - slen);
+  int64_t epoch = 0;
+  for (char ch : digits) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    const int d = ch - '0';
+    if (epoch > (std::numeric_limits<int64_t>::max() - d) / 10) {
+      log_warning("ignoring {}: its epoch number {} does not fit in 64 bits (not a dtrain "
+                  "checkpoint name; rename or remove it)",
+                  name, digits);
+      return std::nullopt;
+    }
+    epoch = epoch * 10 + d;
+  }
+  return epoch;
 }
 
 }  // namespace
@@ -260,14 +275,47 @@ std::string checkpoint_file_name(int64_t epoch) {
 std::vector<std::string> list_checkpoints(const std::string& dir) {
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
-  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
-    auto epoch = epoch_from_name(it->path().filename().string());
-    if (epoch && it->is_regular_file(ec)) found.emplace_back(*epoch, it->path().string());
+  fs::directory_iterator it(dir, ec);
+  if (ec == std::errc::no_such_file_or_directory) return {};  // nothing written yet
+  auto fail = [&](const std::string& doing) {
+    throw CheckpointError(fmt::format("cannot {} checkpoint directory {}: {}; fix its permissions or "
+                                      "pass another --output_dir (or --resume none)",
+                                      doing, dir, ec.message()));
+  };
+  if (ec) fail("open");
+  for (fs::directory_iterator end; it != end; it.increment(ec)) {
+    if (ec) fail("read");
+    const auto epoch = epoch_from_name(it->path().filename().string());
+    if (!epoch) continue;
+    // A name of ours that is not a regular file (a directory, a dangling link) cannot be a
+    // checkpoint; an error asking is an unreadable directory entry.
+    const bool regular = it->is_regular_file(ec);
+    if (ec) fail("inspect " + it->path().filename().string() + " in");
+    if (regular) found.emplace_back(*epoch, it->path().string());
   }
+  if (ec) fail("read");
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
   std::vector<std::string> paths;
   for (auto& f : found) paths.push_back(std::move(f.second));
   return paths;
+}
+
+void require_arrays(const Checkpoint& ckpt, const std::string& source,
+                    const std::vector<std::pair<std::string, size_t>>& expected) {
+  for (const auto& [name, size] : expected) {
+    const std::vector<float>* values = ckpt.find(name);
+    if (values == nullptr) {
+      throw CheckpointError(fmt::format("checkpoint {} has no '{}' array, which this model needs "
+                                        "({} values); it was written by another dtrain or damaged: "
+                                        "resume from another checkpoint or start with --resume none",
+                                        source, name, size));
+    }
+    if (values->size() != size) {
+      throw CheckpointError(fmt::format("checkpoint {} holds {} values in '{}'; this model needs {}: "
+                                        "resume from another checkpoint or start with --resume none",
+                                        source, values->size(), name, size));
+    }
+  }
 }
 
 std::optional<LoadedCheckpoint> load_latest_valid(const std::string& dir) {
@@ -282,7 +330,13 @@ std::optional<LoadedCheckpoint> load_latest_valid(const std::string& dir) {
 }
 
 void prune_checkpoints(const std::string& dir, size_t keep) {
-  std::vector<std::string> paths = list_checkpoints(dir);
+  std::vector<std::string> paths;
+  try {
+    paths = list_checkpoints(dir);
+  } catch (const CheckpointError& e) {
+    log_warning("not pruning old checkpoints: {}", e.what());
+    return;
+  }
   for (size_t i = keep; i < paths.size(); ++i) {
     std::error_code ec;
     fs::remove(paths[i], ec);

@@ -60,18 +60,28 @@ Checkpoint read_checkpoint(const std::string& path);
 
 // "checkpoint_epoch_0007.dtck": names sort by epoch.
 std::string checkpoint_file_name(int64_t epoch);
-// Checkpoint files in `dir`, newest epoch first (by the number in the name).
+// Checkpoint files in `dir`, newest epoch first (by the number in the name). A `dir` that does
+// not exist holds none. Names whose number does not fit in int64 are skipped with a warning.
+// Throws CheckpointError naming `dir` and the OS error when it exists but cannot be read (a
+// silent empty list would make --resume auto start from scratch and overwrite the run).
 std::vector<std::string> list_checkpoints(const std::string& dir);
+
+// Throws CheckpointError naming `source` and the array when one of `expected` (name, element
+// count) is missing from `ckpt` or has another size.
+void require_arrays(const Checkpoint& ckpt, const std::string& source,
+                    const std::vector<std::pair<std::string, size_t>>& expected);
 
 struct LoadedCheckpoint {
   std::string path;
   Checkpoint ckpt;
 };
 // The newest checkpoint in `dir` that reads back valid; corrupt ones are skipped with a warning
-// naming the file and the reason. nullopt when there is none (or `dir` does not exist).
+// naming the file and the reason. nullopt when there is none (or `dir` does not exist). Throws
+// CheckpointError when `dir` cannot be read (see list_checkpoints).
 std::optional<LoadedCheckpoint> load_latest_valid(const std::string& dir);
 
-// Deletes all but the newest `keep` checkpoints in `dir` (best effort, logs failures).
+// Deletes all but the newest `keep` checkpoints in `dir` (best effort, logs failures, including a
+// directory it cannot read).
 void prune_checkpoints(const std::string& dir, size_t keep);
 
 }  // namespace dlaunch::ckpt

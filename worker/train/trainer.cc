@@ -175,16 +175,19 @@ std::optional<json> Trainer::resume() {
               "--resume none, or the matching flags",
               loaded->path, have.dump(), want.dump()));
         }
-        for (const char* name : {"params", "optimizer.state"}) {
-          if (loaded->ckpt.find(name) == nullptr) {
-            throw ckpt::CheckpointError(fmt::format("checkpoint {} has no '{}' array", loaded->path, name));
-          }
+        if (loaded->ckpt.find("optimizer.state") == nullptr) {
+          throw ckpt::CheckpointError(
+              fmt::format("checkpoint {} has no 'optimizer.state' array", loaded->path));
         }
-        if (loaded->ckpt.find("params")->size() != model_->num_params()) {
-          throw ckpt::CheckpointError(fmt::format("checkpoint {} holds {} parameters; the model has {}",
-                                                  loaded->path, loaded->ckpt.find("params")->size(),
-                                                  model_->num_params()));
+        // Every parameter and every buffer (BN running statistics): resuming with fresh
+        // statistics would evaluate with the wrong normalisation without a word.
+        std::vector<std::pair<std::string, size_t>> expected{{"params", model_->num_params()}};
+        const auto names = model_->buffer_names();
+        const auto buffers = model_->buffers();
+        for (size_t i = 0; i < buffers.size(); ++i) {
+          expected.emplace_back("buffer." + names[i], static_cast<size_t>(buffers[i]->numel()));
         }
+        ckpt::require_arrays(loaded->ckpt, loaded->path, expected);
         decision = {{"resume", loaded->path}, {"meta", loaded->ckpt.meta}};
         ckpt = std::move(loaded->ckpt);
       }
@@ -212,11 +215,7 @@ std::optional<json> Trainer::resume() {
   auto buffers = model_->buffers();
   for (size_t i = 0; i < buffers.size(); ++i) {
     std::vector<float> v;
-    if (rank0_) {
-      const auto* b = ckpt.find("buffer." + names[i]);
-      if (b != nullptr && static_cast<int64_t>(b->size()) == buffers[i]->numel()) v = *b;
-      else v.assign(buffers[i]->data(), buffers[i]->data() + buffers[i]->numel());
-    }
+    if (rank0_) v = *ckpt.find("buffer." + names[i]);  // present and sized: require_arrays
     broadcast_floats(pg_, v);
     std::copy(v.begin(), v.end(), buffers[i]->data());
   }
