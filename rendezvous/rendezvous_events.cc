@@ -74,10 +74,35 @@ void EventWatcher::stop() {
     stopping_ = true;
   }
   changed_.notify_all();
-  if (thread_.joinable()) thread_.join();
+  if (!thread_.joinable()) return;
+  // The thread may be blocked in a store wait: end that call now instead of at the slice's
+  // end. Repeat until the thread is out, since an interrupt that lands just before it enters
+  // its next call finds no call to end (and then the call sees stopping_ only afterwards).
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (!exited_) {
+    std::shared_ptr<TcpStoreClient> client = tcp_client_;
+    if (client) {
+      lock.unlock();
+      client->interrupt();
+      lock.lock();
+    }
+    changed_.wait_for(lock, std::chrono::milliseconds(10), [&] { return exited_; });
+  }
+  lock.unlock();
+  thread_.join();
 }
 
 void EventWatcher::run() {
+  run_loop();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    exited_ = true;
+    tcp_client_.reset();
+  }
+  changed_.notify_all();
+}
+
+void EventWatcher::run_loop() {
   std::shared_ptr<Store> store;
   while (true) {
     int64_t round;
@@ -93,16 +118,24 @@ void EventWatcher::run() {
     }
     std::optional<EventRecord> event;
     try {
-      if (!store) store = open_store_();
+      if (!store) {
+        store = open_store_();
+        std::lock_guard<std::mutex> lock(mutex_);
+        tcp_client_ = std::dynamic_pointer_cast<TcpStoreClient>(store);
+        if (stopping_) return;
+      }
       std::string key = event_key(prefix_, round);
       store->wait({key}, slice_);
       event = decode_event(store->get(key));
     } catch (const TimeoutError&) {
       continue;
+    } catch (const StoreInterruptedError&) {
+      continue;  // stop() ended the call; the loop sees stopping_
     } catch (const Error& e) {
       log_warning("rendezvous event watcher: {}; retrying", e.what());
       store.reset();
       std::unique_lock<std::mutex> lock(mutex_);
+      tcp_client_.reset();
       changed_.wait_for(lock, slice_, [&] { return stopping_; });
       continue;
     }

@@ -4,8 +4,10 @@
 // of a round wins; the others are moot since every node re-forms anyway.
 //
 // EventWatcher owns one thread that blocks on the current round's record (store wait() in
-// slices, so stop() is bounded by one slice) and calls the callback once per round, on that
-// thread (not for a restart this node requested itself).
+// slices) and calls the callback once per round, on that thread (not for a restart this node
+// requested itself). stop() returns within milliseconds: when open_store gives a
+// TcpStoreClient (its own connection, as detail::store_opener does), stop() ends the blocked
+// wait with TcpStoreClient::interrupt(); other stores end their wait at the slice's end.
 #pragma once
 
 #include <condition_variable>
@@ -18,6 +20,7 @@
 
 #include "rendezvous/rendezvous_handler.h"
 #include "rendezvous/store.h"
+#include "rendezvous/tcp_store_client.h"
 
 namespace dlaunch {
 
@@ -45,11 +48,14 @@ class EventWatcher {
 
   // Watches `round` from now on, replacing any earlier round and callback.
   void watch(int64_t round, std::function<void(const RendezvousEvent&)> on_event);
-  // Stops watching (bounded by one slice). Idempotent.
+  // Stops watching and joins the thread: within milliseconds for a TcpStoreClient, else
+  // within one slice; while open_store is still connecting, within its connect timeout.
+  // Idempotent; never throws.
   void stop();
 
  private:
   void run();
+  void run_loop();
 
   std::function<std::shared_ptr<Store>()> open_store_;
   std::string prefix_, self_;
@@ -57,7 +63,11 @@ class EventWatcher {
   std::mutex mutex_;
   std::condition_variable changed_;
   bool stopping_ = false;
+  bool exited_ = false;  // run() returned
   bool armed_ = false;
+  // The thread's store when it is a TcpStoreClient: stop() interrupts a call blocked in it
+  // (a no-op while the thread is not in a call). The thread is its only user.
+  std::shared_ptr<TcpStoreClient> tcp_client_;
   int64_t round_ = -1;
   uint64_t generation_ = 0;
   std::function<void(const RendezvousEvent&)> on_event_;

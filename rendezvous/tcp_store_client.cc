@@ -6,10 +6,12 @@
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <thread>
 
 #include "common/byte_order.h"
@@ -52,9 +54,36 @@ std::string describe_keys(const std::vector<std::string>& keys) {
 
 }  // namespace
 
+// One call: holds mutex_ for its duration and marks it in progress for interrupt(); when the
+// call was interrupted, drops the connection on the way out (its socket was shut down under it,
+// even if the call still finished).
+class TcpStoreClient::CallScope {
+ public:
+  explicit CallScope(TcpStoreClient& c) : c_(c), lock_(c.mutex_) {
+    std::lock_guard<std::mutex> lock(c_.state_mutex_);
+    c_.busy_ = true;
+  }
+  ~CallScope() {
+    bool hit;
+    {
+      std::lock_guard<std::mutex> lock(c_.state_mutex_);
+      c_.busy_ = false;
+      hit = c_.interrupted_;
+      c_.interrupted_ = false;
+    }
+    if (hit) c_.drop();
+  }
+  CallScope(const CallScope&) = delete;
+  CallScope& operator=(const CallScope&) = delete;
+
+ private:
+  TcpStoreClient& c_;
+  std::lock_guard<std::mutex> lock_;
+};
+
 TcpStoreClient::TcpStoreClient(TcpStoreClientOptions options) : options_(std::move(options)) {
   set_timeout(options_.timeout);
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
 }
 
@@ -64,9 +93,37 @@ std::string TcpStoreClient::endpoint() const {
   return HostPort{options_.host, options_.port}.to_string();
 }
 
+void TcpStoreClient::interrupt() {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  if (!busy_) return;
+  interrupted_ = true;
+  // Wakes a blocked connect/send/recv/poll on this socket: recv sees EOF, send EPIPE.
+  if (fd_ >= 0) ::shutdown(fd_, SHUT_RDWR);
+  interrupted_cv_.notify_all();
+}
+
+bool TcpStoreClient::interrupted() {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  return interrupted_;
+}
+
+void TcpStoreClient::throw_closed(const std::string& message) {
+  if (interrupted()) {
+    throw StoreInterruptedError("store " + endpoint() +
+                                ": the call was interrupted by another thread (interrupt())");
+  }
+  throw ClosedError(message);
+}
+
+void TcpStoreClient::set_fd(int fd) {
+  std::lock_guard<std::mutex> lock(state_mutex_);
+  fd_ = fd;
+}
+
 void TcpStoreClient::drop() {
-  rbuf_.clear();
-  rpos_ = 0;
+  rpos_ = rend_ = 0;
+  recv_timeout_ms_ = 0;
+  std::lock_guard<std::mutex> lock(state_mutex_);
   if (fd_ >= 0) {
     ::close(fd_);
     fd_ = -1;
@@ -95,9 +152,15 @@ void TcpStoreClient::ensure_connected() {
       last_error = e.what();
     }
     if (SteadyTime::now() + backoff >= deadline) break;
-    std::this_thread::sleep_for(backoff);
+    {
+      // Back off, but wake at once for interrupt().
+      std::unique_lock<std::mutex> lock(state_mutex_);
+      interrupted_cv_.wait_for(lock, backoff, [&] { return interrupted_; });
+    }
+    if (interrupted()) throw_closed("");
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
+  if (interrupted()) throw_closed("");
   throw ConnectionError("cannot reach the store at " + endpoint() + " within " +
                         std::to_string(to_seconds(options_.connect_timeout)) +
                         " s (last error: " + last_error +
@@ -117,6 +180,7 @@ void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
   if (rc != 0) {
     throw ConnectionError("cannot resolve '" + options_.host + "': " + gai_strerror(rc));
   }
+  std::unique_ptr<addrinfo, void (*)(addrinfo*)> free_res(res, freeaddrinfo);
   std::string error = "no address";
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
@@ -125,6 +189,8 @@ void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
       error = std::strerror(errno);
       continue;
     }
+    set_fd(fd);  // from here on interrupt() can shut it down
+    if (interrupted()) throw_closed("");
     int r = ::connect(fd, ai->ai_addr, ai->ai_addrlen);
     if (r != 0 && errno == EINPROGRESS) {
       pollfd p{fd, POLLOUT, 0};
@@ -133,8 +199,7 @@ void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
         pr = ::poll(&p, 1, remaining_ms(deadline));
       } while (pr < 0 && errno == EINTR);
       if (pr == 0) {
-        ::close(fd);
-        freeaddrinfo(res);
+        drop();
         throw TimeoutError("connect timed out");
       }
       int soerr = 0;
@@ -145,19 +210,17 @@ void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
     }
     if (r != 0) {
       error = std::strerror(errno);
-      ::close(fd);
+      drop();
+      if (interrupted()) throw_closed("");
       continue;
     }
-    // Blocking from here on; reads are bounded with poll().
+    // Blocking from here on; receives are bounded with SO_RCVTIMEO (see recv_exact).
     int flags = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, flags & ~O_NONBLOCK);
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    fd_ = fd;
-    freeaddrinfo(res);
     return;
   }
-  freeaddrinfo(res);
   throw ConnectionError(error);
 }
 
@@ -228,65 +291,85 @@ void TcpStoreClient::send_raw(const Bytes& bytes, const char* what) {
       if (errno == EINTR) continue;
       int err = errno;
       drop();
-      throw ClosedError(std::string("store ") + endpoint() + ": sending " + what + " failed (" +
-                        std::strerror(err) + "); the server closed the connection: is the "
-                        "agent hosting the store still running?");
+      throw_closed(std::string("store ") + endpoint() + ": sending " + what + " failed (" +
+                   std::strerror(err) + "); the server closed the connection: is the "
+                   "agent hosting the store still running?");
     }
     sent += static_cast<size_t>(n);
   }
 }
 
 void TcpStoreClient::send_request(const Request& request) {
-  Bytes bytes;
-  wire::encode_request(wire::Dialect::kTorch2, request, bytes);
-  send_raw(bytes, wire::op_name(request.op));
+  wbuf_.clear();
+  wire::encode_request(wire::Dialect::kTorch2, request, wbuf_);
+  send_raw(wbuf_, wire::op_name(request.op));
+}
+
+void TcpStoreClient::set_recv_timeout(int ms) {
+  timeval tv{};
+  tv.tv_sec = ms / 1000;
+  tv.tv_usec = (ms % 1000) * 1000;
+  if (setsockopt(fd_, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) == 0) recv_timeout_ms_ = ms;
 }
 
 void TcpStoreClient::recv_exact(void* dst, size_t n, SteadyTime::time_point deadline,
                                 const char* what, const std::string& key) {
+  constexpr size_t kRecvBuffer = 64 * 1024;
   auto* p = static_cast<uint8_t*>(dst);
   size_t got = 0;
   while (got < n) {
     // Serve from the receive buffer first: a MULTI_GET reply of 1,000 values is then a few
     // recv() calls, not two per value.
-    if (rpos_ < rbuf_.size()) {
-      size_t take = std::min(n - got, rbuf_.size() - rpos_);
+    if (rpos_ < rend_) {
+      size_t take = std::min(n - got, rend_ - rpos_);
       std::memcpy(p + got, rbuf_.data() + rpos_, take);
       rpos_ += take;
       got += take;
       continue;
     }
-    pollfd pfd{fd_, POLLIN, 0};
-    int pr = ::poll(&pfd, 1, remaining_ms(deadline));
-    if (pr < 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      drop();
-      throw SystemError(errno_message("poll on the store connection", err));
-    }
-    if (pr == 0) {
+    int left = remaining_ms(deadline);
+    if (left <= 0) {
       drop();  // the server forgets a parked request when its connection closes
       throw TimeoutError(std::string("store ") + endpoint() + ": " + what +
-                         (key.empty() ? "" : " " + key) + " got no answer in time");
+                         (key.empty() ? "" : " '" + key + "'") + " got no answer in time");
     }
-    size_t want = std::max<size_t>(n - got, 64 * 1024);
-    rbuf_.resize(want);
-    rpos_ = 0;
-    ssize_t r = ::recv(fd_, rbuf_.data(), want, 0);
-    if (r < 0 && errno == EINTR) {
-      rbuf_.clear();
-      continue;
+    // One blocking recv() per reply rather than poll() + recv(): SO_RCVTIMEO bounds it. It is
+    // re-armed only when it would overshoot the deadline noticeably or is far too short, so a
+    // run of calls with the same timeout sets it once.
+    if (recv_timeout_ms_ == 0 || recv_timeout_ms_ > left + std::max(20, left / 64) ||
+        recv_timeout_ms_ < left / 2) {
+      set_recv_timeout(left);
+    }
+    const bool direct = n - got >= kRecvBuffer;  // a large value: straight into place
+    uint8_t* into;
+    size_t room;
+    if (direct) {
+      into = p + got;
+      room = n - got;
+    } else {
+      if (rbuf_.size() < kRecvBuffer) rbuf_.resize(kRecvBuffer);
+      into = rbuf_.data();
+      room = rbuf_.size();
+    }
+    ssize_t r = ::recv(fd_, into, room, 0);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
+      continue;  // a signal, or SO_RCVTIMEO fired: the loop checks the deadline
     }
     if (r <= 0) {
       int err = r < 0 ? errno : 0;
       drop();
-      throw ClosedError(std::string("store ") + endpoint() + " closed the connection during " +
-                        what + (key.empty() ? "" : " " + key) +
-                        (err ? std::string(" (") + std::strerror(err) + ")" : "") +
-                        "; the agent hosting the store probably exited, or refused this "
-                        "client (job token)");
+      throw_closed(std::string("store ") + endpoint() + " closed the connection during " +
+                   what + (key.empty() ? "" : " '" + key + "'") +
+                   (err ? std::string(" (") + std::strerror(err) + ")" : "") +
+                   "; the agent hosting the store probably exited, or refused this "
+                   "client (job token)");
     }
-    rbuf_.resize(static_cast<size_t>(r));
+    if (direct) {
+      got += static_cast<size_t>(r);
+    } else {
+      rpos_ = 0;
+      rend_ = static_cast<size_t>(r);
+    }
   }
 }
 
@@ -329,18 +412,28 @@ Request make(Op op, std::vector<std::string> keys = {}, std::vector<Bytes> value
 }
 }  // namespace
 
+// The one-key requests are framed straight into wbuf_ (no Request with its vectors, no copy
+// of the value): the same layout encode_request writes, see store_codec.h.
+
 void TcpStoreClient::set(const std::string& key, const Bytes& value) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
-  send_request(make(Op::kSet, {key}, {value}));
+  wbuf_.clear();
+  wire::put_u8(wbuf_, wire::op2::kSet);
+  wire::put_string(wbuf_, key);
+  wire::put_bytes(wbuf_, value);
+  send_raw(wbuf_, "SET");
 }
 
 Bytes TcpStoreClient::get(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
-  send_request(make(Op::kGet, {key}));
+  wbuf_.clear();
+  wire::put_u8(wbuf_, wire::op2::kGet);
+  wire::put_string(wbuf_, key);
+  send_raw(wbuf_, "GET");
   try {
-    return recv_bytes(deadline_after(timeout()), "GET", "'" + key + "'");
+    return recv_bytes(deadline_after(timeout()), "GET", key);
   } catch (const TimeoutError&) {
     throw TimeoutError("store " + endpoint() + ": key '" + key + "' did not appear within " +
                        std::to_string(to_seconds(timeout())) + " s");
@@ -348,24 +441,31 @@ Bytes TcpStoreClient::get(const std::string& key) {
 }
 
 int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
-  Request q = make(Op::kAdd, {key});
-  q.delta = delta;
-  send_request(q);
-  return recv_i64(deadline_after(timeout()), "ADD", "'" + key + "'");
+  wbuf_.clear();
+  wire::put_u8(wbuf_, wire::op2::kAdd);
+  wire::put_string(wbuf_, key);
+  wire::put_i64(wbuf_, delta);
+  send_raw(wbuf_, "ADD");
+  return recv_i64(deadline_after(timeout()), "ADD", key);
 }
 
 Bytes TcpStoreClient::compare_set(const std::string& key, const Bytes& expected,
                                   const Bytes& desired) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
-  send_request(make(Op::kCompareSet, {key}, {expected, desired}));
-  return recv_bytes(deadline_after(timeout()), "COMPARE_SET", "'" + key + "'");
+  wbuf_.clear();
+  wire::put_u8(wbuf_, wire::op2::kCompareSet);
+  wire::put_string(wbuf_, key);
+  wire::put_bytes(wbuf_, expected);
+  wire::put_bytes(wbuf_, desired);
+  send_raw(wbuf_, "COMPARE_SET");
+  return recv_bytes(deadline_after(timeout()), "COMPARE_SET", key);
 }
 
 bool TcpStoreClient::check(const std::vector<std::string>& keys) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
   send_request(make(Op::kCheck, keys));
   uint8_t r = recv_u8(deadline_after(timeout()), "CHECK");
@@ -378,13 +478,13 @@ bool TcpStoreClient::check(const std::vector<std::string>& keys) {
 }
 
 void TcpStoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
   send_request(make(Op::kWait, keys));
   // Poll for the answer ourselves: on timeout we cancel the parked WAIT (2.x CANCEL_WAIT) and
   // keep the connection, so callers may wait in short slices cheaply.
   auto wait_deadline = deadline_after(timeout);
-  bool ready = rpos_ < rbuf_.size();  // an answer may already be buffered
+  bool ready = rpos_ < rend_;  // an answer may already be buffered
   while (!ready) {
     pollfd pfd{fd_, POLLIN, 0};
     int pr = ::poll(&pfd, 1, remaining_ms(wait_deadline));
@@ -426,21 +526,24 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, Duration timeout
 }
 
 bool TcpStoreClient::delete_key(const std::string& key) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
-  send_request(make(Op::kDeleteKey, {key}));
-  return recv_i64(deadline_after(timeout()), "DELETE_KEY", "'" + key + "'") == 1;
+  wbuf_.clear();
+  wire::put_u8(wbuf_, wire::op2::kDeleteKey);
+  wire::put_string(wbuf_, key);
+  send_raw(wbuf_, "DELETE_KEY");
+  return recv_i64(deadline_after(timeout()), "DELETE_KEY", key) == 1;
 }
 
 int64_t TcpStoreClient::num_keys() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
   send_request(make(Op::kNumKeys));
   return recv_i64(deadline_after(timeout()), "GETNUMKEYS");
 }
 
 std::vector<Bytes> TcpStoreClient::multi_get(const std::vector<std::string>& keys) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
   send_request(make(Op::kMultiGet, keys));
   auto deadline = deadline_after(timeout());
@@ -448,7 +551,7 @@ std::vector<Bytes> TcpStoreClient::multi_get(const std::vector<std::string>& key
   values.reserve(keys.size());
   try {
     for (size_t i = 0; i < keys.size(); ++i) {
-      values.push_back(recv_bytes(deadline, "MULTI_GET", "'" + keys[i] + "'"));
+      values.push_back(recv_bytes(deadline, "MULTI_GET", keys[i]));
     }
   } catch (const TimeoutError&) {
     throw TimeoutError("store " + endpoint() + ": key(s) " + describe_keys(keys) +
@@ -461,26 +564,33 @@ std::vector<Bytes> TcpStoreClient::multi_get(const std::vector<std::string>& key
 void TcpStoreClient::multi_set(const std::vector<std::string>& keys,
                                const std::vector<Bytes>& values) {
   if (keys.size() != values.size()) return Store::multi_set(keys, values);  // usage error
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
   send_request(make(Op::kMultiSet, keys, values));
 }
 
 void TcpStoreClient::append(const std::string& key, const Bytes& value) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
-  send_request(make(Op::kAppend, {key}, {value}));
+  wbuf_.clear();
+  wire::put_u8(wbuf_, wire::op2::kAppend);
+  wire::put_string(wbuf_, key);
+  wire::put_bytes(wbuf_, value);
+  send_raw(wbuf_, "APPEND");
 }
 
 int64_t TcpStoreClient::delete_prefix(const std::string& prefix) {
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
-  send_request(make(Op::kDeletePrefix, {prefix}));
-  return recv_i64(deadline_after(timeout()), "DELETE_PREFIX", "'" + prefix + "'");
+  wbuf_.clear();
+  wire::put_u8(wbuf_, wire::op2::kDeletePrefix);
+  wire::put_string(wbuf_, prefix);
+  send_raw(wbuf_, "DELETE_PREFIX");
+  return recv_i64(deadline_after(timeout()), "DELETE_PREFIX", prefix);
 }
 
 bool TcpStoreClient::ping() {
-  std::lock_guard<std::mutex> lock(mutex_);
+  CallScope call(*this);
   ensure_connected();
   Request q = make(Op::kPing);
   q.u32 = 0xC0FFEE;

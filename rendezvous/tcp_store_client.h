@@ -13,17 +13,30 @@
 // agent died); ConnectionError when a reconnect fails; ProtocolError on a malformed reply;
 // StateError when the job token is refused or the server is not this job's.
 // Thread-safe: one request at a time per client (a mutex); use one client per thread that
-// blocks in get/wait while others must go on.
+// blocks in get/wait while others must go on. interrupt() is the one call that does not wait
+// for that mutex: another thread uses it to end a blocked call at once (a watcher's stop()).
+//
+// Cost per request: one send() of the whole frame and, for requests with a reply, usually one
+// blocking recv() (SO_RCVTIMEO bounds it; no poll() first); no heap allocation once the
+// buffers have grown, except for the values returned.
 #pragma once
 
+#include <condition_variable>
 #include <mutex>
 #include <optional>
 #include <string>
 
+#include "common/error.h"
 #include "rendezvous/store.h"
 #include "rendezvous/store_codec.h"
 
 namespace dlaunch {
+
+// The call was ended by interrupt() from another thread (not by the server).
+class StoreInterruptedError : public ClosedError {
+ public:
+  using ClosedError::ClosedError;
+};
 
 struct TcpStoreClientOptions {
   std::string host = "127.0.0.1";
@@ -58,11 +71,17 @@ class TcpStoreClient final : public Store {
   // Deletes every key starting with `prefix` (dlaunch servers only); returns how many.
   int64_t delete_prefix(const std::string& prefix);
 
+  // Ends the call in progress on another thread, if any, within milliseconds: it throws
+  // StoreInterruptedError (also while connecting or backing off between connect attempts),
+  // and its connection is dropped, so the next call reconnects. Does nothing when no call is
+  // in progress. Safe from any thread; never blocks on I/O; never throws.
+  void interrupt();
+
   const TcpStoreClientOptions& options() const { return options_; }
   std::string endpoint() const;
 
  private:
-  class Conn;
+  class CallScope;
   // All run with mutex_ held.
   void ensure_connected();
   void connect_once(std::chrono::steady_clock::time_point deadline);
@@ -78,12 +97,24 @@ class TcpStoreClient final : public Store {
   Bytes recv_bytes(std::chrono::steady_clock::time_point deadline, const char* what,
                    const std::string& key = "");
   void drop();
+  void set_fd(int fd);
+  bool interrupted();
+  [[noreturn]] void throw_closed(const std::string& message);
+  void set_recv_timeout(int ms);
 
   TcpStoreClientOptions options_;
-  std::mutex mutex_;
+  std::mutex mutex_;  // one request at a time; held for the whole call
+  // Guards fd_ (its value, not I/O on it), busy_ and interrupted_; never held across I/O, so
+  // interrupt() can take it while a call blocks.
+  std::mutex state_mutex_;
+  std::condition_variable interrupted_cv_;
   int fd_ = -1;
-  Bytes rbuf_;       // received, not yet consumed: [rpos_, rbuf_.size())
-  size_t rpos_ = 0;
+  bool busy_ = false;         // a call is in progress
+  bool interrupted_ = false;  // interrupt() hit the call in progress
+  int recv_timeout_ms_ = 0;   // SO_RCVTIMEO now set on fd_ (0: none)
+  Bytes wbuf_;                // the request being sent (reused)
+  Bytes rbuf_;                // received bytes: [rpos_, rend_) not yet consumed
+  size_t rpos_ = 0, rend_ = 0;
 };
 
 }  // namespace dlaunch

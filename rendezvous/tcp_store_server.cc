@@ -329,25 +329,52 @@ struct TcpStoreServer::Impl {
     } else {
       it->second = std::move(value);
     }
-    wake(key, /*only_one=*/false);
+    wake_all(key);
   }
 
-  void wake(const std::string& key, bool only_one) {
+  // Wakes every waiter on `key` (a set, add, compare_set or append created or changed it).
+  void wake_all(const std::string& key) {
     auto it = waiters.find(key);
     if (it == waiters.end()) return;
-    std::vector<ConnPtr> woken;
-    if (only_one) {
-      woken.push_back(it->second.front());
-      it->second.erase(it->second.begin());
-      if (it->second.empty()) waiters.erase(it);
-    } else {
-      woken = std::move(it->second);
-      waiters.erase(it);
-    }
+    std::vector<ConnPtr> woken = std::move(it->second);
+    waiters.erase(it);
     for (auto& c : woken) {
       if (c->closed || !c->parked) continue;
       if (c->awaiting > 0) --c->awaiting;
       if (c->awaiting == 0) try_complete_parked(c);
+    }
+  }
+
+  // A QUEUE_PUSH on `key`: as PyTorch 2.x's server does (TCPStoreLibUvBackend's
+  // wakeupOneWaitingClient), one item answers one waiter, the first in arrival order for which
+  // this key was the last one missing; the other waiters stay parked even though the queue is
+  // not empty (the woken one is expected to pop the item). Waiters that still miss other keys
+  // count this one as present and leave its list (PyTorch leaves them on it and counts them
+  // down again at every push; completion re-checks every key anyway, see try_complete_parked).
+  void wake_one(const std::string& key) {
+    auto it = waiters.find(key);
+    if (it == waiters.end()) return;
+    std::vector<ConnPtr>& list = it->second;
+    ConnPtr chosen;
+    size_t kept = 0;
+    for (size_t i = 0; i < list.size(); ++i) {
+      ConnPtr& c = list[i];
+      if (c->closed || !c->parked) continue;  // stale entry: drop it
+      if (!chosen && c->awaiting <= 1) {
+        chosen = c;
+        continue;
+      }
+      if (!chosen && c->awaiting > 1) {
+        --c->awaiting;  // passed over: this key counts as present for it
+        continue;
+      }
+      list[kept++] = std::move(c);  // after the chosen one: still waiting for this key
+    }
+    list.resize(kept);
+    if (list.empty()) waiters.erase(it);
+    if (chosen) {
+      chosen->awaiting = 0;
+      try_complete_parked(chosen);
     }
   }
 
@@ -553,7 +580,7 @@ struct TcpStoreServer::Impl {
         break;
       case Op::kQueuePush:
         queues[q.keys[0]].push_back(q.values[0]);
-        wake(q.keys[0], /*only_one=*/true);
+        wake_one(q.keys[0]);
         return;
       case Op::kQueuePop: {
         auto& queue = queues[q.keys[0]];

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "rendezvous/rendezvous_events.h"
 #include "rendezvous/rendezvous_registry.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/tcp_store_server.h"
@@ -352,6 +353,33 @@ TEST_F(RendezvousTest, ShutdownAfterTheStoreHostDiedIsBoundedByTheKeepAliveWindo
   h->shutdown();
   auto took = std::chrono::steady_clock::now() - start;
   EXPECT_LT(took, 60s) << "shutdown waited for the join timeout";
+}
+
+// stop() used to join a thread parked in a store wait for up to one slice (every multi-node
+// agent exited ~1 s late); it now interrupts that wait. The slice here is a minute, so a stop
+// bounded by the slice cannot pass.
+TEST_F(RendezvousTest, EventWatcherStopInterruptsTheBlockedWait) {
+  std::atomic<int> opened{0};
+  EventWatcher watcher(
+      [&]() -> std::shared_ptr<Store> {
+        ++opened;
+        TcpStoreClientOptions o;
+        o.port = port_;
+        return std::make_shared<TcpStoreClient>(o);
+      },
+      "job1", "node-a", 60s);
+  watcher.watch(0, [](const RendezvousEvent&) {});
+  // Let the thread connect and park its WAIT on the server.
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (opened == 0 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(10ms);
+  ASSERT_EQ(opened, 1);
+  std::this_thread::sleep_for(200ms);
+  auto t0 = std::chrono::steady_clock::now();
+  watcher.stop();
+  auto took = std::chrono::steady_clock::now() - t0;
+  EXPECT_LT(took, 1s) << "stop() took "
+                      << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
+                      << " ms";
 }
 
 TEST(RendezvousRegistry, UnknownBackendAndBadConf) {

@@ -12,6 +12,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <future>
 #include <set>
 #include <thread>
 
@@ -185,6 +186,79 @@ TEST_F(ServerTest, SpeaksTorch2ByteForByte) {
   EXPECT_EQ(c.recv(1), u8(1));
   c.send(cat({u8(13), u32(7)}));
   EXPECT_EQ(c.recv(4), u32(7));
+}
+
+// PyTorch 2.x semantics (TCPStoreLibUvBackend: queuePush -> wakeupOneWaitingClient): a push
+// answers one parked WAIT on the queue's key, in arrival order; the others stay parked.
+TEST_F(ServerTest, QueuePushWakesOneWaiterPerItemInArrivalOrder) {
+  start();
+  Raw first(port_), second(port_), pusher(port_);
+  for (Raw* r : {&first, &second, &pusher}) r->send(kValidate);
+  first.send(cat({u8(6), u64(1), str("q")}));  // WAIT q
+  ASSERT_TRUE(first.silent(100));
+  second.send(cat({u8(6), u64(1), str("q")}));
+  ASSERT_TRUE(second.silent(100));
+  pusher.send(cat({u8(14), str("q"), str("item1")}));  // QUEUE_PUSH
+  EXPECT_EQ(first.recv(1), u8(0));                     // STOP_WAITING
+  EXPECT_TRUE(second.silent(200)) << "one push must wake one waiter only";
+  pusher.send(cat({u8(14), str("q"), str("item2")}));
+  EXPECT_EQ(second.recv(1), u8(0));
+  // Both connections go on: the woken client pops its item.
+  first.send(cat({u8(15), str("q")}));
+  EXPECT_EQ(first.recv(8 + 8 + 5), cat({u64(2), str("item1")}));
+}
+
+// A waiter that still misses another key does not swallow the push: the next waiter for which
+// the queue was the last missing key gets it, and the first completes once its other key comes.
+TEST_F(ServerTest, QueuePushPassesOverAWaiterStillMissingOtherKeys) {
+  start();
+  Raw both(port_), queue_only(port_), writer(port_);
+  for (Raw* r : {&both, &queue_only, &writer}) r->send(kValidate);
+  both.send(cat({u8(6), u64(2), str("q"), str("k")}));  // WAIT q, k
+  ASSERT_TRUE(both.silent(100));
+  queue_only.send(cat({u8(6), u64(1), str("q")}));
+  ASSERT_TRUE(queue_only.silent(100));
+  writer.send(cat({u8(14), str("q"), str("x")}));
+  EXPECT_EQ(queue_only.recv(1), u8(0));
+  EXPECT_TRUE(both.silent(200));
+  writer.send(cat({u8(1), str("k"), str("v")}));  // SET k: q is still non-empty
+  EXPECT_EQ(both.recv(1), u8(0));
+}
+
+// interrupt() from another thread ends a blocked call at once, and the client goes on.
+TEST_F(ServerTest, ClientInterruptEndsABlockedGetAndTheClientGoesOn) {
+  start();
+  TcpStoreClientOptions o;
+  o.port = port_;
+  o.timeout = 60s;
+  TcpStoreClient c(o);
+  c.interrupt();  // no call in progress: nothing happens
+  c.set("k", to_bytes("v"));
+  auto t0 = std::chrono::steady_clock::now();
+  auto blocked = std::async(std::launch::async, [&] { return c.get("never-set"); });
+  EXPECT_EQ(blocked.wait_for(200ms), std::future_status::timeout);
+  c.interrupt();
+  ASSERT_EQ(blocked.wait_for(5s), std::future_status::ready) << "interrupt() did not end get()";
+  EXPECT_THROW(blocked.get(), StoreInterruptedError);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 10s);
+  EXPECT_EQ(to_string(c.get("k")), "v");  // reconnected
+}
+
+// Also while the client backs off between reconnect attempts (the store host is gone).
+TEST_F(ServerTest, ClientInterruptEndsAReconnectLoop) {
+  start();
+  TcpStoreClientOptions o;
+  o.port = port_;
+  o.connect_timeout = 60s;
+  o.timeout = 5s;
+  TcpStoreClient c(o);
+  server_->stop();
+  EXPECT_THROW(c.get("k"), ClosedError);  // the close is seen mid-call: no retry there
+  auto blocked = std::async(std::launch::async, [&] { c.set("k", {}); });
+  EXPECT_EQ(blocked.wait_for(300ms), std::future_status::timeout) << "should be reconnecting";
+  c.interrupt();
+  ASSERT_EQ(blocked.wait_for(5s), std::future_status::ready) << "interrupt() did not end connect";
+  EXPECT_THROW(blocked.get(), StoreInterruptedError);
 }
 
 TEST_F(ServerTest, DeletePrefixExtensionRemovesOnlyMatchingKeys) {
