@@ -10,6 +10,10 @@
 //            /bin/true); implies every agent finished its rendezvous and spawned its worker;
 //   exit     until the last agent exited (all must exit 0): includes the exit barrier, where
 //            every agent waits for the others before leaving.
+// And from the agents' own log lines (wall clock, millisecond resolution, on stderr):
+//   up       until the last agent logged its first line (it was started and set up);
+//   rdzv     until the first / the last agent logged "attempt 0: starting", i.e. learned that
+//            the round completed and began to start its worker.
 // Agents are posix_spawn'ed back to back; their stdout goes to one O_APPEND file (dlaunch writes
 // each worker line with one write, so lines never mix), their stderr to another, shown on
 // failure.
@@ -75,6 +79,9 @@ struct JobResult {
   double exit_s = -1;                  // first spawn -> last agent exited
   std::optional<double> workers_s;     // first spawn -> last worker's stamp
   std::optional<double> first_worker_s;  // first spawn -> first worker's stamp
+  std::optional<double> up_s;          // first spawn -> the last agent's first log line
+  std::optional<double> rdzv_first_s;  // first spawn -> first "attempt 0: starting" line
+  std::optional<double> rdzv_last_s;   // first spawn -> last "attempt 0: starting" line
   int failed = 0;                      // agents that exited, but not with 0
   int killed = 0;                      // agents still running at the deadline (SIGKILLed)
   std::string err_tail;
@@ -86,6 +93,22 @@ std::string tail_of(const std::string& path, size_t bytes) {
   s << f.rdbuf();
   std::string text = s.str();
   return text.size() > bytes ? text.substr(text.size() - bytes) : text;
+}
+
+// The wall clock as the agents' log lines print it: seconds since local midnight.
+double wall_of_day() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  tm t{};
+  localtime_r(&ts.tv_sec, &t);
+  return t.tm_hour * 3600.0 + t.tm_min * 60.0 + t.tm_sec + ts.tv_nsec / 1e9;
+}
+
+// "[dlaunch HH:MM:SS.mmm X] text": the time of day, or nullopt for other lines.
+std::optional<double> log_time(const std::string& line) {
+  int h, m, sec, ms;
+  if (std::sscanf(line.c_str(), "[dlaunch %d:%d:%d.%d", &h, &m, &sec, &ms) != 4) return {};
+  return h * 3600.0 + m * 60.0 + sec + ms / 1000.0;
 }
 
 // Spawns every argv at once, waits for all (SIGKILL after `timeout_s`), reads the stamps.
@@ -105,6 +128,7 @@ JobResult run_job(const std::vector<std::vector<std::string>>& argvs, int expect
   JobResult r;
   std::set<pid_t> running;
   int64_t t0 = mono_ns();
+  double wall0 = wall_of_day();
   for (const auto& argv : argvs) {
     std::vector<std::string> args = argv;
     std::vector<char*> cargv;
@@ -168,6 +192,33 @@ JobResult run_job(const std::vector<std::vector<std::string>>& argvs, int expect
   if (expected_stamps > 0 && stamps == expected_stamps) {
     r.workers_s = static_cast<double>(latest - t0) / 1e9;
     r.first_worker_s = static_cast<double>(earliest - t0) / 1e9;
+  }
+  // Each agent's first line is "setting OMP_NUM_THREADS..." (prepare()); "attempt 0: starting"
+  // follows the completed round. Lines of one agent are not told apart from another's: the
+  // counts must match the number of agents for a figure to be given.
+  {
+    std::ifstream err(err_path);
+    int ups = 0, starts = 0;
+    double up = 0, rdzv_first = 1e30, rdzv_last = 0;
+    while (std::getline(err, line)) {
+      auto t = log_time(line);
+      if (!t) continue;
+      double rel = *t - wall0;
+      if (line.find("setting OMP_NUM_THREADS") != std::string::npos) {
+        ++ups;
+        up = std::max(up, rel);
+      } else if (line.find("attempt 0: starting") != std::string::npos) {
+        ++starts;
+        rdzv_first = std::min(rdzv_first, rel);
+        rdzv_last = std::max(rdzv_last, rel);
+      }
+    }
+    int agents = static_cast<int>(argvs.size());
+    if (ups == agents) r.up_s = up;
+    if (starts == agents) {
+      r.rdzv_first_s = rdzv_first;
+      r.rdzv_last_s = rdzv_last;
+    }
   }
   r.ok = r.failed == 0 && r.killed == 0 && (expected_stamps == 0 || r.workers_s.has_value());
   if (!r.ok) {
@@ -248,22 +299,25 @@ std::string range(const std::vector<double>& v) {
 }
 
 struct Figures {
-  std::vector<double> exit_s, workers_s, first_worker_s;
+  std::vector<double> exit_s, workers_s, first_worker_s, up_s, rdzv_first_s, rdzv_last_s;
   int failures = 0;
 };
 
+std::string med(const std::vector<double>& v) {
+  if (v.empty()) return "n/a";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.3f", median(v));
+  return buf;
+}
+
 void print_row(const std::string& name, int n, const Figures& f) {
-  char workers[32] = "n/a";
-  if (!f.workers_s.empty()) std::snprintf(workers, sizeof(workers), "%.3f", median(f.workers_s));
-  char first[32] = "n/a";
-  if (!f.first_worker_s.empty()) {
-    std::snprintf(first, sizeof(first), "%.3f", median(f.first_worker_s));
-  }
-  char exited[32] = "n/a";
-  if (!f.exit_s.empty()) std::snprintf(exited, sizeof(exited), "%.3f", median(f.exit_s));
-  std::printf("%-9s %5d agents: first worker %s s, workers started %s%s s [%zu runs], "
-              "all exited 0 %s%s s [%zu runs; %d failed]\n",
-              name.c_str(), n, first, workers, range(f.workers_s).c_str(), f.workers_s.size(), exited,
+  std::printf("%-9s %5d agents: agents up %s s; rendezvous done first %s, last %s%s s; "
+              "first worker %s s, workers started %s%s s [%zu runs], all exited 0 %s%s s "
+              "[%zu runs; %d failed]\n",
+              name.c_str(), n, med(f.up_s).c_str(), med(f.rdzv_first_s).c_str(),
+              med(f.rdzv_last_s).c_str(), range(f.rdzv_last_s).c_str(),
+              med(f.first_worker_s).c_str(), med(f.workers_s).c_str(),
+              range(f.workers_s).c_str(), f.workers_s.size(), med(f.exit_s).c_str(),
               range(f.exit_s).c_str(), f.exit_s.size(), f.failures);
   std::fflush(stdout);
 }
@@ -281,6 +335,9 @@ std::vector<int> parse_list(const std::string& s) {
 void record(Figures& f, const JobResult& r, const std::string& what) {
   if (r.workers_s) f.workers_s.push_back(*r.workers_s);
   if (r.first_worker_s) f.first_worker_s.push_back(*r.first_worker_s);
+  if (r.up_s) f.up_s.push_back(*r.up_s);
+  if (r.rdzv_first_s) f.rdzv_first_s.push_back(*r.rdzv_first_s);
+  if (r.rdzv_last_s) f.rdzv_last_s.push_back(*r.rdzv_last_s);
   if (!r.ok) {
     ++f.failures;
     std::fprintf(stderr, "%s failed (%d agents exited non-zero, %d killed at the deadline); "
