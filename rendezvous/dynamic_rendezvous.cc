@@ -20,16 +20,21 @@ Duration poll_interval(const RendezvousConfig& c) {
 }  // namespace
 
 DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params)
+    : DynamicRendezvous(params, nullptr) {}
+
+DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params,
+                                     std::shared_ptr<RoundLedger> ledger)
     : params_(params),
       config_(RendezvousConfig::parse(params.config)),
-      clock_(params.clock ? *params.clock : steady_clock()) {
+      clock_(params.clock ? *params.clock : steady_clock()),
+      ledger_(std::move(ledger)) {
   if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
     throw UsageError("--nnodes " + std::to_string(params_.min_nodes) + ":" +
                      std::to_string(params_.max_nodes) +
                      " is not a valid range; expected 1 <= MIN <= MAX");
   }
   limits_ = {params_.min_nodes, params_.max_nodes, config_.last_call_timeout};
-  prefix_ = "dlaunch/rdzv/" + params_.run_id;
+  prefix_ = key_prefix(params_.run_id);
   node_id_ = detail::make_node_id(params_.host);
   store_ = detail::connect_store(params_, config_);
   open_store_ = detail::store_opener(params_, config_, store_);
@@ -65,10 +70,18 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
     auto now = clock_.now();
     if (state && state->status == DynamicState::Status::kOpen &&
         view_.joined_round == state->round) {
-      int64_t arrivals = store_->add(round_key(state->round, "arrivals"), 0);
-      if (arrivals != view_.arrivals) {
-        view_.arrivals = arrivals;
-        view_.arrivals_changed_at = now;
+      if (ledger_) {
+        auto count = ledger_->arrivals(state->round, now);
+        if (count.arrivals != view_.arrivals) {
+          view_.arrivals = count.arrivals;
+          view_.arrivals_changed_at = count.changed_at;
+        }
+      } else {
+        int64_t arrivals = store_->add(round_key(state->round, "arrivals"), 0);
+        if (arrivals != view_.arrivals) {
+          view_.arrivals = arrivals;
+          view_.arrivals_changed_at = now;
+        }
       }
     }
     if (state && state->status == DynamicState::Status::kComplete &&
@@ -85,9 +98,15 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
                                : make_store_liveness(store_, prefix_, node_id_, window, clock_);
       }
       std::vector<std::string> ids;
-      for (int64_t i = 1; i <= state->participants; ++i) {
-        auto k = round_key(state->round, "node/" + std::to_string(i));
-        if (store_->check({k})) ids.push_back(NodeDescriptor::decode(store_->get(k)).id);
+      if (ledger_) {
+        for (const auto& p : ledger_->participants(state->round, state->participants)) {
+          ids.push_back(p.id);
+        }
+      } else {
+        for (int64_t i = 1; i <= state->participants; ++i) {
+          auto k = round_key(state->round, "node/" + std::to_string(i));
+          if (store_->check({k})) ids.push_back(NodeDescriptor::decode(store_->get(k)).id);
+        }
       }
       view_.running_round_dead = !ids.empty() && waiting_liveness->dead(ids).size() == ids.size();
     }
@@ -104,10 +123,15 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
         continue;
       case JoinStep::kJoin: {
         int64_t r = state->round;
-        int64_t index = store_->add(round_key(r, "arrivals"), 1);
         NodeDescriptor me{node_id_, params_.host, params_.local_world_size,
                           params_.node_rank ? *params_.node_rank : -1};
-        store_->set(round_key(r, "node/" + std::to_string(index)), me.encode());
+        int64_t index;
+        if (ledger_) {
+          index = ledger_->join(r, me);
+        } else {
+          index = store_->add(round_key(r, "arrivals"), 1);
+          store_->set(round_key(r, "node/" + std::to_string(index)), me.encode());
+        }
         view_.joined_round = r;
         view_.arrival_index = index;
         view_.arrivals = index;
@@ -162,6 +186,20 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
           "; check that the other agents run with the same --rdzv_id and --rdzv_endpoint " +
           params_.endpoint);
     }
+    if (ledger_) {
+      // No polling: the ledger returns when the decision may change; a waiting late arrival
+      // still looks at the running round's liveness once per keep-alive interval.
+      TimePoint until = deadline;
+      if (d.step == JoinStep::kWait) until = std::min(until, d.wake_at);
+      if (d.step == JoinStep::kWaitNextRound) {
+        until = std::min(until, now + config_.keep_alive_interval);
+      }
+      ledger_->wait(state->round,
+                    round_key(state->round,
+                              d.step == JoinStep::kWaitNextRound ? "superseded" : "done"),
+                    limits_, until);
+      continue;
+    }
     // Sleep until something may have changed: the round's wake-up key, or the next poll.
     Duration sleep = poll_interval(config_);
     if (d.step == JoinStep::kWait && d.wake_at != TimePoint::max()) {
@@ -193,30 +231,39 @@ RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, Time
   // worker of this round starts before the cleanup.
   try {
     auto left = deadline - clock_.now();
-    store_->wait({round_key(state.round, "done")},
-                 std::max<Duration>(left, std::chrono::milliseconds(1)));
+    if (ledger_) {
+      ledger_->wait_key(state.round, round_key(state.round, "done"),
+                        clock_.now() + std::max<Duration>(left, std::chrono::milliseconds(1)));
+    } else {
+      store_->wait({round_key(state.round, "done")},
+                   std::max<Duration>(left, std::chrono::milliseconds(1)));
+    }
   } catch (const TimeoutError&) {
     throw TimeoutError("rendezvous '" + params_.run_id + "' round " +
                        std::to_string(state.round) +
                        " was marked complete but its completing node never released it (it died "
                        "mid-step); start again");
   }
-  std::vector<std::string> keys;
-  for (int64_t i = 1; i <= n; ++i) keys.push_back(round_key(state.round, "node/" + std::to_string(i)));
-  // An arrival counted but not yet described (its agent just added itself) is a moment away;
-  // one that died between the two steps is not: bound the wait by the join deadline.
-  auto left = deadline - clock_.now();
-  try {
-    store_->wait(keys, std::max<Duration>(left, std::chrono::milliseconds(1)));
-  } catch (const TimeoutError&) {
-    throw TimeoutError("rendezvous '" + params_.run_id + "' round " +
-                       std::to_string(state.round) +
-                       ": a node counted itself in but never described itself (it died while "
-                       "joining); the next round will go on without it");
-  }
-  auto values = store_->multi_get(keys);
   std::vector<NodeDescriptor> arrivals;
-  for (const auto& v : values) arrivals.push_back(NodeDescriptor::decode(v));
+  if (ledger_) {
+    arrivals = ledger_->participants(state.round, n);  // a ledger's join is atomic
+  } else {
+    std::vector<std::string> keys;
+    for (int64_t i = 1; i <= n; ++i) keys.push_back(round_key(state.round, "node/" + std::to_string(i)));
+    // An arrival counted but not yet described (its agent just added itself) is a moment away;
+    // one that died between the two steps is not: bound the wait by the join deadline.
+    auto left = deadline - clock_.now();
+    try {
+      store_->wait(keys, std::max<Duration>(left, std::chrono::milliseconds(1)));
+    } catch (const TimeoutError&) {
+      throw TimeoutError("rendezvous '" + params_.run_id + "' round " +
+                         std::to_string(state.round) +
+                         ": a node counted itself in but never described itself (it died while "
+                         "joining); the next round will go on without it");
+    }
+    auto values = store_->multi_get(keys);
+    for (const auto& v : values) arrivals.push_back(NodeDescriptor::decode(v));
+  }
   auto by_rank = assign_ranks(arrivals);
 
   RendezvousResult result;
@@ -269,7 +316,8 @@ void DynamicRendezvous::request_restart(const std::string& report) {
 int64_t DynamicRendezvous::num_nodes_waiting() {
   auto state = read_state();
   if (!state || state->status != DynamicState::Status::kComplete) return 0;
-  int64_t arrivals = store_->add(round_key(state->round, "arrivals"), 0);
+  int64_t arrivals = ledger_ ? ledger_->arrivals(state->round, clock_.now()).arrivals
+                             : store_->add(round_key(state->round, "arrivals"), 0);
   return std::max<int64_t>(0, arrivals - state->participants);
 }
 

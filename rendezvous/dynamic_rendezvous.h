@@ -24,6 +24,7 @@
 #include <mutex>
 #include <thread>
 
+#include "rendezvous/dynamic_rendezvous_ledger.h"
 #include "rendezvous/dynamic_rendezvous_state.h"
 #include "rendezvous/rendezvous_events.h"
 #include "rendezvous/rendezvous_registry.h"
@@ -34,6 +35,11 @@ class DynamicRendezvous final : public RendezvousHandler {
  public:
   // Connects to the store (or uses params.store). Throws UsageError for a bad node range.
   explicit DynamicRendezvous(const RendezvousParams& params);
+  // The same with a RoundLedger (dynamic_rendezvous_ledger.h) for arrivals and waiting instead
+  // of the store's counter and polling (the etcd backend). nullptr: as above.
+  DynamicRendezvous(const RendezvousParams& params, std::shared_ptr<RoundLedger> ledger);
+  // The store prefix of run `run_id`'s rendezvous keys ("dlaunch/rdzv/<run_id>").
+  static std::string key_prefix(const std::string& run_id) { return "dlaunch/rdzv/" + run_id; }
   ~DynamicRendezvous() override;
 
   std::string backend() const override { return params_.backend; }
@@ -67,6 +73,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::string node_id_;
   DynamicNodeView view_;
   std::unique_ptr<EventWatcher> watcher_;
+  std::shared_ptr<RoundLedger> ledger_;  // nullptr: store arrivals and polling
 
   // Shared with the keep-alive thread.
   std::mutex mutex_;

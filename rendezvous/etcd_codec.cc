@@ -111,6 +111,14 @@ json op_json(const Op& op) {
       json range = {{"key", base64_encode(op.key)}};
       if (!op.range_end.empty()) range["range_end"] = base64_encode(op.range_end);
       if (op.count_only) range["count_only"] = true;
+      if (op.sort_by_create) {
+        range["sort_order"] = "ASCEND";
+        range["sort_target"] = "CREATE";
+      }
+      if (op.limit > 0) range["limit"] = std::to_string(op.limit);
+      if (op.max_create_revision > 0) {
+        range["max_create_revision"] = std::to_string(op.max_create_revision);
+      }
       return {{"request_range", range}};
     }
     case Op::Kind::kDelete: {

@@ -69,6 +69,11 @@ struct Op {
   std::string value;      // put
   int64_t lease = 0;      // put
   bool count_only = false;
+  // Range only: ascending by create_revision (arrival order), at most `limit` keys (0: all),
+  // only keys created at or before `max_create_revision` (0: any).
+  bool sort_by_create = false;
+  int64_t limit = 0;
+  int64_t max_create_revision = 0;
 
   static Op put(std::string key, std::string value, int64_t lease = 0);
   static Op get(std::string key);

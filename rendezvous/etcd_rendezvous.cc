@@ -9,6 +9,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/etcd_ledger.h"
 #include "rendezvous/etcd_store.h"
 #include "rendezvous/host_port.h"
 #include "rendezvous/job_token.h"
@@ -145,7 +146,10 @@ class EtcdRendezvous final : public RendezvousHandler {
       return std::make_shared<EtcdStore>(make_client(endpoint), prefix);
     };
     p.liveness = make_lease_liveness;
-    inner_ = std::make_unique<DynamicRendezvous>(p);
+    ledger_ = std::make_shared<EtcdRoundLedger>(
+        store_, DynamicRendezvous::key_prefix(params.run_id),
+        params.clock ? *params.clock : steady_clock());
+    inner_ = std::make_unique<DynamicRendezvous>(p, ledger_);
   }
 
   ~EtcdRendezvous() override { shutdown(); }
@@ -155,7 +159,8 @@ class EtcdRendezvous final : public RendezvousHandler {
 
   RendezvousResult next_rendezvous() override {
     RendezvousResult r = inner_->next_rendezvous();
-    const std::string key = "dlaunch/workers_store/" + std::to_string(r.round);
+    // Under the round's prefix, so the waiting nodes see it on the watch they already have.
+    const std::string key = ledger_->round_key(r.round, "workers_store");
     std::string where;
     if (r.group_rank == 0) {
       std::lock_guard<std::mutex> lock(mutex_);
@@ -173,8 +178,7 @@ class EtcdRendezvous final : public RendezvousHandler {
       store_->set(key, to_bytes(where));
     } else {
       try {
-        store_->wait({key}, config_.join_timeout);
-        where = to_string(store_->get(key));
+        where = to_string(ledger_->wait_key(r.round, key, steady_clock().now() + config_.join_timeout));
       } catch (const TimeoutError&) {
         throw TimeoutError(fmt::format(
             "etcd rendezvous '{}' round {}: node rank 0 ({}) never published the workers' store "
@@ -209,6 +213,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   RendezvousConfig config_;
   std::optional<std::string> token_;
   std::shared_ptr<EtcdStore> store_;
+  std::shared_ptr<EtcdRoundLedger> ledger_;
   std::unique_ptr<DynamicRendezvous> inner_;
   std::mutex mutex_;
   std::unique_ptr<TcpStoreServer> server_;  // guarded by mutex_

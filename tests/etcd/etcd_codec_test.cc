@@ -91,6 +91,27 @@ TEST(EtcdCodec, TxnRequestShape) {
   EXPECT_EQ(prefix, R"({"count_only":true,"key":"L3Av","range_end":"L3Aw"})");
 }
 
+// The ledger's ranges: arrival order is create_revision order, proto enum names as strings,
+// int64 fields as decimal strings; defaults (no sort, no limit) are left out.
+TEST(EtcdCodec, SortedLimitedRangeOp) {
+  Op sorted = Op::get_prefix("/p/");
+  sorted.sort_by_create = true;
+  sorted.limit = 64;
+  Op upto = Op::get_prefix("/p/");
+  upto.count_only = true;
+  upto.max_create_revision = 41;
+  std::string body = encode_txn({}, {sorted, upto, Op::get("k")}, {});
+  EXPECT_NE(body.find(R"({"request_range":{"key":"L3Av","limit":"64","range_end":"L3Aw",)"
+                      R"("sort_order":"ASCEND","sort_target":"CREATE"}})"),
+            std::string::npos)
+      << body;
+  EXPECT_NE(body.find(R"({"request_range":{"count_only":true,"key":"L3Av",)"
+                      R"("max_create_revision":"41","range_end":"L3Aw"}})"),
+            std::string::npos)
+      << body;
+  EXPECT_NE(body.find(R"({"request_range":{"key":"aw=="}})"), std::string::npos) << body;
+}
+
 TEST(EtcdCodec, Leases) {
   auto g =
       decode_lease_grant(R"({"header":{"revision":"2"},"ID":"5540731580545638153","TTL":"2"})");
