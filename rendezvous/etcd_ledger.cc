@@ -49,11 +49,12 @@ int64_t EtcdRoundLedger::join(int64_t round, const NodeDescriptor& me) {
     // its answer was lost. The index is the number of joins up to ours.
     DL_CHECK(t.responses.size() == 1 && !t.responses[0].range.kvs.empty())
         << "etcd's failed join transaction did not return the join key " << key;
-    auto upto = count_prefix(joins);
+    // (etcd's "count" ignores max_create_revision, which filters only the keys returned.)
+    auto upto = etcd::Op::get_prefix(joins);
     upto.max_create_revision = t.responses[0].range.kvs.front().create_revision;
     auto c = client.txn({}, {upto, count_prefix(joins)}, {});
     DL_CHECK(c.responses.size() == 2) << "etcd answered " << c.responses.size() << " of 2 ops";
-    index = c.responses[0].range.count;
+    index = static_cast<int64_t>(c.responses[0].range.kvs.size());
     count = c.responses[1].range.count;
     revision = c.revision;
   }

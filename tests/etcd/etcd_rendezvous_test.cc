@@ -107,6 +107,31 @@ TEST_F(EtcdRendezvousTest, AgentsFormOneRoundWithDistinctRanksAndOneWorkersStore
   EXPECT_EQ(masters.begin()->rfind("127.0.0.1:", 0), 0u);
 }
 
+// Many agents joining at the same moment (the join path without compare-and-swap): one
+// round of all of them, ranks 0..N-1 each exactly once, one workers' store.
+TEST_F(EtcdRendezvousTest, SixteenAgentsJoiningAtOnceFormOneRoundWithDenseRanks) {
+  constexpr int kAgents = 16;
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  std::vector<Subprocess*> all;
+  for (int i = 0; i < kAgents; ++i) {
+    agents.push_back(start_agent(std::to_string(kAgents)));
+    all.push_back(agents.back().get());
+  }
+  ASSERT_TRUE(wait_for_round(all, 0, kAgents, 60s)) << describe(all);
+  std::set<int64_t> ranks;
+  std::set<std::string> masters;
+  for (auto* p : all) {
+    auto r = last_round(p->out());
+    EXPECT_EQ(r->round, 0);
+    ranks.insert(r->rank);
+    masters.insert(r->master);
+  }
+  EXPECT_EQ(ranks.size(), static_cast<size_t>(kAgents));
+  EXPECT_EQ(*ranks.begin(), 0);
+  EXPECT_EQ(*ranks.rbegin(), kAgents - 1);
+  EXPECT_EQ(masters.size(), 1u);
+}
+
 TEST_F(EtcdRendezvousTest, LastCallCompletesAtMinNodes) {
   auto a = start_agent("2:4"), b = start_agent("2:4");
   std::vector<Subprocess*> all = {a.get(), b.get()};

@@ -1,0 +1,195 @@
+// EtcdRoundLedger against a real etcd 3.4 (label cluster): the join path of the etcd
+// rendezvous. Each "node" here is its own client, store and ledger, as separate agents have.
+#include "rendezvous/etcd_ledger.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "common/error.h"
+#include "etcd_test_env.h"
+
+namespace dlaunch {
+namespace {
+
+using namespace std::chrono_literals;
+
+class EtcdLedgerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto where = test::find_test_etcd();
+    if (where.endpoint.empty()) GTEST_SKIP() << where.skip_reason;
+    endpoint_ = where.endpoint;
+    prefix_ = test::unique_prefix(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+
+  std::shared_ptr<EtcdStore> make_store() {
+    etcd::ClientOptions o;
+    o.endpoint = endpoint_;
+    return std::make_shared<EtcdStore>(std::make_shared<etcd::Client>(o), prefix_);
+  }
+  std::unique_ptr<EtcdRoundLedger> make_ledger(std::shared_ptr<EtcdStore> store = nullptr) {
+    return std::make_unique<EtcdRoundLedger>(store ? store : make_store(), kRdzv, steady_clock());
+  }
+  static NodeDescriptor node(const std::string& id, int64_t hint = -1) {
+    return {id, "host-" + id, 2, hint};
+  }
+  static double since(TimePoint t) { return to_seconds(steady_clock().now() - t); }
+
+  static constexpr const char* kRdzv = "dlaunch/rdzv/job";
+  std::string endpoint_;
+  std::string prefix_;
+};
+
+TEST_F(EtcdLedgerTest, ConcurrentJoinsGetDenseIndicesInArrivalOrderWithOneKeyEach) {
+  constexpr int kNodes = 24;
+  std::vector<int64_t> index(kNodes, 0);
+  std::vector<std::string> failure(kNodes);
+  std::vector<std::thread> threads;
+  std::atomic<bool> go{false};
+  for (int i = 0; i < kNodes; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        auto ledger = make_ledger();
+        while (!go) std::this_thread::yield();
+        index[i] = ledger->join(0, node("n" + std::to_string(i)));
+      } catch (const std::exception& e) {
+        failure[i] = e.what();
+      }
+    });
+  }
+  go = true;
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < kNodes; ++i) ASSERT_EQ(failure[i], "") << "node " << i;
+  std::vector<int64_t> sorted = index;
+  std::sort(sorted.begin(), sorted.end());
+  for (int i = 0; i < kNodes; ++i) EXPECT_EQ(sorted[i], i + 1) << "indices must be 1..N";
+
+  // Arrival i is the node that got index i; every descriptor comes back whole.
+  auto reader = make_ledger();
+  auto nodes = reader->participants(0, kNodes);
+  ASSERT_EQ(nodes.size(), static_cast<size_t>(kNodes));
+  for (int i = 0; i < kNodes; ++i) {
+    const auto& d = nodes[index[i] - 1];
+    EXPECT_EQ(d.id, "n" + std::to_string(i));
+    EXPECT_EQ(d.host, "host-n" + std::to_string(i));
+    EXPECT_EQ(d.local_world_size, 2);
+  }
+  EXPECT_EQ(reader->participants(0, 5).size(), 5u);
+  EXPECT_EQ(reader->arrivals(0, steady_clock().now()).arrivals, kNodes);
+  // One put per node and nothing else: no shared counter that nodes compare-and-swap.
+  EXPECT_EQ(make_store()->num_keys(), kNodes);
+}
+
+TEST_F(EtcdLedgerTest, JoiningAgainKeepsTheFirstIndex) {
+  auto a = make_ledger(), b = make_ledger();
+  EXPECT_EQ(a->join(3, node("a")), 1);
+  EXPECT_EQ(b->join(3, node("b")), 2);
+  // A retried join (its first answer lost) finds its key and the index it had.
+  EXPECT_EQ(a->join(3, node("a")), 1);
+  EXPECT_EQ(a->arrivals(3, steady_clock().now()).arrivals, 2);
+  // Rounds are separate.
+  EXPECT_EQ(b->join(4, node("b")), 1);
+  EXPECT_EQ(a->arrivals(4, steady_clock().now()).arrivals, 1);
+}
+
+TEST_F(EtcdLedgerTest, ParticipantsRefusesARoundWithFewerJoins) {
+  auto a = make_ledger();
+  a->join(0, node("a"));
+  EXPECT_THROW(a->participants(0, 2), StateError);
+  EXPECT_TRUE(a->participants(0, 0).empty());
+}
+
+TEST_F(EtcdLedgerTest, WaitWakesWhenTheLastNodeArrives) {
+  auto a = make_ledger();
+  a->join(0, node("a"));
+  std::thread late([&] {
+    std::this_thread::sleep_for(200ms);
+    make_ledger()->join(0, node("b"));
+  });
+  auto start = steady_clock().now();
+  a->wait(0, std::string(kRdzv) + "/round/0/done", {2, 2, 60s}, start + 60s);
+  late.join();
+  EXPECT_LT(since(start), 30.0) << "wait must end when MAX arrived, not at `until`";
+  EXPECT_EQ(a->arrivals(0, steady_clock().now()).arrivals, 2);
+}
+
+TEST_F(EtcdLedgerTest, WaitEndsAfterLastCallCountedFromTheLatestArrival) {
+  auto a = make_ledger();
+  a->join(0, node("a"));
+  std::atomic<double> b_joined{0};
+  auto start = steady_clock().now();
+  std::thread late([&] {
+    std::this_thread::sleep_for(300ms);
+    make_ledger()->join(0, node("b"));
+    b_joined = since(start);
+  });
+  // MIN 1 is met at once; a new arrival within last call (1 s) restarts it.
+  a->wait(0, std::string(kRdzv) + "/round/0/done", {1, 3, 1s}, start + 60s);
+  const double waited = since(start);
+  late.join();
+  EXPECT_GE(waited, b_joined + 0.9) << "last call must restart at the second arrival";
+  EXPECT_LT(waited, 30.0);
+  auto c = a->arrivals(0, steady_clock().now());
+  EXPECT_EQ(c.arrivals, 2);
+}
+
+TEST_F(EtcdLedgerTest, WaitEndsOnTheWakeKeyOrAtUntilWithoutThrowing) {
+  auto store = make_store();
+  auto a = make_ledger(store);
+  a->join(0, node("a"));
+  const std::string done = a->round_key(0, "done");
+  auto start = steady_clock().now();
+  a->wait(0, done, {5, 5, 1s}, start + 300ms);  // nothing happens: returns at until
+  EXPECT_GE(since(start), 0.29);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(200ms);
+    make_store()->set(done, to_bytes("1"));
+  });
+  start = steady_clock().now();
+  a->wait(0, done, {5, 5, 1s}, start + 60s);
+  setter.join();
+  EXPECT_LT(since(start), 30.0) << "wait must end when the wake key is set";
+}
+
+TEST_F(EtcdLedgerTest, WaitKeyReturnsTheValueOrTimesOut) {
+  auto a = make_ledger();
+  a->join(2, node("a"));
+  const std::string key = a->round_key(2, "workers_store");
+  std::thread setter([&] {
+    std::this_thread::sleep_for(100ms);
+    make_store()->set(key, to_bytes("10.0.0.1:4242"));
+  });
+  EXPECT_EQ(to_string(a->wait_key(2, key, steady_clock().now() + 60s)), "10.0.0.1:4242");
+  setter.join();
+  // A key set before this ledger looked is found too (the ledger reads the round afresh).
+  EXPECT_EQ(to_string(make_ledger()->wait_key(2, key, steady_clock().now() + 60s)),
+            "10.0.0.1:4242");
+  auto start = steady_clock().now();
+  EXPECT_THROW(a->wait_key(2, a->round_key(2, "never"), start + 300ms), TimeoutError);
+  EXPECT_GE(since(start), 0.29);
+}
+
+TEST_F(EtcdLedgerTest, WatchFromACompactedRevisionIsReplacedByAFreshRead) {
+  auto store = make_store();
+  auto a = make_ledger(store);
+  a->join(0, node("a"));
+  make_ledger()->join(0, node("b"));
+  // Compact everything up to now: a's watch (opened at its first wait, from its join's
+  // revision) is refused by etcd; the ledger must read the round again instead of failing.
+  store->set("unrelated", to_bytes("1"));  // so that b's join revision is compacted too
+  int64_t revision = store->client().range("/").revision;
+  store->client().call("/v3/kv/compaction",
+                       R"({"revision":")" + std::to_string(revision) + R"(","physical":true})");
+  make_ledger()->join(0, node("c"));
+  auto start = steady_clock().now();
+  a->wait(0, a->round_key(0, "done"), {3, 3, 1s}, start + 60s);
+  EXPECT_LT(since(start), 30.0);
+  EXPECT_EQ(a->arrivals(0, steady_clock().now()).arrivals, 3);
+}
+
+}  // namespace
+}  // namespace dlaunch
