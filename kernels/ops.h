@@ -22,6 +22,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace dlaunch::kernels {
 
@@ -54,6 +55,18 @@ void set_num_threads(int n);
 int num_threads();
 // 16 on CPUs with AVX-512, else 8, reduced to 1 when c is not a multiple of it.
 int preferred_cblock(int64_t c);
+
+// ---- convolution autotuning --------------------------------------------------------------------
+// What the convolutions' autotuner did in this process so far (DLAUNCH_CONV_ALGO=autotune): passes
+// tuned by trial runs, passes whose choice came from the choice cache (this process's earlier
+// choices for another batch size, or the per-host file at cache_path; empty: none), the trial
+// runs and the wall seconds spent choosing. Thread-safe.
+struct ConvAutotuneStats {
+  int64_t tuned = 0, reused = 0, trial_runs = 0;
+  double seconds = 0;
+  std::string cache_path;
+};
+ConvAutotuneStats conv_autotune_stats();
 
 #include "kernels/op_signatures.inc"
 

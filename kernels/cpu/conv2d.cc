@@ -12,8 +12,13 @@
 //             transposes: conv(x, W) == backward_data(x, V) of the channel-swapped convolution
 //             with V[i][o][kh][kw] = W[o][i][k-1-kh][k-1-kw], and vice versa.
 // The variant is chosen per shape and pass the first time it runs (DLAUNCH_CONV_ALGO=autotune,
-// the default: candidates' CPU time measured in 3 interleaved rounds after a warm-up, cheapest kept) or fixed by
-// DLAUNCH_CONV_ALGO=direct|auto|twin (falling back to direct where a variant does not apply).
+// the default) or fixed by DLAUNCH_CONV_ALGO=direct|auto|twin (falling back to direct where a
+// variant does not apply). Autotuning times each candidate's CPU time once, runs again only the
+// ones close to the best (see kMaxRounds), never times oneDNN's reference ("ref") kernels when a
+// JIT one exists, and keeps the winner's trial output as the call's result. Choices are keyed by
+// the shape without its batch size and remembered in a per-host file (conv_choice_cache.h:
+// $XDG_CACHE_HOME/dlaunch, or DLAUNCH_CONV_CACHE), so later batch sizes, the other ranks on the
+// host and later runs reuse them. The fixed policies neither read nor write that file.
 // Autotuning means two runs of the same program may use different algorithms, so results can
 // differ in float rounding; set DLAUNCH_CONV_ALGO=direct for bitwise-reproducible runs.
 //
@@ -21,10 +26,15 @@
 // ranks as threads), so the cache is locked and everything mutable per call (scratchpad, weight
 // reorder buffers, stream) is thread_local. Scratchpads are user-managed because oneDNN's
 // library-managed scratchpad is shared between threads unless built for concurrent execution.
+#include <omp.h>
+
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <ctime>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
@@ -35,6 +45,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "kernels/cpu/conv_choice_cache.h"
 #include "kernels/ops.h"
 #include "kernels/profile.h"
 
@@ -201,6 +212,7 @@ dnnl::convolution_forward::primitive_desc fwd_pd(const Descs& d, dnnl::algorithm
 // One runnable implementation of one pass: the primitive, its scratchpad, the weight reorder.
 struct Impl {
   dnnl::primitive prim;
+  std::string name;  // oneDNN's implementation, e.g. "jit:avx512_core" or "ref:any"
   memory::desc scratch;
   Reorder wei;  // forward/backward-data: OIHW (or its twin transform) -> primitive format;
                 // backward-weights: primitive's diff format -> OIHW
@@ -210,6 +222,7 @@ std::unique_ptr<Impl> make_forward(const Descs& d, dnnl::algorithm alg, bool sum
   auto pd = fwd_pd(d, alg, sum_post_op);
   auto impl = std::make_unique<Impl>();
   impl->prim = dnnl::convolution_forward(pd);
+  impl->name = pd.impl_info_str();
   impl->scratch = pd.scratchpad_desc();
   impl->wei.init(d.user_wei, pd.weights_desc());
   return impl;
@@ -220,6 +233,7 @@ std::unique_ptr<Impl> make_backward_data(const Descs& d, dnnl::algorithm alg) {
   dnnl::convolution_backward_data::primitive_desc pd(desc, user_scratchpad(), engine(), fwd_pd(d, alg));
   auto impl = std::make_unique<Impl>();
   impl->prim = dnnl::convolution_backward_data(pd);
+  impl->name = pd.impl_info_str();
   impl->scratch = pd.scratchpad_desc();
   impl->wei.init(d.user_wei, pd.weights_desc());
   return impl;
@@ -230,6 +244,7 @@ std::unique_ptr<Impl> make_backward_weights(const Descs& d, dnnl::algorithm alg)
   dnnl::convolution_backward_weights::primitive_desc pd(desc, user_scratchpad(), engine(), fwd_pd(d, alg));
   auto impl = std::make_unique<Impl>();
   impl->prim = dnnl::convolution_backward_weights(pd);
+  impl->name = pd.impl_info_str();
   impl->scratch = pd.scratchpad_desc();
   impl->wei.init(pd.diff_weights_desc(), d.user_wei);
   return impl;
@@ -381,7 +396,12 @@ std::vector<Variant> candidates(const ConvShape& s, Pass pass) {
   return v;
 }
 
-constexpr int kAutotuneRounds = 3;
+// Trial runs: every candidate once (its first run also pays page faults and cache misses that
+// the other candidates' runs share, which is why a candidate is never judged on that one run
+// alone when it is close), then only the candidates within kKeepFactor of the best run again, up
+// to kMaxRounds runs each; each keeps its cheapest run. A clear loser costs one run, not four.
+constexpr int kMaxRounds = 3;
+constexpr double kKeepFactor[kMaxRounds] = {1.5, 1.15, 1.0};
 
 // CPU seconds consumed so far by the threads of the calling thread's OpenMP team (the threads
 // oneDNN runs on; GOMP keeps the same pool threads for every region of one team size).
@@ -399,9 +419,73 @@ double team_cpu_seconds() {
   return total;
 }
 
+// What the autotuner did in this process (ops.h: conv_autotune_stats).
+struct TuneCounters {
+  std::atomic<int64_t> tuned{0}, reused{0}, trial_runs{0}, wall_ns{0};
+};
+TuneCounters& counters() {
+  static TuneCounters c;
+  return c;
+}
+
+std::string hex(uint64_t v) {
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%llx", static_cast<unsigned long long>(v));
+  return buf;
+}
+
+// What makes a choice valid only on this machine and configuration: oneDNN's version and the ISA
+// its JIT targets, the CPU model, and the OpenMP team size of the calling thread.
+std::string choice_context() {
+  static const std::string fixed = [] {
+    std::string model;
+    std::ifstream cpuinfo("/proc/cpuinfo");
+    for (std::string line; std::getline(cpuinfo, line);) {
+      if (line.rfind("model name", 0) == 0) {
+        model = line;
+        break;
+      }
+    }
+    uint64_t h = 1469598103934665603ull;
+    for (char c : model) h = (h ^ static_cast<unsigned char>(c)) * 1099511628211ull;
+    const dnnl_version_t* v = dnnl_version();
+    return "dnnl" + std::to_string(v->major) + "." + std::to_string(v->minor) + "." +
+           std::to_string(v->patch) + "-isa" + hex(static_cast<uint64_t>(dnnl::get_effective_cpu_isa())) +
+           "-cpu" + hex(h);
+  }();
+  return fixed + "-t" + std::to_string(omp_get_max_threads());
+}
+
+// The choice's key: everything about the shape but the batch size. The ranking of the variants
+// follows the work per image, and a different n appears at every epoch's last batch and in
+// evaluation (batch 256): tuning each again cost as much as the first.
+std::string choice_key(const ConvShape& s, Pass pass) {
+  return choice_context() + "/" + pass_name(pass) + "/" + std::to_string(s.c_in) + "x" +
+         std::to_string(s.h_in) + "x" + std::to_string(s.w_in) + "-" + std::to_string(s.c_out) + "-k" +
+         std::to_string(s.kernel) + "s" + std::to_string(s.stride) + "p" + std::to_string(s.pad) + "-b" +
+         std::to_string(s.in_cblock) + "x" + std::to_string(s.out_cblock);
+}
+
+std::mutex& choices_mu() {
+  static std::mutex mu;
+  return mu;
+}
+// Guarded by choices_mu().
+ConvChoiceCache& choices() {
+  static ConvChoiceCache cache(ConvChoiceCache::default_path());
+  return cache;
+}
+
+std::optional<Variant> variant_from_name(const std::string& name) {
+  for (Variant v : {Variant::kDirect, Variant::kAuto, Variant::kTwin})
+    if (name == variant_name(v)) return v;
+  return std::nullopt;
+}
+
 // Picks the pass's implementation on first use (under the pass's lock, so concurrent first
-// calls autotune once).
-void choose(ConvEntry& e, PassState& ps, Pass pass, const float* a, const float* b, float* out) {
+// calls autotune once). Returns true when `out` already holds this call's result (the winner
+// ran last among the trials), so the caller need not run it again.
+bool choose(ConvEntry& e, PassState& ps, Pass pass, const float* a, const float* b, float* out) {
   const ConvShape& s = e.shape;
   const auto cands = candidates(s, pass);
   const Policy pol = policy();
@@ -415,47 +499,101 @@ void choose(ConvEntry& e, PassState& ps, Pass pass, const float* a, const float*
       ps.impl = make(e, pass, want);
     }
     ps.variant = want;
-    return;
+    return false;
   }
-  // Candidates are timed (team CPU time) in interleaved rounds and each keeps its cheapest run,
-  // so a burst of load from other processes penalises one run of each, not one candidate.
+  const auto start = std::chrono::steady_clock::now();
+  const std::string key = choice_key(s, pass);
+  std::optional<std::string> known;
+  {
+    std::lock_guard<std::mutex> lock(choices_mu());
+    known = choices().lookup(key);
+  }
+  if (known) {
+    const auto v = variant_from_name(*known);
+    if (v && std::find(cands.begin(), cands.end(), *v) != cands.end()) {
+      try {
+        ps.impl = make(e, pass, *v);
+        ps.variant = *v;
+        ++counters().reused;
+        return false;
+      } catch (const dnnl::error&) {
+        // Recorded for a shape where it cannot be built here after all: tune.
+      }
+    }
+  }
   // Trial runs of the accumulating pass must not add to dx more than once: keep the original
-  // and restore it before every run (the real run comes after choosing).
+  // and restore it before every run.
   std::vector<float> original;
   if (pass == Pass::kBackwardDataAcc) original.assign(out, out + s.in().numel());
-  auto trial = [&](Variant v, const Impl& impl) {
-    if (!original.empty()) std::copy(original.begin(), original.end(), out);
-    execute(e, pass, v, impl, a, b, out);
+  struct Trial {
+    Variant variant;
+    std::unique_ptr<Impl> impl;
+    double best = 1e300;
   };
-  std::vector<std::pair<Variant, std::unique_ptr<Impl>>> impls;
+  std::vector<Trial> trials;
   for (Variant v : cands) {
     try {
-      impls.emplace_back(v, make(e, pass, v));
+      trials.push_back(Trial{v, make(e, pass, v)});
     } catch (const dnnl::error&) {
       continue;  // this variant does not exist for the shape
     }
-    trial(v, *impls.back().second);  // warm-up: page faults, caches
   }
-  std::vector<double> fastest(impls.size(), 1e300);
-  for (int round = 0; round < kAutotuneRounds && impls.size() > 1; ++round)
-    for (size_t i = 0; i < impls.size(); ++i) {
-      if (!original.empty()) std::copy(original.begin(), original.end(), out);
-      const double t0 = team_cpu_seconds();
-      execute(e, pass, impls[i].first, *impls[i].second, a, b, out);
-      fastest[i] = std::min(fastest[i], team_cpu_seconds() - t0);
+  DL_CHECK(!trials.empty()) << "no oneDNN implementation for this convolution";
+  // oneDNN's reference kernels ("ref:any": plain loops, e.g. the twin of a 3-channel convolution)
+  // run 100-1000x slower than the JIT ones; timing one took 1.6 s at batch 64 and 6 s at 256, four
+  // times per pass, most of a 70 s first epoch. They cannot win against a JIT candidate.
+  const auto is_ref = [](const Trial& t) { return t.impl->name.rfind("ref", 0) == 0; };
+  if (!std::all_of(trials.begin(), trials.end(), is_ref))
+    trials.erase(std::remove_if(trials.begin(), trials.end(), is_ref), trials.end());
+  size_t last_run = trials.size();
+  int runs = 0;
+  if (trials.size() == 1) {
+    // Nothing to compare: its run is this call's result.
+    execute(e, pass, trials[0].variant, *trials[0].impl, a, b, out);
+    last_run = 0;
+    runs = 1;
+  } else {
+    std::vector<size_t> alive(trials.size());
+    for (size_t i = 0; i < alive.size(); ++i) alive[i] = i;
+    for (int round = 0; round < kMaxRounds && (round == 0 || alive.size() > 1); ++round) {
+      for (size_t i : alive) {
+        if (!original.empty()) std::copy(original.begin(), original.end(), out);
+        const double t0 = team_cpu_seconds();
+        execute(e, pass, trials[i].variant, *trials[i].impl, a, b, out);
+        trials[i].best = std::min(trials[i].best, team_cpu_seconds() - t0);
+        last_run = i;
+        ++runs;
+      }
+      double best = 1e300;
+      for (size_t i : alive) best = std::min(best, trials[i].best);
+      std::vector<size_t> keep;
+      for (size_t i : alive)
+        if (trials[i].best <= kKeepFactor[round] * best) keep.push_back(i);
+      // The likely winner runs last in the next round, so its output is the one left in `out`.
+      std::sort(keep.begin(), keep.end(), [&](size_t x, size_t y) { return trials[x].best > trials[y].best; });
+      alive = std::move(keep);
     }
-  double best = 1e300;
-  for (size_t i = 0; i < impls.size(); ++i)
-    if (!ps.impl || fastest[i] < best) {
-      best = fastest[i];
-      ps.variant = impls[i].first;
-      ps.impl = std::move(impls[i].second);
-    }
-  DL_CHECK(ps.impl) << "no oneDNN implementation for this convolution";
-  if (!original.empty()) std::copy(original.begin(), original.end(), out);
-  if (impls.size() > 1)
-    log_debug("conv {}x{}x{}x{} -> {} k{} s{} {}: {} ({:.2f} CPU ms)", s.n, s.c_in, s.h_in, s.w_in,
-              s.c_out, s.kernel, s.stride, pass_name(pass), variant_name(ps.variant), best * 1e3);
+  }
+  size_t win = 0;
+  for (size_t i = 1; i < trials.size(); ++i)
+    if (trials[i].best < trials[win].best) win = i;
+  ps.variant = trials[win].variant;
+  ps.impl = std::move(trials[win].impl);
+  const bool ready = last_run == win;
+  if (!ready && !original.empty()) std::copy(original.begin(), original.end(), out);
+  {
+    std::lock_guard<std::mutex> lock(choices_mu());
+    choices().record(key, variant_name(ps.variant));
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ++counters().tuned;
+  counters().trial_runs += runs;
+  counters().wall_ns += static_cast<int64_t>(wall * 1e9);
+  if (trials.size() > 1)
+    log_debug("conv {}x{}x{}x{} -> {} k{} s{} {}: {} ({:.2f} CPU ms; {} trial runs, {:.1f} ms tuning)", s.n,
+              s.c_in, s.h_in, s.w_in, s.c_out, s.kernel, s.stride, pass_name(pass),
+              variant_name(ps.variant), trials[win].best * 1e3, runs, wall * 1e3);
+  return ready;
 }
 
 void run(const ConvShape& s, Pass pass, const float* a, const float* b, float* out) {
@@ -465,8 +603,9 @@ void run(const ConvShape& s, Pass pass, const float* a, const float* b, float* o
     {
       std::lock_guard<std::mutex> lock(ps.mu);
       if (!ps.chosen) {
-        choose(e, ps, pass, a, b, out);
+        const bool done = choose(e, ps, pass, a, b, out);
         ps.chosen = true;
+        if (done) return;
       }
     }
     // The implementation is immutable once chosen; executing it concurrently is safe.
@@ -477,6 +616,17 @@ void run(const ConvShape& s, Pass pass, const float* a, const float* b, float* o
 }
 
 }  // namespace
+
+ConvAutotuneStats conv_autotune_stats() {
+  ConvAutotuneStats st;
+  st.tuned = counters().tuned.load();
+  st.reused = counters().reused.load();
+  st.trial_runs = counters().trial_runs.load();
+  st.seconds = 1e-9 * static_cast<double>(counters().wall_ns.load());
+  std::lock_guard<std::mutex> lock(choices_mu());
+  st.cache_path = choices().path();
+  return st;
+}
 
 void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y) {
   ScopedOpTimer timer("conv2d_forward");

@@ -1,11 +1,18 @@
 // Every CPU op: forward against a naive double-precision reference where one is short to write,
 // gradients by central finite differences (grad_check.h), in every activation layout.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/cpu/conv_choice_cache.h"
 #include "kernels/ops.h"
 #include "tests/kernels/grad_check.h"
 
@@ -14,6 +21,7 @@ namespace {
 
 namespace cpu = kernels::cpu;
 using kernels::ActShape;
+using kernels::cpu::ConvChoiceCache;
 using kernels::ConvShape;
 using test::dot;
 using test::expect_gradient;
@@ -23,6 +31,29 @@ using test::random_vector;
 int64_t at(const ActShape& s, int64_t n, int64_t c, int64_t h, int64_t w) {
   const int64_t b = s.cblock;
   return (((n * (s.c / b) + c / b) * s.h + h) * s.w + w) * b + c % b;
+}
+
+// The convolutions' choice cache goes to a file of this test process (set before any test runs,
+// since the cache is opened once per process), not to the user's ~/.cache; removed at the end.
+std::string test_file(const std::string& tag) {
+  return "/tmp/dlaunch_kernels_test_" + std::to_string(::getpid()) + "_" + tag;
+}
+class ChoiceCacheFile : public ::testing::Environment {
+ public:
+  ChoiceCacheFile() { ::setenv("DLAUNCH_CONV_CACHE", path().c_str(), 1); }
+  static std::string path() { return test_file("conv_choices.txt"); }
+  void TearDown() override {
+    std::remove(path().c_str());
+    std::remove((path() + ".lock").c_str());
+  }
+};
+::testing::Environment* const kChoiceCacheFile = ::testing::AddGlobalTestEnvironment(new ChoiceCacheFile);
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 // ---- layout ----------------------------------------------------------------------------------
@@ -130,6 +161,80 @@ TEST(Conv2d, BackwardDataAccumulateAddsToOutput) {
       for (size_t i = 0; i < acc.size(); ++i)
         ASSERT_NEAR(acc[i], base[i] + plain[i], 1e-4 * (1 + std::fabs(plain[i]))) << i;
     }
+}
+
+// A shape is tuned once: another batch size of the same shape reuses the choice (the last batch
+// of an epoch, evaluation), the choice lands in the cache file, and the results stay correct.
+TEST(Conv2d, AutotuneChoiceIsReusedForOtherBatchSizesAndRecorded) {
+  setenv("DLAUNCH_CONV_ALGO", "autotune", 1);
+  const auto before = cpu::conv_autotune_stats();
+  EXPECT_EQ(before.cache_path, ChoiceCacheFile::path());
+  int64_t tuned = before.tuned, reused = before.reused;
+  for (int64_t n : {3, 7, 1}) {
+    const ConvShape s{n, 24, 9, 9, 24, 3, 1, 1, 8, 8};
+    const auto x = random_vector(s.in().numel(), 40), w = random_vector(s.weight_numel(), 41);
+    std::vector<float> y(s.out().numel());
+    cpu::conv2d_forward(s, x.data(), w.data(), y.data());
+    const auto ref = naive_conv(s, x, w);
+    for (size_t i = 0; i < y.size(); ++i) ASSERT_NEAR(y[i], ref[i], 1e-4 * (1 + std::fabs(ref[i]))) << i;
+    const auto now = cpu::conv_autotune_stats();
+    EXPECT_EQ(now.tuned, tuned + (n == 3 ? 1 : 0)) << "n=" << n;
+    EXPECT_EQ(now.reused, reused + (n == 3 ? 0 : 1)) << "n=" << n;
+    tuned = now.tuned;
+    reused = now.reused;
+  }
+  const std::string file = slurp(ChoiceCacheFile::path());
+  EXPECT_NE(file.find("/forward/24x9x9-24-k3s1p1-b8x8 "), std::string::npos) << file;
+  EXPECT_NO_THROW(ConvChoiceCache::parse(file));
+}
+
+TEST(ConvChoiceCache, FormatRoundTripsAndRejectsDamage) {
+  const std::map<std::string, std::string> entries = {{"ctx/forward/16x8x8-16-k3s1p1-b8x8", "twin"},
+                                                      {"ctx/backward_data/3x32x32-16-k3s1p1-b1x16", "auto"}};
+  const std::string text = ConvChoiceCache::serialize(entries);
+  EXPECT_EQ(ConvChoiceCache::parse(text), entries);
+  EXPECT_TRUE(ConvChoiceCache::parse(ConvChoiceCache::serialize({})).empty());
+  // Every truncation and every changed byte is refused.
+  for (size_t cut = 0; cut < text.size(); ++cut)
+    EXPECT_THROW(ConvChoiceCache::parse(text.substr(0, cut)), std::runtime_error) << "cut at " << cut;
+  for (size_t i = 0; i < text.size(); ++i) {
+    std::string bad = text;
+    bad[i] = bad[i] == 'x' ? 'y' : 'x';
+    EXPECT_THROW(ConvChoiceCache::parse(bad), std::runtime_error) << "byte " << i;
+  }
+  EXPECT_THROW(ConvChoiceCache::parse("dlaunch-conv-choices 2\nend 0 0\n"), std::runtime_error);
+}
+
+TEST(ConvChoiceCache, FileIsSharedAndACorruptOneIsIgnoredWithAWarning) {
+  const std::string path = test_file("dir/choices.txt");  // the directory is created on write
+  {
+    ConvChoiceCache a(path), b(path);
+    EXPECT_FALSE(a.lookup("k1").has_value());
+    a.record("k1", "twin");
+    // b read the (absent) file before; a miss makes it look again, as a second rank on the host.
+    ASSERT_TRUE(b.lookup("k1").has_value());
+    EXPECT_EQ(*b.lookup("k1"), "twin");
+    b.record("k2", "auto");  // merges: a's entry survives b's write
+    const auto both = ConvChoiceCache::parse(slurp(path));
+    EXPECT_EQ(both.size(), 2u);
+  }
+  {
+    std::ofstream(path, std::ios::trunc) << "dlaunch-conv-choices 1\nk1 twin\n";  // no end line
+    ConvChoiceCache c(path);
+    ::testing::internal::CaptureStderr();
+    EXPECT_FALSE(c.lookup("k1").has_value());
+    const std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("ignoring the convolution choice cache " + path), std::string::npos) << err;
+    EXPECT_NE(err.find("no 'end' line"), std::string::npos) << err;
+    c.record("k3", "direct");  // rewritten whole and valid
+    EXPECT_EQ(ConvChoiceCache::parse(slurp(path)).size(), 1u);
+  }
+  ConvChoiceCache memory_only("");
+  memory_only.record("k", "auto");
+  EXPECT_EQ(*memory_only.lookup("k"), "auto");
+  std::remove(path.c_str());
+  std::remove((path + ".lock").c_str());
+  ::rmdir(test_file("dir").c_str());
 }
 
 TEST(Conv2d, BackwardWeightsMatchesFiniteDifferences) {

@@ -409,7 +409,20 @@ TrainSummary Trainer::run() {
     progress_ = metrics::ProgressBar(metrics::stdout_is_terminal());
   }
   heartbeat();
-  for (int64_t epoch = start_epoch; epoch < c_.epochs && !stop_; ++epoch) train_epoch(epoch);
+  for (int64_t epoch = start_epoch; epoch < c_.epochs && !stop_; ++epoch) {
+    train_epoch(epoch);
+    if (epoch == start_epoch && rank0_) {
+      // The first epoch pays for choosing the convolution algorithms; say how much, so a slow
+      // first epoch is not mistaken for the training speed.
+      const kernels::cpu::ConvAutotuneStats t = kernels::cpu::conv_autotune_stats();
+      if (t.tuned + t.reused > 0) {
+        log_info("convolution autotuning: {} passes tuned in {:.1f} s ({} trial runs), {} taken from "
+                 "earlier choices{}",
+                 t.tuned, t.seconds, t.trial_runs, t.reused,
+                 t.cache_path.empty() ? std::string(" (no cache file)") : " and " + t.cache_path);
+      }
+    }
+  }
   if (start_epoch >= c_.epochs && rank0_) {
     log_info("nothing to train: the checkpoint already has {} of {} epochs", start_epoch, c_.epochs);
   }
