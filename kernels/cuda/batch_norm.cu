@@ -67,29 +67,29 @@ __global__ void scale_shift_kernel(int64_t c, const double* sum, const double* s
                                    const float* gamma, const float* beta, float eps,
                                    float momentum, float* mean, float* invstd, float* scale,
                                    float* shift, float* rm, float* rv) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= c) return;
-  const double m = sum[i] / count;
-  const double var = fmax(0.0, sumsq[i] / count - m * m);
-  const double is = 1.0 / sqrt(var + eps);
-  mean[i] = float(m);
-  invstd[i] = float(is);
-  scale[i] = float(gamma[i] * is);
-  shift[i] = float(beta[i] - m * gamma[i] * is);
-  if (rm) {
-    rm[i] = float((1.0 - momentum) * rm[i] + momentum * m);
-    rv[i] = float((1.0 - momentum) * rv[i] + momentum * var * count / (count - 1));
+  DL_GRID_LOOP(i, c) {
+    const double m = sum[i] / count;
+    const double var = fmax(0.0, sumsq[i] / count - m * m);
+    const double is = 1.0 / sqrt(var + eps);
+    mean[i] = float(m);
+    invstd[i] = float(is);
+    scale[i] = float(gamma[i] * is);
+    shift[i] = float(beta[i] - m * gamma[i] * is);
+    if (rm) {
+      rm[i] = float((1.0 - momentum) * rm[i] + momentum * m);
+      rv[i] = float((1.0 - momentum) * rv[i] + momentum * var * count / (count - 1));
+    }
   }
 }
 
 __global__ void eval_scale_shift_kernel(int64_t c, const float* rm, const float* rv,
                                         const float* gamma, const float* beta, float eps,
                                         float* scale, float* shift) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= c) return;
-  const double is = 1.0 / sqrt(double(rv[i]) + eps);
-  scale[i] = float(gamma[i] * is);
-  shift[i] = float(beta[i] - rm[i] * gamma[i] * is);
+  DL_GRID_LOOP(i, c) {
+    const double is = 1.0 / sqrt(double(rv[i]) + eps);
+    scale[i] = float(gamma[i] * is);
+    shift[i] = float(beta[i] - rm[i] * gamma[i] * is);
+  }
 }
 
 __global__ void apply_kernel(int64_t total, int64_t c, int64_t hw, int64_t cb, const float* x,

@@ -25,11 +25,18 @@
     cublasStatus_t e_ = (expr);                                                               \
     DL_CHECK(e_ == CUBLAS_STATUS_SUCCESS) << #expr << ": cuBLAS status " << int(e_);          \
   } while (0)
+// for (i = this thread's first item; i < n; i += all threads of the grid)
+#define DL_GRID_LOOP(i, n)                                                  \
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
+       i += int64_t(gridDim.x) * blockDim.x)
 // After a kernel launch: reports bad launch configurations at once.
 #define DL_CUDA_LAUNCH_CHECK() DL_CUDA_CHECK(cudaGetLastError())
 
 namespace dlaunch::kernels::cuda::detail {
 
+// Launch geometry: kThreads per block and at most 65535 * 4 blocks, so EVERY kernel launched with
+// blocks_for() must cover its items with a grid-stride loop (DL_GRID_LOOP), never one thread per
+// item: past 262,140 * 256 = 67M items the grid stops growing.
 constexpr int kThreads = 256;
 inline unsigned blocks_for(int64_t n) {
   int64_t b = (n + kThreads - 1) / kThreads;

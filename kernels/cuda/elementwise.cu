@@ -4,10 +4,6 @@
 namespace dlaunch::kernels::cuda {
 namespace {
 
-#define DL_GRID_LOOP(i, n)                                                  \
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < (n); \
-       i += int64_t(gridDim.x) * blockDim.x)
-
 __global__ void relu_kernel(int64_t n, const float* x, float* y) {
   DL_GRID_LOOP(i, n) y[i] = x[i] > 0.f ? x[i] : 0.f;
 }

@@ -12,13 +12,13 @@ __global__ void fill_bias_kernel(int64_t n, int64_t out, const float* b, float* 
     y[i] = b ? b[i % out] : 0.f;
 }
 
-// One thread per output feature: db[j] = sum_i dy[i][j].
+// A thread per output feature (grid-stride): db[j] = sum_i dy[i][j].
 __global__ void bias_grad_kernel(int64_t n, int64_t out, const float* dy, float* db) {
-  const int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (j >= out) return;
-  double acc = 0;
-  for (int64_t i = 0; i < n; ++i) acc += dy[i * out + j];
-  db[j] = float(acc);
+  DL_GRID_LOOP(j, out) {
+    double acc = 0;
+    for (int64_t i = 0; i < n; ++i) acc += dy[i * out + j];
+    db[j] = float(acc);
+  }
 }
 
 }  // namespace

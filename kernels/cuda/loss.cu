@@ -6,25 +6,25 @@
 namespace dlaunch::kernels::cuda {
 namespace {
 
-// One thread per row (classes are few): loss and hit per row, gradient when asked.
+// A thread per row (grid-stride; classes are few): loss and hit per row, gradient when asked.
 __global__ void ce_kernel(int64_t n, int64_t k, const float* logits, const int32_t* labels,
                           float* dlogits, double* row_loss, int* row_hit) {
-  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (i >= n) return;
-  const float* row = logits + i * k;
-  int64_t arg = 0;
-  for (int64_t j = 1; j < k; ++j)
-    if (row[j] > row[arg]) arg = j;
-  const double mx = row[arg];
-  double z = 0;
-  for (int64_t j = 0; j < k; ++j) z += exp(double(row[j]) - mx);
-  const double lse = mx + log(z);
-  const int32_t label = labels[i];
-  row_loss[i] = lse - row[label];
-  row_hit[i] = arg == label;
-  if (dlogits)
-    for (int64_t j = 0; j < k; ++j)
-      dlogits[i * k + j] = float((exp(double(row[j]) - lse) - (j == label ? 1.0 : 0.0)) / double(n));
+  DL_GRID_LOOP(i, n) {
+    const float* row = logits + i * k;
+    int64_t arg = 0;
+    for (int64_t j = 1; j < k; ++j)
+      if (row[j] > row[arg]) arg = j;
+    const double mx = row[arg];
+    double z = 0;
+    for (int64_t j = 0; j < k; ++j) z += exp(double(row[j]) - mx);
+    const double lse = mx + log(z);
+    const int32_t label = labels[i];
+    row_loss[i] = lse - row[label];
+    row_hit[i] = arg == label;
+    if (dlogits)
+      for (int64_t j = 0; j < k; ++j)
+        dlogits[i * k + j] = float((exp(double(row[j]) - lse) - (j == label ? 1.0 : 0.0)) / double(n));
+  }
 }
 
 }  // namespace

@@ -4,15 +4,15 @@
 namespace dlaunch::kernels::cuda {
 namespace {
 
-// One thread per (image, channel) output.
+// A thread per (image, channel) output (grid-stride).
 __global__ void pool_kernel(int64_t n, int64_t c, int64_t hw, int64_t cb, const float* x, float* y) {
-  const int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (o >= n * c) return;
-  const int64_t img = o / c, ch = o % c;
-  const float* base = x + ((img * (c / cb) + ch / cb) * hw) * cb + ch % cb;
-  float acc = 0.f;
-  for (int64_t p = 0; p < hw; ++p) acc += base[p * cb];
-  y[o] = acc / float(hw);
+  DL_GRID_LOOP(o, n * c) {
+    const int64_t img = o / c, ch = o % c;
+    const float* base = x + ((img * (c / cb) + ch / cb) * hw) * cb + ch % cb;
+    float acc = 0.f;
+    for (int64_t p = 0; p < hw; ++p) acc += base[p * cb];
+    y[o] = acc / float(hw);
+  }
 }
 
 __global__ void pool_backward_kernel(int64_t total, int64_t c, int64_t hw, int64_t cb,

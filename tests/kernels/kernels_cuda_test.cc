@@ -204,5 +204,33 @@ TEST_F(Cuda, LinearLossOptimizers) {
   expect_close(gpa.host(), pa, 1e-6, "adam");
 }
 
+// Past 65535 * 4 blocks of 256 threads (67,107,840 items) the grid stops growing: every kernel
+// must cover its items with a grid-stride loop. Ops that used one thread per item left the tail
+// untouched; these check the last items of ops with more than that many outputs.
+TEST_F(Cuda, KernelsCoverMoreItemsThanTheGridCap) {
+  const int64_t big = 65535LL * 4 * 256 + 1000;
+  {  // global average pool: one output per (image, channel)
+    const ActShape s{big, 1, 1, 1, 1};
+    std::vector<float> x(static_cast<size_t>(big));
+    for (int64_t i = 0; i < big; ++i) x[static_cast<size_t>(i)] = static_cast<float>(i % 1000);
+    Dev<float> dx(x), dy(static_cast<size_t>(big));
+    gpu::global_avg_pool_forward(s, dx.get(), dy.get());
+    const auto y = dy.host();
+    for (int64_t i = big - 2000; i < big; ++i)
+      ASSERT_EQ(y[static_cast<size_t>(i)], static_cast<float>(i % 1000)) << "pool output " << i;
+  }
+  {  // eval scale/shift: one item per channel
+    std::vector<float> ones(static_cast<size_t>(big), 1.0f), zeros(static_cast<size_t>(big), 0.0f);
+    Dev<float> rm(zeros), rv(ones), gamma(ones), beta(ones), scale(zeros), shift(zeros);
+    gpu::batch_norm_eval_scale_shift(big, rm.get(), rv.get(), gamma.get(), beta.get(), 0.0f, scale.get(),
+                                     shift.get());
+    const auto sc = scale.host(), sh = shift.host();
+    for (int64_t i = big - 2000; i < big; ++i) {
+      ASSERT_EQ(sc[static_cast<size_t>(i)], 1.0f) << "scale " << i;
+      ASSERT_EQ(sh[static_cast<size_t>(i)], 1.0f) << "shift " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace dlaunch
