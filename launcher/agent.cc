@@ -750,11 +750,38 @@ struct Agent::Impl {
       }
       post_from_thread(g, [this, gen, ok]() {
         if (gen != generation || phase != Phase::kExitBarrier) return;
+        passed_exit_barrier = ok;
         finish_now(ok ? exit_codes::kSuccess : exit_codes::kWorkersFailed);
       });
     }).detach();
   }
   static constexpr Duration kExitBarrierTimeout = std::chrono::seconds(300);
+  bool passed_exit_barrier = false;
+
+  // Every node is past the exit barrier and this one has stopped its rendezvous watcher and
+  // keep-alive (stop_loop). Say so; the agent hosting the store waits until all have, so the
+  // store does not close under watchers that are still connected. Without this the host left
+  // first and, at 1,024 agents, hundreds of agents logged "closed the connection" warnings and
+  // some spent up to the keep-alive window (15 s) reconnecting before they could exit
+  // (docs/benchmarks.md, "Agents at scale"). Blocks the loop thread, which is ending anyway,
+  // up to kLeaveTimeout on the host, one store round trip elsewhere; failures only log.
+  void leave_after_exit_barrier() {
+    auto store = last_round->store;
+    int64_t nodes = last_round->group_world_size;
+    std::string key = fmt::format("dlaunch/exit_barrier/{}/left", last_round->round);
+    try {
+      if (store->add(key, 1) >= nodes) store->set(key + "/done", to_bytes("1"));
+      if (opts.hosts_store) store->wait({key + "/done"}, kLeaveTimeout);
+    } catch (const std::exception& e) {
+      if (opts.hosts_store) {
+        log_warning("not every node confirmed leaving within {:.0f} s: {}; closing the store",
+                    to_seconds(kLeaveTimeout), e.what());
+      } else {
+        log_debug("could not confirm leaving the job: {}", e.what());
+      }
+    }
+  }
+  static constexpr Duration kLeaveTimeout = std::chrono::seconds(10);
 
   void finish_now(int code) {
     if (phase == Phase::kDone) return;
@@ -802,6 +829,7 @@ struct Agent::Impl {
       } catch (const std::exception& e) {
         log_warning("leaving the rendezvous: {}", e.what());
       }
+      if (passed_exit_barrier) leave_after_exit_barrier();
     }
     boost::system::error_code ignored;
     signals.cancel(ignored);

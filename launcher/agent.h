@@ -73,6 +73,10 @@ struct AgentOptions {
   std::optional<int64_t> master_port;
   std::string master_addr;  // empty: --master_addr
   bool use_agent_store = false;
+  // This agent hosts the job's store (node 0, or the owner of the c10d endpoint): after the
+  // exit barrier it waits (bounded) until every other agent has left the rendezvous, so their
+  // watchers never see the store vanish under them.
+  bool hosts_store = false;
 };
 
 class Agent {

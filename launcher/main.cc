@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
     JobServices services = start_job_services(cfg, opts.host);
     opts.rendezvous = services.rendezvous;
     opts.use_agent_store = services.use_agent_store;
+    opts.hosts_store = services.server != nullptr;
     if (services.server && !services.rendezvous) {
       opts.master_addr = services.master_addr;
       opts.master_port = services.master_port;

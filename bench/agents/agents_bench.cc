@@ -20,10 +20,11 @@
 //
 //   agents_bench [--agents 2,8,32,128,512,1024] [--backend static|c10d|both] [--repeat 3]
 //                [--repeat_large 1] [--torchrun 32] [--torchrun_repeat 1] [--true]
-//                [--timeout 300]
+//                [--timeout 300] [--keep]
 //   --repeat_large  runs for N >= 512 (they take the machine for seconds each)
 //   --torchrun N    torchrun peer with N agents (0: none)
 //   --true          workers are /bin/true (then only the exit time is measured)
+//   --keep          keep each job's stdout/stderr files (their directory is printed)
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -50,6 +51,8 @@
 extern char** environ;
 
 namespace {
+
+bool g_keep = false;  // --keep
 
 const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kStamp = STAMP_WORKER_BIN;
@@ -235,9 +238,13 @@ JobResult run_job(const std::vector<std::vector<std::string>>& argvs, int expect
                     " worker stamps)";
     }
   }
-  unlink(out_path.c_str());
-  unlink(err_path.c_str());
-  rmdir(dir.c_str());
+  if (g_keep) {
+    std::fprintf(stderr, "agents' output kept in %s\n", dir.c_str());
+  } else {
+    unlink(out_path.c_str());
+    unlink(err_path.c_str());
+    rmdir(dir.c_str());
+  }
   return r;
 }
 
@@ -382,11 +389,12 @@ int main(int argc, char** argv) {
     else if (a == "--torchrun_repeat") torchrun_repeat = std::stoi(next());
     else if (a == "--timeout") timeout_s = std::stod(next());
     else if (a == "--true") use_true = true;
+    else if (a == "--keep") g_keep = true;
     else {
       std::fprintf(stderr,
                    "usage: agents_bench [--agents 2,8,...] [--backend static|c10d|both] "
                    "[--repeat N] [--repeat_large N] [--torchrun N] [--torchrun_repeat N] "
-                   "[--true] [--timeout S]\n");
+                   "[--true] [--timeout S] [--keep]\n");
       return 2;
     }
   }

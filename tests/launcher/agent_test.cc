@@ -8,12 +8,15 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <atomic>
 #include <condition_variable>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <thread>
 
+#include "rendezvous/in_memory_store.h"
 #include "rendezvous/rendezvous_handler.h"
 
 namespace dlaunch {
@@ -370,6 +373,74 @@ TEST(AgentRendezvous, LocalFailureIsPushedToTheOtherNodes) {
   EXPECT_NE(rdzv->reports[0].find("rank 3"), std::string::npos) << rdzv->reports[0];
   EXPECT_NE(rdzv->reports[0].find("exit code 9"), std::string::npos) << rdzv->reports[0];
   EXPECT_TRUE(rdzv->closed);  // the budget is spent: no more rounds for anyone
+}
+
+// One node of a 2-node job whose round carries a shared store (so the agents run the exit
+// barrier); shutdown() can be slow, as a watcher blocked in a store call is.
+class SharedStoreRendezvous : public RendezvousHandler {
+ public:
+  SharedStoreRendezvous(std::shared_ptr<Store> store, int64_t rank, Duration shutdown_takes)
+      : store_(std::move(store)), rank_(rank), shutdown_takes_(shutdown_takes) {}
+  std::string backend() const override { return "shared"; }
+  std::string run_id() const override { return "shared"; }
+  RendezvousResult next_rendezvous() override {
+    RendezvousResult r;
+    r.group_rank = rank_;
+    r.group_world_size = 2;
+    r.local_world_sizes = {1, 1};
+    r.hosts = {"a", "b"};
+    r.master_addr = "127.0.0.1";
+    r.master_port = 29400;
+    r.store = store_;
+    return r;
+  }
+  void watch(std::function<void(const RendezvousEvent&)>) override {}
+  void request_restart(const std::string&) override {}
+  int64_t num_nodes_waiting() override { return 0; }
+  void set_closed() override {}
+  bool is_closed() override { return false; }
+  void shutdown() override {
+    std::this_thread::sleep_for(shutdown_takes_);
+    shut_down = true;
+  }
+  std::atomic<bool> shut_down{false};
+
+ private:
+  std::shared_ptr<Store> store_;
+  int64_t rank_;
+  Duration shutdown_takes_;
+};
+
+// Found at 1,024 agents (docs/benchmarks.md, "Agents at scale"): the agent hosting the store
+// left as soon as the exit barrier opened, closing the store under the other agents' watchers,
+// which then logged warnings and reconnected for up to 15 s before they could exit. The host
+// now leaves only after every other node has stopped its rendezvous.
+TEST(AgentRendezvous, TheStoreHostLeavesAfterTheOtherNodesStoppedTheirRendezvous) {
+  auto store = std::make_shared<InMemoryStore>();
+  auto host_rdzv = std::make_shared<SharedStoreRendezvous>(store, 0, 0ms);
+  auto other_rdzv = std::make_shared<SharedStoreRendezvous>(store, 1, 300ms);
+  auto run_node = [](std::shared_ptr<SharedStoreRendezvous> rdzv, bool hosts,
+                     std::shared_ptr<SharedStoreRendezvous> peer, bool* peer_was_down) {
+    asio::io_context io;
+    FakeProcessContext procs(io);
+    procs.script = [](int64_t, int64_t) { return Behaviour{ExitStatus::exited(0)}; };
+    auto opts = options();
+    opts.rendezvous = rdzv;
+    opts.hosts_store = hosts;
+    Agent agent(config(1, 0), procs, io, opts);
+    int code = agent.run();
+    *peer_was_down = peer->shut_down;
+    return code;
+  };
+  bool other_down_when_host_left = false, host_down_when_other_left = false;
+  auto host = std::async(std::launch::async, run_node, host_rdzv, true, other_rdzv,
+                         &other_down_when_host_left);
+  auto other = std::async(std::launch::async, run_node, other_rdzv, false, host_rdzv,
+                          &host_down_when_other_left);
+  EXPECT_EQ(host.get(), exit_codes::kSuccess);
+  EXPECT_EQ(other.get(), exit_codes::kSuccess);
+  EXPECT_TRUE(other_down_when_host_left)
+      << "the store host left while another node's rendezvous was still running";
 }
 
 // A round that blocks until the test releases it, as a real rendezvous waiting for nodes does.
