@@ -257,13 +257,18 @@ DecodeResult decode_request(Dialect dialect, const uint8_t* data, size_t size,
   Reader r(data, size, limits);
   uint8_t code;
   if (!r.u8(&code)) return result;
-  Request q;
+  // Decoded in place: the server reuses one Request, so its vectors and short keys cost no
+  // allocation per request.
+  Request& q = *out;
   if (!map_opcode(dialect, code, &q.op)) {
     result.status = Status::kBad;
     result.error = "unknown opcode " + std::to_string(code) + " for the " +
                    (dialect == Dialect::kTorch113 ? "PyTorch 1.13" : "PyTorch 2.x") + " dialect";
     return result;
   }
+  q.delta = 0;
+  q.u32 = 0;
+  q.digest = Digest{};
   if (!read_args(r, &q)) {
     if (!r.error().empty()) {
       result.status = Status::kBad;
@@ -271,9 +276,29 @@ DecodeResult decode_request(Dialect dialect, const uint8_t* data, size_t size,
     }
     return result;
   }
+  // Arguments the op does not carry are emptied, so *out is exactly the request.
+  switch (q.op) {
+    case Op::kValidate:
+    case Op::kPing:
+    case Op::kNumKeys:
+    case Op::kCancelWait:
+    case Op::kAuthBegin:
+    case Op::kAuthProof:
+      q.keys.clear();
+      q.values.clear();
+      break;
+    case Op::kSet:
+    case Op::kAppend:
+    case Op::kQueuePush:
+    case Op::kCompareSet:
+    case Op::kMultiSet:
+      break;
+    default:
+      q.values.clear();
+      break;
+  }
   result.status = Status::kOk;
   result.consumed = r.pos();
-  *out = std::move(q);
   return result;
 }
 

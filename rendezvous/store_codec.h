@@ -1,6 +1,6 @@
 // The TCP store wire protocol: PyTorch's TCPStore framing in its two dialects, plus dlaunch's
 // job-token handshake. Pure functions over byte buffers: no I/O, no allocation beyond the
-// decoded request, so the server, the client, the tests and the fuzzer share them.
+// decoded request's storage, so the server, the client, the tests and the fuzzer share them.
 //
 // Framing (both dialects, little-endian): a u8 opcode, then arguments. Strings and values are a
 // u64 length then the bytes; counts are u64; ADD's delta is a raw i64; PING's nonce a u32.
@@ -102,7 +102,10 @@ struct DetectResult {
 // length: its low 4 bytes equal the magic only for a key near 1 GiB, over any sane cap.
 DetectResult detect_dialect(const uint8_t* data, size_t size, const Limits& limits);
 
-// Decodes one request from the front of [data, data+size). Does no I/O.
+// Decodes one request from the front of [data, data+size) into *out, reusing its vectors and
+// strings (pass the same Request again to avoid allocations). On kOk *out holds exactly the
+// request (arguments the op does not carry are empty); on kNeedMore/kBad it holds leftovers.
+// Does no I/O.
 DecodeResult decode_request(Dialect dialect, const uint8_t* data, size_t size,
                             const Limits& limits, Request* out);
 

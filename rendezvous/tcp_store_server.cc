@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
+#include <charconv>
 #include <chrono>
 #include <deque>
 #include <mutex>
@@ -60,6 +61,7 @@ struct TcpStoreServer::Impl {
     Bytes out_pending, out_writing;
     bool writing = false;
     bool reading = false;
+    bool in_process = false;  // inside process(): replies collect in out_pending, one write
     bool closed = false;
     bool dialect_known = false;
     wire::Dialect dialect = wire::Dialect::kTorch113;
@@ -88,6 +90,9 @@ struct TcpStoreServer::Impl {
   bool stopped = false;
   uint16_t bound_port = 0;
   std::atomic<size_t> open_connections{0};
+
+  // Decoded requests land here, reused (no allocation per request for short keys).
+  Request scratch;
 
   // The store, touched only on the server thread.
   std::unordered_map<std::string, Bytes> table;
@@ -184,20 +189,27 @@ struct TcpStoreServer::Impl {
         });
   }
 
-  void send(const ConnPtr& c, Bytes bytes) {
-    if (c->closed) return;
+  // Replies are appended to c->out_pending in place, then replied(c) is called: it writes at
+  // once, or at the end of process() when c is being processed, so all the replies to one
+  // read go out in one write.
+  void replied(const ConnPtr& c) {
+    if (c->closed) {
+      c->out_pending.clear();
+      return;
+    }
     // A client that sends requests but never reads the replies must not grow our memory.
-    if (c->out_pending.size() + bytes.size() > options.limits.max_frame_bytes) {
+    if (c->out_pending.size() > options.limits.max_frame_bytes) {
       complain("client " + c->peer + " does not read its replies; closing it");
       close(c);
       return;
     }
-    if (c->out_pending.empty()) {
-      c->out_pending = std::move(bytes);
-    } else {
-      c->out_pending.insert(c->out_pending.end(), bytes.begin(), bytes.end());
-    }
-    flush(c);
+    if (!c->in_process) flush(c);
+  }
+
+  void send(const ConnPtr& c, const Bytes& bytes) {
+    if (c->closed) return;
+    c->out_pending.insert(c->out_pending.end(), bytes.begin(), bytes.end());
+    replied(c);
   }
 
   void flush(const ConnPtr& c) {
@@ -224,6 +236,7 @@ struct TcpStoreServer::Impl {
     boost::system::error_code ignore;
     c->socket.shutdown(tcp::socket::shutdown_both, ignore);
     c->socket.close(ignore);
+    c->out_pending.clear();
     connections.erase(c);
     open_connections.store(connections.size(), std::memory_order_relaxed);
   }
@@ -236,6 +249,21 @@ struct TcpStoreServer::Impl {
   // ---- decoding ---------------------------------------------------------------------------
 
   void process(const ConnPtr& c) {
+    c->in_process = true;
+    process_frames(c);
+    c->in_process = false;
+    if (!c->closed) flush(c);
+    // Compact the input buffer.
+    if (c->in_begin > 0) {
+      c->in.erase(c->in.begin(), c->in.begin() + static_cast<std::ptrdiff_t>(c->in_begin));
+      c->in_begin = 0;
+      if (c->in.empty() && c->in.capacity() > 65536) Bytes().swap(c->in);
+    }
+  }
+
+  // Decodes and handles every complete frame in c->in.
+  void process_frames(const ConnPtr& c) {
+    Request& q = scratch;
     while (!c->closed) {
       const uint8_t* data = c->in.data() + c->in_begin;
       size_t size = c->in.size() - c->in_begin;
@@ -248,7 +276,6 @@ struct TcpStoreServer::Impl {
         c->in_begin += d.consumed;
         continue;
       }
-      Request q;
       auto r = wire::decode_request(c->dialect, data, size, options.limits, &q);
       if (r.status == wire::Status::kNeedMore) break;
       if (r.status == wire::Status::kBad) return bad_frame(c, r.error);
@@ -257,19 +284,12 @@ struct TcpStoreServer::Impl {
         if (q.op != Op::kCancelWait) break;
         c->in_begin += r.consumed;
         unpark(c);
-        Bytes reply;
-        wire::put_u8(reply, wire::kWaitCanceled);
-        send(c, std::move(reply));
+        wire::put_u8(c->out_pending, wire::kWaitCanceled);
+        replied(c);
         continue;
       }
       c->in_begin += r.consumed;
       handle(c, q);
-    }
-    // Compact the input buffer.
-    if (c->in_begin > 0) {
-      c->in.erase(c->in.begin(), c->in.begin() + static_cast<std::ptrdiff_t>(c->in_begin));
-      c->in_begin = 0;
-      if (c->in.empty() && c->in.capacity() > 65536) Bytes().swap(c->in);
     }
   }
 
@@ -305,29 +325,30 @@ struct TcpStoreServer::Impl {
         w = list.erase(w);
         continue;
       }
-      Bytes msg;
+      Bytes& msg = c->out_pending;
       wire::put_u8(msg, kind);
       wire::put_string(msg, key);
       wire::put_bytes(msg, old_value);
       wire::put_bytes(msg, new_value);
-      send(c, std::move(msg));
+      replied(c);
       ++w;
     }
     if (list.empty()) watchers.erase(it);
   }
 
-  // Stores `value` at `key` and wakes whoever waits for it.
-  void store_value(const std::string& key, Bytes value) {
-    auto it = table.find(key);
-    if (!watchers.empty()) {
-      Bytes old = it == table.end() ? Bytes() : it->second;
-      notify_watchers(key, it == table.end() ? wire::kWatchKeyCreated : wire::kWatchKeyUpdated,
-                      old, value);
-    }
-    if (it == table.end()) {
-      table.emplace(key, std::move(value));
+  // Changes the value at `key` (created empty if missing) with modify(Bytes&), tells the
+  // watchers and wakes whoever waits for the key. Modifying in place lets a SET swap buffers
+  // with the decoded request and an ADD rewrite its digits: no allocation per operation.
+  template <typename Modify>
+  void update_value(const std::string& key, Modify modify) {
+    auto [it, created] = table.try_emplace(key);
+    if (!watchers.empty() && watchers.count(key)) {
+      Bytes old = it->second;
+      modify(it->second);
+      notify_watchers(key, created ? wire::kWatchKeyCreated : wire::kWatchKeyUpdated, old,
+                      it->second);
     } else {
-      it->second = std::move(value);
+      modify(it->second);
     }
     wake_all(key);
   }
@@ -421,16 +442,20 @@ struct TcpStoreServer::Impl {
 
   // Answers a GET/WAIT/MULTI_GET whose keys all exist.
   void answer_ready(const ConnPtr& c, const Request& q) {
-    Bytes reply;
+    Bytes& reply = c->out_pending;
     if (q.op == Op::kWait) {
       wire::put_u8(reply, wire::kStopWaiting);
     } else {
       for (const auto& key : q.keys) {
         auto it = table.find(key);
-        wire::put_bytes(reply, it == table.end() ? Bytes() : it->second);
+        if (it == table.end()) {
+          wire::put_u64(reply, 0);
+        } else {
+          wire::put_bytes(reply, it->second);
+        }
       }
     }
-    send(c, std::move(reply));
+    replied(c);
   }
 
   bool handle_auth(const ConnPtr& c, const Request& q) {
@@ -479,7 +504,8 @@ struct TcpStoreServer::Impl {
     return false;
   }
 
-  void handle(const ConnPtr& c, const Request& q) {
+  // `q` is the reused scratch request: handlers may take its buffers.
+  void handle(const ConnPtr& c, Request& q) {
     if (q.op == Op::kAuthBegin || q.op == Op::kAuthProof) {
       handle_auth(c, q);
       return;
@@ -497,7 +523,8 @@ struct TcpStoreServer::Impl {
         return;
       }
     }
-    Bytes reply;
+    // The reply is appended to the connection's pending output in place (see replied()).
+    Bytes& reply = c->out_pending;
     switch (q.op) {
       case Op::kValidate:
         return bad_frame(c, "VALIDATE after the first message");
@@ -505,20 +532,22 @@ struct TcpStoreServer::Impl {
         wire::put_u32(reply, q.u32);
         break;
       case Op::kSet:
-        store_value(q.keys[0], q.values[0]);
+        // The request's buffer goes into the table; the table's old buffer comes back to the
+        // reused request, to be filled by the next decode.
+        update_value(q.keys[0], [&](Bytes& v) { v.swap(q.values[0]); });
         return;
       case Op::kCompareSet: {
         const auto& key = q.keys[0];
         auto it = table.find(key);
         if (it == table.end()) {
           if (q.values[0].empty()) {
-            store_value(key, q.values[1]);
+            update_value(key, [&](Bytes& v) { v = q.values[1]; });
             wire::put_bytes(reply, q.values[1]);
           } else {
             wire::put_bytes(reply, q.values[0]);  // c10d's answer for a missing key
           }
         } else {
-          if (it->second == q.values[0]) store_value(key, q.values[1]);
+          if (it->second == q.values[0]) update_value(key, [&](Bytes& v) { v = q.values[1]; });
           wire::put_bytes(reply, table[key]);
         }
         break;
@@ -537,7 +566,9 @@ struct TcpStoreServer::Impl {
         } catch (const Error& e) {
           return bad_frame(c, std::string("ADD: ") + e.what());
         }
-        store_value(q.keys[0], to_bytes(std::to_string(value)));
+        char digits[24];
+        auto written = std::to_chars(digits, digits + sizeof(digits), value);
+        update_value(q.keys[0], [&](Bytes& v) { v.assign(digits, written.ptr); });
         wire::put_i64(reply, value);
         break;
       }
@@ -565,21 +596,21 @@ struct TcpStoreServer::Impl {
         wire::put_i64(reply, existed ? 1 : 0);
         break;
       }
-      case Op::kAppend: {
-        auto it = table.find(q.keys[0]);
-        Bytes value = it == table.end() ? Bytes() : it->second;
-        value.insert(value.end(), q.values[0].begin(), q.values[0].end());
-        store_value(q.keys[0], std::move(value));
+      case Op::kAppend:
+        update_value(q.keys[0], [&](Bytes& v) {
+          v.insert(v.end(), q.values[0].begin(), q.values[0].end());
+        });
         return;
-      }
       case Op::kMultiSet:
-        for (size_t i = 0; i < q.keys.size(); ++i) store_value(q.keys[i], q.values[i]);
+        for (size_t i = 0; i < q.keys.size(); ++i) {
+          update_value(q.keys[i], [&](Bytes& v) { v.swap(q.values[i]); });
+        }
         return;
       case Op::kCancelWait:
         wire::put_u8(reply, wire::kWaitCanceled);
         break;
       case Op::kQueuePush:
-        queues[q.keys[0]].push_back(q.values[0]);
+        queues[q.keys[0]].push_back(std::move(q.values[0]));
         wake_one(q.keys[0]);
         return;
       case Op::kQueuePop: {
@@ -617,7 +648,7 @@ struct TcpStoreServer::Impl {
       case Op::kAuthProof:
         return;
     }
-    send(c, std::move(reply));
+    replied(c);
   }
 };
 

@@ -2,7 +2,10 @@
 // TCPStore server, driven by the same client (PyTorch 1.13 dialect, one blocking connection
 // per client thread, SET + GET + ADD per iteration, GET and ADD wait for their replies).
 // Also holds N idle connections open (from a child process, which has its own fd table) while
-// measuring, to show the server carries 10,000 clients.
+// measuring, to show the server carries 10,000 clients. With --depth 1 it also runs the loop
+// through dlaunch's own TcpStoreClient (2.x dialect) against our server. Each figure comes with
+// the CPU time per operation of the server and of the clients (getrusage; /proc for PyTorch's
+// server process), which shows where the time goes independently of other load.
 //
 //   store_bench [--clients 16] [--seconds 3] [--depth 1] [--hold 10000] [--no-peer]
 #include <arpa/inet.h>
@@ -18,11 +21,13 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "common/byte_order.h"
+#include "rendezvous/tcp_store_client.h"
 #include "rendezvous/tcp_store_server.h"
 
 using namespace dlaunch;
@@ -73,6 +78,39 @@ void put_str(std::vector<uint8_t>& b, const std::string& s) {
   b.insert(b.end(), s.begin(), s.end());
 }
 
+// CPU time (user + system) of the calling thread, or of the whole process, in seconds.
+double cpu_seconds(int who) {
+  rusage ru{};
+  getrusage(who, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+// CPU time of another process (utime + stime from /proc/<pid>/stat), in seconds.
+double process_cpu_seconds(pid_t pid) {
+  std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (!f) return 0;
+  char buf[1024] = {};
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  const char* p = std::strrchr(buf, ')');  // the command name may hold spaces
+  if (!p) return 0;
+  unsigned long utime = 0, stime = 0;
+  // Fields after ") ": state(3) ppid pgrp session tty tpgid flags minflt cminflt majflt
+  // cmajflt utime(14) stime(15).
+  if (std::sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &utime,
+                  &stime) != 2) {
+    return 0;
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+struct ClientResult {
+  uint64_t ops = 0;
+  double cpu = 0;  // this client thread's CPU seconds
+};
+
 // One client: SET k v; GET k; ADD c 1 (1.13 opcodes 0, 2, 3), `depth` iterations sent before
 // the replies are read (1: plain request/response). Returns ops done.
 uint64_t client_loop(uint16_t port, int id, int depth, const std::atomic<bool>& stop) {
@@ -109,21 +147,67 @@ uint64_t client_loop(uint16_t port, int id, int depth, const std::atomic<bool>& 
   return ops;
 }
 
-double measure(uint16_t port, int clients, int depth, double seconds) {
+struct Measurement {
+  double ops_per_s = 0;
+  double client_us_per_op = 0;  // CPU of the client threads per operation
+  double server_us_per_op = 0;  // CPU of the server (thread or process) per operation
+};
+
+// The same loop through dlaunch's own TcpStoreClient (2.x dialect, what agents and dtrain use):
+// set, get, add per iteration.
+uint64_t dlaunch_client_loop(uint16_t port, int id, const std::atomic<bool>& stop) {
+  TcpStoreClientOptions o;
+  o.port = port;
+  TcpStoreClient client(o);
+  std::string key = "/bench/c" + std::to_string(id);
+  Bytes value(64, 'v');
+  uint64_t ops = 0;
+  while (!stop.load(std::memory_order_relaxed)) {
+    client.set(key, value);
+    if (client.get(key).size() != value.size()) break;
+    client.add("/bench/counter", 1);
+    ops += 3;
+  }
+  return ops;
+}
+
+// Runs the clients against `port` for `seconds`. The server's CPU is that of `server_pid`, or
+// when it is 0 (our server, a thread of this process), this process's CPU less the clients'.
+Measurement measure(uint16_t port, int clients, int depth, double seconds, pid_t server_pid,
+                    bool dlaunch_client = false) {
   std::atomic<bool> stop{false};
-  std::vector<uint64_t> ops(clients, 0);
+  std::vector<ClientResult> results(clients);
   std::vector<std::thread> threads;
+  double server_cpu0 = server_pid ? process_cpu_seconds(server_pid) : cpu_seconds(RUSAGE_SELF);
   for (int i = 0; i < clients; ++i) {
-    threads.emplace_back([&, i] { ops[i] = client_loop(port, i, depth, stop); });
+    threads.emplace_back([&, i] {
+      double cpu0 = cpu_seconds(RUSAGE_THREAD);
+      results[i].ops = dlaunch_client ? dlaunch_client_loop(port, i, stop)
+                                      : client_loop(port, i, depth, stop);
+      results[i].cpu = cpu_seconds(RUSAGE_THREAD) - cpu0;
+    });
   }
   auto start = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::duration<double>(seconds));
   stop = true;
   for (auto& t : threads) t.join();
   double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  double server_cpu =
+      (server_pid ? process_cpu_seconds(server_pid) : cpu_seconds(RUSAGE_SELF)) - server_cpu0;
   uint64_t total = 0;
-  for (auto o : ops) total += o;
-  return total / elapsed;
+  double client_cpu = 0;
+  for (const auto& r : results) {
+    total += r.ops;
+    client_cpu += r.cpu;
+  }
+  if (!server_pid) server_cpu -= client_cpu;
+  Measurement m;
+  m.ops_per_s = total / elapsed;
+  if (total > 0) {
+    m.client_us_per_op = 1e6 * client_cpu / total;
+    m.server_us_per_op = 1e6 * server_cpu / total;
+  }
+  return m;
 }
 
 // A child that opens `n` connections, proves each with an ADD, reports on `report_fd`, and
@@ -151,6 +235,33 @@ pid_t hold_connections(uint16_t port, int n, int report_fd) {
   (void)!write(report_fd, &ok, sizeof(ok));
   pause();
   _exit(0);
+}
+
+// Runs our TcpStoreServer in a child process, as PyTorch's runs in its own: the clients then
+// meet both servers across a process boundary, and the server's CPU is read from /proc.
+// Returns its pid and port; the child lives until killed.
+pid_t start_own_server(uint16_t* port) {
+  int p[2];
+  if (pipe(p) != 0) return -1;
+  pid_t pid = fork();
+  if (pid == 0) {
+    ::close(p[0]);
+    TcpStoreServer server(TcpStoreServerOptions{});
+    uint16_t bound = server.start();
+    (void)!write(p[1], &bound, sizeof(bound));
+    ::close(p[1]);
+    pause();
+    _exit(0);
+  }
+  ::close(p[1]);
+  ssize_t n = read(p[0], port, sizeof(*port));
+  ::close(p[0]);
+  if (n != sizeof(*port)) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    return -1;
+  }
+  return pid;
 }
 
 // Starts PyTorch 1.13's TCPStore server in /usr/bin/python3; returns its pid and port. The
@@ -202,8 +313,21 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  TcpStoreServer server(TcpStoreServerOptions{});
-  uint16_t port = server.start();
+  // With --hold the server runs in this process, so that it can report its connection count;
+  // otherwise in a child, like PyTorch's (see start_own_server).
+  std::unique_ptr<TcpStoreServer> local;
+  pid_t server_pid = 0;
+  uint16_t port = 0;
+  if (hold > 0) {
+    local = std::make_unique<TcpStoreServer>(TcpStoreServerOptions{});
+    port = local->start();
+  } else {
+    server_pid = start_own_server(&port);
+    if (server_pid < 0) {
+      std::fprintf(stderr, "store_bench: could not start the dlaunch server process\n");
+      return 1;
+    }
+  }
   pid_t holder = -1;
   if (hold > 0) {
     int p[2];
@@ -214,14 +338,28 @@ int main(int argc, char** argv) {
     if (read(p[0], &ok, sizeof(ok)) != sizeof(ok)) ok = -1;
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("held connections: %d of %d answered (server reports %zu open), opened in %.2f s\n",
-                ok, hold, server.num_connections(), dt);
+                ok, hold, local->num_connections(), dt);
   }
-  double ours = measure(port, clients, depth, seconds);
-  std::printf("dlaunch TcpStoreServer: %d clients x depth %d, %.0f ops/s%s\n", clients, depth, ours,
-              hold > 0 ? " (while holding the idle connections)" : "");
+  Measurement ours = measure(port, clients, depth, seconds, server_pid);
+  std::printf("dlaunch TcpStoreServer: %d clients x depth %d, %.0f ops/s%s\n", clients, depth,
+              ours.ops_per_s, hold > 0 ? " (while holding the idle connections)" : "");
+  std::printf("  CPU per op: server %.2f us, clients %.2f us\n", ours.server_us_per_op,
+              ours.client_us_per_op);
   if (holder > 0) {
     kill(holder, SIGKILL);
     waitpid(holder, nullptr, 0);
+  }
+  if (depth == 1) {
+    Measurement own = measure(port, clients, 1, seconds, server_pid, /*dlaunch_client=*/true);
+    std::printf("dlaunch TcpStoreClient -> dlaunch TcpStoreServer (2.x dialect): %d clients, "
+                "%.0f ops/s\n",
+                clients, own.ops_per_s);
+    std::printf("  CPU per op: server %.2f us, clients %.2f us\n", own.server_us_per_op,
+                own.client_us_per_op);
+  }
+  if (server_pid > 0) {
+    kill(server_pid, SIGKILL);
+    waitpid(server_pid, nullptr, 0);
   }
   if (peer) {
     uint16_t torch_port = 0;
@@ -231,13 +369,17 @@ int main(int argc, char** argv) {
       std::printf("PyTorch 1.13 TCPStore: not measured (/usr/bin/python3 has no torch)\n");
       return 0;
     }
-    double theirs = measure(torch_port, clients, depth, seconds);
+    Measurement theirs = measure(torch_port, clients, depth, seconds, torch);
     kill(torch, SIGKILL);
     waitpid(torch, nullptr, 0);
     ::close(torch_fd);
     std::printf("PyTorch 1.13 TCPStore server: %d clients x depth %d, %.0f ops/s\n", clients, depth,
-                theirs);
-    std::printf("ratio dlaunch / PyTorch: %.2fx\n", theirs > 0 ? ours / theirs : 0.0);
+                theirs.ops_per_s);
+    std::printf("  CPU per op: server %.2f us, clients %.2f us\n", theirs.server_us_per_op,
+                theirs.client_us_per_op);
+    std::printf("ratio dlaunch / PyTorch: %.2fx (server CPU per op: %.2fx less)\n",
+                theirs.ops_per_s > 0 ? ours.ops_per_s / theirs.ops_per_s : 0.0,
+                ours.server_us_per_op > 0 ? theirs.server_us_per_op / ours.server_us_per_op : 0.0);
   }
   return 0;
 }
