@@ -101,7 +101,26 @@ http::request<http::string_body> make_request(const std::string& host, const std
                            e.code);
 }
 
+std::mutex& counts_mutex() {
+  static std::mutex m;
+  return m;
+}
+std::map<std::string, int64_t>& counts() {
+  static std::map<std::string, int64_t> c;  // guarded by counts_mutex()
+  return c;
+}
+
 }  // namespace
+
+std::map<std::string, int64_t> call_counts() {
+  std::lock_guard<std::mutex> lock(counts_mutex());
+  return counts();
+}
+
+void note(const std::string& what, int64_t n) {
+  std::lock_guard<std::mutex> lock(counts_mutex());
+  counts()[what] += n;
+}
 
 struct Client::Impl {
   ClientOptions options;
@@ -144,6 +163,7 @@ const std::string& Client::endpoint() const {
 
 std::string Client::call(const std::string& path, const std::string& body) {
   const auto host = impl_->host_port.to_string();
+  note(path);
   for (int attempt = 0;; ++attempt) {
     bool reused = false;
     auto conn = impl_->take(reused);
@@ -290,6 +310,7 @@ std::optional<WatchMessage> Watch::next(TimePoint deadline) {
   }
   WatchMessage m = std::move(impl_->ready.front());
   impl_->ready.pop_front();
+  note("watch events", static_cast<int64_t>(m.events.size()));
   return m;
 }
 
@@ -305,6 +326,7 @@ void Watch::cancel() {
 
 std::unique_ptr<Watch> Client::watch(const std::string& key, const std::string& range_end,
                                      int64_t start_revision) {
+  note("watches opened");
   auto impl = std::make_unique<Watch::Impl>();
   impl->endpoint = endpoint();
   impl->parser.body_limit(boost::none);  // a watch stream has no end

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +43,13 @@ struct ClientOptions {
 };
 
 class Watch;
+
+// Process-wide counts of what this process asked of etcd, for benchmarks and diagnostics
+// (etcd_rdzv_agent --stats, bench/etcd): one entry per gateway path ("/v3/kv/txn"), plus
+// "watch events" received, "watches opened", and what callers note() (EtcdStore's
+// "failed compare-and-swap txns"). Thread-safe; cheap (one mutex per call).
+std::map<std::string, int64_t> call_counts();
+void note(const std::string& what, int64_t n = 1);
 
 class Client {
  public:

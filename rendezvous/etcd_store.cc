@@ -176,6 +176,7 @@ int64_t EtcdStore::add(const std::string& key, int64_t delta) {
                          : etcd::Compare::missing(k);
     auto t = client_->txn({guard}, {etcd::Op::put(k, std::to_string(next))}, {etcd::Op::get(k)});
     if (t.succeeded) return next;
+    etcd::note("failed compare-and-swap txns");
     // Someone else changed it in between: retry from the value the failed txn read.
     current.reset();
     if (!t.responses.empty() && !t.responses[0].range.kvs.empty()) {
@@ -199,6 +200,7 @@ Bytes EtcdStore::compare_set(const std::string& key, const Bytes& expected, cons
                          : etcd::Compare::missing(k);
     auto t = client_->txn({guard}, {etcd::Op::put(k, as_string(desired))}, {etcd::Op::get(k)});
     if (t.succeeded) return desired;
+    etcd::note("failed compare-and-swap txns");
     current.reset();
     if (!t.responses.empty() && !t.responses[0].range.kvs.empty()) {
       current = std::move(t.responses[0].range.kvs.front());

@@ -6,6 +6,7 @@
 //                (opened at the first wait, kept by a background thread; no gap, no polling,
 //                and no new connection per wait: the rendezvous waits in short slices)
 //   add          read, then a txn "mod_revision unchanged (or key missing) -> put", retried
+//                (etcd::call_counts() counts "failed compare-and-swap txns")
 //   compare_set  the same txn pattern, with c10d's semantics (store.h)
 //   check        one txn of count-only ranges
 //   num_keys     a count-only range over the prefix (this store's keys, not all of etcd's)

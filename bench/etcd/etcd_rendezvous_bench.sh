@@ -11,13 +11,14 @@
 # "etcd" handler exactly as dlaunch uses it, without workers.
 #
 #   bench/etcd/etcd_rendezvous_bench.sh [BUILD_DIR]
-#   (env: AGENTS=64 RUNS=5 LOSS_AGENTS=8 PEER_AGENTS=8 PEER_RUNS=3; PEER_RUNS=0 skips part 3)
+#   (env: AGENTS=64 RUNS=5 LOSS_AGENTS=8 LOSS_RUNS=$RUNS PEER_AGENTS=8 PEER_RUNS=3;
+#    LOSS_RUNS=0 skips part 2, PEER_RUNS=0 skips part 3)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build}
 agent=$build/bin/etcd_rdzv_agent
 [[ -x $agent ]] || { echo "build $agent first: cmake --build $build --target etcd_rdzv_agent" >&2; exit 2; }
-agents=${AGENTS:-64} runs=${RUNS:-5} loss_agents=${LOSS_AGENTS:-8}
+agents=${AGENTS:-64} runs=${RUNS:-5} loss_agents=${LOSS_AGENTS:-8} loss_runs=${LOSS_RUNS:-${RUNS:-5}}
 # keep_alive_interval=1 x max_attempt=3: a 3 s lease. last_call short: after a loss the
 # survivors are below MAX, so the round completes after last call.
 conf=${CONF:-last_call_timeout=0.2,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=120}
@@ -43,7 +44,7 @@ for ((run = 1; run <= runs; run++)); do
   dir=$work/r$run; mkdir -p "$dir"; pids=()
   for ((i = 0; i < agents; i++)); do
     "$agent" --endpoint "$endpoint" --run_id "bench-$run-$$" --nnodes "$agents" --rounds 1 \
-      --conf "$conf" >"$dir/$i.out" 2>"$dir/$i.err" &
+      --conf "$conf" --stats >"$dir/$i.out" 2>"$dir/$i.err" &
     pids+=($!)
   done
   wait "${pids[@]}" || { echo "an agent failed:"; cat "$dir"/*.out | grep -v '^start\|^round' | head; exit 1; }
@@ -57,11 +58,18 @@ for ((run = 1; run <= runs; run++)); do
   times+=("$t")
 done
 echo "rendezvous of $agents agents: median $(printf '%s\n' "${times[@]}" | median) s over $runs runs (target <= 3 s)"
+# What each agent asked of etcd (etcd_rdzv_agent --stats), averaged over every agent of every run.
+echo "per agent, mean over all runs: what it asked of etcd (gateway calls by path, watch events)"
+cat "$work"/r*/*.out | awk -v n=$((agents * runs)) '
+  /^stat / {name = $2; for (i = 3; i < NF; i++) name = name " " $i; c[name] += $NF
+            if ($2 ~ /^\/v3\//) calls += $NF}
+  END {for (k in c) printf "  %-30s %8.1f\n", k, c[k] / n; printf "  %-30s %8.1f\n", "all gateway calls", calls / n}' | sort
 
+if ((loss_runs > 0)); then
 echo
 echo "node loss: $loss_agents agents (--nnodes 2:$loss_agents), lease TTL ${ttl} s, conf $conf"
 losses=()
-for ((run = 1; run <= runs; run++)); do
+for ((run = 1; run <= loss_runs; run++)); do
   dir=$work/l$run; mkdir -p "$dir"; pids=()
   for ((i = 0; i < loss_agents; i++)); do
     "$agent" --endpoint "$endpoint" --run_id "loss-$run-$$" --nnodes "2:$loss_agents" \
@@ -93,7 +101,8 @@ for ((run = 1; run <= runs; run++)); do
   losses+=("$t")
   kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; pids=()
 done
-echo "node loss to re-formed group: median $(printf '%s\n' "${losses[@]}" | median) s over $runs runs (target <= TTL + 1 = $((ttl + 1)) s)"
+echo "node loss to re-formed group: median $(printf '%s\n' "${losses[@]}" | median) s over $loss_runs runs (target <= TTL + 1 = $((ttl + 1)) s)"
+fi
 
 peer_agents=${PEER_AGENTS:-8} peer_runs=${PEER_RUNS:-3}
 ((peer_runs > 0)) || exit 0

@@ -13,8 +13,11 @@
 //   round R rank K size N master HOST:PORT t=SECONDS
 //   event KIND t=SECONDS reason...
 //   error MESSAGE
+//   stat NAME... COUNT                       (--stats, at exit: etcd::call_counts())
 // --check_store: after each round, set and read back a key in the workers' TCP store at
 // MASTER (proves rank 0 hosts it and the others reach it).
+// --stats: at exit, print what this agent asked of etcd (gateway calls by path, failed
+// compare-and-swap transactions, watch events), for bench/etcd.
 #include <time.h>
 
 #include <condition_variable>
@@ -25,6 +28,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "rendezvous/etcd_client.h"
 #include "rendezvous/rendezvous_registry.h"
 #include "rendezvous/tcp_store_client.h"
 
@@ -57,8 +61,8 @@ int main(int argc, char** argv) {
   std::map<std::string, std::string> flags = {{"host", "127.0.0.1"}, {"rounds", "0"}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--check_store") {
-      flags["check_store"] = "1";
+    if (a == "--check_store" || a == "--stats") {
+      flags[a.substr(2)] = "1";
     } else if (a.rfind("--", 0) == 0 && i + 1 < argc) {
       flags[a.substr(2)] = argv[++i];
     } else {
@@ -121,6 +125,12 @@ int main(int argc, char** argv) {
       if (stop) break;
     }
     handler->shutdown();
+    if (flags.count("stats")) {
+      for (const auto& [what, n] : etcd::call_counts()) {
+        std::printf("stat %s %lld\n", what.c_str(), static_cast<long long>(n));
+      }
+      std::fflush(stdout);
+    }
     return 0;
   } catch (const std::exception& e) {
     std::printf("error %s\n", e.what());
