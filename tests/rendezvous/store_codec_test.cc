@@ -16,6 +16,11 @@ Bytes cat(std::initializer_list<Bytes> parts) {
   return out;
 }
 Bytes u8(uint8_t v) { return {v}; }
+Bytes u32(uint32_t v) {
+  Bytes b(4);
+  for (int i = 0; i < 4; ++i) b[i] = uint8_t(v >> (8 * i));
+  return b;
+}
 Bytes u64(uint64_t v) {
   Bytes b(8);
   for (int i = 0; i < 8; ++i) b[i] = uint8_t(v >> (8 * i));
@@ -108,6 +113,36 @@ TEST(StoreCodec, Torch2GoldenFramesAreShiftedByOne) {
   decode(Dialect::kTorch2, cat({u8(13), Bytes{1, 2, 3, 4}}), &q);
   EXPECT_EQ(q.u32, 0x04030201u);
   EXPECT_EQ(decode(Dialect::kTorch2, u8(17), &q).status, Status::kBad);
+}
+
+// The server decodes every request into one reused Request: nothing of an earlier request may
+// leak into a later one, and a cut-short frame must not spoil the next decode.
+TEST(StoreCodec, ReusedRequestHoldsExactlyEachNewRequest) {
+  Request q;
+  ASSERT_EQ(decode(Dialect::kTorch2, cat({u8(2), str("k"), str("old"), str("new")}), &q).status,
+            Status::kOk);  // COMPARE_SET: one key, two values
+  ASSERT_EQ(decode(Dialect::kTorch2, cat({u8(4), str("n"), u64(7)}), &q).status, Status::kOk);
+  EXPECT_EQ(q.op, Op::kAdd);
+  EXPECT_EQ(q.keys, std::vector<std::string>{"n"});
+  EXPECT_TRUE(q.values.empty());
+  EXPECT_EQ(q.delta, 7);
+  // A SET cut short, then a whole GET.
+  EXPECT_EQ(decode(Dialect::kTorch2, cat({u8(1), str("long-key"), u64(100)}), &q).status,
+            Status::kNeedMore);
+  ASSERT_EQ(decode(Dialect::kTorch2, cat({u8(3), str("g")}), &q).status, Status::kOk);
+  EXPECT_EQ(q.op, Op::kGet);
+  EXPECT_EQ(q.keys, std::vector<std::string>{"g"});
+  EXPECT_TRUE(q.values.empty());
+  EXPECT_EQ(q.delta, 0);
+  ASSERT_EQ(decode(Dialect::kTorch2, cat({u8(13), u32(9)}), &q).status, Status::kOk);  // PING
+  EXPECT_TRUE(q.keys.empty());
+  EXPECT_EQ(q.u32, 9u);
+  ASSERT_EQ(decode(Dialect::kTorch2, cat({u8(11), u64(1), str("a"), str("1")}), &q).status,
+            Status::kOk);  // MULTI_SET
+  EXPECT_EQ(q.u32, 0u);
+  Bytes again;
+  encode_request(Dialect::kTorch2, q, again);
+  EXPECT_EQ(again, cat({u8(11), u64(1), str("a"), str("1")}));
 }
 
 TEST(StoreCodec, DetectsTheDialectFromTheFirstBytes) {
