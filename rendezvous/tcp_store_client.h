@@ -17,8 +17,9 @@
 // for that mutex: another thread uses it to end a blocked call at once (a watcher's stop()).
 //
 // Cost per request: one send() of the whole frame and, for requests with a reply, usually one
-// blocking recv() (SO_RCVTIMEO bounds it; no poll() first); no heap allocation once the
-// buffers have grown, except for the values returned.
+// blocking recv() (SO_RCVTIMEO bounds it; no poll() first). One-key requests (set, get, add,
+// compare_set, delete_key, append) allocate nothing once the buffers have grown, except the
+// value they return.
 #pragma once
 
 #include <condition_variable>
