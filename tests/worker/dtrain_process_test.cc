@@ -113,8 +113,10 @@ class DtrainProcessTest : public ::testing::Test {
     return {"--width=16", "--batch_size=32", "--epochs=" + std::to_string(epochs), "--log_every=4",
             "--output_dir=" + (dir_ / "out").string()};
   }
-  static std::vector<std::string> small_env() {
-    return {"DTRAIN_LIMIT_TRAIN_SAMPLES=512", "DTRAIN_LIMIT_TEST_SAMPLES=200"};
+  // The convolution choice cache lives in the test's directory, not the user's ~/.cache.
+  std::vector<std::string> small_env() const {
+    return {"DTRAIN_LIMIT_TRAIN_SAMPLES=512", "DTRAIN_LIMIT_TEST_SAMPLES=200",
+            "DLAUNCH_CONV_CACHE=" + (dir_ / "conv_choices.txt").string()};
   }
   std::string log(const std::string& name) { return (dir_ / name).string(); }
 
@@ -154,10 +156,17 @@ TEST_F(DtrainProcessTest, TwoWorkersThenResumeAloneAndSkipCorruptCheckpoint) {
   EXPECT_EQ(slurp(log("rank1.log")).find("epoch   1/2"), std::string::npos)
       << "only rank 0 prints epoch lines";
 
+  // The two workers tuned the convolutions and recorded their choices on this "host".
+  EXPECT_NE(rank0.find("convolution autotuning: "), std::string::npos) << rank0;
+  EXPECT_NE(slurp(dir_ / "conv_choices.txt").find("dlaunch-conv-choices 1"), std::string::npos);
+
   // Alone (world of one), one more epoch: resumes from epoch 2 at step 16; 512 / 32 = 16 steps.
+  // Same model and thread count: every convolution choice comes from the file, none is re-tuned.
   Proc alone = spawn_dtrain(small_run(3), small_env(), log("alone.log"));
   ASSERT_EQ(wait_for(alone), 0) << slurp(alone.log);
   EXPECT_NE(slurp(alone.log).find("resumed from"), std::string::npos) << slurp(alone.log);
+  EXPECT_NE(slurp(alone.log).find("convolution autotuning: 0 passes tuned"), std::string::npos)
+      << slurp(alone.log);
   epochs = epoch_lines(out / "metrics.jsonl");
   ASSERT_EQ(epochs.size(), 3u);
   EXPECT_EQ(epochs[2]["epoch"], 3);
