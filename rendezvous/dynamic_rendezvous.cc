@@ -194,10 +194,11 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
       if (d.step == JoinStep::kWaitNextRound) {
         until = std::min(until, now + config_.keep_alive_interval);
       }
-      ledger_->wait(state->round,
-                    round_key(state->round,
-                              d.step == JoinStep::kWaitNextRound ? "superseded" : "done"),
-                    limits_, until);
+      if (d.step == JoinStep::kWaitNextRound) {
+        ledger_->wait(state->round, round_key(state->round, "superseded"), nullptr, until);
+      } else {
+        ledger_->wait(state->round, round_key(state->round, "done"), &limits_, until);
+      }
       continue;
     }
     // Sleep until something may have changed: the round's wake-up key, or the next poll.

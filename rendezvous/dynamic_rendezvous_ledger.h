@@ -49,10 +49,12 @@ class RoundLedger {
   // Keys below are store keys under the round's prefix, "<rendezvous prefix>/round/<r>/".
   //
   // Blocks until something may change the join decision for `round` (which this node joined):
-  // `wake_key` (e.g. ".../round/3/done") was set, the arrivals
-  // reached limits.max_nodes, or they reached limits.min_nodes and none came for
-  // limits.last_call_timeout; or until `until`. Never throws TimeoutError: the caller decides.
-  virtual void wait(int64_t round, const std::string& wake_key, const DynamicLimits& limits,
+  // `wake_key` (e.g. ".../round/3/done") was set, or, when `limits` is given (a node waiting
+  // for its round to complete), the arrivals reached limits->max_nodes, or they reached
+  // limits->min_nodes and none came for limits->last_call_timeout; or until `until`. A node
+  // waiting for the next round passes nullptr: arrivals do not concern it (there are more than
+  // MAX of them already when the round is full). Never throws TimeoutError: the caller decides.
+  virtual void wait(int64_t round, const std::string& wake_key, const DynamicLimits* limits,
                     TimePoint until) = 0;
 
   // Blocks until `key` is set, and returns its value; throws TimeoutError at `deadline`.

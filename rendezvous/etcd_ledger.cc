@@ -183,7 +183,7 @@ void EtcdRoundLedger::pump(int64_t round, TimePoint until) {
 }
 
 void EtcdRoundLedger::wait(int64_t round, const std::string& wake_key,
-                           const DynamicLimits& limits, TimePoint until) {
+                           const DynamicLimits* limits, TimePoint until) {
   const std::string wake = full(wake_key);
   while (true) {
     TimePoint now = clock_.now();
@@ -191,9 +191,10 @@ void EtcdRoundLedger::wait(int64_t round, const std::string& wake_key,
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (round_ == round) {
-        if (keys_.count(wake) != 0 || count_ >= limits.max_nodes) return;
-        if (count_ >= limits.min_nodes) {
-          TimePoint last_call = changed_at_ + limits.last_call_timeout;
+        if (keys_.count(wake) != 0) return;
+        if (limits && count_ >= limits->max_nodes) return;
+        if (limits && count_ >= limits->min_nodes) {
+          TimePoint last_call = changed_at_ + limits->last_call_timeout;
           if (now >= last_call) return;
           next = std::min(next, last_call);
         }

@@ -43,7 +43,7 @@ class EtcdRoundLedger final : public RoundLedger {
   int64_t join(int64_t round, const NodeDescriptor& me) override;
   Count arrivals(int64_t round, TimePoint now) override;
   std::vector<NodeDescriptor> participants(int64_t round, int64_t n) override;
-  void wait(int64_t round, const std::string& wake_key, const DynamicLimits& limits,
+  void wait(int64_t round, const std::string& wake_key, const DynamicLimits* limits,
             TimePoint until) override;
   Bytes wait_key(int64_t round, const std::string& key, TimePoint deadline) override;
 

@@ -7,10 +7,12 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <random>
 #include <thread>
 
 #include "common/error.h"
 #include "etcd_test_env.h"
+#include "rendezvous/etcd_rendezvous.h"
 
 namespace dlaunch {
 namespace {
@@ -40,6 +42,8 @@ class EtcdLedgerTest : public ::testing::Test {
   static double since(TimePoint t) { return to_seconds(steady_clock().now() - t); }
 
   static constexpr const char* kRdzv = "dlaunch/rdzv/job";
+  // {MIN, MAX, last call}
+  const DynamicLimits two{2, 2, 60s}, three{3, 3, 1s}, five{5, 5, 1s}, one_to_three{1, 3, 1s};
   std::string endpoint_;
   std::string prefix_;
 };
@@ -111,7 +115,7 @@ TEST_F(EtcdLedgerTest, WaitWakesWhenTheLastNodeArrives) {
     make_ledger()->join(0, node("b"));
   });
   auto start = steady_clock().now();
-  a->wait(0, std::string(kRdzv) + "/round/0/done", {2, 2, 60s}, start + 60s);
+  a->wait(0, std::string(kRdzv) + "/round/0/done", &two, start + 60s);
   late.join();
   EXPECT_LT(since(start), 30.0) << "wait must end when MAX arrived, not at `until`";
   EXPECT_EQ(a->arrivals(0, steady_clock().now()).arrivals, 2);
@@ -128,7 +132,7 @@ TEST_F(EtcdLedgerTest, WaitEndsAfterLastCallCountedFromTheLatestArrival) {
     b_joined = since(start);
   });
   // MIN 1 is met at once; a new arrival within last call (1 s) restarts it.
-  a->wait(0, std::string(kRdzv) + "/round/0/done", {1, 3, 1s}, start + 60s);
+  a->wait(0, std::string(kRdzv) + "/round/0/done", &one_to_three, start + 60s);
   const double waited = since(start);
   late.join();
   EXPECT_GE(waited, b_joined + 0.9) << "last call must restart at the second arrival";
@@ -143,16 +147,37 @@ TEST_F(EtcdLedgerTest, WaitEndsOnTheWakeKeyOrAtUntilWithoutThrowing) {
   a->join(0, node("a"));
   const std::string done = a->round_key(0, "done");
   auto start = steady_clock().now();
-  a->wait(0, done, {5, 5, 1s}, start + 300ms);  // nothing happens: returns at until
+  a->wait(0, done, &five, start + 300ms);  // nothing happens: returns at until
   EXPECT_GE(since(start), 0.29);
   std::thread setter([&] {
     std::this_thread::sleep_for(200ms);
     make_store()->set(done, to_bytes("1"));
   });
   start = steady_clock().now();
-  a->wait(0, done, {5, 5, 1s}, start + 60s);
+  a->wait(0, done, &five, start + 60s);
   setter.join();
   EXPECT_LT(since(start), 30.0) << "wait must end when the wake key is set";
+}
+
+// A node that arrived after its round completed waits for the next one: arrivals, which exceed
+// MAX by then, must not wake it (it would spin re-reading the state).
+TEST_F(EtcdLedgerTest, WaitWithoutLimitsIgnoresArrivals) {
+  auto a = make_ledger();
+  a->join(0, node("a"));
+  make_ledger()->join(0, node("b"));
+  auto late = make_ledger();
+  late->join(0, node("late"));  // 3 arrivals, MAX 2
+  auto start = steady_clock().now();
+  late->wait(0, late->round_key(0, "superseded"), nullptr, start + 500ms);
+  EXPECT_GE(since(start), 0.49);
+  std::thread opener([&] {
+    std::this_thread::sleep_for(100ms);
+    make_store()->set(late->round_key(0, "superseded"), to_bytes("1"));
+  });
+  start = steady_clock().now();
+  late->wait(0, late->round_key(0, "superseded"), nullptr, start + 60s);
+  opener.join();
+  EXPECT_LT(since(start), 30.0);
 }
 
 TEST_F(EtcdLedgerTest, WaitKeyReturnsTheValueOrTimesOut) {
@@ -186,9 +211,63 @@ TEST_F(EtcdLedgerTest, WatchFromACompactedRevisionIsReplacedByAFreshRead) {
                        R"({"revision":")" + std::to_string(revision) + R"(","physical":true})");
   make_ledger()->join(0, node("c"));
   auto start = steady_clock().now();
-  a->wait(0, a->round_key(0, "done"), {3, 3, 1s}, start + 60s);
+  a->wait(0, a->round_key(0, "done"), &three, start + 60s);
   EXPECT_LT(since(start), 30.0);
   EXPECT_EQ(a->arrivals(0, steady_clock().now()).arrivals, 3);
+}
+
+int64_t gateway_calls() {
+  int64_t n = 0;
+  for (const auto& [what, count] : etcd::call_counts()) {
+    if (what.rfind("/v3/", 0) == 0) n += count;
+  }
+  return n;
+}
+
+// The whole etcd rendezvous in this process: a node arriving after a full round completed
+// waits for the next round on its watch, checking the running round's liveness once per
+// keep-alive interval, instead of re-reading etcd in a loop; set_closed() releases it.
+TEST_F(EtcdLedgerTest, LateNodeWaitsForTheNextRoundWithoutPolling) {
+  RendezvousParams p;
+  p.backend = "etcd";
+  p.endpoint = endpoint_;
+  p.run_id = "late-" + std::to_string(std::random_device{}());
+  p.min_nodes = p.max_nodes = 1;
+  p.host = "127.0.0.1";
+  p.config = RendezvousConfig::split(
+      "last_call_timeout=0.1,keep_alive_interval=0.5,keep_alive_max_attempt=4,join_timeout=60");
+  auto a = make_etcd_rendezvous(p);
+  EXPECT_EQ(a->next_rendezvous().group_world_size, 1);
+  auto b = make_etcd_rendezvous(p);
+  std::atomic<bool> closed{false};
+  std::string error;
+  std::thread late([&] {
+    try {
+      b->next_rendezvous();
+      error = "the late node completed a round of a full, running group";
+    } catch (const StateError& e) {
+      closed = true;  // "rendezvous ... is closed"
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  });
+  auto deadline = steady_clock().now() + 30s;
+  while (a->num_nodes_waiting() < 1 && steady_clock().now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_EQ(a->num_nodes_waiting(), 1) << error;
+  // Two seconds: both keep-alive threads beat 4 times each (2 calls a beat at most) and the
+  // late node checks the running round 4 times (a few calls each). A loop re-reading the
+  // state would make hundreds.
+  const int64_t before = gateway_calls();
+  std::this_thread::sleep_for(2s);
+  const int64_t calls = gateway_calls() - before;
+  EXPECT_LT(calls, 80) << "gateway calls in 2 s while one node waits for the next round";
+  a->set_closed();
+  late.join();
+  EXPECT_TRUE(closed) << error;
+  b->shutdown();
+  a->shutdown();
 }
 
 }  // namespace
