@@ -221,6 +221,9 @@ struct TcpStoreServer::Impl {
                       [this, c](const boost::system::error_code& ec, size_t) {
                         c->writing = false;
                         c->out_writing.clear();
+                        // Keep small buffers for the next replies, not a big one's memory
+                        // (10,000 connections x one large MULTI_GET each would add up).
+                        if (c->out_writing.capacity() > (1u << 20)) Bytes().swap(c->out_writing);
                         if (ec) {
                           close(c);
                           return;
