@@ -189,15 +189,12 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
     if (ledger_) {
       // No polling: the ledger returns when the decision may change; a waiting late arrival
       // still looks at the running round's liveness once per keep-alive interval.
-      TimePoint until = deadline;
-      if (d.step == JoinStep::kWait) until = std::min(until, d.wake_at);
       if (d.step == JoinStep::kWaitNextRound) {
-        until = std::min(until, now + config_.keep_alive_interval);
-      }
-      if (d.step == JoinStep::kWaitNextRound) {
+        TimePoint until = std::min(deadline, now + config_.keep_alive_interval);
         ledger_->wait(state->round, round_key(state->round, "superseded"), nullptr, until);
       } else {
-        ledger_->wait(state->round, round_key(state->round, "done"), &limits_, until);
+        ledger_->wait(state->round, round_key(state->round, "done"), &limits_,
+                      std::min(deadline, d.wake_at));
       }
       continue;
     }
@@ -250,7 +247,9 @@ RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, Time
     arrivals = ledger_->participants(state.round, n);  // a ledger's join is atomic
   } else {
     std::vector<std::string> keys;
-    for (int64_t i = 1; i <= n; ++i) keys.push_back(round_key(state.round, "node/" + std::to_string(i)));
+    for (int64_t i = 1; i <= n; ++i) {
+      keys.push_back(round_key(state.round, "node/" + std::to_string(i)));
+    }
     // An arrival counted but not yet described (its agent just added itself) is a moment away;
     // one that died between the two steps is not: bound the wait by the join deadline.
     auto left = deadline - clock_.now();

@@ -1,7 +1,8 @@
 // The c10d-style elastic rendezvous (--rdzv_backend c10d, --nnodes MIN:MAX): the executor that
 // does the I/O for the pure state machine in dynamic_rendezvous_state.h. Written only against
 // the Store interface (compare_set on one state record, add for arrivals, wait for wake-ups)
-// and the Liveness interface, so it runs over the TCP store and over etcd alike.
+// and the Liveness interface, so it runs over the TCP store and over etcd alike. A backend may
+// add a RoundLedger (dynamic_rendezvous_ledger.h) for arrivals and waiting; etcd does.
 //
 // Keys, under "dlaunch/rdzv/<run_id>":
 //   state                      the record (compare_set only)
