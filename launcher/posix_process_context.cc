@@ -3,6 +3,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/prctl.h>
@@ -453,22 +454,24 @@ bool PosixProcessContext::may_have_untracked_children() {
   return true;
 }
 
-std::vector<int> PosixProcessContext::untracked_descendants() {
+std::vector<std::pair<int, int>> PosixProcessContext::untracked_descendants() {
   std::map<int, std::vector<int>> kids;
   ++proc_scans_;
   for (const auto& [pid, ppid] : process_parents()) kids[ppid].push_back(pid);
-  std::vector<int> todo;
-  for (int pid : kids[getpid()]) {
+  std::vector<std::pair<int, int>> todo;
+  const int self = getpid();
+  for (int pid : kids[self]) {
     // Workers (and stack captures) are tracked: their exits come through pidfds, and whatever
     // they started is in their process group. The guard must live until the agent exits.
     if (children_.count(pid) || pid == guard_.pid()) continue;
-    todo.push_back(pid);
+    todo.emplace_back(pid, self);
   }
   // Parents before their children: once a parent is SIGKILLed it forks no more.
   for (size_t i = 0; i < todo.size(); ++i) {
-    int pid = todo[i];
+    int pid = todo[i].first;
     auto it = kids.find(pid);
-    if (it != kids.end()) todo.insert(todo.end(), it->second.begin(), it->second.end());
+    if (it == kids.end()) continue;
+    for (int child : it->second) todo.emplace_back(child, pid);
   }
   return todo;
 }
@@ -506,29 +509,38 @@ std::vector<std::string> PosixProcessContext::kill_orphans(Duration timeout) {
   //    more after a kill, for anything forked while we looked). With many agents on one host,
   //    reading every process's stat on each teardown was the agents' main cost
   //    (docs/benchmarks.md, "Agents at scale").
-  std::set<int> killed;
+  //    Each one is pinned with a pidfd and checked to still have the parent the scan saw (or
+  //    us, its parent having died since) before it is signalled, so a pid that was freed and
+  //    reused after the scan is never hit; the pidfd also says when it has exited.
+  std::map<int, int> killed;  // pid -> pidfd
   std::set<int> gone;
+  const int self = getpid();
   if (may_have_untracked_children()) {
     while (true) {
       bool found_new = false;
-      for (int pid : untracked_descendants()) {
-        if (gone.count(pid)) continue;
-        if (killed.insert(pid).second) {
-          log_info("killing orphaned descendant pid {}", pid);
-          found_new = true;
+      for (const auto& [pid, parent] : untracked_descendants()) {
+        if (killed.count(pid)) continue;
+        int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+        if (fd < 0) continue;  // gone already
+        int ppid = 0;
+        if (!read_stat(pid, nullptr, &ppid) || (ppid != parent && ppid != self)) {
+          ::close(fd);
+          continue;
         }
-        ::kill(pid, SIGKILL);
+        log_info("killing orphaned descendant pid {}", pid);
+        ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
+        killed[pid] = fd;
+        found_new = true;
       }
-      // Until each is gone: our child (now or after its parent died) is reaped here; another's
-      // is gone when kill(0) says so.
+      // Until each has exited; our children (now, or once their parent died) are reaped.
       while (true) {
-        for (int pid : killed) {
+        for (const auto& [pid, fd] : killed) {
           if (gone.count(pid)) continue;
-          pid_t r;
-          do {
-            r = waitpid(pid, nullptr, WNOHANG);
-          } while (r < 0 && errno == EINTR);
-          if (r == pid || (r < 0 && ::kill(pid, 0) != 0 && errno == ESRCH)) gone.insert(pid);
+          pollfd p{fd, POLLIN, 0};
+          if (::poll(&p, 1, 0) != 1) continue;
+          while (waitpid(pid, nullptr, WNOHANG) < 0 && errno == EINTR) {
+          }
+          gone.insert(pid);
         }
         if (gone.size() == killed.size() || steady_clock::now() >= deadline) break;
         pause();
@@ -552,11 +564,12 @@ std::vector<std::string> PosixProcessContext::kill_orphans(Duration timeout) {
   }
   dead_groups_ = live;
   std::vector<std::string> out;
-  for (int pid : killed) {
-    if (gone.count(pid)) continue;
-    std::string state = process_state(pid);
-    if (state.empty()) continue;
-    out.push_back(fmt::format("pid {} (state {})", pid, state));
+  for (const auto& [pid, fd] : killed) {
+    if (!gone.count(pid)) {
+      std::string state = process_state(pid);  // the pidfd still pins the pid
+      if (!state.empty()) out.push_back(fmt::format("pid {} (state {})", pid, state));
+    }
+    ::close(fd);
   }
   return out;
 }

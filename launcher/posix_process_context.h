@@ -63,8 +63,8 @@ class PosixProcessContext final : public ProcessContext {
   // the kernel says the agent has no child at all (ECHILD; the guard does not count). Cheap.
   bool may_have_untracked_children();
   // One /proc pass: every descendant of the agent except tracked children (and what they
-  // started) and the guard; parents before their children.
-  std::vector<int> untracked_descendants();
+  // started) and the guard, as (pid, parent pid seen); parents before their children.
+  std::vector<std::pair<int, int>> untracked_descendants();
 
   boost::asio::io_context& io_;
   OrphanGuard guard_;
