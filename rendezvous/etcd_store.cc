@@ -52,19 +52,34 @@ class EtcdStore::PrefixWatch {
   }
 
   // Blocks until a put of `key` newer than `after` was seen (returns its value), `deadline`
-  // passes (nullopt), or the watch broke (ConnectionError).
+  // passes (nullopt), the watch broke (ConnectionError) or interrupt() was called meanwhile
+  // (StoreInterruptedError).
   std::optional<std::string> wait_put(const std::string& key, int64_t after, TimePoint deadline) {
     std::unique_lock<std::mutex> lock(mutex_);
+    const uint64_t interrupts_at_start = interrupts_;
     while (true) {
       auto it = puts_.find(key);
       if (it != puts_.end() && it->second.revision > after) return it->second.value;
       if (!error_.empty()) throw ConnectionError(error_);
+      if (interrupts_ != interrupts_at_start) {
+        throw StoreInterruptedError("etcd store: the wait for key '" + key +
+                                    "' was interrupted by another thread");
+      }
       if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
         it = puts_.find(key);
         if (it != puts_.end() && it->second.revision > after) return it->second.value;
         return std::nullopt;
       }
     }
+  }
+
+  // Ends every wait_put in progress (a counter, so waits that start later are not affected).
+  void interrupt() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      ++interrupts_;
+    }
+    changed_.notify_all();
   }
 
  private:
@@ -104,6 +119,7 @@ class EtcdStore::PrefixWatch {
   std::mutex mutex_;
   std::condition_variable changed_;
   bool stopping_ = false;                      // guarded by mutex_
+  uint64_t interrupts_ = 0;                    // guarded by mutex_
   std::string error_;                          // guarded by mutex_
   std::unordered_map<std::string, Put> puts_;  // guarded by mutex_
 };
@@ -122,6 +138,15 @@ std::shared_ptr<EtcdStore::PrefixWatch> EtcdStore::prefix_watch() {
     watch_ = std::make_shared<PrefixWatch>(*client_, prefix_);
   }
   return watch_;
+}
+
+void EtcdStore::interrupt() {
+  std::shared_ptr<PrefixWatch> watch;
+  {
+    std::lock_guard<std::mutex> lock(watch_mutex_);
+    watch = watch_;
+  }
+  if (watch) watch->interrupt();
 }
 
 void EtcdStore::set(const std::string& key, const Bytes& value) {

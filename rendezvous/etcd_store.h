@@ -40,6 +40,9 @@ class EtcdStore final : public Store {
   bool check(const std::vector<std::string>& keys) override;
   void wait(const std::vector<std::string>& keys, Duration timeout) override;
   using Store::wait;
+  // Ends a get/wait parked on the prefix watch (StoreInterruptedError); a call inside one HTTP
+  // round trip finishes that trip (bounded by the client's request timeout) first.
+  void interrupt() override;
   bool delete_key(const std::string& key) override;
   int64_t num_keys() override;
   // One transaction of ranges for the keys already there (one round trip for a rendezvous

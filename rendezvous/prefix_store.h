@@ -32,6 +32,7 @@ class PrefixStore final : public Store {
   int64_t num_keys() override;
   std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override;
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  void interrupt() override { base_->interrupt(); }
 
  private:
   std::string full(const std::string& key) const { return prefix_ + "/" + key; }

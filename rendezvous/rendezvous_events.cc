@@ -80,7 +80,7 @@ void EventWatcher::stop() {
   // its next call finds no call to end (and then the call sees stopping_ only afterwards).
   std::unique_lock<std::mutex> lock(mutex_);
   while (!exited_) {
-    std::shared_ptr<TcpStoreClient> client = tcp_client_;
+    std::shared_ptr<Store> client = watched_store_;
     if (client) {
       lock.unlock();
       client->interrupt();
@@ -97,7 +97,7 @@ void EventWatcher::run() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     exited_ = true;
-    tcp_client_.reset();
+    watched_store_.reset();
   }
   changed_.notify_all();
 }
@@ -121,7 +121,7 @@ void EventWatcher::run_loop() {
       if (!store) {
         store = open_store_();
         std::lock_guard<std::mutex> lock(mutex_);
-        tcp_client_ = std::dynamic_pointer_cast<TcpStoreClient>(store);
+        watched_store_ = store;
         if (stopping_) return;
       }
       std::string key = event_key(prefix_, round);
@@ -135,7 +135,7 @@ void EventWatcher::run_loop() {
       log_warning("rendezvous event watcher: {}; retrying", e.what());
       store.reset();
       std::unique_lock<std::mutex> lock(mutex_);
-      tcp_client_.reset();
+      watched_store_.reset();
       changed_.wait_for(lock, slice_, [&] { return stopping_; });
       continue;
     }

@@ -5,9 +5,10 @@
 //
 // EventWatcher owns one thread that blocks on the current round's record (store wait() in
 // slices) and calls the callback once per round, on that thread (not for a restart this node
-// requested itself). stop() returns within milliseconds: when open_store gives a
-// TcpStoreClient (its own connection, as detail::store_opener does), stop() ends the blocked
-// wait with TcpStoreClient::interrupt(); other stores end their wait at the slice's end.
+// requested itself). stop() returns within milliseconds: open_store gives the thread a store
+// of its own (its own connection, as detail::store_opener and the etcd backend do), and stop()
+// ends the blocked wait with Store::interrupt() (TCP and etcd stores implement it; others end
+// their wait at the slice's end).
 #pragma once
 
 #include <condition_variable>
@@ -20,7 +21,6 @@
 
 #include "rendezvous/rendezvous_handler.h"
 #include "rendezvous/store.h"
-#include "rendezvous/tcp_store_client.h"
 
 namespace dlaunch {
 
@@ -48,8 +48,8 @@ class EventWatcher {
 
   // Watches `round` from now on, replacing any earlier round and callback.
   void watch(int64_t round, std::function<void(const RendezvousEvent&)> on_event);
-  // Stops watching and joins the thread: within milliseconds for a TcpStoreClient, else
-  // within one slice; while open_store is still connecting, within its connect timeout.
+  // Stops watching and joins the thread: within milliseconds for a store that implements
+  // Store::interrupt() (TCP, etcd), else within one slice; while open_store is still connecting, within its connect timeout.
   // Idempotent; never throws.
   void stop();
 
@@ -65,9 +65,9 @@ class EventWatcher {
   bool stopping_ = false;
   bool exited_ = false;  // run() returned
   bool armed_ = false;
-  // The thread's store when it is a TcpStoreClient: stop() interrupts a call blocked in it
+  // The thread's store: stop() interrupts a call blocked in it
   // (a no-op while the thread is not in a call). The thread is its only user.
-  std::shared_ptr<TcpStoreClient> tcp_client_;
+  std::shared_ptr<Store> watched_store_;
   int64_t round_ = -1;
   uint64_t generation_ = 0;
   std::function<void(const RendezvousEvent&)> on_event_;

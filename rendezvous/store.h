@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "common/error.h"
 
 namespace dlaunch {
 
@@ -26,6 +27,12 @@ using Bytes = std::vector<uint8_t>;
 
 inline Bytes to_bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 inline std::string to_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+// A blocked call was ended by Store::interrupt() from another thread (not by the backend).
+class StoreInterruptedError : public ClosedError {
+ public:
+  using ClosedError::ClosedError;
+};
 
 class Store {
  public:
@@ -58,6 +65,12 @@ class Store {
   // Several keys at once; multi_get blocks like get() until all exist.
   virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys);
   virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
+
+  // Ends a call blocked in get/wait on another thread, which then throws StoreInterruptedError;
+  // later calls work as before. Where the backend cannot, or no call is blocked, it does
+  // nothing, so a caller that must stop a thread repeats it until the thread is out (see
+  // EventWatcher::stop). Never blocks, never throws.
+  virtual void interrupt() {}
 
   // Atomic: one thread may change the timeout while others are inside calls that read it.
   Duration timeout() const { return timeout_.load(std::memory_order_relaxed); }

@@ -33,11 +33,6 @@
 
 namespace dlaunch {
 
-// The call was ended by interrupt() from another thread (not by the server).
-class StoreInterruptedError : public ClosedError {
- public:
-  using ClosedError::ClosedError;
-};
 
 struct TcpStoreClientOptions {
   std::string host = "127.0.0.1";
@@ -76,7 +71,7 @@ class TcpStoreClient final : public Store {
   // StoreInterruptedError (also while connecting or backing off between connect attempts),
   // and its connection is dropped, so the next call reconnects. Does nothing when no call is
   // in progress. Safe from any thread; never blocks on I/O; never throws.
-  void interrupt();
+  void interrupt() override;
 
   const TcpStoreClientOptions& options() const { return options_; }
   std::string endpoint() const;

@@ -76,6 +76,37 @@ TEST_F(EtcdStoreTest, BlockingGetIsReleasedByALaterSetFromAnotherClient) {
   t.join();
 }
 
+// The rendezvous' event watcher stops its thread this way (EventWatcher::stop): a get parked on
+// the watch ends with StoreInterruptedError at once, not at its timeout, and the store stays
+// usable.
+TEST_F(EtcdStoreTest, InterruptEndsABlockedGetFromAnotherThread) {
+  store_->set_timeout(60s);
+  std::atomic<bool> done{false};
+  std::string outcome;
+  std::thread blocked([&] {
+    try {
+      store_->get("never");
+      outcome = "returned";
+    } catch (const StoreInterruptedError&) {
+      outcome = "interrupted";
+    } catch (const std::exception& e) {
+      outcome = std::string("other error: ") + e.what();
+    }
+    done = true;
+  });
+  auto start = std::chrono::steady_clock::now();
+  // Repeat: an interrupt that lands before the get reaches the watch finds nothing to end.
+  while (!done && std::chrono::steady_clock::now() - start < 30s) {
+    store_->interrupt();
+    std::this_thread::sleep_for(10ms);
+  }
+  blocked.join();
+  EXPECT_EQ(outcome, "interrupted");
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 20s);  // the get's timeout is 60 s
+  store_->set("after", to_bytes("x"));
+  EXPECT_EQ(to_string(store_->get("after")), "x");
+}
+
 TEST_F(EtcdStoreTest, AddCountsFromZeroAndStoresDecimal) {
   EXPECT_EQ(store_->add("c", 5), 5);
   EXPECT_EQ(store_->add("c", -2), 3);
