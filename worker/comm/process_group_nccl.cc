@@ -326,28 +326,28 @@ class NcclProcessGroup : public ProcessGroup {
 
   // Grow-only buffers; growing waits for the sync stream, which may still read the old ones.
   void* staging(size_t bytes) {
-    if (bytes > staging_bytes_) {
-      check_cuda(cudaEventRecord(done_, sync_stream_), "event record");
-      wait_event(done_, sync_comm_, "staging");
-      cudaFree(staging_);
-      staging_ = nullptr;
-      staging_bytes_ = 0;
-      check_cuda(cudaMalloc(&staging_, bytes), "malloc");
-      staging_bytes_ = bytes;
-    }
-    return staging_;
+    return grow(staging_, staging_bytes_, bytes,
+                [](void** p, size_t n) { return cudaMalloc(p, n); },
+                [](void* p) { cudaFree(p); }, "malloc");
   }
   void* pinned(size_t bytes) {
-    if (bytes > pinned_bytes_) {
+    return grow(pinned_, pinned_bytes_, bytes,
+                [](void** p, size_t n) { return cudaMallocHost(p, n); },
+                [](void* p) { cudaFreeHost(p); }, "pinned malloc");
+  }
+  template <typename Alloc, typename Free>
+  void* grow(void*& buffer, size_t& capacity, size_t bytes, Alloc alloc, Free release,
+             const char* what) {
+    if (bytes > capacity) {
       check_cuda(cudaEventRecord(done_, sync_stream_), "event record");
       wait_event(done_, sync_comm_, "staging");
-      cudaFreeHost(pinned_);
-      pinned_ = nullptr;
-      pinned_bytes_ = 0;
-      check_cuda(cudaMallocHost(&pinned_, bytes), "pinned malloc");
-      pinned_bytes_ = bytes;
+      release(buffer);
+      buffer = nullptr;
+      capacity = 0;
+      check_cuda(alloc(&buffer, bytes), what);
+      capacity = bytes;
     }
-    return pinned_;
+    return buffer;
   }
 
   // ncclCommAbort returns without waiting for peers or queued work (unlike destroy/finalize).
