@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "worker/comm/comm_thread.h"
 #include "worker/comm/gloo_store_adapter.h"
+#include "worker/comm/shm_allreduce.h"
 
 namespace dlaunch::comm {
 namespace {
@@ -91,6 +92,8 @@ class GlooProcessGroup : public ProcessGroup {
     translate_gloo_errors("device creation", [&] { device_ = gloo::transport::tcp::CreateDevice(attr); });
     sync_ = connect(store, "sync", rank, size, options, device_);
     async_ = connect(store, "async", rank, size, options, device_);
+    // After sync_ is up: the bootstrap uses this group's gloo allgather/broadcast.
+    shm_ = ShmAllreduce::create(*this, options.timeout);
   }
 
   ~GlooProcessGroup() override { comm_.reset(); }  // drain the async queue before contexts die
@@ -99,12 +102,18 @@ class GlooProcessGroup : public ProcessGroup {
   int size() const override { return size_; }
   std::string backend() const override { return "gloo"; }
 
+  // Small vectors on one host go through shared memory (SyncBN, metrics); every rank passes
+  // the same count, so every rank picks the same path.
   void allreduce(float* data, size_t count, ReduceOp op) override {
+    if (shm_ && ShmAllreduce::fits(count, sizeof(float))) return shm_->allreduce(data, count, op);
     gloo_allreduce(sync_, data, count, op);
   }
   void allreduce(double* data, size_t count, ReduceOp op) override {
+    if (shm_ && ShmAllreduce::fits(count, sizeof(double))) return shm_->allreduce(data, count, op);
     gloo_allreduce(sync_, data, count, op);
   }
+
+  bool uses_shared_memory() const { return shm_ != nullptr; }
 
   void broadcast(void* data, size_t bytes, int root) override {
     if (bytes == 0) return;
@@ -160,10 +169,16 @@ class GlooProcessGroup : public ProcessGroup {
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> sync_;
   std::shared_ptr<gloo::Context> async_;
+  std::unique_ptr<ShmAllreduce> shm_;  // null: every allreduce uses gloo
   std::unique_ptr<CommThread> comm_ = std::make_unique<CommThread>();
 };
 
 }  // namespace
+
+bool gloo_uses_shared_memory(const ProcessGroup& pg) {
+  auto* gloo_pg = dynamic_cast<const GlooProcessGroup*>(&pg);
+  return gloo_pg != nullptr && gloo_pg->uses_shared_memory();
+}
 
 std::unique_ptr<ProcessGroup> make_gloo_process_group(gloo::rendezvous::Store& store, int rank,
                                                       int size, const GlooOptions& options) {

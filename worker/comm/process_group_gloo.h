@@ -5,6 +5,11 @@
 // one for the async bucket allreduces of the communication thread, so the two never share tags
 // or sockets and can run at the same time.
 //
+// Small blocking float/double allreduces (<= ShmAllreduce::kSlotBytes per rank) go through
+// shared memory instead when all ranks are on one host (worker/comm/shm_allreduce.h); the async
+// allreduce, broadcast, allgather and barrier always use gloo. DLAUNCH_SHM_ALLREDUCE=0 turns the
+// shared-memory path off.
+//
 // Addresses: each rank publishes the address of a TCP device bound to `hostname` (or to the
 // interface `iface`, like PyTorch's GLOO_SOCKET_IFNAME). For ranks all on one host, 127.0.0.1.
 #pragma once
@@ -40,5 +45,8 @@ std::unique_ptr<ProcessGroup> make_gloo_process_group(gloo::rendezvous::Store& s
 // Bootstraps through one of our stores (the agent's TCP store in a real job).
 std::unique_ptr<ProcessGroup> make_gloo_process_group(dlaunch::Store& store, int rank, int size,
                                                       const GlooOptions& options);
+
+// Whether `pg` is a gloo group whose small allreduces use shared memory (for tests and logs).
+bool gloo_uses_shared_memory(const ProcessGroup& pg);
 
 }  // namespace dlaunch::comm
