@@ -2,14 +2,12 @@
 // of the global batch, train exactly like one rank on the whole batch; and SyncBN's forward and
 // backward match plain batch norm on the concatenated batch.
 #include <gtest/gtest.h>
-#include <gloo/rendezvous/hash_store.h>
 
 #include <cmath>
 #include <cstring>
-#include <functional>
-#include <thread>
 
 #include "kernels/ops.h"
+#include "tests/worker/gloo_ranks.h"
 #include "worker/comm/process_group_gloo.h"
 #include "worker/data/batch_loader.h"
 #include "worker/data/dataset.h"
@@ -56,25 +54,7 @@ Tensor to_tensor(const data::Batch& b) {
   return t;
 }
 
-void run_ranks(int world, const std::function<void(comm::ProcessGroup&)>& fn) {
-  gloo::rendezvous::HashStore store;
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(world);
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto pg = comm::make_gloo_process_group(store, r, world, {});
-        fn(*pg);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using test::run_gloo_ranks;
 
 struct Trace {
   std::vector<double> losses;
@@ -106,7 +86,7 @@ TEST(DataParallel, TwoRanksWithSyncBnEqualOneRankOnTheGlobalBatch) {
   kernels::cpu::set_num_threads(1);
   Trace single = train_single();
   std::vector<Trace> traces(2);
-  run_ranks(2, [&](comm::ProcessGroup& pg) {
+  run_gloo_ranks(2, [&](comm::ProcessGroup& pg) {
     // Different seeds per rank: the initial broadcast must make the replicas identical.
     ResNet model(small_net(), 1 + 100 * pg.rank());
     DataParallel dp(model, pg, /*sync_bn=*/true, /*bucket_bytes=*/64 * 1024);
@@ -166,7 +146,7 @@ TEST(DataParallel, SyncBnForwardMatchesBatchNormOnTheConcatenatedBatch) {
   }
   EXPECT_GT(unsynced_diff, 1e-3);
 
-  run_ranks(2, [&](comm::ProcessGroup& pg) {
+  run_gloo_ranks(2, [&](comm::ProcessGroup& pg) {
     ResNet model(small_net(), 5);
     ProcessGroupBatchNormSync sync(pg);
     model.set_batchnorm_sync(&sync);

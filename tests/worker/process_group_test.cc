@@ -3,43 +3,22 @@
 #include <gtest/gtest.h>
 #include <gloo/rendezvous/hash_store.h>
 
-#include <functional>
 #include <numeric>
 #include <thread>
 
 #include "common/error.h"
+#include "tests/worker/gloo_ranks.h"
 #include "worker/comm/process_group_gloo.h"
 #include "worker/ddp/grad_reducer.h"
 
 namespace dlaunch::comm {
 namespace {
 
-// Runs fn(pg) on `world` threads, one process group each; rethrows the first failure.
-void run_ranks(int world, const std::function<void(ProcessGroup&)>& fn) {
-  gloo::rendezvous::HashStore store;
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(world);
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        GlooOptions opts;
-        opts.timeout = std::chrono::seconds(60);
-        auto pg = make_gloo_process_group(store, r, world, opts);
-        fn(*pg);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using test::run_gloo_ranks;
 
 TEST(GlooProcessGroup, Collectives) {
   const int world = 3;
-  run_ranks(world, [&](ProcessGroup& pg) {
+  run_gloo_ranks(world, [&](ProcessGroup& pg) {
     EXPECT_EQ(pg.size(), world);
     std::vector<float> v = {1.0f * pg.rank(), 2.0f, -1.0f * pg.rank()};
     pg.allreduce(v.data(), v.size(), ReduceOp::kSum);
@@ -70,7 +49,7 @@ TEST(GlooProcessGroup, Collectives) {
 }
 
 TEST(GlooProcessGroup, AsyncAllreduceOverlapsWithBlockingCalls) {
-  run_ranks(2, [](ProcessGroup& pg) {
+  run_gloo_ranks(2, [](ProcessGroup& pg) {
     std::vector<std::vector<float>> bufs(8, std::vector<float>(100000, 1.0f + pg.rank()));
     std::vector<std::shared_ptr<Work>> works;
     for (auto& b : bufs) {
@@ -123,7 +102,7 @@ TEST(GradReducer, BucketsTileTheBufferAndAverage) {
     params.push_back(ParamInfo{"p" + std::to_string(params.size()), off, count, false});
     off += count;
   }
-  run_ranks(2, [&](ProcessGroup& pg) {
+  run_gloo_ranks(2, [&](ProcessGroup& pg) {
     std::vector<float> grads(off);
     ddp::GradReducer reducer(pg, grads.data(), params, 16 * 1024);  // 4096 floats per bucket
     const auto& buckets = reducer.buckets();

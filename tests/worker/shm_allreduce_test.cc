@@ -2,10 +2,10 @@
 // forked processes (FileStore), compared bit for bit with the gloo path.
 #include <gtest/gtest.h>
 #include <gloo/rendezvous/file_store.h>
-#include <gloo/rendezvous/hash_store.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "tests/worker/gloo_ranks.h"
 #include "worker/comm/process_group_gloo.h"
 #include "worker/comm/shm_allreduce.h"
 
@@ -37,28 +38,7 @@ class ScopedShmEnv {
   ~ScopedShmEnv() { unsetenv("DLAUNCH_SHM_ALLREDUCE"); }
 };
 
-void run_ranks(int world, const std::function<void(ProcessGroup&)>& fn,
-               std::chrono::milliseconds timeout = std::chrono::seconds(60)) {
-  gloo::rendezvous::HashStore store;
-  std::vector<std::thread> threads;
-  std::vector<std::exception_ptr> errors(world);
-  for (int r = 0; r < world; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        GlooOptions opts;
-        opts.timeout = timeout;
-        auto pg = make_gloo_process_group(store, r, world, opts);
-        fn(*pg);
-      } catch (...) {
-        errors[r] = std::current_exception();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (auto& e : errors) {
-    if (e) std::rethrow_exception(e);
-  }
-}
+using test::run_gloo_ranks;
 
 template <typename T>
 std::vector<T> rank_data(int rank, size_t count, uint32_t salt) {
@@ -86,7 +66,7 @@ Results run_cases(int world, const std::vector<size_t>& sizes, bool expect_shm) 
   Results res;
   res.doubles.resize(world);
   res.floats.resize(world);
-  run_ranks(world, [&](ProcessGroup& pg) {
+  run_gloo_ranks(world, [&](ProcessGroup& pg) {
     EXPECT_EQ(gloo_uses_shared_memory(pg), expect_shm);
     uint32_t salt = 0;
     for (ReduceOp op : kOps) {
@@ -130,7 +110,7 @@ TEST(ShmAllreduce, TwoRanksBitwiseEqualToGloo) {
 TEST(ShmAllreduce, ThreeAndFourRanksSumInRankOrderOnEveryRank) {
   ScopedShmEnv env(nullptr);
   for (int world : {3, 4}) {
-    run_ranks(world, [&](ProcessGroup& pg) {
+    run_gloo_ranks(world, [&](ProcessGroup& pg) {
       ASSERT_TRUE(gloo_uses_shared_memory(pg));
       uint32_t salt = 100;
       for (ReduceOp op : kOps) {
@@ -163,7 +143,7 @@ TEST(ShmAllreduce, ThreeAndFourRanksSumInRankOrderOnEveryRank) {
 // Thousands of calls: both buffers are reused many times and the counters wrap 2^32.
 TEST(ShmAllreduce, ManyConsecutiveCallsCrossTheCounterWrap) {
   ScopedShmEnv env(nullptr);
-  run_ranks(2, [](ProcessGroup& pg) {
+  run_gloo_ranks(2, [](ProcessGroup& pg) {
     ASSERT_TRUE(gloo_uses_shared_memory(pg));
     for (int i = 0; i < 3000; ++i) {
       std::vector<double> v = {static_cast<double>(i) * (pg.rank() + 1), 1.0, -0.5 * pg.rank()};
@@ -184,7 +164,7 @@ TEST(ShmAllreduce, PeerThatNeverCallsTimesOut) {
   std::atomic<bool> done{false};
   std::exception_ptr error;
   double waited_s = 0;
-  run_ranks(
+  run_gloo_ranks(
       2,
       [&](ProcessGroup& pg) {
         ASSERT_TRUE(gloo_uses_shared_memory(pg));
@@ -216,7 +196,7 @@ TEST(ShmAllreduce, PeerThatNeverCallsTimesOut) {
 TEST(ShmAllreduce, OffViaEnvAndForAWorldOfOne) {
   {
     ScopedShmEnv env("0");
-    run_ranks(2, [](ProcessGroup& pg) {
+    run_gloo_ranks(2, [](ProcessGroup& pg) {
       EXPECT_FALSE(gloo_uses_shared_memory(pg));
       std::vector<double> v = {1.0 + pg.rank()};
       pg.allreduce(v.data(), 1, ReduceOp::kAvg);
@@ -225,13 +205,45 @@ TEST(ShmAllreduce, OffViaEnvAndForAWorldOfOne) {
   }
   {
     ScopedShmEnv env("1");
-    run_ranks(1, [](ProcessGroup& pg) {
+    run_gloo_ranks(1, [](ProcessGroup& pg) {
       EXPECT_FALSE(gloo_uses_shared_memory(pg));
       std::vector<double> v = {4.0};
       pg.allreduce(v.data(), 1, ReduceOp::kSum);
       EXPECT_EQ(v[0], 4.0);
     });
   }
+}
+
+// Forks `world` processes that meet through a file store in `dir`; each runs body(pg, rank) and
+// exits with its result (1 when it throws). Returns the pids, rank order, for the caller to reap.
+std::vector<pid_t> fork_ranks(int world, const std::filesystem::path& dir,
+                              const std::function<int(ProcessGroup&, int)>& body) {
+  std::vector<pid_t> pids;
+  for (int r = 0; r < world; ++r) {
+    pid_t pid = fork();
+    if (pid < 0) ADD_FAILURE() << "fork: " << std::strerror(errno);
+    if (pid == 0) {
+      int rc = 1;
+      try {
+        gloo::rendezvous::FileStore store(dir.string());
+        GlooOptions opts;
+        opts.timeout = std::chrono::seconds(60);
+        auto pg = make_gloo_process_group(store, r, world, opts);
+        rc = body(*pg, r);
+      } catch (const std::exception& e) {
+        fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      _exit(rc);
+    }
+    if (pid > 0) pids.push_back(pid);
+  }
+  return pids;
+}
+
+void expect_exit_zero(pid_t pid) {
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
 }
 
 // Real processes: the segment is shared across address spaces, and it is unlinked once mapped.
@@ -241,37 +253,18 @@ TEST(ShmAllreduce, ForkedProcessesShareTheSegment) {
              ("dlaunch_shm_test_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
   const int world = 3;
-  std::vector<pid_t> pids;
-  for (int r = 0; r < world; ++r) {
-    pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      int rc = 1;
-      try {
-        gloo::rendezvous::FileStore store(dir.string());
-        GlooOptions opts;
-        opts.timeout = std::chrono::seconds(60);
-        auto pg = make_gloo_process_group(store, r, world, opts);
-        bool ok = gloo_uses_shared_memory(*pg);
-        for (int i = 0; i < 200 && ok; ++i) {
-          std::vector<double> v = {static_cast<double>(r + i), 0.25};
-          pg->allreduce(v.data(), v.size(), ReduceOp::kSum);
-          ok = v[0] == 3.0 * i + 3.0 && v[1] == 0.75;
-        }
-        pg->barrier();
-        rc = ok ? 0 : 2;
-      } catch (const std::exception& e) {
-        fprintf(stderr, "rank %d: %s\n", r, e.what());
-      }
-      _exit(rc);
+  std::vector<pid_t> pids = fork_ranks(world, dir, [](ProcessGroup& pg, int r) {
+    bool ok = gloo_uses_shared_memory(pg);
+    for (int i = 0; i < 200 && ok; ++i) {
+      std::vector<double> v = {static_cast<double>(r + i), 0.25};
+      pg.allreduce(v.data(), v.size(), ReduceOp::kSum);
+      ok = v[0] == 3.0 * i + 3.0 && v[1] == 0.75;
     }
-    pids.push_back(pid);
-  }
-  for (pid_t pid : pids) {
-    int status = 0;
-    ASSERT_EQ(waitpid(pid, &status, 0), pid);
-    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
-  }
+    pg.barrier();
+    return ok ? 0 : 2;
+  });
+  ASSERT_EQ(pids.size(), static_cast<size_t>(world));
+  for (pid_t pid : pids) expect_exit_zero(pid);
   std::filesystem::remove_all(dir);
   // Nothing of ours is left in /dev/shm.
   const std::string prefix = "dlaunch-shm-" + std::to_string(pids[0]) + "-";
@@ -288,41 +281,23 @@ TEST(ShmAllreduce, ExitedPeerProcessSurfacesAsConnectionError) {
   auto dir = std::filesystem::temp_directory_path() /
              ("dlaunch_shm_exit_test_" + std::to_string(getpid()));
   std::filesystem::create_directories(dir);
-  std::vector<pid_t> pids;
-  for (int r = 0; r < 2; ++r) {
-    pid_t pid = fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      int rc = 1;
-      try {
-        gloo::rendezvous::FileStore store(dir.string());
-        GlooOptions opts;
-        opts.timeout = std::chrono::seconds(60);
-        auto pg = make_gloo_process_group(store, r, 2, opts);
-        if (!gloo_uses_shared_memory(*pg)) _exit(3);
-        if (r == 1) _exit(0);  // gone without a word; the parent reaps it only later
-        auto start = std::chrono::steady_clock::now();
-        std::vector<double> v(4, 1.0);
-        try {
-          pg->allreduce(v.data(), v.size(), ReduceOp::kSum);
-          rc = 4;
-        } catch (const ConnectionError& e) {
-          auto waited = std::chrono::steady_clock::now() - start;
-          rc = waited < std::chrono::seconds(20) ? 0 : 5;
-          fprintf(stderr, "rank 0 (expected): %s\n", e.what());
-        }
-      } catch (const std::exception& e) {
-        fprintf(stderr, "rank %d: %s\n", r, e.what());
-      }
-      _exit(rc);
+  std::vector<pid_t> pids = fork_ranks(2, dir, [](ProcessGroup& pg, int r) {
+    if (!gloo_uses_shared_memory(pg)) return 3;
+    if (r == 1) return 0;  // gone without a word; the parent reaps it only later
+    auto start = std::chrono::steady_clock::now();
+    std::vector<double> v(4, 1.0);
+    try {
+      pg.allreduce(v.data(), v.size(), ReduceOp::kSum);
+      return 4;
+    } catch (const ConnectionError& e) {
+      auto waited = std::chrono::steady_clock::now() - start;
+      fprintf(stderr, "rank 0 (expected): %s\n", e.what());
+      return waited < std::chrono::seconds(20) ? 0 : 5;
     }
-    pids.push_back(pid);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(pids[0], &status, 0), pids[0]);  // rank 1 stays a zombie meanwhile
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
-  ASSERT_EQ(waitpid(pids[1], &status, 0), pids[1]);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "status " << status;
+  });
+  ASSERT_EQ(pids.size(), 2u);
+  expect_exit_zero(pids[0]);  // rank 1 stays a zombie meanwhile
+  expect_exit_zero(pids[1]);
   std::filesystem::remove_all(dir);
 }
 
