@@ -48,34 +48,20 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.h"
+
 extern char** environ;
 
 namespace {
+
+using dlaunch::bench::free_port;
+using dlaunch::bench::mono_ns;
 
 bool g_keep = false;  // --keep
 
 const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kStamp = STAMP_WORKER_BIN;
 const std::string kPython = "/usr/bin/python3";
-
-int64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
-
-// A port free right now on 127.0.0.1 (the agents bind it a moment later).
-int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
 
 struct JobResult {
   bool ok = false;

@@ -27,17 +27,15 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.h"
+
 namespace {
+
+using dlaunch::bench::mono_ns;
 
 const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kStamp = STAMP_WORKER_BIN;
 const std::string kPython = "/usr/bin/python3";
-
-int64_t mono_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
-}
 
 struct Stamp {
   int64_t ns;

@@ -25,12 +25,19 @@
 #include <thread>
 #include <vector>
 
+#include "bench/bench_support.h"
+
 namespace {
 
-double thread_cpu_seconds() {
-  rusage ru{};
-  getrusage(RUSAGE_THREAD, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+using dlaunch::bench::cpu_seconds;
+
+int dial_or_exit(uint16_t port) {
+  int fd = dlaunch::bench::dial_loopback(port);
+  if (fd < 0) {
+    std::perror("connect");
+    std::exit(1);
+  }
+  return fd;
 }
 
 int listen_loopback(uint16_t* port) {
@@ -45,21 +52,6 @@ int listen_loopback(uint16_t* port) {
   socklen_t len = sizeof(sa);
   getsockname(fd, reinterpret_cast<sockaddr*>(&sa), &len);
   *port = ntohs(sa.sin_port);
-  return fd;
-}
-
-int dial(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    std::perror("connect");
-    std::exit(1);
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
 }
 
@@ -79,7 +71,7 @@ double serve(int listener, int clients, size_t request, size_t reply) {
     epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
   }
   int open = clients;
-  double cpu0 = thread_cpu_seconds();
+  double cpu0 = cpu_seconds(RUSAGE_THREAD);
   epoll_event events[64];
   while (open > 0) {
     int n = epoll_wait(ep, events, 64, -1);
@@ -97,7 +89,7 @@ double serve(int listener, int clients, size_t request, size_t reply) {
       if (complete > 0) (void)!::write(fd, out.data(), complete * reply);
     }
   }
-  double cpu = thread_cpu_seconds() - cpu0;
+  double cpu = cpu_seconds(RUSAGE_THREAD) - cpu0;
   ::close(ep);
   return cpu;
 }
@@ -125,7 +117,7 @@ int main(int argc, char** argv) {
   double server_cpu = 0;
   std::thread server([&] { server_cpu = serve(listener, clients, request, reply); });
   std::vector<int> fds;
-  for (int i = 0; i < clients; ++i) fds.push_back(dial(port));
+  for (int i = 0; i < clients; ++i) fds.push_back(dial_or_exit(port));
 
   std::atomic<bool> stop{false};
   std::vector<uint64_t> trips(clients, 0);
@@ -134,7 +126,7 @@ int main(int argc, char** argv) {
   for (int i = 0; i < clients; ++i) {
     threads.emplace_back([&, i] {
       std::vector<char> req(request, 'q'), rep(reply);
-      double cpu0 = thread_cpu_seconds();
+      double cpu0 = cpu_seconds(RUSAGE_THREAD);
       uint64_t n = 0;
       while (!stop.load(std::memory_order_relaxed)) {
         if (::send(fds[i], req.data(), req.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(request)) break;
@@ -148,7 +140,7 @@ int main(int argc, char** argv) {
         ++n;
       }
       trips[i] = n;
-      client_cpu[i] = thread_cpu_seconds() - cpu0;
+      client_cpu[i] = cpu_seconds(RUSAGE_THREAD) - cpu0;
     });
   }
   auto start = std::chrono::steady_clock::now();

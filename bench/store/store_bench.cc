@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "common/byte_order.h"
+#include "bench/bench_support.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/tcp_store_server.h"
 
@@ -34,20 +35,8 @@ using namespace dlaunch;
 
 namespace {
 
-int dial(uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in sa{};
-  sa.sin_family = AF_INET;
-  sa.sin_port = htons(port);
-  inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  return fd;
-}
+using dlaunch::bench::cpu_seconds;
+using dlaunch::bench::dial_loopback;
 
 bool send_all(int fd, const std::vector<uint8_t>& b) {
   size_t off = 0;
@@ -76,13 +65,6 @@ void put_u64(std::vector<uint8_t>& b, uint64_t v) {
 void put_str(std::vector<uint8_t>& b, const std::string& s) {
   put_u64(b, s.size());
   b.insert(b.end(), s.begin(), s.end());
-}
-
-// CPU time (user + system) of the calling thread, or of the whole process, in seconds.
-double cpu_seconds(int who) {
-  rusage ru{};
-  getrusage(who, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
 // CPU time of another process (utime + stime from /proc/<pid>/stat), in seconds.
@@ -114,7 +96,7 @@ struct ClientResult {
 // One client: SET k v; GET k; ADD c 1 (1.13 opcodes 0, 2, 3), `depth` iterations sent before
 // the replies are read (1: plain request/response). Returns ops done.
 uint64_t client_loop(uint16_t port, int id, int depth, const std::atomic<bool>& stop) {
-  int fd = dial(port);
+  int fd = dial_loopback(port);
   if (fd < 0) return 0;
   std::string key = "/bench/k" + std::to_string(id);
   std::vector<uint8_t> set, get, add;
@@ -226,7 +208,7 @@ pid_t hold_connections(uint16_t port, int n, int report_fd) {
   put_u64(add, 1);
   int ok = 0;
   for (int i = 0; i < n; ++i) {
-    int fd = dial(port);
+    int fd = dial_loopback(port);
     if (fd < 0) break;
     fds.push_back(fd);
     uint8_t r[8];
