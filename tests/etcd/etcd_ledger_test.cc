@@ -19,20 +19,8 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class EtcdLedgerTest : public ::testing::Test {
+class EtcdLedgerTest : public test::EtcdTest {
  protected:
-  void SetUp() override {
-    auto where = test::find_test_etcd();
-    if (where.endpoint.empty()) GTEST_SKIP() << where.skip_reason;
-    endpoint_ = where.endpoint;
-    prefix_ = test::unique_prefix(::testing::UnitTest::GetInstance()->current_test_info()->name());
-  }
-
-  std::shared_ptr<EtcdStore> make_store() {
-    etcd::ClientOptions o;
-    o.endpoint = endpoint_;
-    return std::make_shared<EtcdStore>(std::make_shared<etcd::Client>(o), prefix_);
-  }
   std::unique_ptr<EtcdRoundLedger> make_ledger(std::shared_ptr<EtcdStore> store = nullptr) {
     return std::make_unique<EtcdRoundLedger>(store ? store : make_store(), kRdzv, steady_clock());
   }
@@ -44,8 +32,6 @@ class EtcdLedgerTest : public ::testing::Test {
   static constexpr const char* kRdzv = "dlaunch/rdzv/job";
   // {MIN, MAX, last call}
   const DynamicLimits two{2, 2, 60s}, three{3, 3, 1s}, five{5, 5, 1s}, one_to_three{1, 3, 1s};
-  std::string endpoint_;
-  std::string prefix_;
 };
 
 TEST_F(EtcdLedgerTest, ConcurrentJoinsGetDenseIndicesInArrivalOrderWithOneKeyEach) {

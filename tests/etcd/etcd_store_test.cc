@@ -18,27 +18,14 @@ namespace {
 
 using namespace std::chrono_literals;
 
-class EtcdStoreTest : public ::testing::Test {
+class EtcdStoreTest : public test::EtcdTest {
  protected:
   void SetUp() override {
-    auto where = test::find_test_etcd();
-    if (where.endpoint.empty()) GTEST_SKIP() << where.skip_reason;
-    endpoint_ = where.endpoint;
-    prefix_ = test::unique_prefix(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    EtcdTest::SetUp();
+    if (IsSkipped()) return;
     store_ = make_store();
   }
-  std::shared_ptr<etcd::Client> make_client() {
-    etcd::ClientOptions o;
-    o.endpoint = endpoint_;
-    return std::make_shared<etcd::Client>(o);
-  }
-  // Another client of the same table, as another agent would have.
-  std::shared_ptr<EtcdStore> make_store() {
-    return std::make_shared<EtcdStore>(make_client(), prefix_);
-  }
 
-  std::string endpoint_;
-  std::string prefix_;
   std::shared_ptr<EtcdStore> store_;
 };
 

@@ -3,6 +3,7 @@
 // started in DLAUNCH_TEST_ETCD_DIR. Tests skip, with the reason, when neither is there.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,6 +12,9 @@
 #include <optional>
 #include <random>
 #include <string>
+
+#include "rendezvous/etcd_client.h"
+#include "rendezvous/etcd_store.h"
 
 namespace dlaunch::test {
 
@@ -46,5 +50,26 @@ inline std::string unique_prefix(const std::string& name) {
   static std::mt19937_64 rng(std::random_device{}() ^ static_cast<uint64_t>(getpid()));
   return "/dlaunch-test/" + name + "/" + std::to_string(rng()) + "/";
 }
+
+// A test against the private etcd: skips with the reason when there is none; each test gets its
+// own key prefix, and stores or clients of its own (as separate agents would have).
+class EtcdTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto where = find_test_etcd();
+    if (where.endpoint.empty()) GTEST_SKIP() << where.skip_reason;
+    endpoint_ = where.endpoint;
+    prefix_ = unique_prefix(::testing::UnitTest::GetInstance()->current_test_info()->name());
+  }
+  std::shared_ptr<etcd::Client> make_client() {
+    etcd::ClientOptions o;
+    o.endpoint = endpoint_;
+    return std::make_shared<etcd::Client>(o);
+  }
+  std::shared_ptr<EtcdStore> make_store() { return std::make_shared<EtcdStore>(make_client(), prefix_); }
+
+  std::string endpoint_;
+  std::string prefix_;
+};
 
 }  // namespace dlaunch::test
