@@ -32,6 +32,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
   if (!error_file.empty()) env.emplace_back(n::kErrorFile, error_file);
   if (!omp_num_threads.empty()) env.emplace_back(n::kOmpNumThreads, omp_num_threads);
   if (!heartbeat_file.empty()) env.emplace_back(n::kHeartbeatFile, heartbeat_file);
+  if (console_tty) env.emplace_back(n::kConsoleTty, "1");
   return env;
 }
 
@@ -73,6 +74,7 @@ WorkerEnv WorkerEnv::from_environ() {
   env.error_file = get_env_or(n::kErrorFile, "");
   env.omp_num_threads = get_env_or(n::kOmpNumThreads, "");
   env.heartbeat_file = get_env_or(n::kHeartbeatFile, "");
+  env.console_tty = get_env_or(n::kConsoleTty, "") == "1";
   env.node_id = get_env_or(n::kNodeId, "");
   env.attempt = get_env_int(n::kAttempt).value_or(env.restart_count);
   return env;

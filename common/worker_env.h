@@ -38,6 +38,8 @@ inline constexpr const char kHeartbeatFile[] = "DLAUNCH_HEARTBEAT_FILE";
 inline constexpr const char kNodeId[] = "DLAUNCH_NODE_ID";
 inline constexpr const char kAttempt[] = "DLAUNCH_ATTEMPT";
 inline constexpr const char kJobToken[] = "DLAUNCH_JOB_TOKEN";
+// "1" when the worker's stdout reaches a terminal through dlaunch (its own stdout is a pipe).
+inline constexpr const char kConsoleTty[] = "DLAUNCH_CONSOLE_TTY";
 }  // namespace env_names
 
 struct WorkerEnv {
@@ -61,6 +63,7 @@ struct WorkerEnv {
   std::string heartbeat_file;  // empty: not set
   std::string node_id;
   int64_t attempt = 0;
+  bool console_tty = false;  // set as DLAUNCH_CONSOLE_TTY=1 only when true
 
   // The variables in a fixed order, ready for execve. Empty optional fields are left out.
   std::vector<std::pair<std::string, std::string>> to_env() const;

@@ -20,6 +20,7 @@
 #include <fstream>
 #include <map>
 #include <mutex>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <thread>
 
@@ -27,6 +28,7 @@
 #include "common/log.h"
 #include "common/worker_env.h"
 #include "launcher/failure_report.h"
+#include "launcher/line_splitter.h"
 #include "launcher/log_router.h"
 #include "launcher/posix_process_context.h"
 #include "launcher/stack_capture.h"
@@ -98,7 +100,8 @@ struct Agent::Impl {
         grace_timer(i),
         kill_timer(i),
         hang_timer(i),
-        capture_timer(i) {
+        capture_timer(i),
+        output_timer(i) {
     if (!opts.last_beat) opts.last_beat = mtime_on_steady_clock;
   }
 
@@ -128,6 +131,10 @@ struct Agent::Impl {
   asio::steady_timer kill_timer;
   asio::steady_timer hang_timer;
   asio::steady_timer capture_timer;
+  asio::steady_timer output_timer;
+  bool output_timer_armed = false;
+  std::set<std::weak_ptr<WorkerOutput>, std::owner_less<std::weak_ptr<WorkerOutput>>>
+      outputs_with_tail;
 
   Phase phase = Phase::kRendezvous;
   int exit_code = 0;
@@ -316,9 +323,14 @@ struct Agent::Impl {
     e.heartbeat_file = rank_dir + "/heartbeat";
     e.node_id = opts.host;
     e.attempt = generation;
+    // Progress bars draw only on a terminal; through dlaunch the worker's stdout is a pipe, so
+    // say whether its lines end up on one.
+    e.console_tty = console_is_terminal && cfg.console_shows(local_rank) &&
+                    !(cfg.redirects.for_rank(local_rank) & StdSpec::kOut);
     return e;
   }
   bool use_agent_store = false;
+  const bool console_is_terminal = ::isatty(STDOUT_FILENO) == 1;
 
   std::vector<std::pair<std::string, std::string>> full_env(const WorkerEnv& e) const {
     auto contract = e.to_env();
@@ -382,12 +394,21 @@ struct Agent::Impl {
       try {
         auto out = std::make_shared<WorkerOutput>(cfg, lr, w.log_dir);
         outputs[static_cast<size_t>(lr)] = out;
-        ProcessCallbacks cb;
-        cb.on_line = [this, gen, lr, out](int stream, std::string_view line) {
-          out->line(stream, line);
-          if (stream == 2 && gen == generation && group) group->add_stderr_line(lr, std::string(line));
+        auto tail = std::make_shared<LineSplitter>();
+        auto add_tail = [this, gen, lr](std::string_view line) {
+          if (gen == generation && group) group->add_stderr_line(lr, std::string(line));
         };
-        cb.on_exit = [this, gen, lr](const ExitStatus& st) { on_worker_exit(gen, lr, st); };
+        ProcessCallbacks cb;
+        cb.on_output = [this, out, tail, add_tail](int stream, std::string_view bytes) {
+          out->write(stream, bytes, opts.clock->now());
+          if (stream == 2) tail->feed(bytes, add_tail);
+          if (out->next_due()) watch_partial_line(out);
+        };
+        cb.on_exit = [this, gen, lr, out, tail, add_tail](const ExitStatus& st) {
+          out->finish();
+          tail->flush(add_tail);
+          on_worker_exit(gen, lr, st);
+        };
         cb.on_exec_failed = [this, gen, lr](const std::string& message) {
           on_exec_failed(gen, lr, message);
         };
@@ -408,6 +429,40 @@ struct Agent::Impl {
       }
     }
     if (cfg.hang_timeout.count() > 0) arm_hang_check();
+  }
+
+  // A worker's unterminated console line (a prompt, a progress bar) shows once it has waited
+  // kPartialLineDelay; one timer serves every worker, armed only while a tail waits.
+  void watch_partial_line(const std::shared_ptr<WorkerOutput>& out) {
+    outputs_with_tail.insert(out);
+    if (!output_timer_armed) arm_output_timer();
+  }
+
+  void arm_output_timer() {
+    std::optional<TimePoint> due;
+    for (auto it = outputs_with_tail.begin(); it != outputs_with_tail.end();) {
+      auto out = it->lock();
+      auto next = out ? out->next_due() : std::nullopt;
+      if (!next) {
+        it = outputs_with_tail.erase(it);
+        continue;
+      }
+      if (!due || *next < *due) due = next;
+      ++it;
+    }
+    output_timer_armed = due.has_value();
+    if (!due) return;
+    output_timer.expires_after(
+        std::max<Duration>(*due - opts.clock->now(), std::chrono::milliseconds(1)));
+    output_timer.async_wait([this](const boost::system::error_code& ec) {
+      output_timer_armed = false;
+      if (ec) return;
+      TimePoint now = opts.clock->now();
+      for (const auto& weak : outputs_with_tail) {
+        if (auto out = weak.lock()) out->flush_due(now);
+      }
+      arm_output_timer();
+    });
   }
 
   // ---- supervision ----------------------------------------------------------------------------
@@ -532,8 +587,8 @@ struct Agent::Impl {
     const int64_t gen = generation;
     std::string out_path = w.log_dir + "/stack.txt";
     ProcessCallbacks cb;
-    cb.on_line = [text](int, std::string_view line) {
-      if (text->size() < (1u << 20)) text->append(line).push_back('\n');
+    cb.on_output = [text](int, std::string_view bytes) {
+      if (text->size() < (1u << 20)) text->append(bytes);
     };
     cb.on_exec_failed = [this, gen](const std::string& message) {
       capture_timer.cancel();

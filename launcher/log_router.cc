@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,6 +10,21 @@
 
 namespace dlaunch {
 
+namespace {
+
+// Writes all of `data`, or gives up quietly: a console that went away (a closed pipe) or a full
+// disk is not a reason to stop the job.
+void write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+}  // namespace
+
 bool writes_file(const LaunchConfig& cfg, int64_t local_rank, int stream) {
   int bit = stream == 1 ? StdSpec::kOut : StdSpec::kErr;
   return !cfg.log_dir.empty() || (cfg.redirects.for_rank(local_rank) & bit) ||
@@ -18,11 +32,13 @@ bool writes_file(const LaunchConfig& cfg, int64_t local_rank, int stream) {
 }
 
 WorkerOutput::WorkerOutput(const LaunchConfig& cfg, int64_t local_rank,
-                           const std::string& rank_dir)
-    : prefix_(fmt::format("[{}{}]:", cfg.role, local_rank)) {
+                           const std::string& rank_dir) {
+  const std::string prefix = fmt::format("[{}{}]:", cfg.role, local_rank);
   for (int stream : {1, 2}) {
     int bit = stream == 1 ? StdSpec::kOut : StdSpec::kErr;
-    console_[stream] = cfg.console_shows(local_rank) && !(cfg.redirects.for_rank(local_rank) & bit);
+    if (cfg.console_shows(local_rank) && !(cfg.redirects.for_rank(local_rank) & bit)) {
+      console_[stream].emplace(prefix);
+    }
     if (!writes_file(cfg, local_rank, stream)) continue;
     std::string path = rank_dir + (stream == 1 ? "/stdout.log" : "/stderr.log");
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
@@ -37,23 +53,47 @@ WorkerOutput::~WorkerOutput() {
   }
 }
 
-void WorkerOutput::line(int stream, std::string_view text) {
+void WorkerOutput::show(int stream, const std::string& text) {
+  if (!text.empty()) write_all(stream, text);
+}
+
+void WorkerOutput::write(int stream, std::string_view bytes, TimePoint now) {
   if (stream != 1 && stream != 2) return;
-  static const char kNewline = '\n';
-  if (file_fd_[stream] >= 0) {
-    iovec iov[2] = {{const_cast<char*>(text.data()), text.size()},
-                    {const_cast<char*>(&kNewline), 1}};
-    ssize_t ignored = ::writev(file_fd_[stream], iov, 2);
-    (void)ignored;
+  if (file_fd_[stream] >= 0) write_all(file_fd_[stream], bytes);
+  if (!console_[stream]) return;
+  scratch_.clear();
+  console_[stream]->feed(bytes, now, scratch_);
+  show(stream, scratch_);
+}
+
+void WorkerOutput::flush_due(TimePoint now) {
+  for (int stream : {1, 2}) {
+    if (!console_[stream]) continue;
+    scratch_.clear();
+    console_[stream]->flush(now, kPartialLineDelay, scratch_);
+    show(stream, scratch_);
   }
-  if (console_[stream]) {
-    iovec iov[3] = {{prefix_.data(), prefix_.size()},
-                    {const_cast<char*>(text.data()), text.size()},
-                    {const_cast<char*>(&kNewline), 1}};
-    // A console that went away (closed pipe) is not a reason to stop the job.
-    ssize_t ignored = ::writev(stream, iov, 3);
-    (void)ignored;
+}
+
+void WorkerOutput::finish() {
+  for (int stream : {1, 2}) {
+    if (!console_[stream]) continue;
+    scratch_.clear();
+    console_[stream]->finish(scratch_);
+    show(stream, scratch_);
   }
+}
+
+std::optional<TimePoint> WorkerOutput::next_due() const {
+  std::optional<TimePoint> due;
+  for (int stream : {1, 2}) {
+    if (!console_[stream]) continue;
+    if (auto since = console_[stream]->pending_since()) {
+      TimePoint t = *since + kPartialLineDelay;
+      if (!due || t < *due) due = t;
+    }
+  }
+  return due;
 }
 
 }  // namespace dlaunch

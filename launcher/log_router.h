@@ -1,21 +1,28 @@
-// Where a worker's output lines go: the console, prefixed as torchrun prefixes them
-// ("[default0]:"), and/or per-rank files, following --redirects, --tee, --local_ranks_filter and
-// --log_dir:
+// Where a worker's output goes: the console, prefixed as torchrun prefixes it ("[default0]:"),
+// and/or per-rank files, following --redirects, --tee, --local_ranks_filter and --log_dir:
 //   console: unless the stream is redirected (-r) for that rank, or the rank is filtered out;
 //   file:    when --log_dir is given, or the stream is redirected or teed (then the run's
 //            temporary directory holds the files).
-// Each line is written with one write(2), so lines from different workers never interleave
-// mid-line. Blocks only as long as the console or disk does. Throws SystemError when a log file
-// cannot be created.
+// A file receives exactly the bytes the worker wrote. The console receives whole lines
+// (console_lines.h), several per write(2) when they arrive together, so lines from different
+// workers never interleave mid-line; an unterminated tail (a prompt, a '\r' progress bar) shows
+// once it has waited kPartialLineDelay. Blocks only as long as the console or disk does.
+// Throws SystemError when a log file cannot be created.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
+#include "common/clock.h"
+#include "launcher/console_lines.h"
 #include "launcher/launch_config.h"
 
 namespace dlaunch {
+
+// How long an unterminated tail waits for the rest of its line before the console shows it.
+inline constexpr Duration kPartialLineDelay = std::chrono::milliseconds(100);
 
 class WorkerOutput {
  public:
@@ -25,16 +32,24 @@ class WorkerOutput {
   WorkerOutput(const WorkerOutput&) = delete;
   WorkerOutput& operator=(const WorkerOutput&) = delete;
 
-  // stream: 1 stdout, 2 stderr.
-  void line(int stream, std::string_view text);
+  // stream: 1 stdout, 2 stderr. `bytes`: the next chunk the worker wrote; `now`: its arrival.
+  void write(int stream, std::string_view bytes, TimePoint now);
+  // Shows the console tails that have waited kPartialLineDelay.
+  void flush_due(TimePoint now);
+  // The worker exited: shows every tail and ends an open console line.
+  void finish();
+  // When the earliest pending console tail becomes due; nullopt when none is pending.
+  std::optional<TimePoint> next_due() const;
 
-  bool to_console(int stream) const { return console_[stream]; }
+  bool to_console(int stream) const { return console_[stream].has_value(); }
   bool to_file(int stream) const { return file_fd_[stream] >= 0; }
 
  private:
-  std::string prefix_;
-  bool console_[3] = {false, false, false};
+  void show(int stream, const std::string& text);
+
+  std::optional<ConsoleLines> console_[3];
   int file_fd_[3] = {-1, -1, -1};
+  std::string scratch_;  // console bytes being assembled (kept to reuse its capacity)
 };
 
 // True when the configuration writes this rank's stream to a file.

@@ -28,39 +28,10 @@ namespace asio = boost::asio;
 
 namespace {
 
-// A line longer than this is cut and delivered in pieces (a runaway progress bar must not grow
-// the agent without bound).
-constexpr size_t kMaxLine = 64 * 1024;
-constexpr size_t kReadChunk = 16 * 1024;
-
-class LineSplitter {
- public:
-  template <typename Emit>
-  void feed(const char* data, size_t n, Emit&& emit) {
-    for (size_t i = 0; i < n; ++i) {
-      if (data[i] == '\n') {
-        emit(std::string_view(pending_));
-        pending_.clear();
-      } else {
-        pending_.push_back(data[i]);
-        if (pending_.size() >= kMaxLine) {
-          emit(std::string_view(pending_));
-          pending_.clear();
-        }
-      }
-    }
-  }
-  template <typename Emit>
-  void flush(Emit&& emit) {
-    if (!pending_.empty()) {
-      emit(std::string_view(pending_));
-      pending_.clear();
-    }
-  }
-
- private:
-  std::string pending_;
-};
+// One read(2) at most this much; a readiness wakeup reads at most kReadBudget before it lets the
+// loop serve other workers' pipes (the rest is read at the next turn).
+constexpr size_t kReadChunk = 64 * 1024;
+constexpr size_t kReadBudget = 256 * 1024;
 
 void close_fd(int& fd) {
   if (fd >= 0) ::close(fd);
@@ -110,35 +81,36 @@ struct PosixProcessContext::Child {
   std::string path;
   int exec_fd = -1;  // read end of the exec-status pipe: errno bytes if exec failed, else EOF
   asio::posix::stream_descriptor pidfd;
-  asio::posix::stream_descriptor out;
+  asio::posix::stream_descriptor out;  // non-blocking read ends of the output pipes
   asio::posix::stream_descriptor err;
-  LineSplitter split[3];
-  char buf[3][kReadChunk];
   ProcessCallbacks callbacks;
 
-  void emit(int stream, std::string_view line) {
-    if (callbacks.on_line) callbacks.on_line(stream, line);
-  }
-  // Reads what the pipe holds now, without blocking: at exit, this is everything the process
-  // wrote before dying. At most one pipe's capacity: a grandchild still writing to the pipe
-  // could otherwise outpace us and keep the loop thread here for good; the async read goes on
-  // with the rest.
-  void drain(int stream) {
-    auto& d = stream == 1 ? out : err;
-    if (!d.is_open()) return;
-    int capacity = ::fcntl(d.native_handle(), F_GETPIPE_SZ);
-    size_t budget = capacity > 0 ? static_cast<size_t>(capacity) : size_t{1} << 20;
+  asio::posix::stream_descriptor& pipe(int stream) { return stream == 1 ? out : err; }
+
+  // Reads what the pipe holds now, up to `budget` bytes, and hands each chunk on at once. Bytes
+  // move only here, synchronously on the loop thread, never through a buffer an asynchronous
+  // read still owns: so the drain at exit and the readiness handler can never reorder,
+  // duplicate or lose a chunk. Returns false once the pipe is at EOF (closed then): the process
+  // and every child it left have closed their end.
+  bool read_now(int stream, size_t budget, char* buf) {
+    auto& d = pipe(stream);
+    if (!d.is_open()) return false;
     while (budget > 0) {
-      ssize_t r = ::read(d.native_handle(), buf[stream], std::min(kReadChunk, budget));
+      ssize_t r = ::read(d.native_handle(), buf, std::min(kReadChunk, budget));
       if (r > 0) {
         budget -= static_cast<size_t>(r);
-        split[stream].feed(buf[stream], static_cast<size_t>(r),
-                           [&](std::string_view l) { emit(stream, l); });
+        if (callbacks.on_output) {
+          callbacks.on_output(stream, std::string_view(buf, static_cast<size_t>(r)));
+        }
         continue;
       }
       if (r < 0 && errno == EINTR) continue;
-      break;  // EAGAIN (children still hold the pipe) or EOF (the async read closes it)
+      if (r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return true;
+      boost::system::error_code ignored;  // EOF, or an error no retry mends
+      d.close(ignored);
+      return false;
     }
+    return true;
   }
 };
 
@@ -184,7 +156,8 @@ std::vector<int> child_pids(int parent) {
   return pids;
 }
 
-PosixProcessContext::PosixProcessContext(asio::io_context& io) : io_(io) {
+PosixProcessContext::PosixProcessContext(asio::io_context& io)
+    : io_(io), read_buf_(new char[kReadChunk]) {
   // Orphaned grandchildren are reparented to us instead of init, so shutdown can find them.
   if (prctl(PR_SET_CHILD_SUBREAPER, 1) != 0) {
     throw SystemError(errno_message("prctl(PR_SET_CHILD_SUBREAPER)", errno));
@@ -315,6 +288,8 @@ int PosixProcessContext::spawn(const SpawnRequest& request, ProcessCallbacks cal
     child->out.assign(out_pipe[0]);
     child->err.assign(err_pipe[0]);
     out_pipe[0] = err_pipe[0] = -1;
+    child->out.non_blocking(true);
+    child->err.non_blocking(true);
     start_read(child, 1);
     start_read(child, 2);
   }
@@ -327,20 +302,13 @@ int PosixProcessContext::spawn(const SpawnRequest& request, ProcessCallbacks cal
 }
 
 void PosixProcessContext::start_read(const std::shared_ptr<Child>& child, int stream) {
-  auto& d = stream == 1 ? child->out : child->err;
-  d.async_read_some(asio::buffer(child->buf[stream], kReadChunk),
-                    [this, child, stream](const boost::system::error_code& ec, size_t n) {
-                      auto& desc = stream == 1 ? child->out : child->err;
-                      auto emit = [&](std::string_view l) { child->emit(stream, l); };
-                      if (n > 0) child->split[stream].feed(child->buf[stream], n, emit);
-                      if (ec) {  // EOF: the process and all its children closed the pipe
-                        child->split[stream].flush(emit);
-                        boost::system::error_code ignored;
-                        desc.close(ignored);
-                        return;
-                      }
-                      start_read(child, stream);
-                    });
+  // Readiness, not async_read_some: the data stays in the pipe until read_now takes it.
+  child->pipe(stream).async_wait(
+      asio::posix::stream_descriptor::wait_read,
+      [this, child, stream](const boost::system::error_code& ec) {
+        if (ec) return;  // closed: EOF was read (perhaps by the drain at exit)
+        if (child->read_now(stream, kReadBudget, read_buf_.get())) start_read(child, stream);
+      });
 }
 
 void PosixProcessContext::on_pidfd_ready(int pid) {
@@ -399,14 +367,16 @@ void PosixProcessContext::on_pidfd_ready(int pid) {
     }
     return;
   }
-  // Deliver what the worker wrote before it died, then its exit. Its children may keep the
-  // pipes open; the async reads go on for them.
-  child->drain(1);
-  child->drain(2);
-  auto emit1 = [&](std::string_view l) { child->emit(1, l); };
-  auto emit2 = [&](std::string_view l) { child->emit(2, l); };
-  child->split[1].flush(emit1);
-  child->split[2].flush(emit2);
+  // Deliver what the worker wrote before it died, then its exit. A dead process left at most
+  // one pipe's capacity behind, so that bound reads all of it while a grandchild still writing
+  // cannot keep the loop here; its children may keep the pipes open, and start_read goes on
+  // for them.
+  for (int stream : {1, 2}) {
+    if (!child->pipe(stream).is_open()) continue;
+    int capacity = ::fcntl(child->pipe(stream).native_handle(), F_GETPIPE_SZ);
+    child->read_now(stream, capacity > 0 ? static_cast<size_t>(capacity) : size_t{1} << 20,
+                    read_buf_.get());
+  }
   if (child->callbacks.on_exit) child->callbacks.on_exit(status_from_siginfo(info));
 }
 

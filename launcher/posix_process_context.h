@@ -72,6 +72,7 @@ class PosixProcessContext final : public ProcessContext {
   std::vector<int> dead_groups_;  // reaped leaders whose group may still have members
   std::set<int> lingering_groups_;  // dead groups still not empty after a teardown's wait
   int64_t proc_scans_ = 0;
+  std::unique_ptr<char[]> read_buf_;  // every pipe read lands here and is handed on at once
 };
 
 // Looks `name` up in `path` (colon-separated) as execvp would; returns "" when not found.

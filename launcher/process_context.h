@@ -32,14 +32,15 @@ struct SpawnRequest {
   std::vector<std::string> argv;
   // The complete environment of the new process ("KEY", "value"); nothing else is inherited.
   std::vector<std::pair<std::string, std::string>> env;
-  // true: stdout and stderr come back line by line through on_line; false: they are inherited.
+  // true: stdout and stderr come back through on_output; false: they are inherited.
   bool capture_output = true;
 };
 
 struct ProcessCallbacks {
-  // One line without its '\n'; stream 1 = stdout, 2 = stderr. Lines written before the process
-  // exited are all delivered before on_exit; its children may still write after.
-  std::function<void(int stream, std::string_view line)> on_line;
+  // The bytes the process wrote, exactly once and in order per stream, in chunks of any size
+  // (a chunk may end mid-line); stream 1 = stdout, 2 = stderr. Everything written before the
+  // process exited is delivered before on_exit; its children may still write after.
+  std::function<void(int stream, std::string_view bytes)> on_output;
   // Exactly once, when the process has exited and been reaped, unless on_exec_failed is called
   // instead.
   std::function<void(const ExitStatus&)> on_exit;

@@ -1,6 +1,7 @@
-// A one-line live progress bar for rank 0 when stdout is a terminal ("\r" redraws, at most 10
-// times a second). Does nothing when stdout is a file or pipe, so logs stay clean. Not
-// thread-safe; never blocks beyond the terminal write.
+// A one-line live progress bar for rank 0 when stdout is a terminal, directly or through dlaunch
+// (which says so with DLAUNCH_CONSOLE_TTY=1): "\r" redraws, at most 10 times a second. Does
+// nothing when stdout is a file or pipe, so logs stay clean. Not thread-safe; never blocks
+// beyond the terminal write.
 #pragma once
 
 #include <chrono>

@@ -406,7 +406,8 @@ TrainSummary Trainer::run() {
   }
   if (rank0_) {
     metrics_ = std::make_unique<metrics::MetricsLog>((fs::path(c_.output_dir) / "metrics.jsonl").string());
-    progress_ = metrics::ProgressBar(metrics::stdout_is_terminal());
+    // Under dlaunch stdout is a pipe; DLAUNCH_CONSOLE_TTY says it ends on a terminal anyway.
+    progress_ = metrics::ProgressBar(metrics::stdout_is_terminal() || env_.console_tty);
   }
   heartbeat();
   for (int64_t epoch = start_epoch; epoch < c_.epochs && !stop_; ++epoch) {
