@@ -7,6 +7,7 @@
 #include "rendezvous/host_port.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/tcp_store_client.h"
+#include "rendezvous/worker_namespace.h"
 
 namespace dlaunch {
 
@@ -142,11 +143,9 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
       case JoinStep::kComplete:
         if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
             d.next.encode()) {
-          // Every participant stopped its workers before joining, so the previous
-          // generation's worker keys are dead; clear them before anyone is released (a
-          // membership change keeps TORCHELASTIC_RESTART_COUNT, hence PyTorch's
-          // "/worker/attempt_N" prefix).
-          clear_worker_keys();
+          // Before anyone is released, so every worker of this round gets its namespace; the
+          // previous round's keys go (every participant stopped its workers before joining).
+          begin_worker_namespace(state->round);
           store_->set(round_key(state->round, "done"), to_bytes("1"));
           log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id,
                     state->round, d.participants);
@@ -214,19 +213,16 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
   }
 }
 
-void DynamicRendezvous::clear_worker_keys() {
+void DynamicRendezvous::begin_worker_namespace(int64_t round) {
   auto* tcp = dynamic_cast<TcpStoreClient*>(store_.get());
-  if (!tcp) return;  // other stores (etcd) do not host PyTorch workers
-  for (const auto& prefix : params_.clear_prefixes) {
-    int64_t n = tcp->delete_prefix(prefix);
-    if (n > 0) log_debug("rendezvous {}: cleared {} stale keys under '{}'", params_.run_id, n, prefix);
-  }
+  if (!tcp) return;  // etcd: the workers' store is the group-rank-0 agent's (etcd_rendezvous.cc)
+  dlaunch::begin_worker_namespace(*tcp, worker_namespace(params_.run_id, round));
 }
 
 RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, TimePoint deadline) {
   const int64_t n = state.participants;
-  // The completing node clears stale worker keys and then sets "done": wait for it, so no
-  // worker of this round starts before the cleanup.
+  // The completing node starts the round's worker namespace and then sets "done": wait for it,
+  // so no worker of this round starts before.
   try {
     auto left = deadline - clock_.now();
     if (ledger_) {

@@ -60,7 +60,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::string round_key(int64_t round, const std::string& suffix) const;
   std::optional<DynamicState> read_state();
   RendezvousResult finish_round(const DynamicState& state, TimePoint deadline);
-  void clear_worker_keys();
+  void begin_worker_namespace(int64_t round);
   void keep_alive_loop();
   void start_keep_alive();
 

@@ -13,7 +13,9 @@
 #include "rendezvous/etcd_store.h"
 #include "rendezvous/host_port.h"
 #include "rendezvous/job_token.h"
+#include "rendezvous/tcp_store_client.h"
 #include "rendezvous/tcp_store_server.h"
+#include "rendezvous/worker_namespace.h"
 
 namespace dlaunch {
 namespace {
@@ -175,6 +177,15 @@ class EtcdRendezvous final : public RendezvousHandler {
                  HostPort{host_, server_->port()}.to_string());
       }
       where = HostPort{host_, server_->port()}.to_string();
+      // Before the address is published, so every worker of the round gets the round's
+      // namespace (the same server may serve several rounds).
+      TcpStoreClientOptions self;
+      self.host = host_;
+      self.port = server_->port();
+      self.token = token_;
+      self.agent = true;
+      TcpStoreClient client(self);
+      begin_worker_namespace(client, worker_namespace(run_id_, r.round));
       store_->set(key, to_bytes(where));
     } else {
       try {

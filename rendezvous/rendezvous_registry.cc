@@ -154,6 +154,7 @@ std::shared_ptr<Store> connect_store(const RendezvousParams& params,
   o.port = hp.port;
   o.connect_timeout = config.join_timeout;
   o.token = params.token ? params.token : load_job_token(config.token_file);
+  o.agent = true;  // rendezvous state lives outside the workers' per-round namespace
   return std::make_shared<TcpStoreClient>(o);
 }
 

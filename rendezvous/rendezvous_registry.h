@@ -66,10 +66,6 @@ struct RendezvousParams {
   LivenessFactory liveness;
   // The clock for timeouts and keep-alives (tests pass a fake one); null: the real clock.
   const Clock* clock = nullptr;
-  // Dynamic rendezvous: key prefixes the completing node deletes from a dlaunch TCP store when
-  // a round completes, before any node is released. PyTorch workers on the agent store use
-  // "/worker/attempt_<TORCHELASTIC_RESTART_COUNT>/", which a membership change does not bump.
-  std::vector<std::string> clear_prefixes = {"/worker/"};
 };
 
 using RendezvousFactory =

@@ -28,6 +28,7 @@ const char* op_name(Op op) {
     case Op::kAuthBegin: return "AUTH_BEGIN";
     case Op::kAuthProof: return "AUTH_PROOF";
     case Op::kDeletePrefix: return "DELETE_PREFIX";
+    case Op::kDeclareAgent: return "DECLARE_AGENT";
   }
   return "?";
 }
@@ -154,6 +155,10 @@ bool map_opcode(Dialect dialect, uint8_t code, Op* op) {
     *op = Op::kDeletePrefix;
     return true;
   }
+  if (code == op2::kDeclareAgent) {
+    *op = Op::kDeclareAgent;
+    return true;
+  }
   if (code >= sizeof(kOps) / sizeof(kOps[0])) return false;
   *op = kOps[code];
   return true;
@@ -209,6 +214,7 @@ bool read_args(Reader& r, Request* q) {
     }
     case Op::kNumKeys:
     case Op::kCancelWait:
+    case Op::kDeclareAgent:
       return true;
     case Op::kAuthBegin:
     case Op::kAuthProof:
@@ -284,6 +290,7 @@ DecodeResult decode_request(Dialect dialect, const uint8_t* data, size_t size,
     case Op::kCancelWait:
     case Op::kAuthBegin:
     case Op::kAuthProof:
+    case Op::kDeclareAgent:
       q.keys.clear();
       q.values.clear();
       break;
@@ -362,6 +369,7 @@ uint8_t opcode(Dialect dialect, Op op) {
     case Op::kAuthBegin: return op2::kAuthBegin;
     case Op::kAuthProof: return op2::kAuthProof;
     case Op::kDeletePrefix: return op2::kDeletePrefix;
+    case Op::kDeclareAgent: return op2::kDeclareAgent;
     case Op::kWatchKey: break;
   }
   throw UsageError(std::string("the PyTorch 2.x dialect has no ") + op_name(op));
@@ -412,6 +420,7 @@ void encode_request(Dialect dialect, const Request& q, Bytes& out) {
       break;
     case Op::kNumKeys:
     case Op::kCancelWait:
+    case Op::kDeclareAgent:
       break;
     case Op::kAuthBegin:
     case Op::kAuthProof:

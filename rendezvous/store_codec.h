@@ -44,7 +44,8 @@ inline constexpr uint8_t kValidate = 0, kSet = 1, kCompareSet = 2, kGet = 3, kAd
                          kMultiGet = 10, kMultiSet = 11, kCancelWait = 12, kPing = 13,
                          kQueuePush = 14, kQueuePop = 15, kQueueLen = 16,
                          // dlaunch's extension, accepted only in the 2.x dialect.
-                         kAuthBegin = 0xA0, kAuthProof = 0xA1, kDeletePrefix = 0xA2;
+                         kAuthBegin = 0xA0, kAuthProof = 0xA1, kDeletePrefix = 0xA2,
+                         kDeclareAgent = 0xA3;
 }
 
 // Reply codes (u8).
@@ -57,7 +58,7 @@ inline constexpr uint8_t kWatchKeyUpdated = 0, kWatchKeyCreated = 1, kWatchKeyDe
 enum class Op : uint8_t {
   kValidate, kPing, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys, kWatchKey,
   kDeleteKey, kAppend, kMultiGet, kMultiSet, kCancelWait, kQueuePush, kQueuePop, kQueueLen,
-  kAuthBegin, kAuthProof, kDeletePrefix,
+  kAuthBegin, kAuthProof, kDeletePrefix, kDeclareAgent,
 };
 const char* op_name(Op op);
 

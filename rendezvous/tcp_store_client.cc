@@ -229,11 +229,13 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
   wire::put_u8(hello, wire::op2::kValidate);
   wire::put_u32(hello, wire::kValidationMagic);
   if (!options_.token) {
+    if (options_.agent) wire::put_u8(hello, wire::op2::kDeclareAgent);
     // Confirm that a store answers (not some other service on the port).
     wire::put_u8(hello, wire::op2::kPing);
     uint32_t nonce = static_cast<uint32_t>(::getpid()) ^ 0x5eed;
     wire::put_u32(hello, nonce);
     send_raw(hello, "PING");
+    if (options_.agent) recv_u8(deadline, "DECLARE_AGENT");
     uint32_t echoed = 0;
     uint8_t buf[4];
     recv_exact(buf, 4, deadline, "PING", "");
@@ -273,9 +275,11 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
   answer.digest = client_proof(*options_.token, begin.digest, server_nonce);
   Bytes msg;
   wire::encode_request(wire::Dialect::kTorch2, answer, msg);
+  if (options_.agent) wire::put_u8(msg, wire::op2::kDeclareAgent);
   send_raw(msg, "AUTH_PROOF");
   try {
     if (recv_u8(deadline, "AUTH_PROOF") != 0) throw ClosedError("refused");
+    if (options_.agent) recv_u8(deadline, "DECLARE_AGENT");
   } catch (const ClosedError&) {
     throw StateError("the store at " + endpoint() +
                      " refused this process's job token; give every node the same "

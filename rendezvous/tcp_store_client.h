@@ -40,6 +40,10 @@ struct TcpStoreClientOptions {
   Duration connect_timeout = std::chrono::seconds(60);
   Duration timeout = Store::kDefaultTimeout;
   std::optional<std::string> token;  // the job token; nullopt: connect without one
+  // true: declare this connection an agent's (dlaunch's DECLARE_AGENT, which only dlaunch's
+  // server knows), so it sees the store unscoped; false: like PyTorch's clients, its keys go to
+  // the worker namespace of its round (rendezvous/worker_namespace.h).
+  bool agent = false;
 };
 
 class TcpStoreClient final : public Store {

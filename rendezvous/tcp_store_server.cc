@@ -19,6 +19,7 @@
 #include "rendezvous/in_memory_store.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/sha256.h"
+#include "rendezvous/worker_namespace.h"
 
 namespace dlaunch {
 
@@ -70,6 +71,11 @@ struct TcpStoreServer::Impl {
     bool admitted = false;  // allowed to use the store (authenticated, or no token needed)
     bool auth_begun = false;
     wire::Digest client_nonce{}, server_nonce{};
+    // Keys of a connection that did not declare itself an agent's get its round's worker
+    // namespace (rendezvous/worker_namespace.h), fixed at its first key operation.
+    bool agent = false;
+    bool scope_known = false;
+    std::string scope;
     // A parked GET/WAIT/MULTI_GET waiting for `awaiting` keys to appear.
     bool parked = false;
     Request parked_request;
@@ -526,6 +532,7 @@ struct TcpStoreServer::Impl {
         return;
       }
     }
+    if (!q.keys.empty()) scope_keys(c, q);
     // The reply is appended to the connection's pending output in place (see replied()).
     Bytes& reply = c->out_pending;
     switch (q.op) {
@@ -647,11 +654,26 @@ struct TcpStoreServer::Impl {
         wire::put_i64(reply, n);
         break;
       }
+      case Op::kDeclareAgent:
+        c->agent = true;
+        wire::put_u8(reply, 0);
+        break;
       case Op::kAuthBegin:
       case Op::kAuthProof:
         return;
     }
     replied(c);
+  }
+
+  void scope_keys(const ConnPtr& c, Request& q) {
+    if (c->agent) return;
+    if (!c->scope_known) {
+      c->scope_known = true;
+      auto it = table.find(kWorkerNamespaceKey);
+      if (it != table.end()) c->scope.assign(it->second.begin(), it->second.end());
+    }
+    if (c->scope.empty()) return;
+    for (auto& key : q.keys) key.insert(0, c->scope);
   }
 };
 

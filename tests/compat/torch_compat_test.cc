@@ -18,6 +18,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <fstream>
 #include <map>
 #include <memory>
 #include <regex>
@@ -202,6 +204,68 @@ TEST(TorchCompat, ElasticC10dTwoAgentsDdpOnAgentStore) {
   }
   ASSERT_NE(host, 0) << "no agent said it hosts the store\n" << job.context;
   expect_on_agent_store(reports, port, host, job.context);
+}
+
+// A node joining a running c10d job (1 -> 2 -> 3 agents) and one leaving (3 -> 2): each
+// membership change restarts every worker with the new WORLD_SIZE and keeps
+// TORCHELASTIC_RESTART_COUNT, so PyTorch's "/worker/attempt_0/" keys repeat; each round's
+// workers must still form a working DDP group (they read a previous round's gloo addresses
+// before rounds had a store namespace of their own: "address.cc:45 ... 136 vs 0", or a hang).
+TEST(TorchCompat, ElasticScaleUpAndDownFormsAWorkingDdpGroupEachRound) {
+  SKIP_WITHOUT_TORCH();
+  TempDir dir;
+  const std::string stop = dir.file("stop");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  auto add_agent = [&](const std::string& local_addr) {
+    agents.push_back(std::make_unique<Subprocess>(agent_argv(
+        {"--nnodes", "1:3", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint, "--rdzv_id",
+         "compat_scale", "--rdzv_conf", "last_call_timeout=2", "--max_restarts", "3",
+         "--local_addr", local_addr},
+        {kCompatDir + "/elastic_ddp.py", stop})));
+  };
+  auto context = [&] {
+    std::string text;
+    for (size_t i = 0; i < agents.size(); ++i) {
+      text += "--- agent " + std::to_string(i) + " stdout:\n" + agents[i]->out() + "--- agent " +
+              std::to_string(i) + " stderr:\n" + agents[i]->err();
+    }
+    return text;
+  };
+  // Every rank of a `world`-rank group has stepped, in output written after `since` (per agent).
+  auto stepping = [&](int world, const std::vector<size_t>& since) {
+    return wait_until(
+        [&] {
+          for (int rank = 0; rank < world; ++rank) {
+            std::string line = "rank " + std::to_string(rank) + "/" + std::to_string(world) + ": step";
+            bool seen = false;
+            for (size_t i = 0; i < agents.size() && !seen; ++i) {
+              size_t from = i < since.size() ? since[i] : 0;
+              seen = agents[i]->out().find(line, from) != std::string::npos;
+            }
+            if (!seen) return false;
+          }
+          return true;
+        },
+        180s);
+  };
+  add_agent("127.0.0.1");
+  ASSERT_TRUE(stepping(1, {})) << context();
+  add_agent("127.0.0.2");
+  ASSERT_TRUE(stepping(2, {})) << "no working group of 2 after a node joined\n" << context();
+  add_agent("127.0.0.3");
+  ASSERT_TRUE(stepping(3, {})) << "no working group of 3 after a node joined\n" << context();
+  std::vector<size_t> before_leave;
+  for (auto& a : agents) before_leave.push_back(a->out().size());
+  agents[2]->signal(SIGTERM);
+  ASSERT_TRUE(stepping(2, before_leave)) << "no working group of 2 after a node left\n" << context();
+  { std::ofstream touch(stop); }
+  for (size_t i = 0; i < 2; ++i) {
+    auto e = agents[i]->wait(kJobTimeout);
+    ASSERT_TRUE(e) << "agent " << i << " did not finish\n" << context();
+    EXPECT_EQ(e->shell_code(), 0) << "agent " << i << "\n" << context();
+  }
+  EXPECT_TRUE(agents[2]->wait(kJobTimeout)) << context();
 }
 
 // (c): rank 1 (node 1's only worker) raises inside @record. Node 1's report names the rank and

@@ -10,6 +10,7 @@
 #include "rendezvous/rendezvous_registry.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/tcp_store_server.h"
+#include "rendezvous/worker_namespace.h"
 
 namespace dlaunch {
 namespace {
@@ -265,12 +266,17 @@ TEST_F(RendezvousTest, DynamicNodeThatStopsKeepAlivesIsDetectedAndTheRestReForm)
   EXPECT_EQ(log0.events[0].kind, RendezvousEvent::Kind::kMembershipChanged);
   EXPECT_NE(log0.events[0].reason.find("h2"), std::string::npos) << log0.events[0].reason;
   EXPECT_LT(detected, 5s);  // window 0.4 s; generous for a loaded machine
-  // Keys PyTorch workers of round 0 left behind (same TORCHELASTIC_RESTART_COUNT next round).
+  // Keys PyTorch workers of round 0 left behind (same TORCHELASTIC_RESTART_COUNT next round),
+  // and an agent's key, outside every round's worker namespace.
   TcpStoreClientOptions co;
   co.port = port_;
   TcpStoreClient worker_store(co);
   worker_store.set("/worker/attempt_0/rank0_addr", to_bytes("stale"));
-  worker_store.set("/other/keep", to_bytes("x"));
+  co.agent = true;
+  TcpStoreClient agent_store(co);
+  agent_store.set("/other/keep", to_bytes("x"));
+  const std::string round0 = worker_namespace("job1", rs[0].round);
+  EXPECT_TRUE(agent_store.check({round0 + "/worker/attempt_0/rank0_addr"}));
   // The two survivors re-form a round of two.
   std::vector<std::unique_ptr<RendezvousHandler>> survivors;
   survivors.push_back(std::move(hs[0]));
@@ -279,8 +285,12 @@ TEST_F(RendezvousTest, DynamicNodeThatStopsKeepAlivesIsDetectedAndTheRestReForm)
   EXPECT_EQ(again[0].group_world_size, 2);
   EXPECT_EQ(again[0].round, rs[0].round + 1);
   EXPECT_EQ(again[0].restart_count, 0);  // membership changes are free
-  EXPECT_FALSE(worker_store.check({"/worker/attempt_0/rank0_addr"}));
-  EXPECT_TRUE(worker_store.check({"/other/keep"}));
+  // A worker of the new round sees none of them; the old round's keys are gone; agents' stay.
+  co.agent = false;
+  TcpStoreClient new_worker(co);
+  EXPECT_FALSE(new_worker.check({"/worker/attempt_0/rank0_addr"}));
+  EXPECT_FALSE(agent_store.check({round0 + "/worker/attempt_0/rank0_addr"}));
+  EXPECT_TRUE(agent_store.check({"/other/keep"}));
 }
 
 TEST_F(RendezvousTest, DynamicLateJoinerTriggersMembershipChangeAndIsAdmittedNextRound) {

@@ -2,6 +2,7 @@
 // malformed frames, thousands of connections, the job token, binding rules, and a real
 // PyTorch 1.13 client.
 #include "rendezvous/tcp_store_server.h"
+#include "rendezvous/worker_namespace.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -104,12 +105,13 @@ class ServerTest : public ::testing::Test {
     port_ = server_->start();
   }
   std::shared_ptr<TcpStoreClient> client(std::optional<std::string> token = std::nullopt,
-                                         Duration connect_timeout = 5s) {
+                                         Duration connect_timeout = 5s, bool agent = false) {
     TcpStoreClientOptions o;
     o.port = port_;
     o.connect_timeout = connect_timeout;
     o.timeout = 5s;
     o.token = token;
+    o.agent = agent;
     return std::make_shared<TcpStoreClient>(o);
   }
   std::unique_ptr<TcpStoreServer> server_;
@@ -273,6 +275,33 @@ TEST_F(ServerTest, DeletePrefixExtensionRemovesOnlyMatchingKeys) {
   Raw torch113(port_);  // not part of the 1.13 dialect: 0xA2 is a bad opcode there
   torch113.send(cat({u8(0xA2), str("/")}));
   EXPECT_TRUE(torch113.closed_by_peer());
+}
+
+TEST_F(ServerTest, WorkerConnectionsGetTheNamespaceInForceAtTheirFirstKey) {
+  start();
+  auto agent = client(std::nullopt, 5s, /*agent=*/true);
+  // No namespace yet: a worker's keys are the keys.
+  auto early = client();
+  early->set("k", to_bytes("unscoped"));
+  EXPECT_EQ(to_string(agent->get("k")), "unscoped");
+  begin_worker_namespace(*agent, "ns1/");
+  auto w1 = client();
+  w1->set("/worker/attempt_0/addr", to_bytes("round 1"));
+  EXPECT_EQ(to_string(agent->get("ns1//worker/attempt_0/addr")), "round 1");
+  EXPECT_FALSE(agent->check({"/worker/attempt_0/addr"}));
+  EXPECT_EQ(to_string(early->get("k")), "unscoped");  // fixed at its first key
+  // The next round: the old namespace's keys go, and new workers see none of them.
+  begin_worker_namespace(*agent, "ns2/");
+  EXPECT_FALSE(agent->check({"ns1//worker/attempt_0/addr"}));
+  auto w2 = client();
+  EXPECT_FALSE(w2->check({"/worker/attempt_0/addr"}));
+  w2->set("/worker/attempt_0/addr", to_bytes("round 2"));
+  EXPECT_EQ(to_string(agent->get("ns2//worker/attempt_0/addr")), "round 2");
+  // PyTorch 1.13's clients (no handshake) are workers too.
+  Raw torch(port_);
+  torch.send(cat({u8(2), str("/worker/attempt_0/addr")}));  // GET
+  EXPECT_EQ(torch.recv(15), str("round 2"));
+  EXPECT_EQ(to_string(agent->get(kWorkerNamespaceKey)), "ns2/");
 }
 
 TEST_F(ServerTest, MalformedFrameClosesOnlyThatConnection) {
