@@ -13,6 +13,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "launcher/slurm_env.h"
 #include "launcher/slurm_launch.h"
 
 namespace dlaunch {
@@ -205,10 +206,7 @@ std::map<std::string, std::string> parse_rdzv_conf(const Raw& r) {
 }
 
 int64_t count_gpus() {
-  if (auto visible = get_env("CUDA_VISIBLE_DEVICES")) {
-    if (trim(*visible).empty()) return 0;
-    return static_cast<int64_t>(split(*visible, ',').size());
-  }
+  if (auto visible = get_env("CUDA_VISIBLE_DEVICES")) return count_visible_devices(*visible);
   int64_t n = 0;
   if (DIR* d = opendir("/proc/driver/nvidia/gpus")) {
     while (dirent* e = readdir(d)) {

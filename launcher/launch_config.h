@@ -35,7 +35,9 @@ StdSpec parse_std_spec(const std::string& text, const std::string& what);
 
 struct HostInfo {
   int64_t cpus = 1;  // cores this process may run on (sched_getaffinity)
-  int64_t gpus = 0;  // NVIDIA devices visible (/proc/driver/nvidia/gpus, CUDA_VISIBLE_DEVICES)
+  // NVIDIA devices visible: count_visible_devices(CUDA_VISIBLE_DEVICES) when it is set (see
+  // slurm_env.h), else the entries of /proc/driver/nvidia/gpus.
+  int64_t gpus = 0;
   std::string fresh_run_id;  // the run id --standalone uses (random in detect())
   static HostInfo detect();
 };

@@ -2,8 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <stdlib.h>
+
 #include <map>
 
+#include "common/env.h"
 #include "common/error.h"
 
 namespace dlaunch {
@@ -143,6 +146,33 @@ TEST(LaunchConfig, Combinations) {
   EXPECT_NE(usage_error({"--start_method", "thread", "p"}).find("--start_method"),
             std::string::npos);
   EXPECT_NE(usage_error({"--role", "a b", "p"}).find("--role"), std::string::npos);
+}
+
+TEST(LaunchConfig, GpuCountFollowsCudasVisibleDevicesRule) {
+  struct Restore {
+    std::optional<std::string> old = get_env("CUDA_VISIBLE_DEVICES");
+    ~Restore() {
+      if (old) setenv("CUDA_VISIBLE_DEVICES", old->c_str(), 1);
+      else unsetenv("CUDA_VISIBLE_DEVICES");
+    }
+  } restore;
+  // The list ends at the first entry that is not a device; one named twice hides all.
+  std::map<std::string, int64_t> cases = {
+      {"-1", 0},        {"0,-1,1", 1},  {"NoDevFiles", 0}, {"", 0},    {"0,,1", 1},
+      {"0,1,2,3", 4},   {" 0 , 1 ", 2}, {"1gpu,2", 2},     {"0,0", 0}, {"GPU-ab,GPU-cd", 2},
+      {"GPU-ab,x", 1}};
+  for (const auto& [visible, gpus] : cases) {
+    setenv("CUDA_VISIBLE_DEVICES", visible.c_str(), 1);
+    EXPECT_EQ(HostInfo::detect().gpus, gpus) << "CUDA_VISIBLE_DEVICES='" << visible << "'";
+  }
+  setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
+  HostInfo host = HostInfo::detect();
+  host.cpus = 8;
+  EXPECT_THROW(resolve_config(parse_cli({"--nproc_per_node", "gpu", "p"}), process_env(), host),
+               UsageError);
+  EXPECT_EQ(resolve_config(parse_cli({"--nproc_per_node", "auto", "p"}), process_env(), host)
+                .nproc_per_node,
+            8);
 }
 
 TEST(LaunchConfig, SecondsAndSwitchesFromEnv) {
