@@ -205,6 +205,36 @@ std::map<std::string, std::string> parse_rdzv_conf(const Raw& r) {
   return conf;
 }
 
+// "${local_rank}" and "$local_rank" (not followed by a letter, digit or '_') -> the rank, as
+// Python's string.Template.safe_substitute does for torchrun; "$$" and every other '$' stay.
+std::string substitute_local_rank(const std::string& arg, int64_t local_rank) {
+  static const std::string kBraced = "${local_rank}";
+  static const std::string kBare = "$local_rank";
+  if (arg.find('$') == std::string::npos) return arg;
+  std::string out;
+  std::string rank = std::to_string(local_rank);
+  for (size_t i = 0; i < arg.size();) {
+    if (arg[i] != '$') {
+      out += arg[i++];
+    } else if (arg.compare(i, 2, "$$") == 0) {
+      out += "$$";  // kept: torchrun turns it into "$", which breaks shell and regex arguments
+      i += 2;
+    } else if (arg.compare(i, kBraced.size(), kBraced) == 0) {
+      out += rank;
+      i += kBraced.size();
+    } else if (arg.compare(i, kBare.size(), kBare) == 0 &&
+               (i + kBare.size() == arg.size() ||
+                !(std::isalnum(static_cast<unsigned char>(arg[i + kBare.size()])) ||
+                  arg[i + kBare.size()] == '_'))) {
+      out += rank;
+      i += kBare.size();
+    } else {
+      out += arg[i++];
+    }
+  }
+  return out;
+}
+
 int64_t count_gpus() {
   if (auto visible = get_env("CUDA_VISIBLE_DEVICES")) return count_visible_devices(*visible);
   int64_t n = 0;
@@ -297,6 +327,9 @@ std::vector<std::string> LaunchConfig::worker_argv(int64_t local_rank) const {
   // torch.distributed.launch put --local_rank before the script's own arguments.
   if (append_local_rank) argv.push_back(fmt::format("--local_rank={}", local_rank));
   argv.insert(argv.end(), program_args.begin(), program_args.end());
+  // torchrun substitutes every argument of its entrypoint, not the entrypoint itself (the
+  // interpreter, or the program under --no_python).
+  for (size_t i = 1; i < argv.size(); ++i) argv[i] = substitute_local_rank(argv[i], local_rank);
   return argv;
 }
 

@@ -89,8 +89,11 @@ struct LaunchConfig {
   // "default", or "--standalone" for values it implies.
   std::map<std::string, std::string> origin;
 
-  // The argv every worker runs, with {local_rank} substituted when --append_local_rank_arg.
-  // argv[0] is the program path as given (the process context resolves it against PATH).
+  // The argv every worker runs. argv[0] is the program path as given (the process context
+  // resolves it against PATH). In every later argument torchrun's macro ${local_rank} (also
+  // spelled $local_rank) becomes the worker's local rank, as torchrun's macros.substitute does;
+  // unlike torchrun, "$$" is passed on unchanged (torchrun makes it "$"), and so is any other
+  // "$name". --append_local_rank_arg adds --local_rank=N before the program's arguments.
   std::vector<std::string> worker_argv(int64_t local_rank) const;
   bool runs_python() const;
   bool console_shows(int64_t local_rank) const;

@@ -465,6 +465,16 @@ TEST(DlaunchLogs, RedirectsTeeFilterAndFiles) {
   EXPECT_EQ(r.out, "[default1]:line1\n");
 }
 
+TEST(DlaunchProgram, LocalRankMacroIsSubstitutedAndDollarDollarKept) {
+  auto r = run({kDlaunch, "--standalone", "--nproc_per_node", "2", "--no_python", "/bin/echo",
+                "--local_rank=${local_rank}", "cuda:$local_rank", "$$", "$LOCAL_RANK"});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.out.find("[default0]:--local_rank=0 cuda:0 $$ $LOCAL_RANK"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("[default1]:--local_rank=1 cuda:1 $$ $LOCAL_RANK"), std::string::npos)
+      << r.out;
+}
+
 TEST(DlaunchProgram, AppendLocalRankArgAndPython) {
   auto r = run({kDlaunch, "--standalone", "--nproc_per_node", "2", "--append_local_rank_arg",
                 "/bin/echo", "a", "b"});

@@ -148,6 +148,33 @@ TEST(LaunchConfig, Combinations) {
   EXPECT_NE(usage_error({"--role", "a b", "p"}).find("--role"), std::string::npos);
 }
 
+TEST(LaunchConfig, LocalRankMacroIsSubstitutedInWorkerArguments) {
+  // torchrun 1.13 runs string.Template(arg).safe_substitute(local_rank=N) on every argument.
+  auto c = resolve({"train.py", "--local_rank=${local_rank}", "--device", "cuda:$local_rank",
+                    "${local_rank}${local_rank}", "$local_rank.x"});
+  EXPECT_EQ(c.worker_argv(3), (std::vector<std::string>{"python3", "-u", "train.py",
+                                                        "--local_rank=3", "--device", "cuda:3",
+                                                        "33", "3.x"}));
+  // Not the macro: other names, a longer identifier, upper case, a broken brace.
+  c = resolve({"--no_python", "/bin/echo", "$LOCAL_RANK", "$local_rankx", "${local_rank",
+               "${ local_rank}", "$1", "50$"});
+  EXPECT_EQ(c.worker_argv(1), (std::vector<std::string>{"/bin/echo", "$LOCAL_RANK", "$local_rankx",
+                                                        "${local_rank", "${ local_rank}", "$1",
+                                                        "50$"}));
+  // The program itself is not an argument (torchrun: the entrypoint is not substituted).
+  c = resolve({"--no_python", "./run_${local_rank}", "x"});
+  EXPECT_EQ(c.worker_argv(2)[0], "./run_${local_rank}");
+}
+
+TEST(LaunchConfig, DollarDollarIsPassedOnUnchanged) {
+  // torchrun turns "$$" into "$" (and "$$local_rank" into "$local_rank"); dlaunch does not
+  // touch "$$", so shell snippets and regexes arrive as written.
+  auto c = resolve({"--no_python", "/bin/sh", "-c", "echo $$ ${local_rank}", "a$$b",
+                    "$$local_rank", "^x$$"});
+  EXPECT_EQ(c.worker_argv(1), (std::vector<std::string>{"/bin/sh", "-c", "echo $$ 1", "a$$b",
+                                                        "$$local_rank", "^x$$"}));
+}
+
 TEST(LaunchConfig, GpuCountFollowsCudasVisibleDevicesRule) {
   struct Restore {
     std::optional<std::string> old = get_env("CUDA_VISIBLE_DEVICES");
