@@ -325,8 +325,7 @@ struct Agent::Impl {
     e.attempt = generation;
     // Progress bars draw only on a terminal; through dlaunch the worker's stdout is a pipe, so
     // say whether its lines end up on one.
-    e.console_tty = console_is_terminal && cfg.console_shows(local_rank) &&
-                    !(cfg.redirects.for_rank(local_rank) & StdSpec::kOut);
+    e.console_tty = console_is_terminal && cfg.console_shows(local_rank, 1);
     return e;
   }
   bool use_agent_store = false;

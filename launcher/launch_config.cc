@@ -333,10 +333,12 @@ std::vector<std::string> LaunchConfig::worker_argv(int64_t local_rank) const {
   return argv;
 }
 
-bool LaunchConfig::console_shows(int64_t local_rank) const {
-  return local_ranks_filter.empty() ||
-         std::find(local_ranks_filter.begin(), local_ranks_filter.end(), local_rank) !=
-             local_ranks_filter.end();
+bool LaunchConfig::console_shows(int64_t local_rank, int stream) const {
+  bool shown = local_ranks_filter.empty() ||
+               std::find(local_ranks_filter.begin(), local_ranks_filter.end(), local_rank) !=
+                   local_ranks_filter.end();
+  int bit = stream == 1 ? StdSpec::kOut : StdSpec::kErr;
+  return shown && (!(redirects.for_rank(local_rank) & bit) || (tee.for_rank(local_rank) & bit));
 }
 
 std::string LaunchConfig::describe() const {

@@ -96,7 +96,10 @@ struct LaunchConfig {
   // "$name". --append_local_rank_arg adds --local_rank=N before the program's arguments.
   std::vector<std::string> worker_argv(int64_t local_rank) const;
   bool runs_python() const;
-  bool console_shows(int64_t local_rank) const;
+  // Whether a local rank's stream (1 stdout, 2 stderr) goes to the console: the rank passes
+  // --local_ranks_filter, and the stream is not redirected (-r), or is also teed (-t): as in
+  // torchrun, tee wins over redirect (files and console).
+  bool console_shows(int64_t local_rank, int stream) const;
   // The resolved configuration, one "name = value  (origin)" line per setting, for --dry_run.
   std::string describe() const;
 };

@@ -465,6 +465,17 @@ TEST(DlaunchLogs, RedirectsTeeFilterAndFiles) {
   EXPECT_EQ(r.out, "[default1]:line1\n");
 }
 
+TEST(DlaunchLogs, TeeWinsOverRedirectFilesAndConsole) {
+  TempDir logs;
+  auto r = run({kDlaunch, "--standalone", "--log_dir", logs.path(), "--rdzv_id", "tee", "-r",
+                "3", "-t", "3", "--no_python", "/bin/sh", "-c", "echo out; echo err >&2"});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.out.find("[default0]:out"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("[default0]:err"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(logs.path() + "/tee/attempt_0/0/stdout.log"), "out\n");
+  EXPECT_EQ(read_file(logs.path() + "/tee/attempt_0/0/stderr.log"), "err\n");
+}
+
 TEST(DlaunchProgram, LocalRankMacroIsSubstitutedAndDollarDollarKept) {
   auto r = run({kDlaunch, "--standalone", "--nproc_per_node", "2", "--no_python", "/bin/echo",
                 "--local_rank=${local_rank}", "cuda:$local_rank", "$$", "$LOCAL_RANK"});

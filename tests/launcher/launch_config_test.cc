@@ -202,6 +202,23 @@ TEST(LaunchConfig, GpuCountFollowsCudasVisibleDevicesRule) {
             8);
 }
 
+TEST(LaunchConfig, TeeWinsOverRedirectOnTheConsole) {
+  auto c = resolve({"--nproc_per_node", "2", "-r", "3", "-t", "3", "p"});
+  EXPECT_TRUE(c.console_shows(0, 1));
+  EXPECT_TRUE(c.console_shows(1, 2));
+  c = resolve({"--nproc_per_node", "2", "-r", "3", "-t", "1", "p"});
+  EXPECT_TRUE(c.console_shows(0, 1));
+  EXPECT_FALSE(c.console_shows(0, 2));
+  c = resolve({"--nproc_per_node", "2", "-r", "0:3", "-t", "0:2", "p"});
+  EXPECT_FALSE(c.console_shows(0, 1));
+  EXPECT_TRUE(c.console_shows(0, 2));
+  EXPECT_TRUE(c.console_shows(1, 1));
+  // The filter still decides which ranks reach the console at all.
+  c = resolve({"--nproc_per_node", "2", "-r", "3", "-t", "3", "--local_ranks_filter", "1", "p"});
+  EXPECT_FALSE(c.console_shows(0, 1));
+  EXPECT_TRUE(c.console_shows(1, 1));
+}
+
 TEST(LaunchConfig, SecondsAndSwitchesFromEnv) {
   auto c = resolve({"p"}, {{"DLAUNCH_HANG_TIMEOUT", "2.5"}, {"DLAUNCH_STANDALONE", "1"},
                            {"DLAUNCH_SHUTDOWN_GRACE", "0.25"}});
