@@ -103,10 +103,13 @@ const FlagSpec& find_long(const std::string& spelled, const std::string& name) {
     throw UsageError(fmt::format("flag '{}' is ambiguous: it could be {}; spell it out",
                                  spelled, names));
   }
+  std::vector<std::string> names;
+  for (const auto& s : specs) names.push_back(s.name);
+  std::string guess = closest_match(name, names);
   throw UsageError(fmt::format(
-      "flag '{}' is not a dlaunch flag; put dlaunch flags before the program and see "
+      "flag '{}' is not a dlaunch flag{}; put dlaunch flags before the program and see "
       "'dlaunch --help' for the list",
-      spelled));
+      spelled, guess.empty() ? "" : fmt::format(" (did you mean --{}?)", guess)));
 }
 
 const FlagSpec& find_short(char c, const std::string& spelled) {
@@ -119,7 +122,38 @@ const FlagSpec& find_short(char c, const std::string& spelled) {
       spelled));
 }
 
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
 }  // namespace
+
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string w = normalize(word);
+  std::string best;
+  size_t best_distance = 0;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(w, normalize(c));
+    if (best.empty() || d < best_distance) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  // A typo is a few edits away; beyond that the suggestion would be noise.
+  size_t allowed = std::max<size_t>(2, w.size() / 3);
+  return !best.empty() && best_distance <= allowed ? best : "";
+}
 
 const std::vector<FlagSpec>& flag_specs() {
   static const std::vector<FlagSpec> specs = make_specs();
