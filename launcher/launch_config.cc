@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <random>
 #include <set>
+#include <string_view>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -298,6 +299,8 @@ HostInfo HostInfo::detect() {
   }
   h.gpus = count_gpus();
   h.fresh_run_id = random_run_id();
+  char name[256] = {0};
+  h.hostname = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
   return h;
 }
 
@@ -341,6 +344,17 @@ bool LaunchConfig::console_shows(int64_t local_rank, int stream) const {
   return shown && (!(redirects.for_rank(local_rank) & bit) || (tee.for_rank(local_rank) & bit));
 }
 
+std::string shell_quote(const std::string& text) {
+  auto safe = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("@%+=:,./_-").find(c) != std::string_view::npos;
+  };
+  if (!text.empty() && std::all_of(text.begin(), text.end(), safe)) return text;
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
 std::string LaunchConfig::describe() const {
   auto std_text = [](const StdSpec& s) {
     if (s.by_rank.empty()) return std::to_string(s.all);
@@ -364,9 +378,14 @@ std::string LaunchConfig::describe() const {
       {"rdzv_endpoint", rdzv_endpoint},
       {"rdzv_id", run_id},
       {"rdzv_conf", conf},
-      {"local_addr", local_addr},
+      {"local_addr", !local_addr.empty() ? local_addr
+                     : min_nodes == 1 && max_nodes == 1 && rdzv_backend == "static"
+                         ? host_name + " (unused: one node)"
+                         : host_name},
       {"max_restarts", std::to_string(max_restarts)},
-      {"monitor_interval", fmt::format("{}", monitor_interval)},
+      {"monitor_interval", fmt::format("{} (ignored)", monitor_interval)},
+      {"start_method", start_method + " (ignored)"},
+      {"use_env", use_env ? "true (ignored)" : "false"},
       {"role", role},
       {"hang_timeout", to_seconds(hang_timeout) == 0 ? "0 (off)"
                                                      : fmt::format("{}", to_seconds(hang_timeout))},
@@ -379,6 +398,8 @@ std::string LaunchConfig::describe() const {
       {"redirects", std_text(redirects)},
       {"tee", std_text(tee)},
       {"local_ranks_filter", filter},
+      {"slurm", slurm ? "true" : "false"},
+      {"no_slurm", no_slurm ? "true" : "false"},
       {"slurm_mode", slurm_mode},
   };
   std::string out = "dlaunch configuration (value  <- origin):\n";
@@ -388,8 +409,10 @@ std::string LaunchConfig::describe() const {
                        it == origin.end() ? "default" : it->second);
   }
   std::string cmd;
-  for (const auto& a : worker_argv(0)) cmd += (cmd.empty() ? "" : " ") + a;
-  out += fmt::format("  worker command (local rank 0): {}\n", cmd);
+  for (const auto& a : worker_argv(0)) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
+  out += fmt::format("  worker command (local rank 0): {}", cmd);
+  if (auto it = origin.find("program"); it != origin.end()) out += "  <- " + it->second;
+  out += "\n";
   return out;
 }
 
@@ -414,7 +437,10 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   Raw run_id = r.raw("rdzv_id");
   cfg.run_id = run_id.text;
   cfg.rdzv_conf = parse_rdzv_conf(r.raw("rdzv_conf"));
-  cfg.local_addr = r.str("local_addr");
+  Raw local_addr = r.raw("local_addr");
+  cfg.local_addr = local_addr.text;
+  cfg.host_name = host.hostname;
+  if (!local_addr.given()) cfg.origin["local_addr"] = "default (this host's name)";
   cfg.max_restarts = r.integer("max_restarts", 0, 1 << 20);
   cfg.monitor_interval = r.seconds("monitor_interval", false);
   Raw start_method = r.raw("start_method");
@@ -423,6 +449,7 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
     throw UsageError(fmt::format("{}='{}' is not allowed; expected spawn, fork or forkserver",
                                  start_method.what, start_method.text));
   }
+  cfg.start_method = start_method.text;
   Raw role = r.raw("role");
   if (role.text.empty() || role.text.find_first_of(" \t\n:") != std::string::npos) {
     throw UsageError(fmt::format(
@@ -442,6 +469,7 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.python = python.text;
   cfg.append_local_rank = r.boolean("append_local_rank_arg");
   bool use_env = r.boolean("use_env");
+  cfg.use_env = use_env;
   cfg.log_dir = r.str("log_dir");
   Raw redirects = r.raw("redirects");
   cfg.redirects = parse_std_spec(redirects.text, redirects.what);
@@ -449,6 +477,8 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.tee = parse_std_spec(tee.text, tee.what);
   Raw ranks_filter = r.raw("local_ranks_filter");
   r.raw("help");
+  cfg.slurm = r.boolean("slurm");
+  cfg.no_slurm = r.boolean("no_slurm");
 
   // Combinations.
   if (cfg.module && cfg.no_python) {

@@ -39,6 +39,7 @@ struct HostInfo {
   // slurm_env.h), else the entries of /proc/driver/nvidia/gpus.
   int64_t gpus = 0;
   std::string fresh_run_id;  // the run id --standalone uses (random in detect())
+  std::string hostname;      // this node's name: the address it advertises without --local_addr
   static HostInfo detect();
 };
 
@@ -61,7 +62,11 @@ struct LaunchConfig {
   std::string rdzv_endpoint;
   std::string run_id = "none";
   std::map<std::string, std::string> rdzv_conf;
-  std::string local_addr;
+  std::string local_addr;  // empty: the host name (host_name below) is advertised
+  std::string host_name;   // HostInfo::hostname, for describe()
+  // Accepted for torchrun compatibility and otherwise unused; kept so --dry_run shows them.
+  std::string start_method = "spawn";
+  bool use_env = false;
   // Supervision.
   int64_t max_restarts = 0;
   double monitor_interval = 5;
@@ -84,6 +89,8 @@ struct LaunchConfig {
   // Under Slurm (slurm_launch.h): "off", "agent" (one dlaunch per node) or "task" (exec the
   // program as this Slurm task's worker).
   std::string slurm_mode = "off";
+  bool slurm = false;     // --slurm: fail outside a Slurm job
+  bool no_slurm = false;  // --no_slurm: SLURM_* ignored
 
   // Canonical flag name -> where its value came from: "--nproc-per-node", "DLAUNCH_ROLE",
   // "default", or "--standalone" for values it implies.
@@ -101,11 +108,17 @@ struct LaunchConfig {
   // torchrun, tee wins over redirect (files and console).
   bool console_shows(int64_t local_rank, int stream) const;
   // The resolved configuration, one "name = value  (origin)" line per setting, for --dry_run.
+  // The worker command is quoted as a shell would need it.
   std::string describe() const;
 };
 
-// Resolves and validates. `host` supplies cpu/gpu counts for --nproc_per_node cpu|gpu|auto.
+// Resolves and validates. `host` supplies cpu/gpu counts for --nproc_per_node cpu|gpu|auto and
+// the host name.
 LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const HostInfo& host);
+
+// `text` quoted for a POSIX shell: unchanged when it holds only characters no shell treats
+// specially (letters, digits, @%+=:,./_-), else in single quotes ('' for the empty string).
+std::string shell_quote(const std::string& text);
 
 // A random run id (16 hex digits) for --standalone.
 std::string random_run_id();

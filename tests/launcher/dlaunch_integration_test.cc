@@ -286,6 +286,24 @@ TEST(DlaunchUsage, HelpAndDryRun) {
   EXPECT_NE(r.out.find("worker command (local rank 0): /bin/true"), std::string::npos) << r.out;
 }
 
+TEST(DlaunchUsage, DryRunQuotesTheWorkerCommandAndShowsIgnoredSettings) {
+  auto r = run({kDlaunch, "--dry_run", "--nnodes", "2", "--master_addr", "10.0.0.1",
+                "--no_python", "/bin/sh", "-c", "echo \"$RANK\"; exit 0", "it's", ""});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  // Pasted into a shell, the line runs what the worker runs.
+  EXPECT_NE(r.out.find("worker command (local rank 0): /bin/sh -c 'echo \"$RANK\"; exit 0' "
+                       "'it'\\''s' ''"),
+            std::string::npos)
+      << r.out;
+  for (const char* row : {"start_method", "use_env", "no_slurm", "local_addr"}) {
+    EXPECT_NE(r.out.find(std::string("  ") + row + " "), std::string::npos) << row << r.out;
+  }
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  EXPECT_NE(r.out.find(std::string("local_addr             = ") + host), std::string::npos)
+      << r.out;
+}
+
 TEST(DlaunchSignals, SigtermIsForwardedAndExitIs143) {
   TempDir dir;
   Subprocess p(cmd({"--standalone", "--nproc_per_node", "2"},

@@ -219,6 +219,35 @@ TEST(LaunchConfig, TeeWinsOverRedirectOnTheConsole) {
   EXPECT_TRUE(c.console_shows(1, 1));
 }
 
+TEST(LaunchConfig, DescribeShowsEveryResolvedSetting) {
+  HostInfo host{8, 0, "feedfacecafebeef", "node-a"};
+  auto lookup = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+  auto c = resolve_config(parse_cli({"--nnodes", "2", "--master_addr", "10.0.0.1", "--use_env",
+                                     "--start_method", "fork", "--no_slurm", "p"}),
+                          lookup, host);
+  std::string d = c.describe();
+  EXPECT_NE(d.find("start_method           = fork (ignored)"), std::string::npos) << d;
+  EXPECT_NE(d.find("use_env                = true (ignored)"), std::string::npos) << d;
+  EXPECT_NE(d.find("no_slurm               = true"), std::string::npos) << d;
+  // The address this node advertises to the others: the host name unless --local_addr.
+  EXPECT_NE(d.find("local_addr             = node-a"), std::string::npos) << d;
+  c = resolve_config(parse_cli({"--nnodes", "2", "--local_addr", "10.0.0.2", "p"}), lookup, host);
+  EXPECT_NE(c.describe().find("local_addr             = 10.0.0.2"), std::string::npos);
+}
+
+TEST(LaunchConfig, DescribeQuotesTheWorkerCommandAsAShellWould) {
+  EXPECT_EQ(shell_quote("train.py"), "train.py");
+  EXPECT_EQ(shell_quote("--lr=0.1"), "--lr=0.1");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote("$HOME"), "'$HOME'");
+  auto c = resolve({"--no_python", "/bin/sh", "-c", "echo \"$RANK\"; exit 0", ""});
+  EXPECT_NE(c.describe().find("worker command (local rank 0): /bin/sh -c 'echo \"$RANK\"; exit 0' ''"),
+            std::string::npos)
+      << c.describe();
+}
+
 TEST(LaunchConfig, SecondsAndSwitchesFromEnv) {
   auto c = resolve({"p"}, {{"DLAUNCH_HANG_TIMEOUT", "2.5"}, {"DLAUNCH_STANDALONE", "1"},
                            {"DLAUNCH_SHUTDOWN_GRACE", "0.25"}});
