@@ -16,6 +16,8 @@
 #include "common/error.h"
 #include "launcher/slurm_env.h"
 #include "launcher/slurm_launch.h"
+#include "rendezvous/host_port.h"
+#include "rendezvous/rendezvous_registry.h"
 
 namespace dlaunch {
 namespace {
@@ -206,6 +208,40 @@ std::map<std::string, std::string> parse_rdzv_conf(const Raw& r) {
   return conf;
 }
 
+// Every key is checked before anything starts, whatever the backend (a single-node job creates
+// no rendezvous, so nothing later would look): a typo must not silently fall back to a default.
+void check_rdzv_conf(const std::map<std::string, std::string>& conf, const Raw& r) {
+  // The keys RendezvousConfig::parse reads (rendezvous/rendezvous_registry.cc).
+  static const std::vector<std::string> kOurs = {"join_timeout",          "last_call_timeout",
+                                                 "keep_alive_interval",   "keep_alive_max_attempt",
+                                                 "close_timeout",         "token_file"};
+  // Keys torchrun 1.13's backends read that dlaunch has no use for: accepted so torchrun
+  // command lines keep working, and ignored (the rendezvous logs that it ignores them).
+  static const std::set<std::string> kTorchrunOnly = {
+      "is_host", "read_timeout", "store_type", "protocol", "ssl_cert", "ssl_cert_key", "ca_cert",
+      "cacert", "cert", "key", "etcd_prefix", "timeout", "rank"};
+  std::map<std::string, std::string> ours;
+  for (const auto& [key, value] : conf) {
+    if (std::find(kOurs.begin(), kOurs.end(), key) != kOurs.end()) {
+      ours[key] = value;
+      continue;
+    }
+    if (kTorchrunOnly.count(key)) continue;
+    std::string guess = closest_match(key, kOurs);
+    std::string known;
+    for (const auto& k : kOurs) known += (known.empty() ? "" : ", ") + k;
+    throw UsageError(fmt::format("{}='{}' has the unknown key '{}'{}; expected keys: {}", r.what,
+                                 r.text, key,
+                                 guess.empty() ? "" : fmt::format(" (did you mean {}?)", guess),
+                                 known));
+  }
+  try {
+    RendezvousConfig::parse(ours);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("{}='{}' is not allowed: {}", r.what, r.text, e.what()));
+  }
+}
+
 // "${local_rank}" and "$local_rank" (not followed by a letter, digit or '_') -> the rank, as
 // Python's string.Template.safe_substitute does for torchrun; "$$" and every other '$' stay.
 std::string substitute_local_rank(const std::string& arg, int64_t local_rank) {
@@ -246,6 +282,50 @@ int64_t count_gpus() {
     closedir(d);
   }
   return n;
+}
+
+// What the agent's job services (job_services.cc) would refuse once started, refused here so a
+// --dry_run and a real run agree: ports other nodes cannot learn, endpoints that are missing or
+// malformed.
+void check_endpoints(const LaunchConfig& cfg, const Raw& port) {
+  if (cfg.slurm_mode == "task") {
+    if (cfg.master_port == 0) {
+      throw UsageError(
+          "--master_port=0 cannot work with one Slurm task per worker: no agent runs to pick a "
+          "port and tell the others; give a fixed --master_port or leave it unset (derived from "
+          "SLURM_JOB_ID)");
+    }
+    return;
+  }
+  if (cfg.rdzv_backend == "static") {
+    if (cfg.max_nodes > 1 && cfg.master_port == 0) {
+      throw UsageError(fmt::format(
+          "{}=0 cannot work with --nnodes={}: the other nodes would not know the port node 0 "
+          "picked; give every node the same free --master_port",
+          port.what, cfg.max_nodes));
+    }
+    if (cfg.max_nodes > 1 && !cfg.rdzv_endpoint.empty()) {
+      parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint");
+    }
+  } else if (cfg.rdzv_backend == "c10d") {
+    if (cfg.rdzv_endpoint.empty()) {
+      throw UsageError(fmt::format(
+          "--rdzv_backend=c10d (--nnodes={}:{}) needs --rdzv_endpoint host:port, the address "
+          "where one agent hosts the rendezvous store and every other agent connects",
+          cfg.min_nodes, cfg.max_nodes));
+    }
+    HostPort hp = parse_host_port(cfg.rdzv_endpoint, 29400, "--rdzv_endpoint");
+    if (hp.port == 0 && cfg.max_nodes > 1) {
+      throw UsageError(fmt::format(
+          "--rdzv_endpoint {} with port 0 cannot work with --nnodes={}:{}: the other nodes "
+          "would not know the port this one picked; give every node the same free port",
+          cfg.rdzv_endpoint, cfg.min_nodes, cfg.max_nodes));
+    }
+  } else if (cfg.rdzv_backend == "etcd" && cfg.rdzv_endpoint.empty()) {
+    throw UsageError(
+        "--rdzv_backend etcd needs --rdzv_endpoint host:port of etcd's client URL (e.g. "
+        "10.0.0.5:2379)");
+  }
 }
 
 }  // namespace
@@ -436,7 +516,9 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.rdzv_endpoint = r.str("rdzv_endpoint");
   Raw run_id = r.raw("rdzv_id");
   cfg.run_id = run_id.text;
-  cfg.rdzv_conf = parse_rdzv_conf(r.raw("rdzv_conf"));
+  Raw rdzv_conf = r.raw("rdzv_conf");
+  cfg.rdzv_conf = parse_rdzv_conf(rdzv_conf);
+  check_rdzv_conf(cfg.rdzv_conf, rdzv_conf);
   Raw local_addr = r.raw("local_addr");
   cfg.local_addr = local_addr.text;
   cfg.host_name = host.hostname;
@@ -479,6 +561,14 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   r.raw("help");
   cfg.slurm = r.boolean("slurm");
   cfg.no_slurm = r.boolean("no_slurm");
+  // Checked here, not only under Slurm: a typo must fail on the laptop too, not on the cluster.
+  Raw slurm_mode = r.raw("slurm_mode");
+  if (slurm_mode.text != "auto" && slurm_mode.text != "agent" && slurm_mode.text != "task") {
+    throw UsageError(fmt::format(
+        "{}='{}' is not a mode; expected auto, agent (one dlaunch per node) or task (one Slurm "
+        "task per worker)",
+        slurm_mode.what, slurm_mode.text));
+  }
 
   // Combinations.
   if (cfg.module && cfg.no_python) {
@@ -491,7 +581,13 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
         "--append_local_rank_arg and --use_env were both given; --use_env means the script reads "
         "LOCAL_RANK from the environment, so drop --append_local_rank_arg");
   }
-  static const std::set<std::string> kBackends = {"static", "c10d", "etcd", "etcd-v2"};
+  if (cfg.rdzv_backend == "etcd-v2") {
+    throw UsageError(fmt::format(
+        "{}='etcd-v2' is torchrun's backend for etcd's v2 API, which dlaunch does not speak; use "
+        "--rdzv_backend etcd (etcd's v3 API, etcd 3.4 or newer)",
+        backend.what));
+  }
+  static const std::set<std::string> kBackends = {"static", "c10d", "etcd"};
   if (!kBackends.count(cfg.rdzv_backend)) {
     throw UsageError(fmt::format("{}='{}' is not allowed; expected static, c10d or etcd",
                                  backend.what, cfg.rdzv_backend));
@@ -538,6 +634,7 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.local_ranks_filter = parse_rank_list(ranks_filter, cfg.nproc_per_node);
   check_std_ranks(cfg.redirects, redirects, cfg.nproc_per_node);
   check_std_ranks(cfg.tee, tee, cfg.nproc_per_node);
+  check_endpoints(cfg, port);
   if (cli.program.empty() && !cli.help) {
     throw UsageError(
         "no program was given; expected `dlaunch [options] program [args...]` (see dlaunch "

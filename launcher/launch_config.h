@@ -112,8 +112,10 @@ struct LaunchConfig {
   std::string describe() const;
 };
 
-// Resolves and validates. `host` supplies cpu/gpu counts for --nproc_per_node cpu|gpu|auto and
-// the host name.
+// Resolves and validates everything a run checks before it starts anything (a --dry_run checks
+// exactly the same): values, combinations, --rdzv_conf keys and values, endpoints, ports that
+// other nodes could not learn. `host` supplies cpu/gpu counts for --nproc_per_node
+// cpu|gpu|auto and the host name.
 LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const HostInfo& host);
 
 // `text` quoted for a POSIX shell: unchanged when it holds only characters no shell treats

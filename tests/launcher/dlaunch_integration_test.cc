@@ -239,16 +239,26 @@ TEST(DlaunchUsage, BadInputExitsTwoWithOneSentence) {
       {{"--master_port", "70000", "x"}, "--master_port"},
       {{"--standalone", "--nnodes", "2", "x"}, "--standalone"},
       {{"--nproc_per_node"}, "--nproc_per_node"},
-      {{}, "no program"},
+      {{"-m"}, "no program"},
+      {{"--nprocs_per_node", "2", "x"}, "did you mean --nproc_per_node?"},
+      {{"--rdzv_conf", "join_timout=5", "x"}, "did you mean join_timeout?"},
+      {{"--rdzv_conf", "join_timeout=soon", "x"}, "join_timeout"},
+      {{"--slurm_mode", "foo", "x"}, "--slurm_mode='foo'"},
+      {{"--master_port", "0", "--nnodes", "2", "x"}, "--master_port=0"},
+      {{"--nnodes", "1:2", "x"}, "needs --rdzv_endpoint"},
   };
-  for (const auto& c : cases) {
-    std::vector<std::string> argv = {kDlaunch};
-    argv.insert(argv.end(), c.args.begin(), c.args.end());
-    auto r = run(argv);
-    EXPECT_EQ(r.exit.shell_code(), 2) << c.args.size() << " " << r.err;
-    EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
-    EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+  // --dry_run refuses exactly what a run refuses.
+  for (const std::vector<std::string>& mode : {std::vector<std::string>{}, {"--dry_run"}}) {
+    for (const auto& c : cases) {
+      std::vector<std::string> argv = {kDlaunch};
+      argv.insert(argv.end(), mode.begin(), mode.end());
+      argv.insert(argv.end(), c.args.begin(), c.args.end());
+      auto r = run(argv);
+      EXPECT_EQ(r.exit.shell_code(), 2) << mode.size() << " " << c.must_mention << " " << r.err;
+      EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+      EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+    }
   }
   auto bad_env = run({kDlaunch, "x"}, {{"DLAUNCH_MAX_RESTARTS", "many"}});
   EXPECT_EQ(bad_env.exit.shell_code(), 2);

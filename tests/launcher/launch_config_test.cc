@@ -87,7 +87,7 @@ TEST(LaunchConfig, StandalonePicksPortAndRunId) {
 }
 
 TEST(LaunchConfig, ElasticRangeDefaultsToC10d) {
-  auto c = resolve({"--nnodes", "2:4", "p"});
+  auto c = resolve({"--nnodes", "2:4", "--rdzv_endpoint", "10.0.0.1:29400", "p"});
   EXPECT_EQ(c.min_nodes, 2);
   EXPECT_EQ(c.max_nodes, 4);
   EXPECT_EQ(c.rdzv_backend, "c10d");
@@ -217,6 +217,67 @@ TEST(LaunchConfig, TeeWinsOverRedirectOnTheConsole) {
   c = resolve({"--nproc_per_node", "2", "-r", "3", "-t", "3", "--local_ranks_filter", "1", "p"});
   EXPECT_FALSE(c.console_shows(0, 1));
   EXPECT_TRUE(c.console_shows(1, 1));
+}
+
+TEST(LaunchConfig, RdzvConfKeysAreCheckedForEveryBackend) {
+  for (std::vector<std::string> backend :
+       {std::vector<std::string>{}, {"--nnodes", "2", "--master_addr", "10.0.0.1"},
+        {"--nnodes", "1:2", "--rdzv_endpoint", "10.0.0.1:29400"},
+        {"--rdzv_backend", "etcd", "--rdzv_endpoint", "10.0.0.5:2379"}}) {
+    auto args = backend;
+    args.insert(args.end(), {"--rdzv_conf", "join_timout=5", "p"});
+    std::string e = usage_error(args);
+    EXPECT_NE(e.find("unknown key 'join_timout' (did you mean join_timeout?)"), std::string::npos)
+        << e;
+    args = backend;
+    args.insert(args.end(), {"--rdzv_conf", "join_timeout=soon", "p"});
+    EXPECT_NE(usage_error(args).find("join_timeout"), std::string::npos);
+    args = backend;
+    args.insert(args.end(), {"--rdzv_conf", "keep_alive_interval=0", "p"});
+    EXPECT_NE(usage_error(args).find("keep_alive_interval"), std::string::npos);
+  }
+  EXPECT_NE(usage_error({"p"}, {{"DLAUNCH_RDZV_CONF", "bogus=1"}}).find("DLAUNCH_RDZV_CONF"),
+            std::string::npos);
+  // torchrun's own keys are accepted (and ignored), so torchrun command lines keep working.
+  auto c = resolve({"--rdzv_conf", "is_host=1,read_timeout=60,timeout=900,join_timeout=9", "p"});
+  EXPECT_EQ(c.rdzv_conf.at("join_timeout"), "9");
+}
+
+TEST(LaunchConfig, SlurmModeIsCheckedOutsideSlurm) {
+  EXPECT_NE(usage_error({"--slurm_mode", "foo", "p"}).find("--slurm_mode='foo'"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--no_slurm", "--slurm_mode", "foo", "p"}).find("--slurm_mode"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"p"}, {{"DLAUNCH_SLURM_MODE", "tasks"}}).find("DLAUNCH_SLURM_MODE"),
+            std::string::npos);
+  EXPECT_EQ(resolve({"--slurm_mode", "agent", "p"}).slurm_mode, "off");
+}
+
+// What the agent's job services would refuse after starting is refused by resolution, so a
+// --dry_run says what a run would.
+TEST(LaunchConfig, EndpointsAndPortsAreCheckedBeforeAnythingStarts) {
+  EXPECT_NE(usage_error({"--master_port", "0", "--nnodes", "2", "p"}).find("--master_port=0"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--dry_run", "--master_port", "0", "--nnodes", "2", "p"})
+                .find("--master_port=0"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--nnodes", "1:2", "p"}).find("needs --rdzv_endpoint"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--nnodes", "1:2", "--rdzv_endpoint", "10.0.0.1:0", "p"}).find("port 0"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--nnodes", "1:2", "--rdzv_endpoint", "10.0.0.1:http", "p"})
+                .find("--rdzv_endpoint"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--rdzv_backend", "etcd", "p"}).find("etcd's client URL"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--rdzv_backend", "etcd-v2", "--rdzv_endpoint", "h:2379", "p"})
+                .find("--rdzv_backend etcd"),
+            std::string::npos);
+  // Still fine: one node picks its own port; c10d on port 0 with one node (torchrun's
+  // --standalone spelling).
+  EXPECT_EQ(resolve({"--master_port", "0", "p"}).master_port, 0);
+  EXPECT_EQ(resolve({"--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:0", "p"}).max_nodes,
+            1);
 }
 
 TEST(LaunchConfig, DescribeShowsEveryResolvedSetting) {
