@@ -233,11 +233,14 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
 
 std::string help_text() {
   std::string text =
-      "usage: dlaunch [options] program [args...]\n"
+      "usage: dlaunch [options] [program [args...]]\n"
       "\n"
       "Starts --nproc_per_node workers running `program` with torchrun's environment contract,\n"
       "supervises them (restarts, hang detection, no orphans) and reports the first failure.\n"
       "A program ending in .py runs under `<python> -u`; -m runs `<python> -u -m program`.\n"
+      "Without a program, dlaunch runs dtrain (the bundled trainer, from dlaunch's own\n"
+      "directory) with its defaults; to give dtrain arguments, name it: dlaunch ... dtrain-path\n"
+      "--epochs 5. In the program's arguments, ${local_rank} becomes each worker's local rank.\n"
       "\n"
       "Every flag accepts both spellings (--nproc_per_node, --nproc-per-node), --flag=value and\n"
       "--flag value, and is also read from its environment twin (flag > twin > default).\n"

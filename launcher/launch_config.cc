@@ -381,6 +381,15 @@ HostInfo HostInfo::detect() {
   h.fresh_run_id = random_run_id();
   char name[256] = {0};
   h.hostname = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+  // dtrain is installed (and built) next to dlaunch: build/bin/, or the same bin/ directory.
+  std::vector<char> self(4096);
+  ssize_t n = readlink("/proc/self/exe", self.data(), self.size() - 1);
+  if (n > 0) {
+    std::string dir(self.data(), static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    std::string dtrain = dir + "/dtrain";
+    if (access(dtrain.c_str(), X_OK) == 0) h.default_program = dtrain;
+  }
   return h;
 }
 
@@ -635,13 +644,19 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   check_std_ranks(cfg.redirects, redirects, cfg.nproc_per_node);
   check_std_ranks(cfg.tee, tee, cfg.nproc_per_node);
   check_endpoints(cfg, port);
-  if (cli.program.empty() && !cli.help) {
-    throw UsageError(
-        "no program was given; expected `dlaunch [options] program [args...]` (see dlaunch "
-        "--help)");
-  }
   cfg.program = cli.program;
   cfg.program_args = cli.program_args;
+  if (cfg.program.empty() && !cli.help) {
+    if (cfg.module || host.default_program.empty()) {
+      throw UsageError(fmt::format(
+          "no program was given{}; expected `dlaunch [options] program [args...]` (see dlaunch "
+          "--help)",
+          cfg.module ? " after -m (a module name)"
+                     : ", and dtrain, the default program, is not in dlaunch's directory"));
+    }
+    cfg.program = host.default_program;
+    cfg.origin["program"] = "default (dtrain beside dlaunch)";
+  }
   return cfg;
 }
 

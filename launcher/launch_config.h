@@ -40,6 +40,9 @@ struct HostInfo {
   int64_t gpus = 0;
   std::string fresh_run_id;  // the run id --standalone uses (random in detect())
   std::string hostname;      // this node's name: the address it advertises without --local_addr
+  // The program run when none is given: the dtrain binary beside dlaunch's own, "" when there
+  // is none (then a missing program is a usage error).
+  std::string default_program;
   static HostInfo detect();
 };
 
@@ -115,7 +118,7 @@ struct LaunchConfig {
 // Resolves and validates everything a run checks before it starts anything (a --dry_run checks
 // exactly the same): values, combinations, --rdzv_conf keys and values, endpoints, ports that
 // other nodes could not learn. `host` supplies cpu/gpu counts for --nproc_per_node
-// cpu|gpu|auto and the host name.
+// cpu|gpu|auto, the host name and the default program.
 LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const HostInfo& host);
 
 // `text` quoted for a POSIX shell: unchanged when it holds only characters no shell treats

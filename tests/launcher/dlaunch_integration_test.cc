@@ -314,6 +314,16 @@ TEST(DlaunchUsage, DryRunQuotesTheWorkerCommandAndShowsIgnoredSettings) {
       << r.out;
 }
 
+// README/--help: without a program, dlaunch runs dtrain from its own directory.
+TEST(DlaunchUsage, NoProgramRunsDtrainBesideDlaunch) {
+  auto r = run({kDlaunch, "--dry_run", "--nproc_per_node", "2"});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  std::string dtrain = kDlaunch.substr(0, kDlaunch.rfind('/')) + "/dtrain";
+  EXPECT_NE(r.out.find("worker command (local rank 0): " + dtrain + "  <- default"),
+            std::string::npos)
+      << r.out;
+}
+
 TEST(DlaunchSignals, SigtermIsForwardedAndExitIs143) {
   TempDir dir;
   Subprocess p(cmd({"--standalone", "--nproc_per_node", "2"},

@@ -309,6 +309,26 @@ TEST(LaunchConfig, DescribeQuotesTheWorkerCommandAsAShellWould) {
       << c.describe();
 }
 
+TEST(LaunchConfig, NoProgramRunsDtrainBesideDlaunch) {
+  HostInfo host{8, 0, "feedfacecafebeef", "node-a", "/opt/dlaunch/bin/dtrain"};
+  auto lookup = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+  auto c = resolve_config(parse_cli({"--nproc_per_node", "2"}), lookup, host);
+  EXPECT_EQ(c.worker_argv(0), std::vector<std::string>{"/opt/dlaunch/bin/dtrain"});
+  EXPECT_NE(c.describe().find("dtrain beside dlaunch"), std::string::npos);
+  // A program given wins; -m without a module name is still an error.
+  EXPECT_EQ(resolve_config(parse_cli({"x"}), lookup, host).program, "x");
+  EXPECT_THROW(resolve_config(parse_cli({"-m"}), lookup, host), UsageError);
+  // No dtrain beside dlaunch: the usage error says so.
+  host.default_program.clear();
+  try {
+    resolve_config(parse_cli({}), lookup, host);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("no program was given"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("dtrain"), std::string::npos);
+  }
+}
+
 TEST(LaunchConfig, SecondsAndSwitchesFromEnv) {
   auto c = resolve({"p"}, {{"DLAUNCH_HANG_TIMEOUT", "2.5"}, {"DLAUNCH_STANDALONE", "1"},
                            {"DLAUNCH_SHUTDOWN_GRACE", "0.25"}});
