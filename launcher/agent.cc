@@ -197,7 +197,19 @@ struct Agent::Impl {
       log_info("--master_port 0: workers will use port {}", master_port);
     }
     if (opts.handle_signals) {
-      for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD}) signals.add(s);
+      for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD}) {
+        // A signal our caller ignored (nohup: SIGHUP) stays ignored, here and, as nothing
+        // handles it, in the workers (spawn() resets only handled signals). SIGCHLD is ours.
+        struct sigaction sa {};
+        if (s != SIGCHLD && sigaction(s, nullptr, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) &&
+            sa.sa_handler == SIG_IGN) {
+          log_info("{} is ignored (as the caller, e.g. nohup, set it): dlaunch and its workers "
+                   "keep ignoring it",
+                   signal_name(s));
+          continue;
+        }
+        signals.add(s);
+      }
       wait_signal();
     }
   }

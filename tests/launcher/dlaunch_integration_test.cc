@@ -377,6 +377,29 @@ TEST(DlaunchSignals, SecondSignalSkipsTheGrace) {
   EXPECT_NE(p.err().find("killing the workers now"), std::string::npos) << p.err();
 }
 
+// `nohup dlaunch ...`: a SIGHUP the caller ignored stays ignored, in dlaunch and in its workers.
+TEST(DlaunchSignals, NohupKeepsSighupIgnoredInDlaunchAndItsWorkers) {
+  if (!file_exists("/usr/bin/nohup")) GTEST_SKIP() << "no /usr/bin/nohup";
+  TempDir dir;
+  std::string ready = dir.file("ready");
+  Subprocess p({"/usr/bin/nohup", kDlaunch, "--standalone", "--no_python", "/bin/sh", "-c",
+                "grep SigIgn /proc/self/status > " + dir.file("sigign") + "; touch " + ready +
+                    "; exec sleep 300"});
+  ASSERT_TRUE(wait_until([&] { return file_exists(ready); }, 30s)) << p.err();
+  // Lower-numbered pending signals are delivered first: were SIGHUP handled, dlaunch would
+  // exit 129 before it saw SIGTERM.
+  p.signal(SIGHUP);
+  p.signal(SIGTERM);
+  auto exit = p.wait(60s);
+  ASSERT_TRUE(exit) << p.err();
+  EXPECT_EQ(exit->shell_code(), 128 + SIGTERM) << p.err();
+  EXPECT_EQ(p.err().find("received SIGHUP"), std::string::npos) << p.err();
+  std::string line = read_file(dir.file("sigign"));
+  ASSERT_NE(line.find(':'), std::string::npos) << line;
+  unsigned long long ignored = std::stoull(line.substr(line.find(':') + 1), nullptr, 16);
+  EXPECT_TRUE(ignored & (1ULL << (SIGHUP - 1))) << "worker's " << line;
+}
+
 TEST(DlaunchSignals, PreemptionNoticeThenStopExits75) {
   TempDir dir;
   Subprocess p(cmd({"--standalone", "--max_restarts", "3"},
