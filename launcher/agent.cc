@@ -146,6 +146,7 @@ struct Agent::Impl {
   bool membership_restart = false;
   std::string run_dir;
   bool temp_run_dir = false;
+  bool keep_temp_run_dir = false;  // it holds redirected/teed output: never deleted
   std::string omp_threads;
   int64_t master_port = 0;
   std::unique_ptr<WorkerGroup> group;
@@ -179,6 +180,15 @@ struct Agent::Impl {
       }
       run_dir = buf.data();
       temp_run_dir = true;
+      // -r/-t output exists only in these files: deleting them on success would lose it.
+      for (int64_t lr = 0; lr < cfg.nproc_per_node; ++lr) {
+        keep_temp_run_dir |= writes_file(cfg, lr, 1) || writes_file(cfg, lr, 2);
+      }
+      if (keep_temp_run_dir) {
+        log_warning("--redirects/--tee without --log_dir: the workers' output files go to {} "
+                    "and stay there after the job; give --log_dir to choose the place",
+                    run_dir);
+      }
     }
     bool user_omp = false;
     for (const auto& [k, v] : opts.base_env) user_omp |= k == env_names::kOmpNumThreads;
@@ -856,7 +866,9 @@ struct Agent::Impl {
     if (temp_run_dir) {
       // Kept when it may explain something (error files, stacks); not for success or a program
       // that never started.
-      if (code == exit_codes::kSuccess || code == exit_codes::kUsage) {
+      if (keep_temp_run_dir && code != exit_codes::kUsage) {
+        log_info("worker output files (--redirects/--tee) are kept in {}", run_dir);
+      } else if (code == exit_codes::kSuccess || code == exit_codes::kUsage) {
         std::error_code ec;
         fs::remove_all(run_dir, ec);
       } else {

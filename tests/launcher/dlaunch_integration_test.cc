@@ -537,6 +537,24 @@ TEST(DlaunchLogs, TeeWinsOverRedirectFilesAndConsole) {
   EXPECT_EQ(read_file(logs.path() + "/tee/attempt_0/0/stderr.log"), "err\n");
 }
 
+// -r without --log_dir: the output exists only in the files, so they are kept (not deleted with
+// the run's temporary directory on success) and dlaunch says where they are.
+TEST(DlaunchLogs, RedirectsWithoutLogDirKeepTheFilesAndSayWhere) {
+  TempDir tmp;
+  auto r = run({kDlaunch, "--standalone", "--rdzv_id", "kept", "-r", "1", "--no_python",
+                "/bin/sh", "-c", "echo only-in-the-file"},
+               {{"TMPDIR", tmp.path()}});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(r.out.find("only-in-the-file"), std::string::npos) << r.out;
+  std::string kept;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path())) {
+    if (e.path().filename().string().rfind("dlaunch_kept_", 0) == 0) kept = e.path().string();
+  }
+  ASSERT_FALSE(kept.empty()) << "the run directory was deleted\n" << r.err;
+  EXPECT_EQ(read_file(kept + "/attempt_0/0/stdout.log"), "only-in-the-file\n");
+  EXPECT_NE(r.err.find(kept), std::string::npos) << r.err;
+}
+
 TEST(DlaunchProgram, LocalRankMacroIsSubstitutedAndDollarDollarKept) {
   auto r = run({kDlaunch, "--standalone", "--nproc_per_node", "2", "--no_python", "/bin/echo",
                 "--local_rank=${local_rank}", "cuda:$local_rank", "$$", "$LOCAL_RANK"});
