@@ -185,9 +185,10 @@ struct Agent::Impl {
         keep_temp_run_dir |= writes_file(cfg, lr, 1) || writes_file(cfg, lr, 2);
       }
       if (keep_temp_run_dir) {
-        log_warning("--redirects/--tee without --log_dir: the workers' output files go to {} "
-                    "and stay there after the job; give --log_dir to choose the place",
-                    run_dir);
+        log_warning(
+            "--redirects/--tee without --log_dir: the workers' output files go to {} "
+            "and stay there after the job; give --log_dir to choose the place",
+            run_dir);
       }
     }
     bool user_omp = false;
@@ -213,9 +214,10 @@ struct Agent::Impl {
         struct sigaction sa {};
         if (s != SIGCHLD && sigaction(s, nullptr, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) &&
             sa.sa_handler == SIG_IGN) {
-          log_info("{} is ignored (as the caller, e.g. nohup, set it): dlaunch and its workers "
-                   "keep ignoring it",
-                   signal_name(s));
+          log_info(
+              "{} is ignored (as the caller, e.g. nohup, set it): dlaunch and its workers "
+              "keep ignoring it",
+              signal_name(s));
           continue;
         }
         signals.add(s);

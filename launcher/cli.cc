@@ -106,10 +106,10 @@ const FlagSpec& find_long(const std::string& spelled, const std::string& name) {
   std::vector<std::string> names;
   for (const auto& s : specs) names.push_back(s.name);
   std::string guess = closest_match(name, names);
-  throw UsageError(fmt::format(
-      "flag '{}' is not a dlaunch flag{}; put dlaunch flags before the program and see "
-      "'dlaunch --help' for the list",
-      spelled, guess.empty() ? "" : fmt::format(" (did you mean --{}?)", guess)));
+  throw UsageError(
+      fmt::format("flag '{}' is not a dlaunch flag{}; put dlaunch flags before the program and see "
+                  "'dlaunch --help' for the list",
+                  spelled, guess.empty() ? "" : fmt::format(" (did you mean --{}?)", guess)));
 }
 
 const FlagSpec& find_short(char c, const std::string& spelled) {

@@ -212,14 +212,14 @@ std::map<std::string, std::string> parse_rdzv_conf(const Raw& r) {
 // no rendezvous, so nothing later would look): a typo must not silently fall back to a default.
 void check_rdzv_conf(const std::map<std::string, std::string>& conf, const Raw& r) {
   // The keys RendezvousConfig::parse reads (rendezvous/rendezvous_registry.cc).
-  static const std::vector<std::string> kOurs = {"join_timeout",          "last_call_timeout",
-                                                 "keep_alive_interval",   "keep_alive_max_attempt",
-                                                 "close_timeout",         "token_file"};
+  static const std::vector<std::string> kOurs = {"join_timeout",        "last_call_timeout",
+                                                 "keep_alive_interval", "keep_alive_max_attempt",
+                                                 "close_timeout",       "token_file"};
   // Keys torchrun 1.13's backends read that dlaunch has no use for: accepted so torchrun
   // command lines keep working, and ignored (the rendezvous logs that it ignores them).
   static const std::set<std::string> kTorchrunOnly = {
-      "is_host", "read_timeout", "store_type", "protocol", "ssl_cert", "ssl_cert_key", "ca_cert",
-      "cacert", "cert", "key", "etcd_prefix", "timeout", "rank"};
+      "is_host", "read_timeout", "store_type", "protocol",    "ssl_cert", "ssl_cert_key", "ca_cert",
+      "cacert",  "cert",         "key",        "etcd_prefix", "timeout",  "rank"};
   std::map<std::string, std::string> ours;
   for (const auto& [key, value] : conf) {
     if (std::find(kOurs.begin(), kOurs.end(), key) != kOurs.end()) {
@@ -230,10 +230,9 @@ void check_rdzv_conf(const std::map<std::string, std::string>& conf, const Raw& 
     std::string guess = closest_match(key, kOurs);
     std::string known;
     for (const auto& k : kOurs) known += (known.empty() ? "" : ", ") + k;
-    throw UsageError(fmt::format("{}='{}' has the unknown key '{}'{}; expected keys: {}", r.what,
-                                 r.text, key,
-                                 guess.empty() ? "" : fmt::format(" (did you mean {}?)", guess),
-                                 known));
+    throw UsageError(
+        fmt::format("{}='{}' has the unknown key '{}'{}; expected keys: {}", r.what, r.text, key,
+                    guess.empty() ? "" : fmt::format(" (did you mean {}?)", guess), known));
   }
   try {
     RendezvousConfig::parse(ours);
@@ -476,8 +475,8 @@ std::string LaunchConfig::describe() const {
       {"start_method", start_method + " (ignored)"},
       {"use_env", use_env ? "true (ignored)" : "false"},
       {"role", role},
-      {"hang_timeout", to_seconds(hang_timeout) == 0 ? "0 (off)"
-                                                     : fmt::format("{}", to_seconds(hang_timeout))},
+      {"hang_timeout",
+       to_seconds(hang_timeout) == 0 ? "0 (off)" : fmt::format("{}", to_seconds(hang_timeout))},
       {"shutdown_grace", fmt::format("{}", to_seconds(shutdown_grace))},
       {"module", module ? "true" : "false"},
       {"no_python", no_python ? "true" : "false"},

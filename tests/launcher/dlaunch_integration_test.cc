@@ -301,8 +301,8 @@ TEST(DlaunchUsage, HelpAndDryRun) {
 }
 
 TEST(DlaunchUsage, DryRunQuotesTheWorkerCommandAndShowsIgnoredSettings) {
-  auto r = run({kDlaunch, "--dry_run", "--nnodes", "2", "--master_addr", "10.0.0.1",
-                "--no_python", "/bin/sh", "-c", "echo \"$RANK\"; exit 0", "it's", ""});
+  auto r = run({kDlaunch, "--dry_run", "--nnodes", "2", "--master_addr", "10.0.0.1", "--no_python",
+                "/bin/sh", "-c", "echo \"$RANK\"; exit 0", "it's", ""});
   ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
   // Pasted into a shell, the line runs what the worker runs.
   EXPECT_NE(r.out.find("worker command (local rank 0): /bin/sh -c 'echo \"$RANK\"; exit 0' "
@@ -532,8 +532,8 @@ TEST(DlaunchLogs, RedirectsTeeFilterAndFiles) {
 
 TEST(DlaunchLogs, TeeWinsOverRedirectFilesAndConsole) {
   TempDir logs;
-  auto r = run({kDlaunch, "--standalone", "--log_dir", logs.path(), "--rdzv_id", "tee", "-r",
-                "3", "-t", "3", "--no_python", "/bin/sh", "-c", "echo out; echo err >&2"});
+  auto r = run({kDlaunch, "--standalone", "--log_dir", logs.path(), "--rdzv_id", "tee", "-r", "3",
+                "-t", "3", "--no_python", "/bin/sh", "-c", "echo out; echo err >&2"});
   ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
   EXPECT_NE(r.out.find("[default0]:out"), std::string::npos) << r.out;
   EXPECT_NE(r.err.find("[default0]:err"), std::string::npos) << r.err;
@@ -545,8 +545,8 @@ TEST(DlaunchLogs, TeeWinsOverRedirectFilesAndConsole) {
 // the run's temporary directory on success) and dlaunch says where they are.
 TEST(DlaunchLogs, RedirectsWithoutLogDirKeepTheFilesAndSayWhere) {
   TempDir tmp;
-  auto r = run({kDlaunch, "--standalone", "--rdzv_id", "kept", "-r", "1", "--no_python",
-                "/bin/sh", "-c", "echo only-in-the-file"},
+  auto r = run({kDlaunch, "--standalone", "--rdzv_id", "kept", "-r", "1", "--no_python", "/bin/sh",
+                "-c", "echo only-in-the-file"},
                {{"TMPDIR", tmp.path()}});
   ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
   EXPECT_EQ(r.out.find("only-in-the-file"), std::string::npos) << r.out;

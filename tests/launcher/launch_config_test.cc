@@ -1,7 +1,6 @@
 #include "launcher/launch_config.h"
 
 #include <gtest/gtest.h>
-
 #include <stdlib.h>
 
 #include <map>
@@ -152,15 +151,15 @@ TEST(LaunchConfig, LocalRankMacroIsSubstitutedInWorkerArguments) {
   // torchrun 1.13 runs string.Template(arg).safe_substitute(local_rank=N) on every argument.
   auto c = resolve({"train.py", "--local_rank=${local_rank}", "--device", "cuda:$local_rank",
                     "${local_rank}${local_rank}", "$local_rank.x"});
-  EXPECT_EQ(c.worker_argv(3), (std::vector<std::string>{"python3", "-u", "train.py",
-                                                        "--local_rank=3", "--device", "cuda:3",
-                                                        "33", "3.x"}));
+  EXPECT_EQ(c.worker_argv(3),
+            (std::vector<std::string>{"python3", "-u", "train.py", "--local_rank=3", "--device",
+                                      "cuda:3", "33", "3.x"}));
   // Not the macro: other names, a longer identifier, upper case, a broken brace.
   c = resolve({"--no_python", "/bin/echo", "$LOCAL_RANK", "$local_rankx", "${local_rank",
                "${ local_rank}", "$1", "50$"});
-  EXPECT_EQ(c.worker_argv(1), (std::vector<std::string>{"/bin/echo", "$LOCAL_RANK", "$local_rankx",
-                                                        "${local_rank", "${ local_rank}", "$1",
-                                                        "50$"}));
+  EXPECT_EQ(c.worker_argv(1),
+            (std::vector<std::string>{"/bin/echo", "$LOCAL_RANK", "$local_rankx", "${local_rank",
+                                      "${ local_rank}", "$1", "50$"}));
   // The program itself is not an argument (torchrun: the entrypoint is not substituted).
   c = resolve({"--no_python", "./run_${local_rank}", "x"});
   EXPECT_EQ(c.worker_argv(2)[0], "./run_${local_rank}");
@@ -169,8 +168,8 @@ TEST(LaunchConfig, LocalRankMacroIsSubstitutedInWorkerArguments) {
 TEST(LaunchConfig, DollarDollarIsPassedOnUnchanged) {
   // torchrun turns "$$" into "$" (and "$$local_rank" into "$local_rank"); dlaunch does not
   // touch "$$", so shell snippets and regexes arrive as written.
-  auto c = resolve({"--no_python", "/bin/sh", "-c", "echo $$ ${local_rank}", "a$$b",
-                    "$$local_rank", "^x$$"});
+  auto c = resolve(
+      {"--no_python", "/bin/sh", "-c", "echo $$ ${local_rank}", "a$$b", "$$local_rank", "^x$$"});
   EXPECT_EQ(c.worker_argv(1), (std::vector<std::string>{"/bin/sh", "-c", "echo $$ 1", "a$$b",
                                                         "$$local_rank", "^x$$"}));
 }
@@ -179,15 +178,17 @@ TEST(LaunchConfig, GpuCountFollowsCudasVisibleDevicesRule) {
   struct Restore {
     std::optional<std::string> old = get_env("CUDA_VISIBLE_DEVICES");
     ~Restore() {
-      if (old) setenv("CUDA_VISIBLE_DEVICES", old->c_str(), 1);
-      else unsetenv("CUDA_VISIBLE_DEVICES");
+      if (old)
+        setenv("CUDA_VISIBLE_DEVICES", old->c_str(), 1);
+      else
+        unsetenv("CUDA_VISIBLE_DEVICES");
     }
   } restore;
   // The list ends at the first entry that is not a device; one named twice hides all.
   std::map<std::string, int64_t> cases = {
-      {"-1", 0},        {"0,-1,1", 1},  {"NoDevFiles", 0}, {"", 0},    {"0,,1", 1},
-      {"0,1,2,3", 4},   {" 0 , 1 ", 2}, {"1gpu,2", 2},     {"0,0", 0}, {"GPU-ab,GPU-cd", 2},
-      {"GPU-ab,x", 1}};
+      {"-1", 0},   {"0,-1,1", 1},        {"NoDevFiles", 0}, {"", 0},
+      {"0,,1", 1}, {"0,1,2,3", 4},       {" 0 , 1 ", 2},    {"1gpu,2", 2},
+      {"0,0", 0},  {"GPU-ab,GPU-cd", 2}, {"GPU-ab,x", 1}};
   for (const auto& [visible, gpus] : cases) {
     setenv("CUDA_VISIBLE_DEVICES", visible.c_str(), 1);
     EXPECT_EQ(HostInfo::detect().gpus, gpus) << "CUDA_VISIBLE_DEVICES='" << visible << "'";
@@ -221,7 +222,8 @@ TEST(LaunchConfig, TeeWinsOverRedirectOnTheConsole) {
 
 TEST(LaunchConfig, RdzvConfKeysAreCheckedForEveryBackend) {
   for (std::vector<std::string> backend :
-       {std::vector<std::string>{}, {"--nnodes", "2", "--master_addr", "10.0.0.1"},
+       {std::vector<std::string>{},
+        {"--nnodes", "2", "--master_addr", "10.0.0.1"},
         {"--nnodes", "1:2", "--rdzv_endpoint", "10.0.0.1:29400"},
         {"--rdzv_backend", "etcd", "--rdzv_endpoint", "10.0.0.5:2379"}}) {
     auto args = backend;
@@ -261,8 +263,7 @@ TEST(LaunchConfig, EndpointsAndPortsAreCheckedBeforeAnythingStarts) {
   EXPECT_NE(usage_error({"--dry_run", "--master_port", "0", "--nnodes", "2", "p"})
                 .find("--master_port=0"),
             std::string::npos);
-  EXPECT_NE(usage_error({"--nnodes", "1:2", "p"}).find("needs --rdzv_endpoint"),
-            std::string::npos);
+  EXPECT_NE(usage_error({"--nnodes", "1:2", "p"}).find("needs --rdzv_endpoint"), std::string::npos);
   EXPECT_NE(usage_error({"--nnodes", "1:2", "--rdzv_endpoint", "10.0.0.1:0", "p"}).find("port 0"),
             std::string::npos);
   EXPECT_NE(usage_error({"--nnodes", "1:2", "--rdzv_endpoint", "10.0.0.1:http", "p"})
@@ -304,8 +305,9 @@ TEST(LaunchConfig, DescribeQuotesTheWorkerCommandAsAShellWould) {
   EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
   EXPECT_EQ(shell_quote("$HOME"), "'$HOME'");
   auto c = resolve({"--no_python", "/bin/sh", "-c", "echo \"$RANK\"; exit 0", ""});
-  EXPECT_NE(c.describe().find("worker command (local rank 0): /bin/sh -c 'echo \"$RANK\"; exit 0' ''"),
-            std::string::npos)
+  EXPECT_NE(
+      c.describe().find("worker command (local rank 0): /bin/sh -c 'echo \"$RANK\"; exit 0' ''"),
+      std::string::npos)
       << c.describe();
 }
 

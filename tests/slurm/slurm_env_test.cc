@@ -206,8 +206,8 @@ TEST(SlurmEnv, VisibleDevicesAreCountedAsCudaCountsThem) {
   EXPECT_EQ(count_visible_devices(""), 0);
   EXPECT_EQ(count_visible_devices("0,,1"), 1);
   EXPECT_EQ(count_visible_devices(" 2 , 3 "), 2);
-  EXPECT_EQ(count_visible_devices("1gpu,2x"), 2);   // read like strtoul
-  EXPECT_EQ(count_visible_devices("0,1,01"), 0);    // device 1 twice: CUDA shows none
+  EXPECT_EQ(count_visible_devices("1gpu,2x"), 2);  // read like strtoul
+  EXPECT_EQ(count_visible_devices("0,1,01"), 0);   // device 1 twice: CUDA shows none
   EXPECT_EQ(count_visible_devices("GPU-aaaa,GPU-aaaa"), 0);
   EXPECT_EQ(count_visible_devices("GPU-aaaa,MIG-bbbb,oops,GPU-cccc"), 2);
 }
