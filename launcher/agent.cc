@@ -146,6 +146,7 @@ struct Agent::Impl {
   bool membership_restart = false;
   std::string run_dir;
   bool temp_run_dir = false;
+  bool keep_temp_run_dir = false;  // it holds redirected/teed output: never deleted
   std::string omp_threads;
   int64_t master_port = 0;
   std::unique_ptr<WorkerGroup> group;
@@ -179,6 +180,16 @@ struct Agent::Impl {
       }
       run_dir = buf.data();
       temp_run_dir = true;
+      // -r/-t output exists only in these files: deleting them on success would lose it.
+      for (int64_t lr = 0; lr < cfg.nproc_per_node; ++lr) {
+        keep_temp_run_dir |= writes_file(cfg, lr, 1) || writes_file(cfg, lr, 2);
+      }
+      if (keep_temp_run_dir) {
+        log_warning(
+            "--redirects/--tee without --log_dir: the workers' output files go to {} "
+            "and stay there after the job; give --log_dir to choose the place",
+            run_dir);
+      }
     }
     bool user_omp = false;
     for (const auto& [k, v] : opts.base_env) user_omp |= k == env_names::kOmpNumThreads;
@@ -197,7 +208,20 @@ struct Agent::Impl {
       log_info("--master_port 0: workers will use port {}", master_port);
     }
     if (opts.handle_signals) {
-      for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD}) signals.add(s);
+      for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD}) {
+        // A signal our caller ignored (nohup: SIGHUP) stays ignored, here and, as nothing
+        // handles it, in the workers (spawn() resets only handled signals). SIGCHLD is ours.
+        struct sigaction sa {};
+        if (s != SIGCHLD && sigaction(s, nullptr, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) &&
+            sa.sa_handler == SIG_IGN) {
+          log_info(
+              "{} is ignored (as the caller, e.g. nohup, set it): dlaunch and its workers "
+              "keep ignoring it",
+              signal_name(s));
+          continue;
+        }
+        signals.add(s);
+      }
       wait_signal();
     }
   }
@@ -325,8 +349,7 @@ struct Agent::Impl {
     e.attempt = generation;
     // Progress bars draw only on a terminal; through dlaunch the worker's stdout is a pipe, so
     // say whether its lines end up on one.
-    e.console_tty = console_is_terminal && cfg.console_shows(local_rank) &&
-                    !(cfg.redirects.for_rank(local_rank) & StdSpec::kOut);
+    e.console_tty = console_is_terminal && cfg.console_shows(local_rank, 1);
     return e;
   }
   bool use_agent_store = false;
@@ -845,7 +868,9 @@ struct Agent::Impl {
     if (temp_run_dir) {
       // Kept when it may explain something (error files, stacks); not for success or a program
       // that never started.
-      if (code == exit_codes::kSuccess || code == exit_codes::kUsage) {
+      if (keep_temp_run_dir && code != exit_codes::kUsage) {
+        log_info("worker output files (--redirects/--tee) are kept in {}", run_dir);
+      } else if (code == exit_codes::kSuccess || code == exit_codes::kUsage) {
         std::error_code ec;
         fs::remove_all(run_dir, ec);
       } else {

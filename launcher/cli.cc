@@ -103,10 +103,13 @@ const FlagSpec& find_long(const std::string& spelled, const std::string& name) {
     throw UsageError(fmt::format("flag '{}' is ambiguous: it could be {}; spell it out",
                                  spelled, names));
   }
-  throw UsageError(fmt::format(
-      "flag '{}' is not a dlaunch flag; put dlaunch flags before the program and see "
-      "'dlaunch --help' for the list",
-      spelled));
+  std::vector<std::string> names;
+  for (const auto& s : specs) names.push_back(s.name);
+  std::string guess = closest_match(name, names);
+  throw UsageError(
+      fmt::format("flag '{}' is not a dlaunch flag{}; put dlaunch flags before the program and see "
+                  "'dlaunch --help' for the list",
+                  spelled, guess.empty() ? "" : fmt::format(" (did you mean --{}?)", guess)));
 }
 
 const FlagSpec& find_short(char c, const std::string& spelled) {
@@ -119,7 +122,38 @@ const FlagSpec& find_short(char c, const std::string& spelled) {
       spelled));
 }
 
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
 }  // namespace
+
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string w = normalize(word);
+  std::string best;
+  size_t best_distance = 0;
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(w, normalize(c));
+    if (best.empty() || d < best_distance) {
+      best = c;
+      best_distance = d;
+    }
+  }
+  // A typo is a few edits away; beyond that the suggestion would be noise.
+  size_t allowed = std::max<size_t>(2, w.size() / 3);
+  return !best.empty() && best_distance <= allowed ? best : "";
+}
 
 const std::vector<FlagSpec>& flag_specs() {
   static const std::vector<FlagSpec> specs = make_specs();
@@ -199,11 +233,14 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
 
 std::string help_text() {
   std::string text =
-      "usage: dlaunch [options] program [args...]\n"
+      "usage: dlaunch [options] [program [args...]]\n"
       "\n"
       "Starts --nproc_per_node workers running `program` with torchrun's environment contract,\n"
       "supervises them (restarts, hang detection, no orphans) and reports the first failure.\n"
       "A program ending in .py runs under `<python> -u`; -m runs `<python> -u -m program`.\n"
+      "Without a program, dlaunch runs dtrain (the bundled trainer, from dlaunch's own\n"
+      "directory) with its defaults; to give dtrain arguments, name it: dlaunch ... dtrain-path\n"
+      "--epochs 5. In the program's arguments, ${local_rank} becomes each worker's local rank.\n"
       "\n"
       "Every flag accepts both spellings (--nproc_per_node, --nproc-per-node), --flag=value and\n"
       "--flag value, and is also read from its environment twin (flag > twin > default).\n"

@@ -49,4 +49,8 @@ CliArgs parse_cli(const std::vector<std::string>& args);
 // The --help text.
 std::string help_text();
 
+// The candidate closest to `word` (edit distance, '-' and '_' alike), or "" when none is close
+// enough to be a likely typo. For "did you mean ...?" hints.
+std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
+
 }  // namespace dlaunch

@@ -10,10 +10,14 @@
 #include <cstdlib>
 #include <random>
 #include <set>
+#include <string_view>
 
 #include "common/env.h"
 #include "common/error.h"
+#include "launcher/slurm_env.h"
 #include "launcher/slurm_launch.h"
+#include "rendezvous/host_port.h"
+#include "rendezvous/rendezvous_registry.h"
 
 namespace dlaunch {
 namespace {
@@ -204,11 +208,71 @@ std::map<std::string, std::string> parse_rdzv_conf(const Raw& r) {
   return conf;
 }
 
-int64_t count_gpus() {
-  if (auto visible = get_env("CUDA_VISIBLE_DEVICES")) {
-    if (trim(*visible).empty()) return 0;
-    return static_cast<int64_t>(split(*visible, ',').size());
+// Every key is checked before anything starts, whatever the backend (a single-node job creates
+// no rendezvous, so nothing later would look): a typo must not silently fall back to a default.
+void check_rdzv_conf(const std::map<std::string, std::string>& conf, const Raw& r) {
+  // The keys RendezvousConfig::parse reads (rendezvous/rendezvous_registry.cc).
+  static const std::vector<std::string> kOurs = {"join_timeout",        "last_call_timeout",
+                                                 "keep_alive_interval", "keep_alive_max_attempt",
+                                                 "close_timeout",       "token_file"};
+  // Keys torchrun 1.13's backends read that dlaunch has no use for: accepted so torchrun
+  // command lines keep working, and ignored (the rendezvous logs that it ignores them).
+  static const std::set<std::string> kTorchrunOnly = {
+      "is_host", "read_timeout", "store_type", "protocol",    "ssl_cert", "ssl_cert_key", "ca_cert",
+      "cacert",  "cert",         "key",        "etcd_prefix", "timeout",  "rank"};
+  std::map<std::string, std::string> ours;
+  for (const auto& [key, value] : conf) {
+    if (std::find(kOurs.begin(), kOurs.end(), key) != kOurs.end()) {
+      ours[key] = value;
+      continue;
+    }
+    if (kTorchrunOnly.count(key)) continue;
+    std::string guess = closest_match(key, kOurs);
+    std::string known;
+    for (const auto& k : kOurs) known += (known.empty() ? "" : ", ") + k;
+    throw UsageError(
+        fmt::format("{}='{}' has the unknown key '{}'{}; expected keys: {}", r.what, r.text, key,
+                    guess.empty() ? "" : fmt::format(" (did you mean {}?)", guess), known));
   }
+  try {
+    RendezvousConfig::parse(ours);
+  } catch (const UsageError& e) {
+    throw UsageError(fmt::format("{}='{}' is not allowed: {}", r.what, r.text, e.what()));
+  }
+}
+
+// "${local_rank}" and "$local_rank" (not followed by a letter, digit or '_') -> the rank, as
+// Python's string.Template.safe_substitute does for torchrun; "$$" and every other '$' stay.
+std::string substitute_local_rank(const std::string& arg, int64_t local_rank) {
+  static const std::string kBraced = "${local_rank}";
+  static const std::string kBare = "$local_rank";
+  if (arg.find('$') == std::string::npos) return arg;
+  std::string out;
+  std::string rank = std::to_string(local_rank);
+  for (size_t i = 0; i < arg.size();) {
+    if (arg[i] != '$') {
+      out += arg[i++];
+    } else if (arg.compare(i, 2, "$$") == 0) {
+      out += "$$";  // kept: torchrun turns it into "$", which breaks shell and regex arguments
+      i += 2;
+    } else if (arg.compare(i, kBraced.size(), kBraced) == 0) {
+      out += rank;
+      i += kBraced.size();
+    } else if (arg.compare(i, kBare.size(), kBare) == 0 &&
+               (i + kBare.size() == arg.size() ||
+                !(std::isalnum(static_cast<unsigned char>(arg[i + kBare.size()])) ||
+                  arg[i + kBare.size()] == '_'))) {
+      out += rank;
+      i += kBare.size();
+    } else {
+      out += arg[i++];
+    }
+  }
+  return out;
+}
+
+int64_t count_gpus() {
+  if (auto visible = get_env("CUDA_VISIBLE_DEVICES")) return count_visible_devices(*visible);
   int64_t n = 0;
   if (DIR* d = opendir("/proc/driver/nvidia/gpus")) {
     while (dirent* e = readdir(d)) {
@@ -217,6 +281,50 @@ int64_t count_gpus() {
     closedir(d);
   }
   return n;
+}
+
+// What the agent's job services (job_services.cc) would refuse once started, refused here so a
+// --dry_run and a real run agree: ports other nodes cannot learn, endpoints that are missing or
+// malformed.
+void check_endpoints(const LaunchConfig& cfg, const Raw& port) {
+  if (cfg.slurm_mode == "task") {
+    if (cfg.master_port == 0) {
+      throw UsageError(
+          "--master_port=0 cannot work with one Slurm task per worker: no agent runs to pick a "
+          "port and tell the others; give a fixed --master_port or leave it unset (derived from "
+          "SLURM_JOB_ID)");
+    }
+    return;
+  }
+  if (cfg.rdzv_backend == "static") {
+    if (cfg.max_nodes > 1 && cfg.master_port == 0) {
+      throw UsageError(fmt::format(
+          "{}=0 cannot work with --nnodes={}: the other nodes would not know the port node 0 "
+          "picked; give every node the same free --master_port",
+          port.what, cfg.max_nodes));
+    }
+    if (cfg.max_nodes > 1 && !cfg.rdzv_endpoint.empty()) {
+      parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint");
+    }
+  } else if (cfg.rdzv_backend == "c10d") {
+    if (cfg.rdzv_endpoint.empty()) {
+      throw UsageError(fmt::format(
+          "--rdzv_backend=c10d (--nnodes={}:{}) needs --rdzv_endpoint host:port, the address "
+          "where one agent hosts the rendezvous store and every other agent connects",
+          cfg.min_nodes, cfg.max_nodes));
+    }
+    HostPort hp = parse_host_port(cfg.rdzv_endpoint, 29400, "--rdzv_endpoint");
+    if (hp.port == 0 && cfg.max_nodes > 1) {
+      throw UsageError(fmt::format(
+          "--rdzv_endpoint {} with port 0 cannot work with --nnodes={}:{}: the other nodes "
+          "would not know the port this one picked; give every node the same free port",
+          cfg.rdzv_endpoint, cfg.min_nodes, cfg.max_nodes));
+    }
+  } else if (cfg.rdzv_backend == "etcd" && cfg.rdzv_endpoint.empty()) {
+    throw UsageError(
+        "--rdzv_backend etcd needs --rdzv_endpoint host:port of etcd's client URL (e.g. "
+        "10.0.0.5:2379)");
+  }
 }
 
 }  // namespace
@@ -270,6 +378,17 @@ HostInfo HostInfo::detect() {
   }
   h.gpus = count_gpus();
   h.fresh_run_id = random_run_id();
+  char name[256] = {0};
+  h.hostname = gethostname(name, sizeof(name) - 1) == 0 ? name : "localhost";
+  // dtrain is installed (and built) next to dlaunch: build/bin/, or the same bin/ directory.
+  std::vector<char> self(4096);
+  ssize_t n = readlink("/proc/self/exe", self.data(), self.size() - 1);
+  if (n > 0) {
+    std::string dir(self.data(), static_cast<size_t>(n));
+    dir = dir.substr(0, dir.rfind('/'));
+    std::string dtrain = dir + "/dtrain";
+    if (access(dtrain.c_str(), X_OK) == 0) h.default_program = dtrain;
+  }
   return h;
 }
 
@@ -299,13 +418,29 @@ std::vector<std::string> LaunchConfig::worker_argv(int64_t local_rank) const {
   // torch.distributed.launch put --local_rank before the script's own arguments.
   if (append_local_rank) argv.push_back(fmt::format("--local_rank={}", local_rank));
   argv.insert(argv.end(), program_args.begin(), program_args.end());
+  // torchrun substitutes every argument of its entrypoint, not the entrypoint itself (the
+  // interpreter, or the program under --no_python).
+  for (size_t i = 1; i < argv.size(); ++i) argv[i] = substitute_local_rank(argv[i], local_rank);
   return argv;
 }
 
-bool LaunchConfig::console_shows(int64_t local_rank) const {
-  return local_ranks_filter.empty() ||
-         std::find(local_ranks_filter.begin(), local_ranks_filter.end(), local_rank) !=
-             local_ranks_filter.end();
+bool LaunchConfig::console_shows(int64_t local_rank, int stream) const {
+  bool shown = local_ranks_filter.empty() ||
+               std::find(local_ranks_filter.begin(), local_ranks_filter.end(), local_rank) !=
+                   local_ranks_filter.end();
+  int bit = stream == 1 ? StdSpec::kOut : StdSpec::kErr;
+  return shown && (!(redirects.for_rank(local_rank) & bit) || (tee.for_rank(local_rank) & bit));
+}
+
+std::string shell_quote(const std::string& text) {
+  auto safe = [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) ||
+           std::string_view("@%+=:,./_-").find(c) != std::string_view::npos;
+  };
+  if (!text.empty() && std::all_of(text.begin(), text.end(), safe)) return text;
+  std::string out = "'";
+  for (char c : text) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 std::string LaunchConfig::describe() const {
@@ -331,12 +466,17 @@ std::string LaunchConfig::describe() const {
       {"rdzv_endpoint", rdzv_endpoint},
       {"rdzv_id", run_id},
       {"rdzv_conf", conf},
-      {"local_addr", local_addr},
+      {"local_addr", !local_addr.empty() ? local_addr
+                     : min_nodes == 1 && max_nodes == 1 && rdzv_backend == "static"
+                         ? host_name + " (unused: one node)"
+                         : host_name},
       {"max_restarts", std::to_string(max_restarts)},
-      {"monitor_interval", fmt::format("{}", monitor_interval)},
+      {"monitor_interval", fmt::format("{} (ignored)", monitor_interval)},
+      {"start_method", start_method + " (ignored)"},
+      {"use_env", use_env ? "true (ignored)" : "false"},
       {"role", role},
-      {"hang_timeout", to_seconds(hang_timeout) == 0 ? "0 (off)"
-                                                     : fmt::format("{}", to_seconds(hang_timeout))},
+      {"hang_timeout",
+       to_seconds(hang_timeout) == 0 ? "0 (off)" : fmt::format("{}", to_seconds(hang_timeout))},
       {"shutdown_grace", fmt::format("{}", to_seconds(shutdown_grace))},
       {"module", module ? "true" : "false"},
       {"no_python", no_python ? "true" : "false"},
@@ -346,6 +486,8 @@ std::string LaunchConfig::describe() const {
       {"redirects", std_text(redirects)},
       {"tee", std_text(tee)},
       {"local_ranks_filter", filter},
+      {"slurm", slurm ? "true" : "false"},
+      {"no_slurm", no_slurm ? "true" : "false"},
       {"slurm_mode", slurm_mode},
   };
   std::string out = "dlaunch configuration (value  <- origin):\n";
@@ -355,8 +497,10 @@ std::string LaunchConfig::describe() const {
                        it == origin.end() ? "default" : it->second);
   }
   std::string cmd;
-  for (const auto& a : worker_argv(0)) cmd += (cmd.empty() ? "" : " ") + a;
-  out += fmt::format("  worker command (local rank 0): {}\n", cmd);
+  for (const auto& a : worker_argv(0)) cmd += (cmd.empty() ? "" : " ") + shell_quote(a);
+  out += fmt::format("  worker command (local rank 0): {}", cmd);
+  if (auto it = origin.find("program"); it != origin.end()) out += "  <- " + it->second;
+  out += "\n";
   return out;
 }
 
@@ -380,8 +524,13 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.rdzv_endpoint = r.str("rdzv_endpoint");
   Raw run_id = r.raw("rdzv_id");
   cfg.run_id = run_id.text;
-  cfg.rdzv_conf = parse_rdzv_conf(r.raw("rdzv_conf"));
-  cfg.local_addr = r.str("local_addr");
+  Raw rdzv_conf = r.raw("rdzv_conf");
+  cfg.rdzv_conf = parse_rdzv_conf(rdzv_conf);
+  check_rdzv_conf(cfg.rdzv_conf, rdzv_conf);
+  Raw local_addr = r.raw("local_addr");
+  cfg.local_addr = local_addr.text;
+  cfg.host_name = host.hostname;
+  if (!local_addr.given()) cfg.origin["local_addr"] = "default (this host's name)";
   cfg.max_restarts = r.integer("max_restarts", 0, 1 << 20);
   cfg.monitor_interval = r.seconds("monitor_interval", false);
   Raw start_method = r.raw("start_method");
@@ -390,6 +539,7 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
     throw UsageError(fmt::format("{}='{}' is not allowed; expected spawn, fork or forkserver",
                                  start_method.what, start_method.text));
   }
+  cfg.start_method = start_method.text;
   Raw role = r.raw("role");
   if (role.text.empty() || role.text.find_first_of(" \t\n:") != std::string::npos) {
     throw UsageError(fmt::format(
@@ -409,6 +559,7 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.python = python.text;
   cfg.append_local_rank = r.boolean("append_local_rank_arg");
   bool use_env = r.boolean("use_env");
+  cfg.use_env = use_env;
   cfg.log_dir = r.str("log_dir");
   Raw redirects = r.raw("redirects");
   cfg.redirects = parse_std_spec(redirects.text, redirects.what);
@@ -416,6 +567,16 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.tee = parse_std_spec(tee.text, tee.what);
   Raw ranks_filter = r.raw("local_ranks_filter");
   r.raw("help");
+  cfg.slurm = r.boolean("slurm");
+  cfg.no_slurm = r.boolean("no_slurm");
+  // Checked here, not only under Slurm: a typo must fail on the laptop too, not on the cluster.
+  Raw slurm_mode = r.raw("slurm_mode");
+  if (slurm_mode.text != "auto" && slurm_mode.text != "agent" && slurm_mode.text != "task") {
+    throw UsageError(fmt::format(
+        "{}='{}' is not a mode; expected auto, agent (one dlaunch per node) or task (one Slurm "
+        "task per worker)",
+        slurm_mode.what, slurm_mode.text));
+  }
 
   // Combinations.
   if (cfg.module && cfg.no_python) {
@@ -428,7 +589,13 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
         "--append_local_rank_arg and --use_env were both given; --use_env means the script reads "
         "LOCAL_RANK from the environment, so drop --append_local_rank_arg");
   }
-  static const std::set<std::string> kBackends = {"static", "c10d", "etcd", "etcd-v2"};
+  if (cfg.rdzv_backend == "etcd-v2") {
+    throw UsageError(fmt::format(
+        "{}='etcd-v2' is torchrun's backend for etcd's v2 API, which dlaunch does not speak; use "
+        "--rdzv_backend etcd (etcd's v3 API, etcd 3.4 or newer)",
+        backend.what));
+  }
+  static const std::set<std::string> kBackends = {"static", "c10d", "etcd"};
   if (!kBackends.count(cfg.rdzv_backend)) {
     throw UsageError(fmt::format("{}='{}' is not allowed; expected static, c10d or etcd",
                                  backend.what, cfg.rdzv_backend));
@@ -475,13 +642,20 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.local_ranks_filter = parse_rank_list(ranks_filter, cfg.nproc_per_node);
   check_std_ranks(cfg.redirects, redirects, cfg.nproc_per_node);
   check_std_ranks(cfg.tee, tee, cfg.nproc_per_node);
-  if (cli.program.empty() && !cli.help) {
-    throw UsageError(
-        "no program was given; expected `dlaunch [options] program [args...]` (see dlaunch "
-        "--help)");
-  }
+  check_endpoints(cfg, port);
   cfg.program = cli.program;
   cfg.program_args = cli.program_args;
+  if (cfg.program.empty() && !cli.help) {
+    if (cfg.module || host.default_program.empty()) {
+      throw UsageError(fmt::format(
+          "no program was given{}; expected `dlaunch [options] program [args...]` (see dlaunch "
+          "--help)",
+          cfg.module ? " after -m (a module name)"
+                     : ", and dtrain, the default program, is not in dlaunch's directory"));
+    }
+    cfg.program = host.default_program;
+    cfg.origin["program"] = "default (dtrain beside dlaunch)";
+  }
   return cfg;
 }
 

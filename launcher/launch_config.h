@@ -35,8 +35,14 @@ StdSpec parse_std_spec(const std::string& text, const std::string& what);
 
 struct HostInfo {
   int64_t cpus = 1;  // cores this process may run on (sched_getaffinity)
-  int64_t gpus = 0;  // NVIDIA devices visible (/proc/driver/nvidia/gpus, CUDA_VISIBLE_DEVICES)
+  // NVIDIA devices visible: count_visible_devices(CUDA_VISIBLE_DEVICES) when it is set (see
+  // slurm_env.h), else the entries of /proc/driver/nvidia/gpus.
+  int64_t gpus = 0;
   std::string fresh_run_id;  // the run id --standalone uses (random in detect())
+  std::string hostname;      // this node's name: the address it advertises without --local_addr
+  // The program run when none is given: the dtrain binary beside dlaunch's own, "" when there
+  // is none (then a missing program is a usage error).
+  std::string default_program;
   static HostInfo detect();
 };
 
@@ -59,7 +65,11 @@ struct LaunchConfig {
   std::string rdzv_endpoint;
   std::string run_id = "none";
   std::map<std::string, std::string> rdzv_conf;
-  std::string local_addr;
+  std::string local_addr;  // empty: the host name (host_name below) is advertised
+  std::string host_name;   // HostInfo::hostname, for describe()
+  // Accepted for torchrun compatibility and otherwise unused; kept so --dry_run shows them.
+  std::string start_method = "spawn";
+  bool use_env = false;
   // Supervision.
   int64_t max_restarts = 0;
   double monitor_interval = 5;
@@ -82,22 +92,38 @@ struct LaunchConfig {
   // Under Slurm (slurm_launch.h): "off", "agent" (one dlaunch per node) or "task" (exec the
   // program as this Slurm task's worker).
   std::string slurm_mode = "off";
+  bool slurm = false;     // --slurm: fail outside a Slurm job
+  bool no_slurm = false;  // --no_slurm: SLURM_* ignored
 
   // Canonical flag name -> where its value came from: "--nproc-per-node", "DLAUNCH_ROLE",
   // "default", or "--standalone" for values it implies.
   std::map<std::string, std::string> origin;
 
-  // The argv every worker runs, with {local_rank} substituted when --append_local_rank_arg.
-  // argv[0] is the program path as given (the process context resolves it against PATH).
+  // The argv every worker runs. argv[0] is the program path as given (the process context
+  // resolves it against PATH). In every later argument torchrun's macro ${local_rank} (also
+  // spelled $local_rank) becomes the worker's local rank, as torchrun's macros.substitute does;
+  // unlike torchrun, "$$" is passed on unchanged (torchrun makes it "$"), and so is any other
+  // "$name". --append_local_rank_arg adds --local_rank=N before the program's arguments.
   std::vector<std::string> worker_argv(int64_t local_rank) const;
   bool runs_python() const;
-  bool console_shows(int64_t local_rank) const;
+  // Whether a local rank's stream (1 stdout, 2 stderr) goes to the console: the rank passes
+  // --local_ranks_filter, and the stream is not redirected (-r), or is also teed (-t): as in
+  // torchrun, tee wins over redirect (files and console).
+  bool console_shows(int64_t local_rank, int stream) const;
   // The resolved configuration, one "name = value  (origin)" line per setting, for --dry_run.
+  // The worker command is quoted as a shell would need it.
   std::string describe() const;
 };
 
-// Resolves and validates. `host` supplies cpu/gpu counts for --nproc_per_node cpu|gpu|auto.
+// Resolves and validates everything a run checks before it starts anything (a --dry_run checks
+// exactly the same): values, combinations, --rdzv_conf keys and values, endpoints, ports that
+// other nodes could not learn. `host` supplies cpu/gpu counts for --nproc_per_node
+// cpu|gpu|auto, the host name and the default program.
 LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const HostInfo& host);
+
+// `text` quoted for a POSIX shell: unchanged when it holds only characters no shell treats
+// specially (letters, digits, @%+=:,./_-), else in single quotes ('' for the empty string).
+std::string shell_quote(const std::string& text);
 
 // A random run id (16 hex digits) for --standalone.
 std::string random_run_id();

@@ -35,10 +35,7 @@ WorkerOutput::WorkerOutput(const LaunchConfig& cfg, int64_t local_rank,
                            const std::string& rank_dir) {
   const std::string prefix = fmt::format("[{}{}]:", cfg.role, local_rank);
   for (int stream : {1, 2}) {
-    int bit = stream == 1 ? StdSpec::kOut : StdSpec::kErr;
-    if (cfg.console_shows(local_rank) && !(cfg.redirects.for_rank(local_rank) & bit)) {
-      console_[stream].emplace(prefix);
-    }
+    if (cfg.console_shows(local_rank, stream)) console_[stream].emplace(prefix);
     if (!writes_file(cfg, local_rank, stream)) continue;
     std::string path = rank_dir + (stream == 1 ? "/stdout.log" : "/stderr.log");
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);

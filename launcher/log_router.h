@@ -1,6 +1,7 @@
 // Where a worker's output goes: the console, prefixed as torchrun prefixes it ("[default0]:"),
 // and/or per-rank files, following --redirects, --tee, --local_ranks_filter and --log_dir:
-//   console: unless the stream is redirected (-r) for that rank, or the rank is filtered out;
+//   console: unless the stream is redirected (-r) and not teed (-t) for that rank (tee wins, as
+//            in torchrun), or the rank is filtered out (LaunchConfig::console_shows);
 //   file:    when --log_dir is given, or the stream is redirected or teed (then the run's
 //            temporary directory holds the files).
 // A file receives exactly the bytes the worker wrote. The console receives whole lines

@@ -16,16 +16,6 @@
 #include "launcher/posix_process_context.h"
 #include "launcher/slurm_launch.h"
 
-namespace {
-
-std::string hostname() {
-  char buf[256] = {0};
-  if (gethostname(buf, sizeof(buf) - 1) != 0) return "localhost";
-  return buf;
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
   using namespace dlaunch;
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -65,7 +55,7 @@ int main(int argc, char** argv) {
     // store server starts a thread).
     PosixProcessContext procs(io);
     AgentOptions opts;
-    opts.host = hostname();
+    opts.host = host.hostname;
     JobServices services = start_job_services(cfg, opts.host);
     opts.rendezvous = services.rendezvous;
     opts.use_agent_store = services.use_agent_store;

@@ -40,27 +40,40 @@ std::optional<FromVar<int64_t>> int_of(const EnvGetter& env,
   return FromVar<int64_t>{value, text->source};
 }
 
-// Counts CUDA_VISIBLE_DEVICES entries the way CUDA does: the list ends at the first entry that
-// is not a device (an index, or a GPU-/MIG- UUID); "" and "-1" hide every device.
+}  // namespace
+
 int64_t count_visible_devices(const std::string& list) {
-  int64_t count = 0;
+  std::vector<std::string> seen;
   size_t start = 0;
   while (start <= list.size()) {
     size_t comma = list.find(',', start);
     std::string item =
         list.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-    bool index = !item.empty();
-    for (char c : item) index = index && std::isdigit(static_cast<unsigned char>(c));
-    bool uuid = item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0;
-    if (!index && !uuid) break;
-    ++count;
+    size_t b = item.find_first_not_of(" \t");
+    size_t e = item.find_last_not_of(" \t");
+    item = b == std::string::npos ? "" : item.substr(b, e - b + 1);
+    std::string device;
+    if (item.rfind("GPU-", 0) == 0 || item.rfind("MIG-", 0) == 0) {
+      device = item;
+    } else {
+      // An index reads like strtoul: the leading digits ("1gpu" is device 1, "007" is 7).
+      size_t digits = 0;
+      while (digits < item.size() && std::isdigit(static_cast<unsigned char>(item[digits]))) {
+        ++digits;
+      }
+      if (digits == 0) break;  // "", "-1", "NoDevFiles": the list ends here
+      size_t nz = item.find_first_not_of('0');
+      device = nz < digits ? item.substr(nz, digits - nz) : "0";
+    }
+    for (const auto& d : seen) {
+      if (d == device) return 0;  // a device named twice: CUDA shows none
+    }
+    seen.push_back(device);
     if (comma == std::string::npos) break;
     start = comma + 1;
   }
-  return count;
+  return static_cast<int64_t>(seen.size());
 }
-
-}  // namespace
 
 EnvMap environ_map() {
   EnvMap env;

@@ -61,6 +61,15 @@ int64_t slurm_master_port(int64_t job_id);
 // SLURM_JOB_CPUS_PER_NODE). `what` names the variable in errors. Throws UsageError.
 std::vector<int64_t> expand_slurm_counts(const std::string& text, const std::string& what);
 
+// How many devices CUDA (and so PyTorch) sees through CUDA_VISIBLE_DEVICES, the one rule
+// --nproc_per_node gpu|auto and Slurm both use. As CUDA parses it: entries are split at ','
+// and trimmed; an index is read like strtoul (its leading digits); GPU-/MIG- UUIDs count as
+// given. The list ends at the first entry that is neither ("", "-1", "NoDevFiles": so "0,-1,1"
+// is one device and "-1" none), and a device named twice makes CUDA show none at all.
+// (PyTorch's torch.cuda._parse_visible_devices models CUDA the same way.) Indices past the
+// machine's last GPU are not checked: that needs the driver.
+int64_t count_visible_devices(const std::string& list);
+
 enum class SlurmMode { kAgentPerNode, kTaskPerWorker };
 const char* to_string(SlurmMode mode);
 

@@ -70,6 +70,29 @@ TEST(Cli, ErrorsNameTheFlag) {
   }
 }
 
+TEST(Cli, UnknownFlagSuggestsTheClosestOne) {
+  auto message = [](std::vector<std::string> args) {
+    try {
+      parse_cli(args);
+    } catch (const UsageError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message({"--nprocs_per_node", "2", "p"}).find("did you mean --nproc_per_node?"),
+            std::string::npos);
+  EXPECT_NE(message({"--nproc-per-nodes=2", "p"}).find("did you mean --nproc_per_node?"),
+            std::string::npos);
+  EXPECT_NE(message({"--masterport", "1", "p"}).find("did you mean --master_port?"),
+            std::string::npos);
+  // Nothing close: no guess, only the pointer to --help.
+  std::string far = message({"--frobnicate", "p"});
+  EXPECT_EQ(far.find("did you mean"), std::string::npos) << far;
+  EXPECT_NE(far.find("dlaunch --help"), std::string::npos) << far;
+  EXPECT_EQ(closest_match("join_timout", {"join_timeout", "last_call_timeout"}), "join_timeout");
+  EXPECT_EQ(closest_match("zzz", {"join_timeout", "last_call_timeout"}), "");
+}
+
 TEST(Cli, RepeatedFlagKeepsTheLast) {
   EXPECT_EQ(parse_cli({"--role", "a", "--role", "b", "p"}).values.at("role"), "b");
 }

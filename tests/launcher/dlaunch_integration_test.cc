@@ -25,8 +25,12 @@ using namespace std::chrono_literals;
 const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kWorker = TEST_WORKER_BIN;
 
+// dlaunch keeps ignoring the signals its caller ignored (nohup), so the signal tests must not
+// inherit such dispositions from whatever runs them (a background job of a non-interactive shell
+// ignores SIGINT): coreutils' env resets them before it execs dlaunch.
 std::vector<std::string> cmd(std::vector<std::string> flags, std::vector<std::string> worker) {
-  std::vector<std::string> argv = {kDlaunch};
+  std::vector<std::string> argv = {"/usr/bin/env", "--default-signal=HUP,INT,TERM,USR1,USR2",
+                                   kDlaunch};
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.push_back(kWorker);
   argv.insert(argv.end(), worker.begin(), worker.end());
@@ -239,16 +243,26 @@ TEST(DlaunchUsage, BadInputExitsTwoWithOneSentence) {
       {{"--master_port", "70000", "x"}, "--master_port"},
       {{"--standalone", "--nnodes", "2", "x"}, "--standalone"},
       {{"--nproc_per_node"}, "--nproc_per_node"},
-      {{}, "no program"},
+      {{"-m"}, "no program"},
+      {{"--nprocs_per_node", "2", "x"}, "did you mean --nproc_per_node?"},
+      {{"--rdzv_conf", "join_timout=5", "x"}, "did you mean join_timeout?"},
+      {{"--rdzv_conf", "join_timeout=soon", "x"}, "join_timeout"},
+      {{"--slurm_mode", "foo", "x"}, "--slurm_mode='foo'"},
+      {{"--master_port", "0", "--nnodes", "2", "x"}, "--master_port=0"},
+      {{"--nnodes", "1:2", "x"}, "needs --rdzv_endpoint"},
   };
-  for (const auto& c : cases) {
-    std::vector<std::string> argv = {kDlaunch};
-    argv.insert(argv.end(), c.args.begin(), c.args.end());
-    auto r = run(argv);
-    EXPECT_EQ(r.exit.shell_code(), 2) << c.args.size() << " " << r.err;
-    EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << r.err;
-    EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
-    EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+  // --dry_run refuses exactly what a run refuses.
+  for (const std::vector<std::string>& mode : {std::vector<std::string>{}, {"--dry_run"}}) {
+    for (const auto& c : cases) {
+      std::vector<std::string> argv = {kDlaunch};
+      argv.insert(argv.end(), mode.begin(), mode.end());
+      argv.insert(argv.end(), c.args.begin(), c.args.end());
+      auto r = run(argv);
+      EXPECT_EQ(r.exit.shell_code(), 2) << mode.size() << " " << c.must_mention << " " << r.err;
+      EXPECT_NE(r.err.find(c.must_mention), std::string::npos) << r.err;
+      EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+      EXPECT_EQ(r.err.find("terminate"), std::string::npos) << r.err;
+    }
   }
   auto bad_env = run({kDlaunch, "x"}, {{"DLAUNCH_MAX_RESTARTS", "many"}});
   EXPECT_EQ(bad_env.exit.shell_code(), 2);
@@ -284,6 +298,34 @@ TEST(DlaunchUsage, HelpAndDryRun) {
   EXPECT_NE(r.out.find("DLAUNCH_NPROC_PER_NODE"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--max-restarts"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("worker command (local rank 0): /bin/true"), std::string::npos) << r.out;
+}
+
+TEST(DlaunchUsage, DryRunQuotesTheWorkerCommandAndShowsIgnoredSettings) {
+  auto r = run({kDlaunch, "--dry_run", "--nnodes", "2", "--master_addr", "10.0.0.1", "--no_python",
+                "/bin/sh", "-c", "echo \"$RANK\"; exit 0", "it's", ""});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  // Pasted into a shell, the line runs what the worker runs.
+  EXPECT_NE(r.out.find("worker command (local rank 0): /bin/sh -c 'echo \"$RANK\"; exit 0' "
+                       "'it'\\''s' ''"),
+            std::string::npos)
+      << r.out;
+  for (const char* row : {"start_method", "use_env", "no_slurm", "local_addr"}) {
+    EXPECT_NE(r.out.find(std::string("  ") + row + " "), std::string::npos) << row << r.out;
+  }
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  EXPECT_NE(r.out.find(std::string("local_addr             = ") + host), std::string::npos)
+      << r.out;
+}
+
+// README/--help: without a program, dlaunch runs dtrain from its own directory.
+TEST(DlaunchUsage, NoProgramRunsDtrainBesideDlaunch) {
+  auto r = run({kDlaunch, "--dry_run", "--nproc_per_node", "2"});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  std::string dtrain = kDlaunch.substr(0, kDlaunch.rfind('/')) + "/dtrain";
+  EXPECT_NE(r.out.find("worker command (local rank 0): " + dtrain + "  <- default"),
+            std::string::npos)
+      << r.out;
 }
 
 TEST(DlaunchSignals, SigtermIsForwardedAndExitIs143) {
@@ -337,6 +379,29 @@ TEST(DlaunchSignals, SecondSignalSkipsTheGrace) {
   ASSERT_TRUE(exit) << p.err();
   EXPECT_EQ(exit->shell_code(), 128 + SIGTERM);
   EXPECT_NE(p.err().find("killing the workers now"), std::string::npos) << p.err();
+}
+
+// `nohup dlaunch ...`: a SIGHUP the caller ignored stays ignored, in dlaunch and in its workers.
+TEST(DlaunchSignals, NohupKeepsSighupIgnoredInDlaunchAndItsWorkers) {
+  if (!file_exists("/usr/bin/nohup")) GTEST_SKIP() << "no /usr/bin/nohup";
+  TempDir dir;
+  std::string ready = dir.file("ready");
+  Subprocess p({"/usr/bin/nohup", kDlaunch, "--standalone", "--no_python", "/bin/sh", "-c",
+                "grep SigIgn /proc/self/status > " + dir.file("sigign") + "; touch " + ready +
+                    "; exec sleep 300"});
+  ASSERT_TRUE(wait_until([&] { return file_exists(ready); }, 30s)) << p.err();
+  // Lower-numbered pending signals are delivered first: were SIGHUP handled, dlaunch would
+  // exit 129 before it saw SIGTERM.
+  p.signal(SIGHUP);
+  p.signal(SIGTERM);
+  auto exit = p.wait(60s);
+  ASSERT_TRUE(exit) << p.err();
+  EXPECT_EQ(exit->shell_code(), 128 + SIGTERM) << p.err();
+  EXPECT_EQ(p.err().find("received SIGHUP"), std::string::npos) << p.err();
+  std::string line = read_file(dir.file("sigign"));
+  ASSERT_NE(line.find(':'), std::string::npos) << line;
+  unsigned long long ignored = std::stoull(line.substr(line.find(':') + 1), nullptr, 16);
+  EXPECT_TRUE(ignored & (1ULL << (SIGHUP - 1))) << "worker's " << line;
 }
 
 TEST(DlaunchSignals, PreemptionNoticeThenStopExits75) {
@@ -463,6 +528,45 @@ TEST(DlaunchLogs, RedirectsTeeFilterAndFiles) {
            "/bin/sh", "-c", "echo line$LOCAL_RANK"});
   ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
   EXPECT_EQ(r.out, "[default1]:line1\n");
+}
+
+TEST(DlaunchLogs, TeeWinsOverRedirectFilesAndConsole) {
+  TempDir logs;
+  auto r = run({kDlaunch, "--standalone", "--log_dir", logs.path(), "--rdzv_id", "tee", "-r", "3",
+                "-t", "3", "--no_python", "/bin/sh", "-c", "echo out; echo err >&2"});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.out.find("[default0]:out"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("[default0]:err"), std::string::npos) << r.err;
+  EXPECT_EQ(read_file(logs.path() + "/tee/attempt_0/0/stdout.log"), "out\n");
+  EXPECT_EQ(read_file(logs.path() + "/tee/attempt_0/0/stderr.log"), "err\n");
+}
+
+// -r without --log_dir: the output exists only in the files, so they are kept (not deleted with
+// the run's temporary directory on success) and dlaunch says where they are.
+TEST(DlaunchLogs, RedirectsWithoutLogDirKeepTheFilesAndSayWhere) {
+  TempDir tmp;
+  auto r = run({kDlaunch, "--standalone", "--rdzv_id", "kept", "-r", "1", "--no_python", "/bin/sh",
+                "-c", "echo only-in-the-file"},
+               {{"TMPDIR", tmp.path()}});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(r.out.find("only-in-the-file"), std::string::npos) << r.out;
+  std::string kept;
+  for (const auto& e : std::filesystem::directory_iterator(tmp.path())) {
+    if (e.path().filename().string().rfind("dlaunch_kept_", 0) == 0) kept = e.path().string();
+  }
+  ASSERT_FALSE(kept.empty()) << "the run directory was deleted\n" << r.err;
+  EXPECT_EQ(read_file(kept + "/attempt_0/0/stdout.log"), "only-in-the-file\n");
+  EXPECT_NE(r.err.find(kept), std::string::npos) << r.err;
+}
+
+TEST(DlaunchProgram, LocalRankMacroIsSubstitutedAndDollarDollarKept) {
+  auto r = run({kDlaunch, "--standalone", "--nproc_per_node", "2", "--no_python", "/bin/echo",
+                "--local_rank=${local_rank}", "cuda:$local_rank", "$$", "$LOCAL_RANK"});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.out.find("[default0]:--local_rank=0 cuda:0 $$ $LOCAL_RANK"), std::string::npos)
+      << r.out;
+  EXPECT_NE(r.out.find("[default1]:--local_rank=1 cuda:1 $$ $LOCAL_RANK"), std::string::npos)
+      << r.out;
 }
 
 TEST(DlaunchProgram, AppendLocalRankArgAndPython) {

@@ -1,9 +1,11 @@
 #include "launcher/launch_config.h"
 
 #include <gtest/gtest.h>
+#include <stdlib.h>
 
 #include <map>
 
+#include "common/env.h"
 #include "common/error.h"
 
 namespace dlaunch {
@@ -84,7 +86,7 @@ TEST(LaunchConfig, StandalonePicksPortAndRunId) {
 }
 
 TEST(LaunchConfig, ElasticRangeDefaultsToC10d) {
-  auto c = resolve({"--nnodes", "2:4", "p"});
+  auto c = resolve({"--nnodes", "2:4", "--rdzv_endpoint", "10.0.0.1:29400", "p"});
   EXPECT_EQ(c.min_nodes, 2);
   EXPECT_EQ(c.max_nodes, 4);
   EXPECT_EQ(c.rdzv_backend, "c10d");
@@ -143,6 +145,190 @@ TEST(LaunchConfig, Combinations) {
   EXPECT_NE(usage_error({"--start_method", "thread", "p"}).find("--start_method"),
             std::string::npos);
   EXPECT_NE(usage_error({"--role", "a b", "p"}).find("--role"), std::string::npos);
+}
+
+TEST(LaunchConfig, LocalRankMacroIsSubstitutedInWorkerArguments) {
+  // torchrun 1.13 runs string.Template(arg).safe_substitute(local_rank=N) on every argument.
+  auto c = resolve({"train.py", "--local_rank=${local_rank}", "--device", "cuda:$local_rank",
+                    "${local_rank}${local_rank}", "$local_rank.x"});
+  EXPECT_EQ(c.worker_argv(3),
+            (std::vector<std::string>{"python3", "-u", "train.py", "--local_rank=3", "--device",
+                                      "cuda:3", "33", "3.x"}));
+  // Not the macro: other names, a longer identifier, upper case, a broken brace.
+  c = resolve({"--no_python", "/bin/echo", "$LOCAL_RANK", "$local_rankx", "${local_rank",
+               "${ local_rank}", "$1", "50$"});
+  EXPECT_EQ(c.worker_argv(1),
+            (std::vector<std::string>{"/bin/echo", "$LOCAL_RANK", "$local_rankx", "${local_rank",
+                                      "${ local_rank}", "$1", "50$"}));
+  // The program itself is not an argument (torchrun: the entrypoint is not substituted).
+  c = resolve({"--no_python", "./run_${local_rank}", "x"});
+  EXPECT_EQ(c.worker_argv(2)[0], "./run_${local_rank}");
+}
+
+TEST(LaunchConfig, DollarDollarIsPassedOnUnchanged) {
+  // torchrun turns "$$" into "$" (and "$$local_rank" into "$local_rank"); dlaunch does not
+  // touch "$$", so shell snippets and regexes arrive as written.
+  auto c = resolve(
+      {"--no_python", "/bin/sh", "-c", "echo $$ ${local_rank}", "a$$b", "$$local_rank", "^x$$"});
+  EXPECT_EQ(c.worker_argv(1), (std::vector<std::string>{"/bin/sh", "-c", "echo $$ 1", "a$$b",
+                                                        "$$local_rank", "^x$$"}));
+}
+
+TEST(LaunchConfig, GpuCountFollowsCudasVisibleDevicesRule) {
+  struct Restore {
+    std::optional<std::string> old = get_env("CUDA_VISIBLE_DEVICES");
+    ~Restore() {
+      if (old)
+        setenv("CUDA_VISIBLE_DEVICES", old->c_str(), 1);
+      else
+        unsetenv("CUDA_VISIBLE_DEVICES");
+    }
+  } restore;
+  // The list ends at the first entry that is not a device; one named twice hides all.
+  std::map<std::string, int64_t> cases = {
+      {"-1", 0},   {"0,-1,1", 1},        {"NoDevFiles", 0}, {"", 0},
+      {"0,,1", 1}, {"0,1,2,3", 4},       {" 0 , 1 ", 2},    {"1gpu,2", 2},
+      {"0,0", 0},  {"GPU-ab,GPU-cd", 2}, {"GPU-ab,x", 1}};
+  for (const auto& [visible, gpus] : cases) {
+    setenv("CUDA_VISIBLE_DEVICES", visible.c_str(), 1);
+    EXPECT_EQ(HostInfo::detect().gpus, gpus) << "CUDA_VISIBLE_DEVICES='" << visible << "'";
+  }
+  setenv("CUDA_VISIBLE_DEVICES", "-1", 1);
+  HostInfo host = HostInfo::detect();
+  host.cpus = 8;
+  EXPECT_THROW(resolve_config(parse_cli({"--nproc_per_node", "gpu", "p"}), process_env(), host),
+               UsageError);
+  EXPECT_EQ(resolve_config(parse_cli({"--nproc_per_node", "auto", "p"}), process_env(), host)
+                .nproc_per_node,
+            8);
+}
+
+TEST(LaunchConfig, TeeWinsOverRedirectOnTheConsole) {
+  auto c = resolve({"--nproc_per_node", "2", "-r", "3", "-t", "3", "p"});
+  EXPECT_TRUE(c.console_shows(0, 1));
+  EXPECT_TRUE(c.console_shows(1, 2));
+  c = resolve({"--nproc_per_node", "2", "-r", "3", "-t", "1", "p"});
+  EXPECT_TRUE(c.console_shows(0, 1));
+  EXPECT_FALSE(c.console_shows(0, 2));
+  c = resolve({"--nproc_per_node", "2", "-r", "0:3", "-t", "0:2", "p"});
+  EXPECT_FALSE(c.console_shows(0, 1));
+  EXPECT_TRUE(c.console_shows(0, 2));
+  EXPECT_TRUE(c.console_shows(1, 1));
+  // The filter still decides which ranks reach the console at all.
+  c = resolve({"--nproc_per_node", "2", "-r", "3", "-t", "3", "--local_ranks_filter", "1", "p"});
+  EXPECT_FALSE(c.console_shows(0, 1));
+  EXPECT_TRUE(c.console_shows(1, 1));
+}
+
+TEST(LaunchConfig, RdzvConfKeysAreCheckedForEveryBackend) {
+  for (std::vector<std::string> backend :
+       {std::vector<std::string>{},
+        {"--nnodes", "2", "--master_addr", "10.0.0.1"},
+        {"--nnodes", "1:2", "--rdzv_endpoint", "10.0.0.1:29400"},
+        {"--rdzv_backend", "etcd", "--rdzv_endpoint", "10.0.0.5:2379"}}) {
+    auto args = backend;
+    args.insert(args.end(), {"--rdzv_conf", "join_timout=5", "p"});
+    std::string e = usage_error(args);
+    EXPECT_NE(e.find("unknown key 'join_timout' (did you mean join_timeout?)"), std::string::npos)
+        << e;
+    args = backend;
+    args.insert(args.end(), {"--rdzv_conf", "join_timeout=soon", "p"});
+    EXPECT_NE(usage_error(args).find("join_timeout"), std::string::npos);
+    args = backend;
+    args.insert(args.end(), {"--rdzv_conf", "keep_alive_interval=0", "p"});
+    EXPECT_NE(usage_error(args).find("keep_alive_interval"), std::string::npos);
+  }
+  EXPECT_NE(usage_error({"p"}, {{"DLAUNCH_RDZV_CONF", "bogus=1"}}).find("DLAUNCH_RDZV_CONF"),
+            std::string::npos);
+  // torchrun's own keys are accepted (and ignored), so torchrun command lines keep working.
+  auto c = resolve({"--rdzv_conf", "is_host=1,read_timeout=60,timeout=900,join_timeout=9", "p"});
+  EXPECT_EQ(c.rdzv_conf.at("join_timeout"), "9");
+}
+
+TEST(LaunchConfig, SlurmModeIsCheckedOutsideSlurm) {
+  EXPECT_NE(usage_error({"--slurm_mode", "foo", "p"}).find("--slurm_mode='foo'"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--no_slurm", "--slurm_mode", "foo", "p"}).find("--slurm_mode"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"p"}, {{"DLAUNCH_SLURM_MODE", "tasks"}}).find("DLAUNCH_SLURM_MODE"),
+            std::string::npos);
+  EXPECT_EQ(resolve({"--slurm_mode", "agent", "p"}).slurm_mode, "off");
+}
+
+// What the agent's job services would refuse after starting is refused by resolution, so a
+// --dry_run says what a run would.
+TEST(LaunchConfig, EndpointsAndPortsAreCheckedBeforeAnythingStarts) {
+  EXPECT_NE(usage_error({"--master_port", "0", "--nnodes", "2", "p"}).find("--master_port=0"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--dry_run", "--master_port", "0", "--nnodes", "2", "p"})
+                .find("--master_port=0"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--nnodes", "1:2", "p"}).find("needs --rdzv_endpoint"), std::string::npos);
+  EXPECT_NE(usage_error({"--nnodes", "1:2", "--rdzv_endpoint", "10.0.0.1:0", "p"}).find("port 0"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--nnodes", "1:2", "--rdzv_endpoint", "10.0.0.1:http", "p"})
+                .find("--rdzv_endpoint"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--rdzv_backend", "etcd", "p"}).find("etcd's client URL"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--rdzv_backend", "etcd-v2", "--rdzv_endpoint", "h:2379", "p"})
+                .find("--rdzv_backend etcd"),
+            std::string::npos);
+  // Still fine: one node picks its own port; c10d on port 0 with one node (torchrun's
+  // --standalone spelling).
+  EXPECT_EQ(resolve({"--master_port", "0", "p"}).master_port, 0);
+  EXPECT_EQ(resolve({"--rdzv_backend", "c10d", "--rdzv_endpoint", "127.0.0.1:0", "p"}).max_nodes,
+            1);
+}
+
+TEST(LaunchConfig, DescribeShowsEveryResolvedSetting) {
+  HostInfo host{8, 0, "feedfacecafebeef", "node-a"};
+  auto lookup = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+  auto c = resolve_config(parse_cli({"--nnodes", "2", "--master_addr", "10.0.0.1", "--use_env",
+                                     "--start_method", "fork", "--no_slurm", "p"}),
+                          lookup, host);
+  std::string d = c.describe();
+  EXPECT_NE(d.find("start_method           = fork (ignored)"), std::string::npos) << d;
+  EXPECT_NE(d.find("use_env                = true (ignored)"), std::string::npos) << d;
+  EXPECT_NE(d.find("no_slurm               = true"), std::string::npos) << d;
+  // The address this node advertises to the others: the host name unless --local_addr.
+  EXPECT_NE(d.find("local_addr             = node-a"), std::string::npos) << d;
+  c = resolve_config(parse_cli({"--nnodes", "2", "--local_addr", "10.0.0.2", "p"}), lookup, host);
+  EXPECT_NE(c.describe().find("local_addr             = 10.0.0.2"), std::string::npos);
+}
+
+TEST(LaunchConfig, DescribeQuotesTheWorkerCommandAsAShellWould) {
+  EXPECT_EQ(shell_quote("train.py"), "train.py");
+  EXPECT_EQ(shell_quote("--lr=0.1"), "--lr=0.1");
+  EXPECT_EQ(shell_quote(""), "''");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
+  EXPECT_EQ(shell_quote("it's"), "'it'\\''s'");
+  EXPECT_EQ(shell_quote("$HOME"), "'$HOME'");
+  auto c = resolve({"--no_python", "/bin/sh", "-c", "echo \"$RANK\"; exit 0", ""});
+  EXPECT_NE(
+      c.describe().find("worker command (local rank 0): /bin/sh -c 'echo \"$RANK\"; exit 0' ''"),
+      std::string::npos)
+      << c.describe();
+}
+
+TEST(LaunchConfig, NoProgramRunsDtrainBesideDlaunch) {
+  HostInfo host{8, 0, "feedfacecafebeef", "node-a", "/opt/dlaunch/bin/dtrain"};
+  auto lookup = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };
+  auto c = resolve_config(parse_cli({"--nproc_per_node", "2"}), lookup, host);
+  EXPECT_EQ(c.worker_argv(0), std::vector<std::string>{"/opt/dlaunch/bin/dtrain"});
+  EXPECT_NE(c.describe().find("dtrain beside dlaunch"), std::string::npos);
+  // A program given wins; -m without a module name is still an error.
+  EXPECT_EQ(resolve_config(parse_cli({"x"}), lookup, host).program, "x");
+  EXPECT_THROW(resolve_config(parse_cli({"-m"}), lookup, host), UsageError);
+  // No dtrain beside dlaunch: the usage error says so.
+  host.default_program.clear();
+  try {
+    resolve_config(parse_cli({}), lookup, host);
+    FAIL();
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("no program was given"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("dtrain"), std::string::npos);
+  }
 }
 
 TEST(LaunchConfig, SecondsAndSwitchesFromEnv) {

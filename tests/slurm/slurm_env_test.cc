@@ -197,6 +197,21 @@ TEST(SlurmEnv, GpusFromSlurm) {
   EXPECT_EQ(read_slurm_env(env).gpus_on_node->value, 0);
 }
 
+// The one counting rule, shared with --nproc_per_node gpu|auto (launch_config.cc).
+TEST(SlurmEnv, VisibleDevicesAreCountedAsCudaCountsThem) {
+  EXPECT_EQ(count_visible_devices("0,1,2,3"), 4);
+  EXPECT_EQ(count_visible_devices("-1"), 0);
+  EXPECT_EQ(count_visible_devices("0,-1,1"), 1);
+  EXPECT_EQ(count_visible_devices("NoDevFiles"), 0);
+  EXPECT_EQ(count_visible_devices(""), 0);
+  EXPECT_EQ(count_visible_devices("0,,1"), 1);
+  EXPECT_EQ(count_visible_devices(" 2 , 3 "), 2);
+  EXPECT_EQ(count_visible_devices("1gpu,2x"), 2);  // read like strtoul
+  EXPECT_EQ(count_visible_devices("0,1,01"), 0);   // device 1 twice: CUDA shows none
+  EXPECT_EQ(count_visible_devices("GPU-aaaa,GPU-aaaa"), 0);
+  EXPECT_EQ(count_visible_devices("GPU-aaaa,MIG-bbbb,oops,GPU-cccc"), 2);
+}
+
 TEST(SlurmEnv, BatchScriptOfAMultiNodeJobIsRefused) {
   SlurmEnv s = read_slurm_env(batch_env());
   EXPECT_TRUE(s.detected);
