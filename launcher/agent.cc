@@ -29,6 +29,7 @@
 #include "launcher/failure_report.h"
 #include "launcher/log_router.h"
 #include "launcher/posix_process_context.h"
+#include "launcher/run_dir.h"
 #include "launcher/stack_capture.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/rendezvous_handler.h"
@@ -152,15 +153,11 @@ struct Agent::Impl {
 
   void prepare() {
     if (!cfg.log_dir.empty()) {
-      // Absolute, so the paths handed to workers (error file, heartbeat) survive a chdir.
-      run_dir = fs::absolute(fs::path(cfg.log_dir) / cfg.run_id).lexically_normal().string();
-      std::error_code ec;
-      fs::create_directories(run_dir, ec);
-      if (ec) {
-        throw SystemError(fmt::format("cannot create the log directory {}: {}; give a writable "
-                                      "--log_dir",
-                                      run_dir, ec.message()));
-      }
+      // This run's own directory: never one another job (or an earlier run) writes into.
+      RunDir dir = create_run_dir(cfg.log_dir, cfg.run_id, run_id_named_by_user(cfg));
+      run_dir = dir.path;
+      if (!dir.note.empty()) log_warning("{}", dir.note);
+      log_info("worker logs go to {}", run_dir);
     } else {
       const char* tmp = std::getenv("TMPDIR");
       std::string templ =
@@ -349,7 +346,16 @@ struct Agent::Impl {
     if (world == 0) world = cfg.nproc_per_node;
     std::string attempt_dir = fmt::format("{}/attempt_{}", run_dir, generation);
     std::error_code ec;
-    fs::remove_all(attempt_dir, ec);
+    // Never replace an attempt directory. The run directory is this run's own (prepare()), so
+    // one that exists was written by someone else: stop rather than delete or mix into it.
+    if (!fs::create_directory(attempt_dir, ec)) {
+      log_error("cannot create {}: {}; not replacing it: give this job its own --log_dir (or "
+                "--rdzv_id)",
+                attempt_dir,
+                ec ? ec.message() : "it already exists (another process writes into " + run_dir + ")");
+      finish(exit_codes::kWorkersFailed);
+      return;
+    }
     std::vector<WorkerRecord> records;
     for (int64_t lr = 0; lr < cfg.nproc_per_node; ++lr) {
       WorkerRecord w;

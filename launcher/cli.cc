@@ -54,7 +54,8 @@ std::vector<FlagSpec> make_specs() {
       flag("use_env", 0, false, "false", "",
            "accepted for torch.distributed.launch compatibility (the rank is always in the env)"),
       flag("log_dir", 0, true, "", "DIR",
-           "write each worker's stdout/stderr to DIR/<run_id>/attempt_<n>/<local_rank>/"),
+           "write each worker's stdout/stderr to DIR/<run_id>_<random>/attempt_<n>/<local_rank>/ "
+           "(DIR/<run_id>/... for a run id you chose; a run never reuses another's directory)"),
       flag("redirects", 'r', true, "0", "0|1|2|3|R:S,...",
            "send stdout (1), stderr (2) or both (3) to the log files only; per local rank as "
            "0:1,1:2"),

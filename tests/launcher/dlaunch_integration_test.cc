@@ -465,6 +465,62 @@ TEST(DlaunchLogs, RedirectsTeeFilterAndFiles) {
   EXPECT_EQ(r.out, "[default1]:line1\n");
 }
 
+// The run directories directly under `log_dir`.
+std::vector<std::string> run_dirs(const std::string& log_dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(log_dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Both jobs had the run id "none" and the same <log_dir>/none/attempt_0: the second deleted the
+// first one's logs. Each job now gets its own <run_id>_<random>, as torchrun makes it.
+TEST(DlaunchLogs, TwoJobsSharingALogDirKeepTheirOwnRunDirectories) {
+  TempDir logs;
+  for (std::string word : {"first", "second"}) {
+    auto r = run({kDlaunch, "--nproc_per_node", "1", "--master_port", "0", "--log_dir",
+                  logs.path(), "--no_python", "/bin/echo", word});
+    ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  }
+  auto dirs = run_dirs(logs.path());
+  ASSERT_EQ(dirs.size(), 2u) << "one run directory per job";
+  std::set<std::string> contents;
+  for (const auto& d : dirs) {
+    EXPECT_EQ(d.rfind("none_", 0), 0u) << d;
+    contents.insert(read_file(logs.path() + "/" + d + "/attempt_0/0/stdout.log"));
+  }
+  EXPECT_EQ(contents, (std::set<std::string>{"first\n", "second\n"}));
+}
+
+// A user-chosen run id keeps <log_dir>/<run_id>; a rerun with the same id must not replace
+// (or mix into) the earlier run's attempt directories: it gets a fresh name and says so.
+TEST(DlaunchLogs, ARerunWithTheSameRdzvIdNeverReplacesTheEarlierLogs) {
+  TempDir logs;
+  auto first = run({kDlaunch, "--standalone", "--max_restarts", "1", "--log_dir", logs.path(),
+                    "--rdzv_id", "job7", "--no_python", "/bin/sh", "-c",
+                    "echo first$TORCHELASTIC_RESTART_COUNT; exit $((1 - "
+                    "$TORCHELASTIC_RESTART_COUNT))"});
+  ASSERT_EQ(first.exit.shell_code(), 0) << first.err;
+  auto second = run({kDlaunch, "--standalone", "--log_dir", logs.path(), "--rdzv_id", "job7",
+                     "--no_python", "/bin/sh", "-c", "echo second"});
+  ASSERT_EQ(second.exit.shell_code(), 0) << second.err;
+  EXPECT_EQ(read_file(logs.path() + "/job7/attempt_0/0/stdout.log"), "first0\n");
+  EXPECT_EQ(read_file(logs.path() + "/job7/attempt_1/0/stdout.log"), "first1\n");
+  auto dirs = run_dirs(logs.path());
+  ASSERT_EQ(dirs.size(), 2u);
+  EXPECT_EQ(dirs[0], "job7");
+  EXPECT_EQ(dirs[1].rfind("job7_", 0), 0u) << dirs[1];
+  EXPECT_EQ(read_file(logs.path() + "/" + dirs[1] + "/attempt_0/0/stdout.log"), "second\n");
+  EXPECT_FALSE(file_exists(logs.path() + "/" + dirs[1] + "/attempt_1"));
+  EXPECT_NE(second.err.find(logs.path() + "/job7 already exists"), std::string::npos)
+      << second.err;
+  EXPECT_NE(second.err.find("this run writes to " + logs.path() + "/" + dirs[1]),
+            std::string::npos)
+      << second.err;
+}
+
 TEST(DlaunchProgram, AppendLocalRankArgAndPython) {
   auto r = run({kDlaunch, "--standalone", "--nproc_per_node", "2", "--append_local_rank_arg",
                 "/bin/echo", "a", "b"});
