@@ -135,6 +135,7 @@ struct Agent::Impl {
   int64_t generation = -1;  // generations started (DLAUNCH_ATTEMPT)
   int64_t restarts_used = 0;
   int stop_signal = 0;      // a terminating signal the agent received
+  TimePoint stop_started{};  // when the group was sent its stop signal
   bool preempted = false;   // a preemption notice (SIGUSR1) arrived
   bool usage_failure = false;
   bool membership_restart = false;
@@ -582,6 +583,7 @@ struct Agent::Impl {
       group_stopped();
       return;
     }
+    stop_started = opts.clock->now();
     for (auto& w : group->workers()) {
       if (w.running()) procs.signal_group(w.pid, first);
     }
@@ -594,11 +596,14 @@ struct Agent::Impl {
 
   void kill_now() {
     grace_timer.cancel();
+    // The real time since the stop signal: the grace when it ran out, less after a second
+    // Ctrl-C.
+    const double elapsed = to_seconds(opts.clock->now() - stop_started);
     for (auto& w : group->workers()) {
       if (!w.running()) continue;
       log_warning("local rank {} (pid {}) still runs {:.1f} s after the stop signal; sending "
                   "SIGKILL",
-                  w.local_rank, w.pid, to_seconds(cfg.shutdown_grace));
+                  w.local_rank, w.pid, elapsed);
       procs.signal_group(w.pid, SIGKILL);
     }
     kill_timer.expires_after(opts.kill_wait);
@@ -882,7 +887,8 @@ struct Agent::Impl {
       return;
     }
     if (stop_signal != 0 && phase == Phase::kStopping) {
-      log_warning("received {} again while stopping; killing the workers now", signal_name(sig));
+      log_warning("received {} again {:.1f} s after the stop signal; killing the workers now",
+                  signal_name(sig), to_seconds(opts.clock->now() - stop_started));
       kill_now();
       return;
     }

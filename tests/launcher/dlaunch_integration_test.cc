@@ -339,6 +339,31 @@ TEST(DlaunchSignals, SecondSignalSkipsTheGrace) {
   EXPECT_NE(p.err().find("killing the workers now"), std::string::npos) << p.err();
 }
 
+// A second Ctrl-C said "still runs 600.0 s after the stop signal" a second after the first:
+// it printed --shutdown_grace, not the time that had passed.
+TEST(DlaunchSignals, SecondSignalReportsTheRealElapsedTime) {
+  TempDir dir;
+  Subprocess p(cmd({"--standalone", "--shutdown_grace", "600"},
+                   {"ignore-stop-signals", "ready=" + dir.path()}));
+  ASSERT_TRUE(wait_ready(dir, 1)) << p.err();
+  p.signal(SIGINT);
+  ASSERT_TRUE(wait_until([&] { return p.err().find("received SIGINT") != std::string::npos; }, 30s));
+  p.signal(SIGINT);
+  auto exit = p.wait(60s);
+  ASSERT_TRUE(exit) << p.err();
+  EXPECT_EQ(exit->shell_code(), 128 + SIGINT);
+  std::string err = p.err();
+  // Both lines give the seconds since the first SIGINT; the test waited far less than 600 s.
+  for (std::string before : {"received SIGINT again ", "still runs "}) {
+    size_t at = err.find(before);
+    ASSERT_NE(at, std::string::npos) << before << "\n" << err;
+    double seconds = std::stod(err.substr(at + before.size()));
+    EXPECT_LT(seconds, 300) << err;
+    EXPECT_GE(seconds, 0) << err;
+  }
+  EXPECT_NE(err.find("s after the stop signal"), std::string::npos) << err;
+}
+
 TEST(DlaunchSignals, PreemptionNoticeThenStopExits75) {
   TempDir dir;
   Subprocess p(cmd({"--standalone", "--max_restarts", "3"},
