@@ -135,7 +135,7 @@ struct Agent::Impl {
   int64_t generation = -1;  // generations started (DLAUNCH_ATTEMPT)
   int64_t restarts_used = 0;
   int stop_signal = 0;      // a terminating signal the agent received
-  TimePoint stop_started{};  // when the group was sent its stop signal
+  TimePoint stop_started{};  // when the group (or what it left) was sent its stop signal
   bool preempted = false;   // a preemption notice (SIGUSR1) arrived
   bool usage_failure = false;
   bool membership_restart = false;
@@ -438,7 +438,7 @@ struct Agent::Impl {
     if (group->state() == GroupState::kSucceeded && phase == Phase::kRunning) {
       log_info("all {} worker(s) finished successfully", cfg.nproc_per_node);
       phase = Phase::kStopping;
-      group_stopped();
+      stop_leftovers();
       return;
     }
     if (phase == Phase::kStopping && group->all_exited()) group_stopped();
@@ -594,7 +594,54 @@ struct Agent::Impl {
     });
   }
 
+  // Every worker exited 0 but left processes running (an uploader started with Popen, a
+  // daemon). torchrun lets them run on as orphans; dlaunch leaves no orphan, but it does not
+  // kill them unannounced either: SIGTERM, up to --shutdown_grace to end, then SIGKILL, each
+  // step logged at warning level with what it hits.
+  void stop_leftovers() {
+    const int64_t gen = generation;
+    std::vector<std::string> left = procs.signal_leftovers(SIGTERM, [this, gen]() {
+      if (gen != generation || phase != Phase::kStopping || !leftovers_pending) return;
+      leftovers_pending = false;
+      log_info("the processes the workers left ended after SIGTERM");
+      group_stopped();
+    });
+    if (left.empty()) {
+      group_stopped();
+      return;
+    }
+    leftovers_pending = true;
+    stop_started = opts.clock->now();
+    log_warning("the workers exited 0 but left {} process(es) running: {}; sending SIGTERM and "
+                "waiting up to {:.1f} s (--shutdown_grace) for them to end before SIGKILL",
+                left.size(), join(left), to_seconds(cfg.shutdown_grace));
+    grace_timer.expires_after(cfg.shutdown_grace);
+    grace_timer.async_wait([this, gen](const boost::system::error_code& ec) {
+      if (!ec && gen == generation && phase == Phase::kStopping) kill_leftovers();
+    });
+  }
+  bool leftovers_pending = false;
+
+  void kill_leftovers() {
+    grace_timer.cancel();
+    leftovers_pending = false;
+    std::vector<std::string> left = procs.live_leftovers();
+    if (!left.empty()) {
+      log_warning("{} process(es) the workers left still run {:.1f} s after SIGTERM: {}; "
+                  "sending SIGKILL (let the workers wait for them, or raise --shutdown_grace)",
+                  left.size(), to_seconds(opts.clock->now() - stop_started), join(left));
+    }
+    group_stopped();
+  }
+
+  static std::string join(const std::vector<std::string>& items) {
+    std::string out;
+    for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
+    return out;
+  }
+
   void kill_now() {
+    if (leftovers_pending) return kill_leftovers();
     grace_timer.cancel();
     // The real time since the stop signal: the grace when it ran out, less after a second
     // Ctrl-C.

@@ -444,6 +444,46 @@ TEST(DlaunchOrphans, SetsidGrandchildIsSweptWhenTheAttemptEnds) {
   EXPECT_NE(p.err().find("killing orphaned descendant pid " + gc), std::string::npos) << p.err();
 }
 
+// A worker that exits 0 leaves a background process (an uploader started with Popen). It was
+// SIGKILLed at once and silently; now it gets SIGTERM and --shutdown_grace to end, with a warning.
+TEST(DlaunchOrphans, BackgroundChildOfASuccessfulWorkerGetsSigtermAndTheGrace) {
+  TempDir dir;
+  std::string child = "trap 'echo term > " + dir.file("term") + "; exit 0' TERM; touch " +
+                      dir.file("ready") + "; while :; do sleep 0.05; done";
+  std::string worker = "sh -c \"" + child + "\" & while [ ! -e " + dir.file("ready") +
+                       " ]; do sleep 0.01; done; exit 0";
+  auto r = run({kDlaunch, "--nproc_per_node", "1", "--master_port", "0", "--shutdown_grace", "60",
+                "--no_python", "/bin/sh", "-c", worker},
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(read_file(dir.file("term")), "term\n") << "the background child got no SIGTERM\n"
+                                                    << r.err;
+  EXPECT_NE(r.err.find("the workers exited 0 but left"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sending SIGTERM and waiting up to 60.0 s"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("sending SIGKILL"), std::string::npos) << r.err;
+}
+
+TEST(DlaunchOrphans, BackgroundChildIgnoringSigtermIsKilledAfterTheGraceWithAWarning) {
+  TempDir dir;
+  std::string child = "trap '' TERM; echo \\$$ > " + dir.file("pid.tmp") + "; mv " +
+                      dir.file("pid.tmp") + " " + dir.file("pid") + "; while :; do sleep 0.05; done";
+  std::string worker = "sh -c \"" + child + "\" & while [ ! -e " + dir.file("pid") +
+                       " ]; do sleep 0.01; done; exit 0";
+  auto r = run({kDlaunch, "--nproc_per_node", "1", "--master_port", "0", "--shutdown_grace",
+                "0.5", "--no_python", "/bin/sh", "-c", worker},
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  std::string pid = read_file(dir.file("pid"));
+  while (!pid.empty() && pid.back() == '\n') pid.pop_back();
+  ASSERT_FALSE(pid.empty()) << r.err;
+  EXPECT_NE(r.err.find("still run"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("pid " + pid + " (sh -c trap"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sending SIGKILL"), std::string::npos) << r.err;
+  EXPECT_TRUE(wait_until([&] { return !process_alive(std::stoi(pid)); }, 10s)) << pid;
+}
+
 TEST(DlaunchHang, HungWorkerIsDetectedStackedAndRestarted) {
   TempDir logs;
   auto r = run(cmd({"--standalone", "--hang_timeout", "1", "--max_restarts", "1",
