@@ -79,6 +79,7 @@ std::vector<FlagSpec> make_specs() {
            "per worker, dlaunch sets RANK etc. and execs the program; auto = task when the step "
            "has more tasks than nodes"),
       flag("help", 'h', false, "false", "", "show this help"),
+      flag("version", 0, false, "false", "", "print the version and the git commit, then exit"),
   };
 }
 
@@ -216,7 +217,7 @@ std::string help_text() {
     left += "--" + s.name;
     if (s.takes_value) left += " " + s.metavar;
     text += fmt::format("{}\n      {}", left, s.help);
-    if (s.name != "help") {
+    if (s.name != "help" && s.name != "version") {
       text += fmt::format(" [{}", s.env);
       if (!s.fallback.empty() && s.fallback != "false") text += fmt::format(", default {}", s.fallback);
       text += "]";

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "launcher/agent.h"
 #include "launcher/cli.h"
 #include "launcher/job_services.h"
@@ -33,6 +34,10 @@ int main(int argc, char** argv) {
   HostInfo host;
   try {
     CliArgs cli = parse_cli(args);
+    if (cli.values.count("version")) {
+      std::cout << version_text("dlaunch");
+      return 0;
+    }
     if (cli.help) {
       std::cout << help_text();
       return 0;

@@ -286,6 +286,36 @@ TEST(DlaunchUsage, HelpAndDryRun) {
   EXPECT_NE(r.out.find("worker command (local rank 0): /bin/true"), std::string::npos) << r.out;
 }
 
+// `dlaunch --version` and `dtrain --version`: "<name> <project version> (commit <c>)", where c
+// is a commit of this checkout (or "unknown" outside one), and nothing is started.
+TEST(DlaunchUsage, VersionPrintsTheVersionAndTheCommit) {
+  std::vector<std::pair<std::string, std::string>> binaries = {{"dlaunch", kDlaunch}};
+#ifdef DTRAIN_BIN
+  binaries.emplace_back("dtrain", DTRAIN_BIN);
+#endif
+  // run() does not search PATH.
+  const std::string git = file_exists("/usr/bin/git") ? "/usr/bin/git" : "/bin/git";
+  auto in_git = run({git, "-C", SOURCE_DIR, "rev-parse", "--git-dir"});
+  bool checkout = !in_git.timed_out && in_git.exit.shell_code() == 0;
+  for (const auto& [name, path] : binaries) {
+    auto r = run({path, "--version"});
+    ASSERT_EQ(r.exit.shell_code(), 0) << name << ": " << r.err;
+    std::string prefix = name + " " + PROJECT_VERSION_TEXT + " (commit ";
+    ASSERT_EQ(r.out.rfind(prefix, 0), 0u) << r.out;
+    ASSERT_GE(r.out.size(), prefix.size() + 2) << r.out;
+    EXPECT_EQ(r.out.substr(r.out.size() - 2), ")\n") << r.out;
+    std::string commit = r.out.substr(prefix.size(), r.out.size() - prefix.size() - 2);
+    if (!checkout) {
+      EXPECT_EQ(commit, "unknown");
+      continue;
+    }
+    EXPECT_GE(commit.size(), 7u) << commit;
+    EXPECT_EQ(commit.find_first_not_of("0123456789abcdef"), std::string::npos) << commit;
+    auto known = run({git, "-C", SOURCE_DIR, "cat-file", "-e", commit + "^{commit}"});
+    EXPECT_EQ(known.exit.shell_code(), 0) << commit << " is not a commit of " << SOURCE_DIR;
+  }
+}
+
 TEST(DlaunchSignals, SigtermIsForwardedAndExitIs143) {
   TempDir dir;
   Subprocess p(cmd({"--standalone", "--nproc_per_node", "2"},
