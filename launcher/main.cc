@@ -15,6 +15,7 @@
 #include "launcher/job_services.h"
 #include "launcher/launch_config.h"
 #include "launcher/posix_process_context.h"
+#include "launcher/program_check.h"
 #include "launcher/slurm_launch.h"
 
 namespace {
@@ -51,6 +52,11 @@ int main(int argc, char** argv) {
   if (cfg.dry_run) {
     std::cout << cfg.describe();
     return 0;
+  }
+  // A program that cannot run fails every attempt the same way: say so now, spend no restart.
+  if (auto problem = check_program(cfg, current_program_check_env())) {
+    std::fprintf(stderr, "dlaunch: error: %s\n", problem->c_str());
+    return exit_codes::kUsage;
   }
   if (cfg.slurm_mode == "task") {
     // One Slurm task per worker: no agent; become the worker (returns only by throwing).

@@ -273,6 +273,36 @@ TEST(DlaunchUsage, MissingOrNonExecutableProgram) {
   EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
 }
 
+// `dlaunch --max_restarts 2 trian.py`: every worker failed, every restart was spent, exit 1.
+// Now: exit 2 with "not found" before any worker starts.
+TEST(DlaunchUsage, MissingScriptExitsTwoWithoutSpendingRestarts) {
+  auto r = run({kDlaunch, "--standalone", "--max_restarts", "2", "--python", "/usr/bin/python3",
+                "trian_dlaunch_missing.py"});
+  EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+  EXPECT_NE(r.err.find("python script 'trian_dlaunch_missing.py' was not found"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  EXPECT_EQ(r.err.find("starting"), std::string::npos) << "a worker was started\n" << r.err;
+  EXPECT_EQ(r.err.find("restarting"), std::string::npos) << r.err;
+
+  if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3 for -m";
+  r = run({kDlaunch, "--standalone", "--max_restarts", "2", "--python", "/usr/bin/python3", "-m",
+           "no_such_module_dlaunch.train"});
+  EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+  EXPECT_NE(r.err.find("module 'no_such_module_dlaunch.train' was not found"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("restarting"), std::string::npos) << r.err;
+}
+
+TEST(DlaunchUsage, DirectoryAsProgramSaysIsADirectory) {
+  TempDir dir;
+  auto r = run({kDlaunch, "--standalone", dir.path()});
+  EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+  EXPECT_NE(r.err.find("'" + dir.path() + "' is a directory"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("chmod"), std::string::npos) << r.err;
+}
+
 TEST(DlaunchUsage, HelpAndDryRun) {
   auto r = run({kDlaunch, "--help"});
   EXPECT_EQ(r.exit.shell_code(), 0);
