@@ -2,7 +2,8 @@
 // Both come from the build: CMake's project VERSION and `git rev-parse --short HEAD` at
 // configure time ("unknown" outside a git checkout, e.g. a source tarball); CMake configures
 // again when HEAD moves, so a build tree kept across commits does not report an old commit
-// (common/CMakeLists.txt). One place serves both binaries.
+// (common/CMakeLists.txt). One place serves both binaries; link dlaunch_version (its own library,
+// so a new commit relinks only what prints it).
 #pragma once
 
 #include <string>
