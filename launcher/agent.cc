@@ -350,10 +350,11 @@ struct Agent::Impl {
     // Never replace an attempt directory. The run directory is this run's own (prepare()), so
     // one that exists was written by someone else: stop rather than delete or mix into it.
     if (!fs::create_directory(attempt_dir, ec)) {
+      std::string why = ec ? ec.message()
+                           : "it already exists (another process writes into " + run_dir + ")";
       log_error("cannot create {}: {}; not replacing it: give this job its own --log_dir (or "
                 "--rdzv_id)",
-                attempt_dir,
-                ec ? ec.message() : "it already exists (another process writes into " + run_dir + ")");
+                attempt_dir, why);
       finish(exit_codes::kWorkersFailed);
       return;
     }

@@ -78,8 +78,7 @@ class ProcessContext {
   // `on_gone` is never called. Otherwise `on_gone` runs once, on the loop, when every one of
   // them has exited; never after kill_orphans(), which takes whatever is left. Reads /proc
   // once, and only when the kernel says the agent has a child it does not track. Never blocks.
-  virtual std::vector<std::string> signal_leftovers(int signal,
-                                                    std::function<void()> on_gone) = 0;
+  virtual std::vector<std::string> signal_leftovers(int signal, std::function<void()> on_gone) = 0;
   // Those of signal_leftovers() still alive, in the same format. Never blocks.
   virtual std::vector<std::string> live_leftovers() = 0;
 

@@ -141,9 +141,10 @@ std::optional<std::string> check_direct(const LaunchConfig& cfg, const ProgramCh
     return std::nullopt;  // the spawn names the errno
   }
   if (S_ISDIR(st.st_mode)) {
-    return fmt::format("program '{}' is a directory, not a program; give the path of the "
-                       "executable or script inside it",
-                       program);
+    return fmt::format(
+        "program '{}' is a directory, not a program; give the path of the "
+        "executable or script inside it",
+        program);
   }
   return std::nullopt;
 }

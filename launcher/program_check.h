@@ -26,12 +26,12 @@ namespace dlaunch {
 
 // Whether `python` finds the top-level module `name`: true, false, or nullopt when it cannot
 // tell (the interpreter is missing, crashed or took too long). Blocks up to its own timeout.
-using ModuleFinder = std::function<std::optional<bool>(const std::string& python,
-                                                       const std::string& name)>;
+using ModuleFinder =
+    std::function<std::optional<bool>(const std::string& python, const std::string& name)>;
 
 struct ProgramCheckEnv {
-  std::string cwd;   // the workers' working directory
-  std::string path;  // PATH, for bare program names and the interpreter
+  std::string cwd;           // the workers' working directory
+  std::string path;          // PATH, for bare program names and the interpreter
   ModuleFinder find_module;  // unset: -m is not checked
 };
 

@@ -24,9 +24,10 @@ std::string make_unique_dir(const std::string& prefix) {
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (!::mkdtemp(buf.data())) {
-    throw SystemError(fmt::format("cannot create a run directory {}: {}; give a writable "
-                                  "--log_dir",
-                                  templ, std::strerror(errno)));
+    throw SystemError(
+        fmt::format("cannot create a run directory {}: {}; give a writable "
+                    "--log_dir",
+                    templ, std::strerror(errno)));
   }
   return buf.data();
 }
@@ -39,9 +40,10 @@ RunDir create_run_dir(const std::string& log_dir, const std::string& run_id, boo
   std::error_code ec;
   fs::create_directories(base, ec);
   if (ec) {
-    throw SystemError(fmt::format("cannot create the log directory {}: {}; give a writable "
-                                  "--log_dir",
-                                  base.string(), ec.message()));
+    throw SystemError(
+        fmt::format("cannot create the log directory {}: {}; give a writable "
+                    "--log_dir",
+                    base.string(), ec.message()));
   }
   std::string prefix = (base / (run_id + "_")).string();
   RunDir out;
@@ -56,9 +58,10 @@ RunDir create_run_dir(const std::string& log_dir, const std::string& run_id, boo
   }
   int err = errno;
   if (err != EEXIST) {
-    throw SystemError(fmt::format("cannot create the run directory {}: {}; give a writable "
-                                  "--log_dir",
-                                  named, std::strerror(err)));
+    throw SystemError(
+        fmt::format("cannot create the run directory {}: {}; give a writable "
+                    "--log_dir",
+                    named, std::strerror(err)));
   }
   out.path = make_unique_dir(prefix);
   out.note = fmt::format(

@@ -407,7 +407,8 @@ TEST(DlaunchSignals, SecondSignalReportsTheRealElapsedTime) {
                    {"ignore-stop-signals", "ready=" + dir.path()}));
   ASSERT_TRUE(wait_ready(dir, 1)) << p.err();
   p.signal(SIGINT);
-  ASSERT_TRUE(wait_until([&] { return p.err().find("received SIGINT") != std::string::npos; }, 30s));
+  ASSERT_TRUE(
+      wait_until([&] { return p.err().find("received SIGINT") != std::string::npos; }, 30s));
   p.signal(SIGINT);
   auto exit = p.wait(60s);
   ASSERT_TRUE(exit) << p.err();
@@ -527,7 +528,8 @@ TEST(DlaunchOrphans, BackgroundChildOfASuccessfulWorkerGetsSigtermAndTheGrace) {
 TEST(DlaunchOrphans, BackgroundChildIgnoringSigtermIsKilledAfterTheGraceWithAWarning) {
   TempDir dir;
   std::string child = "trap '' TERM; echo \\$$ > " + dir.file("pid.tmp") + "; mv " +
-                      dir.file("pid.tmp") + " " + dir.file("pid") + "; while :; do sleep 0.05; done";
+                      dir.file("pid.tmp") + " " + dir.file("pid") +
+                      "; while :; do sleep 0.05; done";
   std::string worker = "sh -c \"" + child + "\" & while [ ! -e " + dir.file("pid") +
                        " ]; do sleep 0.01; done; exit 0";
   auto r = run({kDlaunch, "--nproc_per_node", "1", "--master_port", "0", "--shutdown_grace",
