@@ -31,6 +31,7 @@
 #include "launcher/line_splitter.h"
 #include "launcher/log_router.h"
 #include "launcher/posix_process_context.h"
+#include "launcher/run_dir.h"
 #include "launcher/stack_capture.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/rendezvous_handler.h"
@@ -141,6 +142,7 @@ struct Agent::Impl {
   int64_t generation = -1;  // generations started (DLAUNCH_ATTEMPT)
   int64_t restarts_used = 0;
   int stop_signal = 0;      // a terminating signal the agent received
+  TimePoint stop_started{};  // when the group (or what it left) was sent its stop signal
   bool preempted = false;   // a preemption notice (SIGUSR1) arrived
   bool usage_failure = false;
   bool membership_restart = false;
@@ -160,15 +162,11 @@ struct Agent::Impl {
 
   void prepare() {
     if (!cfg.log_dir.empty()) {
-      // Absolute, so the paths handed to workers (error file, heartbeat) survive a chdir.
-      run_dir = fs::absolute(fs::path(cfg.log_dir) / cfg.run_id).lexically_normal().string();
-      std::error_code ec;
-      fs::create_directories(run_dir, ec);
-      if (ec) {
-        throw SystemError(fmt::format("cannot create the log directory {}: {}; give a writable "
-                                      "--log_dir",
-                                      run_dir, ec.message()));
-      }
+      // This run's own directory: never one another job (or an earlier run) writes into.
+      RunDir dir = create_run_dir(cfg.log_dir, cfg.run_id, run_id_named_by_user(cfg));
+      run_dir = dir.path;
+      if (!dir.note.empty()) log_warning("{}", dir.note);
+      log_info("worker logs go to {}", run_dir);
     } else {
       const char* tmp = std::getenv("TMPDIR");
       std::string templ =
@@ -384,7 +382,17 @@ struct Agent::Impl {
     if (world == 0) world = cfg.nproc_per_node;
     std::string attempt_dir = fmt::format("{}/attempt_{}", run_dir, generation);
     std::error_code ec;
-    fs::remove_all(attempt_dir, ec);
+    // Never replace an attempt directory. The run directory is this run's own (prepare()), so
+    // one that exists was written by someone else: stop rather than delete or mix into it.
+    if (!fs::create_directory(attempt_dir, ec)) {
+      std::string why = ec ? ec.message()
+                           : "it already exists (another process writes into " + run_dir + ")";
+      log_error("cannot create {}: {}; not replacing it: give this job its own --log_dir (or "
+                "--rdzv_id)",
+                attempt_dir, why);
+      finish(exit_codes::kWorkersFailed);
+      return;
+    }
     std::vector<WorkerRecord> records;
     for (int64_t lr = 0; lr < cfg.nproc_per_node; ++lr) {
       WorkerRecord w;
@@ -509,7 +517,7 @@ struct Agent::Impl {
     if (group->state() == GroupState::kSucceeded && phase == Phase::kRunning) {
       log_info("all {} worker(s) finished successfully", cfg.nproc_per_node);
       phase = Phase::kStopping;
-      group_stopped();
+      stop_leftovers();
       return;
     }
     if (phase == Phase::kStopping && group->all_exited()) group_stopped();
@@ -654,6 +662,7 @@ struct Agent::Impl {
       group_stopped();
       return;
     }
+    stop_started = opts.clock->now();
     for (auto& w : group->workers()) {
       if (w.running()) procs.signal_group(w.pid, first);
     }
@@ -664,13 +673,63 @@ struct Agent::Impl {
     });
   }
 
-  void kill_now() {
+  // Every worker exited 0 but left processes running (an uploader started with Popen, a
+  // daemon). torchrun lets them run on as orphans; dlaunch leaves no orphan, but it does not
+  // kill them unannounced either: SIGTERM, up to --shutdown_grace to end, then SIGKILL, each
+  // step logged at warning level with what it hits.
+  void stop_leftovers() {
+    const int64_t gen = generation;
+    std::vector<std::string> left = procs.signal_leftovers(SIGTERM, [this, gen]() {
+      if (gen != generation || phase != Phase::kStopping || !leftovers_pending) return;
+      leftovers_pending = false;
+      log_info("the processes the workers left ended after SIGTERM");
+      group_stopped();
+    });
+    if (left.empty()) {
+      group_stopped();
+      return;
+    }
+    leftovers_pending = true;
+    stop_started = opts.clock->now();
+    log_warning("the workers exited 0 but left {} process(es) running: {}; sending SIGTERM and "
+                "waiting up to {:.1f} s (--shutdown_grace) for them to end before SIGKILL",
+                left.size(), join(left), to_seconds(cfg.shutdown_grace));
+    grace_timer.expires_after(cfg.shutdown_grace);
+    grace_timer.async_wait([this, gen](const boost::system::error_code& ec) {
+      if (!ec && gen == generation && phase == Phase::kStopping) kill_leftovers();
+    });
+  }
+  bool leftovers_pending = false;
+
+  void kill_leftovers() {
     grace_timer.cancel();
+    leftovers_pending = false;
+    std::vector<std::string> left = procs.live_leftovers();
+    if (!left.empty()) {
+      log_warning("{} process(es) the workers left still run {:.1f} s after SIGTERM: {}; "
+                  "sending SIGKILL (let the workers wait for them, or raise --shutdown_grace)",
+                  left.size(), to_seconds(opts.clock->now() - stop_started), join(left));
+    }
+    group_stopped();
+  }
+
+  static std::string join(const std::vector<std::string>& items) {
+    std::string out;
+    for (const auto& i : items) out += (out.empty() ? "" : ", ") + i;
+    return out;
+  }
+
+  void kill_now() {
+    if (leftovers_pending) return kill_leftovers();
+    grace_timer.cancel();
+    // The real time since the stop signal: the grace when it ran out, less after a second
+    // Ctrl-C.
+    const double elapsed = to_seconds(opts.clock->now() - stop_started);
     for (auto& w : group->workers()) {
       if (!w.running()) continue;
       log_warning("local rank {} (pid {}) still runs {:.1f} s after the stop signal; sending "
                   "SIGKILL",
-                  w.local_rank, w.pid, to_seconds(cfg.shutdown_grace));
+                  w.local_rank, w.pid, elapsed);
       procs.signal_group(w.pid, SIGKILL);
     }
     kill_timer.expires_after(opts.kill_wait);
@@ -956,7 +1015,8 @@ struct Agent::Impl {
       return;
     }
     if (stop_signal != 0 && phase == Phase::kStopping) {
-      log_warning("received {} again while stopping; killing the workers now", signal_name(sig));
+      log_warning("received {} again {:.1f} s after the stop signal; killing the workers now",
+                  signal_name(sig), to_seconds(opts.clock->now() - stop_started));
       kill_now();
       return;
     }

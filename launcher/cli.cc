@@ -54,7 +54,8 @@ std::vector<FlagSpec> make_specs() {
       flag("use_env", 0, false, "false", "",
            "accepted for torch.distributed.launch compatibility (the rank is always in the env)"),
       flag("log_dir", 0, true, "", "DIR",
-           "write each worker's stdout/stderr to DIR/<run_id>/attempt_<n>/<local_rank>/"),
+           "write each worker's stdout/stderr to DIR/<run_id>_<random>/attempt_<n>/<local_rank>/ "
+           "(DIR/<run_id>/... for a run id you chose; a run never reuses another's directory)"),
       flag("redirects", 'r', true, "0", "0|1|2|3|R:S,...",
            "send stdout (1), stderr (2) or both (3) to the log files only; per local rank as "
            "0:1,1:2"),
@@ -78,6 +79,7 @@ std::vector<FlagSpec> make_specs() {
            "per worker, dlaunch sets RANK etc. and execs the program; auto = task when the step "
            "has more tasks than nodes"),
       flag("help", 'h', false, "false", "", "show this help"),
+      flag("version", 0, false, "false", "", "print the version and the git commit, then exit"),
   };
 }
 
@@ -252,7 +254,7 @@ std::string help_text() {
     left += "--" + s.name;
     if (s.takes_value) left += " " + s.metavar;
     text += fmt::format("{}\n      {}", left, s.help);
-    if (s.name != "help") {
+    if (s.name != "help" && s.name != "version") {
       text += fmt::format(" [{}", s.env);
       if (!s.fallback.empty() && s.fallback != "false") text += fmt::format(", default {}", s.fallback);
       text += "]";

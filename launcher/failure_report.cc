@@ -1,6 +1,7 @@
 #include "launcher/failure_report.h"
 
 #include <fmt/format.h>
+#include <signal.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -27,6 +28,34 @@ std::string json_text(const nlohmann::json& j) {
   if (j.is_string()) return j.get<std::string>();
   if (j.is_null()) return "";
   return j.dump();
+}
+
+// A root cause is a worker's own end while the group was healthy; dlaunch sends SIGKILL only
+// when stopping a group that already failed, so a root cause killed by SIGKILL was killed by
+// someone else, most often the kernel's OOM killer (a cgroup or Slurm --mem limit, or the node
+// out of memory). dmesg is not readable by every user, so this is a hint, not a diagnosis.
+// Exit code 137 is the same seen through a shell or wrapper whose child was SIGKILLed.
+std::string sigkill_hint(const ExitStatus& e) {
+  bool sigkill = e.signaled && e.code == SIGKILL;
+  bool via_shell = !e.signaled && e.code == 128 + SIGKILL;
+  if (!sigkill && !via_shell) return "";
+  static const char* const kSigkill[] = {
+      "SIGKILL, which dlaunch did not send, usually means the kernel's OOM",
+      "killer: the node ran out of memory, or the job hit its memory limit",
+      "(cgroup, Slurm --mem). Look for \"Killed process\" in `dmesg` or",
+      "`journalctl -k` (may need root); lower the memory use (batch size,",
+      "DataLoader workers) or ask for more memory."};
+  static const char* const kViaShell[] = {
+      "exit code 137 is 128 + SIGKILL: a process under the worker was",
+      "SIGKILLed, usually by the kernel's OOM killer: the node ran out of",
+      "memory, or the job hit its memory limit (cgroup, Slurm --mem). Look for",
+      "\"Killed process\" in `dmesg` or `journalctl -k` (may need root); lower",
+      "the memory use (batch size, DataLoader workers) or ask for more memory."};
+  std::string out;
+  for (const char* line : sigkill ? kSigkill : kViaShell) {
+    out += (out.empty() ? "  hint      : " : "              ") + std::string(line) + "\n";
+  }
+  return out;
 }
 
 }  // namespace
@@ -116,6 +145,7 @@ std::string format_failure_report(const WorkerGroup& group, const ReportContext&
       } else {
         out += fmt::format("  exitcode  : {} (pid: {})\n", w.exit->code, w.pid);
       }
+      out += sigkill_hint(*w.exit);
     }
     auto ef = read_error_file(w.error_file);
     out += fmt::format("  error_file: {}\n", ef ? w.error_file : "<N/A>");

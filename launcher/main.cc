@@ -9,11 +9,13 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "launcher/agent.h"
 #include "launcher/cli.h"
 #include "launcher/job_services.h"
 #include "launcher/launch_config.h"
 #include "launcher/posix_process_context.h"
+#include "launcher/program_check.h"
 #include "launcher/slurm_launch.h"
 
 int main(int argc, char** argv) {
@@ -23,6 +25,10 @@ int main(int argc, char** argv) {
   HostInfo host;
   try {
     CliArgs cli = parse_cli(args);
+    if (cli.values.count("version")) {
+      std::cout << version_text("dlaunch");
+      return 0;
+    }
     if (cli.help) {
       std::cout << help_text();
       return 0;
@@ -36,6 +42,11 @@ int main(int argc, char** argv) {
   if (cfg.dry_run) {
     std::cout << cfg.describe();
     return 0;
+  }
+  // A program that cannot run fails every attempt the same way: say so now, spend no restart.
+  if (auto problem = check_program(cfg, current_program_check_env())) {
+    std::fprintf(stderr, "dlaunch: error: %s\n", problem->c_str());
+    return exit_codes::kUsage;
   }
   if (cfg.slurm_mode == "task") {
     // One Slurm task per worker: no agent; become the worker (returns only by throwing).

@@ -25,6 +25,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -51,12 +52,17 @@ class PosixProcessContext final : public ProcessContext {
   std::vector<std::string> kill_orphans(Duration timeout) override;
   std::string process_state(int pid) override;
   void reap_orphan_zombies() override;
+  std::vector<std::string> signal_leftovers(int signal, std::function<void()> on_gone) override;
+  std::vector<std::string> live_leftovers() override;
 
   // How many times this context has read /proc to find descendants (tests, benchmarks).
   int64_t proc_scans() const { return proc_scans_; }
 
  private:
   struct Child;
+  struct Leftover;
+  void watch_leftover(int pid, const std::shared_ptr<Leftover>& leftover);
+  void forget_leftovers();
   void on_pidfd_ready(int pid);
   void start_read(const std::shared_ptr<Child>& child, int stream);
   // Reaps exited orphans, then: may a child other than those tracked exist? false only when
@@ -73,6 +79,10 @@ class PosixProcessContext final : public ProcessContext {
   std::set<int> lingering_groups_;  // dead groups still not empty after a teardown's wait
   int64_t proc_scans_ = 0;
   std::unique_ptr<char[]> read_buf_;  // every pipe read lands here and is handed on at once
+  // What successful workers left behind (signal_leftovers), by pid, until it exits or
+  // kill_orphans takes it.
+  std::map<int, std::shared_ptr<Leftover>> leftovers_;
+  std::function<void()> on_leftovers_gone_;
 };
 
 // Looks `name` up in `path` (colon-separated) as execvp would; returns "" when not found.

@@ -72,6 +72,17 @@ class ProcessContext {
   // not die (e.g. state D), so the caller can report it instead of waiting forever.
   virtual std::vector<std::string> kill_orphans(Duration timeout) = 0;
 
+  // After every worker of the group exited 0: what they left running (the members of their
+  // process groups and the descendants reparented to the agent, e.g. an uploader started with
+  // Popen). Sends `signal` to each, and keeps each pinned (a pidfd) so a reused pid is never
+  // hit. Returns them as "pid 123 (python3 upload.py)"; empty when nothing is left, and then
+  // `on_gone` is never called. Otherwise `on_gone` runs once, on the loop, when every one of
+  // them has exited; never after kill_orphans(), which takes whatever is left. Reads /proc
+  // once, and only when the kernel says the agent has a child it does not track. Never blocks.
+  virtual std::vector<std::string> signal_leftovers(int signal, std::function<void()> on_gone) = 0;
+  // Those of signal_leftovers() still alive, in the same format. Never blocks.
+  virtual std::vector<std::string> live_leftovers() = 0;
+
   // Reaps reparented orphans that already exited, so they do not pile up as zombies during a
   // long run (the agent calls it on SIGCHLD). Never blocks.
   virtual void reap_orphan_zombies() = 0;

@@ -11,6 +11,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/version.h"
 #include "common/worker_env.h"
 #include "kernels/ops.h"
 #include "worker/checkpoint/checkpoint.h"
@@ -37,6 +38,12 @@ const char* error_type(const std::exception& e) {
 
 int main(int argc, char** argv) {
   using namespace dlaunch;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--version") {
+      std::fputs(version_text("dtrain").c_str(), stdout);
+      return 0;
+    }
+  }
   std::string error_file = get_env_or(env_names::kErrorFile, "");
   try {
     WorkerEnv env = WorkerEnv::from_environ();

@@ -68,7 +68,53 @@ class FakeProcessContext : public ProcessContext {
     if (it->second.b.unkillable) return;
     asio::post(io_, [this, pid, sig]() { end(pid, ExitStatus::killed(sig)); });
   }
-  std::vector<std::string> kill_orphans(Duration) override { return {}; }
+  // Processes the workers leave behind when they exit 0 (an uploader): each ends `after` its
+  // SIGTERM, or never when it ignores SIGTERM; SIGKILL (kill_orphans) ends every one.
+  struct Leftover {
+    std::string name;
+    std::optional<Duration> ends_after_sigterm;
+    bool alive = true;
+    bool got_sigterm = false;
+    bool killed = false;
+  };
+  std::vector<Leftover> leftovers;
+
+  std::vector<std::string> signal_leftovers(int sig, std::function<void()> on_gone) override {
+    std::vector<std::string> names;
+    for (auto& l : leftovers) {
+      if (!l.alive) continue;
+      names.push_back(l.name);
+      if (sig != SIGTERM) continue;
+      l.got_sigterm = true;
+      if (!l.ends_after_sigterm) continue;
+      auto timer = std::make_shared<asio::steady_timer>(io_, *l.ends_after_sigterm);
+      timer->async_wait([this, timer, &l](const boost::system::error_code&) {
+        if (!l.alive) return;
+        l.alive = false;
+        if (on_leftovers_gone_ && live_leftovers().empty()) {
+          auto done = std::move(on_leftovers_gone_);
+          on_leftovers_gone_ = nullptr;
+          done();
+        }
+      });
+    }
+    if (!names.empty()) on_leftovers_gone_ = std::move(on_gone);
+    return names;
+  }
+  std::vector<std::string> live_leftovers() override {
+    std::vector<std::string> names;
+    for (auto& l : leftovers)
+      if (l.alive) names.push_back(l.name);
+    return names;
+  }
+  std::vector<std::string> kill_orphans(Duration) override {
+    on_leftovers_gone_ = nullptr;
+    for (auto& l : leftovers) {
+      if (l.alive) l.killed = true;
+      l.alive = false;
+    }
+    return {};
+  }
   void reap_orphan_zombies() override {}
   std::string process_state(int pid) override {
     auto it = procs_.find(pid);
@@ -94,6 +140,7 @@ class FakeProcessContext : public ProcessContext {
     p.cb.on_exit(st);
   }
   asio::io_context& io_;
+  std::function<void()> on_leftovers_gone_;
   std::map<int, Proc> procs_;
   int next_pid_ = 1000;
 };
@@ -210,6 +257,46 @@ TEST(Agent, AProcessThatCannotDieIsAbandonedNotWaitedFor) {
   EXPECT_EQ(agent.run(), exit_codes::kWorkersFailed);
   EXPECT_EQ(agent.generations(), 4);
   EXPECT_GE(procs.count_signals(SIGKILL), 4);
+}
+
+// An uploader started with Popen by a worker that then exits 0 was SIGKILLed at once, silently.
+// It now gets SIGTERM and --shutdown_grace to end; here it ends well within the grace.
+TEST(Agent, BackgroundChildrenOfASuccessfulWorkerGetSigtermAndTheGraceBeforeSigkill) {
+  asio::io_context io;
+  FakeProcessContext procs(io);
+  procs.script = [](int64_t, int64_t) { return Behaviour{ExitStatus::exited(0)}; };
+  procs.leftovers = {{"pid 77 (python3 upload.py)", 20ms}};
+  auto cfg = config(2, 0);
+  cfg.shutdown_grace = 60s;  // ended by the leftover's own exit, not by the grace
+  Agent agent(cfg, procs, io, options());
+  testing::internal::CaptureStderr();
+  int code = agent.run();
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, exit_codes::kSuccess);
+  EXPECT_TRUE(procs.leftovers[0].got_sigterm);
+  EXPECT_FALSE(procs.leftovers[0].killed) << "SIGKILLed although it ended within the grace";
+  EXPECT_NE(err.find("W] the workers exited 0 but left 1 process(es) running: pid 77 (python3 "
+                     "upload.py); sending SIGTERM"),
+            std::string::npos)
+      << err;
+}
+
+TEST(Agent, BackgroundChildrenIgnoringSigtermAreKilledAfterTheGraceWithAWarning) {
+  asio::io_context io;
+  FakeProcessContext procs(io);
+  procs.script = [](int64_t, int64_t) { return Behaviour{ExitStatus::exited(0)}; };
+  procs.leftovers = {{"pid 78 (sleep 1000)", std::nullopt}, {"pid 79 (true)", 1ms}};
+  Agent agent(config(1, 0), procs, io, options());  // grace 50 ms
+  testing::internal::CaptureStderr();
+  int code = agent.run();
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, exit_codes::kSuccess);
+  EXPECT_TRUE(procs.leftovers[0].got_sigterm);
+  EXPECT_TRUE(procs.leftovers[0].killed);
+  EXPECT_FALSE(procs.leftovers[1].killed);
+  EXPECT_NE(err.find("W] 1 process(es) the workers left still run"), std::string::npos) << err;
+  EXPECT_NE(err.find("after SIGTERM: pid 78 (sleep 1000); sending SIGKILL"), std::string::npos)
+      << err;
 }
 
 TEST(Agent, MissingProgramIsUsage) {

@@ -287,6 +287,36 @@ TEST(DlaunchUsage, MissingOrNonExecutableProgram) {
   EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << r.err;
 }
 
+// `dlaunch --max_restarts 2 trian.py`: every worker failed, every restart was spent, exit 1.
+// Now: exit 2 with "not found" before any worker starts.
+TEST(DlaunchUsage, MissingScriptExitsTwoWithoutSpendingRestarts) {
+  auto r = run({kDlaunch, "--standalone", "--max_restarts", "2", "--python", "/usr/bin/python3",
+                "trian_dlaunch_missing.py"});
+  EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+  EXPECT_NE(r.err.find("python script 'trian_dlaunch_missing.py' was not found"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "one line: " << r.err;
+  EXPECT_EQ(r.err.find("starting"), std::string::npos) << "a worker was started\n" << r.err;
+  EXPECT_EQ(r.err.find("restarting"), std::string::npos) << r.err;
+
+  if (access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3 for -m";
+  r = run({kDlaunch, "--standalone", "--max_restarts", "2", "--python", "/usr/bin/python3", "-m",
+           "no_such_module_dlaunch.train"});
+  EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+  EXPECT_NE(r.err.find("module 'no_such_module_dlaunch.train' was not found"), std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("restarting"), std::string::npos) << r.err;
+}
+
+TEST(DlaunchUsage, DirectoryAsProgramSaysIsADirectory) {
+  TempDir dir;
+  auto r = run({kDlaunch, "--standalone", dir.path()});
+  EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+  EXPECT_NE(r.err.find("'" + dir.path() + "' is a directory"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("chmod"), std::string::npos) << r.err;
+}
+
 TEST(DlaunchUsage, HelpAndDryRun) {
   auto r = run({kDlaunch, "--help"});
   EXPECT_EQ(r.exit.shell_code(), 0);
@@ -326,6 +356,36 @@ TEST(DlaunchUsage, NoProgramRunsDtrainBesideDlaunch) {
   EXPECT_NE(r.out.find("worker command (local rank 0): " + dtrain + "  <- default"),
             std::string::npos)
       << r.out;
+}
+
+// `dlaunch --version` and `dtrain --version`: "<name> <project version> (commit <c>)", where c
+// is a commit of this checkout (or "unknown" outside one), and nothing is started.
+TEST(DlaunchUsage, VersionPrintsTheVersionAndTheCommit) {
+  std::vector<std::pair<std::string, std::string>> binaries = {{"dlaunch", kDlaunch}};
+#ifdef DTRAIN_BIN
+  binaries.emplace_back("dtrain", DTRAIN_BIN);
+#endif
+  // run() does not search PATH.
+  const std::string git = file_exists("/usr/bin/git") ? "/usr/bin/git" : "/bin/git";
+  auto in_git = run({git, "-C", SOURCE_DIR, "rev-parse", "--git-dir"});
+  bool checkout = !in_git.timed_out && in_git.exit.shell_code() == 0;
+  for (const auto& [name, path] : binaries) {
+    auto r = run({path, "--version"});
+    ASSERT_EQ(r.exit.shell_code(), 0) << name << ": " << r.err;
+    std::string prefix = name + " " + PROJECT_VERSION_TEXT + " (commit ";
+    ASSERT_EQ(r.out.rfind(prefix, 0), 0u) << r.out;
+    ASSERT_GE(r.out.size(), prefix.size() + 2) << r.out;
+    EXPECT_EQ(r.out.substr(r.out.size() - 2), ")\n") << r.out;
+    std::string commit = r.out.substr(prefix.size(), r.out.size() - prefix.size() - 2);
+    if (!checkout) {
+      EXPECT_EQ(commit, "unknown");
+      continue;
+    }
+    EXPECT_GE(commit.size(), 7u) << commit;
+    EXPECT_EQ(commit.find_first_not_of("0123456789abcdef"), std::string::npos) << commit;
+    auto known = run({git, "-C", SOURCE_DIR, "cat-file", "-e", commit + "^{commit}"});
+    EXPECT_EQ(known.exit.shell_code(), 0) << commit << " is not a commit of " << SOURCE_DIR;
+  }
 }
 
 TEST(DlaunchSignals, SigtermIsForwardedAndExitIs143) {
@@ -402,6 +462,32 @@ TEST(DlaunchSignals, NohupKeepsSighupIgnoredInDlaunchAndItsWorkers) {
   ASSERT_NE(line.find(':'), std::string::npos) << line;
   unsigned long long ignored = std::stoull(line.substr(line.find(':') + 1), nullptr, 16);
   EXPECT_TRUE(ignored & (1ULL << (SIGHUP - 1))) << "worker's " << line;
+}
+
+// A second Ctrl-C said "still runs 600.0 s after the stop signal" a second after the first:
+// it printed --shutdown_grace, not the time that had passed.
+TEST(DlaunchSignals, SecondSignalReportsTheRealElapsedTime) {
+  TempDir dir;
+  Subprocess p(cmd({"--standalone", "--shutdown_grace", "600"},
+                   {"ignore-stop-signals", "ready=" + dir.path()}));
+  ASSERT_TRUE(wait_ready(dir, 1)) << p.err();
+  p.signal(SIGINT);
+  ASSERT_TRUE(
+      wait_until([&] { return p.err().find("received SIGINT") != std::string::npos; }, 30s));
+  p.signal(SIGINT);
+  auto exit = p.wait(60s);
+  ASSERT_TRUE(exit) << p.err();
+  EXPECT_EQ(exit->shell_code(), 128 + SIGINT);
+  std::string err = p.err();
+  // Both lines give the seconds since the first SIGINT; the test waited far less than 600 s.
+  for (std::string before : {"received SIGINT again ", "still runs "}) {
+    size_t at = err.find(before);
+    ASSERT_NE(at, std::string::npos) << before << "\n" << err;
+    double seconds = std::stod(err.substr(at + before.size()));
+    EXPECT_LT(seconds, 300) << err;
+    EXPECT_GE(seconds, 0) << err;
+  }
+  EXPECT_NE(err.find("s after the stop signal"), std::string::npos) << err;
 }
 
 TEST(DlaunchSignals, PreemptionNoticeThenStopExits75) {
@@ -482,6 +568,47 @@ TEST(DlaunchOrphans, SetsidGrandchildIsSweptWhenTheAttemptEnds) {
   pid_t pid = std::stoi(gc);
   EXPECT_TRUE(wait_until([&] { return !process_alive(pid); }, 10s)) << pid;
   EXPECT_NE(p.err().find("killing orphaned descendant pid " + gc), std::string::npos) << p.err();
+}
+
+// A worker that exits 0 leaves a background process (an uploader started with Popen). It was
+// SIGKILLed at once and silently; now it gets SIGTERM and --shutdown_grace to end, with a warning.
+TEST(DlaunchOrphans, BackgroundChildOfASuccessfulWorkerGetsSigtermAndTheGrace) {
+  TempDir dir;
+  std::string child = "trap 'echo term > " + dir.file("term") + "; exit 0' TERM; touch " +
+                      dir.file("ready") + "; while :; do sleep 0.05; done";
+  std::string worker = "sh -c \"" + child + "\" & while [ ! -e " + dir.file("ready") +
+                       " ]; do sleep 0.01; done; exit 0";
+  auto r = run({kDlaunch, "--nproc_per_node", "1", "--master_port", "0", "--shutdown_grace", "60",
+                "--no_python", "/bin/sh", "-c", worker},
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(read_file(dir.file("term")), "term\n") << "the background child got no SIGTERM\n"
+                                                    << r.err;
+  EXPECT_NE(r.err.find("the workers exited 0 but left"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sending SIGTERM and waiting up to 60.0 s"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("sending SIGKILL"), std::string::npos) << r.err;
+}
+
+TEST(DlaunchOrphans, BackgroundChildIgnoringSigtermIsKilledAfterTheGraceWithAWarning) {
+  TempDir dir;
+  std::string child = "trap '' TERM; echo \\$$ > " + dir.file("pid.tmp") + "; mv " +
+                      dir.file("pid.tmp") + " " + dir.file("pid") +
+                      "; while :; do sleep 0.05; done";
+  std::string worker = "sh -c \"" + child + "\" & while [ ! -e " + dir.file("pid") +
+                       " ]; do sleep 0.01; done; exit 0";
+  auto r = run({kDlaunch, "--nproc_per_node", "1", "--master_port", "0", "--shutdown_grace",
+                "0.5", "--no_python", "/bin/sh", "-c", worker},
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  std::string pid = read_file(dir.file("pid"));
+  while (!pid.empty() && pid.back() == '\n') pid.pop_back();
+  ASSERT_FALSE(pid.empty()) << r.err;
+  EXPECT_NE(r.err.find("still run"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("pid " + pid + " (sh -c trap"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("sending SIGKILL"), std::string::npos) << r.err;
+  EXPECT_TRUE(wait_until([&] { return !process_alive(std::stoi(pid)); }, 10s)) << pid;
 }
 
 TEST(DlaunchHang, HungWorkerIsDetectedStackedAndRestarted) {
@@ -567,6 +694,62 @@ TEST(DlaunchProgram, LocalRankMacroIsSubstitutedAndDollarDollarKept) {
       << r.out;
   EXPECT_NE(r.out.find("[default1]:--local_rank=1 cuda:1 $$ $LOCAL_RANK"), std::string::npos)
       << r.out;
+}
+
+// The run directories directly under `log_dir`.
+std::vector<std::string> run_dirs(const std::string& log_dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(log_dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// Both jobs had the run id "none" and the same <log_dir>/none/attempt_0: the second deleted the
+// first one's logs. Each job now gets its own <run_id>_<random>, as torchrun makes it.
+TEST(DlaunchLogs, TwoJobsSharingALogDirKeepTheirOwnRunDirectories) {
+  TempDir logs;
+  for (std::string word : {"first", "second"}) {
+    auto r = run({kDlaunch, "--nproc_per_node", "1", "--master_port", "0", "--log_dir",
+                  logs.path(), "--no_python", "/bin/echo", word});
+    ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  }
+  auto dirs = run_dirs(logs.path());
+  ASSERT_EQ(dirs.size(), 2u) << "one run directory per job";
+  std::set<std::string> contents;
+  for (const auto& d : dirs) {
+    EXPECT_EQ(d.rfind("none_", 0), 0u) << d;
+    contents.insert(read_file(logs.path() + "/" + d + "/attempt_0/0/stdout.log"));
+  }
+  EXPECT_EQ(contents, (std::set<std::string>{"first\n", "second\n"}));
+}
+
+// A user-chosen run id keeps <log_dir>/<run_id>; a rerun with the same id must not replace
+// (or mix into) the earlier run's attempt directories: it gets a fresh name and says so.
+TEST(DlaunchLogs, ARerunWithTheSameRdzvIdNeverReplacesTheEarlierLogs) {
+  TempDir logs;
+  auto first = run({kDlaunch, "--standalone", "--max_restarts", "1", "--log_dir", logs.path(),
+                    "--rdzv_id", "job7", "--no_python", "/bin/sh", "-c",
+                    "echo first$TORCHELASTIC_RESTART_COUNT; exit $((1 - "
+                    "$TORCHELASTIC_RESTART_COUNT))"});
+  ASSERT_EQ(first.exit.shell_code(), 0) << first.err;
+  auto second = run({kDlaunch, "--standalone", "--log_dir", logs.path(), "--rdzv_id", "job7",
+                     "--no_python", "/bin/sh", "-c", "echo second"});
+  ASSERT_EQ(second.exit.shell_code(), 0) << second.err;
+  EXPECT_EQ(read_file(logs.path() + "/job7/attempt_0/0/stdout.log"), "first0\n");
+  EXPECT_EQ(read_file(logs.path() + "/job7/attempt_1/0/stdout.log"), "first1\n");
+  auto dirs = run_dirs(logs.path());
+  ASSERT_EQ(dirs.size(), 2u);
+  EXPECT_EQ(dirs[0], "job7");
+  EXPECT_EQ(dirs[1].rfind("job7_", 0), 0u) << dirs[1];
+  EXPECT_EQ(read_file(logs.path() + "/" + dirs[1] + "/attempt_0/0/stdout.log"), "second\n");
+  EXPECT_FALSE(file_exists(logs.path() + "/" + dirs[1] + "/attempt_1"));
+  EXPECT_NE(second.err.find(logs.path() + "/job7 already exists"), std::string::npos)
+      << second.err;
+  EXPECT_NE(second.err.find("this run writes to " + logs.path() + "/" + dirs[1]),
+            std::string::npos)
+      << second.err;
 }
 
 TEST(DlaunchProgram, AppendLocalRankArgAndPython) {

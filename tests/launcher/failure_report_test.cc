@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -90,6 +91,37 @@ TEST(FailureReport, RootCauseFirstOthersAsConsequences) {
   EXPECT_NE(r.find("CUDA out of memory"), std::string::npos) << r;
   EXPECT_NE(r.find("rank 4 (local_rank 0, pid 100): signal SIGTERM"), std::string::npos) << r;
   EXPECT_NE(r.find("attempt 0: rank 5"), std::string::npos) << r;
+}
+
+WorkerGroup one_worker_ending(const ExitStatus& end) {
+  std::vector<WorkerRecord> ws(1);
+  WorkerGroup g(0, ws);
+  auto wall = std::chrono::system_clock::now();
+  g.on_started(0, 100, TimePoint{}, wall);
+  g.on_exit(0, end, TimePoint{}, wall);
+  return g;
+}
+
+// A bare SIGKILL (dlaunch never sends one to a healthy group) is most often the OOM killer; the
+// report said only "-9 (SIGKILL)".
+TEST(FailureReport, BareSigkillHintsAtTheOomKiller) {
+  ReportContext ctx;
+  std::string r = format_failure_report(one_worker_ending(ExitStatus::killed(SIGKILL)), ctx);
+  EXPECT_NE(r.find("exitcode  : -9 (SIGKILL) (pid: 100)"), std::string::npos) << r;
+  EXPECT_NE(r.find("hint      : SIGKILL, which dlaunch did not send, usually means the kernel's "
+                   "OOM\n              killer"),
+            std::string::npos)
+      << r;
+  EXPECT_NE(r.find("dmesg"), std::string::npos) << r;
+  // Through a shell: exit code 137.
+  r = format_failure_report(one_worker_ending(ExitStatus::exited(137)), ctx);
+  EXPECT_NE(r.find("hint      : exit code 137 is 128 + SIGKILL"), std::string::npos) << r;
+  EXPECT_NE(r.find("OOM killer"), std::string::npos) << r;
+  // Other ends get no such hint.
+  for (auto end : {ExitStatus::killed(SIGSEGV), ExitStatus::exited(9), ExitStatus::exited(1)}) {
+    r = format_failure_report(one_worker_ending(end), ctx);
+    EXPECT_EQ(r.find("OOM"), std::string::npos) << r;
+  }
 }
 
 TEST(StackCapture, PrefersEuStackThenGdbThenNothing) {

@@ -49,7 +49,7 @@ bool alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
 
 // Runs `script` under /bin/sh as a worker and the loop until it exits; returns its status.
 std::optional<ExitStatus> run_worker(boost::asio::io_context& io, PosixProcessContext& procs,
-                                     const std::string& script) {
+                                     const std::string& script, bool kill_group = true) {
   SpawnRequest req;
   req.argv = {"/bin/sh", "-c", script};
   req.env = {{"PATH", "/usr/bin:/bin"}};
@@ -59,7 +59,7 @@ std::optional<ExitStatus> run_worker(boost::asio::io_context& io, PosixProcessCo
   int pid = procs.spawn(req, std::move(cb));
   auto deadline = std::chrono::steady_clock::now() + 30s;
   while (!status && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
-  procs.signal_group(pid, SIGKILL);  // what the agent does once its workers are done
+  if (kill_group) procs.signal_group(pid, SIGKILL);  // what the agent does once they are done
   return status;
 }
 
@@ -90,8 +90,41 @@ TEST(OrphanSweep, CleanTeardownReadsNoProc) {
   auto st = run_worker(io, procs, "exit 0");
   ASSERT_TRUE(st);
   EXPECT_TRUE(st->success()) << st->describe();
+  // What the agent does after a success: look for what the workers left (nothing), then sweep.
+  EXPECT_TRUE(
+      procs.signal_leftovers(SIGTERM, [] { FAIL() << "on_gone with nothing left"; }).empty());
   EXPECT_TRUE(procs.kill_orphans(3s).empty());
   EXPECT_EQ(procs.proc_scans(), 0);
+}
+
+// The real context's side of what successful workers leave running: found, named, signalled
+// through a pidfd, and watched on the loop until it exits (no polling).
+TEST(OrphanSweep, LeftoversOfASuccessfulWorkerAreSignalledAndWatched) {
+  boost::asio::io_context io;
+  PosixProcessContext procs(io);
+  TempFile file;
+  std::string script = "sh -c 'trap \"exit 0\" TERM; echo $$ > " + file.path() +
+                       ".tmp; mv " + file.path() + ".tmp " + file.path() +
+                       "; while :; do sleep 0.05; done' & "
+                       "while [ ! -s " + file.path() + " ]; do sleep 0.01; done; exit 0";
+  // After a success the agent looks for leftovers before it SIGKILLs the workers' groups.
+  auto st = run_worker(io, procs, script, false);
+  ASSERT_TRUE(st);
+  std::vector<pid_t> pids = read_pids(file.path());
+  ASSERT_EQ(pids.size(), 1u);
+  bool gone = false;
+  auto left = procs.signal_leftovers(SIGTERM, [&] { gone = true; });
+  ASSERT_FALSE(left.empty());
+  std::string names;
+  for (const auto& l : left) names += l + "; ";
+  EXPECT_NE(names.find("pid " + std::to_string(pids[0]) + " (sh -c trap"), std::string::npos)
+      << names;
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (!gone && std::chrono::steady_clock::now() < deadline) io.run_one_for(100ms);
+  EXPECT_TRUE(gone) << "on_gone did not run after the leftovers exited";
+  EXPECT_TRUE(procs.live_leftovers().empty());
+  EXPECT_TRUE(procs.kill_orphans(3s).empty());
+  EXPECT_FALSE(alive(pids[0]));
 }
 
 TEST(OrphanSweep, ExitedOrphansAreReapedWithoutProc) {

@@ -15,6 +15,7 @@
 //   hang                run forever without touching the heartbeat
 //   beat [seconds=S]    touch the heartbeat file every 50 ms for S seconds (default 1), exit 0
 //   ignore-sigterm      ignore SIGTERM and run forever
+//   ignore-stop-signals ignore SIGTERM, SIGINT and SIGHUP and run forever
 //   spawn-grandchild file=PATH [setsid=1]   fork a child that sleeps forever (in the worker's
 //                       process group, or its own session with setsid=1), write its pid to
 //                       PATH.<rank>, then run forever
@@ -151,6 +152,11 @@ int run_mode(const std::string& mode) {
   }
   if (mode == "ignore-sigterm") {
     signal(SIGTERM, SIG_IGN);
+    mark_ready();
+    sleep_forever();
+  }
+  if (mode == "ignore-stop-signals") {
+    for (int s : {SIGTERM, SIGINT, SIGHUP}) signal(s, SIG_IGN);
     mark_ready();
     sleep_forever();
   }
