@@ -678,26 +678,50 @@ struct Agent::Impl {
   // kill them unannounced either: SIGTERM, up to --shutdown_grace to end, then SIGKILL, each
   // step logged at warning level with what it hits.
   void stop_leftovers() {
-    const int64_t gen = generation;
-    std::vector<std::string> left = procs.signal_leftovers(SIGTERM, [this, gen]() {
-      if (gen != generation || phase != Phase::kStopping || !leftovers_pending) return;
-      leftovers_pending = false;
-      log_info("the processes the workers left ended after SIGTERM");
-      group_stopped();
-    });
+    // Signal 0: pinned and watched, not signalled yet. What ends within the grace was never
+    // touched (an uploader finishing its upload), as torchrun, which does not wait at all,
+    // would have let it finish.
+    std::vector<std::string> left = procs.signal_leftovers(0, on_leftovers_gone());
     if (left.empty()) {
       group_stopped();
       return;
     }
     leftovers_pending = true;
     stop_started = opts.clock->now();
-    log_warning("the workers exited 0 but left {} process(es) running: {}; sending SIGTERM and "
-                "waiting up to {:.1f} s (--shutdown_grace) for them to end before SIGKILL",
+    log_warning("the workers exited 0 but left {} process(es) running: {}; letting them finish "
+                "for up to {:.1f} s (--shutdown_grace), then SIGTERM, then SIGKILL",
                 left.size(), join(left), to_seconds(cfg.shutdown_grace));
+    const int64_t gen = generation;
     grace_timer.expires_after(cfg.shutdown_grace);
+    grace_timer.async_wait([this, gen](const boost::system::error_code& ec) {
+      if (!ec && gen == generation && phase == Phase::kStopping) term_leftovers();
+    });
+  }
+
+  void term_leftovers() {
+    std::vector<std::string> left = procs.signal_leftovers(SIGTERM, on_leftovers_gone());
+    if (left.empty()) return kill_leftovers();
+    log_warning("{} process(es) the workers left still run {:.1f} s after the workers exited: "
+                "{}; sending SIGTERM, SIGKILL in {:.1f} s (let the workers wait for them, or "
+                "raise --shutdown_grace)",
+                left.size(), to_seconds(opts.clock->now() - stop_started), join(left),
+                to_seconds(opts.kill_wait));
+    const int64_t gen = generation;
+    grace_timer.expires_after(opts.kill_wait);
     grace_timer.async_wait([this, gen](const boost::system::error_code& ec) {
       if (!ec && gen == generation && phase == Phase::kStopping) kill_leftovers();
     });
+  }
+
+  std::function<void()> on_leftovers_gone() {
+    const int64_t gen = generation;
+    return [this, gen]() {
+      if (gen != generation || phase != Phase::kStopping || !leftovers_pending) return;
+      leftovers_pending = false;
+      grace_timer.cancel();
+      log_info("the processes the workers left have ended");
+      group_stopped();
+    };
   }
   bool leftovers_pending = false;
 
@@ -706,8 +730,8 @@ struct Agent::Impl {
     leftovers_pending = false;
     std::vector<std::string> left = procs.live_leftovers();
     if (!left.empty()) {
-      log_warning("{} process(es) the workers left still run {:.1f} s after SIGTERM: {}; "
-                  "sending SIGKILL (let the workers wait for them, or raise --shutdown_grace)",
+      log_warning("{} process(es) the workers left still run {:.1f} s after the workers exited: "
+                  "{}; sending SIGKILL",
                   left.size(), to_seconds(opts.clock->now() - stop_started), join(left));
     }
     group_stopped();

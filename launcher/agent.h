@@ -11,8 +11,8 @@
 //   rendezvous -> spawn workers (Init -> Healthy) -> supervise -> the group reaches a final state
 //   -> stop whatever still runs (first signal, --shutdown_grace, SIGKILL to the group, then
 //   reparented orphans; what does not die within a bound is reported and abandoned; after a
-//   success, what the workers left running gets SIGTERM and --shutdown_grace first, with a
-//   warning naming it)
+//   success, what the workers left running may finish within --shutdown_grace, then gets
+//   SIGTERM, with warnings naming it)
 //   -> Succeeded: exit 0
 //   -> Failed/Unhealthy: restart (new generation, TORCHELASTIC_RESTART_COUNT + 1) while
 //      --max_restarts lasts, else print the failure report and exit 1

@@ -74,7 +74,7 @@ class ProcessContext {
 
   // After every worker of the group exited 0: what they left running (the members of their
   // process groups and the descendants reparented to the agent, e.g. an uploader started with
-  // Popen). Sends `signal` to each, and keeps each pinned (a pidfd) so a reused pid is never
+  // Popen). Sends `signal` to each (0: none, only pin and watch), and keeps each pinned (a pidfd) so a reused pid is never
   // hit. Returns them as "pid 123 (python3 upload.py)"; empty when nothing is left, and then
   // `on_gone` is never called. Otherwise `on_gone` runs once, on the loop, when every one of
   // them has exited; never after kill_orphans(), which takes whatever is left. Reads /proc

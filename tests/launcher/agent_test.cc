@@ -68,11 +68,14 @@ class FakeProcessContext : public ProcessContext {
     if (it->second.b.unkillable) return;
     asio::post(io_, [this, pid, sig]() { end(pid, ExitStatus::killed(sig)); });
   }
-  // Processes the workers leave behind when they exit 0 (an uploader): each ends `after` its
-  // SIGTERM, or never when it ignores SIGTERM; SIGKILL (kill_orphans) ends every one.
+  // Processes the workers leave behind when they exit 0 (an uploader): each ends by itself
+  // `ends_by_itself` after it is first seen, or `ends_after_sigterm` after its SIGTERM, or
+  // never; SIGKILL (kill_orphans) ends every one.
   struct Leftover {
     std::string name;
     std::optional<Duration> ends_after_sigterm;
+    std::optional<Duration> ends_by_itself;
+    bool seen = false;
     bool alive = true;
     bool got_sigterm = false;
     bool killed = false;
@@ -84,10 +87,15 @@ class FakeProcessContext : public ProcessContext {
     for (auto& l : leftovers) {
       if (!l.alive) continue;
       names.push_back(l.name);
-      if (sig != SIGTERM) continue;
-      l.got_sigterm = true;
-      if (!l.ends_after_sigterm) continue;
-      auto timer = std::make_shared<asio::steady_timer>(io_, *l.ends_after_sigterm);
+      std::optional<Duration> ends;
+      if (!l.seen) ends = l.ends_by_itself;
+      l.seen = true;
+      if (sig == SIGTERM) {
+        l.got_sigterm = true;
+        if (l.ends_after_sigterm) ends = l.ends_after_sigterm;
+      }
+      if (!ends) continue;
+      auto timer = std::make_shared<asio::steady_timer>(io_, *ends);
       timer->async_wait([this, timer, &l](const boost::system::error_code&) {
         if (!l.alive) return;
         l.alive = false;
@@ -261,11 +269,11 @@ TEST(Agent, AProcessThatCannotDieIsAbandonedNotWaitedFor) {
 
 // An uploader started with Popen by a worker that then exits 0 was SIGKILLed at once, silently.
 // It now gets SIGTERM and --shutdown_grace to end; here it ends well within the grace.
-TEST(Agent, BackgroundChildrenOfASuccessfulWorkerGetSigtermAndTheGraceBeforeSigkill) {
+TEST(Agent, BackgroundChildrenOfASuccessfulWorkerMayFinishWithinTheGraceUntouched) {
   asio::io_context io;
   FakeProcessContext procs(io);
   procs.script = [](int64_t, int64_t) { return Behaviour{ExitStatus::exited(0)}; };
-  procs.leftovers = {{"pid 77 (python3 upload.py)", 20ms}};
+  procs.leftovers = {{"pid 77 (python3 upload.py)", std::nullopt, 20ms}};
   auto cfg = config(2, 0);
   cfg.shutdown_grace = 60s;  // ended by the leftover's own exit, not by the grace
   Agent agent(cfg, procs, io, options());
@@ -273,12 +281,27 @@ TEST(Agent, BackgroundChildrenOfASuccessfulWorkerGetSigtermAndTheGraceBeforeSigk
   int code = agent.run();
   std::string err = testing::internal::GetCapturedStderr();
   EXPECT_EQ(code, exit_codes::kSuccess);
-  EXPECT_TRUE(procs.leftovers[0].got_sigterm);
+  EXPECT_FALSE(procs.leftovers[0].got_sigterm) << "signalled although it finished in the grace";
   EXPECT_FALSE(procs.leftovers[0].killed) << "SIGKILLed although it ended within the grace";
   EXPECT_NE(err.find("W] the workers exited 0 but left 1 process(es) running: pid 77 (python3 "
-                     "upload.py); sending SIGTERM"),
+                     "upload.py); letting them finish"),
             std::string::npos)
       << err;
+}
+
+TEST(Agent, BackgroundChildrenStillRunningAfterTheGraceGetSigterm) {
+  asio::io_context io;
+  FakeProcessContext procs(io);
+  procs.script = [](int64_t, int64_t) { return Behaviour{ExitStatus::exited(0)}; };
+  procs.leftovers = {{"pid 77 (python3 serve.py)", 20ms}};
+  Agent agent(config(1, 0), procs, io, options());  // grace 50 ms
+  testing::internal::CaptureStderr();
+  int code = agent.run();
+  std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, exit_codes::kSuccess);
+  EXPECT_TRUE(procs.leftovers[0].got_sigterm);
+  EXPECT_FALSE(procs.leftovers[0].killed) << "SIGKILLed although SIGTERM ended it";
+  EXPECT_NE(err.find("pid 77 (python3 serve.py); sending SIGTERM"), std::string::npos) << err;
 }
 
 TEST(Agent, BackgroundChildrenIgnoringSigtermAreKilledAfterTheGraceWithAWarning) {
@@ -295,7 +318,8 @@ TEST(Agent, BackgroundChildrenIgnoringSigtermAreKilledAfterTheGraceWithAWarning)
   EXPECT_TRUE(procs.leftovers[0].killed);
   EXPECT_FALSE(procs.leftovers[1].killed);
   EXPECT_NE(err.find("W] 1 process(es) the workers left still run"), std::string::npos) << err;
-  EXPECT_NE(err.find("after SIGTERM: pid 78 (sleep 1000); sending SIGKILL"), std::string::npos)
+  EXPECT_NE(err.find("after the workers exited: pid 78 (sleep 1000); sending SIGKILL"),
+            std::string::npos)
       << err;
 }
 
