@@ -355,6 +355,110 @@ TEST_F(RendezvousTest, ShutdownAfterTheStoreHostDiedIsBoundedByTheKeepAliveWindo
   EXPECT_LT(took, 60s) << "shutdown waited for the join timeout";
 }
 
+// The c10d store lives in one agent. When it is gone for the keep-alive window, the handler
+// says so once (kStoreLost, naming the store host and the way out), and nothing waits on it
+// any more: before, a round retried until the join timeout and closing waited as long again.
+TEST_F(RendezvousTest, DynamicStoreHostGoneIsDeclaredLostAndNothingWaitsOnIt) {
+  auto p = params("c10d", 1, 2, "h");
+  p.config = {{"join_timeout", "120"}, {"last_call_timeout", "0.1"},
+              {"keep_alive_interval", "0.2"}, {"keep_alive_max_attempt", "3"}};
+  auto h = create_rendezvous_handler(p);
+  h->next_rendezvous();
+  EventLog log;
+  h->watch(log.sink());
+  server_->stop();
+  ASSERT_TRUE(log.wait_for(1, 30s));
+  EXPECT_EQ(log.events[0].kind, RendezvousEvent::Kind::kStoreLost);
+  const std::string& why = log.events[0].reason;
+  EXPECT_NE(why.find("127.0.0.1:" + std::to_string(port_)), std::string::npos) << why;
+  EXPECT_NE(why.find("single point of failure"), std::string::npos) << why;
+  EXPECT_NE(why.find("--rdzv_backend etcd"), std::string::npos) << why;
+  auto start = std::chrono::steady_clock::now();
+  h->set_closed();
+  EXPECT_THROW(h->request_restart("rank 0 failed"), ConnectionError);
+  EXPECT_EQ(h->settle_failure().kind, FailureVerdict::Kind::kStoreLost);
+  EXPECT_THROW(h->next_rendezvous(), ConnectionError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s) << "waited for the join timeout";
+}
+
+// A node waiting for its round when the store host dies hears so within the keep-alive
+// window, not at the join timeout.
+TEST_F(RendezvousTest, DynamicRoundWaitingOnADeadStoreFailsWithTheStoreLostSentence) {
+  auto p = params("c10d", 2, 2, "h");
+  p.config = {{"join_timeout", "120"}, {"last_call_timeout", "0.1"},
+              {"keep_alive_interval", "0.2"}, {"keep_alive_max_attempt", "3"}};
+  auto h = create_rendezvous_handler(p);
+  auto round = std::async(std::launch::async, [&] { return h->next_rendezvous(); });
+  std::this_thread::sleep_for(500ms);  // joined, waiting for a second node
+  server_->stop();
+  ASSERT_EQ(round.wait_for(30s), std::future_status::ready) << "retried until the join timeout";
+  try {
+    round.get();
+    ADD_FAILURE() << "the round completed without a store";
+  } catch (const ConnectionError& e) {
+    EXPECT_NE(std::string(e.what()).find("single point of failure"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Workers fail within a second of a peer node dying (their connections break), long before
+// the keep-alive can tell. The failure must not spend the budget: the verdict waits for the
+// keep-alive and names the lost node, on every node alike.
+TEST_F(RendezvousTest, DynamicFailureAfterANodeWentSilentIsFreeAndNamesTheNode) {
+  auto freezer = std::make_shared<Freezer>();
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int i = 0; i < 3; ++i) {
+    auto p = params("c10d", 2, 3, "h" + std::to_string(i));
+    p.config["keep_alive_interval"] = "0.2";
+    p.config["keep_alive_max_attempt"] = "2";
+    if (i == 2) p.liveness = freezable(freezer);
+    hs.push_back(create_rendezvous_handler(p));
+  }
+  auto rs = meet(hs);
+  EventLog log1;
+  hs[1]->watch(log1.sink());
+  freezer->frozen = true;  // node h2 dies: no more beats, and it never sees the failure
+  hs[0]->request_restart("rank 0 on h0 failed: Connection reset by peer");
+  auto v0 = std::async(std::launch::async, [&] { return hs[0]->settle_failure(); });
+  auto v1 = std::async(std::launch::async, [&] { return hs[1]->settle_failure(); });
+  auto a = v0.get(), b = v1.get();
+  const std::string lost = "node h2 (node rank " + std::to_string(rs[2].group_rank) + ") lost";
+  EXPECT_EQ(a.kind, FailureVerdict::Kind::kNodeLost);
+  EXPECT_EQ(b.kind, FailureVerdict::Kind::kNodeLost);
+  EXPECT_NE(a.reason.find(lost), std::string::npos) << a.reason;
+  EXPECT_EQ(a.reason, b.reason);
+  hs.pop_back();
+  auto again = meet(hs);
+  EXPECT_EQ(again[0].group_world_size, 2);
+  EXPECT_EQ(again[0].restart_count, 0);
+  EXPECT_EQ(again[1].restart_count, 0);
+}
+
+// The same failure with every node alive spends one restart, job-wide, however many nodes
+// settle it.
+TEST_F(RendezvousTest, DynamicFailureWithEveryNodeAliveIsChargedOnce) {
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int i = 0; i < 3; ++i) {
+    auto p = params("c10d", 3, 3, "h" + std::to_string(i));
+    p.config["keep_alive_interval"] = "0.2";
+    p.config["keep_alive_max_attempt"] = "2";
+    hs.push_back(create_rendezvous_handler(p));
+  }
+  meet(hs);
+  EventLog log1, log2;
+  hs[1]->watch(log1.sink());
+  hs[2]->watch(log2.sink());
+  hs[0]->request_restart("rank 0 on h0 exited with code 3");
+  hs[1]->request_restart("rank 1 on h1: a consequence");
+  std::vector<std::future<FailureVerdict>> vs;
+  for (auto& h : hs) {
+    vs.push_back(std::async(std::launch::async, [&h] { return h->settle_failure(); }));
+  }
+  for (auto& v : vs) EXPECT_EQ(v.get().kind, FailureVerdict::Kind::kCharged);
+  auto again = meet(hs);
+  for (auto& r : again) EXPECT_EQ(r.restart_count, 1);
+}
+
 // stop() used to join a thread parked in a store wait for up to one slice (every multi-node
 // agent exited ~1 s late); it now interrupts that wait. The slice here is a minute, so a stop
 // bounded by the slice cannot pass.
