@@ -130,6 +130,10 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
           int64_t r = state->round;
           NodeDescriptor me{node_id_, params_.host, params_.local_world_size,
                             params_.node_rank ? *params_.node_rank : -1};
+          {
+            std::lock_guard<std::mutex> lock(mutex_);
+            me.previous_rank = my_rank_;
+          }
           int64_t index;
           if (ledger_) {
             index = ledger_->join(r, me);

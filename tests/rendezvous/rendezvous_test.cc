@@ -299,6 +299,10 @@ TEST_F(RendezvousTest, DynamicLateJoinerTriggersMembershipChangeAndIsAdmittedNex
   EXPECT_EQ(l.group_world_size, 3);
   EXPECT_EQ(again[0].group_world_size, 3);
   EXPECT_EQ(again[0].round, l.round);
+  // The late node arrived first in the new round; the running nodes keep their ranks.
+  EXPECT_EQ(again[0].group_rank, rs[0].group_rank);
+  EXPECT_EQ(again[1].group_rank, rs[1].group_rank);
+  EXPECT_EQ(l.group_rank, 2);
 }
 
 TEST_F(RendezvousTest, RestartRequestIsPushedAndCountedJobWide) {
