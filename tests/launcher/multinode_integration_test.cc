@@ -66,6 +66,30 @@ TEST(DlaunchMultiNode, StaticRanksFollowNodeRank) {
   EXPECT_EQ(a["LOCAL_WORLD_SIZE"], "2");
 }
 
+// A command line copied to two agents on one host claims one node rank twice; the message
+// must tell the two apart (they share the host name), by pid.
+TEST(DlaunchMultiNode, TwoAgentsOnOneHostClaimingOneNodeRankAreNamedByPid) {
+  std::string port = std::to_string(free_port());
+  auto node = [&](const std::string& rank) {
+    return std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "3", "--node_rank", rank, "--master_port", port, "--rdzv_id",
+        "dup", "--rdzv_conf", "join_timeout=20", kWorker, "ok"});
+  };
+  auto n0 = node("0");
+  auto a = node("1");
+  auto b = node("1");
+  std::string all;
+  for (auto* n : {&n0, &a, &b}) {
+    auto e = (*n)->wait(60s);
+    ASSERT_TRUE(e) << (*n)->err();
+    EXPECT_NE(e->shell_code(), 0) << (*n)->err();
+    all += (*n)->err();
+  }
+  EXPECT_NE(all.find("node rank 1 is claimed by two agents"), std::string::npos) << all;
+  EXPECT_NE(all.find("(pid " + std::to_string(a->pid()) + ")"), std::string::npos) << all;
+  EXPECT_NE(all.find("(pid " + std::to_string(b->pid()) + ")"), std::string::npos) << all;
+}
+
 TEST(DlaunchMultiNode, FailureOnOneNodeRestartsEveryNode) {
   std::string port = std::to_string(free_port());
   auto node = [&](const std::string& rank) {

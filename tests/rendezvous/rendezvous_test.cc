@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "rendezvous/job_token.h"
 #include "rendezvous/rendezvous_events.h"
 #include "rendezvous/rendezvous_registry.h"
 #include "rendezvous/tcp_store_client.h"
@@ -461,6 +462,48 @@ TEST_F(RendezvousTest, DynamicFailureWithEveryNodeAliveIsChargedOnce) {
   for (auto& v : vs) EXPECT_EQ(v.get().kind, FailureVerdict::Kind::kCharged);
   auto again = meet(hs);
   for (auto& r : again) EXPECT_EQ(r.restart_count, 1);
+}
+
+// An agent with another job token is refused by the store; the store's node says so, and its
+// "never joined" message names the token instead of only the missing node.
+TEST(RendezvousJobToken, NeverJoinedNamesTheTokenWhenAClientWasRefused) {
+  TcpStoreServerOptions so;
+  so.token = "right";
+  TcpStoreServer server(so);
+  uint16_t port = server.start();
+  int64_t before = job_token_refusals();
+  TcpStoreClientOptions co;
+  co.port = port;
+  co.token = "wrong";
+  co.connect_timeout = 2s;
+  EXPECT_THROW(TcpStoreClient{co}, StateError);
+  ASSERT_TRUE([&] {
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (job_token_refusals() == before && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(10ms);
+    }
+    return job_token_refusals() > before;
+  }()) << "the server did not count the refused client";
+  RendezvousParams p;
+  p.backend = "static";
+  p.run_id = "tok";
+  p.min_nodes = p.max_nodes = 2;
+  p.node_rank = 0;
+  p.endpoint = "127.0.0.1:" + std::to_string(port);
+  p.host = "h0";
+  p.token = "right";
+  p.config = {{"join_timeout", "1"}};
+  auto h = create_rendezvous_handler(p);
+  try {
+    h->next_rendezvous();
+    ADD_FAILURE() << "formed a round of two with one node";
+  } catch (const TimeoutError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("never joined"), std::string::npos) << m;
+    EXPECT_NE(m.find("refused"), std::string::npos) << m;
+    EXPECT_NE(m.find("DLAUNCH_JOB_TOKEN"), std::string::npos) << m;
+    EXPECT_NE(m.find("after 1 s (join_timeout)"), std::string::npos) << m;  // not 1.000000 s
+  }
 }
 
 // stop() used to join a thread parked in a store wait for up to one slice (every multi-node
