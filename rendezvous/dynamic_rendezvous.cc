@@ -7,6 +7,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "rendezvous/host_port.h"
+#include "rendezvous/job_token.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/tcp_store_client.h"
 
@@ -192,6 +193,12 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
             std::to_string(limits_.min_nodes) +
             (d.step == JoinStep::kWaitNextRound ? " (this node waits for a full round to restart)"
                                                 : "") +
+            (job_token_refusals() > 0
+                 ? fmt::format("; this node's store refused {} client(s) for a job token that "
+                               "differs from its own: give every node the same "
+                               "DLAUNCH_JOB_TOKEN",
+                               job_token_refusals())
+                 : std::string()) +
             "; check that the other agents run with the same --rdzv_id and --rdzv_endpoint " +
             params_.endpoint);
       }

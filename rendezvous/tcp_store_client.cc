@@ -141,6 +141,8 @@ void TcpStoreClient::ensure_connected() {
   auto deadline = deadline_after(bound);
   auto backoff = std::chrono::milliseconds(20);
   std::string last_error;
+  const auto started = SteadyTime::now();
+  auto next_note = started + options_.waiting_note_every;
   while (true) {
     try {
       connect_once(deadline);
@@ -159,6 +161,14 @@ void TcpStoreClient::ensure_connected() {
       last_error = e.what();
     }
     if (SteadyTime::now() + backoff >= deadline) break;
+    if (!connected_once_ && SteadyTime::now() >= next_note) {
+      next_note += options_.waiting_note_every;
+      log_info("still waiting for the store at {} ({:.0f} s so far, up to {:g} s; last error: {}); "
+               "it is hosted by the agent of node rank 0 (static) or the one owning "
+               "--rdzv_endpoint (c10d): start it, or check its address and port",
+               endpoint(), to_seconds(SteadyTime::now() - started), to_seconds(bound),
+               last_error);
+    }
     {
       // Back off, but wake at once for interrupt().
       std::unique_lock<std::mutex> lock(state_mutex_);

@@ -47,6 +47,9 @@ struct TcpStoreClientOptions {
   // interrupt() can end its connect) before any I/O: for background threads that a shutdown
   // must be able to stop at once.
   bool lazy_connect = false;
+  // While the first connect keeps failing (the host is not up yet: a node started before node
+  // 0), say so this often, so a waiting node is not silent for the whole join timeout.
+  Duration waiting_note_every = std::chrono::seconds(30);
   Duration timeout = Store::kDefaultTimeout;
   std::optional<std::string> token;  // the job token; nullopt: connect without one
 };

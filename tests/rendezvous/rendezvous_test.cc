@@ -39,6 +39,14 @@ class RendezvousTest : public ::testing::Test {
   uint16_t port_ = 0;
 };
 
+// A port nobody listens on right now.
+int free_port_for_test() {
+  TcpStoreServer probe(TcpStoreServerOptions{});
+  int port = probe.start();
+  probe.stop();
+  return port;
+}
+
 // Runs next_rendezvous on every handler at once.
 std::vector<RendezvousResult> meet(std::vector<std::unique_ptr<RendezvousHandler>>& handlers) {
   std::vector<std::future<RendezvousResult>> futures;
@@ -462,6 +470,22 @@ TEST_F(RendezvousTest, DynamicFailureWithEveryNodeAliveIsChargedOnce) {
   for (auto& v : vs) EXPECT_EQ(v.get().kind, FailureVerdict::Kind::kCharged);
   auto again = meet(hs);
   for (auto& r : again) EXPECT_EQ(r.restart_count, 1);
+}
+
+// A node started before the store's host waits up to the join timeout (600 s by default): it
+// says so periodically (every 30 s; here every 200 ms) instead of staying silent.
+TEST(TcpStoreClientWaiting, ANodeWaitingForTheStoreHostSaysSoPeriodically) {
+  TcpStoreClientOptions co;
+  co.port = static_cast<uint16_t>(free_port_for_test());
+  co.connect_timeout = 1500ms;
+  co.waiting_note_every = 200ms;
+  ::testing::internal::CaptureStderr();
+  EXPECT_THROW(TcpStoreClient{co}, ConnectionError);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  size_t first = err.find("still waiting for the store at 127.0.0.1:" + std::to_string(co.port));
+  ASSERT_NE(first, std::string::npos) << err;
+  EXPECT_NE(err.find("still waiting", first + 1), std::string::npos) << "said once only:\n" << err;
+  EXPECT_NE(err.find("node rank 0"), std::string::npos) << err;
 }
 
 // An agent with another job token is refused by the store; the store's node says so, and its
