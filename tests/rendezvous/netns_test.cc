@@ -148,4 +148,54 @@ TEST_F(NetnsTest, PartitionedNodeIsDetectedAndTheOthersReForm) {
   EXPECT_EQ(rb.substr(rb.rfind(' ') + 1), "2") << rb;
 }
 
+// A link cut (not a process death) while real dlaunch agents run workers that then fail, as
+// gloo's would when a peer stops answering: with --max_restarts 0 the two connected nodes must
+// re-form and finish without spending the budget, naming node-c as lost; node-c, cut off from
+// the store, exits with the store-host sentence.
+TEST_F(NetnsTest, LinkCutWhileWorkersFailReformsWithoutSpendingTheBudget) {
+  const std::string conf =
+      "keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=0.5,join_timeout=60";
+  char tmpl[] = "/tmp/dl_netns_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string trigger = std::string(tmpl) + "/fail";
+  auto agent = [&](const char* ns, const char* endpoint, const char* local_addr) {
+    std::string cmd = std::string("exec ") + DLAUNCH_BIN + " --nnodes 2:3 --max_restarts 0" +
+                      " --rdzv_backend c10d --rdzv_id netnsfail --rdzv_endpoint " + endpoint +
+                      " --local_addr " + local_addr + " --rdzv_conf " + conf + " " +
+                      TEST_WORKER_BIN + " fail-first-attempt-when file=" + trigger + " 2>&1";
+    return std::make_unique<Proc>(
+        std::vector<std::string>{"ip", "netns", "exec", ns, "sh", "-c", cmd});
+  };
+  auto a = agent("dl_a", "0.0.0.0:29478", "10.77.1.1");
+  std::this_thread::sleep_for(300ms);
+  auto b = agent("dl_b", "10.77.1.1:29478", "10.77.1.2");
+  auto c = agent("dl_c", "10.77.2.1:29478", "10.77.2.2");
+  for (auto* p : {a.get(), b.get(), c.get()}) {
+    std::string line = p->wait_line("[dlaunch", 30s);
+    ASSERT_FALSE(line.empty()) << p->output();
+  }
+  for (auto* p : {a.get(), b.get(), c.get()}) {
+    // "attempt 0: starting 1 worker(s), ... of 3 (node k of 3)"
+    std::string line;
+    for (int i = 0; i < 50 && line.find("attempt 0: starting") == std::string::npos; ++i) {
+      line = p->wait_line("[dlaunch", 30s);
+    }
+    ASSERT_NE(line.find("of 3)"), std::string::npos) << p->output();
+  }
+  ASSERT_EQ(sh("ip -n dl_c link set dl_ca down"), 0);
+  ASSERT_EQ(sh("touch " + trigger), 0);  // every worker fails now, node-c's too
+  for (auto* p : {a.get(), b.get()}) {
+    std::string ok = p->wait_line("[default0]:ok", 60s);
+    EXPECT_NE(ok.find("world=2 attempt=1 restart_count=0"), std::string::npos) << p->output();
+    EXPECT_NE(p->output().find("node 10.77.2.2 (node rank "), std::string::npos) << p->output();
+    EXPECT_NE(p->output().find("not counted as a restart"), std::string::npos) << p->output();
+  }
+  std::string lost = c->wait_line("[dlaunch", 30s);
+  for (int i = 0; i < 50 && c->output().find("single point of failure") == std::string::npos; ++i) {
+    lost = c->wait_line("[dlaunch", 30s);
+  }
+  EXPECT_NE(c->output().find("single point of failure"), std::string::npos) << c->output();
+  sh(std::string("rm -rf ") + tmpl);
+}
+
 }  // namespace

@@ -15,6 +15,9 @@
 //                       rank's DIR/ready.<rank>, then exit 1 as soon as one of those processes
 //                       is gone (as gloo/NCCL workers fail when a peer node dies); later
 //                       attempts print "ok rank=R world=W attempt=A restart_count=C", exit 0
+//   fail-first-attempt-when file=PATH   on the first attempt: exit 1 once PATH exists (the
+//                       test cuts a link, then makes the workers fail as gloo would); later
+//                       attempts print "ok rank=R world=W attempt=A restart_count=C", exit 0
 //   segv                die of SIGSEGV
 //   hang                run forever without touching the heartbeat
 //   beat [seconds=S]    touch the heartbeat file every 50 ms for S seconds (default 1), exit 0
@@ -173,6 +176,22 @@ int run_mode(const std::string& mode) {
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
+  }
+  if (mode == "fail-first-attempt-when") {
+    mark_ready();
+    if (std::string(env_or("DLAUNCH_ATTEMPT", "0")) != "0") {
+      std::printf("ok rank=%d world=%s attempt=%s restart_count=%s\n", g_rank,
+                  env_or("WORLD_SIZE", "?"), env_or("DLAUNCH_ATTEMPT", "?"),
+                  env_or("TORCHELASTIC_RESTART_COUNT", "?"));
+      return 0;
+    }
+    const std::string path = opt("file", "fail");
+    while (access(path.c_str(), F_OK) != 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::fprintf(stderr, "test_worker rank %d: a peer stopped answering: Connection timed out\n",
+                 g_rank);
+    return 1;
   }
   if (mode == "segv") {
     mark_ready();
