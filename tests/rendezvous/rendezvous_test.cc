@@ -472,6 +472,24 @@ TEST_F(RendezvousTest, DynamicFailureWithEveryNodeAliveIsChargedOnce) {
   for (auto& r : again) EXPECT_EQ(r.restart_count, 1);
 }
 
+// A client without a job token whose store goes away must not be told to check a token it
+// does not have.
+TEST_F(RendezvousTest, StoreDisconnectBlamesTheJobTokenOnlyWhenOneIsSet) {
+  TcpStoreClientOptions co;
+  co.port = port_;
+  co.reconnect_timeout = 200ms;
+  TcpStoreClient client(co);
+  client.set("k", to_bytes("v"));
+  server_->stop();
+  try {
+    client.get("k");
+    client.get("k");
+    ADD_FAILURE() << "the store answered after stop()";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("token"), std::string::npos) << e.what();
+  }
+}
+
 // A node started before the store's host waits up to the join timeout (600 s by default): it
 // says so periodically (every 30 s; here every 200 ms) instead of staying silent.
 TEST(TcpStoreClientWaiting, ANodeWaitingForTheStoreHostSaysSoPeriodically) {
