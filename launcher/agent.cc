@@ -530,6 +530,7 @@ struct Agent::Impl {
   }
 
   void report_to_peers(const std::string& report) {
+    if (!store_lost.empty()) return;  // nobody to tell; the sentence is printed once, in decide()
     try {
       opts.rendezvous->request_restart(report);
     } catch (const std::exception& e) {

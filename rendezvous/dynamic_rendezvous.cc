@@ -369,6 +369,7 @@ void DynamicRendezvous::ack_failure() {
   int64_t round, n;
   {
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!store_lost_.empty()) throw ConnectionError(store_lost_);
     if (running_round_ < 0 || acked_round_ == running_round_) return;
     round = running_round_;
     n = static_cast<int64_t>(running_nodes_.size());
