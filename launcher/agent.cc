@@ -347,6 +347,7 @@ struct Agent::Impl {
       post_from_thread(g, [this, gen, v, then]() {
         if (gen != generation || phase == Phase::kDone || !settling) return;
         settling = false;
+        if (preempted && phase != Phase::kExitBarrier) return decide();  // exits 75
         if (v.kind == FailureVerdict::Kind::kStoreLost) {
           store_lost = v.reason;
           log_error("{}", v.reason);
@@ -944,16 +945,17 @@ struct Agent::Impl {
       return;
     }
     if (phase == Phase::kDone) return;
-    if (phase == Phase::kExitBarrier || (settling && phase != Phase::kRendezvous)) {
-      // Only the exit barrier, or waiting for a failure's verdict (the workers are stopped), is
-      // left: a terminating signal ends the wait.
-      if (sig != SIGUSR1 && sig != SIGUSR2) {
-        stop_signal = sig;
-        settling = false;
-        log_warning("received {}; stopping", signal_name(sig));
-        finish_now(exit_codes::kSignalBase + sig);
-      }
+    if (phase == Phase::kExitBarrier) {
+      // Only the exit barrier is left: a terminating signal ends the wait.
+      if (sig != SIGUSR1 && sig != SIGUSR2) finish_now(exit_codes::kSignalBase + sig);
       return;
+    }
+    if (settling && sig != SIGUSR1 && sig != SIGUSR2) {
+      // The workers are stopped and only a failure's verdict is awaited: do not wait for it.
+      stop_signal = sig;
+      settling = false;
+      log_warning("received {} while settling a failure; stopping", signal_name(sig));
+      return finish_now(exit_codes::kSignalBase + sig);
     }
     if (sig == SIGUSR1 || sig == SIGUSR2) {
       log_info("received {}; forwarding it to every worker", signal_name(sig));

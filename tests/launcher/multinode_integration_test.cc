@@ -256,9 +256,11 @@ TEST(DlaunchMultiNode, NodeKilledWhileItsPeersFailDoesNotSpendTheRestartBudget) 
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int i = 0; i < 3; ++i) {
     nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        // last call 3 s: round 0 has all three nodes even when one agent starts late on a
+        // busy machine (a late one would join a second round as its first attempt).
         kDlaunch, "--nnodes", "1:3", "--rdzv_endpoint", endpoint, "--rdzv_id", "lossfail",
         "--max_restarts", "0", "--rdzv_conf",
-        "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=3", kWorker,
+        "last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=3", kWorker,
         "fail-when-peer-dies", "ready=" + ready.path()}));
   }
   ASSERT_TRUE(wait_until(

@@ -153,8 +153,9 @@ TEST_F(NetnsTest, PartitionedNodeIsDetectedAndTheOthersReForm) {
 // re-form and finish without spending the budget, naming node-c as lost; node-c, cut off from
 // the store, exits with the store-host sentence.
 TEST_F(NetnsTest, LinkCutWhileWorkersFailReformsWithoutSpendingTheBudget) {
+  // Last call 2 s: the first round has all three nodes even if one starts late.
   const std::string conf =
-      "keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=0.5,join_timeout=60";
+      "keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=2,join_timeout=60";
   char tmpl[] = "/tmp/dl_netns_XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   const std::string trigger = std::string(tmpl) + "/fail";
