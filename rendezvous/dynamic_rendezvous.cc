@@ -645,9 +645,10 @@ void DynamicRendezvous::shutdown() {
   }
   wake_.notify_all();
   if (keep_alive_.joinable()) {
-    // A healthy thread finishes its call and marks this node as left within a round trip; one
-    // retrying a dead store is interrupted (repeatedly: it may be between calls).
-    auto patience = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+    // A healthy thread finishes its call and marks this node as left (etcd: revokes its lease)
+    // within a round trip or two; one retrying a dead store is interrupted at once (repeatedly:
+    // it may be between calls). Either way well within the agent's shutdown grace.
+    auto patience = std::chrono::steady_clock::now() + std::chrono::seconds(2);
     while (true) {
       std::shared_ptr<Store> store;
       bool healthy;
