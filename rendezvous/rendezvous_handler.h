@@ -56,7 +56,8 @@ struct RendezvousEvent {
     kStoreLost,
   };
   Kind kind;
-  std::string reason;  // for the log: "node host-b (node rank 3) lost (no keep-alive for 15 s)", ...
+  // For the log: "node host-b (node rank 3) lost (no keep-alive for 15 s)", ...
+  std::string reason;
 };
 
 // How a worker failure counts (settle_failure()). Every node of the round gets the same

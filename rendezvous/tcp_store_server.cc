@@ -238,7 +238,8 @@ struct TcpStoreServer::Impl {
     if (c->auth_begun && !c->authenticated) {  // a client checks our proof first, then leaves
       note_job_token_refusal();
       complain("refused client " + c->peer + ": " +
-               (options.token ? "its job token differs from this store's" : "it has a job token, this store none") +
+               (options.token ? "its job token differs from this store's"
+                              : "it has a job token, this store none") +
                " (give every node the same DLAUNCH_JOB_TOKEN)");
     }
     if (c->parked) unpark(c);

@@ -113,7 +113,8 @@ TEST_F(EtcdDlaunchTest, KilledAgentIsReplacedByARoundOfTheSurvivors) {
       60s))
       << agents[0]->err() << agents[1]->err();
   for (int i = 0; i < 2; ++i) {
-    EXPECT_NE(agents[i]->err().find(") lost (no keep-alive for"), std::string::npos) << agents[i]->err();
+    EXPECT_NE(agents[i]->err().find(") lost (no keep-alive for"), std::string::npos)
+        << agents[i]->err();
     EXPECT_NE(agents[i]->err().find("restart count 0/0"), std::string::npos) << agents[i]->err();
     agents[i]->signal(SIGTERM);
   }

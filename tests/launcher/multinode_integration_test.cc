@@ -237,8 +237,8 @@ TEST(DlaunchMultiNode, SigtermEndsAnAgentWaitingOnADeadStore) {
   nodes[host]->signal(SIGKILL);
   ASSERT_TRUE(nodes[host]->wait(30s));
   // Its worker fails at once (the peer is gone); the agent now waits on the dead store.
-  ASSERT_TRUE(wait_until([&] { return other.err().find("failed: exit code 1") != std::string::npos; },
-                         30s))
+  ASSERT_TRUE(wait_until(
+      [&] { return other.err().find("failed: exit code 1") != std::string::npos; }, 30s))
       << other.err();
   std::this_thread::sleep_for(1s);
   other.signal(SIGTERM);
