@@ -336,7 +336,10 @@ struct Agent::Impl {
     auto handler = opts.rendezvous;
     auto g = gate;
     const int64_t gen = generation;
-    settle_thread = std::thread([this, handler, g, gen, then]() {
+    std::thread report = std::move(report_thread);
+    settle_thread = std::thread([this, handler, g, gen, then,
+                                 report = std::move(report)]() mutable {
+      if (report.joinable()) report.join();  // this node's own failure is published first
       FailureVerdict v;
       try {
         v = handler->settle_failure();
@@ -530,14 +533,22 @@ struct Agent::Impl {
     }
   }
 
+  // Publishes the failure for the other nodes on a helper thread: against a store host that is
+  // cut off (not dead) the call waits for its reply timeout, and the loop must stay free for
+  // signals meanwhile. The failure's settle waits for it (settle_failure).
   void report_to_peers(const std::string& report) {
     if (!store_lost.empty()) return;  // nobody to tell; the sentence is printed once, in decide()
-    try {
-      opts.rendezvous->request_restart(report);
-    } catch (const std::exception& e) {
-      log_warning("could not tell the other nodes about the failure: {}", e.what());
-    }
+    if (report_thread.joinable()) report_thread.detach();  // an earlier one, long done
+    auto handler = opts.rendezvous;
+    report_thread = std::thread([handler, report]() {
+      try {
+        handler->request_restart(report);
+      } catch (const std::exception& e) {
+        log_warning("could not tell the other nodes about the failure: {}", e.what());
+      }
+    });
   }
+  std::thread report_thread;
 
   void arm_hang_check() {
     Duration period = std::max<Duration>(cfg.hang_timeout / 4, std::chrono::milliseconds(10));
@@ -1009,8 +1020,10 @@ Agent::~Agent() {
     // own reference to the handler and can no longer post (the gate is closed).
     impl_->rdzv_thread.detach();
   }
-  // Likewise a failure verdict still awaited (bounded by the keep-alive window).
+  // Likewise a failure verdict still awaited (bounded by the keep-alive window) and a failure
+  // report still on its way.
   if (impl_->settle_thread.joinable()) impl_->settle_thread.detach();
+  if (impl_->report_thread.joinable()) impl_->report_thread.detach();
 }
 
 int Agent::run() {

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,6 +81,11 @@ class NetnsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root for ip netns";
+    // The namespaces and links have fixed names: one test at a time on this host (ctest -j runs
+    // each test in its own process).
+    lock_fd_ = ::open("/tmp/dlaunch_netns_test.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    ASSERT_GE(lock_fd_, 0);
+    ASSERT_EQ(::flock(lock_fd_, LOCK_EX), 0);
     if (sh("ip netns add dl_probe_" + std::to_string(getpid())) != 0) {
       GTEST_SKIP() << "ip netns unavailable (iproute2 missing or no CAP_SYS_ADMIN)";
     }
@@ -99,7 +105,11 @@ class NetnsTest : public ::testing::Test {
     };
     for (const char* cmd : setup) ASSERT_EQ(sh(cmd), 0) << cmd;
   }
-  void TearDown() override { teardown(); }
+  void TearDown() override {
+    teardown();
+    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+  }
+  int lock_fd_ = -1;
   static void teardown() {
     for (const char* ns : {"dl_a", "dl_b", "dl_c"}) sh(std::string("ip netns del ") + ns);
   }
