@@ -373,12 +373,12 @@ void DynamicRendezvous::ack_failure() {
     if (running_round_ < 0 || acked_round_ == running_round_) return;
     round = running_round_;
     n = static_cast<int64_t>(running_nodes_.size());
-  }
-  int64_t acks = store_->add(round_key(round, "acks"), 1);
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
+    // Claimed before the add: the watcher (a restart event) and the failure report may ack at
+    // the same time, and a node counted twice would pass for a dead one's ack. Not retried when
+    // the add fails (it may have counted): a missing ack only delays the verdict.
     acked_round_ = round;
   }
+  int64_t acks = store_->add(round_key(round, "acks"), 1);
   // Every participant is alive and saw the failure: a real worker failure.
   if (acks == n) write_verdict(*store_, round, "C");
 }

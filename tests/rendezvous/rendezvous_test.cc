@@ -447,6 +447,36 @@ TEST_F(RendezvousTest, DynamicFailureAfterANodeWentSilentIsFreeAndNamesTheNode) 
   EXPECT_EQ(again[1].restart_count, 0);
 }
 
+// A node whose own workers failed also gets the restart event of a peer that failed first: its
+// report and its event watcher count it in at the same moment, and counted twice it would
+// stand in for the dead node's missing count (the failure then charged, not free).
+TEST_F(RendezvousTest, DynamicNodeSeeingItsFailureTwiceIsCountedOnce) {
+  for (int attempt = 0; attempt < 10; ++attempt) {  // a race: several tries
+    auto freezer = std::make_shared<Freezer>();
+    std::vector<std::unique_ptr<RendezvousHandler>> hs;
+    for (int i = 0; i < 3; ++i) {
+      auto p = params("c10d", 2, 3, "h" + std::to_string(i));
+      p.run_id = "twice-" + std::to_string(attempt);
+      p.config["keep_alive_interval"] = "0.2";
+      p.config["keep_alive_max_attempt"] = "2";
+      if (i == 2) p.liveness = freezable(freezer);
+      hs.push_back(create_rendezvous_handler(p));
+    }
+    meet(hs);
+    EventLog log1;
+    hs[1]->watch(log1.sink());
+    freezer->frozen = true;
+    auto r0 = std::async(std::launch::async, [&] { hs[0]->request_restart("rank 0 failed"); });
+    auto r1 = std::async(std::launch::async, [&] { hs[1]->request_restart("rank 1 failed"); });
+    r0.get();
+    r1.get();
+    auto v = hs[0]->settle_failure();
+    EXPECT_EQ(v.kind, FailureVerdict::Kind::kNodeLost) << "attempt " << attempt << ": "
+                                                        << v.reason;
+    for (auto& h : hs) h->shutdown();
+  }
+}
+
 // The same failure with every node alive spends one restart, job-wide, however many nodes
 // settle it.
 TEST_F(RendezvousTest, DynamicFailureWithEveryNodeAliveIsChargedOnce) {
