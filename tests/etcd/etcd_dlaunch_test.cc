@@ -121,6 +121,38 @@ TEST_F(EtcdDlaunchTest, KilledAgentIsReplacedByARoundOfTheSurvivors) {
   for (int i = 0; i < 2; ++i) EXPECT_TRUE(agents[i]->wait(30s).has_value());
 }
 
+// As above, but the survivors' workers fail first (as gloo's do when a peer is gone) and the
+// budget is 0: the failure waits for the lease verdict, is free, and the job finishes.
+TEST_F(EtcdDlaunchTest, KilledAgentWhosePeersFailDoesNotSpendTheRestartBudget) {
+  testing::TempDir ready;
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int h = 1; h <= 3; ++h) {
+    agents.push_back(agent(h, "1:3", 1,
+                           {TEST_WORKER_BIN, "fail-when-peer-dies", "ready=" + ready.path()}));
+  }
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        for (int r = 0; r < 3; ++r) {
+          if (!testing::file_exists(ready.file("ready." + std::to_string(r)))) return false;
+        }
+        return true;
+      },
+      60s))
+      << agents[0]->err() << agents[1]->err() << agents[2]->err();
+  for (auto& p : agents) ASSERT_NE(p->err().find(" of 3 (node "), std::string::npos) << p->err();
+  agents[2]->signal(SIGKILL);
+  agents[2]->wait(10s);
+  for (int i = 0; i < 2; ++i) {
+    auto e = agents[i]->wait(60s);
+    ASSERT_TRUE(e) << agents[i]->err();
+    EXPECT_EQ(e->shell_code(), 0) << agents[i]->err();
+    EXPECT_NE(agents[i]->out().find("world=2 attempt=1 restart_count=0"), std::string::npos)
+        << agents[i]->out() << agents[i]->err();
+    EXPECT_NE(agents[i]->err().find("node 127.0.0.13 (node rank "), std::string::npos)
+        << agents[i]->err();
+  }
+}
+
 size_t count_of(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
