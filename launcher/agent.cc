@@ -272,6 +272,7 @@ struct Agent::Impl {
   }
 
   void on_rendezvous_event(const RendezvousEvent& ev) {
+    if (ev.kind == RendezvousEvent::Kind::kStoreLost) return on_store_lost(ev.reason);
     if (phase == Phase::kExitBarrier) return on_event_after_success(ev);
     if (phase != Phase::kRunning && phase != Phase::kCapturing) return;
     switch (ev.kind) {
@@ -294,33 +295,102 @@ struct Agent::Impl {
         peer_shutdown = true;
         stop_group(SIGTERM);
         break;
+      case RendezvousEvent::Kind::kStoreLost:
+        break;  // on_store_lost
     }
   }
   bool peer_restart = false;
   bool peer_shutdown = false;
+  std::string store_lost;  // the rendezvous declared the job's store gone: why, in one sentence
+
+  // The job's store is gone (c10d: the agent hosting it died): no round can form again, so stop
+  // the workers and exit with the handler's sentence. In the rendezvous phase the round itself
+  // fails with that sentence; while a failure is being settled, the verdict carries it.
+  void on_store_lost(const std::string& reason) {
+    if (phase == Phase::kDone || !store_lost.empty()) return;
+    store_lost = reason;
+    if (phase == Phase::kExitBarrier) {
+      log_error("{}", reason);
+      return finish_now(exit_codes::kWorkersFailed);
+    }
+    if (phase == Phase::kRunning || phase == Phase::kCapturing) {
+      group->on_stop_requested(reason);
+      stop_group(SIGTERM);
+    }
+  }
 
   // Our workers are done, others' are not: a failure elsewhere restarts everyone (the job-wide
   // budget permitting), a closed rendezvous means the job failed elsewhere.
   void on_event_after_success(const RendezvousEvent& ev) {
     if (ev.kind == RendezvousEvent::Kind::kRestartRequested) {
-      int64_t restart_count = last_round ? last_round->restart_count : restarts_used;
-      if (restart_count < cfg.max_restarts) {
-        log_warning("another node failed after this node's workers finished ({}); rejoining "
-                    "for the job-wide restart",
-                    ev.reason);
-        ++restarts_used;
-        earlier_failures.push_back(fmt::format("attempt {}: {}", group->attempt(), ev.reason));
-        return begin_generation();
-      }
-      log_error("another node failed ({}) and the restart budget ({}) is spent", ev.reason,
-                cfg.max_restarts);
-      return finish_now(exit_codes::kWorkersFailed);
+      // A node lost makes the others' workers fail: that rejoin is free (settle_failure).
+      return settle_failure([this, ev](const FailureVerdict& v) {
+        if (v.kind == FailureVerdict::Kind::kNodeLost) {
+          log_warning("{}; rejoining the remaining nodes (not counted as a restart)", v.reason);
+          return begin_generation();
+        }
+        rejoin_after_success(ev);
+      });
     }
     if (ev.kind == RendezvousEvent::Kind::kShutdownRequested) {
       log_error("the job was closed by another node while this node waited: {}", ev.reason);
       return finish_now(exit_codes::kWorkersFailed);
     }
   }
+
+  void rejoin_after_success(const RendezvousEvent& ev) {
+    int64_t restart_count = last_round ? last_round->restart_count : restarts_used;
+    if (restart_count < cfg.max_restarts) {
+      log_warning("another node failed after this node's workers finished ({}); rejoining "
+                  "for the job-wide restart",
+                  ev.reason);
+      ++restarts_used;
+      earlier_failures.push_back(fmt::format("attempt {}: {}", group->attempt(), ev.reason));
+      return begin_generation();
+    }
+    log_error("another node failed ({}) and the restart budget ({}) is spent", ev.reason,
+              cfg.max_restarts);
+    finish_now(exit_codes::kWorkersFailed);
+  }
+
+  // ---- failure verdict ------------------------------------------------------------------------
+
+  // Asks the rendezvous whether the round's failure spends the budget or a node was lost
+  // (RendezvousHandler::settle_failure, up to the keep-alive window) on a helper thread, then
+  // continues on the loop with `then`; a store lost meanwhile ends the job, a signal too
+  // (on_signal). Only one at a time: the next starts after this one posted back.
+  void settle_failure(std::function<void(const FailureVerdict&)> then) {
+    if (settle_thread.joinable()) settle_thread.join();
+    settling = true;
+    auto handler = opts.rendezvous;
+    auto g = gate;
+    const int64_t gen = generation;
+    std::thread report = std::move(report_thread);
+    settle_thread = std::thread([this, handler, g, gen, then,
+                                 report = std::move(report)]() mutable {
+      if (report.joinable()) report.join();  // this node's own failure is published first
+      FailureVerdict v;
+      try {
+        v = handler->settle_failure();
+      } catch (const std::exception& e) {
+        log_warning("could not find out whether a node was lost ({}); counting the failure",
+                    e.what());
+      }
+      post_from_thread(g, [this, gen, v, then]() {
+        if (gen != generation || phase == Phase::kDone || !settling) return;
+        settling = false;
+        if (preempted && phase != Phase::kExitBarrier) return decide();  // exits 75
+        if (v.kind == FailureVerdict::Kind::kStoreLost) {
+          store_lost = v.reason;
+          log_error("{}", v.reason);
+          return finish(exit_codes::kWorkersFailed);
+        }
+        then(v);
+      });
+    });
+  }
+  bool settling = false;
+  std::thread settle_thread;
 
   WorkerEnv worker_env(const RendezvousResult& r, int64_t local_rank, int64_t base,
                        int64_t world, const std::string& rank_dir) const {
@@ -549,13 +619,22 @@ struct Agent::Impl {
     }
   }
 
+  // Publishes the failure for the other nodes on a helper thread: against a store host that is
+  // cut off (not dead) the call waits for its reply timeout, and the loop must stay free for
+  // signals meanwhile. The failure's settle waits for it (settle_failure).
   void report_to_peers(const std::string& report) {
-    try {
-      opts.rendezvous->request_restart(report);
-    } catch (const std::exception& e) {
-      log_warning("could not tell the other nodes about the failure: {}", e.what());
-    }
+    if (!store_lost.empty()) return;  // nobody to tell; the sentence is printed once, in decide()
+    if (report_thread.joinable()) report_thread.detach();  // an earlier one, long done
+    auto handler = opts.rendezvous;
+    report_thread = std::thread([handler, report]() {
+      try {
+        handler->request_restart(report);
+      } catch (const std::exception& e) {
+        log_warning("could not tell the other nodes about the failure: {}", e.what());
+      }
+    });
   }
+  std::thread report_thread;
 
   void arm_hang_check() {
     Duration period = std::max<Duration>(cfg.hang_timeout / 4, std::chrono::milliseconds(10));
@@ -809,6 +888,10 @@ struct Agent::Impl {
     }
     if (usage_failure) return finish(exit_codes::kUsage);
     if (st == GroupState::kSucceeded) return finish(exit_codes::kSuccess);
+    if (!store_lost.empty()) {
+      log_error("{}", store_lost);
+      return finish(exit_codes::kWorkersFailed);
+    }
     if (peer_shutdown) {
       log_error("another node closed the job ({}); stopping here too", group->stop_reason());
       return finish(exit_codes::kWorkersFailed);
@@ -816,6 +899,20 @@ struct Agent::Impl {
     if (membership_restart) return begin_generation();
     bool failed = st == GroupState::kFailed || st == GroupState::kUnhealthy || peer_restart;
     if (!failed) return finish(exit_codes::kWorkersFailed);
+    if (!opts.rendezvous) return charge_failure();
+    // Workers fail within a second of a peer node dying (their connections break), long before
+    // the keep-alive can tell: ask the rendezvous before spending the budget.
+    settle_failure([this](const FailureVerdict& v) {
+      if (v.kind != FailureVerdict::Kind::kNodeLost) return charge_failure();
+      log_warning("{}; re-forming with the remaining nodes (not counted as a restart)", v.reason);
+      earlier_failures.push_back(fmt::format("attempt {}: {} (free restart)", group->attempt(),
+                                             v.reason));
+      begin_generation();
+    });
+  }
+
+  // The failure spends the budget: restart while it lasts, else report and fail.
+  void charge_failure() {
     int64_t restart_count = last_round ? last_round->restart_count : restarts_used;
     if (restart_count < cfg.max_restarts) {
       ++restarts_used;
@@ -1027,6 +1124,13 @@ struct Agent::Impl {
       if (sig != SIGUSR1 && sig != SIGUSR2) finish_now(exit_codes::kSignalBase + sig);
       return;
     }
+    if (settling && sig != SIGUSR1 && sig != SIGUSR2) {
+      // The workers are stopped and only a failure's verdict is awaited: do not wait for it.
+      stop_signal = sig;
+      settling = false;
+      log_warning("received {} while settling a failure; stopping", signal_name(sig));
+      return finish_now(exit_codes::kSignalBase + sig);
+    }
     if (sig == SIGUSR1 || sig == SIGUSR2) {
       log_info("received {}; forwarding it to every worker", signal_name(sig));
       forward(sig);
@@ -1080,6 +1184,10 @@ Agent::~Agent() {
     // own reference to the handler and can no longer post (the gate is closed).
     impl_->rdzv_thread.detach();
   }
+  // Likewise a failure verdict still awaited (bounded by the keep-alive window) and a failure
+  // report still on its way.
+  if (impl_->settle_thread.joinable()) impl_->settle_thread.detach();
+  if (impl_->report_thread.joinable()) impl_->report_thread.detach();
 }
 
 int Agent::run() {

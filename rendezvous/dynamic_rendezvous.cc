@@ -1,10 +1,13 @@
 #include "rendezvous/dynamic_rendezvous.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "rendezvous/host_port.h"
+#include "rendezvous/job_token.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/worker_namespace.h"
@@ -41,6 +44,7 @@ DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params,
   open_store_ = detail::store_opener(params_, config_, store_);
   watcher_ = std::make_unique<EventWatcher>(open_store_, prefix_, node_id_,
                                             std::chrono::seconds(1));
+  store_dies_with_host_ = !ledger_;
 }
 
 DynamicRendezvous::~DynamicRendezvous() { shutdown(); }
@@ -67,149 +71,176 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
   TimePoint last_dead_check{};
   std::unique_ptr<Liveness> waiting_liveness;  // only while waiting for a full round to end
   while (true) {
-    auto state = read_state();
-    auto now = clock_.now();
-    if (state && state->status == DynamicState::Status::kOpen &&
-        view_.joined_round == state->round) {
-      if (ledger_) {
-        auto count = ledger_->arrivals(state->round, now);
-        if (count.arrivals != view_.arrivals) {
-          view_.arrivals = count.arrivals;
-          view_.arrivals_changed_at = count.changed_at;
-        }
-      } else {
-        int64_t arrivals = store_->add(round_key(state->round, "arrivals"), 0);
-        if (arrivals != view_.arrivals) {
-          view_.arrivals = arrivals;
-          view_.arrivals_changed_at = now;
-        }
-      }
-    }
-    if (state && state->status == DynamicState::Status::kComplete &&
-        view_.joined_round == state->round && view_.arrival_index > state->participants &&
-        now - last_dead_check >= config_.keep_alive_interval) {
-      // Waiting for the next round. Normally a running node opens it once told; if every node
-      // of the running round is gone, nobody will: find out (once per keep-alive interval).
-      last_dead_check = now;
-      if (!waiting_liveness) {
-        // The backend's liveness (etcd: leases), as the keep-alive thread uses.
-        auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
-        waiting_liveness = params_.liveness
-                               ? params_.liveness(store_, prefix_, node_id_, window, clock_)
-                               : make_store_liveness(store_, prefix_, node_id_, window, clock_);
-      }
-      std::vector<std::string> ids;
-      if (ledger_) {
-        for (const auto& p : ledger_->participants(state->round, state->participants)) {
-          ids.push_back(p.id);
-        }
-      } else {
-        for (int64_t i = 1; i <= state->participants; ++i) {
-          auto k = round_key(state->round, "node/" + std::to_string(i));
-          if (store_->check({k})) ids.push_back(NodeDescriptor::decode(store_->get(k)).id);
-        }
-      }
-      view_.running_round_dead = !ids.empty() && waiting_liveness->dead(ids).size() == ids.size();
-    }
-    JoinDecision d = decide_join(state, view_, limits_, now);
-    log_debug("rendezvous {}: round {} step {}", params_.run_id, state ? state->round : -1,
-              join_step_name(d.step));
-    switch (d.step) {
-      case JoinStep::kClosed:
-        throw StateError("rendezvous '" + params_.run_id +
-                         "' is closed: the job finished or failed on another node; no new round "
-                         "will start");
-      case JoinStep::kCreate:
-        store_->compare_set(key("state"), Bytes(), d.next.encode());
-        continue;
-      case JoinStep::kJoin: {
-        int64_t r = state->round;
-        NodeDescriptor me{node_id_, params_.host, params_.local_world_size,
-                          params_.node_rank ? *params_.node_rank : -1};
-        int64_t index;
+    if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+    try {
+      auto state = read_state();
+      auto now = clock_.now();
+      if (state && state->status == DynamicState::Status::kOpen &&
+          view_.joined_round == state->round) {
         if (ledger_) {
-          index = ledger_->join(r, me);
+          auto count = ledger_->arrivals(state->round, now);
+          if (count.arrivals != view_.arrivals) {
+            view_.arrivals = count.arrivals;
+            view_.arrivals_changed_at = count.changed_at;
+          }
         } else {
-          index = store_->add(round_key(r, "arrivals"), 1);
-          store_->set(round_key(r, "node/" + std::to_string(index)), me.encode());
-        }
-        view_.joined_round = r;
-        view_.arrival_index = index;
-        view_.arrivals = index;
-        view_.arrivals_changed_at = now;
-        announced_waiting = false;
-        continue;  // decide at once: complete at MAX, or announce ourselves to a running round
-      }
-      case JoinStep::kComplete:
-        if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
-            d.next.encode()) {
-          // Before anyone is released, so every worker of this round gets its namespace; the
-          // previous round's keys go (every participant stopped its workers before joining).
-          begin_worker_namespace(state->round);
-          store_->set(round_key(state->round, "done"), to_bytes("1"));
-          log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id,
-                    state->round, d.participants);
-        }
-        continue;
-      case JoinStep::kOpenNext:
-        if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
-            d.next.encode()) {
-          store_->set(round_key(state->round, "superseded"), to_bytes("1"));
-        }
-        continue;
-      case JoinStep::kDone:
-        return finish_round(*state, deadline);
-      case JoinStep::kWaitNextRound:
-        if (!announced_waiting) {
-          announced_waiting = true;
-          if (state->participants < limits_.max_nodes) {
-            publish_event(*store_, prefix_, state->round,
-                          {RendezvousEvent::Kind::kMembershipChanged, node_id_,
-                           "node " + params_.host + " is waiting to join"});
+          int64_t arrivals = store_->add(round_key(state->round, "arrivals"), 0);
+          if (arrivals != view_.arrivals) {
+            view_.arrivals = arrivals;
+            view_.arrivals_changed_at = now;
           }
         }
-        break;
-      case JoinStep::kWait:
-        break;
-    }
-    if (now >= deadline) {
-      int64_t arrivals = view_.arrivals;
-      throw TimeoutError(
-          "rendezvous '" + params_.run_id + "': join_timeout (" +
-          std::to_string(to_seconds(config_.join_timeout)) + " s) passed with " +
-          std::to_string(arrivals) + " node(s) in round " +
-          std::to_string(state ? state->round : 0) + ", fewer than --nnodes MIN=" +
-          std::to_string(limits_.min_nodes) +
-          (d.step == JoinStep::kWaitNextRound ? " (this node waits for a full round to restart)"
-                                              : "") +
-          "; check that the other agents run with the same --rdzv_id and --rdzv_endpoint " +
-          params_.endpoint);
-    }
-    if (ledger_) {
-      // No polling: the ledger returns when the decision may change; a waiting late arrival
-      // still looks at the running round's liveness once per keep-alive interval.
-      if (d.step == JoinStep::kWaitNextRound) {
-        TimePoint until = std::min(deadline, now + config_.keep_alive_interval);
-        ledger_->wait(state->round, round_key(state->round, "superseded"), nullptr, until);
-      } else {
-        ledger_->wait(state->round, round_key(state->round, "done"), &limits_,
-                      std::min(deadline, d.wake_at));
+      }
+      if (state && state->status == DynamicState::Status::kComplete &&
+          view_.joined_round == state->round && view_.arrival_index > state->participants &&
+          now - last_dead_check >= config_.keep_alive_interval) {
+        // Waiting for the next round. Normally a running node opens it once told; if every node
+        // of the running round is gone, nobody will: find out (once per keep-alive interval).
+        last_dead_check = now;
+        if (!waiting_liveness) {
+          // The backend's liveness (etcd: leases), as the keep-alive thread uses.
+          auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+          waiting_liveness = params_.liveness
+                                 ? params_.liveness(store_, prefix_, node_id_, window, clock_)
+                                 : make_store_liveness(store_, prefix_, node_id_, window, clock_);
+        }
+        std::vector<std::string> ids;
+        if (ledger_) {
+          for (const auto& p : ledger_->participants(state->round, state->participants)) {
+            ids.push_back(p.id);
+          }
+        } else {
+          for (int64_t i = 1; i <= state->participants; ++i) {
+            auto k = round_key(state->round, "node/" + std::to_string(i));
+            if (store_->check({k})) ids.push_back(NodeDescriptor::decode(store_->get(k)).id);
+          }
+        }
+        view_.running_round_dead = !ids.empty() && waiting_liveness->dead(ids).size() == ids.size();
+      }
+      JoinDecision d = decide_join(state, view_, limits_, now);
+      log_debug("rendezvous {}: round {} step {}", params_.run_id, state ? state->round : -1,
+                join_step_name(d.step));
+      switch (d.step) {
+        case JoinStep::kClosed:
+          throw StateError("rendezvous '" + params_.run_id +
+                           "' is closed: the job finished or failed on another node; no new round "
+                           "will start");
+        case JoinStep::kCreate:
+          store_->compare_set(key("state"), Bytes(), d.next.encode());
+          continue;
+        case JoinStep::kJoin: {
+          int64_t r = state->round;
+          NodeDescriptor me{node_id_, params_.host, params_.local_world_size,
+                            params_.node_rank ? *params_.node_rank : -1};
+          {
+            std::lock_guard<std::mutex> lock(mutex_);
+            me.previous_rank = my_rank_;
+          }
+          int64_t index;
+          if (ledger_) {
+            index = ledger_->join(r, me);
+          } else {
+            index = store_->add(round_key(r, "arrivals"), 1);
+            store_->set(round_key(r, "node/" + std::to_string(index)), me.encode());
+          }
+          view_.joined_round = r;
+          view_.arrival_index = index;
+          view_.arrivals = index;
+          view_.arrivals_changed_at = now;
+          announced_waiting = false;
+          continue;  // decide at once: complete at MAX, or announce ourselves to a running round
+        }
+        case JoinStep::kComplete:
+          if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
+              d.next.encode()) {
+            // Before anyone is released, so every worker of this round gets its namespace;
+            // the previous round's keys go (every participant stopped its workers before
+            // joining).
+            begin_worker_namespace(state->round);
+            store_->set(round_key(state->round, "done"), to_bytes("1"));
+            log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id,
+                      state->round, d.participants);
+          }
+          continue;
+        case JoinStep::kOpenNext:
+          if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
+              d.next.encode()) {
+            store_->set(round_key(state->round, "superseded"), to_bytes("1"));
+          }
+          continue;
+        case JoinStep::kDone:
+          return finish_round(*state, deadline);
+        case JoinStep::kWaitNextRound:
+          if (!announced_waiting) {
+            announced_waiting = true;
+            if (state->participants < limits_.max_nodes) {
+              publish_event(*store_, prefix_, state->round,
+                            {RendezvousEvent::Kind::kMembershipChanged, node_id_,
+                             "node " + params_.host + " is waiting to join"});
+            }
+          }
+          break;
+        case JoinStep::kWait:
+          break;
+      }
+      if (now >= deadline) {
+        int64_t arrivals = view_.arrivals;
+        throw TimeoutError(
+            "rendezvous '" + params_.run_id + "': join_timeout (" +
+            fmt::format("{:g}", to_seconds(config_.join_timeout)) + " s) passed with " +
+            std::to_string(arrivals) + " node(s) in round " +
+            std::to_string(state ? state->round : 0) + ", fewer than --nnodes MIN=" +
+            std::to_string(limits_.min_nodes) +
+            (d.step == JoinStep::kWaitNextRound ? " (this node waits for a full round to restart)"
+                                                : "") +
+            (job_token_refusals() > 0
+                 ? fmt::format("; this node's store refused {} client(s) for a job token that "
+                               "differs from its own: give every node the same "
+                               "DLAUNCH_JOB_TOKEN",
+                               job_token_refusals())
+                 : std::string()) +
+            "; check that the other agents run with the same --rdzv_id and --rdzv_endpoint " +
+            params_.endpoint);
+      }
+      if (ledger_) {
+        // No polling: the ledger returns when the decision may change; a waiting late arrival
+        // still looks at the running round's liveness once per keep-alive interval.
+        if (d.step == JoinStep::kWaitNextRound) {
+          TimePoint until = std::min(deadline, now + config_.keep_alive_interval);
+          ledger_->wait(state->round, round_key(state->round, "superseded"), nullptr, until);
+        } else {
+          ledger_->wait(state->round, round_key(state->round, "done"), &limits_,
+                        std::min(deadline, d.wake_at));
+        }
+        continue;
+      }
+      // Sleep until something may have changed: the round's wake-up key, or the next poll.
+      Duration sleep = poll_interval(config_);
+      if (d.step == JoinStep::kWait && d.wake_at != TimePoint::max()) {
+        sleep = std::min<Duration>(sleep, std::max<Duration>(d.wake_at - now, Duration(0)));
+      }
+      sleep = std::min<Duration>(sleep, deadline - now);
+      std::string wake_key = round_key(state->round, d.step == JoinStep::kWaitNextRound
+                                                         ? "superseded"
+                                                         : "done");
+      try {
+        if (sleep > Duration::zero()) store_->wait({wake_key}, sleep);
+      } catch (const TimeoutError&) {
       }
       continue;
+    } catch (const ClosedError& e) {  // also StoreInterruptedError (store loss declared)
+      if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+      if (clock_.now() >= deadline) throw;
+      log_debug("rendezvous {}: {}; retrying", params_.run_id, e.what());
+    } catch (const ConnectionError& e) {
+      // A reconnect failed (within seconds): the keep-alive decides whether the store is gone.
+      if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+      if (clock_.now() >= deadline) throw;
+      log_debug("rendezvous {}: {}; retrying", params_.run_id, e.what());
     }
-    // Sleep until something may have changed: the round's wake-up key, or the next poll.
-    Duration sleep = poll_interval(config_);
-    if (d.step == JoinStep::kWait && d.wake_at != TimePoint::max()) {
-      sleep = std::min<Duration>(sleep, std::max<Duration>(d.wake_at - now, Duration(0)));
-    }
-    sleep = std::min<Duration>(sleep, deadline - now);
-    std::string wake_key = round_key(state->round, d.step == JoinStep::kWaitNextRound
-                                                       ? "superseded"
-                                                       : "done");
-    try {
-      if (sleep > Duration::zero()) store_->wait({wake_key}, sleep);
-    } catch (const TimeoutError&) {
-    }
+    // Retry soon, or at once when the keep-alive declares the store lost.
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return !store_lost_.empty(); });
   }
 }
 
@@ -293,23 +324,116 @@ RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, Time
 
 void DynamicRendezvous::watch(std::function<void(const RendezvousEvent&)> on_event) {
   int64_t round;
+  std::string lost;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     round = running_round_;
+    on_event_ = on_event;
+    lost = store_lost_;
   }
   DL_CHECK(round >= 0) << "watch() before next_rendezvous()";
-  watcher_->watch(round, std::move(on_event));
+  if (!lost.empty()) {
+    // Declared between the round and this call: nobody was told yet.
+    if (on_event) on_event(RendezvousEvent{RendezvousEvent::Kind::kStoreLost, lost});
+    return;
+  }
+  // A restart event means a worker failed somewhere: count this node in at once (it is alive),
+  // so the verdict does not wait for this node's agent to stop its workers.
+  watcher_->watch(round, [this, on_event](const RendezvousEvent& e) {
+    if (e.kind == RendezvousEvent::Kind::kRestartRequested) {
+      try {
+        ack_failure();
+      } catch (const Error& err) {
+        log_debug("rendezvous {}: could not count this node in after a failure: {}",
+                  params_.run_id, err.what());
+      }
+    }
+    if (on_event) on_event(e);
+  });
 }
 
 void DynamicRendezvous::request_restart(const std::string& report) {
   DL_CHECK(view_.last_round >= 0) << "request_restart() before next_rendezvous()";
-  if (publish_event(*store_, prefix_, view_.last_round,
-                    {RendezvousEvent::Kind::kRestartRequested, node_id_, report})) {
-    store_->add(key("restart_count"), 1);
+  if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+  // The budget is charged by the verdict (settle_failure), not here: a node lost a moment ago
+  // makes its peers' workers fail before anyone can tell.
+  publish_event(*store_, prefix_, view_.last_round,
+                {RendezvousEvent::Kind::kRestartRequested, node_id_, report});
+  ack_failure();
+}
+
+void DynamicRendezvous::ack_failure() {
+  int64_t round, n;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!store_lost_.empty()) throw ConnectionError(store_lost_);
+    if (running_round_ < 0 || acked_round_ == running_round_) return;
+    round = running_round_;
+    n = static_cast<int64_t>(running_nodes_.size());
+    // Claimed before the add: the watcher (a restart event) and the failure report may ack at
+    // the same time, and a node counted twice would pass for a dead one's ack. Not retried when
+    // the add fails (it may have counted): a missing ack only delays the verdict.
+    acked_round_ = round;
+  }
+  int64_t acks = store_->add(round_key(round, "acks"), 1);
+  // Every participant is alive and saw the failure: a real worker failure.
+  if (acks == n) write_verdict(*store_, round, "C");
+}
+
+bool DynamicRendezvous::write_verdict(Store& store, int64_t round, const std::string& verdict) {
+  Bytes mine = to_bytes(verdict);
+  if (store.compare_set(round_key(round, "verdict"), Bytes(), mine) != mine) return false;
+  // Exactly one writer per round: the one that charges the job-wide budget.
+  if (verdict == "C") store.add(key("restart_count"), 1);
+  return true;
+}
+
+FailureVerdict DynamicRendezvous::settle_failure() {
+  int64_t round;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    round = running_round_;
+  }
+  DL_CHECK(round >= 0) << "settle_failure() before next_rendezvous()";
+  auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  // The keep-alive observer of a dead node rules within the window of the node's last beat
+  // (plus its check period); past that, with no verdict, the failure is charged.
+  auto deadline = clock_.now() + window + 2 * config_.keep_alive_interval;
+  const std::string verdict_key = round_key(round, "verdict");
+  bool acked = false;
+  while (true) {
+    if (auto lost = store_lost(); !lost.empty()) {
+      return {FailureVerdict::Kind::kStoreLost, lost};
+    }
+    try {
+      if (!acked) {
+        ack_failure();
+        acked = true;
+      }
+      auto now = clock_.now();
+      if (now >= deadline) write_verdict(*store_, round, "C");
+      Duration slice = std::clamp<Duration>(deadline - now, std::chrono::milliseconds(1),
+                                            std::chrono::milliseconds(500));
+      try {
+        store_->wait({verdict_key}, slice);
+      } catch (const TimeoutError&) {
+        continue;
+      }
+      std::string v = to_string(store_->get(verdict_key));
+      if (v.size() > 2 && v[0] == 'L') return {FailureVerdict::Kind::kNodeLost, v.substr(2)};
+      return {FailureVerdict::Kind::kCharged, ""};
+    } catch (const ClosedError& e) {
+      log_debug("rendezvous {}: settling the failure: {}", params_.run_id, e.what());
+    } catch (const ConnectionError& e) {
+      log_debug("rendezvous {}: settling the failure: {}", params_.run_id, e.what());
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return !store_lost_.empty(); });
   }
 }
 
 int64_t DynamicRendezvous::num_nodes_waiting() {
+  if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
   auto state = read_state();
   if (!state || state->status != DynamicState::Status::kComplete) return 0;
   int64_t arrivals = ledger_ ? ledger_->arrivals(state->round, clock_.now()).arrivals
@@ -318,6 +442,12 @@ int64_t DynamicRendezvous::num_nodes_waiting() {
 }
 
 void DynamicRendezvous::set_closed() {
+  // Nothing to close when the store is gone; a store that just died costs one bounded
+  // reconnect (kStoreReconnectTimeout), never the join timeout.
+  if (auto lost = store_lost(); !lost.empty()) {
+    log_debug("rendezvous {}: not closing it, the store is gone", params_.run_id);
+    return;
+  }
   while (true) {
     auto state = read_state();
     DynamicState closed = state.value_or(DynamicState{});
@@ -336,8 +466,36 @@ void DynamicRendezvous::set_closed() {
 }
 
 bool DynamicRendezvous::is_closed() {
+  if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
   auto state = read_state();
   return state && state->status == DynamicState::Status::kClosed;
+}
+
+std::string DynamicRendezvous::store_lost() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return store_lost_;
+}
+
+void DynamicRendezvous::throw_store_lost(const std::string& why) { throw ConnectionError(why); }
+
+void DynamicRendezvous::declare_store_lost(Duration silent) {
+  std::string reason = fmt::format(
+      "the agent hosting the c10d store at {} (--rdzv_endpoint) has not answered for {:.1f} s: "
+      "it died or was cut off, and since that store is the job's single point of failure the "
+      "job cannot go on; start it again, or use --rdzv_backend etcd, whose store outlives any "
+      "agent",
+      params_.endpoint, to_seconds(silent));
+  std::function<void(const RendezvousEvent&)> on_event;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!store_lost_.empty()) return;
+    store_lost_ = reason;
+    on_event = on_event_;
+  }
+  wake_.notify_all();
+  // End a call blocked on the dead store (a round, a restart request, a settle).
+  store_->interrupt();
+  if (on_event) on_event(RendezvousEvent{RendezvousEvent::Kind::kStoreLost, reason});
 }
 
 void DynamicRendezvous::start_keep_alive() {
@@ -356,12 +514,22 @@ void DynamicRendezvous::keep_alive_loop() {
   TimePoint last_beat{};
   bool beaten = false;
   int64_t reported_round = -1;
+  // When the store last answered, and whether it does not now: one warning when it stops, one
+  // line when it is back, not one per retry.
+  TimePoint last_contact = clock_.now();
+  bool in_trouble = false;
+  const std::string store_name =
+      (ledger_ ? "etcd at " : "the store at ") + params_.endpoint;
   while (true) {
     int64_t round;
     std::vector<std::string> watched;
     {
-      std::lock_guard<std::mutex> lock(mutex_);
+      std::unique_lock<std::mutex> lock(mutex_);
       if (stopping_) break;
+      if (!store_lost_.empty()) {
+        wake_.wait(lock, [&] { return stopping_; });
+        break;
+      }
       round = running_round_;
       if (round >= 0 && round != reported_round) {
         for (auto r : watched_ranks(my_rank_, static_cast<int64_t>(running_nodes_.size()))) {
@@ -376,6 +544,9 @@ void DynamicRendezvous::keep_alive_loop() {
         liveness = params_.liveness
                        ? params_.liveness(store, prefix_, node_id_, window, clock_)
                        : make_store_liveness(store, prefix_, node_id_, window, clock_);
+        std::lock_guard<std::mutex> lock(mutex_);
+        keep_alive_store_ = store;
+        if (stopping_) break;
       }
       auto now = clock_.now();
       if (!beaten || now - last_beat >= config_.keep_alive_interval) {
@@ -393,32 +564,75 @@ void DynamicRendezvous::keep_alive_loop() {
             auto id = w.substr(0, w.find('\n'));
             if (std::find(dead.begin(), dead.end(), id) == dead.end()) continue;
             auto rest = w.substr(w.find('\n') + 1);
-            who += (who.empty() ? "" : ", ") + std::string("node rank ") +
-                   rest.substr(rest.find('\n') + 1) + " (" + rest.substr(0, rest.find('\n')) + ")";
+            who += (who.empty() ? "node " : ", node ") + rest.substr(0, rest.find('\n')) +
+                   " (node rank " + rest.substr(rest.find('\n') + 1) + ")";
           }
-          std::string reason = who + " lost its keep-alive (silent for " +
-                               std::to_string(to_seconds(window)) + " s)";
+          std::string reason =
+              fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(window));
           log_warning("rendezvous '{}' round {}: {}", params_.run_id, round, reason);
+          // The verdict first: nodes whose workers already failed wait for it (settle_failure).
+          write_verdict(*store, round, "L|" + reason);
           publish_event(*store, prefix_, round,
                         {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
           reported_round = round;
         }
       }
+      auto silent = clock_.now() - last_contact;
+      last_contact = clock_.now();
+      if (in_trouble) {
+        log_info("rendezvous keep-alive: {} reachable again after {:.1f} s", store_name,
+                 to_seconds(silent));
+        in_trouble = false;
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      keep_alive_healthy_ = true;
     } catch (const Error& e) {
-      log_warning("rendezvous keep-alive: {}; retrying", e.what());
       store.reset();
       liveness.reset();
+      auto now = clock_.now();
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        keep_alive_store_.reset();
+        keep_alive_healthy_ = false;
+        if (stopping_) break;  // shutdown() interrupted the call
+      }
+      if (!in_trouble) {
+        in_trouble = true;
+        log_warning("rendezvous keep-alive: {}; retrying{}", e.what(),
+                    store_dies_with_host_
+                        ? fmt::format(" (the store counts as lost after {:g} s)",
+                                      to_seconds(window))
+                        : std::string(" quietly until it answers"));
+      } else {
+        log_debug("rendezvous keep-alive: {}; retrying", e.what());
+      }
+      if (store_dies_with_host_ && now - last_contact >= window) {
+        declare_store_lost(now - last_contact);
+        continue;
+      }
     }
     std::unique_lock<std::mutex> lock(mutex_);
     wake_.wait_for(lock, tick, [&] { return stopping_; });
   }
-  if (liveness) {
+  bool healthy;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    healthy = keep_alive_healthy_ && store_lost_.empty();
+  }
+  // A store that does not answer cannot be told; the others' keep-alive reports this node.
+  if (liveness && healthy) {
     try {
       liveness->leave();
     } catch (const Error& e) {
       log_debug("rendezvous keep-alive: could not mark this node as left: {}", e.what());
     }
   }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    keep_alive_store_.reset();
+    keep_alive_exited_ = true;
+  }
+  wake_.notify_all();
 }
 
 void DynamicRendezvous::shutdown() {
@@ -427,7 +641,27 @@ void DynamicRendezvous::shutdown() {
     stopping_ = true;
   }
   wake_.notify_all();
-  if (keep_alive_.joinable()) keep_alive_.join();
+  if (keep_alive_.joinable()) {
+    // A healthy thread finishes its call and marks this node as left (etcd: revokes its lease)
+    // within a round trip or two; one retrying a dead store is interrupted at once (repeatedly:
+    // it may be between calls). Either way well within the agent's shutdown grace.
+    auto patience = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (true) {
+      std::shared_ptr<Store> store;
+      bool healthy;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        store = keep_alive_store_;
+        healthy = keep_alive_healthy_ && store_lost_.empty();
+      }
+      if (store && (!healthy || std::chrono::steady_clock::now() >= patience)) store->interrupt();
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (wake_.wait_for(lock, std::chrono::milliseconds(10), [&] { return keep_alive_exited_; })) {
+        break;
+      }
+    }
+    keep_alive_.join();
+  }
   if (watcher_) watcher_->stop();
 }
 

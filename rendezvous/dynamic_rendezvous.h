@@ -9,6 +9,8 @@
 //   round/<r>/arrivals         arrival counter; round/<r>/node/<i> descriptor of arrival i
 //   round/<r>/done, /superseded  wake-up keys set when round r completes / r+1 opens
 //   round/<r>/event            the round's event (restart, membership, shutdown)
+//   round/<r>/acks, /verdict   nodes that saw the round's failure; "C" (charged) or
+//                              "L|<who> lost ..." (settle_failure)
 //   restart_count              job-wide count of failure restarts
 //   hb/<node>, left/<node>     keep-alive (store liveness)
 //
@@ -16,8 +18,21 @@
 // first next_rendezvous) beats every keep_alive_interval and watches the node's ring
 // neighbours; a node silent for interval x max_attempt triggers kMembershipChanged for the
 // round. An EventWatcher thread delivers events to watch()'s callback. Both have their own
-// store connections. shutdown() stops them within about one interval and marks this node as
-// having left cleanly.
+// store connections. shutdown() stops them within milliseconds (a thread blocked on a dead
+// store is interrupted) and marks this node as having left cleanly.
+//
+// Store loss (c10d): the keep-alive thread is the judge. When the store has not answered it
+// for keep_alive_interval x keep_alive_max_attempt, the agent hosting it is gone, and with it
+// every key of the job: next_rendezvous() and every other call then throw ConnectionError with
+// one sentence naming the store host, and watch()'s callback gets kStoreLost. Until then a
+// next_rendezvous() whose store call fails retries (a reconnect is bounded by a few seconds).
+//
+// Failures and node loss: a worker failure is published (request_restart) at once, but whether
+// it spends the budget is settled per round (settle_failure): every node that sees the failure
+// adds itself to round/<r>/acks; when all participants did, the verdict "charged" is written
+// (round/<r>/verdict, first writer wins) and restart_count incremented once. A participant that
+// died never acks; its keep-alive observer writes the verdict "lost" instead, so the restart is
+// free and the cause is the lost node, not its peers' connection errors.
 #pragma once
 
 #include <atomic>
@@ -48,6 +63,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   RendezvousResult next_rendezvous() override;
   void watch(std::function<void(const RendezvousEvent&)> on_event) override;
   void request_restart(const std::string& report) override;
+  FailureVerdict settle_failure() override;
   int64_t num_nodes_waiting() override;
   void set_closed() override;
   bool is_closed() override;
@@ -63,6 +79,18 @@ class DynamicRendezvous final : public RendezvousHandler {
   void begin_worker_namespace(int64_t round);
   void keep_alive_loop();
   void start_keep_alive();
+  // Store loss (c10d: the store lives in one agent). The keep-alive thread declares it after
+  // the store did not answer for the keep-alive window; from then on every call fails at once
+  // with the sentence, a call blocked on the store is interrupted, and the watcher's callback
+  // gets kStoreLost.
+  void declare_store_lost(Duration silent);
+  std::string store_lost();
+  [[noreturn]] void throw_store_lost(const std::string& why);
+  // This node saw the round's failure (once per round): counts it in round/<r>/acks, and the
+  // node that completes the count (every node alive) fixes the verdict "charged".
+  void ack_failure();
+  // Writes the round's verdict if none is there yet; true when this call wrote it.
+  bool write_verdict(Store& store, int64_t round, const std::string& verdict);
 
   RendezvousParams params_;
   RendezvousConfig config_;
@@ -84,6 +112,15 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::vector<NodeDescriptor> running_nodes_;  // by group rank
   int64_t my_rank_ = -1;
   std::thread keep_alive_;
+  std::shared_ptr<Store> keep_alive_store_;  // the thread's store, for shutdown()'s interrupt
+  bool keep_alive_healthy_ = true;           // its last store call succeeded
+  bool keep_alive_exited_ = false;
+  // c10d: the store is hosted by one agent and dies with it (etcd, with a ledger, outlives any
+  // agent: an outage there is waited out).
+  bool store_dies_with_host_ = true;
+  std::string store_lost_;  // non-empty once the store was declared lost
+  std::function<void(const RendezvousEvent&)> on_event_;  // watch()'s callback
+  int64_t acked_round_ = -1;
 };
 
 }  // namespace dlaunch

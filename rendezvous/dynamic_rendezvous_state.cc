@@ -123,8 +123,10 @@ JoinDecision decide_join(const std::optional<DynamicState>& state, const Dynamic
 }
 
 Bytes NodeDescriptor::encode() const {
+  // "id|host|local_world_size|hint[,previous]" (no ",previous" when there is none).
   return to_bytes(id + "|" + host + "|" + std::to_string(local_world_size) + "|" +
-                  std::to_string(rank_hint));
+                  std::to_string(rank_hint) +
+                  (previous_rank >= 0 ? "," + std::to_string(previous_rank) : ""));
 }
 
 NodeDescriptor NodeDescriptor::decode(const Bytes& value) {
@@ -140,7 +142,10 @@ NodeDescriptor NodeDescriptor::decode(const Bytes& value) {
   d.host = s.substr(a + 1, b - a - 1);
   try {
     d.local_world_size = std::stoll(s.substr(b + 1, c - b - 1));
-    d.rank_hint = std::stoll(s.substr(c + 1));
+    std::string ranks = s.substr(c + 1);
+    size_t comma = ranks.find(',');
+    d.rank_hint = std::stoll(ranks.substr(0, comma));
+    if (comma != std::string::npos) d.previous_rank = std::stoll(ranks.substr(comma + 1));
   } catch (const std::exception&) {
     throw ProtocolError("dynamic rendezvous: malformed node descriptor '" + s + "'");
   }
@@ -155,6 +160,13 @@ std::vector<size_t> assign_ranks(const std::vector<NodeDescriptor>& arrivals) {
     int64_t h = arrivals[i].rank_hint;
     if (h >= 0 && static_cast<size_t>(h) < n && by_rank[h] == n) {
       by_rank[h] = i;
+      placed[i] = true;
+    }
+  }
+  for (size_t i = 0; i < n; ++i) {
+    int64_t p = arrivals[i].previous_rank;
+    if (!placed[i] && p >= 0 && static_cast<size_t>(p) < n && by_rank[p] == n) {
+      by_rank[p] = i;
       placed[i] = true;
     }
   }

@@ -85,14 +85,18 @@ struct NodeDescriptor {
   std::string host;
   int64_t local_world_size = 1;
   int64_t rank_hint = -1;  // -1: none
+  // The node's group rank in the last round it ran in (-1: none): kept when possible, so a
+  // node joining or leaving does not renumber the others (the first node stays rank 0).
+  int64_t previous_rank = -1;
 
   Bytes encode() const;
   static NodeDescriptor decode(const Bytes& value);  // throws ProtocolError
 };
 
 // Group ranks for participants listed in arrival order: a hint h in [0, n) is honoured for the
-// first node that asks for it; everyone else fills the free ranks in arrival order. Returns the
-// participant index (into `arrivals`) for each rank.
+// first node that asks for it; then a node's previous rank in [0, n), if still free; everyone
+// else fills the free ranks in arrival order. Returns the participant index (into `arrivals`)
+// for each rank.
 std::vector<size_t> assign_ranks(const std::vector<NodeDescriptor>& arrivals);
 
 // Keep-alive: which ranks a node watches (its ring neighbours), so the cost per node is

@@ -208,6 +208,7 @@ class EtcdRendezvous final : public RendezvousHandler {
     inner_->watch(std::move(on_event));
   }
   void request_restart(const std::string& report) override { inner_->request_restart(report); }
+  FailureVerdict settle_failure() override { return inner_->settle_failure(); }
   int64_t num_nodes_waiting() override { return inner_->num_nodes_waiting(); }
   void set_closed() override { inner_->set_closed(); }
   bool is_closed() override { return inner_->is_closed(); }

@@ -1,5 +1,7 @@
 #include "rendezvous/in_memory_store.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 
 #include "common/error.h"
@@ -62,7 +64,7 @@ void InMemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,
     for (const auto& k : keys) {
       if (table_.find(k) == table_.end()) missing.push_back(k);
     }
-    throw TimeoutError("in-memory store: waited " + std::to_string(to_seconds(timeout)) +
+    throw TimeoutError("in-memory store: waited " + fmt::format("{:g}", to_seconds(timeout)) +
                        " s for key(s) " + join_keys(missing) + " that nobody set");
   }
 }

@@ -2,6 +2,7 @@
 
 #include <sys/random.h>
 
+#include <atomic>
 #include <cerrno>
 #include <fstream>
 
@@ -12,6 +13,8 @@
 
 namespace dlaunch {
 namespace {
+
+std::atomic<int64_t> g_refusals{0};
 
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r\n");
@@ -78,5 +81,9 @@ wire::Digest client_proof(const std::string& token, const wire::Digest& client_n
                           const wire::Digest& server_nonce) {
   return proof("dlaunch-client", token, client_nonce, server_nonce);
 }
+
+void note_job_token_refusal() { g_refusals.fetch_add(1, std::memory_order_relaxed); }
+
+int64_t job_token_refusals() { return g_refusals.load(std::memory_order_relaxed); }
 
 }  // namespace dlaunch

@@ -14,6 +14,7 @@
 // another job's on the same port.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -25,6 +26,11 @@ namespace dlaunch {
 // surrounding whitespace trimmed). nullopt: no token configured. Throws UsageError when the
 // file cannot be read or the token is empty.
 std::optional<std::string> load_job_token(const std::string& token_file = "");
+
+// Clients this process's store servers refused for a job token that differs from theirs
+// (counted by TcpStoreServer), so a rendezvous that times out can say why nodes never joined.
+void note_job_token_refusal();
+int64_t job_token_refusals();
 
 // 32 random bytes from the kernel (getrandom); throws SystemError if it fails.
 wire::Digest random_nonce();

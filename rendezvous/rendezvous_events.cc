@@ -11,6 +11,7 @@ char kind_char(RendezvousEvent::Kind k) {
     case RendezvousEvent::Kind::kRestartRequested: return 'R';
     case RendezvousEvent::Kind::kMembershipChanged: return 'M';
     case RendezvousEvent::Kind::kShutdownRequested: return 'S';
+    case RendezvousEvent::Kind::kStoreLost: return '?';  // local only, never published
   }
   return '?';
 }
@@ -104,6 +105,9 @@ void EventWatcher::run() {
 
 void EventWatcher::run_loop() {
   std::shared_ptr<Store> store;
+  // A store outage is reported by the keep-alive (once, and once more when it is back); here
+  // one retry per slice would add a warning per second per agent.
+  bool failing = false;
   while (true) {
     int64_t round;
     uint64_t generation;
@@ -127,12 +131,15 @@ void EventWatcher::run_loop() {
       std::string key = event_key(prefix_, round);
       store->wait({key}, slice_);
       event = decode_event(store->get(key));
+      failing = false;
     } catch (const TimeoutError&) {
+      failing = false;
       continue;
     } catch (const StoreInterruptedError&) {
       continue;  // stop() ended the call; the loop sees stopping_
     } catch (const Error& e) {
-      log_warning("rendezvous event watcher: {}; retrying", e.what());
+      if (!failing) log_info("rendezvous event watcher: {}; retrying", e.what());
+      failing = true;
       store.reset();
       std::unique_lock<std::mutex> lock(mutex_);
       watched_store_.reset();

@@ -50,9 +50,26 @@ struct RendezvousEvent {
     kMembershipChanged,  // a node joined (wants in) or left (keep-alive lost): re-form, free
     kRestartRequested,   // a worker failed somewhere: restart now, spends the job-wide budget
     kShutdownRequested,  // the job is over (success elsewhere, or closed): stop workers
+    // The job's store is gone (c10d: the agent hosting it died or is unreachable for the
+    // keep-alive window): no round can form again; stop workers and exit. Local to the node
+    // that noticed (every node notices on its own); `reason` is the sentence to print.
+    kStoreLost,
   };
   Kind kind;
-  std::string reason;  // for the log: "node 3 (host-b) lost its keep-alive", ...
+  // For the log: "node host-b (node rank 3) lost (no keep-alive for 15 s)", ...
+  std::string reason;
+};
+
+// How a worker failure counts (settle_failure()). Every node of the round gets the same
+// answer, so they agree on the job-wide restart count.
+struct FailureVerdict {
+  enum class Kind {
+    kCharged,    // a worker failed and every node answered: the restart spends the budget
+    kNodeLost,   // a node of the round died: re-form with the others, free
+    kStoreLost,  // the job's store is gone (see RendezvousEvent::Kind::kStoreLost)
+  };
+  Kind kind = Kind::kCharged;
+  std::string reason;  // kNodeLost: "node 10.0.0.3 (node rank 2) lost ...", kStoreLost: the cause
 };
 
 class RendezvousHandler {
@@ -73,9 +90,16 @@ class RendezvousHandler {
   // Tells every node that a worker failed here (first failure wins); `report` is the one-line
   // root cause the other nodes print. Increments the job-wide restart count.
   virtual void request_restart(const std::string& report) = 0;
+  // After a worker failure in the current round (here, or a restart event from another node):
+  // decides whether it spends the restart budget, or whether a node of the round was lost (its
+  // workers' peers fail first, within a second; the keep-alive verdict comes later). Blocks up
+  // to the keep-alive window and a little more; call it off the agent's event loop. The first
+  // verdict of a round holds for every node. Default (static): charged at once.
+  virtual FailureVerdict settle_failure() { return {}; }
   // Nodes that asked to join and wait for the next round (elastic scale-up).
   virtual int64_t num_nodes_waiting() = 0;
   // Closes the rendezvous for everyone: no more rounds (job finished or failed for good).
+  // Bounded by a few seconds when the store is gone.
   virtual void set_closed() = 0;
   virtual bool is_closed() = 0;
   // Leaves the rendezvous cleanly (stops keep-alives, releases leases). Idempotent.

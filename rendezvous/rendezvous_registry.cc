@@ -141,6 +141,23 @@ std::unique_ptr<RendezvousHandler> create_rendezvous_handler(const RendezvousPar
 
 namespace detail {
 
+namespace {
+
+// Where and as whom an agent's connection to the job's store connects: declared an agent's, so
+// it sees the store unscoped, outside the workers' per-round namespace (worker_namespace.h).
+TcpStoreClientOptions agent_store_options(const RendezvousParams& params,
+                                          const RendezvousConfig& config) {
+  HostPort hp = parse_host_port(params.endpoint, 29400, "--rdzv_endpoint");
+  TcpStoreClientOptions o;
+  o.host = hp.host;
+  o.port = hp.port;
+  o.token = params.token ? params.token : load_job_token(config.token_file);
+  o.agent = true;
+  return o;
+}
+
+}  // namespace
+
 std::shared_ptr<Store> connect_store(const RendezvousParams& params,
                                      const RendezvousConfig& config) {
   if (params.store) return params.store;
@@ -148,13 +165,12 @@ std::shared_ptr<Store> connect_store(const RendezvousParams& params,
     throw UsageError("rendezvous: no store endpoint; give --rdzv_endpoint host:port (or "
                      "--master_addr/--master_port for static rendezvous)");
   }
-  HostPort hp = parse_host_port(params.endpoint, 29400, "--rdzv_endpoint");
-  TcpStoreClientOptions o;
-  o.host = hp.host;
-  o.port = hp.port;
+  TcpStoreClientOptions o = agent_store_options(params, config);
   o.connect_timeout = config.join_timeout;
-  o.token = params.token ? params.token : load_job_token(config.token_file);
-  o.agent = true;  // rendezvous state lives outside the workers' per-round namespace
+  // The first connect may wait for the host to start (join timeout); a store that answered
+  // once and then does not for this long has died with its agent, and the caller must hear
+  // so within seconds (the keep-alive declares the store lost), not after the join timeout.
+  o.reconnect_timeout = std::min<Duration>(config.join_timeout, kStoreReconnectTimeout);
   return std::make_shared<TcpStoreClient>(o);
 }
 
@@ -165,15 +181,16 @@ std::function<std::shared_ptr<Store>()> store_opener(const RendezvousParams& par
   if (params.store || params.endpoint.empty()) {
     return [main_store] { return main_store; };
   }
-  RendezvousParams copy = params;
-  RendezvousConfig bounded = config;
-  bounded.join_timeout = std::max<Duration>(
-      config.keep_alive_interval * config.keep_alive_max_attempt, std::chrono::seconds(5));
-  return [copy, bounded] {
-    auto store = connect_store(copy, bounded);
-    store->set_timeout(bounded.join_timeout);
-    return store;
-  };
+  if (params.endpoint.empty()) throw UsageError("rendezvous: no store endpoint");
+  // Connects lazily (at the thread's first call, which interrupt() can end) and for at most
+  // kStoreReconnectTimeout per attempt: the threads retry, and shutdown() must stay quick when
+  // the store host is gone. Replies are bounded by the keep-alive window (at least 5 s).
+  TcpStoreClientOptions o = agent_store_options(params, config);
+  o.connect_timeout = std::min<Duration>(config.join_timeout, kStoreReconnectTimeout);
+  o.lazy_connect = true;
+  o.timeout = std::max<Duration>(config.keep_alive_interval * config.keep_alive_max_attempt,
+                                 std::chrono::seconds(5));
+  return [o] { return std::make_shared<TcpStoreClient>(o); };
 }
 
 std::string make_node_id(const std::string& host) {

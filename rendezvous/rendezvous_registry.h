@@ -78,11 +78,15 @@ void register_rendezvous_backend(const std::string& name, RendezvousFactory fact
 std::unique_ptr<RendezvousHandler> create_rendezvous_handler(const RendezvousParams& params);
 
 namespace detail {
+// How long a TCP store client of the rendezvous tries to connect again after it lost a
+// connection that worked (per attempt of a background thread, likewise).
+inline constexpr Duration kStoreReconnectTimeout = std::chrono::seconds(2);
 // The store a handler uses, connecting to params.endpoint if needed (shared by backends).
 // Connecting gives up after the join timeout.
 std::shared_ptr<Store> connect_store(const RendezvousParams& params, const RendezvousConfig& config);
-// A fresh connection for a background thread (see RendezvousParams::open_store). Its connects
-// and replies are bounded by the keep-alive window (at least 5 s), not the join timeout: the
+// A fresh connection for a background thread (see RendezvousParams::open_store). It connects
+// at its first call (so interrupt() can end the connect) within kStoreReconnectTimeout, and its
+// replies are bounded by the keep-alive window (at least 5 s), not the join timeout: the
 // threads are joined by shutdown(), which must stay quick when the store host is gone.
 std::function<std::shared_ptr<Store>()> store_opener(const RendezvousParams& params,
                                                      const RendezvousConfig& config,

@@ -1,10 +1,13 @@
 #include "rendezvous/static_rendezvous.h"
 
+#include <fmt/format.h>
+
 #include <sstream>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "rendezvous/host_port.h"
+#include "rendezvous/job_token.h"
 #include "rendezvous/prefix_store.h"
 
 namespace dlaunch {
@@ -68,6 +71,17 @@ std::string StaticRendezvous::node_key(int64_t round, int64_t rank) const {
 
 namespace {
 
+// "host (pid N)" from a record's node id "<host>-<pid>-<random>": two agents on one host (a
+// copied command line) differ by pid only.
+template <typename R>
+std::string agent(const R& r) {
+  size_t last = r.id.rfind('-');
+  size_t pid =
+      last == std::string::npos || last == 0 ? std::string::npos : r.id.rfind('-', last - 1);
+  if (pid == std::string::npos) return r.host;
+  return r.host + " (pid " + r.id.substr(pid + 1, last - pid - 1) + ")";
+}
+
 std::string describe(const char* what, const std::string& host, const std::string& value) {
   return std::string(what) + " " + value + " on " + host;
 }
@@ -124,8 +138,8 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
     Record other = decode(current);
     std::string m = mismatch(mine, other);
     if (m.empty()) {
-      m = "node rank " + std::to_string(me) + " is claimed by two agents: " + other.host +
-          " and " + mine.host + " (run id '" + mine.run_id + "'); give every node a distinct "
+      m = "node rank " + std::to_string(me) + " is claimed by two agents: " + agent(other) +
+          " and " + agent(mine) + " (run id '" + mine.run_id + "'); give every node a distinct "
           "--node_rank in 0.." + std::to_string(n - 1);
     }
     fail_conflict(round, m);
@@ -158,13 +172,19 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
         m += (i ? ", " : "") + std::to_string(missing[i]);
       }
       if (missing.size() > 20) m += ", ...";
+      int64_t refused = job_token_refusals();
       throw TimeoutError(
-          "static rendezvous: after " + std::to_string(to_seconds(config_.join_timeout)) +
+          "static rendezvous: after " + fmt::format("{:g}", to_seconds(config_.join_timeout)) +
           " s (join_timeout) " + std::to_string(missing.size()) + " of " + std::to_string(n) +
           " nodes never joined (missing node ranks: " + m + "; joined: " + joined +
+          (refused > 0 ? fmt::format("; this node's store refused {} client(s) for a job token "
+                                     "that differs from its own",
+                                     refused)
+                       : std::string()) +
           "); check that every node runs dlaunch with --nnodes " + std::to_string(n) +
           ", a distinct --node_rank and the same --master_addr/--master_port (" +
-          params_.endpoint + ")");
+          params_.endpoint + ")" +
+          (refused > 0 ? ", and give every node the same DLAUNCH_JOB_TOKEN" : ""));
     }
     try {
       store_->wait({all_key}, std::min<Duration>(slice, deadline - now));

@@ -9,6 +9,8 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -83,6 +85,7 @@ class TcpStoreClient::CallScope {
 
 TcpStoreClient::TcpStoreClient(TcpStoreClientOptions options) : options_(std::move(options)) {
   set_timeout(options_.timeout);
+  if (options_.lazy_connect) return;
   CallScope call(*this);
   ensure_connected();
 }
@@ -132,13 +135,19 @@ void TcpStoreClient::drop() {
 
 void TcpStoreClient::ensure_connected() {
   if (fd_ >= 0) return;
-  auto deadline = deadline_after(options_.connect_timeout);
+  const Duration bound = connected_once_ && options_.reconnect_timeout
+                             ? *options_.reconnect_timeout
+                             : options_.connect_timeout;
+  auto deadline = deadline_after(bound);
   auto backoff = std::chrono::milliseconds(20);
   std::string last_error;
+  const auto started = SteadyTime::now();
+  auto next_note = started + options_.waiting_note_every;
   while (true) {
     try {
       connect_once(deadline);
       handshake(deadline);
+      connected_once_ = true;
       return;
     } catch (const ConnectionError& e) {
       drop();
@@ -152,6 +161,14 @@ void TcpStoreClient::ensure_connected() {
       last_error = e.what();
     }
     if (SteadyTime::now() + backoff >= deadline) break;
+    if (!connected_once_ && SteadyTime::now() >= next_note) {
+      next_note += options_.waiting_note_every;
+      log_info("still waiting for the store at {} ({:.0f} s so far, up to {:g} s; last error: {}); "
+               "it is hosted by the agent of node rank 0 (static) or the one owning "
+               "--rdzv_endpoint (c10d): start it, or check its address and port",
+               endpoint(), to_seconds(SteadyTime::now() - started), to_seconds(bound),
+               last_error);
+    }
     {
       // Back off, but wake at once for interrupt().
       std::unique_lock<std::mutex> lock(state_mutex_);
@@ -162,8 +179,7 @@ void TcpStoreClient::ensure_connected() {
   }
   if (interrupted()) throw_closed("");
   throw ConnectionError("cannot reach the store at " + endpoint() + " within " +
-                        std::to_string(to_seconds(options_.connect_timeout)) +
-                        " s (last error: " + last_error +
+                        fmt::format("{:g}", to_seconds(bound)) + " s (last error: " + last_error +
                         "); check that the agent hosting it (node rank 0, or the owner of "
                         "--rdzv_endpoint) is running, that the address and port are right, "
                         "and that no firewall blocks the port");
@@ -365,8 +381,9 @@ void TcpStoreClient::recv_exact(void* dst, size_t n, SteadyTime::time_point dead
       throw_closed(std::string("store ") + endpoint() + " closed the connection during " +
                    what + (key.empty() ? "" : " '" + key + "'") +
                    (err ? std::string(" (") + std::strerror(err) + ")" : "") +
-                   "; the agent hosting the store probably exited, or refused this "
-                   "client (job token)");
+                   (options_.token ? "; the agent hosting the store probably exited, or "
+                                     "refused this client's job token"
+                                   : "; the agent hosting the store probably exited"));
     }
     if (direct) {
       got += static_cast<size_t>(r);
@@ -440,7 +457,7 @@ Bytes TcpStoreClient::get(const std::string& key) {
     return recv_bytes(deadline_after(timeout()), "GET", key);
   } catch (const TimeoutError&) {
     throw TimeoutError("store " + endpoint() + ": key '" + key + "' did not appear within " +
-                       std::to_string(to_seconds(timeout())) + " s");
+                       fmt::format("{:g}", to_seconds(timeout())) + " s");
   }
 }
 
@@ -519,7 +536,7 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, Duration timeout
     }
     if (raced) return;
     throw TimeoutError("store " + endpoint() + ": key(s) " + describe_keys(keys) +
-                       " did not appear within " + std::to_string(to_seconds(timeout)) + " s");
+                       " did not appear within " + fmt::format("{:g}", to_seconds(timeout)) + " s");
   }
   uint8_t r = recv_u8(answer_deadline, "WAIT");
   if (r != wire::kStopWaiting) {
@@ -559,7 +576,7 @@ std::vector<Bytes> TcpStoreClient::multi_get(const std::vector<std::string>& key
     }
   } catch (const TimeoutError&) {
     throw TimeoutError("store " + endpoint() + ": key(s) " + describe_keys(keys) +
-                       " did not all appear within " + std::to_string(to_seconds(timeout())) +
+                       " did not all appear within " + fmt::format("{:g}", to_seconds(timeout())) +
                        " s");
   }
   return values;

@@ -38,6 +38,18 @@ struct TcpStoreClientOptions {
   std::string host = "127.0.0.1";
   uint16_t port = 0;
   Duration connect_timeout = std::chrono::seconds(60);
+  // Bound for connecting again after a connection that once worked was lost (the server died,
+  // or a timeout dropped the connection); nullopt: connect_timeout. A store that answered
+  // before and is gone for this long is not starting up, it is gone: callers that must not
+  // hang on a dead store host (the rendezvous) keep this to a few seconds.
+  std::optional<Duration> reconnect_timeout;
+  // Do not connect in the constructor but at the first call, so the client exists (and
+  // interrupt() can end its connect) before any I/O: for background threads that a shutdown
+  // must be able to stop at once.
+  bool lazy_connect = false;
+  // While the first connect keeps failing (the host is not up yet: a node started before node
+  // 0), say so this often, so a waiting node is not silent for the whole join timeout.
+  Duration waiting_note_every = std::chrono::seconds(30);
   Duration timeout = Store::kDefaultTimeout;
   std::optional<std::string> token;  // the job token; nullopt: connect without one
   // true: declare this connection an agent's (dlaunch's DECLARE_AGENT, which only dlaunch's
@@ -112,6 +124,7 @@ class TcpStoreClient final : public Store {
   bool busy_ = false;         // a call is in progress
   bool interrupted_ = false;  // interrupt() hit the call in progress
   int recv_timeout_ms_ = 0;   // SO_RCVTIMEO now set on fd_ (0: none)
+  bool connected_once_ = false;  // a connection succeeded: later connects use reconnect_timeout
   Bytes wbuf_;                // the request being sent (reused)
   Bytes rbuf_;                // received bytes: [rpos_, rend_) not yet consumed
   size_t rpos_ = 0, rend_ = 0;

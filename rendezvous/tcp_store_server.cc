@@ -241,6 +241,13 @@ struct TcpStoreServer::Impl {
   void close(const ConnPtr& c) {
     if (c->closed) return;
     c->closed = true;
+    if (c->auth_begun && !c->authenticated) {  // a client checks our proof first, then leaves
+      note_job_token_refusal();
+      complain("refused client " + c->peer + ": " +
+               (options.token ? "its job token differs from this store's"
+                              : "it has a job token, this store none") +
+               " (give every node the same DLAUNCH_JOB_TOKEN)");
+    }
     if (c->parked) unpark(c);
     boost::system::error_code ignore;
     c->socket.shutdown(tcp::socket::shutdown_both, ignore);
@@ -499,6 +506,8 @@ struct TcpStoreServer::Impl {
       auto expected = client_proof(*options.token, c->client_nonce, c->server_nonce);
       if (!constant_time_equal(expected.data(), q.digest.data(), expected.size())) {
         complain("refused client " + c->peer + ": wrong job token (check DLAUNCH_JOB_TOKEN)");
+        c->auth_begun = false;  // logged
+        note_job_token_refusal();
         close(c);
         return true;
       }

@@ -4,9 +4,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <memory>
 #include <regex>
 #include <set>
+#include <thread>
 
 #include "etcd_test_env.h"
 #include "tests/support/subprocess.h"
@@ -110,11 +113,100 @@ TEST_F(EtcdDlaunchTest, KilledAgentIsReplacedByARoundOfTheSurvivors) {
       60s))
       << agents[0]->err() << agents[1]->err();
   for (int i = 0; i < 2; ++i) {
-    EXPECT_NE(agents[i]->err().find("lost its keep-alive"), std::string::npos) << agents[i]->err();
+    EXPECT_NE(agents[i]->err().find(") lost (no keep-alive for"), std::string::npos)
+        << agents[i]->err();
     EXPECT_NE(agents[i]->err().find("restart count 0/0"), std::string::npos) << agents[i]->err();
     agents[i]->signal(SIGTERM);
   }
   for (int i = 0; i < 2; ++i) EXPECT_TRUE(agents[i]->wait(30s).has_value());
+}
+
+// As above, but the survivors' workers fail first (as gloo's do when a peer is gone) and the
+// budget is 0: the failure waits for the lease verdict, is free, and the job finishes.
+TEST_F(EtcdDlaunchTest, KilledAgentWhosePeersFailDoesNotSpendTheRestartBudget) {
+  testing::TempDir ready;
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int h = 1; h <= 3; ++h) {
+    agents.push_back(agent(h, "1:3", 1,
+                           {TEST_WORKER_BIN, "fail-when-peer-dies", "ready=" + ready.path()}));
+  }
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        for (int r = 0; r < 3; ++r) {
+          if (!testing::file_exists(ready.file("ready." + std::to_string(r)))) return false;
+        }
+        return true;
+      },
+      60s))
+      << agents[0]->err() << agents[1]->err() << agents[2]->err();
+  for (auto& p : agents) ASSERT_NE(p->err().find(" of 3 (node "), std::string::npos) << p->err();
+  agents[2]->signal(SIGKILL);
+  agents[2]->wait(10s);
+  for (int i = 0; i < 2; ++i) {
+    auto e = agents[i]->wait(60s);
+    ASSERT_TRUE(e) << agents[i]->err();
+    EXPECT_EQ(e->shell_code(), 0) << agents[i]->err();
+    EXPECT_NE(agents[i]->out().find("world=2 attempt=1 restart_count=0"), std::string::npos)
+        << agents[i]->out() << agents[i]->err();
+    EXPECT_NE(agents[i]->err().find("node 127.0.0.13 (node rank "), std::string::npos)
+        << agents[i]->err();
+  }
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// An etcd outage of a few seconds under running agents: each says so once, not once or twice
+// per second, and once more when etcd is back; the job goes on.
+TEST_F(EtcdDlaunchTest, EtcdOutageIsLoggedOnceAndItsEndToo) {
+  char dir_template[] = "/tmp/dlaunch-etcd-outage-XXXXXX";
+  ASSERT_NE(mkdtemp(dir_template), nullptr);
+  const std::string dir = dir_template;
+  const std::string scripts = DLAUNCH_CLUSTER_SCRIPTS;
+  ASSERT_EQ(std::system((scripts + "/start_etcd.sh " + dir + " >/dev/null 2>&1").c_str()), 0);
+  std::string endpoint, pid;
+  std::ifstream(dir + "/endpoint") >> endpoint;
+  std::ifstream(dir + "/etcd.pid") >> pid;
+  // The daemon's own command line, to start it again on the same ports and data.
+  std::ifstream cmdline_file("/proc/" + pid + "/cmdline");
+  std::string raw((std::istreambuf_iterator<char>(cmdline_file)), std::istreambuf_iterator<char>());
+  std::string command;
+  for (char ch : raw) command += ch == '\0' ? ' ' : ch;
+  ASSERT_FALSE(command.empty());
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int host = 1; host <= 2; ++host) {
+    agents.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        DLAUNCH_BIN, "--nnodes", "2", "--rdzv_backend", "etcd", "--rdzv_endpoint", endpoint,
+        "--rdzv_id", run_id_, "--rdzv_conf",
+        "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=30,join_timeout=60",
+        "--local_addr", "127.0.0." + std::to_string(10 + host), "--no_python", "--no_slurm",
+        TEST_WORKER_BIN, "sleep", "seconds=10"}));
+  }
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        return agents[0]->err().find("attempt 0: starting") != std::string::npos &&
+               agents[1]->err().find("attempt 0: starting") != std::string::npos;
+      },
+      60s));
+  ASSERT_EQ(std::system(("kill -9 " + pid).c_str()), 0);
+  std::this_thread::sleep_for(4s);  // 8 keep-alive intervals without etcd
+  ASSERT_EQ(std::system(("cd " + dir + " && (setsid " + command +
+                         " </dev/null >/dev/null 2>&1 & echo $! > " + dir + "/etcd.pid)")
+                            .c_str()),
+            0);
+  for (auto& a : agents) {
+    auto e = a->wait(60s);
+    ASSERT_TRUE(e) << a->err();
+    EXPECT_EQ(e->shell_code(), 0) << a->err();
+    std::string err = a->err();
+    EXPECT_LE(count_of(err, "retrying"), 3u) << err;
+    EXPECT_EQ(count_of(err, "reachable again"), 1u) << err;
+  }
+  std::system((scripts + "/stop_etcd.sh " + dir + " >/dev/null 2>&1").c_str());
+  std::system(("rm -rf " + dir).c_str());
 }
 
 }  // namespace

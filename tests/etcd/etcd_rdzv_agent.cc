@@ -48,6 +48,8 @@ const char* kind_name(dlaunch::RendezvousEvent::Kind k) {
       return "restart";
     case dlaunch::RendezvousEvent::Kind::kShutdownRequested:
       return "shutdown";
+    case dlaunch::RendezvousEvent::Kind::kStoreLost:
+      return "store-lost";
   }
   return "?";
 }

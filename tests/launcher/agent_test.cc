@@ -404,6 +404,11 @@ class FakeRendezvous : public RendezvousHandler {
   void set_closed() override { closed = true; }
   bool is_closed() override { return closed; }
   void shutdown() override { shut_down = true; }
+  FailureVerdict settle_failure() override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++settled;
+    return verdict;
+  }
 
   void fire(RendezvousEvent::Kind kind, const std::string& reason, bool spends) {
     std::function<void(const RendezvousEvent&)> cb;
@@ -421,6 +426,8 @@ class FakeRendezvous : public RendezvousHandler {
   std::vector<std::string> reports;
   bool closed = false;
   bool shut_down = false;
+  FailureVerdict verdict;  // what settle_failure() answers
+  int settled = 0;
 
  private:
   std::mutex mutex_;
@@ -484,6 +491,60 @@ TEST(AgentRendezvous, LocalFailureIsPushedToTheOtherNodes) {
   EXPECT_NE(rdzv->reports[0].find("rank 3"), std::string::npos) << rdzv->reports[0];
   EXPECT_NE(rdzv->reports[0].find("exit code 9"), std::string::npos) << rdzv->reports[0];
   EXPECT_TRUE(rdzv->closed);  // the budget is spent: no more rounds for anyone
+}
+
+// Workers that fail because a peer node died are node loss, not a worker failure: with the
+// budget at 0 the agent asks the rendezvous for the verdict and re-forms for free.
+TEST(AgentRendezvous, WorkerFailureSettledAsNodeLossIsAFreeRestart) {
+  asio::io_context io;
+  FakeProcessContext procs(io);
+  auto rdzv = std::make_shared<FakeRendezvous>();
+  rdzv->verdict = {FailureVerdict::Kind::kNodeLost, "node b (node rank 0) lost"};
+  procs.script = [](int64_t lr, int64_t attempt) {
+    if (attempt == 0) return lr == 0 ? Behaviour{ExitStatus::exited(1)} : Behaviour{};
+    return Behaviour{ExitStatus::exited(0)};
+  };
+  auto opts = options();
+  opts.rendezvous = rdzv;
+  ::testing::internal::CaptureStderr();
+  Agent agent(config(2, 0), procs, io, opts);
+  int code = agent.run();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, exit_codes::kSuccess) << err;
+  EXPECT_EQ(rdzv->settled, 1);
+  EXPECT_EQ(agent.generations(), 2);
+  EXPECT_EQ(agent.restarts_used(), 0);
+  EXPECT_NE(err.find("node b (node rank 0) lost"), std::string::npos) << err;
+  EXPECT_NE(err.find("not counted as a restart"), std::string::npos) << err;
+}
+
+// The job's store is gone: the agent stops its workers and fails with the handler's sentence,
+// once, and does not ask for another round.
+TEST(AgentRendezvous, StoreLostStopsTheWorkersAndFailsWithOneSentence) {
+  asio::io_context io;
+  FakeProcessContext procs(io);
+  auto rdzv = std::make_shared<FakeRendezvous>();
+  const std::string why = "the agent hosting the c10d store at 10.0.0.1:29400 is gone";
+  procs.script = [&](int64_t lr, int64_t) {
+    if (lr == 1) {
+      std::thread([rdzv, why]() {
+        rdzv->fire(RendezvousEvent::Kind::kStoreLost, why, false);
+      }).detach();
+    }
+    return Behaviour{};  // run until stopped
+  };
+  auto opts = options();
+  opts.rendezvous = rdzv;
+  ::testing::internal::CaptureStderr();
+  Agent agent(config(2, 3), procs, io, opts);
+  int code = agent.run();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, exit_codes::kWorkersFailed) << err;
+  EXPECT_EQ(rdzv->rounds(), 1);
+  EXPECT_EQ(agent.restarts_used(), 0);
+  size_t at = err.find(why);
+  ASSERT_NE(at, std::string::npos) << err;
+  EXPECT_EQ(err.find(why, at + 1), std::string::npos) << err;
 }
 
 // One node of a 2-node job whose round carries a shared store (so the agents run the exit

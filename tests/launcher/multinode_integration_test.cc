@@ -12,6 +12,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/subprocess.h"
@@ -63,6 +64,30 @@ TEST(DlaunchMultiNode, StaticRanksFollowNodeRank) {
   EXPECT_EQ(c["GROUP_RANK"], "1");
   EXPECT_EQ(c["LOCAL_WORLD_SIZE"], "1");
   EXPECT_EQ(a["LOCAL_WORLD_SIZE"], "2");
+}
+
+// A command line copied to two agents on one host claims one node rank twice; the message
+// must tell the two apart (they share the host name), by pid.
+TEST(DlaunchMultiNode, TwoAgentsOnOneHostClaimingOneNodeRankAreNamedByPid) {
+  std::string port = std::to_string(free_port());
+  auto node = [&](const std::string& rank) {
+    return std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "3", "--node_rank", rank, "--master_port", port, "--rdzv_id",
+        "dup", "--rdzv_conf", "join_timeout=20", kWorker, "ok"});
+  };
+  auto n0 = node("0");
+  auto a = node("1");
+  auto b = node("1");
+  std::string all;
+  for (auto* n : {&n0, &a, &b}) {
+    auto e = (*n)->wait(60s);
+    ASSERT_TRUE(e) << (*n)->err();
+    EXPECT_NE(e->shell_code(), 0) << (*n)->err();
+    all += (*n)->err();
+  }
+  EXPECT_NE(all.find("node rank 1 is claimed by two agents"), std::string::npos) << all;
+  EXPECT_NE(all.find("(pid " + std::to_string(a->pid()) + ")"), std::string::npos) << all;
+  EXPECT_NE(all.find("(pid " + std::to_string(b->pid()) + ")"), std::string::npos) << all;
 }
 
 TEST(DlaunchMultiNode, FailureOnOneNodeRestartsEveryNode) {
@@ -141,6 +166,126 @@ TEST(DlaunchMultiNode, ElasticNodeLossReformsWithoutSpendingRestarts) {
     ASSERT_TRUE(e) << nodes[i]->err();
     EXPECT_EQ(e->shell_code(), 0) << nodes[i]->err();
     EXPECT_NE(nodes[i]->out().find("world=2 attempt=1"), std::string::npos) << nodes[i]->out();
+    EXPECT_NE(nodes[i]->err().find("not counted as a restart"), std::string::npos)
+        << nodes[i]->err();
+  }
+}
+
+// The agent hosting the c10d store (the job's single point of failure) is SIGKILLed while
+// every worker runs: the others must notice within the keep-alive window, stop their workers
+// and exit with one sentence naming the store host. They used to run on (their workers never
+// failed), or retry until the join timeout (600 s here), then wait that long again to close.
+TEST(DlaunchMultiNode, StoreHostKilledEndsEveryOtherAgentWithOneSentence) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  TempDir ready;
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "2:3", "--rdzv_endpoint", endpoint, "--rdzv_id", "hostloss",
+        "--rdzv_conf", "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=3",
+        kWorker, "sleep", "ready=" + ready.path()}));
+  }
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (int r = 0; r < 3; ++r) {
+          if (!file_exists(ready.file("ready." + std::to_string(r)))) return false;
+        }
+        return true;
+      },
+      60s));
+  size_t host = nodes.size();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i]->err().find("hosting the job's store") != std::string::npos) host = i;
+  }
+  ASSERT_LT(host, nodes.size());
+  nodes[host]->signal(SIGKILL);
+  ASSERT_TRUE(nodes[host]->wait(30s));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i == host) continue;
+    auto e = nodes[i]->wait(60s);  // the window is 3 s; the join timeout 600 s
+    ASSERT_TRUE(e) << "still running a minute after the store host died:\n" << nodes[i]->err();
+    EXPECT_EQ(e->shell_code(), 1) << nodes[i]->err();
+    std::string err = nodes[i]->err();
+    size_t at = err.find("single point of failure");
+    ASSERT_NE(at, std::string::npos) << err;
+    EXPECT_EQ(err.find("single point of failure", at + 1), std::string::npos) << "said twice:\n"
+                                                                               << err;
+    EXPECT_NE(err.find("c10d store at " + endpoint), std::string::npos) << err;
+    EXPECT_NE(err.find("--rdzv_backend etcd"), std::string::npos) << err;
+  }
+}
+
+// SIGTERM must end an agent within the shutdown grace at any point, also while its workers
+// failed and it waits on a dead store (here for a long keep-alive window, with restarts
+// left). It used to block its event loop reconnecting until the join timeout.
+TEST(DlaunchMultiNode, SigtermEndsAnAgentWaitingOnADeadStore) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  TempDir ready;
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "2", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint,
+        "--rdzv_id", "termdead", "--max_restarts", "3", "--rdzv_conf",
+        "last_call_timeout=0.5,keep_alive_interval=5,keep_alive_max_attempt=60", kWorker,
+        "fail-when-peer-dies", "ready=" + ready.path()}));
+  }
+  ASSERT_TRUE(wait_until(
+      [&] { return file_exists(ready.file("ready.0")) && file_exists(ready.file("ready.1")); },
+      60s));
+  size_t host = nodes[0]->err().find("hosting the job's store") != std::string::npos ? 0 : 1;
+  Subprocess& other = *nodes[1 - host];
+  nodes[host]->signal(SIGKILL);
+  ASSERT_TRUE(nodes[host]->wait(30s));
+  // Its worker fails at once (the peer is gone); the agent now waits on the dead store.
+  ASSERT_TRUE(wait_until(
+      [&] { return other.err().find("failed: exit code 1") != std::string::npos; }, 30s))
+      << other.err();
+  std::this_thread::sleep_for(1s);
+  other.signal(SIGTERM);
+  auto e = other.wait(30s);  // --shutdown_grace 5 s; the window 300 s, the join timeout 600 s
+  ASSERT_TRUE(e) << "SIGTERM did not end the agent:\n" << other.err();
+  EXPECT_EQ(e->shell_code(), 128 + SIGTERM) << other.err();
+}
+
+// Three agents, --max_restarts 0: one is SIGKILLed, and the survivors' workers fail at once
+// (as gloo does when a peer is gone). That is node loss, not a worker failure: the survivors
+// re-form without spending the budget, finish, and name the lost node as the cause.
+TEST(DlaunchMultiNode, NodeKilledWhileItsPeersFailDoesNotSpendTheRestartBudget) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  TempDir ready;
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        // last call 3 s: round 0 has all three nodes even when one agent starts late on a
+        // busy machine (a late one would join a second round as its first attempt).
+        kDlaunch, "--nnodes", "1:3", "--rdzv_endpoint", endpoint, "--rdzv_id", "lossfail",
+        "--max_restarts", "0", "--rdzv_conf",
+        "last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=3", kWorker,
+        "fail-when-peer-dies", "ready=" + ready.path()}));
+  }
+  ASSERT_TRUE(wait_until(
+      [&] {
+        for (int r = 0; r < 3; ++r) {
+          if (!file_exists(ready.file("ready." + std::to_string(r)))) return false;
+        }
+        return true;
+      },
+      60s));
+  size_t victim = nodes.size();
+  for (size_t i = 0; i < nodes.size() && victim == nodes.size(); ++i) {
+    if (nodes[i]->err().find("hosting the job's store") == std::string::npos) victim = i;
+  }
+  ASSERT_LT(victim, nodes.size());
+  nodes[victim]->signal(SIGKILL);
+  ASSERT_TRUE(nodes[victim]->wait(30s));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i == victim) continue;
+    auto e = nodes[i]->wait(60s);
+    ASSERT_TRUE(e) << nodes[i]->err();
+    EXPECT_EQ(e->shell_code(), 0) << nodes[i]->err();
+    EXPECT_NE(nodes[i]->out().find("world=2 attempt=1 restart_count=0"), std::string::npos)
+        << nodes[i]->out() << nodes[i]->err();
+    EXPECT_NE(nodes[i]->err().find(") lost (no keep-alive"), std::string::npos) << nodes[i]->err();
     EXPECT_NE(nodes[i]->err().find("not counted as a restart"), std::string::npos)
         << nodes[i]->err();
   }

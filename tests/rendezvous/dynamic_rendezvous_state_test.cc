@@ -115,6 +115,10 @@ TEST(DynamicState, RoundTripsAndRejectsGarbage) {
   EXPECT_EQ(back.host, "[::1]");
   EXPECT_EQ(back.local_world_size, 8);
   EXPECT_EQ(back.rank_hint, 3);
+  EXPECT_EQ(back.previous_rank, -1);
+  d.previous_rank = 5;
+  EXPECT_EQ(NodeDescriptor::decode(d.encode()).previous_rank, 5);
+  EXPECT_EQ(NodeDescriptor::decode(to_bytes("h-2|10.0.0.2|4|-1")).previous_rank, -1);  // older form
   EXPECT_THROW(NodeDescriptor::decode(to_bytes("nope")), ProtocolError);
 }
 
@@ -132,6 +136,26 @@ TEST(AssignRanks, HonoursUniqueHintsAndFillsTheRestByArrival) {
   EXPECT_EQ(r[0], 1u);  // b, c, d fill 0, 2, 3 in arrival order
   EXPECT_EQ(r[2], 2u);
   EXPECT_EQ(r[3], 3u);
+}
+
+// A node joining a running job arrives first in the next round (it was already waiting); the
+// running nodes must keep their ranks (node 0 stays node 0), and survivors of a node loss keep
+// theirs where they still fit.
+TEST(AssignRanks, NodesKeepTheirPreviousRankBehindExplicitHints) {
+  auto node = [](const char* id, int64_t hint, int64_t previous) {
+    NodeDescriptor d{id, id, 1, hint};
+    d.previous_rank = previous;
+    return d;
+  };
+  // Scale-up: "new" arrived first, a and b ran as ranks 0 and 1.
+  auto r = assign_ranks({node("new", -1, -1), node("b", -1, 1), node("a", -1, 0)});
+  EXPECT_EQ(r, (std::vector<size_t>{2, 1, 0}));
+  // Scale-down: ranks 0 and 2 survived; 2 no longer fits and takes the free rank 1.
+  r = assign_ranks({node("c", -1, 2), node("a", -1, 0)});
+  EXPECT_EQ(r, (std::vector<size_t>{1, 0}));
+  // An explicit hint wins over a previous rank.
+  r = assign_ranks({node("a", -1, 0), node("hinted", 0, -1)});
+  EXPECT_EQ(r, (std::vector<size_t>{1, 0}));
 }
 
 TEST(WatchedRanks, RingNeighbours) {

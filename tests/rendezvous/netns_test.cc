@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -80,6 +81,11 @@ class NetnsTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (geteuid() != 0) GTEST_SKIP() << "needs root for ip netns";
+    // The namespaces and links have fixed names: one test at a time on this host (ctest -j runs
+    // each test in its own process).
+    lock_fd_ = ::open("/tmp/dlaunch_netns_test.lock", O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+    ASSERT_GE(lock_fd_, 0);
+    ASSERT_EQ(::flock(lock_fd_, LOCK_EX), 0);
     if (sh("ip netns add dl_probe_" + std::to_string(getpid())) != 0) {
       GTEST_SKIP() << "ip netns unavailable (iproute2 missing or no CAP_SYS_ADMIN)";
     }
@@ -99,7 +105,11 @@ class NetnsTest : public ::testing::Test {
     };
     for (const char* cmd : setup) ASSERT_EQ(sh(cmd), 0) << cmd;
   }
-  void TearDown() override { teardown(); }
+  void TearDown() override {
+    teardown();
+    if (lock_fd_ >= 0) ::close(lock_fd_);  // releases the lock
+  }
+  int lock_fd_ = -1;
   static void teardown() {
     for (const char* ns : {"dl_a", "dl_b", "dl_c"}) sh(std::string("ip netns del ") + ns);
   }
@@ -146,6 +156,57 @@ TEST_F(NetnsTest, PartitionedNodeIsDetectedAndTheOthersReForm) {
   EXPECT_EQ(ra.substr(0, 8), "ROUND 1 ") << a->output();
   EXPECT_EQ(ra.substr(ra.rfind(' ') + 1), "2") << ra;
   EXPECT_EQ(rb.substr(rb.rfind(' ') + 1), "2") << rb;
+}
+
+// A link cut (not a process death) while real dlaunch agents run workers that then fail, as
+// gloo's would when a peer stops answering: with --max_restarts 0 the two connected nodes must
+// re-form and finish without spending the budget, naming node-c as lost; node-c, cut off from
+// the store, exits with the store-host sentence.
+TEST_F(NetnsTest, LinkCutWhileWorkersFailReformsWithoutSpendingTheBudget) {
+  // Last call 2 s: the first round has all three nodes even if one starts late.
+  const std::string conf =
+      "keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=2,join_timeout=60";
+  char tmpl[] = "/tmp/dl_netns_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string trigger = std::string(tmpl) + "/fail";
+  auto agent = [&](const char* ns, const char* endpoint, const char* local_addr) {
+    std::string cmd = std::string("exec ") + DLAUNCH_BIN + " --nnodes 2:3 --max_restarts 0" +
+                      " --rdzv_backend c10d --rdzv_id netnsfail --rdzv_endpoint " + endpoint +
+                      " --local_addr " + local_addr + " --rdzv_conf " + conf + " " +
+                      TEST_WORKER_BIN + " fail-first-attempt-when file=" + trigger + " 2>&1";
+    return std::make_unique<Proc>(
+        std::vector<std::string>{"ip", "netns", "exec", ns, "sh", "-c", cmd});
+  };
+  auto a = agent("dl_a", "0.0.0.0:29478", "10.77.1.1");
+  std::this_thread::sleep_for(300ms);
+  auto b = agent("dl_b", "10.77.1.1:29478", "10.77.1.2");
+  auto c = agent("dl_c", "10.77.2.1:29478", "10.77.2.2");
+  for (auto* p : {a.get(), b.get(), c.get()}) {
+    std::string line = p->wait_line("[dlaunch", 30s);
+    ASSERT_FALSE(line.empty()) << p->output();
+  }
+  for (auto* p : {a.get(), b.get(), c.get()}) {
+    // "attempt 0: starting 1 worker(s), ... of 3 (node k of 3)"
+    std::string line;
+    for (int i = 0; i < 50 && line.find("attempt 0: starting") == std::string::npos; ++i) {
+      line = p->wait_line("[dlaunch", 30s);
+    }
+    ASSERT_NE(line.find("of 3)"), std::string::npos) << p->output();
+  }
+  ASSERT_EQ(sh("ip -n dl_c link set dl_ca down"), 0);
+  ASSERT_EQ(sh("touch " + trigger), 0);  // every worker fails now, node-c's too
+  for (auto* p : {a.get(), b.get()}) {
+    std::string ok = p->wait_line("[default0]:ok", 60s);
+    EXPECT_NE(ok.find("world=2 attempt=1 restart_count=0"), std::string::npos) << p->output();
+    EXPECT_NE(p->output().find("node 10.77.2.2 (node rank "), std::string::npos) << p->output();
+    EXPECT_NE(p->output().find("not counted as a restart"), std::string::npos) << p->output();
+  }
+  std::string lost = c->wait_line("[dlaunch", 30s);
+  for (int i = 0; i < 50 && c->output().find("single point of failure") == std::string::npos; ++i) {
+    lost = c->wait_line("[dlaunch", 30s);
+  }
+  EXPECT_NE(c->output().find("single point of failure"), std::string::npos) << c->output();
+  sh(std::string("rm -rf ") + tmpl);
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "rendezvous/job_token.h"
 #include "rendezvous/rendezvous_events.h"
 #include "rendezvous/rendezvous_registry.h"
 #include "rendezvous/tcp_store_client.h"
@@ -38,6 +39,14 @@ class RendezvousTest : public ::testing::Test {
   std::unique_ptr<TcpStoreServer> server_;
   uint16_t port_ = 0;
 };
+
+// A port nobody listens on right now.
+int free_port_for_test() {
+  TcpStoreServer probe(TcpStoreServerOptions{});
+  int port = probe.start();
+  probe.stop();
+  return port;
+}
 
 // Runs next_rendezvous on every handler at once.
 std::vector<RendezvousResult> meet(std::vector<std::unique_ptr<RendezvousHandler>>& handlers) {
@@ -309,6 +318,10 @@ TEST_F(RendezvousTest, DynamicLateJoinerTriggersMembershipChangeAndIsAdmittedNex
   EXPECT_EQ(l.group_world_size, 3);
   EXPECT_EQ(again[0].group_world_size, 3);
   EXPECT_EQ(again[0].round, l.round);
+  // The late node arrived first in the new round; the running nodes keep their ranks.
+  EXPECT_EQ(again[0].group_rank, rs[0].group_rank);
+  EXPECT_EQ(again[1].group_rank, rs[1].group_rank);
+  EXPECT_EQ(l.group_rank, 2);
 }
 
 TEST_F(RendezvousTest, RestartRequestIsPushedAndCountedJobWide) {
@@ -363,6 +376,216 @@ TEST_F(RendezvousTest, ShutdownAfterTheStoreHostDiedIsBoundedByTheKeepAliveWindo
   h->shutdown();
   auto took = std::chrono::steady_clock::now() - start;
   EXPECT_LT(took, 60s) << "shutdown waited for the join timeout";
+}
+
+// The c10d store lives in one agent. When it is gone for the keep-alive window, the handler
+// says so once (kStoreLost, naming the store host and the way out), and nothing waits on it
+// any more: before, a round retried until the join timeout and closing waited as long again.
+TEST_F(RendezvousTest, DynamicStoreHostGoneIsDeclaredLostAndNothingWaitsOnIt) {
+  auto p = params("c10d", 1, 2, "h");
+  p.config = {{"join_timeout", "120"}, {"last_call_timeout", "0.1"},
+              {"keep_alive_interval", "0.2"}, {"keep_alive_max_attempt", "3"}};
+  auto h = create_rendezvous_handler(p);
+  h->next_rendezvous();
+  EventLog log;
+  h->watch(log.sink());
+  server_->stop();
+  ASSERT_TRUE(log.wait_for(1, 30s));
+  EXPECT_EQ(log.events[0].kind, RendezvousEvent::Kind::kStoreLost);
+  const std::string& why = log.events[0].reason;
+  EXPECT_NE(why.find("127.0.0.1:" + std::to_string(port_)), std::string::npos) << why;
+  EXPECT_NE(why.find("single point of failure"), std::string::npos) << why;
+  EXPECT_NE(why.find("--rdzv_backend etcd"), std::string::npos) << why;
+  auto start = std::chrono::steady_clock::now();
+  h->set_closed();
+  EXPECT_THROW(h->request_restart("rank 0 failed"), ConnectionError);
+  EXPECT_EQ(h->settle_failure().kind, FailureVerdict::Kind::kStoreLost);
+  EXPECT_THROW(h->next_rendezvous(), ConnectionError);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 30s) << "waited for the join timeout";
+}
+
+// A node waiting for its round when the store host dies hears so within the keep-alive
+// window, not at the join timeout.
+TEST_F(RendezvousTest, DynamicRoundWaitingOnADeadStoreFailsWithTheStoreLostSentence) {
+  auto p = params("c10d", 2, 2, "h");
+  p.config = {{"join_timeout", "120"}, {"last_call_timeout", "0.1"},
+              {"keep_alive_interval", "0.2"}, {"keep_alive_max_attempt", "3"}};
+  auto h = create_rendezvous_handler(p);
+  auto round = std::async(std::launch::async, [&] { return h->next_rendezvous(); });
+  std::this_thread::sleep_for(500ms);  // joined, waiting for a second node
+  server_->stop();
+  ASSERT_EQ(round.wait_for(30s), std::future_status::ready) << "retried until the join timeout";
+  try {
+    round.get();
+    ADD_FAILURE() << "the round completed without a store";
+  } catch (const ConnectionError& e) {
+    EXPECT_NE(std::string(e.what()).find("single point of failure"), std::string::npos)
+        << e.what();
+  }
+}
+
+// Workers fail within a second of a peer node dying (their connections break), long before
+// the keep-alive can tell. The failure must not spend the budget: the verdict waits for the
+// keep-alive and names the lost node, on every node alike.
+TEST_F(RendezvousTest, DynamicFailureAfterANodeWentSilentIsFreeAndNamesTheNode) {
+  auto freezer = std::make_shared<Freezer>();
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int i = 0; i < 3; ++i) {
+    auto p = params("c10d", 2, 3, "h" + std::to_string(i));
+    p.config["keep_alive_interval"] = "0.2";
+    p.config["keep_alive_max_attempt"] = "2";
+    if (i == 2) p.liveness = freezable(freezer);
+    hs.push_back(create_rendezvous_handler(p));
+  }
+  auto rs = meet(hs);
+  EventLog log1;
+  hs[1]->watch(log1.sink());
+  freezer->frozen = true;  // node h2 dies: no more beats, and it never sees the failure
+  hs[0]->request_restart("rank 0 on h0 failed: Connection reset by peer");
+  auto v0 = std::async(std::launch::async, [&] { return hs[0]->settle_failure(); });
+  auto v1 = std::async(std::launch::async, [&] { return hs[1]->settle_failure(); });
+  auto a = v0.get(), b = v1.get();
+  const std::string lost = "node h2 (node rank " + std::to_string(rs[2].group_rank) + ") lost";
+  EXPECT_EQ(a.kind, FailureVerdict::Kind::kNodeLost);
+  EXPECT_EQ(b.kind, FailureVerdict::Kind::kNodeLost);
+  EXPECT_NE(a.reason.find(lost), std::string::npos) << a.reason;
+  EXPECT_EQ(a.reason, b.reason);
+  hs.pop_back();
+  auto again = meet(hs);
+  EXPECT_EQ(again[0].group_world_size, 2);
+  EXPECT_EQ(again[0].restart_count, 0);
+  EXPECT_EQ(again[1].restart_count, 0);
+}
+
+// A node whose own workers failed also gets the restart event of a peer that failed first: its
+// report and its event watcher count it in at the same moment, and counted twice it would
+// stand in for the dead node's missing count (the failure then charged, not free).
+TEST_F(RendezvousTest, DynamicNodeSeeingItsFailureTwiceIsCountedOnce) {
+  for (int attempt = 0; attempt < 10; ++attempt) {  // a race: several tries
+    auto freezer = std::make_shared<Freezer>();
+    std::vector<std::unique_ptr<RendezvousHandler>> hs;
+    for (int i = 0; i < 3; ++i) {
+      auto p = params("c10d", 2, 3, "h" + std::to_string(i));
+      p.run_id = "twice-" + std::to_string(attempt);
+      p.config["keep_alive_interval"] = "0.2";
+      p.config["keep_alive_max_attempt"] = "2";
+      if (i == 2) p.liveness = freezable(freezer);
+      hs.push_back(create_rendezvous_handler(p));
+    }
+    meet(hs);
+    EventLog log1;
+    hs[1]->watch(log1.sink());
+    freezer->frozen = true;
+    auto r0 = std::async(std::launch::async, [&] { hs[0]->request_restart("rank 0 failed"); });
+    auto r1 = std::async(std::launch::async, [&] { hs[1]->request_restart("rank 1 failed"); });
+    r0.get();
+    r1.get();
+    auto v = hs[0]->settle_failure();
+    EXPECT_EQ(v.kind, FailureVerdict::Kind::kNodeLost) << "attempt " << attempt << ": "
+                                                        << v.reason;
+    for (auto& h : hs) h->shutdown();
+  }
+}
+
+// The same failure with every node alive spends one restart, job-wide, however many nodes
+// settle it.
+TEST_F(RendezvousTest, DynamicFailureWithEveryNodeAliveIsChargedOnce) {
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int i = 0; i < 3; ++i) {
+    auto p = params("c10d", 3, 3, "h" + std::to_string(i));
+    p.config["keep_alive_interval"] = "0.2";
+    p.config["keep_alive_max_attempt"] = "2";
+    hs.push_back(create_rendezvous_handler(p));
+  }
+  meet(hs);
+  EventLog log1, log2;
+  hs[1]->watch(log1.sink());
+  hs[2]->watch(log2.sink());
+  hs[0]->request_restart("rank 0 on h0 exited with code 3");
+  hs[1]->request_restart("rank 1 on h1: a consequence");
+  std::vector<std::future<FailureVerdict>> vs;
+  for (auto& h : hs) {
+    vs.push_back(std::async(std::launch::async, [&h] { return h->settle_failure(); }));
+  }
+  for (auto& v : vs) EXPECT_EQ(v.get().kind, FailureVerdict::Kind::kCharged);
+  auto again = meet(hs);
+  for (auto& r : again) EXPECT_EQ(r.restart_count, 1);
+}
+
+// A client without a job token whose store goes away must not be told to check a token it
+// does not have.
+TEST_F(RendezvousTest, StoreDisconnectBlamesTheJobTokenOnlyWhenOneIsSet) {
+  TcpStoreClientOptions co;
+  co.port = port_;
+  co.reconnect_timeout = 200ms;
+  TcpStoreClient client(co);
+  client.set("k", to_bytes("v"));
+  server_->stop();
+  try {
+    client.get("k");
+    client.get("k");
+    ADD_FAILURE() << "the store answered after stop()";
+  } catch (const Error& e) {
+    EXPECT_EQ(std::string(e.what()).find("token"), std::string::npos) << e.what();
+  }
+}
+
+// A node started before the store's host waits up to the join timeout (600 s by default): it
+// says so periodically (every 30 s; here every 200 ms) instead of staying silent.
+TEST(TcpStoreClientWaiting, ANodeWaitingForTheStoreHostSaysSoPeriodically) {
+  TcpStoreClientOptions co;
+  co.port = static_cast<uint16_t>(free_port_for_test());
+  co.connect_timeout = 1500ms;
+  co.waiting_note_every = 200ms;
+  ::testing::internal::CaptureStderr();
+  EXPECT_THROW(TcpStoreClient{co}, ConnectionError);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  size_t first = err.find("still waiting for the store at 127.0.0.1:" + std::to_string(co.port));
+  ASSERT_NE(first, std::string::npos) << err;
+  EXPECT_NE(err.find("still waiting", first + 1), std::string::npos) << "said once only:\n" << err;
+  EXPECT_NE(err.find("node rank 0"), std::string::npos) << err;
+}
+
+// An agent with another job token is refused by the store; the store's node says so, and its
+// "never joined" message names the token instead of only the missing node.
+TEST(RendezvousJobToken, NeverJoinedNamesTheTokenWhenAClientWasRefused) {
+  TcpStoreServerOptions so;
+  so.token = "right";
+  TcpStoreServer server(so);
+  uint16_t port = server.start();
+  int64_t before = job_token_refusals();
+  TcpStoreClientOptions co;
+  co.port = port;
+  co.token = "wrong";
+  co.connect_timeout = 2s;
+  EXPECT_THROW(TcpStoreClient{co}, StateError);
+  ASSERT_TRUE([&] {
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (job_token_refusals() == before && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(10ms);
+    }
+    return job_token_refusals() > before;
+  }()) << "the server did not count the refused client";
+  RendezvousParams p;
+  p.backend = "static";
+  p.run_id = "tok";
+  p.min_nodes = p.max_nodes = 2;
+  p.node_rank = 0;
+  p.endpoint = "127.0.0.1:" + std::to_string(port);
+  p.host = "h0";
+  p.token = "right";
+  p.config = {{"join_timeout", "1"}};
+  auto h = create_rendezvous_handler(p);
+  try {
+    h->next_rendezvous();
+    ADD_FAILURE() << "formed a round of two with one node";
+  } catch (const TimeoutError& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("never joined"), std::string::npos) << m;
+    EXPECT_NE(m.find("refused"), std::string::npos) << m;
+    EXPECT_NE(m.find("DLAUNCH_JOB_TOKEN"), std::string::npos) << m;
+    EXPECT_NE(m.find("after 1 s (join_timeout)"), std::string::npos) << m;  // not 1.000000 s
+  }
 }
 
 // stop() used to join a thread parked in a store wait for up to one slice (every multi-node

@@ -11,6 +11,13 @@
 //   wait-first-attempt  run until stopped when DLAUNCH_ATTEMPT is 0 (any restart, also a free
 //                       one after a membership change, moves on), then print
 //                       "ok rank=R world=W attempt=A" and exit 0
+//   fail-when-peer-dies ready=DIR   on the first attempt (DLAUNCH_ATTEMPT 0): wait for every
+//                       rank's DIR/ready.<rank>, then exit 1 as soon as one of those processes
+//                       is gone (as gloo/NCCL workers fail when a peer node dies); later
+//                       attempts print "ok rank=R world=W attempt=A restart_count=C", exit 0
+//   fail-first-attempt-when file=PATH   on the first attempt: exit 1 once PATH exists (the
+//                       test cuts a link, then makes the workers fail as gloo would); later
+//                       attempts print "ok rank=R world=W attempt=A restart_count=C", exit 0
 //   segv                die of SIGSEGV
 //   hang                run forever without touching the heartbeat
 //   beat [seconds=S]    touch the heartbeat file every 50 ms for S seconds (default 1), exit 0
@@ -80,6 +87,17 @@ void mark_ready() {
   std::rename(tmp.c_str(), (dir + "/ready." + std::to_string(g_rank)).c_str());
 }
 
+// Alive and not a zombie (a worker of a SIGKILLed agent may wait a moment to be reaped).
+bool pid_alive(long pid) {
+  FILE* f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r");
+  if (!f) return false;
+  char buf[512] = {};
+  size_t n = std::fread(buf, 1, sizeof(buf) - 1, f);
+  std::fclose(f);
+  const char* paren = std::strrchr(buf, ')');
+  return n > 0 && paren && paren[1] == ' ' && paren[2] != 'Z' && paren[2] != 'X';
+}
+
 [[noreturn]] void sleep_forever() {
   while (true) pause();
 }
@@ -127,6 +145,54 @@ int run_mode(const std::string& mode) {
     std::printf("ok rank=%d world=%s attempt=%s\n", g_rank, env_or("WORLD_SIZE", "?"),
                 env_or("DLAUNCH_ATTEMPT", "?"));
     return 0;
+  }
+  if (mode == "fail-when-peer-dies") {
+    mark_ready();
+    if (std::string(env_or("DLAUNCH_ATTEMPT", "0")) != "0") {
+      std::printf("ok rank=%d world=%s attempt=%s restart_count=%s\n", g_rank,
+                  env_or("WORLD_SIZE", "?"), env_or("DLAUNCH_ATTEMPT", "?"),
+                  env_or("TORCHELASTIC_RESTART_COUNT", "?"));
+      return 0;
+    }
+    const std::string dir = opt("ready", ".");
+    const int world = std::atoi(env_or("WORLD_SIZE", "1"));
+    std::map<int, long> peers;
+    for (int i = 0; i < 6000 && static_cast<int>(peers.size()) < world; ++i) {
+      for (int r = 0; r < world; ++r) {
+        if (peers.count(r)) continue;
+        FILE* f = std::fopen((dir + "/ready." + std::to_string(r)).c_str(), "r");
+        long pid = 0;
+        if (f && std::fscanf(f, "%ld", &pid) == 1) peers[r] = pid;
+        if (f) std::fclose(f);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    while (true) {
+      for (const auto& [r, pid] : peers) {
+        if (!pid_alive(pid)) {
+          std::fprintf(stderr, "test_worker rank %d: peer rank %d (pid %ld) is gone: "
+                       "Connection reset by peer\n", g_rank, r, pid);
+          return 1;
+        }
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  if (mode == "fail-first-attempt-when") {
+    mark_ready();
+    if (std::string(env_or("DLAUNCH_ATTEMPT", "0")) != "0") {
+      std::printf("ok rank=%d world=%s attempt=%s restart_count=%s\n", g_rank,
+                  env_or("WORLD_SIZE", "?"), env_or("DLAUNCH_ATTEMPT", "?"),
+                  env_or("TORCHELASTIC_RESTART_COUNT", "?"));
+      return 0;
+    }
+    const std::string path = opt("file", "fail");
+    while (access(path.c_str(), F_OK) != 0) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    std::fprintf(stderr, "test_worker rank %d: a peer stopped answering: Connection timed out\n",
+                 g_rank);
+    return 1;
   }
   if (mode == "segv") {
     mark_ready();
