@@ -212,7 +212,8 @@ TEST_F(DtrainProcessTest, BadUsageExitsTwoWithErrorFile) {
                                {"TORCHELASTIC_ERROR_FILE=" + err, "DTRAIN_LIMIT_TRAIN_SAMPLES=128"},
                                log("mismatch.log"));
   EXPECT_EQ(wait_for(mismatch), 2);
-  EXPECT_NE(slurp(mismatch.log).find("\"width\":16"), std::string::npos) << slurp(mismatch.log);
+  EXPECT_NE(slurp(mismatch.log).find("--width is 16 in the checkpoint but 32 here"), std::string::npos)
+      << slurp(mismatch.log);
 
   // The same checkpoint without one BN running-statistics array is refused, naming the array,
   // instead of resuming with fresh statistics.

@@ -20,6 +20,7 @@ struct TrainConfig {
   int width = 16;
   std::string dataset = "synthetic";  // cifar10 | mnist | synthetic
   std::string data_dir = "data";
+  bool data_dir_given = false;  // --data_dir was on the command line
   int epochs = 3;
   int batch_size = 64;  // per worker
   double lr = 0.1;
@@ -34,6 +35,7 @@ struct TrainConfig {
   uint64_t seed = 0;
   std::string output_dir = "dtrain_output";
   std::string resume = "auto";  // auto | none | PATH
+  bool overwrite = false;       // start a new run, deleting the checkpoints in output_dir
   int eval_every = 1;           // epochs; 0 = only after the last epoch
   int threads = 0;              // 0 = OMP_NUM_THREADS, else cores / local world size
   int log_every = 20;           // steps; 0 = epoch lines only
@@ -50,6 +52,9 @@ struct TrainConfig {
 
 // Parses argv[1..]; `help` is set when --help/-h was given (the config is then the defaults).
 TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help);
+// Throws UsageError (exit 2) when the data directory is missing or not a directory: for
+// cifar10 and mnist always, for synthetic (which reads no files) when --data_dir was given.
+void check_data_dir(const TrainConfig& c);
 // The --help text with every flag and its default.
 std::string train_usage();
 
