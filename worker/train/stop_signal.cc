@@ -34,10 +34,13 @@ void die_by(int sig) {
 }
 
 // Async-signal-safe: atomics and die_by only (the trainer logs the request when it acts on it).
+// Idempotent once armed: Slurm with proctrack/linuxproc signals the workers itself and dlaunch
+// forwards the same signal, and the SIGTERM that follows a notice must not cut the checkpoint
+// short (whoever must stop dtrain at once has SIGKILL, as dlaunch after --shutdown_grace).
 void on_stop_signal(int sig) {
   if (!g_armed.load()) return die_by(sig);
   int expected = 0;
-  if (!g_requested.compare_exchange_strong(expected, sig)) die_by(sig);
+  g_requested.compare_exchange_strong(expected, sig);
 }
 
 void wait_loop() {

@@ -7,8 +7,9 @@
 // their system calls is interrupted. One dedicated thread takes the signals with sigwait(); a
 // handler covers threads started before main (OpenBLAS's pool). While the trainer is not armed
 // (start-up, before there is any work worth saving) a signal ends the process at once by its
-// default action, as before; armed, the first signal only records the request, and a second
-// SIGTERM or SIGUSR1 (the sender insists) ends the process by the default action.
+// default action, as before; armed, a signal only records the request (the first one's number;
+// repeats change nothing: Slurm may deliver the notice twice, once itself and once through
+// dlaunch). SIGINT (Ctrl-C) still stops at once.
 #pragma once
 
 namespace dlaunch::train {
