@@ -60,6 +60,12 @@ int main(int argc, char** argv) {
     train::check_data_dir(config);
     config.limit_train_samples = get_env_int("DTRAIN_LIMIT_TRAIN_SAMPLES").value_or(0);
     config.limit_test_samples = get_env_int("DTRAIN_LIMIT_TEST_SAMPLES").value_or(0);
+    config.stop_check_every = get_env_int("DTRAIN_STOP_CHECK_EVERY").value_or(1);
+    if (config.stop_check_every < 1) {
+      throw UsageError(fmt::format("DTRAIN_STOP_CHECK_EVERY={} is below 1; expected a number of "
+                                   "steps >= 1",
+                                   config.stop_check_every));
+    }
     kernels::cpu::set_num_threads(train::resolve_threads(config.threads, env));
     train::FaultInjection fault;
     if (env.restart_count == 0) {

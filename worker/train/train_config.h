@@ -45,6 +45,9 @@ struct TrainConfig {
   // DTRAIN_LIMIT_TEST_SAMPLES so integration tests run whole epochs in seconds. 0 = everything.
   int64_t limit_train_samples = 0;
   int64_t limit_test_samples = 0;
+  // DTRAIN_STOP_CHECK_EVERY: the ranks agree on a stop signal every this many steps (one
+  // all-reduce of one number; see docs/dtrain.md, Preemption). >= 1.
+  int64_t stop_check_every = 1;
 
   int depth() const { return model == "resnet34" ? 34 : 18; }
   bool augment() const { return !no_augment && dataset != "mnist"; }

@@ -431,7 +431,7 @@ void Trainer::train_epoch(int64_t epoch) {
     heartbeat();
     // Every rank learns of a signal any rank got, after the same step: the checkpoint below is
     // then the state of every rank.
-    stop_signal_ = agree_stop();
+    if (global_step_ % c_.stop_check_every == 0) stop_signal_ = agree_stop();
     double n = static_cast<double>(batch->size);
     for (double* acc : {epoch_tot, window}) {
       acc[0] += r.loss * n;
