@@ -354,6 +354,35 @@ TEST_F(DtrainProcessTest, CheckpointsThatAreAllCorruptStopInsteadOfStartingOver)
   EXPECT_EQ(text.find("epoch   1/2"), std::string::npos) << "started over:\n" << text;
 }
 
+TEST_F(DtrainProcessTest, TwoRunsCheckpointsAreRefusedButUnnamedOldOnesContinue) {
+  const std::vector<std::string> env = {"DTRAIN_LIMIT_TRAIN_SAMPLES=64", "DTRAIN_LIMIT_TEST_SAMPLES=32"};
+  auto args = [&](const std::string& out, int epochs) {
+    return std::vector<std::string>{"--width=8", "--batch_size=32", "--epochs=" + std::to_string(epochs),
+                                    "--output_dir=" + (dir_ / out).string()};
+  };
+  Proc a = spawn_dtrain(args("a", 1), env, log("a.log"));
+  Proc b = spawn_dtrain(args("b", 2), env, log("b.log"));
+  ASSERT_EQ(wait_for(a), 0) << slurp(a.log);
+  ASSERT_EQ(wait_for(b), 0) << slurp(b.log);
+  fs::copy_file(dir_ / "b" / "checkpoint_epoch_0002.dtck", dir_ / "a" / "checkpoint_epoch_0002.dtck");
+  Proc mixed = spawn_dtrain(args("a", 3), env, log("mixed.log"));
+  EXPECT_EQ(wait_for(mixed), 2);
+  EXPECT_NE(slurp(mixed.log).find("holds checkpoints of 2 runs"), std::string::npos) << slurp(mixed.log);
+
+  // A checkpoint from before run ids (no run_id): continued, and the new run's checkpoints beside
+  // it do not make a second run at the next start.
+  const fs::path old_ck = dir_ / "b" / "checkpoint_epoch_0002.dtck";
+  ckpt::Checkpoint c = ckpt::read_checkpoint(old_ck.string());
+  c.meta.erase("run_id");
+  ckpt::write_checkpoint(old_ck.string(), c);
+  fs::remove(dir_ / "b" / "checkpoint_epoch_0001.dtck");
+  Proc more = spawn_dtrain(args("b", 3), env, log("more.log"));
+  ASSERT_EQ(wait_for(more), 0) << slurp(more.log);
+  Proc again = spawn_dtrain(args("b", 4), env, log("again.log"));
+  ASSERT_EQ(wait_for(again), 0) << slurp(again.log);
+  EXPECT_NE(slurp(again.log).find("checkpoint_epoch_0003.dtck"), std::string::npos) << slurp(again.log);
+}
+
 TEST_F(DtrainProcessTest, MissingDataDirExitsTwo) {
   Proc synthetic = spawn_dtrain({"--data_dir=/nonexistent"}, {}, log("synthetic.log"));
   EXPECT_EQ(wait_for(synthetic), 2);

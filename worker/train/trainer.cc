@@ -296,8 +296,12 @@ std::optional<ckpt::LoadedCheckpoint> Trainer::choose_checkpoint() {
         "delete them and start a new run, or --resume PATH to load a good copy:{}",
         c_.output_dir, files.size(), why));
   }
+  // Files without a run id were written before run ids existed; the run that resumed from one
+  // carries on under a new id, so they count as nobody's (never pruned, never a second run).
   std::set<std::string> runs;
-  for (const auto* f : valid) runs.insert(f->run_id());
+  for (const auto* f : valid) {
+    if (!f->run_id().empty()) runs.insert(f->run_id());
+  }
   if (runs.size() > 1) {
     throw UsageError(fmt::format(
         "--output_dir {} holds checkpoints of {} runs ({}); dtrain cannot tell which one to "
