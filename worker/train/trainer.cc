@@ -93,8 +93,9 @@ std::string incompatible_settings(const json& meta, const TrainConfig& c, const 
   return out;
 }
 
-// "run 2026...-ab12 (3 checkpoints, newest .../checkpoint_epoch_0007.dtck)" per run, for
-// messages about an --output_dir holding checkpoints of other runs.
+// "20261123T110600Z-9f...: 3 files, newest .../checkpoint_epoch_0007.dtck" per run (files
+// without an id, or corrupt, grouped as such), for messages about an --output_dir holding
+// checkpoints of other runs.
 std::string describe_runs(const std::vector<ckpt::CheckpointFile>& files) {
   std::vector<std::string> order;
   std::map<std::string, std::pair<int, std::string>> runs;  // id -> count, newest
