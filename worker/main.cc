@@ -1,11 +1,16 @@
 // dtrain: the bundled distributed ResNet trainer. Run under dlaunch (it reads the torchrun
 // worker contract) or alone as a world of one. See docs/dtrain.md.
 //
-// Exit codes: 0 done, 2 bad usage (flags, a checkpoint from another model), 1 any other failure
-// (the reason is also written to TORCHELASTIC_ERROR_FILE for the agent).
+// Exit codes: 0 done, 2 bad usage (flags, a missing --data_dir, a checkpoint from another model
+// or run), 1 any other failure (the reason is also written to TORCHELASTIC_ERROR_FILE for the
+// agent). Stopped by SIGUSR1 or SIGTERM after writing a checkpoint: 0 under a launcher (dlaunch
+// decides: 75 after SIGUSR1, preempted), else 75 (EX_TEMPFAIL: requeue) after SIGUSR1 and
+// 128 + 15 after SIGTERM.
 #include <fmt/format.h>
 
 #include <chrono>
+#include <cmath>
+#include <csignal>
 #include <cstdio>
 
 #include "common/env.h"
@@ -17,6 +22,7 @@
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/data/dataset.h"
 #include "worker/train/bootstrap.h"
+#include "worker/train/stop_signal.h"
 #include "worker/train/train_config.h"
 #include "worker/train/trainer.h"
 #include "worker/train/worker_runtime.h"
@@ -44,6 +50,8 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
+  // Before any thread starts: every thread inherits the blocked mask (stop_signal.h).
+  train::install_stop_signals();
   std::string error_file = get_env_or(env_names::kErrorFile, "");
   try {
     WorkerEnv env = WorkerEnv::from_environ();
@@ -56,8 +64,15 @@ int main(int argc, char** argv) {
       std::fputs(train::train_usage().c_str(), stdout);
       return 0;
     }
+    train::check_data_dir(config);
     config.limit_train_samples = get_env_int("DTRAIN_LIMIT_TRAIN_SAMPLES").value_or(0);
     config.limit_test_samples = get_env_int("DTRAIN_LIMIT_TEST_SAMPLES").value_or(0);
+    config.stop_check_every = get_env_int("DTRAIN_STOP_CHECK_EVERY").value_or(1);
+    if (config.stop_check_every < 1) {
+      throw UsageError(fmt::format("DTRAIN_STOP_CHECK_EVERY={} is below 1; expected a number of "
+                                   "steps >= 1",
+                                   config.stop_check_every));
+    }
     kernels::cpu::set_num_threads(train::resolve_threads(config.threads, env));
     train::FaultInjection fault;
     if (env.restart_count == 0) {
@@ -68,8 +83,24 @@ int main(int argc, char** argv) {
     auto pg = train::join_process_group(env, timeout);
     train::TrainSummary s = train::run_training(config, env, *pg, fault);
     if (env.rank == 0) {
-      log_info("done: {} epochs, {} steps, test accuracy {:.2f}%", s.epochs_done, s.steps,
-               100 * s.test_accuracy);
+      std::string partial =
+          s.partial_epoch > 0 ? fmt::format(" and {} of {} steps of epoch {}", s.partial_epoch_steps,
+                                            s.partial_epoch_of, s.partial_epoch)
+                              : std::string();
+      std::string accuracy = std::isnan(s.test_accuracy)
+                                 ? std::string("no test accuracy (no evaluation ran)")
+                                 : fmt::format("test accuracy {:.2f}%", 100 * s.test_accuracy);
+      if (s.stop_signal != 0) {
+        log_warning("stopped by {}: {} epochs{}, {} steps; checkpoint {}; run again with "
+                    "--resume auto (the default) to continue from that step",
+                    train::stop_signal_name(s.stop_signal), s.epochs_done, partial, s.steps,
+                    s.stop_checkpoint);
+      } else {
+        log_info("done: {} epochs{}, {} steps, {}", s.epochs_done, partial, s.steps, accuracy);
+      }
+    }
+    if (s.stop_signal != 0 && !WorkerEnv::launched()) {
+      return s.stop_signal == SIGUSR1 ? 75 : 128 + s.stop_signal;
     }
     return 0;
   } catch (const UsageError& e) {

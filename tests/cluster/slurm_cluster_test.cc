@@ -5,11 +5,13 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <regex>
 #include <set>
 #include <sstream>
+#include <thread>
 
 #include "slurm_test_env.h"
 #include "tests/support/subprocess.h"
@@ -306,6 +308,83 @@ TEST_F(SlurmClusterTest, DtrainSbatchTrainsOnTwoNodes) {
   EXPECT_NE(out.find("global ranks 2-3 of 4 (node 1 of 2)"), std::string::npos) << out;
   EXPECT_EQ(out.find("srun: error"), std::string::npos) << out;
   EXPECT_TRUE(testing::file_exists(dir.file("dtrain-" + id))) << out;
+}
+
+// Issue 18: preemption used to lose the work. examples/slurm/dtrain.sbatch on 2 nodes x 2
+// workers; `scancel --signal=USR1` mid-epoch (the notice): every rank finishes the same step,
+// rank 0 checkpoints it, dlaunch exits 75, the script requeues the job, and the requeued run
+// continues after that step and finishes; --open-mode=append keeps both runs in one log.
+TEST_F(SlurmClusterTest, PreemptedDtrainIsRequeuedAndResumesAtTheStep) {
+  TempDir dir;
+  // 4000 samples / 4 ranks / 16 = 63 steps per epoch, 2 epochs.
+  std::string id =
+      sbatch({"--output=" + dir.file("out"), "--chdir=" + dir.path(),
+              "--export=ALL,DLAUNCH=" + std::string(DLAUNCH_BIN) + ",DTRAIN=" + DTRAIN_BIN +
+                  ",DTRAIN_LIMIT_TRAIN_SAMPLES=4000,DTRAIN_LIMIT_TEST_SAMPLES=100,OMP_NUM_THREADS=1"
+                  ",DTRAIN_ARGS=--dataset=synthetic --epochs=2 --batch_size=16 --width=8 "
+                  "--log_every=1",
+              std::string(DLAUNCH_SOURCE_DIR) + "/examples/slurm/dtrain.sbatch"});
+  ASSERT_FALSE(id.empty());
+  const std::string metrics = dir.file("dtrain-" + id + "/metrics.jsonl");
+  auto last_step = [&]() -> int64_t {
+    std::istringstream lines(testing::read_file(metrics));
+    int64_t step = 0;
+    static const std::regex step_re(R"("kind":"step".*"step":(\d+))");
+    for (std::string line; std::getline(lines, line);) {
+      std::smatch m;
+      if (std::regex_search(line, m, step_re)) step = std::stoll(m[1]);
+    }
+    return step;
+  };
+  ASSERT_TRUE(testing::wait_until([&] { return last_step() >= 5; }, 240s))
+      << testing::read_file(dir.file("out"));
+  ASSERT_EQ(run({"scancel", "--signal=USR1", id}, 10s).exit.code, 0);
+  ASSERT_TRUE(testing::wait_until(
+      [&] { return testing::read_file(dir.file("out")).find("requeueing") != std::string::npos; },
+      120s))
+      << testing::read_file(dir.file("out"));
+  const int64_t stopped_at = last_step();
+  // Slurm holds a requeued job back (its begin time moves about two minutes ahead): once it is
+  // pending for that reason, let it start now. Not earlier: while the first run's batch script
+  // is still ending, an update can race its completion and the job ends instead of running.
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        if (testing::read_file(dir.file("out")).find("done: 2 epochs") != std::string::npos) {
+          return true;
+        }
+        RunResult r = run({"squeue", "-h", "-o", "%T %r", "-j", id}, 10s);
+        if (r.out.find("PENDING BeginTime") != std::string::npos) {
+          run({"scontrol", "update", "JobId=" + id, "StartTime=now"}, 10s);
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        return false;
+      },
+      240s))
+      << testing::read_file(dir.file("out"))
+      << run({"scontrol", "show", "job", id}, 10s).out;
+  ASSERT_TRUE(job_gone(id, 60s));
+  std::string out = testing::read_file(dir.file("out"));
+  ASSERT_LT(stopped_at, 126) << "training ended before the notice\n" << out;
+  // The first run's log is still there (--open-mode=append) and says how it stopped.
+  EXPECT_NE(out.find("stopped by SIGUSR1 after step"), std::string::npos) << out;
+  EXPECT_NE(out.find("preempted (dlaunch exit 75)"), std::string::npos) << out;
+  char name[64];
+  std::snprintf(name, sizeof name, "checkpoint_epoch_%04lld_step_%08lld.dtck",
+                static_cast<long long>((stopped_at - 1) / 63), static_cast<long long>(stopped_at));
+  EXPECT_NE(out.find("resumed from " + dir.file("dtrain-" + id + "/" + std::string(name))),
+            std::string::npos)
+      << out;
+  // Every step once, in order, across the two runs: nothing redone, nothing skipped.
+  std::istringstream lines(testing::read_file(metrics));
+  static const std::regex step_re(R"("kind":"step".*"step":(\d+))");
+  int64_t expect = 1;
+  for (std::string line; std::getline(lines, line);) {
+    std::smatch m;
+    if (!std::regex_search(line, m, step_re)) continue;
+    EXPECT_EQ(std::stoll(m[1]), expect) << line;
+    expect = std::stoll(m[1]) + 1;
+  }
+  EXPECT_EQ(expect, 127);
 }
 #endif
 

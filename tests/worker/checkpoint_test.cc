@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 
@@ -19,9 +20,10 @@ class CheckpointTest : public ::testing::Test {
   }
   void TearDown() override { fs::remove_all(dir_); }
 
-  static Checkpoint sample(int64_t epoch) {
+  static Checkpoint sample(int64_t epoch, const std::string& run_id = "") {
     Checkpoint c;
     c.meta["epoch"] = epoch;
+    if (!run_id.empty()) c.meta["run_id"] = run_id;
     c.meta["config"] = {{"model", "resnet18"}, {"width", 16}};
     std::vector<float> params(1000);
     for (size_t i = 0; i < params.size(); ++i) params[i] = 0.001f * static_cast<float>(i) - 0.3f;
@@ -105,11 +107,6 @@ TEST_F(CheckpointTest, LatestValidSkipsCorruptAndIgnoresTemporaries) {
   EXPECT_EQ(latest->path, (dir_ / checkpoint_file_name(2)).string());
   EXPECT_EQ(list_checkpoints(dir_.string()).size(), 3u);
 
-  prune_checkpoints(dir_.string(), 1);
-  auto left = list_checkpoints(dir_.string());
-  ASSERT_EQ(left.size(), 1u);
-  EXPECT_EQ(left[0], p3.string());
-  EXPECT_FALSE(load_latest_valid(dir_.string()).has_value());
   EXPECT_FALSE(load_latest_valid((dir_ / "nonexistent").string()).has_value());
 }
 
@@ -157,7 +154,7 @@ TEST_F(CheckpointTest, UnreadableDirectoryIsReportedNotTakenForEmpty) {
   EXPECT_THROW(load_latest_valid(not_dir.string()), CheckpointError);
   // Pruning is best effort: it warns and goes on.
   ::testing::internal::CaptureStderr();
-  EXPECT_NO_THROW(prune_checkpoints(not_dir.string(), 1));
+  EXPECT_NO_THROW(prune_checkpoints(not_dir.string(), 1, "run"));
   const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("not pruning old checkpoints"), std::string::npos) << err;
   // A directory that does not exist yet simply holds no checkpoints.
@@ -202,6 +199,92 @@ TEST_F(CheckpointTest, ReplacingKeepsTheOldFileUntilTheNewOneIsComplete) {
   Checkpoint c = sample(6);
   write_checkpoint(p.string(), c);
   EXPECT_EQ(read_checkpoint(p.string()).meta["epoch"], 6);
+}
+
+// The issue-9 loss: a new run (--resume none) in a directory holding an earlier run's
+// higher-numbered checkpoints had its own deleted by keep-newest-3 at once.
+TEST_F(CheckpointTest, PruneKeepsOnlyItsOwnRunsNewestAndNeverTouchesAnotherRun) {
+  for (int64_t e : {8, 9, 10}) {
+    write_checkpoint((dir_ / checkpoint_file_name(e)).string(), sample(e, "old"));
+  }
+  for (int64_t e : {1, 2, 3, 4, 5}) {
+    write_checkpoint((dir_ / checkpoint_file_name(e)).string(), sample(e, "new"));
+    prune_checkpoints(dir_.string(), 3, "new");
+  }
+  std::vector<std::string> want;
+  for (int64_t e : {10, 9, 8, 5, 4, 3}) want.push_back((dir_ / checkpoint_file_name(e)).string());
+  EXPECT_EQ(list_checkpoints(dir_.string()), want);
+  // A checkpoint without a run id (an older dtrain) is nobody's to prune either.
+  write_checkpoint((dir_ / checkpoint_file_name(0)).string(), sample(0));
+  prune_checkpoints(dir_.string(), 1, "new");
+  EXPECT_TRUE(fs::exists(dir_ / checkpoint_file_name(0)));
+  EXPECT_TRUE(fs::exists(dir_ / checkpoint_file_name(8)));
+  EXPECT_TRUE(fs::exists(dir_ / checkpoint_file_name(5)));
+  EXPECT_FALSE(fs::exists(dir_ / checkpoint_file_name(4)));
+}
+
+TEST_F(CheckpointTest, CorruptCheckpointsTakeNoRetentionSlot) {
+  for (int64_t e : {1, 2, 3, 4, 5}) {
+    write_checkpoint((dir_ / checkpoint_file_name(e)).string(), sample(e, "run"));
+  }
+  // The two newest are damaged: keep-3 must still keep three good ones (3, 2, 1).
+  for (int64_t e : {4, 5}) {
+    fs::path p = dir_ / checkpoint_file_name(e);
+    auto bytes = read_bytes(p);
+    bytes[bytes.size() / 2] ^= 1;
+    write_bytes(p, bytes);
+  }
+  prune_checkpoints(dir_.string(), 3, "run");
+  for (int64_t e : {1, 2, 3}) EXPECT_TRUE(fs::exists(dir_ / checkpoint_file_name(e))) << e;
+  const auto files = scan_checkpoints(dir_.string());
+  ASSERT_EQ(files.size(), 5u);
+  EXPECT_FALSE(files[0].valid);
+  EXPECT_NE(files[0].error.find("corrupt"), std::string::npos) << files[0].error;
+  EXPECT_TRUE(files[2].valid);
+  EXPECT_EQ(files[2].run_id(), "run");
+  EXPECT_EQ(files[0].run_id(), "");
+}
+
+TEST_F(CheckpointTest, StaleTemporariesAreRemovedAtStart) {
+  const fs::path dead = dir_ / (checkpoint_file_name(4) + ".tmp.999999999");  // no such pid
+  const fs::path own = dir_ / (checkpoint_file_name(5) + ".tmp." + std::to_string(::getpid()));
+  const fs::path partial = dir_ / (partial_checkpoint_file_name(5, 123) + ".tmp.1");
+  const fs::path foreign = dir_ / "notes.txt.tmp.1";  // not a checkpoint's temporary
+  for (const auto& p : {dead, own, partial, foreign}) write_bytes(p, {1, 2, 3});
+  write_checkpoint((dir_ / checkpoint_file_name(3)).string(), sample(3));
+  auto removed = remove_stale_temporaries(dir_.string());
+  std::sort(removed.begin(), removed.end());
+  std::vector<std::string> want = {dead.string(), own.string(), partial.string()};
+  std::sort(want.begin(), want.end());
+  EXPECT_EQ(removed, want);
+  EXPECT_TRUE(fs::exists(foreign));
+  EXPECT_TRUE(fs::exists(dir_ / checkpoint_file_name(3)));
+  EXPECT_TRUE(remove_stale_temporaries((dir_ / "absent").string()).empty());
+}
+
+TEST_F(CheckpointTest, StopInsideAnEpochSortsBetweenItsNeighbours) {
+  EXPECT_EQ(partial_checkpoint_file_name(2, 57), "checkpoint_epoch_0002_step_00000057.dtck");
+  for (const std::string& name :
+       {checkpoint_file_name(2), partial_checkpoint_file_name(2, 57), checkpoint_file_name(3),
+        partial_checkpoint_file_name(2, 9), partial_checkpoint_file_name(3, 80)}) {
+    write_checkpoint((dir_ / name).string(), sample(0));
+  }
+  write_bytes(dir_ / "checkpoint_epoch_0002_step_.dtck", {1});  // not a name of ours
+  write_bytes(dir_ / "checkpoint_epoch_0002_step_x1.dtck", {1});
+  std::vector<std::string> want;
+  for (const std::string& name :
+       {partial_checkpoint_file_name(3, 80), checkpoint_file_name(3),
+        partial_checkpoint_file_name(2, 57), partial_checkpoint_file_name(2, 9),
+        checkpoint_file_name(2)}) {
+    want.push_back((dir_ / name).string());
+  }
+  EXPECT_EQ(list_checkpoints(dir_.string()), want);
+}
+
+TEST_F(CheckpointTest, RunIdsAreUnique) {
+  const std::string a = new_run_id(), b = new_run_id();
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.size(), std::string("20261123T110600Z-").size() + 16) << a;
 }
 
 }  // namespace

@@ -44,6 +44,30 @@ TEST(TrainConfig, SpellingsAndBooleans) {
   }
 }
 
+TEST(TrainConfig, OverwriteStartsANewRunAndContradictsAResumePath) {
+  EXPECT_TRUE(parse({"--overwrite"}).overwrite);
+  EXPECT_NO_THROW(parse({"--overwrite", "--resume=none"}));
+  try {
+    parse({"--overwrite", "--resume=out/checkpoint_epoch_0002.dtck"});
+    FAIL() << "expected UsageError";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--overwrite starts a new run but --resume="),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_NE(train::train_usage().find("--overwrite"), std::string::npos);
+}
+
+TEST(TrainConfig, DataDirMustBeADirectoryWhenItIsRead) {
+  EXPECT_NO_THROW(train::check_data_dir(parse({})));  // synthetic, no --data_dir: not read
+  EXPECT_THROW(train::check_data_dir(parse({"--data_dir=/nonexistent"})), UsageError);
+  EXPECT_THROW(train::check_data_dir(parse({"--dataset=mnist", "--data_dir=/nonexistent"})),
+               UsageError);
+  EXPECT_THROW(train::check_data_dir(parse({"--dataset=mnist", "--data_dir=/etc/hostname"})),
+               UsageError);
+  EXPECT_NO_THROW(train::check_data_dir(parse({"--dataset=mnist", "--data_dir=/tmp"})));
+}
+
 TEST(TrainConfig, BadValuesSayWhatIsAllowed) {
   auto message = [](std::vector<std::string> args) -> std::string {
     try {

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -96,6 +97,35 @@ std::vector<json> epoch_lines(const fs::path& metrics) {
     if (j["kind"] == "epoch") out.push_back(j);
   }
   return out;
+}
+
+std::vector<json> step_lines(const fs::path& metrics) {
+  std::vector<json> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    json j = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j["kind"] == "step") out.push_back(j);
+  }
+  return out;
+}
+
+// Waits until metrics.jsonl shows global step `step` (or the process ended); true when it did.
+bool wait_for_step(const fs::path& metrics, int64_t step, pid_t pid) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  while (std::chrono::steady_clock::now() < deadline) {
+    auto steps = step_lines(metrics);
+    if (!steps.empty() && steps.back()["step"].get<int64_t>() >= step) return true;
+    if (::waitpid(pid, nullptr, WNOHANG) != 0) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return false;
+}
+
+std::vector<std::string> files_in(const fs::path& dir) {
+  std::vector<std::string> names;
+  for (auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
 }
 
 class DtrainProcessTest : public ::testing::Test {
@@ -212,7 +242,8 @@ TEST_F(DtrainProcessTest, BadUsageExitsTwoWithErrorFile) {
                                {"TORCHELASTIC_ERROR_FILE=" + err, "DTRAIN_LIMIT_TRAIN_SAMPLES=128"},
                                log("mismatch.log"));
   EXPECT_EQ(wait_for(mismatch), 2);
-  EXPECT_NE(slurp(mismatch.log).find("\"width\":16"), std::string::npos) << slurp(mismatch.log);
+  EXPECT_NE(slurp(mismatch.log).find("--width is 16 in the checkpoint but 32 here"), std::string::npos)
+      << slurp(mismatch.log);
 
   // The same checkpoint without one BN running-statistics array is refused, naming the array,
   // instead of resuming with fresh statistics.
@@ -233,6 +264,188 @@ TEST_F(DtrainProcessTest, BadUsageExitsTwoWithErrorFile) {
   EXPECT_NE(slurp(no_buffer.log).find("has no '" + dropped + "' array"), std::string::npos)
       << slurp(no_buffer.log);
   EXPECT_NE(slurp(err).find("CheckpointError"), std::string::npos) << slurp(err);
+}
+
+
+// Issue 9: a new run (--resume none) in an --output_dir holding an earlier run's higher-numbered
+// checkpoints used to have its own checkpoints pruned at once; a later --resume auto then
+// continued the old run with another --seed without a word.
+TEST_F(DtrainProcessTest, NewRunRefusesAnotherRunsCheckpointsUnlessOverwrite) {
+  const std::string out = "--output_dir=" + (dir_ / "out").string();
+  const std::vector<std::string> env = {"DTRAIN_LIMIT_TRAIN_SAMPLES=64", "DTRAIN_LIMIT_TEST_SAMPLES=32",
+                                        "DLAUNCH_CONV_CACHE=" + (dir_ / "conv.txt").string()};
+  const std::vector<std::string> base = {"--width=8", "--batch_size=32", "--log_every=1", out};
+  auto args = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), base.begin(), base.end());
+    return extra;
+  };
+  Proc old_run = spawn_dtrain(args({"--epochs=4"}), env, log("old.log"));
+  ASSERT_EQ(wait_for(old_run), 0) << slurp(old_run.log);
+  const std::vector<std::string> old_files = {"checkpoint_epoch_0002.dtck", "checkpoint_epoch_0003.dtck",
+                                              "checkpoint_epoch_0004.dtck", "curves.svg", "metrics.jsonl"};
+  ASSERT_EQ(files_in(dir_ / "out"), old_files);
+
+  Proc fresh = spawn_dtrain(args({"--epochs=2", "--resume=none", "--seed=1"}), env, log("fresh.log"));
+  EXPECT_EQ(wait_for(fresh), 2);
+  std::string text = slurp(fresh.log);
+  EXPECT_NE(text.find("--resume none starts a new run, but --output_dir"), std::string::npos) << text;
+  EXPECT_NE(text.find("--overwrite"), std::string::npos) << text;
+  EXPECT_EQ(files_in(dir_ / "out"), old_files) << "the refused run touched the old run's files";
+
+  Proc over = spawn_dtrain(args({"--epochs=2", "--overwrite", "--seed=1"}), env, log("over.log"));
+  ASSERT_EQ(wait_for(over), 0) << slurp(over.log);
+  EXPECT_EQ(files_in(dir_ / "out"),
+            (std::vector<std::string>{"checkpoint_epoch_0001.dtck", "checkpoint_epoch_0002.dtck",
+                                      "curves.svg", "metrics.jsonl"}));
+  EXPECT_EQ(epoch_lines(dir_ / "out" / "metrics.jsonl").size(), 2u) << "the old run's lines remain";
+  const auto meta1 = ckpt::read_checkpoint((dir_ / "out" / "checkpoint_epoch_0001.dtck").string()).meta;
+  const auto meta2 = ckpt::read_checkpoint((dir_ / "out" / "checkpoint_epoch_0002.dtck").string()).meta;
+  EXPECT_FALSE(meta1.value("run_id", std::string()).empty());
+  EXPECT_EQ(meta1["run_id"], meta2["run_id"]);
+
+  // Continuing it with another seed names the setting, and changes nothing.
+  Proc reseeded = spawn_dtrain(args({"--epochs=3", "--seed=2"}), env, log("reseeded.log"));
+  EXPECT_EQ(wait_for(reseeded), 2);
+  text = slurp(reseeded.log);
+  EXPECT_NE(text.find("--seed is 1 in the checkpoint but 2 here"), std::string::npos) << text;
+  EXPECT_FALSE(fs::exists(dir_ / "out" / "checkpoint_epoch_0003.dtck"));
+}
+
+TEST_F(DtrainProcessTest, NothingLeftToTrainReportsTheCheckpointsAccuracyNotNan) {
+  const std::vector<std::string> args = {"--width=8", "--batch_size=32", "--epochs=1",
+                                         "--output_dir=" + (dir_ / "out").string()};
+  const std::vector<std::string> env = {"DTRAIN_LIMIT_TRAIN_SAMPLES=64", "DTRAIN_LIMIT_TEST_SAMPLES=32"};
+  Proc first = spawn_dtrain(args, env, log("first.log"));
+  ASSERT_EQ(wait_for(first), 0) << slurp(first.log);
+  const std::string first_text = slurp(first.log);
+  const size_t at = first_text.find("test accuracy ");
+  ASSERT_NE(at, std::string::npos) << first_text;
+  const std::string accuracy = first_text.substr(at, first_text.find('%', at) - at + 1);
+
+  // A write killed half-way left a temporary file: it is removed at the next start.
+  const fs::path tmp = dir_ / "out" / "checkpoint_epoch_0002.dtck.tmp.999999999";
+  { std::ofstream(tmp) << "half a checkpoint"; }
+  Proc again = spawn_dtrain(args, env, log("again.log"));
+  ASSERT_EQ(wait_for(again), 0) << slurp(again.log);
+  const std::string text = slurp(again.log);
+  EXPECT_NE(text.find("nothing to train"), std::string::npos) << text;
+  EXPECT_EQ(text.find("nan"), std::string::npos) << text;
+  EXPECT_NE(text.find(accuracy), std::string::npos) << "want " << accuracy << " in\n" << text;
+  EXPECT_FALSE(fs::exists(tmp));
+  EXPECT_NE(text.find("removed " + tmp.string()), std::string::npos) << text;
+}
+
+TEST_F(DtrainProcessTest, CheckpointsThatAreAllCorruptStopInsteadOfStartingOver) {
+  const std::vector<std::string> args = {"--width=8", "--batch_size=32", "--epochs=2",
+                                         "--output_dir=" + (dir_ / "out").string()};
+  const std::vector<std::string> env = {"DTRAIN_LIMIT_TRAIN_SAMPLES=64", "DTRAIN_LIMIT_TEST_SAMPLES=32"};
+  Proc first = spawn_dtrain(args, env, log("first.log"));
+  ASSERT_EQ(wait_for(first), 0) << slurp(first.log);
+  for (const char* name : {"checkpoint_epoch_0001.dtck", "checkpoint_epoch_0002.dtck"}) {
+    std::fstream f(dir_ / "out" / name, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(100);
+    f.put('\x7f');
+  }
+  Proc again = spawn_dtrain(args, env, log("again.log"));
+  EXPECT_EQ(wait_for(again), 1);
+  const std::string text = slurp(again.log);
+  EXPECT_NE(text.find("holds 2 checkpoint(s) but none is valid"), std::string::npos) << text;
+  EXPECT_NE(text.find("checkpoint_epoch_0002.dtck"), std::string::npos) << text;
+  EXPECT_EQ(text.find("epoch   1/2"), std::string::npos) << "started over:\n" << text;
+}
+
+TEST_F(DtrainProcessTest, TwoRunsCheckpointsAreRefusedButUnnamedOldOnesContinue) {
+  const std::vector<std::string> env = {"DTRAIN_LIMIT_TRAIN_SAMPLES=64", "DTRAIN_LIMIT_TEST_SAMPLES=32"};
+  auto args = [&](const std::string& out, int epochs) {
+    return std::vector<std::string>{"--width=8", "--batch_size=32", "--epochs=" + std::to_string(epochs),
+                                    "--output_dir=" + (dir_ / out).string()};
+  };
+  Proc a = spawn_dtrain(args("a", 1), env, log("a.log"));
+  Proc b = spawn_dtrain(args("b", 2), env, log("b.log"));
+  ASSERT_EQ(wait_for(a), 0) << slurp(a.log);
+  ASSERT_EQ(wait_for(b), 0) << slurp(b.log);
+  fs::copy_file(dir_ / "b" / "checkpoint_epoch_0002.dtck", dir_ / "a" / "checkpoint_epoch_0002.dtck");
+  Proc mixed = spawn_dtrain(args("a", 3), env, log("mixed.log"));
+  EXPECT_EQ(wait_for(mixed), 2);
+  EXPECT_NE(slurp(mixed.log).find("holds checkpoints of 2 runs"), std::string::npos) << slurp(mixed.log);
+
+  // A checkpoint from before run ids (no run_id): continued, and the new run's checkpoints beside
+  // it do not make a second run at the next start.
+  const fs::path old_ck = dir_ / "b" / "checkpoint_epoch_0002.dtck";
+  ckpt::Checkpoint c = ckpt::read_checkpoint(old_ck.string());
+  c.meta.erase("run_id");
+  ckpt::write_checkpoint(old_ck.string(), c);
+  fs::remove(dir_ / "b" / "checkpoint_epoch_0001.dtck");
+  Proc more = spawn_dtrain(args("b", 3), env, log("more.log"));
+  ASSERT_EQ(wait_for(more), 0) << slurp(more.log);
+  Proc again = spawn_dtrain(args("b", 4), env, log("again.log"));
+  ASSERT_EQ(wait_for(again), 0) << slurp(again.log);
+  EXPECT_NE(slurp(again.log).find("checkpoint_epoch_0003.dtck"), std::string::npos) << slurp(again.log);
+}
+
+TEST_F(DtrainProcessTest, MissingDataDirExitsTwo) {
+  Proc synthetic = spawn_dtrain({"--data_dir=/nonexistent"}, {}, log("synthetic.log"));
+  EXPECT_EQ(wait_for(synthetic), 2);
+  EXPECT_NE(slurp(synthetic.log).find("--data_dir=/nonexistent does not exist"), std::string::npos)
+      << slurp(synthetic.log);
+  Proc cifar = spawn_dtrain({"--dataset=cifar10", "--data_dir=/nonexistent"}, {}, log("cifar.log"));
+  EXPECT_EQ(wait_for(cifar), 2);
+  EXPECT_NE(slurp(cifar.log).find("expected the directory holding the CIFAR-10"), std::string::npos)
+      << slurp(cifar.log);
+}
+
+// Issue 18: a --max_steps stop inside an epoch was printed like a whole epoch.
+TEST_F(DtrainProcessTest, MaxStepsReportsAPartialEpoch) {
+  Proc p = spawn_dtrain({"--width=8", "--batch_size=32", "--epochs=2", "--max_steps=3",
+                         "--output_dir=" + (dir_ / "out").string()},
+                        {"DTRAIN_LIMIT_TRAIN_SAMPLES=256", "DTRAIN_LIMIT_TEST_SAMPLES=32"},
+                        log("max.log"));
+  ASSERT_EQ(wait_for(p), 0) << slurp(p.log);
+  const std::string text = slurp(p.log);
+  EXPECT_NE(text.find("epoch   1/2 (partial: 3 of 8 steps, --max_steps)"), std::string::npos) << text;
+  EXPECT_NE(text.find("done: 0 epochs and 3 of 8 steps of epoch 1, 3 steps"), std::string::npos) << text;
+  auto epochs = epoch_lines(dir_ / "out" / "metrics.jsonl");
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0]["complete"], false);
+  EXPECT_EQ(epochs[0]["epoch_steps"], 3);
+  EXPECT_EQ(epochs[0]["epoch_steps_total"], 8);
+}
+
+// Alone (no launcher), SIGTERM (twice) mid-epoch: the step finishes, a checkpoint records the step
+// inside the epoch, dtrain exits 128 + 15; the next run continues after that step.
+TEST_F(DtrainProcessTest, SigtermAloneCheckpointsInsideTheEpochAndResumesThere) {
+  const std::vector<std::string> args = {"--width=8", "--batch_size=16", "--epochs=1", "--log_every=1",
+                                         "--output_dir=" + (dir_ / "out").string()};
+  std::vector<std::string> env = small_env();
+  env[0] = "DTRAIN_LIMIT_TRAIN_SAMPLES=4000";  // 250 steps: the signal lands inside the epoch
+  Proc p = spawn_dtrain(args, env, log("first.log"));
+  ASSERT_TRUE(wait_for_step(dir_ / "out" / "metrics.jsonl", 5, p.pid)) << slurp(p.log);
+  // Twice, as under Slurm with proctrack/linuxproc (Slurm's own and dlaunch's forwarded copy):
+  // the repeat must not cut the checkpoint short.
+  ::kill(p.pid, SIGTERM);
+  ::kill(p.pid, SIGTERM);
+  ASSERT_EQ(wait_for(p), 128 + SIGTERM) << slurp(p.log);
+  const int64_t stopped_at = step_lines(dir_ / "out" / "metrics.jsonl").back()["step"];
+  ASSERT_LT(stopped_at, 250) << "the epoch ended before the signal; make it longer";
+  const fs::path ck = dir_ / "out" / ckpt::partial_checkpoint_file_name(0, stopped_at);
+  ASSERT_TRUE(fs::exists(ck)) << slurp(p.log);
+  EXPECT_EQ(ckpt::read_checkpoint(ck.string()).meta["epoch_step"], stopped_at);
+  EXPECT_NE(slurp(p.log).find("stopped by SIGTERM after step " + std::to_string(stopped_at)),
+            std::string::npos)
+      << slurp(p.log);
+
+  Proc resumed = spawn_dtrain(args, env, log("resumed.log"));
+  ASSERT_EQ(wait_for(resumed), 0) << slurp(resumed.log);
+  EXPECT_NE(slurp(resumed.log).find("continuing epoch 1 after its step " + std::to_string(stopped_at)),
+            std::string::npos)
+      << slurp(resumed.log);
+  auto steps = step_lines(dir_ / "out" / "metrics.jsonl");
+  auto restart = std::adjacent_find(steps.begin(), steps.end(),
+                                    [](const json& a, const json& b) { return b["step"] <= a["step"]; });
+  EXPECT_EQ(restart, steps.end()) << "steps were redone";
+  auto epochs = epoch_lines(dir_ / "out" / "metrics.jsonl");
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0]["step"], 250);
 }
 
 #ifdef DLAUNCH_BINARY
@@ -291,6 +504,85 @@ TEST_F(DtrainProcessTest, KilledWorkerResumesUnderDlaunch) {
   // Training continued from the checkpoint: the loss after the restart is below the first
   // epoch's (a fresh model would start over near ln(10) = 2.3).
   EXPECT_LT(epochs[2]["loss"].get<double>(), epochs[0]["loss"].get<double>());
+}
+
+// dlaunch with 2 workers: args after DTRAIN_BINARY go to dtrain.
+Proc spawn_dlaunch_dtrain(const std::vector<std::string>& dtrain_args,
+                          const std::vector<std::pair<std::string, std::string>>& env,
+                          const std::string& log_path) {
+  std::vector<std::string> args = {"--standalone", "--nproc_per_node=2", "--hang_timeout=120",
+                                   DTRAIN_BINARY};
+  args.insert(args.end(), dtrain_args.begin(), dtrain_args.end());
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    ::setenv("OMP_NUM_THREADS", "1", 1);
+    std::vector<char*> argv{const_cast<char*>(DLAUNCH_BINARY)};
+    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(DLAUNCH_BINARY, argv.data());
+    ::_exit(127);
+  }
+  return Proc{pid, log_path};
+}
+
+// Issue 18: Slurm's preemption notice (SIGUSR1 to dlaunch, forwarded to the workers) used to kill
+// dtrain with no checkpoint. Now both ranks stop after the same step, rank 0 checkpoints the
+// position inside the epoch, dlaunch exits 75, and the requeued run continues after that step,
+// with the same samples in the same order: its results equal an uninterrupted run's.
+TEST_F(DtrainProcessTest, PreemptedUnderDlaunchExits75AndResumesAtTheStep) {
+  // 2048 samples / 2 ranks / 32 = 32 steps per epoch; direct convolutions: bitwise-reproducible.
+  const std::vector<std::pair<std::string, std::string>> env = {
+      {"DTRAIN_LIMIT_TRAIN_SAMPLES", "2048"}, {"DTRAIN_LIMIT_TEST_SAMPLES", "200"},
+      {"DLAUNCH_CONV_ALGO", "direct"}};
+  auto args = [&](const std::string& out) {
+    return std::vector<std::string>{"--width=8", "--batch_size=32", "--epochs=2", "--log_every=1",
+                                    "--output_dir=" + (dir_ / out).string()};
+  };
+  Proc reference = spawn_dlaunch_dtrain(args("reference"), env, log("reference.log"));
+  ASSERT_EQ(wait_for(reference), 0) << slurp(reference.log);
+
+  const fs::path metrics = dir_ / "out" / "metrics.jsonl";
+  Proc first = spawn_dlaunch_dtrain(args("out"), env, log("first.log"));
+  ASSERT_TRUE(wait_for_step(metrics, 3, first.pid)) << slurp(first.log);
+  ::kill(first.pid, SIGUSR1);
+  ASSERT_EQ(wait_for(first), 75) << slurp(first.log);
+  std::string text = slurp(first.log);
+  const int64_t stopped_at = step_lines(metrics).back()["step"];
+  ASSERT_LT(stopped_at, 64) << "training ended before the signal; make it longer\n" << text;
+  const int64_t epochs_done = stopped_at / 32;
+  const fs::path ck = dir_ / "out" / ckpt::partial_checkpoint_file_name(epochs_done, stopped_at);
+  ASSERT_TRUE(fs::exists(ck)) << text;
+  EXPECT_EQ(ckpt::read_checkpoint(ck.string()).meta["epoch_step"], stopped_at - 32 * epochs_done);
+  EXPECT_NE(text.find("stopped by SIGUSR1 after step " + std::to_string(stopped_at - 32 * epochs_done)),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(text.find("failed"), std::string::npos) << "a preempted worker is no failure:\n" << text;
+
+  Proc resumed = spawn_dlaunch_dtrain(args("out"), env, log("resumed.log"));
+  ASSERT_EQ(wait_for(resumed), 0) << slurp(resumed.log);
+  text = slurp(resumed.log);
+  EXPECT_NE(text.find(fmt::format("continuing epoch {} after its step {}", epochs_done + 1,
+                                  stopped_at - 32 * epochs_done)),
+            std::string::npos)
+      << text;
+  auto steps = step_lines(metrics);
+  ASSERT_FALSE(steps.empty());
+  for (size_t k = 0; k < steps.size(); ++k) EXPECT_EQ(steps[k]["step"], static_cast<int64_t>(k) + 1);
+  // Same samples, same order, same state: the figures equal the uninterrupted run's.
+  auto want = epoch_lines(dir_ / "reference" / "metrics.jsonl");
+  auto got = epoch_lines(metrics);
+  ASSERT_EQ(got.size(), 2u);
+  ASSERT_EQ(want.size(), 2u);
+  for (size_t e = 0; e < 2; ++e) {
+    EXPECT_EQ(got[e]["step"], want[e]["step"]);
+    for (const char* key : {"loss", "train_accuracy", "test_loss", "test_accuracy"}) {
+      EXPECT_NEAR(got[e][key].get<double>(), want[e][key].get<double>(), 1e-6) << key << " epoch " << e + 1;
+    }
+  }
 }
 #endif
 

@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <random>
+#include <tuple>
 
 #include "common/byte_order.h"
 #include "common/log.h"
@@ -23,6 +26,8 @@ namespace {
 constexpr size_t kHeaderSize = 32;
 constexpr char kFilePrefix[] = "checkpoint_epoch_";
 constexpr char kFileSuffix[] = ".dtck";
+constexpr char kStepMark[] = "_step_";
+constexpr char kTmpMark[] = ".tmp.";
 
 uint32_t crc32_of(const uint8_t* data, size_t n) {
   return static_cast<uint32_t>(crc32_z(crc32_z(0L, Z_NULL, 0), data, n));
@@ -101,29 +106,74 @@ void fsync_dir(const fs::path& dir) {
   if (rc != 0) throw SystemError(errno_message("fsync of directory " + dir.string(), err));
 }
 
-// The epoch in a checkpoint file name; nullopt for names that are not ours (or whose number does
-// not fit in int64: such a file cannot have been written by us, and std::stoll would throw
+// A decimal number; nullopt when `digits` is empty, holds a non-digit or does not fit in int64.
+std::optional<int64_t> parse_number(const std::string& digits, bool* overflow) {
+  if (digits.empty()) return std::nullopt;
+  int64_t v = 0;
+  for (char ch : digits) {
+    if (ch < '0' || ch > '9') return std::nullopt;
+    const int d = ch - '0';
+    if (v > (std::numeric_limits<int64_t>::max() - d) / 10) {
+      *overflow = true;
+      return std::nullopt;
+    }
+    v = v * 10 + d;
+  }
+  return v;
+}
+
+// Where a checkpoint file name sorts: epochs done, then whether it is a stop inside the next
+// epoch (after the complete one), then that stop's global step.
+struct NameKey {
+  int64_t epoch = 0;
+  int partial = 0;
+  int64_t step = 0;
+  bool operator>(const NameKey& o) const {
+    return std::tie(epoch, partial, step) > std::tie(o.epoch, o.partial, o.step);
+  }
+};
+
+// The sort key of a checkpoint file name; nullopt for names that are not ours (or whose numbers
+// do not fit in int64: such a file cannot have been written by us, and std::stoll would throw
 // std::out_of_range out of --resume auto).
-std::optional<int64_t> epoch_from_name(const std::string& name) {
+std::optional<NameKey> key_from_name(const std::string& name) {
   const size_t plen = std::strlen(kFilePrefix), slen = std::strlen(kFileSuffix);
   if (name.size() <= plen + slen || name.compare(0, plen, kFilePrefix) != 0 ||
       name.compare(name.size() - slen, slen, kFileSuffix) != 0) {
     return std::nullopt;
   }
-  const std::string digits = name.substr(plen, name.size() - plen - slen);
-  int64_t epoch = 0;
-  for (char ch : digits) {
-    if (ch < '0' || ch > '9') return std::nullopt;
-    const int d = ch - '0';
-    if (epoch > (std::numeric_limits<int64_t>::max() - d) / 10) {
-      log_warning("ignoring {}: its epoch number {} does not fit in 64 bits (not a dtrain "
-                  "checkpoint name; rename or remove it)",
-                  name, digits);
-      return std::nullopt;
-    }
-    epoch = epoch * 10 + d;
+  std::string epoch_digits = name.substr(plen, name.size() - plen - slen), step_digits;
+  const size_t mark = epoch_digits.find(kStepMark);
+  if (mark != std::string::npos) {
+    step_digits = epoch_digits.substr(mark + std::strlen(kStepMark));
+    epoch_digits.resize(mark);
   }
-  return epoch;
+  bool overflow = false;
+  NameKey key;
+  auto epoch = parse_number(epoch_digits, &overflow);
+  std::optional<int64_t> step = int64_t{0};
+  if (mark != std::string::npos) step = parse_number(step_digits, &overflow);
+  if (overflow) {
+    log_warning("ignoring {}: a number in it does not fit in 64 bits (not a dtrain checkpoint "
+                "name; rename or remove it)",
+                name);
+    return std::nullopt;
+  }
+  if (!epoch || !step) return std::nullopt;
+  key.epoch = *epoch;
+  key.partial = mark != std::string::npos ? 1 : 0;
+  key.step = *step;
+  return key;
+}
+
+// True when `pid` is a running dtrain other than this process: its temporary files may be a
+// write in progress. Anything else (this process, which has not written yet, a dead pid, a pid
+// reused by another program) left them behind.
+bool other_live_dtrain(pid_t pid) {
+  if (pid == ::getpid()) return false;
+  std::ifstream comm("/proc/" + std::to_string(pid) + "/comm");
+  std::string name;
+  return std::getline(comm, name) && name.rfind("dtrain", 0) == 0;
 }
 
 }  // namespace
@@ -272,8 +322,13 @@ std::string checkpoint_file_name(int64_t epoch) {
   return fmt::format("{}{:04d}{}", kFilePrefix, epoch, kFileSuffix);
 }
 
+std::string partial_checkpoint_file_name(int64_t epochs_done, int64_t global_step) {
+  return fmt::format("{}{:04d}{}{:08d}{}", kFilePrefix, epochs_done, kStepMark, global_step,
+                     kFileSuffix);
+}
+
 std::vector<std::string> list_checkpoints(const std::string& dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
+  std::vector<std::pair<NameKey, std::string>> found;
   std::error_code ec;
   fs::directory_iterator it(dir, ec);
   if (ec == std::errc::no_such_file_or_directory) return {};  // nothing written yet
@@ -285,13 +340,13 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   if (ec) fail("open");
   for (fs::directory_iterator end; it != end; it.increment(ec)) {
     if (ec) fail("read");
-    const auto epoch = epoch_from_name(it->path().filename().string());
-    if (!epoch) continue;
+    const auto key = key_from_name(it->path().filename().string());
+    if (!key) continue;
     // A name of ours that is not a regular file (a directory, a dangling link) cannot be a
     // checkpoint; an error asking is an unreadable directory entry.
     const bool regular = it->is_regular_file(ec);
     if (ec) fail("inspect " + it->path().filename().string() + " in");
-    if (regular) found.emplace_back(*epoch, it->path().string());
+    if (regular) found.emplace_back(*key, it->path().string());
   }
   if (ec) fail("read");
   std::sort(found.begin(), found.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
@@ -329,19 +384,85 @@ std::optional<LoadedCheckpoint> load_latest_valid(const std::string& dir) {
   return std::nullopt;
 }
 
-void prune_checkpoints(const std::string& dir, size_t keep) {
-  std::vector<std::string> paths;
+std::string CheckpointFile::run_id() const {
+  const auto it = meta.find("run_id");
+  return it != meta.end() && it->is_string() ? it->get<std::string>() : std::string();
+}
+
+std::vector<CheckpointFile> scan_checkpoints(const std::string& dir) {
+  std::vector<CheckpointFile> files;
+  for (const std::string& path : list_checkpoints(dir)) {
+    CheckpointFile f;
+    f.path = path;
+    try {
+      f.meta = read_checkpoint(path).meta;
+      f.valid = true;
+    } catch (const CheckpointError& e) {
+      f.error = e.what();
+    }
+    files.push_back(std::move(f));
+  }
+  return files;
+}
+
+std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    const size_t mark = name.rfind(kTmpMark);
+    if (mark == std::string::npos || !key_from_name(name.substr(0, mark))) continue;
+    bool overflow = false;
+    const auto pid = parse_number(name.substr(mark + std::strlen(kTmpMark)), &overflow);
+    if (!pid || *pid > std::numeric_limits<pid_t>::max()) continue;
+    if (other_live_dtrain(static_cast<pid_t>(*pid))) {
+      log_warning("leaving {}: process {} is a running dtrain that may still be writing it (two "
+                  "dtrain runs share this --output_dir?)",
+                  it->path().string(), *pid);
+      continue;
+    }
+    std::error_code rm;
+    fs::remove(it->path(), rm);
+    if (rm) {
+      log_warning("could not delete the leftover temporary file {}: {}", it->path().string(),
+                  rm.message());
+    } else {
+      removed.push_back(it->path().string());
+    }
+  }
+  return removed;
+}
+
+void prune_checkpoints(const std::string& dir, size_t keep, const std::string& run_id) {
+  std::vector<CheckpointFile> files;
   try {
-    paths = list_checkpoints(dir);
+    files = scan_checkpoints(dir);
   } catch (const CheckpointError& e) {
     log_warning("not pruning old checkpoints: {}", e.what());
     return;
   }
-  for (size_t i = keep; i < paths.size(); ++i) {
+  size_t kept = 0;
+  for (const CheckpointFile& f : files) {
+    if (!f.valid || f.run_id() != run_id) continue;
+    if (kept < keep) {
+      ++kept;
+      continue;
+    }
     std::error_code ec;
-    fs::remove(paths[i], ec);
-    if (ec) log_warning("could not delete old checkpoint {}: {}", paths[i], ec.message());
+    fs::remove(f.path, ec);
+    if (ec) log_warning("could not delete old checkpoint {}: {}", f.path, ec.message());
   }
+}
+
+std::string new_run_id() {
+  std::random_device rd;
+  const uint64_t r = (static_cast<uint64_t>(rd()) << 32) ^ rd();
+  const std::time_t now = std::time(nullptr);
+  std::tm utc{};
+  ::gmtime_r(&now, &utc);
+  char when[32];
+  std::strftime(when, sizeof when, "%Y%m%dT%H%M%SZ", &utc);
+  return fmt::format("{}-{:016x}", when, r);
 }
 
 }  // namespace dlaunch::ckpt

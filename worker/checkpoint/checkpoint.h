@@ -1,4 +1,6 @@
-// Training checkpoints: one self-checking file per epoch, written atomically by rank 0.
+// Training checkpoints: one self-checking file per epoch (and one at a preemption stop inside an
+// epoch), written atomically by rank 0. Each records the run that wrote it (meta "run_id") so
+// that two runs sharing an --output_dir never prune or resume each other's files.
 //
 // File layout (little-endian):
 //   0   char[8]  magic "DTRAINCK"
@@ -58,13 +60,22 @@ Checkpoint decode_checkpoint(const std::vector<uint8_t>& bytes, const std::strin
 void write_checkpoint(const std::string& path, const Checkpoint& ckpt);
 Checkpoint read_checkpoint(const std::string& path);
 
-// "checkpoint_epoch_0007.dtck": names sort by epoch.
+// "checkpoint_epoch_0007.dtck": the state after 7 complete epochs.
 std::string checkpoint_file_name(int64_t epoch);
-// Checkpoint files in `dir`, newest epoch first (by the number in the name). A `dir` that does
-// not exist holds none. Names whose number does not fit in int64 are skipped with a warning.
-// Throws CheckpointError naming `dir` and the OS error when it exists but cannot be read (a
-// silent empty list would make --resume auto start from scratch and overwrite the run).
+// "checkpoint_epoch_0007_step_00000123.dtck": a stop inside epoch 8 (a preemption), 7 complete
+// epochs and 123 optimizer steps in all. It sorts after epoch 7's file and before epoch 8's.
+std::string partial_checkpoint_file_name(int64_t epochs_done, int64_t global_step);
+// Checkpoint files in `dir`, newest first (by the numbers in the names: epochs, then a partial
+// epoch's step). A `dir` that does not exist holds none. Names whose numbers do not fit in int64
+// are skipped with a warning. Throws CheckpointError naming `dir` and the OS error when it exists
+// but cannot be read (a silent empty list would make --resume auto start from scratch and
+// overwrite the run).
 std::vector<std::string> list_checkpoints(const std::string& dir);
+
+// Deletes "<checkpoint name>.tmp.<pid>" files in `dir` left by a writer that died mid-write
+// (every pid but a live dtrain process other than this one). Returns the paths removed; failures
+// are logged, never thrown (a directory that cannot be read is list_checkpoints' to report).
+std::vector<std::string> remove_stale_temporaries(const std::string& dir);
 
 // Throws CheckpointError naming `source` and the array when one of `expected` (name, element
 // count) is missing from `ckpt` or has another size.
@@ -80,8 +91,27 @@ struct LoadedCheckpoint {
 // CheckpointError when `dir` cannot be read (see list_checkpoints).
 std::optional<LoadedCheckpoint> load_latest_valid(const std::string& dir);
 
-// Deletes all but the newest `keep` checkpoints in `dir` (best effort, logs failures, including a
-// directory it cannot read).
-void prune_checkpoints(const std::string& dir, size_t keep);
+// One checkpoint file as found on disk: valid (its metadata read back) or not (the reason).
+struct CheckpointFile {
+  std::string path;
+  bool valid = false;
+  std::string error;                             // why it is not valid
+  nlohmann::json meta = nlohmann::json::object();  // when valid
+  // The run that wrote it (meta "run_id"); empty when unknown (corrupt, or written by a dtrain
+  // older than run identities).
+  std::string run_id() const;
+};
+// Every checkpoint in `dir`, newest first, each read in full and checked. Throws CheckpointError
+// when `dir` cannot be read (see list_checkpoints).
+std::vector<CheckpointFile> scan_checkpoints(const std::string& dir);
+
+// Keeps the newest `keep` valid checkpoints of run `run_id` in `dir` and deletes that run's
+// older ones. Another run's checkpoints are never touched, and corrupt files take no retention
+// slot (they are left alone: nothing proves whose they are). Best effort: failures, including a
+// directory it cannot read, are logged.
+void prune_checkpoints(const std::string& dir, size_t keep, const std::string& run_id);
+
+// A new run identity: "<UTC time>-<16 hex digits of randomness>", e.g. 20261123T110600Z-9f...
+std::string new_run_id();
 
 }  // namespace dlaunch::ckpt

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <functional>
 #include <map>
 
@@ -61,7 +62,11 @@ const std::vector<Flag>& flags() {
        },
        [](const TrainConfig& c) { return c.dataset; }},
       {"data_dir", "directory with the dataset files (cifar-10-batches-bin or the MNIST idx files)",
-       false, [](TrainConfig& c, auto&, auto& v) { c.data_dir = v; },
+       false,
+       [](TrainConfig& c, auto&, auto& v) {
+         c.data_dir = v;
+         c.data_dir_given = true;
+       },
        [](const TrainConfig& c) { return c.data_dir; }},
       {"epochs", "epochs to train", false,
        [](TrainConfig& c, auto& f, auto& v) { c.epochs = positive_int(f, v, 1); },
@@ -117,6 +122,11 @@ const std::vector<Flag>& flags() {
          c.resume = v;
        },
        [](const TrainConfig& c) { return c.resume; }},
+      {"overwrite",
+       "start a new run even if output_dir holds checkpoints: deletes them, metrics.jsonl and "
+       "curves.svg first",
+       true, [](TrainConfig& c, auto& f, auto& v) { c.overwrite = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.overwrite); }},
       {"eval_every", "evaluate on the test set every N epochs (0: after the last only)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.eval_every = positive_int(f, v, 0); },
        [](const TrainConfig& c) { return std::to_string(c.eval_every); }},
@@ -183,10 +193,35 @@ TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help) {
   if (c.nesterov && c.optimizer == "sgd" && c.momentum <= 0) {
     throw UsageError("--nesterov needs --momentum > 0 (Nesterov momentum without momentum is undefined)");
   }
+  if (c.overwrite && c.resume != "auto" && c.resume != "none") {
+    throw UsageError(fmt::format("--overwrite starts a new run but --resume={} asks to continue "
+                                 "one; drop one of the two",
+                                 c.resume));
+  }
   if (c.warmup_epochs >= c.epochs && c.warmup_epochs > 0) {
     throw UsageError(fmt::format("--warmup_epochs={} must be below --epochs={}", c.warmup_epochs, c.epochs));
   }
   return c;
+}
+
+void check_data_dir(const TrainConfig& c) {
+  if (c.dataset == "synthetic" && !c.data_dir_given) return;
+  std::error_code ec;
+  const bool is_dir = std::filesystem::is_directory(c.data_dir, ec);
+  if (is_dir) return;
+  const bool exists = !ec && std::filesystem::exists(c.data_dir, ec);
+  const std::string found = exists ? "is not a directory" : "does not exist";
+  if (c.dataset == "synthetic") {
+    throw UsageError(fmt::format("--data_dir={} {}; --dataset=synthetic reads no files, so drop "
+                                 "--data_dir, or name the dataset it holds (--dataset=cifar10 or "
+                                 "mnist) and an existing directory",
+                                 c.data_dir, found));
+  }
+  throw UsageError(fmt::format("--data_dir={} {}; expected the directory holding the {} files "
+                               "(see docs/dtrain.md, Data)",
+                               c.data_dir, found,
+                               c.dataset == "cifar10" ? "CIFAR-10 binary (data_batch_1.bin ...)"
+                                                      : "MNIST idx (train-images-idx3-ubyte ...)"));
 }
 
 std::string train_usage() {

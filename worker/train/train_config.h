@@ -20,6 +20,7 @@ struct TrainConfig {
   int width = 16;
   std::string dataset = "synthetic";  // cifar10 | mnist | synthetic
   std::string data_dir = "data";
+  bool data_dir_given = false;  // --data_dir was on the command line
   int epochs = 3;
   int batch_size = 64;  // per worker
   double lr = 0.1;
@@ -34,6 +35,7 @@ struct TrainConfig {
   uint64_t seed = 0;
   std::string output_dir = "dtrain_output";
   std::string resume = "auto";  // auto | none | PATH
+  bool overwrite = false;       // start a new run, deleting the checkpoints in output_dir
   int eval_every = 1;           // epochs; 0 = only after the last epoch
   int threads = 0;              // 0 = OMP_NUM_THREADS, else cores / local world size
   int log_every = 20;           // steps; 0 = epoch lines only
@@ -43,6 +45,9 @@ struct TrainConfig {
   // DTRAIN_LIMIT_TEST_SAMPLES so integration tests run whole epochs in seconds. 0 = everything.
   int64_t limit_train_samples = 0;
   int64_t limit_test_samples = 0;
+  // DTRAIN_STOP_CHECK_EVERY: the ranks agree on a stop signal every this many steps (one
+  // all-reduce of one number; see docs/dtrain.md, Preemption). >= 1.
+  int64_t stop_check_every = 1;
 
   int depth() const { return model == "resnet34" ? 34 : 18; }
   bool augment() const { return !no_augment && dataset != "mnist"; }
@@ -50,6 +55,9 @@ struct TrainConfig {
 
 // Parses argv[1..]; `help` is set when --help/-h was given (the config is then the defaults).
 TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help);
+// Throws UsageError (exit 2) when the data directory is missing or not a directory: for
+// cifar10 and mnist always, for synthetic (which reads no files) when --data_dir was given.
+void check_data_dir(const TrainConfig& c);
 // The --help text with every flag and its default.
 std::string train_usage();
 

@@ -8,6 +8,8 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <map>
+#include <set>
 
 #include "common/error.h"
 #include "common/heartbeat.h"
@@ -24,6 +26,7 @@
 #include "worker/model/resnet.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/optim/optimizer.h"
+#include "worker/train/stop_signal.h"
 #include "worker/train/worker_runtime.h"
 
 namespace dlaunch::train {
@@ -60,6 +63,57 @@ json config_json(const TrainConfig& c) {
           {"seed", c.seed},           {"augment", c.augment()}};
 }
 
+// Every setting that keeps a checkpoint from being continued by this run, named as the flag a
+// user changes ("" when none): the model signature and the seed (the seed fixes the synthetic
+// data, the sampler's order and the augmentation, so a run resumed with another seed is not the
+// run that was checkpointed).
+std::string incompatible_settings(const json& meta, const TrainConfig& c, const json& want) {
+  static const std::vector<std::pair<std::string, std::string>> kWhat = {
+      {"model", "--model"},
+      {"width", "--width"},
+      {"dataset", "--dataset"},
+      {"in_channels", "the dataset's image channels"},
+      {"num_classes", "the dataset's number of classes"},
+      {"optimizer", "--optimizer"},
+      {"momentum_buffers", "SGD momentum buffers (--momentum zero or not)"}};
+  const json have = meta.value("signature", json::object());
+  std::string out;
+  auto add = [&](const std::string& what, const json& theirs, const json& ours) {
+    out += fmt::format("{}{} is {} in the checkpoint but {} here", out.empty() ? "" : "; ", what,
+                       theirs.is_null() ? std::string("absent") : theirs.dump(), ours.dump());
+  };
+  for (const auto& [key, what] : kWhat) {
+    const json theirs = have.contains(key) ? have[key] : json();
+    if (theirs != want[key]) add(what, theirs, want[key]);
+  }
+  const json config = meta.value("config", json::object());
+  if (config.contains("seed") && config["seed"] != json(c.seed)) {
+    add("--seed", config["seed"], json(c.seed));
+  }
+  return out;
+}
+
+// "20261123T110600Z-9f...: 3 files, newest .../checkpoint_epoch_0007.dtck" per run (files
+// without an id, or corrupt, grouped as such), for messages about an --output_dir holding
+// checkpoints of other runs.
+std::string describe_runs(const std::vector<ckpt::CheckpointFile>& files) {
+  std::vector<std::string> order;
+  std::map<std::string, std::pair<int, std::string>> runs;  // id -> count, newest
+  for (const auto& f : files) {
+    const std::string id = f.valid ? (f.run_id().empty() ? "(no run id)" : f.run_id()) : "(corrupt)";
+    auto [it, fresh] = runs.try_emplace(id, 0, f.path);
+    if (fresh) order.push_back(id);
+    ++it->second.first;
+  }
+  std::string out;
+  for (const auto& id : order) {
+    const auto& [n, newest] = runs[id];
+    out += fmt::format("{}{}: {} file{}, newest {}", out.empty() ? "" : "; ", id, n, n == 1 ? "" : "s",
+                       newest);
+  }
+  return out;
+}
+
 // Sends a string from rank 0 to all (length first).
 std::string broadcast_string(comm::ProcessGroup& pg, const std::string& s) {
   uint64_t n = s.size();
@@ -88,9 +142,19 @@ class Trainer {
   void load_data();
   void build_model();
   std::optional<json> resume();  // the checkpoint's meta when resuming
+  // Rank 0: which checkpoint to resume from (nullopt: a fresh start), after clearing leftovers;
+  // refuses an --output_dir whose checkpoints this run must not mix with.
+  std::optional<ckpt::LoadedCheckpoint> choose_checkpoint();
+  void overwrite_output_dir();
   void train_epoch(int64_t epoch);
+  // Every rank: whether any rank received a stop signal (the largest signal number, 0: none).
+  // One all-reduce of one number.
+  int agree_stop();
   std::pair<double, double> evaluate();  // mean loss, accuracy
-  void save_checkpoint(int64_t epochs_done);
+  // `epoch_step` > 0: a stop inside epoch `epochs_done` + 1 after that many of its steps, with
+  // the epoch's all-reduced totals so far. Returns the path written ("" on ranks other than 0).
+  std::string save_checkpoint(int64_t epochs_done, int64_t epoch_step = 0,
+                              const double* epoch_totals = nullptr);
   void to_tensor(const data::Batch& b);
 
   const TrainConfig& c_;
@@ -109,6 +173,14 @@ class Trainer {
   Tensor images_;
   int64_t global_step_ = 0;
   bool stop_ = false;
+  int stop_signal_ = 0;
+  std::string run_id_;  // rank 0: the identity written into every checkpoint of this run
+  // Resuming inside an epoch: the steps of it already done and its totals so far.
+  int64_t resume_epoch_step_ = 0;
+  double resume_totals_[3] = {0, 0, 0};
+  // The cost of agreeing on stop signals: all-reduces and the seconds they took.
+  int64_t stop_checks_ = 0;
+  double stop_check_secs_ = 0;
   TrainSummary summary_;
 };
 
@@ -153,6 +225,93 @@ void Trainer::build_model() {
   }
 }
 
+void Trainer::overwrite_output_dir() {
+  int removed = 0;
+  for (const std::string& path : ckpt::list_checkpoints(c_.output_dir)) {
+    std::error_code ec;
+    fs::remove(path, ec);
+    if (ec) {
+      throw SystemError(fmt::format("--overwrite: cannot delete {}: {}", path, ec.message()));
+    }
+    ++removed;
+  }
+  for (const char* name : {"metrics.jsonl", "curves.svg"}) {
+    std::error_code ec;
+    if (fs::remove(fs::path(c_.output_dir) / name, ec)) ++removed;
+  }
+  if (removed > 0) {
+    log_warning("--overwrite: deleted {} file(s) of earlier runs from {} (checkpoints, "
+                "metrics.jsonl, curves.svg)",
+                removed, c_.output_dir);
+  }
+}
+
+std::optional<ckpt::LoadedCheckpoint> Trainer::choose_checkpoint() {
+  for (const std::string& path : ckpt::remove_stale_temporaries(c_.output_dir)) {
+    log_info("removed {}, left by a checkpoint write that was interrupted", path);
+  }
+  if (c_.overwrite) {
+    overwrite_output_dir();
+    return std::nullopt;
+  }
+  const std::vector<ckpt::CheckpointFile> files = ckpt::scan_checkpoints(c_.output_dir);
+  if (c_.resume == "none") {
+    if (files.empty()) return std::nullopt;
+    // Pruning and --resume auto go by the numbers in the names: a new run among an earlier
+    // run's checkpoints would have its own deleted, or be mistaken for the other.
+    throw UsageError(fmt::format(
+        "--resume none starts a new run, but --output_dir {} holds {} checkpoint(s) of an "
+        "earlier run ({}); continue that run with --resume auto, delete them and start over "
+        "with --overwrite, or pass another --output_dir",
+        c_.output_dir, files.size(), describe_runs(files)));
+  }
+  std::vector<const ckpt::CheckpointFile*> valid;
+  for (const auto& f : files) {
+    if (f.valid) {
+      valid.push_back(&f);
+    } else {
+      log_warning("skipping checkpoint {}: {}", f.path, f.error);
+    }
+  }
+  if (c_.resume != "auto") {
+    ckpt::LoadedCheckpoint loaded{c_.resume, ckpt::read_checkpoint(c_.resume)};
+    const json id = loaded.ckpt.meta.value("run_id", json(""));
+    for (const auto* f : valid) {
+      if (json(f->run_id()) != id) {
+        throw UsageError(fmt::format(
+            "--resume {} continues run {}, but --output_dir {} holds checkpoints of another run "
+            "({}): the two would prune each other's files; pass another --output_dir",
+            c_.resume, id.get<std::string>().empty() ? "(no run id)" : id.get<std::string>(),
+            c_.output_dir, describe_runs(files)));
+      }
+    }
+    return loaded;
+  }
+  if (files.empty()) return std::nullopt;
+  if (valid.empty()) {
+    std::string why;
+    for (const auto& f : files) why += fmt::format("\n  {}: {}", f.path, f.error);
+    throw ckpt::CheckpointError(fmt::format(
+        "--output_dir {} holds {} checkpoint(s) but none is valid, so there is nothing to "
+        "resume; dtrain will not start over on top of them. Move them away, pass --overwrite to "
+        "delete them and start a new run, or --resume PATH to load a good copy:{}",
+        c_.output_dir, files.size(), why));
+  }
+  // Files without a run id were written before run ids existed; the run that resumed from one
+  // carries on under a new id, so they count as nobody's (never pruned, never a second run).
+  std::set<std::string> runs;
+  for (const auto* f : valid) {
+    if (!f->run_id().empty()) runs.insert(f->run_id());
+  }
+  if (runs.size() > 1) {
+    throw UsageError(fmt::format(
+        "--output_dir {} holds checkpoints of {} runs ({}); dtrain cannot tell which one to "
+        "continue: pass --resume PATH, --overwrite to start a new run, or another --output_dir",
+        c_.output_dir, runs.size(), describe_runs(files)));
+  }
+  return ckpt::LoadedCheckpoint{valid.front()->path, ckpt::read_checkpoint(valid.front()->path)};
+}
+
 // Rank 0 decides and reads; the others learn the outcome by broadcast, so a bad checkpoint
 // fails every rank with the same message instead of hanging the others in a collective.
 std::optional<json> Trainer::resume() {
@@ -160,20 +319,15 @@ std::optional<json> Trainer::resume() {
   ckpt::Checkpoint ckpt;
   if (rank0_) {
     try {
-      std::optional<ckpt::LoadedCheckpoint> loaded;
-      if (c_.resume == "auto") {
-        loaded = ckpt::load_latest_valid(c_.output_dir);
-      } else if (c_.resume != "none") {
-        loaded = ckpt::LoadedCheckpoint{c_.resume, ckpt::read_checkpoint(c_.resume)};
-      }
+      std::optional<ckpt::LoadedCheckpoint> loaded = choose_checkpoint();
       if (loaded) {
-        json want = model_signature(c_, train_set_);
-        json have = loaded->ckpt.meta.value("signature", json::object());
-        if (have != want) {
+        std::string differ =
+            incompatible_settings(loaded->ckpt.meta, c_, model_signature(c_, train_set_));
+        if (!differ.empty()) {
           throw UsageError(fmt::format(
-              "checkpoint {} was written for {} but this run is {}; use a fresh --output_dir, "
-              "--resume none, or the matching flags",
-              loaded->path, have.dump(), want.dump()));
+              "checkpoint {} cannot be continued by this run: {}. Resume with the checkpoint's "
+              "settings, or start a new run with --overwrite or another --output_dir",
+              loaded->path, differ));
         }
         if (loaded->ckpt.find("optimizer.state") == nullptr) {
           throw ckpt::CheckpointError(
@@ -189,7 +343,12 @@ std::optional<json> Trainer::resume() {
         }
         ckpt::require_arrays(loaded->ckpt, loaded->path, expected);
         decision = {{"resume", loaded->path}, {"meta", loaded->ckpt.meta}};
+        run_id_ = loaded->ckpt.meta.value("run_id", std::string());
         ckpt = std::move(loaded->ckpt);
+      }
+      if (run_id_.empty()) {
+        run_id_ = ckpt::new_run_id();
+        log_info("run id {} (recorded in every checkpoint of this run)", run_id_);
       }
     } catch (const UsageError& e) {
       decision = {{"error", e.what()}, {"kind", "usage"}};
@@ -233,18 +392,38 @@ void Trainer::to_tensor(const data::Batch& b) {
   std::memcpy(images_.data(), b.images.data(), b.images.size() * sizeof(float));
 }
 
+int Trainer::agree_stop() {
+  double sig = stop_requested();
+  const auto t0 = Clock::now();
+  pg_.allreduce(&sig, 1, comm::ReduceOp::kMax);
+  stop_check_secs_ += seconds_since(t0);
+  ++stop_checks_;
+  return static_cast<int>(sig);
+}
+
 void Trainer::train_epoch(int64_t epoch) {
   data::DistributedSampler sampler(train_set_.size(), pg_.size(), pg_.rank(), /*shuffle=*/true,
                                    c_.seed, /*drop_last=*/false);
-  data::BatchLoader loader(train_set_, sampler.indices(epoch), c_.batch_size, c_.augment(), c_.seed,
+  std::vector<int64_t> indices = sampler.indices(epoch);
+  const int64_t steps = (static_cast<int64_t>(indices.size()) + c_.batch_size - 1) / c_.batch_size;
+  // Resuming inside this epoch: the sampler's order is a pure function of (seed, epoch), so
+  // skipping the batches already trained continues exactly where the stop happened.
+  const int64_t skip = std::min(resume_epoch_step_, steps);
+  indices.erase(indices.begin(), indices.begin() + std::min<int64_t>(skip * c_.batch_size,
+                                                                     static_cast<int64_t>(indices.size())));
+  data::BatchLoader loader(train_set_, std::move(indices), c_.batch_size, c_.augment(), c_.seed,
                            epoch);
-  const int64_t steps = loader.num_batches();
   auto epoch_start = Clock::now();
   auto window_start = epoch_start;
-  // [loss * n, correct, n] for the epoch and for the current logging window.
+  // [loss * n, correct, n] for the epoch and for the current logging window. Rank 0 carries a
+  // resumed epoch's totals so far (already summed over the ranks that trained them).
   double epoch_tot[3] = {0, 0, 0}, window[3] = {0, 0, 0};
-  double lr = 0;
-  int64_t i = 0;
+  if (rank0_) std::copy(resume_totals_, resume_totals_ + 3, epoch_tot);
+  const double resumed_images = epoch_tot[2];
+  resume_epoch_step_ = 0;
+  std::fill(resume_totals_, resume_totals_ + 3, 0.0);
+  double lr = lr_at(schedule_, static_cast<double>(epoch) + static_cast<double>(skip) / steps);
+  int64_t i = skip;
   while (auto batch = loader.next()) {
     double progress = static_cast<double>(epoch) + static_cast<double>(i) / steps;
     lr = lr_at(schedule_, progress);
@@ -255,13 +434,17 @@ void Trainer::train_epoch(int64_t epoch) {
     ++global_step_;
     ++i;
     heartbeat();
+    // Every rank learns of a signal any rank got, after the same step: the checkpoint below is
+    // then the state of every rank.
+    if (global_step_ % c_.stop_check_every == 0) stop_signal_ = agree_stop();
     double n = static_cast<double>(batch->size);
     for (double* acc : {epoch_tot, window}) {
       acc[0] += r.loss * n;
       acc[1] += r.correct;
       acc[2] += n;
     }
-    bool last = (i == steps) || (c_.max_steps > 0 && global_step_ >= c_.max_steps);
+    bool last = (i == steps) || (c_.max_steps > 0 && global_step_ >= c_.max_steps) ||
+                stop_signal_ != 0;
     if (c_.log_every > 0 && (global_step_ % c_.log_every == 0 || last)) {
       double w[3] = {window[0], window[1], window[2]};
       pg_.allreduce(w, 3, comm::ReduceOp::kSum);
@@ -283,7 +466,8 @@ void Trainer::train_epoch(int64_t epoch) {
     }
     if (rank0_) {
       progress_.update(epoch + 1, i, steps, r.loss,
-                       epoch_tot[2] * pg_.size() / std::max(seconds_since(epoch_start), 1e-9));
+                       (epoch_tot[2] - resumed_images) * pg_.size() /
+                           std::max(seconds_since(epoch_start), 1e-9));
     }
     // After the step's logging, so the metrics show the step the worker died after.
     if (global_step_ == fault_.fail_at_step && pg_.rank() == fault_.fail_rank) {
@@ -291,15 +475,36 @@ void Trainer::train_epoch(int64_t epoch) {
                   global_step_);
       std::raise(SIGKILL);
     }
-    if (c_.max_steps > 0 && global_step_ >= c_.max_steps) {
+    if (stop_signal_ != 0 || (c_.max_steps > 0 && global_step_ >= c_.max_steps)) {
       stop_ = true;
       break;
     }
   }
   double train_secs = seconds_since(epoch_start);
+  // Rank 0's resumed totals are counted once: the others add zeros for them.
   pg_.allreduce(epoch_tot, 3, comm::ReduceOp::kSum);
   double train_loss = epoch_tot[0] / epoch_tot[2], train_acc = epoch_tot[1] / epoch_tot[2];
-  double ips = epoch_tot[2] / train_secs;
+  double ips = (epoch_tot[2] - resumed_images) / train_secs;
+
+  if (stop_signal_ != 0) {
+    // Preemption: no evaluation (the grace period is short); the checkpoint records the step
+    // inside the epoch so the requeued run continues from there.
+    progress_.clear();
+    dp_->broadcast_buffers();  // rank 0's running statistics for the checkpoint
+    summary_.partial_epoch = epoch + 1;
+    summary_.partial_epoch_steps = i;
+    summary_.partial_epoch_of = steps;
+    if (rank0_) {
+      fmt::print("epoch {:>3}/{}  stopped by {} after step {} of {}  train loss {:.4f} acc {:6.2f}% "
+                 "so far\n",
+                 epoch + 1, c_.epochs, stop_signal_name(stop_signal_), i, steps, train_loss,
+                 100 * train_acc);
+      std::fflush(stdout);
+    }
+    summary_.stop_signal = stop_signal_;
+    summary_.stop_checkpoint = save_checkpoint(epoch, i, epoch_tot);
+    return;
+  }
 
   bool last_epoch = epoch + 1 == c_.epochs || stop_;
   bool do_eval = last_epoch || (c_.eval_every > 0 && (epoch + 1) % c_.eval_every == 0);
@@ -308,16 +513,21 @@ void Trainer::train_epoch(int64_t epoch) {
   if (do_eval) test = evaluate();
   double epoch_secs = seconds_since(epoch_start);
   progress_.clear();
+  const bool complete = i == steps;
   if (rank0_) {
     std::string test_part = test ? fmt::format("test loss {:.4f} acc {:6.2f}%", test->first, 100 * test->second)
                                  : std::string("test -");
-    fmt::print("epoch {:>3}/{}  train loss {:.4f} acc {:6.2f}%  {}  {:.0f} img/s  lr {:.5f}  {:.1f} s\n",
-               epoch + 1, c_.epochs, train_loss, 100 * train_acc, test_part, ips, lr, epoch_secs);
+    // A --max_steps stop inside the epoch says so: its figures cover only the steps done.
+    std::string partial = complete ? std::string()
+                                   : fmt::format(" (partial: {} of {} steps, --max_steps)", i, steps);
+    fmt::print("epoch {:>3}/{}{}  train loss {:.4f} acc {:6.2f}%  {}  {:.0f} img/s  lr {:.5f}  {:.1f} s\n",
+               epoch + 1, c_.epochs, partial, train_loss, 100 * train_acc, test_part, ips, lr,
+               epoch_secs);
     std::fflush(stdout);
     json rec = {{"kind", "epoch"},       {"epoch", epoch + 1},  {"step", global_step_},
                 {"loss", train_loss},    {"train_accuracy", train_acc}, {"lr", lr},
                 {"images_per_s", ips},   {"world_size", pg_.size()}, {"epoch_time_s", epoch_secs},
-                {"complete", !stop_ || i == steps}};
+                {"complete", complete},  {"epoch_steps", i},    {"epoch_steps_total", steps}};
     if (test) {
       rec["test_loss"] = test->first;
       rec["test_accuracy"] = test->second;
@@ -329,9 +539,14 @@ void Trainer::train_epoch(int64_t epoch) {
     summary_.test_accuracy = test->second;
   }
   // A checkpoint marks a completed epoch; a --max_steps stop in mid-epoch writes none.
-  if (i == steps) {
+  if (complete) {
     summary_.epochs_done = epoch + 1;
+    summary_.partial_epoch = summary_.partial_epoch_steps = summary_.partial_epoch_of = 0;
     save_checkpoint(epoch + 1);
+  } else {
+    summary_.partial_epoch = epoch + 1;
+    summary_.partial_epoch_steps = i;
+    summary_.partial_epoch_of = steps;
   }
 }
 
@@ -354,20 +569,33 @@ std::pair<double, double> Trainer::evaluate() {
   return {tot[0] / tot[2], tot[1] / tot[2]};
 }
 
-void Trainer::save_checkpoint(int64_t epochs_done) {
-  if (!rank0_) return;
+std::string Trainer::save_checkpoint(int64_t epochs_done, int64_t epoch_step,
+                                     const double* epoch_totals) {
+  if (!rank0_) return "";
   ckpt::Checkpoint ck;
   ck.meta = {{"format", "dtrain"},
+             {"run_id", run_id_},
              {"epoch", epochs_done},
              {"step", global_step_},
              {"optimizer_steps", optimizer_->step_count()},
              {"world_size", pg_.size()},
+             {"batch_size", c_.batch_size},
              {"signature", model_signature(c_, train_set_)},
              {"config", config_json(c_)},
              // The sampler and augmentation are pure functions of (seed, epoch, index): the
-             // next epoch and the seed are their whole state, whatever the world size.
+             // next epoch and the seed are their whole state, whatever the world size; inside
+             // an epoch, the steps done (with this world and batch size) say where to go on.
              {"sampler", {{"seed", c_.seed}, {"next_epoch", epochs_done}, {"shuffle", true}}},
              {"rng", {{"seed", c_.seed}, {"kind", "splitmix64 counter-based"}}}};
+  if (epoch_step > 0) {
+    ck.meta["epoch_step"] = epoch_step;
+    ck.meta["epoch_totals"] = {epoch_totals[0], epoch_totals[1], epoch_totals[2]};
+  }
+  // The last evaluation, so a run that resumes with nothing left to train can still report it.
+  if (!std::isnan(summary_.test_accuracy)) {
+    ck.meta["test_loss"] = summary_.test_loss;
+    ck.meta["test_accuracy"] = summary_.test_accuracy;
+  }
   ck.add("params", std::vector<float>(model_->params(), model_->params() + model_->num_params()));
   auto names = model_->buffer_names();
   auto buffers = model_->buffers();
@@ -376,10 +604,14 @@ void Trainer::save_checkpoint(int64_t epochs_done) {
            std::vector<float>(buffers[i]->data(), buffers[i]->data() + buffers[i]->numel()));
   }
   ck.add("optimizer.state", optimizer_->state());
-  std::string path = (fs::path(c_.output_dir) / ckpt::checkpoint_file_name(epochs_done)).string();
+  const std::string name = epoch_step > 0
+                               ? ckpt::partial_checkpoint_file_name(epochs_done, global_step_)
+                               : ckpt::checkpoint_file_name(epochs_done);
+  std::string path = (fs::path(c_.output_dir) / name).string();
   ckpt::write_checkpoint(path, ck);
-  ckpt::prune_checkpoints(c_.output_dir, kCheckpointsKept);
+  ckpt::prune_checkpoints(c_.output_dir, kCheckpointsKept, run_id_);
   log_debug("wrote {}", path);
+  return path;
 }
 
 TrainSummary Trainer::run() {
@@ -398,10 +630,36 @@ TrainSummary Trainer::run() {
     start_epoch = meta->value("epoch", int64_t{0});
     global_step_ = meta->value("step", int64_t{0});
     summary_.epochs_done = start_epoch;
+    summary_.test_loss = meta->value("test_loss", std::nan(""));
+    summary_.test_accuracy = meta->value("test_accuracy", std::nan(""));
+    const int64_t epoch_step = meta->value("epoch_step", int64_t{0});
+    if (epoch_step > 0) {
+      // The steps done inside the epoch index this world's and batch size's shards: with others
+      // the same step number means other samples, so the epoch is redone from its start.
+      const int64_t world = meta->value("world_size", int64_t{0});
+      const int64_t batch = meta->value("batch_size", int64_t{0});
+      if (world == pg_.size() && batch == c_.batch_size) {
+        resume_epoch_step_ = epoch_step;
+        const json totals = meta->value("epoch_totals", json::array({0, 0, 0}));
+        for (size_t k = 0; k < 3 && k < totals.size(); ++k) resume_totals_[k] = totals[k].get<double>();
+      } else {
+        global_step_ -= epoch_step;
+        if (rank0_) {
+          log_warning("the checkpoint stopped after step {} of epoch {} with {} worker(s) of batch "
+                      "{}; now {} of batch {}: the epoch starts over (its samples are sharded "
+                      "differently)",
+                      epoch_step, start_epoch + 1, world, batch, pg_.size(), c_.batch_size);
+        }
+      }
+    }
     if (rank0_) {
-      log_info("resumed from {}: {} epochs and {} steps done (saved by a world of {}, now {})",
-               summary_.resumed_from, start_epoch, global_step_, meta->value("world_size", 0),
-               pg_.size());
+      log_info("resumed from {}: {} epochs and {} steps done{} (saved by a world of {}, now {})",
+               summary_.resumed_from, start_epoch, global_step_,
+               resume_epoch_step_ > 0
+                   ? fmt::format(", continuing epoch {} after its step {}", start_epoch + 1,
+                                 resume_epoch_step_)
+                   : std::string(),
+               meta->value("world_size", 0), pg_.size());
     }
   }
   if (rank0_) {
@@ -410,6 +668,9 @@ TrainSummary Trainer::run() {
     progress_ = metrics::ProgressBar(metrics::stdout_is_terminal() || env_.console_tty);
   }
   heartbeat();
+  // From here a stop signal is honoured at the next step boundary (before, there is nothing
+  // new to save and it ends the process as it always did).
+  arm_stop_signals(true);
   for (int64_t epoch = start_epoch; epoch < c_.epochs && !stop_; ++epoch) {
     train_epoch(epoch);
     if (epoch == start_epoch && rank0_) {
@@ -426,6 +687,10 @@ TrainSummary Trainer::run() {
   }
   if (start_epoch >= c_.epochs && rank0_) {
     log_info("nothing to train: the checkpoint already has {} of {} epochs", start_epoch, c_.epochs);
+  }
+  if (rank0_ && stop_checks_ > 0) {
+    log_debug("stop-signal agreement: {} all-reduces, {:.1f} us each on average", stop_checks_,
+              1e6 * stop_check_secs_ / static_cast<double>(stop_checks_));
   }
   summary_.steps = global_step_;
   if (rank0_) {

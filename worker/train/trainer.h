@@ -2,8 +2,11 @@
 // checkpoints, for one rank of the job.
 //
 //   start -> resume? (rank 0 reads, everyone receives by broadcast) -> per epoch:
-//            [ train steps (heartbeat each) -> epoch totals all-reduced -> eval (all-reduced)
-//              -> epoch line + metrics (rank 0) -> checkpoint (rank 0) ] -> curves.svg (rank 0)
+//            [ train steps (heartbeat and stop-signal agreement each) -> epoch totals
+//              all-reduced -> eval (all-reduced) -> epoch line + metrics (rank 0)
+//              -> checkpoint (rank 0) ] -> curves.svg (rank 0)
+//   a stop signal (SIGUSR1/SIGTERM) seen by any rank -> every rank stops after the same step
+//            -> a checkpoint inside the epoch (rank 0) -> run() returns with stop_signal set
 //
 // Every rank runs run(); all collective calls happen in the same order on every rank.
 // run() blocks for the whole training and throws on failure: UsageError (a checkpoint from a
@@ -23,6 +26,15 @@ namespace dlaunch::train {
 struct TrainSummary {
   int64_t epochs_done = 0;  // completed epochs, counting those restored from a checkpoint
   int64_t steps = 0;        // optimizer steps in total, idem
+  // An epoch left unfinished (by --max_steps or a stop signal): its number (1-based), the steps
+  // of it done and the steps it has. 0 when the last epoch trained was complete.
+  int64_t partial_epoch = 0;
+  int64_t partial_epoch_steps = 0;
+  int64_t partial_epoch_of = 0;
+  // SIGUSR1 or SIGTERM when training stopped early for a signal (stop_signal.h), with the
+  // checkpoint written at the stop.
+  int stop_signal = 0;
+  std::string stop_checkpoint;
   double test_loss = 0;     // of the last evaluation (NaN if none ran)
   double test_accuracy = 0;
   bool resumed = false;
