@@ -623,6 +623,7 @@ void DynamicRendezvous::keep_alive_loop() {
   if (liveness && healthy) {
     try {
       liveness->leave();
+      announce_leaving(*store);
     } catch (const Error& e) {
       log_debug("rendezvous keep-alive: could not mark this node as left: {}", e.what());
     }
@@ -633,6 +634,27 @@ void DynamicRendezvous::keep_alive_loop() {
     keep_alive_exited_ = true;
   }
   wake_.notify_all();
+}
+
+void DynamicRendezvous::announce_leaving(Store& store) {
+  int64_t round, rank;
+  size_t nodes;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    round = running_round_;
+    rank = my_rank_;
+    nodes = running_nodes_.size();
+  }
+  if (round < 0 || nodes < 2) return;
+  // A node stopped while its round runs (SIGTERM to one agent: a scale-down) is a membership
+  // change for the others, not their failure: the verdict lets the failures their workers see
+  // next be settled free at once, instead of charged when no keep-alive verdict comes (a node
+  // that left is not reported as lost). After a success every node has passed the exit
+  // barrier, and after a failure the rendezvous is closed or the verdict already written: the
+  // event is ignored then, and the first verdict of a round holds.
+  std::string reason = fmt::format("node {} (node rank {}) left", params_.host, rank);
+  write_verdict(store, round, "L|" + reason);
+  publish_event(store, prefix_, round, {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
 }
 
 void DynamicRendezvous::shutdown() {

@@ -77,6 +77,9 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::optional<DynamicState> read_state();
   RendezvousResult finish_round(const DynamicState& state, TimePoint deadline);
   void begin_worker_namespace(int64_t round);
+  // At shutdown, while a round of several nodes runs: the others re-form without this node,
+  // for free (keep-alive thread).
+  void announce_leaving(Store& store);
   void keep_alive_loop();
   void start_keep_alive();
   // Store loss (c10d: the store lives in one agent). The keep-alive thread declares it after
