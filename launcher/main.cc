@@ -67,6 +67,8 @@ int main(int argc, char** argv) {
     PosixProcessContext procs(io);
     AgentOptions opts;
     opts.host = host.hostname;
+    opts.version = version_text("dlaunch");
+    if (!opts.version.empty() && opts.version.back() == '\n') opts.version.pop_back();
     JobServices services = start_job_services(cfg, opts.host);
     opts.rendezvous = services.rendezvous;
     opts.use_agent_store = services.use_agent_store;
