@@ -69,7 +69,8 @@ int main(int argc, char** argv) {
     opts.host = host.hostname;
     opts.version = version_text("dlaunch");
     if (!opts.version.empty() && opts.version.back() == '\n') opts.version.pop_back();
-    JobServices services = start_job_services(cfg, opts.host);
+    JobServices services =
+        start_job_services(cfg, opts.host, std::string(version()) + "+" + git_commit());
     opts.rendezvous = services.rendezvous;
     opts.use_agent_store = services.use_agent_store;
     opts.hosts_store = services.server != nullptr;
