@@ -1,5 +1,8 @@
 #include "launcher/completion.h"
 
+// The script fills COMPREPLY with mapfile, one candidate a line, so file names with spaces stay
+// whole (COMPREPLY=($(compgen ...)) would split them).
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -60,11 +63,11 @@ std::string bash_completion_script(const std::vector<FlagSpec>& specs) {
     auto choices = completion_choices(s);
     std::string action;
     if (!choices.empty()) {
-      action = fmt::format("COMPREPLY=($(compgen -W \"{}\" -- \"$cur\"))", join(choices));
+      action = fmt::format("mapfile -t COMPREPLY < <(compgen -W \"{}\" -- \"$cur\")", join(choices));
     } else if (s.metavar == "DIR") {
-      action = "compopt -o filenames; COMPREPLY=($(compgen -d -- \"$cur\"))";
+      action = "compopt -o filenames; mapfile -t COMPREPLY < <(compgen -d -- \"$cur\")";
     } else if (s.metavar == "PATH") {
-      action = "compopt -o filenames; COMPREPLY=($(compgen -f -- \"$cur\"))";
+      action = "compopt -o filenames; mapfile -t COMPREPLY < <(compgen -f -- \"$cur\")";
     } else {
       action = "COMPREPLY=()";  // a number, a host, an id: nothing to offer
     }
@@ -96,12 +99,12 @@ _dlaunch() {{
   case $prev in
 {value_cases}  esac
   if [[ $cur == -* ]]; then
-    COMPREPLY=($(compgen -W "{all_flags}" -- "$cur"))
+    mapfile -t COMPREPLY < <(compgen -W "{all_flags}" -- "$cur")
     return
   fi
   # The program: a file or a command.
   compopt -o default
-  COMPREPLY=($(compgen -c -- "$cur"))
+  mapfile -t COMPREPLY < <(compgen -c -- "$cur")
 }}
 complete -F _dlaunch dlaunch
 )",

@@ -6,6 +6,7 @@ set -uo pipefail
 dlaunch=$1 script=$2
 # shellcheck disable=SC1090
 source "$script" || { echo "FAIL: $script does not load in bash"; exit 1; }
+# shellcheck disable=SC2317  # called by _dlaunch
 compopt() { :; }  # only valid inside a real completion; the tests call _dlaunch directly
 failed=0
 complete_words() {  # words of the command line, the last one being completed

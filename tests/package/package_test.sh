@@ -43,6 +43,13 @@ expected=(usr/bin/dlaunch usr/bin/dtrain usr/share/bash-completion/completions/d
 for f in "${expected[@]}"; do
   [[ -f $root/$f ]] || fail "$f is not in the package"
 done
+if [[ $man_pages == ON ]]; then
+  # help2man's --include part (docs/man/dlaunch.h2m) made it in.
+  for section in "EXIT STATUS" ENVIRONMENT; do
+    grep -q "^\.SH \"\?$section" "$root/usr/share/man/man1/dlaunch.1" ||
+      fail "dlaunch.1 has no $section section (docs/man/dlaunch.h2m)"
+  done
+fi
 
 # --version of the unpacked binaries.
 for prog in dlaunch dtrain; do
