@@ -10,9 +10,17 @@
 # The package (cmake/Package.cmake) is this tree under /usr.
 include(GNUInstallDirs)
 
+# What the install needs built, and nothing more: scripts/package.sh builds this target, not the
+# tests and benchmarks (most of a full build). So the install and cpack do not build `all`
+# first: a build of this target (or of everything) comes before them.
+set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY ON)
+add_custom_target(dlaunch_installables)
+
 install(TARGETS dlaunch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+add_dependencies(dlaunch_installables dlaunch dlaunch_completion)
 if(TARGET dtrain)
   install(TARGETS dtrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  add_dependencies(dlaunch_installables dtrain)
 endif()
 
 # CMAKE_INSTALL_DOCDIR is share/doc/${PROJECT_NAME}: share/doc/dlaunch, Debian's place.
@@ -46,6 +54,7 @@ if(DLAUNCH_HELP2MAN)
     list(APPEND _dlaunch_man_pages ${_page})
   endforeach()
   add_custom_target(dlaunch_man_pages ALL DEPENDS ${_dlaunch_man_pages})
+  add_dependencies(dlaunch_installables dlaunch_man_pages)
   install(FILES ${_dlaunch_man_pages} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
 else()
   message(STATUS "dlaunch: help2man not found: no man pages are built or installed "
