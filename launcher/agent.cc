@@ -931,6 +931,7 @@ struct Agent::Impl {
     if (group->root_cause() || !group->stop_reason().empty()) {
       ReportContext ctx;
       ctx.host = opts.host;
+      ctx.version = opts.version;
       ctx.max_restarts = cfg.max_restarts;
       ctx.restarts_used = restart_count;
       ctx.hang_timeout = cfg.hang_timeout;

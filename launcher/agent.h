@@ -55,6 +55,9 @@ inline constexpr int kSignalBase = 128;   // + N: the agent was stopped by signa
 struct AgentOptions {
   const Clock* clock = &steady_clock();
   std::string host;  // for the report and DLAUNCH_NODE_ID
+  // For the failure report: "dlaunch 0.1.0 (commit e8ba0f2, Release build)". main.cc fills it
+  // from common/version.h; the launcher library does not link that (it changes every commit).
+  std::string version;
   // The environment workers inherit, before the contract is applied on top.
   std::vector<std::pair<std::string, std::string>> base_env;
   bool handle_signals = true;

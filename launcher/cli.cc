@@ -79,7 +79,7 @@ std::vector<FlagSpec> make_specs() {
            "per worker, dlaunch sets RANK etc. and execs the program; auto = task when the step "
            "has more tasks than nodes"),
       flag("help", 'h', false, "false", "", "show this help"),
-      flag("version", 0, false, "false", "", "print the version and the git commit, then exit"),
+      flag("version", 0, false, "false", "", "print the version, the git commit and the build type, then exit"),
   };
 }
 

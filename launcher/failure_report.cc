@@ -122,6 +122,7 @@ std::string format_failure_report(const WorkerGroup& group, const ReportContext&
   std::string out = "\n" + bar + "\n";
   out += fmt::format("dlaunch: job FAILED after {} restart(s) of {} allowed (attempt {})\n",
                      ctx.restarts_used, ctx.max_restarts, group.attempt());
+  if (!ctx.version.empty()) out += fmt::format("version: {}\n", ctx.version);
   out += rule + "\n";
   auto root = group.root_cause();
   if (!root) {

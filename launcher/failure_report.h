@@ -26,6 +26,9 @@ std::optional<ErrorFileContents> read_error_file(const std::string& path);
 
 struct ReportContext {
   std::string host;
+  // "dlaunch 0.1.0 (commit e8ba0f2, Release build)": a report pasted into a bug says what ran.
+  // Empty: no line.
+  std::string version;
   int64_t max_restarts = 0;
   int64_t restarts_used = 0;
   Duration hang_timeout{0};

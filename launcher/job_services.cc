@@ -43,7 +43,8 @@ std::shared_ptr<TcpStoreServer> try_host(const HostPort& hp, bool must) {
 
 }  // namespace
 
-JobServices start_job_services(const LaunchConfig& cfg, const std::string& host) {
+JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
+                               const std::string& version) {
   JobServices s;
   if (cfg.max_nodes == 1 && cfg.rdzv_backend == "static") {
     TcpStoreServerOptions o;
@@ -83,6 +84,7 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host)
   p.host = cfg.local_addr.empty() ? host : cfg.local_addr;
   p.config = cfg.rdzv_conf;
   p.token = get_env(env_names::kJobToken);
+  p.version = version;
   if (cfg.rdzv_backend == "static") {
     if (cfg.master_port == 0) {
       throw UsageError(fmt::format(

@@ -33,6 +33,9 @@ struct JobServices {
   bool use_agent_store = false;
 };
 
-JobServices start_job_services(const LaunchConfig& cfg, const std::string& host);
+// `version`: this agent's build ("0.1.0+3467aab"), published at rendezvous so a job whose agents
+// run different builds warns (rendezvous/version_mix.h); empty: none.
+JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
+                               const std::string& version = "");
 
 }  // namespace dlaunch

@@ -67,7 +67,10 @@ int main(int argc, char** argv) {
     PosixProcessContext procs(io);
     AgentOptions opts;
     opts.host = host.hostname;
-    JobServices services = start_job_services(cfg, opts.host);
+    opts.version = version_text("dlaunch");
+    if (!opts.version.empty() && opts.version.back() == '\n') opts.version.pop_back();
+    JobServices services =
+        start_job_services(cfg, opts.host, std::string(version()) + "+" + git_commit());
     opts.rendezvous = services.rendezvous;
     opts.use_agent_store = services.use_agent_store;
     opts.hosts_store = services.server != nullptr;

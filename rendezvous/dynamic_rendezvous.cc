@@ -10,6 +10,7 @@
 #include "rendezvous/job_token.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/tcp_store_client.h"
+#include "rendezvous/version_mix.h"
 #include "rendezvous/worker_namespace.h"
 
 namespace dlaunch {
@@ -136,6 +137,7 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
             std::lock_guard<std::mutex> lock(mutex_);
             me.previous_rank = my_rank_;
           }
+          me.version = params_.version;
           int64_t index;
           if (ledger_) {
             index = ledger_->join(r, me);
@@ -292,6 +294,15 @@ RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, Time
     for (const auto& v : values) arrivals.push_back(NodeDescriptor::decode(v));
   }
   auto by_rank = assign_ranks(arrivals);
+  if (!version_mix_warned_) {
+    std::vector<std::pair<std::string, std::string>> builds;
+    for (const auto& a : arrivals) builds.emplace_back(a.host, a.version);
+    std::string mix = describe_version_mix(params_.version, builds);
+    if (!mix.empty()) {
+      log_warning("{}", mix);
+      version_mix_warned_ = true;
+    }
+  }
 
   RendezvousResult result;
   result.round = state.round;

@@ -124,6 +124,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::string store_lost_;  // non-empty once the store was declared lost
   std::function<void(const RendezvousEvent&)> on_event_;  // watch()'s callback
   int64_t acked_round_ = -1;
+  bool version_mix_warned_ = false;  // once per agent, not every round (next_rendezvous' thread)
 };
 
 }  // namespace dlaunch

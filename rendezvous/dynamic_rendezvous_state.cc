@@ -123,10 +123,13 @@ JoinDecision decide_join(const std::optional<DynamicState>& state, const Dynamic
 }
 
 Bytes NodeDescriptor::encode() const {
-  // "id|host|local_world_size|hint[,previous]" (no ",previous" when there is none).
+  // "id|host|local_world_size|hint[,previous][;version]" (no ",previous" when there is none, no
+  // ";version" when empty). The version goes last, after ';': an older agent parses the numbers
+  // with stoll, which stops at the ';', so it reads this form as before.
   return to_bytes(id + "|" + host + "|" + std::to_string(local_world_size) + "|" +
                   std::to_string(rank_hint) +
-                  (previous_rank >= 0 ? "," + std::to_string(previous_rank) : ""));
+                  (previous_rank >= 0 ? "," + std::to_string(previous_rank) : "") +
+                  (version.empty() ? "" : ";" + version));
 }
 
 NodeDescriptor NodeDescriptor::decode(const Bytes& value) {
@@ -143,6 +146,11 @@ NodeDescriptor NodeDescriptor::decode(const Bytes& value) {
   try {
     d.local_world_size = std::stoll(s.substr(b + 1, c - b - 1));
     std::string ranks = s.substr(c + 1);
+    size_t semicolon = ranks.find(';');
+    if (semicolon != std::string::npos) {
+      d.version = ranks.substr(semicolon + 1);
+      ranks = ranks.substr(0, semicolon);
+    }
     size_t comma = ranks.find(',');
     d.rank_hint = std::stoll(ranks.substr(0, comma));
     if (comma != std::string::npos) d.previous_rank = std::stoll(ranks.substr(comma + 1));

@@ -88,6 +88,8 @@ struct NodeDescriptor {
   // The node's group rank in the last round it ran in (-1: none): kept when possible, so a
   // node joining or leaving does not renumber the others (the first node stays rank 0).
   int64_t previous_rank = -1;
+  // The agent's build ("0.1.0+3467aab", version_mix.h); empty: none published (an older agent).
+  std::string version;
 
   Bytes encode() const;
   static NodeDescriptor decode(const Bytes& value);  // throws ProtocolError

@@ -56,6 +56,9 @@ struct RendezvousParams {
   std::map<std::string, std::string> config;  // --rdzv_conf
   // The job token for the store connections this handler opens (nullopt: none).
   std::optional<std::string> token;
+  // This agent's build, "0.1.0+3467aab", published at rendezvous so agents of one job running
+  // different builds warn (version_mix.h). Empty: publish nothing, check nothing.
+  std::string version;
   // A store to use instead of connecting to `endpoint`. The handler's background threads (event
   // watcher, keep-alive) need their own connections: `open_store` makes one; when null they
   // connect to `endpoint` themselves, or share `store` when there is no endpoint (in-memory).

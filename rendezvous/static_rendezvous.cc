@@ -9,6 +9,7 @@
 #include "rendezvous/host_port.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/prefix_store.h"
+#include "rendezvous/version_mix.h"
 
 namespace dlaunch {
 
@@ -40,7 +41,9 @@ StaticRendezvous::~StaticRendezvous() { shutdown(); }
 Bytes StaticRendezvous::encode(const Record& r) const {
   return to_bytes("rank=" + std::to_string(r.rank) + "\nnnodes=" + std::to_string(r.nnodes) +
                   "\nlws=" + std::to_string(r.local_world_size) + "\nrun_id=" + r.run_id +
-                  "\nhost=" + r.host + "\nid=" + r.id);
+                  "\nhost=" + r.host + "\nid=" + r.id +
+                  // Older agents skip keys they do not know.
+                  (r.version.empty() ? "" : "\nversion=" + r.version));
 }
 
 StaticRendezvous::Record StaticRendezvous::decode(const Bytes& b) {
@@ -61,6 +64,7 @@ StaticRendezvous::Record StaticRendezvous::decode(const Bytes& b) {
     if (k == "run_id") r.run_id = v;
     if (k == "host") r.host = v;
     if (k == "id") r.id = v;
+    if (k == "version") r.version = v;
   }
   return r;
 }
@@ -128,7 +132,8 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
   const int64_t n = params_.max_nodes;
   const int64_t me = *params_.node_rank;
   const int64_t round = next_round_++;
-  Record mine{me, n, params_.local_world_size, params_.run_id, params_.host, node_id_};
+  Record mine{me, n, params_.local_world_size, params_.run_id, params_.host, node_id_,
+              params_.version};
   Bytes mine_bytes = encode(mine);
   auto start = clock_.now();
   auto deadline = start + config_.join_timeout;
@@ -214,12 +219,19 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
   result.round = round;
   result.group_rank = me;
   result.group_world_size = n;
+  std::vector<std::pair<std::string, std::string>> builds;
   for (int64_t k = 0; k < n; ++k) {
     Record r = decode(values[k]);
     std::string m = mismatch(mine, r);
     if (!m.empty()) fail_conflict(round, m);
     result.local_world_sizes.push_back(r.local_world_size);
     result.hosts.push_back(r.host);
+    builds.emplace_back(r.host, r.version);
+  }
+  std::string mix = describe_version_mix(params_.version, builds);
+  if (!mix.empty() && !version_mix_warned_) {
+    log_warning("{}", mix);
+    version_mix_warned_ = true;
   }
   HostPort master = parse_host_port(params_.endpoint.empty() ? "127.0.0.1" : params_.endpoint,
                                     29500, "--master_addr/--master_port");

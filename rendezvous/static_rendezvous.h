@@ -39,6 +39,7 @@ class StaticRendezvous final : public RendezvousHandler {
   struct Record {
     int64_t rank = -1, nnodes = 0, local_world_size = 0;
     std::string run_id, host, id;
+    std::string version;  // the agent's build; empty from agents older than version publishing
   };
   Bytes encode(const Record& r) const;
   static Record decode(const Bytes& b);
@@ -56,6 +57,7 @@ class StaticRendezvous final : public RendezvousHandler {
   int64_t next_round_ = 0;
   int64_t current_round_ = -1;
   std::unique_ptr<EventWatcher> watcher_;
+  bool version_mix_warned_ = false;  // once per agent, not every round (next_rendezvous' thread)
 };
 
 }  // namespace dlaunch

@@ -11,6 +11,7 @@ packages=(
   libboost-dev libfmt-dev nlohmann-json3-dev libgtest-dev
   libdnnl-dev libopenblas-dev libgloo-dev zlib1g-dev
   procps python3
+  help2man dpkg-dev file
 )
 for arg in "$@"; do
   case "$arg" in

@@ -358,8 +358,9 @@ TEST(DlaunchUsage, NoProgramRunsDtrainBesideDlaunch) {
       << r.out;
 }
 
-// `dlaunch --version` and `dtrain --version`: "<name> <project version> (commit <c>)", where c
-// is a commit of this checkout (or "unknown" outside one), and nothing is started.
+// `dlaunch --version` and `dtrain --version`: "<name> <project version> (commit <c>, <build
+// type> build)", where c is a commit of this checkout (or "unknown" outside one), and nothing is
+// started.
 TEST(DlaunchUsage, VersionPrintsTheVersionAndTheCommit) {
   std::vector<std::pair<std::string, std::string>> binaries = {{"dlaunch", kDlaunch}};
 #ifdef DTRAIN_BIN
@@ -374,9 +375,11 @@ TEST(DlaunchUsage, VersionPrintsTheVersionAndTheCommit) {
     ASSERT_EQ(r.exit.shell_code(), 0) << name << ": " << r.err;
     std::string prefix = name + " " + PROJECT_VERSION_TEXT + " (commit ";
     ASSERT_EQ(r.out.rfind(prefix, 0), 0u) << r.out;
-    ASSERT_GE(r.out.size(), prefix.size() + 2) << r.out;
-    EXPECT_EQ(r.out.substr(r.out.size() - 2), ")\n") << r.out;
-    std::string commit = r.out.substr(prefix.size(), r.out.size() - prefix.size() - 2);
+    const std::string suffix = std::string(", ") + BUILD_TYPE_TEXT + " build)\n";
+    ASSERT_GE(r.out.size(), prefix.size() + suffix.size()) << r.out;
+    EXPECT_EQ(r.out.substr(r.out.size() - suffix.size()), suffix) << r.out;
+    std::string commit =
+        r.out.substr(prefix.size(), r.out.size() - prefix.size() - suffix.size());
     if (!checkout) {
       EXPECT_EQ(commit, "unknown");
       continue;

@@ -79,7 +79,11 @@ TEST(FailureReport, RootCauseFirstOthersAsConsequences) {
   ctx.max_restarts = 1;
   ctx.restarts_used = 1;
   ctx.earlier = {"attempt 0: rank 5 (local_rank 1, pid 90): exit code 3"};
+  ctx.version = "dlaunch 9.8.7 (commit abcdef0, Release build)";
   std::string r = format_failure_report(g, ctx);
+  // What ran, so a report pasted into a bug needs no follow-up question.
+  EXPECT_NE(r.find("version: dlaunch 9.8.7 (commit abcdef0, Release build)\n"), std::string::npos)
+      << r;
   size_t root = r.find("Root cause");
   size_t others = r.find("Other workers");
   ASSERT_NE(root, std::string::npos);

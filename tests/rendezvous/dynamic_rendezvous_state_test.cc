@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "common/error.h"
+#include "rendezvous/version_mix.h"
 
 namespace dlaunch {
 namespace {
@@ -120,6 +121,40 @@ TEST(DynamicState, RoundTripsAndRejectsGarbage) {
   EXPECT_EQ(NodeDescriptor::decode(d.encode()).previous_rank, 5);
   EXPECT_EQ(NodeDescriptor::decode(to_bytes("h-2|10.0.0.2|4|-1")).previous_rank, -1);  // older form
   EXPECT_THROW(NodeDescriptor::decode(to_bytes("nope")), ProtocolError);
+}
+
+// The agent's build rides last, after ';', so an agent that predates it still reads the numbers
+// (std::stoll stops at the ';'), and a descriptor from such an agent reads as "no version".
+TEST(NodeDescriptorVersion, RoundTripsAndOlderFormsStillRead) {
+  NodeDescriptor d{"h-1-ab", "10.0.0.1", 4, -1};
+  d.version = "0.1.0+3467aab";
+  auto back = NodeDescriptor::decode(d.encode());
+  EXPECT_EQ(back.version, "0.1.0+3467aab");
+  EXPECT_EQ(back.rank_hint, -1);
+  EXPECT_EQ(back.previous_rank, -1);
+  d.previous_rank = 2;
+  back = NodeDescriptor::decode(d.encode());
+  EXPECT_EQ(back.version, "0.1.0+3467aab");
+  EXPECT_EQ(back.previous_rank, 2);
+  EXPECT_EQ(NodeDescriptor::decode(to_bytes("h-2|10.0.0.2|4|1,3")).version, "");
+  // What an older agent's decoder does with the new form: stoll on "1,3;v" and "3;v".
+  EXPECT_EQ(std::stoll(std::string("1;0.1.0+3467aab")), 1);
+  EXPECT_EQ(std::stoll(std::string("3;0.1.0+3467aab")), 3);
+}
+
+TEST(VersionMix, SilentWhenAllAgreeOrNothingPublished) {
+  EXPECT_EQ(describe_version_mix("0.1.0+a", {{"n1", "0.1.0+a"}, {"n2", "0.1.0+a"}}), "");
+  EXPECT_EQ(describe_version_mix("", {{"n1", "0.1.0+a"}, {"n2", "0.2.0+b"}}), "");
+}
+
+TEST(VersionMix, NamesEachBuildWithItsHostsAndWhatToDo) {
+  std::string m = describe_version_mix(
+      "0.1.0+a", {{"n1", "0.1.0+a"}, {"n2", "0.2.0+b"}, {"n3", "0.1.0+a"}, {"n4", ""}});
+  EXPECT_NE(m.find("0.1.0+a on n1, n3"), std::string::npos) << m;
+  EXPECT_NE(m.find("0.2.0+b on n2"), std::string::npos) << m;
+  EXPECT_NE(m.find("an older dlaunch (no version) on n4"), std::string::npos) << m;
+  EXPECT_NE(m.find("(this agent: 0.1.0+a)"), std::string::npos) << m;
+  EXPECT_NE(m.find("install the same package everywhere"), std::string::npos) << m;
 }
 
 TEST(AssignRanks, HonoursUniqueHintsAndFillsTheRestByArrival) {

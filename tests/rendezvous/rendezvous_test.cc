@@ -201,6 +201,46 @@ TEST_F(RendezvousTest, DynamicCompletesAtMaxWithDistinctRanksAndHonoursHints) {
   EXPECT_EQ(rs[0].hosts[0], "h1");
 }
 
+// Agents of one job on different builds: each publishes its build at rendezvous and every agent
+// warns once, naming the builds and their hosts; the round still completes (a warning, not a
+// refusal: the wire formats agree).
+TEST_F(RendezvousTest, AgentsOnDifferentBuildsWarnAndStillMeet) {
+  for (const std::string backend : {"static", "c10d"}) {
+    std::vector<std::unique_ptr<RendezvousHandler>> hs;
+    for (int64_t k : {0, 1}) {
+      auto p = params(backend, 2, 2, "host-" + std::to_string(k));
+      p.run_id = "mix-" + backend;
+      p.node_rank = k;
+      p.version = k == 0 ? "0.1.0+aaaaaaa" : "0.2.0+bbbbbbb";
+      hs.push_back(create_rendezvous_handler(p));
+    }
+    ::testing::internal::CaptureStderr();
+    auto rs = meet(hs);
+    std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_EQ(rs[0].group_world_size, 2) << backend;
+    EXPECT_NE(err.find("run different dlaunch builds: 0.1.0+aaaaaaa on host-0; 0.2.0+bbbbbbb on "
+                       "host-1 (this agent: 0.1.0+aaaaaaa)"),
+              std::string::npos)
+        << backend << ": " << err;
+    EXPECT_NE(err.find("(this agent: 0.2.0+bbbbbbb)"), std::string::npos) << backend << ": " << err;
+    for (auto& h : hs) h->shutdown();
+  }
+}
+
+TEST_F(RendezvousTest, AgentsOnOneBuildSayNothingAboutVersions) {
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int64_t k : {0, 1}) {
+    auto p = params("static", 2, 2, "host-" + std::to_string(k));
+    p.node_rank = k;
+    p.version = "0.1.0+aaaaaaa";
+    hs.push_back(create_rendezvous_handler(p));
+  }
+  ::testing::internal::CaptureStderr();
+  meet(hs);
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("different dlaunch builds"), std::string::npos) << err;
+}
+
 TEST_F(RendezvousTest, DynamicCompletesAtMinAfterLastCall) {
   std::vector<std::unique_ptr<RendezvousHandler>> hs;
   for (int i = 0; i < 2; ++i) hs.push_back(create_rendezvous_handler(params("c10d", 2, 4, "h")));

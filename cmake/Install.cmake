@@ -1,0 +1,62 @@
+# `cmake --install build --prefix P`: what a user needs on a node, nothing for building.
+#   P/bin/dlaunch, P/bin/dtrain                  dtrain beside dlaunch: dlaunch's default program
+#                                                is found from its own path (/proc/self/exe,
+#                                                launch_config.cc), so any prefix works, moved
+#                                                or shared
+#   P/share/doc/dlaunch/                         README.md and docs/*.md
+#   P/share/doc/dlaunch/examples/                examples/ (Slurm batch scripts, PyTorch, ...)
+#   P/share/man/man1/dlaunch.1, dtrain.1         from --help, when help2man is installed
+#   P/share/bash-completion/completions/dlaunch  from the flag table (launcher/completion.h)
+# The package (cmake/Package.cmake) is this tree under /usr.
+include(GNUInstallDirs)
+
+# What the install needs built, and nothing more: scripts/package.sh builds this target, not the
+# tests and benchmarks (most of a full build). So the install and cpack do not build `all`
+# first: a build of this target (or of everything) comes before them.
+set(CMAKE_SKIP_INSTALL_ALL_DEPENDENCY ON)
+add_custom_target(dlaunch_installables)
+
+install(TARGETS dlaunch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+add_dependencies(dlaunch_installables dlaunch dlaunch_completion)
+if(TARGET dtrain)
+  install(TARGETS dtrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+  add_dependencies(dlaunch_installables dtrain)
+endif()
+
+# CMAKE_INSTALL_DOCDIR is share/doc/${PROJECT_NAME}: share/doc/dlaunch, Debian's place.
+file(GLOB _dlaunch_docs ${CMAKE_SOURCE_DIR}/docs/*.md)
+install(FILES ${CMAKE_SOURCE_DIR}/README.md ${_dlaunch_docs} DESTINATION ${CMAKE_INSTALL_DOCDIR})
+install(DIRECTORY ${CMAKE_SOURCE_DIR}/examples/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples
+  USE_SOURCE_PERMISSIONS PATTERN CMakeLists.txt EXCLUDE PATTERN __pycache__ EXCLUDE)
+
+install(FILES ${DLAUNCH_COMPLETION_FILE}
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions)
+
+# Man pages: help2man runs each binary's --help and --version and adds docs/man/<name>.h2m
+# (exit codes, environment, see also). Optional: without help2man the build says so and goes
+# on, and the install has no man pages (scripts/setup.sh installs help2man).
+find_program(DLAUNCH_HELP2MAN help2man)
+if(DLAUNCH_HELP2MAN)
+  set(_dlaunch_man_pages)
+  foreach(_prog dlaunch dtrain)
+    if(NOT TARGET ${_prog})
+      continue()
+    endif()
+    set(_page ${CMAKE_BINARY_DIR}/share/man/man1/${_prog}.1)
+    set(_include ${CMAKE_SOURCE_DIR}/docs/man/${_prog}.h2m)
+    add_custom_command(OUTPUT ${_page}
+      COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/share/man/man1
+      # --no-discard-stderr: a binary that fails to print its help fails the build loudly.
+      COMMAND ${DLAUNCH_HELP2MAN} --no-info --no-discard-stderr --section=1
+              --include=${_include} --output=${_page} $<TARGET_FILE:${_prog}>
+      DEPENDS ${_prog} ${_include}
+      COMMENT "Generating the ${_prog}(1) man page with help2man")
+    list(APPEND _dlaunch_man_pages ${_page})
+  endforeach()
+  add_custom_target(dlaunch_man_pages ALL DEPENDS ${_dlaunch_man_pages})
+  add_dependencies(dlaunch_installables dlaunch_man_pages)
+  install(FILES ${_dlaunch_man_pages} DESTINATION ${CMAKE_INSTALL_MANDIR}/man1)
+else()
+  message(STATUS "dlaunch: help2man not found: no man pages are built or installed "
+                 "(apt-get install help2man, or scripts/setup.sh)")
+endif()

@@ -1,0 +1,37 @@
+# The Debian package: `cpack -G DEB` in the build directory, or scripts/package.sh. It holds the
+# install tree (cmake/Install.cmake) under /usr. Depends is computed by dpkg-shlibdeps from the
+# binaries' NEEDED libraries, so installing it pulls exactly the runtime libraries (libfmt9,
+# libdnnl2, ...), never a -dev package.
+#
+# CUDA: the CUDA libraries here are not Debian packages (/usr/local/cuda), so no binary in the
+# package may need them: dpkg-shlibdeps would find no package to depend on and the build of the
+# package fails. Today dtrain trains on the CPU and links no CUDA library (the CUDA kernels and
+# the NCCL process group are only linked by their tests), so the package is built from the
+# ordinary build. When dtrain learns to train on GPUs, its CUDA backend belongs in a plugin loaded
+# at run time or a separate dlaunch-cuda package (docs/install.md).
+set(CPACK_GENERATOR DEB)
+set(CPACK_PACKAGE_NAME dlaunch)
+set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
+set(CPACK_PACKAGE_VENDOR "dlaunch")
+set(CPACK_PACKAGE_DESCRIPTION_SUMMARY
+    "native torchrun replacement with a bundled distributed ResNet trainer")
+# CPack puts the summary first and indents each line of this by one space.
+set(CPACK_DEBIAN_PACKAGE_DESCRIPTION
+    "dlaunch starts one agent per node that meets the other agents (static, c10d-style
+elastic or etcd rendezvous), hosts the job's store, starts the workers with
+torchrun's environment contract and supervises them: restarts, hang detection,
+no orphans, one failure report. It runs unmodified PyTorch scripts written for
+torchrun, and under Slurm.
+.
+dtrain is the bundled data-parallel ResNet trainer (CPU build).")
+set(DLAUNCH_PACKAGE_MAINTAINER "dlaunch maintainers <dlaunch@localhost>" CACHE STRING
+    "The Maintainer field of the Debian package")
+set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${DLAUNCH_PACKAGE_MAINTAINER}")
+set(CPACK_DEBIAN_PACKAGE_SECTION utils)
+set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
+set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # dlaunch_0.1.0_amd64.deb
+set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
+set(CPACK_STRIP_FILES ON)  # the symbols are most of the binaries' size
+set(CPACK_PACKAGE_DIRECTORY ${CMAKE_BINARY_DIR}/package)
+include(CPack)
