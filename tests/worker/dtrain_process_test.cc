@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "rendezvous/tcp_store_server.h"
+#include "tests/support/subprocess.h"
 #include "worker/checkpoint/checkpoint.h"
 
 namespace dlaunch {
@@ -506,13 +507,10 @@ TEST_F(DtrainProcessTest, KilledWorkerResumesUnderDlaunch) {
   EXPECT_LT(epochs[2]["loss"].get<double>(), epochs[0]["loss"].get<double>());
 }
 
-// dlaunch with 2 workers: args after DTRAIN_BINARY go to dtrain.
-Proc spawn_dlaunch_dtrain(const std::vector<std::string>& dtrain_args,
-                          const std::vector<std::pair<std::string, std::string>>& env,
-                          const std::string& log_path) {
-  std::vector<std::string> args = {"--standalone", "--nproc_per_node=2", "--hang_timeout=120",
-                                   DTRAIN_BINARY};
-  args.insert(args.end(), dtrain_args.begin(), dtrain_args.end());
+// dlaunch with `args` (its flags, DTRAIN_BINARY, dtrain's flags); output to `log_path`.
+Proc spawn_dlaunch(const std::vector<std::string>& args,
+                   const std::vector<std::pair<std::string, std::string>>& env,
+                   const std::string& log_path) {
   pid_t pid = ::fork();
   if (pid == 0) {
     int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -527,6 +525,55 @@ Proc spawn_dlaunch_dtrain(const std::vector<std::string>& dtrain_args,
     ::_exit(127);
   }
   return Proc{pid, log_path};
+}
+
+// dlaunch with 2 workers: args after DTRAIN_BINARY go to dtrain.
+Proc spawn_dlaunch_dtrain(const std::vector<std::string>& dtrain_args,
+                          const std::vector<std::pair<std::string, std::string>>& env,
+                          const std::string& log_path) {
+  std::vector<std::string> args = {"--standalone", "--nproc_per_node=2", "--hang_timeout=120",
+                                   DTRAIN_BINARY};
+  args.insert(args.end(), dtrain_args.begin(), dtrain_args.end());
+  return spawn_dlaunch(args, env, log_path);
+}
+
+// Issue 18: three c10d agents, one SIGKILLed while dtrain trains. The survivors' workers fail
+// at once (gloo connection errors); that must be settled as the loss of a node, not a worker
+// failure: with --max_restarts 0 the two remaining nodes re-form (a new round, a store
+// namespace of its own, so dtrain's "dtrain/attempt_0" keys of the first round are not read)
+// and finish, naming the lost node.
+TEST_F(DtrainProcessTest, NodeKilledMidRunReFormsWithoutSpendingRestartsAndFinishes) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(testing::free_port());
+  std::vector<std::pair<std::string, std::string>> env;
+  for (const auto& kv : small_env()) env.emplace_back(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
+  auto agent = [&](const std::string& addr, const std::string& name) {
+    std::vector<std::string> args = {"--nnodes=2:3", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+                                     "--rdzv_id=node_loss", "--local_addr=" + addr,
+                                     "--rdzv_conf=last_call_timeout=2,keep_alive_interval=1,keep_alive_max_attempt=3",
+                                     "--max_restarts=0", DTRAIN_BINARY};
+    for (auto& a : small_run(3)) args.push_back(a);
+    return spawn_dlaunch(args, env, log(name));
+  };
+  Proc host = agent("127.0.0.1", "host.log");
+  // The first agent binds the endpoint and hosts the store: it must not be the one killed.
+  ASSERT_TRUE(testing::wait_until([&] { return slurp(log("host.log")).find("hosting the job's store") != std::string::npos; },
+                                  std::chrono::seconds(60)))
+      << slurp(log("host.log"));
+  Proc peer = agent("127.0.0.2", "peer.log");
+  Proc victim = agent("127.0.0.3", "victim.log");
+  ASSERT_TRUE(wait_for_step(dir_ / "out" / "metrics.jsonl", 4, host.pid)) << slurp(log("host.log"));
+  ::kill(victim.pid, SIGKILL);
+  wait_for(victim);
+  EXPECT_EQ(wait_for(host), 0) << slurp(log("host.log"));
+  EXPECT_EQ(wait_for(peer), 0) << slurp(log("peer.log"));
+  std::string text = slurp(log("host.log"));
+  EXPECT_NE(text.find("node 127.0.0.3 (node rank"), std::string::npos) << text;
+  EXPECT_NE(text.find("lost (no keep-alive"), std::string::npos) << text;
+  EXPECT_NE(text.find("not counted as a restart"), std::string::npos) << text;
+  EXPECT_NE(text.find("global ranks 0-0 of 2"), std::string::npos) << "no round of two\n" << text;
+  auto epochs = epoch_lines(dir_ / "out" / "metrics.jsonl");
+  ASSERT_FALSE(epochs.empty()) << text;
+  EXPECT_EQ(epochs.back()["epoch"], 3) << text;
 }
 
 // Issue 18: Slurm's preemption notice (SIGUSR1 to dlaunch, forwarded to the workers) used to kill
