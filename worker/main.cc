@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
   }
   // Before any thread starts: every thread inherits the blocked mask (stop_signal.h).
   train::install_stop_signals();
+  // A peer that died closes its sockets: gloo must get EPIPE and throw a message naming the
+  // peer, not kill the process with SIGPIPE (a report saying only "signal SIGPIPE").
+  std::signal(SIGPIPE, SIG_IGN);
   std::string error_file = get_env_or(env_names::kErrorFile, "");
   try {
     WorkerEnv env = WorkerEnv::from_environ();
