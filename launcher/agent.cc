@@ -585,7 +585,14 @@ struct Agent::Impl {
     }
     log_debug("local rank {} (pid {}) exited: {}", lr, w.pid, st.describe());
     if (group->state() == GroupState::kSucceeded && phase == Phase::kRunning) {
-      log_info("all {} worker(s) finished successfully", cfg.nproc_per_node);
+      // After a preemption notice a worker that checkpointed and exited 0 (dtrain) finished
+      // nothing: say what happened; decide() reports the preemption.
+      if (preempted) {
+        log_info("all {} worker(s) stopped cleanly after the preemption notice",
+                 cfg.nproc_per_node);
+      } else {
+        log_info("all {} worker(s) finished successfully", cfg.nproc_per_node);
+      }
       phase = Phase::kStopping;
       stop_leftovers();
       return;
