@@ -124,6 +124,9 @@ const FlagSpec& find_short(char c, const std::string& spelled) {
       spelled));
 }
 
+
+}  // namespace
+
 size_t edit_distance(const std::string& a, const std::string& b) {
   std::vector<size_t> row(b.size() + 1);
   for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
@@ -138,8 +141,6 @@ size_t edit_distance(const std::string& a, const std::string& b) {
   }
   return row[b.size()];
 }
-
-}  // namespace
 
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
   std::string w = normalize(word);

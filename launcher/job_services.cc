@@ -85,13 +85,9 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
   p.config = cfg.rdzv_conf;
   p.token = get_env(env_names::kJobToken);
   p.version = version;
+  // The endpoints and ports were checked by resolve_config (check_endpoints in
+  // launch_config.cc), so a --dry_run refuses what a run would.
   if (cfg.rdzv_backend == "static") {
-    if (cfg.master_port == 0) {
-      throw UsageError(fmt::format(
-          "--master_port=0 cannot work with --nnodes={}: the other nodes would not know the "
-          "port node 0 picked; give every node the same free --master_port",
-          cfg.max_nodes));
-    }
     HostPort hp = cfg.rdzv_endpoint.empty()
                       ? HostPort{cfg.master_addr, static_cast<uint16_t>(cfg.master_port)}
                       : parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint");
@@ -99,21 +95,9 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
     p.node_rank = cfg.node_rank;
     if (cfg.node_rank == 0) s.server = try_host(hp, true);
   } else if (cfg.rdzv_backend == "c10d") {
-    if (cfg.rdzv_endpoint.empty()) {
-      throw UsageError(fmt::format(
-          "--rdzv_backend=c10d (--nnodes={}:{}) needs --rdzv_endpoint host:port, the address "
-          "where one agent hosts the rendezvous store and every other agent connects",
-          cfg.min_nodes, cfg.max_nodes));
-    }
     HostPort hp = parse_host_port(cfg.rdzv_endpoint, 29400, "--rdzv_endpoint");
     p.endpoint = hp.to_string();
     if (cfg.node_rank_given) p.node_rank = cfg.node_rank;
-    if (hp.port == 0 && cfg.max_nodes > 1) {
-      throw UsageError(fmt::format(
-          "--rdzv_endpoint {} with port 0 cannot work with --nnodes={}:{}: the other nodes "
-          "would not know the port this one picked; give every node the same free port",
-          cfg.rdzv_endpoint, cfg.min_nodes, cfg.max_nodes));
-    }
     // torchrun's rule: the agent that can bind the endpoint hosts the store; the rest connect.
     s.server = try_host(hp, false);
     // Port 0 (torchrun's --standalone spelling): join the store on the port it was given.

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "launcher/cli.h"
 #include "launcher/posix_process_context.h"
 
 extern char** environ;
@@ -26,21 +27,6 @@ namespace {
 
 std::string absolute(const std::string& path, const std::string& cwd) {
   return !path.empty() && path[0] == '/' ? path : cwd + "/" + path;
-}
-
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
 }
 
 // The file in `path`'s directory whose name is closest to its name (a typo: trian.py for
