@@ -64,6 +64,19 @@ bool read_stat(int pid, char* state, int* ppid) {
   return true;
 }
 
+// A pidfd for `pid` if it still has the parent a /proc scan saw (or the agent, its parent having
+// died since), else -1: a pid freed and reused after the scan is never signalled.
+int pin_descendant(int pid, int parent) {
+  int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
+  if (fd < 0) return -1;  // gone already
+  int ppid = 0;
+  if (!read_stat(pid, nullptr, &ppid) || (ppid != parent && ppid != getpid())) {
+    ::close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 ExitStatus status_from_siginfo(const siginfo_t& info) {
   switch (info.si_code) {
     case CLD_EXITED: return ExitStatus::exited(info.si_status);
@@ -491,13 +504,8 @@ std::vector<std::string> PosixProcessContext::kill_orphans(Duration timeout) {
       bool found_new = false;
       for (const auto& [pid, parent] : untracked_descendants()) {
         if (killed.count(pid)) continue;
-        int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-        if (fd < 0) continue;  // gone already
-        int ppid = 0;
-        if (!read_stat(pid, nullptr, &ppid) || (ppid != parent && ppid != self)) {
-          ::close(fd);
-          continue;
-        }
+        int fd = pin_descendant(pid, parent);
+        if (fd < 0) continue;
         log_info("killing orphaned descendant pid {}", pid);
         ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
         killed[pid] = fd;
@@ -616,17 +624,11 @@ std::vector<std::string> PosixProcessContext::signal_leftovers(int signal,
   // of their groups have come to the agent (a child subreaper) with their parents' deaths, and
   // so did processes that left the groups (setsid). Pinned as kill_orphans pins them: checked
   // to still have the parent the scan saw before a signal is sent through the pidfd.
-  const int self = getpid();
   for (const auto& [pid, parent] : untracked_descendants()) {
     auto it = leftovers_.find(pid);
     if (it == leftovers_.end()) {
-      int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
-      if (fd < 0) continue;  // gone already
-      int ppid = 0;
-      if (!read_stat(pid, nullptr, &ppid) || (ppid != parent && ppid != self)) {
-        ::close(fd);
-        continue;
-      }
+      int fd = pin_descendant(pid, parent);
+      if (fd < 0) continue;
       auto leftover = std::make_shared<Leftover>(io_);
       leftover->pidfd.assign(fd);
       leftover->name = describe_process(pid);
