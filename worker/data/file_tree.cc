@@ -58,8 +58,9 @@ void read_archive(FileTree& t, const std::function<bool(const std::string&)>& wa
       "expected a directory or a .tar, .tar.gz or .tgz archive holding train/ and test/ (one "
       "sub-folder per class)";
   if (archive_read_open_filename(a.get(), t.root.c_str(), 1 << 20) != ARCHIVE_OK) {
-    throw UsageError(fmt::format("--data_dir={} cannot be opened as an archive ({}); {}", t.root,
-                                 archive_error_string(a.get()), expected));
+    throw UsageError(fmt::format("--data_dir={} is a file but not a tar archive, or unreadable "
+                                 "(libarchive: {}); {}",
+                                 t.root, archive_error_string(a.get()), expected));
   }
   std::string last = "(none yet)";
   archive_entry* entry = nullptr;
@@ -68,7 +69,7 @@ void read_archive(FileTree& t, const std::function<bool(const std::string&)>& wa
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN) {
       if (first) {
-        throw UsageError(fmt::format("--data_dir={} is a file but not a tar archive ({}); {}",
+        throw UsageError(fmt::format("--data_dir={} is a file but not a tar archive (libarchive: {}); {}",
                                      t.root, archive_error_string(a.get()), expected));
       }
       throw DataError(fmt::format("archive {} is damaged after member {}: {}; download or pack it "

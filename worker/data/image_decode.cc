@@ -78,7 +78,8 @@ bool decode_png(const uint8_t* data, size_t size, std::vector<uint8_t>& raw,
   if (color == PNG_COLOR_TYPE_GRAY && depth < 8) png_set_expand_gray_1_2_4_to_8(png);
   if (depth == 16 && !gray16) png_set_strip_16(png);
   if (depth == 16 && gray16) png_set_swap(png);  // host order for the clip below
-  if (color & PNG_COLOR_MASK_ALPHA) png_set_strip_alpha(png);
+  // Alpha is not stripped here: a palette's tRNS comes out of libpng's expansion as a fourth
+  // channel whatever we ask, so the copy below takes the colour channels of whatever arrives.
   png_set_interlace_handling(png);
   png_read_update_info(png, info);
   const size_t row_bytes = png_get_rowbytes(png, info);
@@ -98,10 +99,12 @@ bool decode_png(const uint8_t* data, size_t size, std::vector<uint8_t>& raw,
     for (size_t i = 0; i < pixels; ++i) {
       out.rgb[3 * i] = out.rgb[3 * i + 1] = out.rgb[3 * i + 2] = static_cast<uint8_t>(std::min<int>(v[i], 255));
     }
-  } else if (channels == 1) {
-    for (size_t i = 0; i < pixels; ++i) out.rgb[3 * i] = out.rgb[3 * i + 1] = out.rgb[3 * i + 2] = raw[i];
-  } else {
-    std::memcpy(out.rgb.data(), raw.data(), pixels * 3);
+  } else if (channels <= 2) {  // gray, or gray + alpha (dropped)
+    for (size_t i = 0; i < pixels; ++i) {
+      out.rgb[3 * i] = out.rgb[3 * i + 1] = out.rgb[3 * i + 2] = raw[i * channels];
+    }
+  } else {  // RGB, or RGB + alpha (dropped)
+    for (size_t i = 0; i < pixels; ++i) std::memcpy(&out.rgb[3 * i], &raw[i * channels], 3);
   }
   return true;
 }
@@ -145,7 +148,7 @@ bool ImageDecoder::decode_jpeg(const uint8_t* data, size_t size, DecodedImage& o
   auto* buf = const_cast<unsigned char*>(data);
   const auto len = static_cast<unsigned long>(size);
   if (tjDecompressHeader3(tj_, buf, len, &width, &height, &subsamp, &colorspace) != 0) {
-    error = fmt::format("corrupt JPEG header: {}", tjGetErrorStr2(tj_));
+    error = fmt::format("corrupt or truncated JPEG (header): {}", tjGetErrorStr2(tj_));
     return false;
   }
   const size_t pixels = static_cast<size_t>(width) * height;
