@@ -178,12 +178,21 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
           continue;
         }
         uint8_t* out = ds.pixels.data() + i * elems;
-        for (int64_t p = 0; p < plane; ++p) {
-          for (int c = 0; c < 3; ++c) {
-            const uint8_t v = img.rgb[3 * p + c];
-            out[c * plane + p] = v;
-            s[c] += v;
-            sq[c] += uint64_t{v} * v;
+        for (int c = 0; c < 3; ++c) {
+          uint8_t* dst = out + c * plane;
+          const uint8_t* src = img.rgb.data() + c;
+          for (int64_t p = 0; p < plane; ++p) dst[p] = src[3 * p];
+          // 32-bit sums over blocks small enough not to overflow (255^2 * 65536 < 2^32) let the
+          // compiler vectorise this pass; it was a sixth of the load time as one strided loop.
+          for (int64_t b = 0; b < plane; b += 65536) {
+            uint32_t bs = 0, bsq = 0;
+            for (int64_t p = b, e = std::min<int64_t>(plane, b + 65536); p < e; ++p) {
+              const uint32_t v = dst[p];
+              bs += v;
+              bsq += v * v;
+            }
+            s[c] += bs;
+            sq[c] += bsq;
           }
         }
         ok[i] = 1;
