@@ -233,6 +233,8 @@ TEST(ImageFolderTest, DirectoryAndTarAndTarGzGiveTheSameDataset) {
     EXPECT_EQ(s.train.pixels, from_dir.train.pixels);
     EXPECT_EQ(s.test.pixels, from_dir.test.pixels);
   }
+  // A trailing slash on the directory changes nothing.
+  EXPECT_EQ(load_image_folder((dir.path() / "folder").string() + "/", {}).train.sources, from_dir.train.sources);
   // One thread or many: the same bytes in the same places.
   ImageFolderOptions one;
   one.threads = 1;
