@@ -27,8 +27,9 @@ int main(int argc, char** argv) {
     DatasetSplits s = load_image_folder(argv[1], options);
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     secs.push_back(dt);
-    const uint64_t sum = std::accumulate(s.train.pixels.begin(), s.train.pixels.end(), uint64_t{0}) +
-                         std::accumulate(s.test.pixels.begin(), s.test.pixels.end(), uint64_t{0});
+    const uint64_t sum =
+        std::accumulate(s.train.pixels.begin(), s.train.pixels.end(), uint64_t{0}) +
+        std::accumulate(s.test.pixels.begin(), s.test.pixels.end(), uint64_t{0});
     fmt::print("dtrain run {}: {} + {} images {}x{} in {:.3f} s (pixel sum {})\n", r + 1,
                s.train.size(), s.test.size(), s.train.width, s.train.height, dt, sum);
   }

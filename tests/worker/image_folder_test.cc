@@ -29,8 +29,8 @@ constexpr const char* kPython = "/usr/bin/python3";
 class TempDir {
  public:
   TempDir() {
-    path_ = fs::temp_directory_path() / ("dtrain_image_test_" + std::to_string(::getpid()) + "_" +
-                                         std::to_string(counter_++));
+    path_ = fs::temp_directory_path() /
+            ("dtrain_image_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -50,7 +50,8 @@ std::vector<uint8_t> slurp(const fs::path& p) {
 void write_file(const fs::path& p, const std::vector<uint8_t>& bytes) {
   fs::create_directories(p.parent_path());
   std::ofstream out(p, std::ios::binary);
-  out.write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
 }
 
 // A real JPEG (TurboJPEG, quality 90, 4:2:0) of a w x h pattern that depends on `seed`.
@@ -156,8 +157,8 @@ std::vector<uint8_t> hwc(const ImageDataset& ds, int64_t i) {
 TEST(ImageDecodeTest, EveryColourTypeMatchesPillowsConvertRgb) {
   if (!have_pillow()) GTEST_SKIP() << "python3-pil is not importable by " << kPython;
   TempDir dir;
-  const std::string cmd = std::string(kPython) + " " + PILLOW_SCRIPT + " make " + dir.path().string() +
-                          " > " + (dir.path() / "list.txt").string();
+  const std::string cmd = std::string(kPython) + " " + PILLOW_SCRIPT + " make " +
+                          dir.path().string() + " > " + (dir.path() / "list.txt").string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::ifstream list(dir.path() / "list.txt");
   ImageDecoder decoder;
@@ -234,15 +235,18 @@ TEST(ImageFolderTest, DirectoryAndTarAndTarGzGiveTheSameDataset) {
     EXPECT_EQ(s.test.pixels, from_dir.test.pixels);
   }
   // A trailing slash on the directory changes nothing.
-  EXPECT_EQ(load_image_folder((dir.path() / "folder").string() + "/", {}).train.sources, from_dir.train.sources);
+  EXPECT_EQ(load_image_folder((dir.path() / "folder").string() + "/", {}).train.sources,
+            from_dir.train.sources);
   // One thread or many: the same bytes in the same places.
   ImageFolderOptions one;
   one.threads = 1;
-  EXPECT_EQ(load_image_folder((dir.path() / "data.tar").string(), one).train.pixels, from_dir.train.pixels);
+  EXPECT_EQ(load_image_folder((dir.path() / "data.tar").string(), one).train.pixels,
+            from_dir.train.pixels);
   const auto lines = describe_image_folder(from_dir);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0], "2 classes: cat, dog");
-  EXPECT_NE(lines[1].find("imagefolder-train: 5 images (cat 3, dog 2); ignored 2 file(s)"), std::string::npos)
+  EXPECT_NE(lines[1].find("imagefolder-train: 5 images (cat 3, dog 2); ignored 2 file(s)"),
+            std::string::npos)
       << lines[1];
   // Through the --dataset dispatch too.
   EXPECT_EQ(load_dataset("imagefolder", (dir.path() / "folder").string(), false, 0).size(), 2);
@@ -250,15 +254,18 @@ TEST(ImageFolderTest, DirectoryAndTarAndTarGzGiveTheSameDataset) {
 
 TEST(ImageFolderTest, LayoutProblemsAreOneSentenceUsageErrors) {
   TempDir dir;
-  auto refuse = [&](const std::string& name, const std::map<std::string, std::vector<uint8_t>>& files,
+  auto refuse = [&](const std::string& name,
+                    const std::map<std::string, std::vector<uint8_t>>& files,
                     const std::vector<std::string>& empty_dirs = {}) {
     write_tar(dir.path() / name, files, true, empty_dirs);
     return error_of<UsageError>([&] { load_image_folder((dir.path() / name).string(), {}); });
   };
   auto files = small_folder();
   auto no_test = files;
-  for (auto it = no_test.begin(); it != no_test.end();) it = it->first.rfind("test/", 0) == 0 ? no_test.erase(it) : std::next(it);
-  EXPECT_NE(refuse("no_test.tgz", no_test).find("has train/ but no test/ or val/"), std::string::npos);
+  for (auto it = no_test.begin(); it != no_test.end();)
+    it = it->first.rfind("test/", 0) == 0 ? no_test.erase(it) : std::next(it);
+  EXPECT_NE(refuse("no_test.tgz", no_test).find("has train/ but no test/ or val/"),
+            std::string::npos);
 
   std::string e = refuse("empty_class.tgz", files, {"train/cow", "test/cow"});
   EXPECT_NE(e.find("class folder train/cow"), std::string::npos) << e;
@@ -267,26 +274,34 @@ TEST(ImageFolderTest, LayoutProblemsAreOneSentenceUsageErrors) {
   auto other_classes = files;
   other_classes["test/emu/e.jpg"] = make_jpeg(16, 16, 9);
   e = refuse("classes.tgz", other_classes);
-  EXPECT_NE(e.find("train/ has the classes cat, dog but test/ has cat, dog, emu"), std::string::npos) << e;
+  EXPECT_NE(e.find("train/ has the classes cat, dog but test/ has cat, dog, emu"),
+            std::string::npos)
+      << e;
 
   auto sizes = files;
   sizes["train/dog/z.jpg"] = make_jpeg(20, 16, 9);
   e = refuse("sizes.tgz", sizes);
-  EXPECT_NE(e.find("differ in size: train/cat/a.JPG is 16x16 but train/dog/z.jpg is 20x16"), std::string::npos) << e;
+  EXPECT_NE(e.find("differ in size: train/cat/a.JPG is 16x16 but train/dog/z.jpg is 20x16"),
+            std::string::npos)
+      << e;
 
   e = refuse("no_train.tgz", {{"a/b.jpg", make_jpeg(8, 8, 1)}, {"c/d.jpg", make_jpeg(8, 8, 1)}});
   EXPECT_NE(e.find("has no train/ folder (found at the top: a, c)"), std::string::npos) << e;
 
   write_file(dir.path() / "not_tar.tar.gz", std::vector<uint8_t>(1000, 'x'));
-  e = error_of<UsageError>([&] { load_image_folder((dir.path() / "not_tar.tar.gz").string(), {}); });
+  e = error_of<UsageError>(
+      [&] { load_image_folder((dir.path() / "not_tar.tar.gz").string(), {}); });
   EXPECT_NE(e.find("is a file but not a tar archive"), std::string::npos) << e;
   // A zip file: an archive, but not tar.
-  write_file(dir.path() / "data.zip", {'P', 'K', 3, 4, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  write_file(dir.path() / "data.zip",
+             {'P', 'K', 3, 4, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
   e = error_of<UsageError>([&] { load_image_folder((dir.path() / "data.zip").string(), {}); });
   EXPECT_NE(e.find("not a tar archive"), std::string::npos) << e;
 
   e = error_of<UsageError>([&] { load_image_folder((dir.path() / "missing").string(), {}); });
-  EXPECT_NE(e.find("does not exist; expected a directory or a .tar, .tar.gz or .tgz archive"), std::string::npos) << e;
+  EXPECT_NE(e.find("does not exist; expected a directory or a .tar, .tar.gz or .tgz archive"),
+            std::string::npos)
+      << e;
   e = error_of<UsageError>([&] { load_image_folder("/dev/null", {}); });
   EXPECT_NE(e.find("is neither a directory nor a file"), std::string::npos) << e;
 }
@@ -295,19 +310,23 @@ TEST(ImageFolderTest, BadImageStopsNamingTheMemberUnlessSkipped) {
   TempDir dir;
   auto files = small_folder();
   auto& good = files["train/dog/y.jpg"];
-  files["train/dog/y.jpg"] = std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() / 2));
+  files["train/dog/y.jpg"] =
+      std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() / 2));
   files["test/cat/t.jpg"] = {'n', 'o', 't', ' ', 'a', ' ', 'j', 'p', 'e', 'g'};
   write_tar(dir.path() / "bad.tgz", files, true);
   const std::string archive = (dir.path() / "bad.tgz").string();
   std::string e = error_of<DataError>([&] { load_image_folder(archive, {}); });
-  EXPECT_NE(e.find("cannot decode image train/dog/y.jpg (member of archive " + archive + "): corrupt or truncated JPEG"),
+  EXPECT_NE(e.find("cannot decode image train/dog/y.jpg (member of archive " + archive +
+                   "): corrupt or truncated JPEG"),
             std::string::npos)
       << e;
   EXPECT_NE(e.find("--skip_bad_images"), std::string::npos) << e;
 
   write_tree(dir.path() / "folder", files);
   e = error_of<DataError>([&] { load_image_folder((dir.path() / "folder").string(), {}); });
-  EXPECT_NE(e.find("cannot decode image " + (dir.path() / "folder/train/dog/y.jpg").string()), std::string::npos) << e;
+  EXPECT_NE(e.find("cannot decode image " + (dir.path() / "folder/train/dog/y.jpg").string()),
+            std::string::npos)
+      << e;
 
   ImageFolderOptions skip;
   skip.skip_bad_images = true;
@@ -316,10 +335,12 @@ TEST(ImageFolderTest, BadImageStopsNamingTheMemberUnlessSkipped) {
   EXPECT_EQ(s.test.size(), 1);
   EXPECT_EQ(s.test.labels, std::vector<uint8_t>{1});
   ASSERT_EQ(s.train.skipped_bad_images.size(), 1u);
-  EXPECT_EQ(s.train.skipped_bad_images[0].rfind("train/dog/y.jpg (corrupt or truncated JPEG", 0), 0u)
+  EXPECT_EQ(s.train.skipped_bad_images[0].rfind("train/dog/y.jpg (corrupt or truncated JPEG", 0),
+            0u)
       << s.train.skipped_bad_images[0];
   ASSERT_EQ(s.test.skipped_bad_images.size(), 1u);
-  EXPECT_NE(describe_image_folder(s)[1].find("skipped 1 bad image(s) (--skip_bad_images)"), std::string::npos);
+  EXPECT_NE(describe_image_folder(s)[1].find("skipped 1 bad image(s) (--skip_bad_images)"),
+            std::string::npos);
   // The images kept are the good ones, moved up in order.
   const DatasetSplits clean = load_image_folder((dir.path() / "folder").string(), skip);
   EXPECT_EQ(clean.train.pixels, s.train.pixels);
@@ -334,7 +355,8 @@ TEST(ImageFolderTest, TruncatedArchiveNamesTheMember) {
   auto bytes = slurp(dir.path() / "whole.tar");
   bytes.resize(bytes.size() / 2);
   write_file(dir.path() / "cut.tar", bytes);
-  const std::string e = error_of<DataError>([&] { load_image_folder((dir.path() / "cut.tar").string(), {}); });
+  const std::string e =
+      error_of<DataError>([&] { load_image_folder((dir.path() / "cut.tar").string(), {}); });
   EXPECT_NE(e.find("train/dog/big.jpg"), std::string::npos) << e;
   EXPECT_NE(e.find("runcated"), std::string::npos) << e;  // libarchive: "Truncated tar archive"
 }
@@ -346,7 +368,8 @@ TEST(ImageFolderTest, CifarJpegArchiveMatchesPillowPixelForPixel) {
   if (!have_pillow()) GTEST_SKIP() << "python3-pil is not importable by " << kPython;
   TempDir dir;
   const fs::path crcs = dir.path() / "pillow.txt";
-  const std::string cmd = std::string(kPython) + " " + PILLOW_SCRIPT + " crc " + archive.string() + " " + crcs.string();
+  const std::string cmd =
+      std::string(kPython) + " " + PILLOW_SCRIPT + " crc " + archive.string() + " " + crcs.string();
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::map<std::string, uint32_t> pillow;
   std::ifstream in(crcs);
@@ -362,20 +385,23 @@ TEST(ImageFolderTest, CifarJpegArchiveMatchesPillowPixelForPixel) {
   const DatasetSplits s = load_image_folder(archive.string(), {});
   ASSERT_EQ(s.train.size(), 50000);
   ASSERT_EQ(s.test.size(), 10000);
-  EXPECT_EQ(s.train.classes, (std::vector<std::string>{"airplane", "automobile", "bird", "cat", "deer",
-                                                       "dog", "frog", "horse", "ship", "truck"}));
+  EXPECT_EQ(s.train.classes,
+            (std::vector<std::string>{"airplane", "automobile", "bird", "cat", "deer", "dog",
+                                      "frog", "horse", "ship", "truck"}));
   int64_t compared = 0, differ = 0;
   std::string first_diff;
   for (const ImageDataset* ds : {&s.train, &s.test}) {
     for (int64_t i = 0; i < ds->size(); ++i) {
       const auto rgb = hwc(*ds, i);
-      const uint32_t crc = static_cast<uint32_t>(crc32(0, rgb.data(), static_cast<uInt>(rgb.size())));
+      const uint32_t crc =
+          static_cast<uint32_t>(crc32(0, rgb.data(), static_cast<uInt>(rgb.size())));
       const auto it = pillow.find(ds->sources[i]);  // the path inside the archive
       ASSERT_NE(it, pillow.end()) << ds->sources[i];
       ++compared;
       if (it->second != crc && differ++ == 0) first_diff = ds->sources[i];
       // The label is the class folder's index: cifar-10-jpeg/<split>/<class>/NNNN.jpg.
-      EXPECT_EQ(ds->classes[ds->labels[i]], fs::path(ds->sources[i]).parent_path().filename().string());
+      EXPECT_EQ(ds->classes[ds->labels[i]],
+                fs::path(ds->sources[i]).parent_path().filename().string());
     }
   }
   EXPECT_EQ(compared, 60000);

@@ -26,7 +26,8 @@ std::string normalise(std::string p) {
 }
 
 void add_parents(FileTree& t, const std::string& path) {
-  for (size_t slash = path.find('/'); slash != std::string::npos; slash = path.find('/', slash + 1)) {
+  for (size_t slash = path.find('/'); slash != std::string::npos;
+       slash = path.find('/', slash + 1)) {
     t.dirs.insert(path.substr(0, slash));
   }
 }
@@ -35,7 +36,8 @@ void read_directory(FileTree& t) {
   const fs::path root(t.root);
   std::error_code ec;
   // Symlinked folders are followed, as torchvision's os.walk(followlinks=True) does.
-  fs::recursive_directory_iterator it(root, fs::directory_options::follow_directory_symlink, ec), end;
+  fs::recursive_directory_iterator it(root, fs::directory_options::follow_directory_symlink, ec),
+      end;
   // The iterator's paths all start with the root as given: cutting it off is the relative path
   // (fs::relative would canonicalise every one of them, a few system calls per file).
   const size_t cut = it == end ? 0 : root.string().size() + (root.string().back() == '/' ? 0 : 1);
@@ -49,11 +51,13 @@ void read_directory(FileTree& t) {
     }
   }
   if (ec) {
-    throw DataError(fmt::format("cannot list the dataset directory {}: {}; expected a readable "
-                                "folder holding train/ and test/",
-                                t.root, ec.message()));
+    throw DataError(
+        fmt::format("cannot list the dataset directory {}: {}; expected a readable "
+                    "folder holding train/ and test/",
+                    t.root, ec.message()));
   }
-  std::sort(t.files.begin(), t.files.end(), [](const TreeFile& a, const TreeFile& b) { return a.path < b.path; });
+  std::sort(t.files.begin(), t.files.end(),
+            [](const TreeFile& a, const TreeFile& b) { return a.path < b.path; });
 }
 
 void read_archive(FileTree& t, const std::function<bool(const std::string&)>& want) {
@@ -64,9 +68,10 @@ void read_archive(FileTree& t, const std::function<bool(const std::string&)>& wa
       "expected a directory or a .tar, .tar.gz or .tgz archive holding train/ and test/ (one "
       "sub-folder per class)";
   if (archive_read_open_filename(a.get(), t.root.c_str(), 1 << 20) != ARCHIVE_OK) {
-    throw UsageError(fmt::format("--data_dir={} is a file but not a tar archive, or unreadable "
-                                 "(libarchive: {}); {}",
-                                 t.root, archive_error_string(a.get()), expected));
+    throw UsageError(
+        fmt::format("--data_dir={} is a file but not a tar archive, or unreadable "
+                    "(libarchive: {}); {}",
+                    t.root, archive_error_string(a.get()), expected));
   }
   std::string last = "(none yet)";
   archive_entry* entry = nullptr;
@@ -75,12 +80,14 @@ void read_archive(FileTree& t, const std::function<bool(const std::string&)>& wa
     if (rc == ARCHIVE_EOF) break;
     if (rc < ARCHIVE_WARN) {
       if (first) {
-        throw UsageError(fmt::format("--data_dir={} is a file but not a tar archive (libarchive: {}); {}",
-                                     t.root, archive_error_string(a.get()), expected));
+        throw UsageError(
+            fmt::format("--data_dir={} is a file but not a tar archive (libarchive: {}); {}",
+                        t.root, archive_error_string(a.get()), expected));
       }
-      throw DataError(fmt::format("archive {} is damaged after member {}: {}; download or pack it "
-                                  "again",
-                                  t.root, last, archive_error_string(a.get())));
+      throw DataError(
+          fmt::format("archive {} is damaged after member {}: {}; download or pack it "
+                      "again",
+                      t.root, last, archive_error_string(a.get())));
     }
     const char* name = archive_entry_pathname(entry);
     last = name != nullptr ? name : "(unnamed)";
@@ -102,17 +109,19 @@ void read_archive(FileTree& t, const std::function<bool(const std::string&)>& wa
       while (got < f.bytes.size()) {
         const la_ssize_t n = archive_read_data(a.get(), f.bytes.data() + got, f.bytes.size() - got);
         if (n < 0) {
-          throw DataError(fmt::format("archive {} is damaged in member {}: {}; download or pack it "
-                                      "again",
-                                      t.root, last, archive_error_string(a.get())));
+          throw DataError(
+              fmt::format("archive {} is damaged in member {}: {}; download or pack it "
+                          "again",
+                          t.root, last, archive_error_string(a.get())));
         }
         if (n == 0) break;
         got += static_cast<size_t>(n);
       }
       if (got != f.bytes.size()) {
-        throw DataError(fmt::format("archive {} ends inside member {} ({} of its {} bytes); the "
-                                    "archive is truncated: download or pack it again",
-                                    t.root, last, got, f.bytes.size()));
+        throw DataError(
+            fmt::format("archive {} ends inside member {} ({} of its {} bytes); the "
+                        "archive is truncated: download or pack it again",
+                        t.root, last, got, f.bytes.size()));
       }
     }
     t.files.push_back(std::move(f));
@@ -121,7 +130,8 @@ void read_archive(FileTree& t, const std::function<bool(const std::string&)>& wa
 
 }  // namespace
 
-FileTree read_file_tree(const std::string& root, const std::function<bool(const std::string&)>& want) {
+FileTree read_file_tree(const std::string& root,
+                        const std::function<bool(const std::string&)>& want) {
   FileTree t;
   t.root = root;
   std::error_code ec;
@@ -132,9 +142,10 @@ FileTree read_file_tree(const std::string& root, const std::function<bool(const 
     t.archive = true;
     read_archive(t, want);
   } else {
-    throw UsageError(fmt::format("--data_dir={} {}; expected a directory or a .tar, .tar.gz or "
-                                 ".tgz archive holding train/ and test/",
-                                 root, fs::exists(status) ? "is neither a directory nor a file" : "does not exist"));
+    throw UsageError(fmt::format(
+        "--data_dir={} {}; expected a directory or a .tar, .tar.gz or "
+        ".tgz archive holding train/ and test/",
+        root, fs::exists(status) ? "is neither a directory nor a file" : "does not exist"));
   }
   return t;
 }
@@ -143,8 +154,8 @@ std::vector<uint8_t> read_whole_file(const std::string& path) {
   // POSIX calls, not an ifstream: tens of thousands of small files make its set-up cost show.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    throw DataError(fmt::format("cannot open image file {}: {}; check it exists and is readable", path,
-                                std::strerror(errno)));
+    throw DataError(fmt::format("cannot open image file {}: {}; check it exists and is readable",
+                                path, std::strerror(errno)));
   }
   struct stat st {};
   std::vector<uint8_t> bytes;
@@ -156,8 +167,8 @@ std::vector<uint8_t> read_whole_file(const std::string& path) {
     if (n <= 0) {
       const std::string why = n < 0 ? std::strerror(errno) : "end of file";
       ::close(fd);
-      throw DataError(fmt::format("reading image file {} failed after {} of {} bytes: {}", path, got,
-                                  bytes.size(), why));
+      throw DataError(fmt::format("reading image file {} failed after {} of {} bytes: {}", path,
+                                  got, bytes.size(), why));
     }
     got += static_cast<size_t>(n);
   }

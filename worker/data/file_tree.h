@@ -17,9 +17,9 @@
 namespace dlaunch::data {
 
 struct TreeFile {
-  std::string path;             // relative to the root, '/'-separated, no leading "./"
-  std::string disk_path;        // directory roots: the file to read; empty for archive members
-  std::vector<uint8_t> bytes;   // archive members accepted by `want`; empty otherwise
+  std::string path;            // relative to the root, '/'-separated, no leading "./"
+  std::string disk_path;       // directory roots: the file to read; empty for archive members
+  std::vector<uint8_t> bytes;  // archive members accepted by `want`; empty otherwise
 };
 
 struct FileTree {
@@ -30,7 +30,8 @@ struct FileTree {
 };
 
 // `want(path)` says which archive members to read into memory.
-FileTree read_file_tree(const std::string& root, const std::function<bool(const std::string&)>& want);
+FileTree read_file_tree(const std::string& root,
+                        const std::function<bool(const std::string&)>& want);
 
 // Reads a whole file (a directory tree's member). Throws DataError naming it.
 std::vector<uint8_t> read_whole_file(const std::string& path);

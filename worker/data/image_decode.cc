@@ -54,7 +54,8 @@ void png_on_warning(png_structp, png_const_charp) {}
 bool decode_png(const uint8_t* data, size_t size, std::vector<uint8_t>& raw,
                 std::vector<png_bytep>& rows, DecodedImage& out, std::string& error) {
   PngReader reader{data, size, 0, {0}};
-  png_structp png = png_create_read_struct(PNG_LIBPNG_VER_STRING, &reader, png_on_error, png_on_warning);
+  png_structp png =
+      png_create_read_struct(PNG_LIBPNG_VER_STRING, &reader, png_on_error, png_on_warning);
   if (png == nullptr) {
     error = "libpng could not allocate a reader";
     return false;
@@ -97,7 +98,8 @@ bool decode_png(const uint8_t* data, size_t size, std::vector<uint8_t>& raw,
   if (gray16) {
     const auto* v = reinterpret_cast<const uint16_t*>(raw.data());
     for (size_t i = 0; i < pixels; ++i) {
-      out.rgb[3 * i] = out.rgb[3 * i + 1] = out.rgb[3 * i + 2] = static_cast<uint8_t>(std::min<int>(v[i], 255));
+      out.rgb[3 * i] = out.rgb[3 * i + 1] = out.rgb[3 * i + 2] =
+          static_cast<uint8_t>(std::min<int>(v[i], 255));
     }
   } else if (channels <= 2) {  // gray, or gray + alpha (dropped)
     for (size_t i = 0; i < pixels; ++i) {
@@ -134,12 +136,14 @@ bool ImageDecoder::decode(const uint8_t* data, size_t size, DecodedImage& out, s
     }
     default:
       error = size == 0 ? std::string("the file is empty")
-                        : fmt::format("neither JPEG nor PNG: the first bytes are {:02x}", fmt::join(data, data + std::min<size_t>(size, 8), " "));
+                        : fmt::format("neither JPEG nor PNG: the first bytes are {:02x}",
+                                      fmt::join(data, data + std::min<size_t>(size, 8), " "));
       return false;
   }
 }
 
-bool ImageDecoder::decode_jpeg(const uint8_t* data, size_t size, DecodedImage& out, std::string& error) {
+bool ImageDecoder::decode_jpeg(const uint8_t* data, size_t size, DecodedImage& out,
+                               std::string& error) {
   if (tj_ == nullptr) {
     error = "TurboJPEG could not start a decompressor";
     return false;

@@ -23,7 +23,8 @@ bool is_image_name(const std::string& path) {
   const auto dot = path.rfind('.');
   if (dot == std::string::npos || path.find('/', dot) != std::string::npos) return false;
   std::string ext = path.substr(dot + 1);
-  std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char ch) { return std::tolower(ch); });
+  std::transform(ext.begin(), ext.end(), ext.begin(),
+                 [](unsigned char ch) { return std::tolower(ch); });
   return ext == "jpg" || ext == "jpeg" || ext == "png";
 }
 
@@ -68,12 +69,14 @@ Split list_split(const FileTree& tree, const std::string& dir) {
   }
   std::sort(s.classes.begin(), s.classes.end());
   if (s.classes.empty()) {
-    throw UsageError(fmt::format("{}/ in --data_dir={} has no class sub-folders; {}", dir, tree.root, kLayout));
+    throw UsageError(
+        fmt::format("{}/ in --data_dir={} has no class sub-folders; {}", dir, tree.root, kLayout));
   }
   if (s.classes.size() > 256) {
-    throw UsageError(fmt::format("{}/ in --data_dir={} has {} class folders; dtrain stores labels in "
-                                 "one byte and supports at most 256 classes",
-                                 dir, tree.root, s.classes.size()));
+    throw UsageError(
+        fmt::format("{}/ in --data_dir={} has {} class folders; dtrain stores labels in "
+                    "one byte and supports at most 256 classes",
+                    dir, tree.root, s.classes.size()));
   }
   std::map<std::string, uint8_t> label;
   for (size_t i = 0; i < s.classes.size(); ++i) label[s.classes[i]] = static_cast<uint8_t>(i);
@@ -84,7 +87,8 @@ Split list_split(const FileTree& tree, const std::string& dir) {
     const bool image = is_image_name(f.path);
     if (slash == std::string::npos || !image) {  // beside the class folders, or not an image
       if (s.ignored++ == 0) s.ignored_example = f.path;
-      if (slash != std::string::npos) ++others[label.at(f.path.substr(prefix.size(), slash - prefix.size()))];
+      if (slash != std::string::npos)
+        ++others[label.at(f.path.substr(prefix.size(), slash - prefix.size()))];
       continue;
     }
     const uint8_t l = label.at(f.path.substr(prefix.size(), slash - prefix.size()));
@@ -93,10 +97,11 @@ Split list_split(const FileTree& tree, const std::string& dir) {
   }
   for (size_t i = 0; i < s.classes.size(); ++i) {
     if (per_class[i] == 0) {
-      throw UsageError(fmt::format("class folder {}/{} in --data_dir={} holds no .jpg, .jpeg or .png "
-                                   "image ({} other files); every class needs images (torchvision "
-                                   "refuses this too): add them or remove the folder",
-                                   dir, s.classes[i], tree.root, others[i]));
+      throw UsageError(
+          fmt::format("class folder {}/{} in --data_dir={} holds no .jpg, .jpeg or .png "
+                      "image ({} other files); every class needs images (torchvision "
+                      "refuses this too): add them or remove the folder",
+                      dir, s.classes[i], tree.root, others[i]));
     }
   }
   // torchvision's order: by class, then folder by folder (sorted), files sorted within each.
@@ -131,9 +136,10 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
     if (!options.skip_bad_images) break;
   }
   auto bad_image = [&](size_t i) {
-    return DataError(fmt::format("cannot decode image {}: {}; replace or remove the file, or pass "
-                                 "--skip_bad_images to train without it",
-                                 describe_file(tree, *split.items[i].file), errors[i]));
+    return DataError(
+        fmt::format("cannot decode image {}: {}; replace or remove the file, or pass "
+                    "--skip_bad_images to train without it",
+                    describe_file(tree, *split.items[i].file), errors[i]));
   };
   if (first_good < n && !errors[first_good].empty()) throw bad_image(first_good);
   ImageDataset ds;
@@ -203,7 +209,8 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
         sum_sq[c] += static_cast<double>(sq[c]);
       }
     };
-    int threads = options.threads > 0 ? options.threads : static_cast<int>(std::thread::hardware_concurrency());
+    int threads = options.threads > 0 ? options.threads
+                                      : static_cast<int>(std::thread::hardware_concurrency());
     threads = std::max(1, std::min<int>(threads, static_cast<int>(n - first_good)));
     std::vector<std::thread> pool;
     for (int t = 1; t < threads; ++t) pool.emplace_back(work);
@@ -222,7 +229,8 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
         "images in --data_dir={} differ in size: {} is {}x{} but {} is {}x{}; dtrain trains on "
         "images of one size for now (--image_size with RandomResizedCrop is not implemented yet): "
         "resize them all to one size first (for example ImageMagick's mogrify -resize {}x{}!)",
-        tree.root, a.path, ds.width, ds.height, b.path, other.width, other.height, ds.width, ds.height));
+        tree.root, a.path, ds.width, ds.height, b.path, other.width, other.height, ds.width,
+        ds.height));
   }
   for (size_t i = 0; i < n; ++i) {
     if (errors[i].empty()) continue;
@@ -234,17 +242,19 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
   const size_t elems = static_cast<size_t>(ds.image_elems());
   for (size_t i = 0; i < n; ++i) {
     if (!ok[i]) continue;
-    if (kept != i) std::copy_n(ds.pixels.begin() + i * elems, elems, ds.pixels.begin() + kept * elems);
+    if (kept != i)
+      std::copy_n(ds.pixels.begin() + i * elems, elems, ds.pixels.begin() + kept * elems);
     ds.labels.push_back(split.items[i].label);
     ds.sources.push_back(split.items[i].file->path);
     ++kept;
   }
   ds.pixels.resize(kept * elems);
   if (kept == 0) {
-    throw DataError(fmt::format("no image of {}/ in --data_dir={} decodes ({} skipped as bad, the "
-                                "first: {}); check the files",
-                                split.dir, tree.root, ds.skipped_bad_images.size(),
-                                ds.skipped_bad_images.empty() ? "-" : ds.skipped_bad_images[0]));
+    throw DataError(
+        fmt::format("no image of {}/ in --data_dir={} decodes ({} skipped as bad, the "
+                    "first: {}); check the files",
+                    split.dir, tree.root, ds.skipped_bad_images.size(),
+                    ds.skipped_bad_images.empty() ? "-" : ds.skipped_bad_images[0]));
   }
   const double count = static_cast<double>(kept) * static_cast<double>(ds.height * ds.width);
   for (int c = 0; c < 3; ++c) {
@@ -278,25 +288,27 @@ DatasetSplits load_image_folder(const std::string& path, const ImageFolderOption
   std::string test_dir = base + "test";
   if (tree.dirs.count(test_dir) == 0) test_dir = base + "val";
   if (tree.dirs.count(test_dir) == 0) {
-    throw UsageError(fmt::format("--data_dir={} has {}train/ but no {}test/ or {}val/ beside it; {}",
-                                 path, base, base, base, kLayout));
+    throw UsageError(
+        fmt::format("--data_dir={} has {}train/ but no {}test/ or {}val/ beside it; {}", path, base,
+                    base, base, kLayout));
   }
   const Split train = list_split(tree, base + "train");
   const Split test = list_split(tree, test_dir);
   if (train.classes != test.classes) {
-    throw UsageError(fmt::format("--data_dir={}: {}/ has the classes {} but {}/ has {}; both need "
-                                 "the same class folders (the labels are their sorted index)",
-                                 path, train.dir, join_names(train.classes), test.dir,
-                                 join_names(test.classes)));
+    throw UsageError(fmt::format(
+        "--data_dir={}: {}/ has the classes {} but {}/ has {}; both need "
+        "the same class folders (the labels are their sorted index)",
+        path, train.dir, join_names(train.classes), test.dir, join_names(test.classes)));
   }
   DatasetSplits out;
   out.train = decode_split(tree, train, "imagefolder-train", options);
   out.test = decode_split(tree, test, "imagefolder-test", options);
   if (out.train.height != out.test.height || out.train.width != out.test.width) {
-    throw UsageError(fmt::format("--data_dir={}: the images of {}/ are {}x{} but those of {}/ are "
-                                 "{}x{} ({}); resize them to one size first",
-                                 path, train.dir, out.train.width, out.train.height, test.dir,
-                                 out.test.width, out.test.height, out.test.sources.front()));
+    throw UsageError(
+        fmt::format("--data_dir={}: the images of {}/ are {}x{} but those of {}/ are "
+                    "{}x{} ({}); resize them to one size first",
+                    path, train.dir, out.train.width, out.train.height, test.dir, out.test.width,
+                    out.test.height, out.test.sources.front()));
   }
   // The test set is normalised with the training set's statistics, as a trained model is used.
   out.test.mean = out.train.mean;
@@ -317,9 +329,10 @@ std::vector<std::string> describe_image_folder(const DatasetSplits& splits) {
     }
     std::string line = fmt::format("{}: {} images ({})", ds->name, ds->size(), per_class);
     if (ds->ignored_files > 0) {
-      line += fmt::format("; ignored {} file(s) that are not .jpg/.jpeg/.png or lie outside the "
-                          "class folders (e.g. {})",
-                          ds->ignored_files, ds->ignored_example);
+      line += fmt::format(
+          "; ignored {} file(s) that are not .jpg/.jpeg/.png or lie outside the "
+          "class folders (e.g. {})",
+          ds->ignored_files, ds->ignored_example);
     }
     if (!ds->skipped_bad_images.empty()) {
       line += fmt::format("; skipped {} bad image(s) (--skip_bad_images), e.g. {}",
