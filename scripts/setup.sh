@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what dlaunch needs from Debian's archive (apt-get only; nothing else is reachable).
 #   scripts/setup.sh          build and run dependencies
-#   scripts/setup.sh --test   plus what the tests use: PyTorch, Slurm, munge, etcd, gdb, iproute2
-#   scripts/setup.sh --bench  plus what the benchmarks use (hyperfine, clang for the fuzzer)
+#   scripts/setup.sh --test   plus what the tests use: PyTorch, Pillow, Slurm, munge, etcd, gdb, iproute2
+#   scripts/setup.sh --bench  plus what the benchmarks use (hyperfine, clang for the fuzzer,
+#                             torchvision + Pillow for the image loading peer)
 # Idempotent and quick when everything is present: apt-get runs only for missing packages.
 set -euo pipefail
 
@@ -10,16 +11,17 @@ packages=(
   g++ cmake make ninja-build pkg-config git ca-certificates
   libboost-dev libfmt-dev nlohmann-json3-dev libgtest-dev
   libdnnl-dev libopenblas-dev libgloo-dev zlib1g-dev
+  libarchive-dev libturbojpeg0-dev libpng-dev
   procps python3
   help2man dpkg-dev file
 )
 for arg in "$@"; do
   case "$arg" in
     --test)
-      packages+=(python3-torch gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client)
+      packages+=(python3-torch python3-pil gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client)
       ;;
     --bench)
-      packages+=(python3-torch hyperfine clang libclang-rt-14-dev time python3-etcd)
+      packages+=(python3-torch python3-torchvision python3-pil hyperfine clang libclang-rt-14-dev time python3-etcd)
       ;;
     *) echo "setup.sh: unknown option '$arg'; expected --test or --bench" >&2; exit 2 ;;
   esac

@@ -8,14 +8,27 @@ void truncate(ImageDataset& ds, int64_t n) {
   if (n <= 0 || n >= ds.size()) return;
   ds.labels.resize(n);
   ds.pixels.resize(n * ds.image_elems());
+  if (static_cast<int64_t>(ds.sources.size()) > n) ds.sources.resize(n);
 }
 
 ImageDataset load_dataset(const std::string& name, const std::string& dir, bool train,
-                          uint64_t seed) {
+                          uint64_t seed, const ImageFolderOptions& options) {
   if (name == "cifar10") return load_cifar10(dir, train);
   if (name == "mnist") return load_mnist(dir, train);
   if (name == "synthetic") return make_synthetic(seed, train);
-  throw UsageError(fmt::format("--dataset={} is unknown; expected cifar10, mnist or synthetic", name));
+  if (name == "imagefolder") {
+    DatasetSplits s = load_image_folder(dir, options);
+    return train ? std::move(s.train) : std::move(s.test);
+  }
+  throw UsageError(fmt::format("--dataset={} is unknown; expected cifar10, mnist, imagefolder or "
+                               "synthetic",
+                               name));
+}
+
+DatasetSplits load_splits(const std::string& name, const std::string& dir, uint64_t seed,
+                          const ImageFolderOptions& options) {
+  if (name == "imagefolder") return load_image_folder(dir, options);
+  return {load_dataset(name, dir, true, seed, options), load_dataset(name, dir, false, seed, options)};
 }
 
 }  // namespace dlaunch::data

@@ -1,5 +1,6 @@
-// In-memory image classification datasets: CIFAR-10 (binary), MNIST (idx, gzipped or not) and a
-// seeded synthetic set. Images stay as uint8 planar CHW (what the files hold: a quarter of the
+// In-memory image classification datasets: CIFAR-10 (binary), MNIST (idx, gzipped or not), image
+// folders (torchvision's ImageFolder layout, as a directory or a tar archive) and a seeded
+// synthetic set. Images stay as uint8 planar CHW (what the files hold: a quarter of the
 // memory of floats); normalisation and augmentation happen when a batch is assembled
 // (batch_loader.h), so every worker keeps one copy of the raw bytes.
 //
@@ -32,6 +33,14 @@ struct ImageDataset {
   // Per-channel mean and standard deviation on the [0, 1] scale, used to normalise.
   std::vector<float> mean;
   std::vector<float> stddev;
+  // Image folders only: the class names (label i is classes[i]), where each image came from (its
+  // path inside --data_dir), the bad images skipped (--skip_bad_images) and the files ignored for
+  // not being .jpg/.jpeg/.png (with one example to show).
+  std::vector<std::string> classes;
+  std::vector<std::string> sources;
+  std::vector<std::string> skipped_bad_images;
+  int64_t ignored_files = 0;
+  std::string ignored_example;
 
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
   int64_t image_elems() const { return channels * height * width; }
@@ -56,11 +65,42 @@ ImageDataset load_mnist(const std::string& dir, bool train);
 // 2 pixels, scaled in contrast and covered with per-pixel noise: learnable, but not on sight.
 ImageDataset make_synthetic(uint64_t seed, bool train);
 
+struct ImageFolderOptions {
+  bool skip_bad_images = false;  // skip (and count) images that fail to decode, instead of stopping
+  int threads = 0;               // decode threads; 0 = the machine's cores
+};
+
+struct DatasetSplits {
+  ImageDataset train;
+  ImageDataset test;
+};
+
+// torchvision's ImageFolder layout in a directory or a tar archive (.tar, .tar.gz, .tgz: read in
+// place): train/ and test/ (or val/), at the top or inside one top-level folder, each with one
+// sub-folder per class. Classes are the sorted sub-folder names of train/ (test/ must have the
+// same), labels their index; .jpg/.jpeg/.png files (any case, at any depth below the class
+// folder) are images, other files are ignored and counted. Images are decoded to RGB as Pillow's
+// convert("RGB") does (image_decode.h) on `threads` threads and must all be of one size.
+// Normalisation: per-channel mean and standard deviation of the training split (both splits use
+// them). Throws UsageError (exit 2) for a layout problem (no train/, no test/, an empty class
+// folder, class lists that differ, images of different sizes, a path that is not a folder or a
+// tar archive), DataError for an image that does not decode (unless skip_bad_images) or a
+// damaged archive: each names the file (and the archive member).
+DatasetSplits load_image_folder(const std::string& path, const ImageFolderOptions& options);
+
+// Per-split log lines for an image folder: the class list, images per class, totals, files
+// ignored and bad images skipped.
+std::vector<std::string> describe_image_folder(const DatasetSplits& splits);
+
 // Keeps the first `n` images (n <= 0 or n >= size(): unchanged). For quick tests.
 void truncate(ImageDataset& ds, int64_t n);
 
-// Dispatch on the --dataset name (cifar10 | mnist | synthetic). Throws UsageError otherwise.
+// Dispatch on the --dataset name (cifar10 | mnist | imagefolder | synthetic). Throws UsageError
+// otherwise.
 ImageDataset load_dataset(const std::string& name, const std::string& dir, bool train,
-                          uint64_t seed);
+                          uint64_t seed, const ImageFolderOptions& options = {});
+// Both splits; an image folder's archive is read once.
+DatasetSplits load_splits(const std::string& name, const std::string& dir, uint64_t seed,
+                          const ImageFolderOptions& options = {});
 
 }  // namespace dlaunch::data

@@ -56,12 +56,17 @@ const std::vector<Flag>& flags() {
       {"width", "base channels (layer widths w, 2w, 4w, 8w)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.width = positive_int(f, v, 1); },
        [](const TrainConfig& c) { return std::to_string(c.width); }},
-      {"dataset", "cifar10 | mnist | synthetic (5000/1000 generated 32x32 images, no files)", false,
+      {"dataset",
+       "cifar10 | mnist | imagefolder (class folders of JPEG/PNG, or a tar of them) | synthetic "
+       "(5000/1000 generated 32x32 images, no files)",
+       false,
        [](TrainConfig& c, auto& f, auto& v) {
-         c.dataset = choice(f, v, {"cifar10", "mnist", "synthetic"});
+         c.dataset = choice(f, v, {"cifar10", "mnist", "imagefolder", "synthetic"});
        },
        [](const TrainConfig& c) { return c.dataset; }},
-      {"data_dir", "directory with the dataset files (cifar-10-batches-bin or the MNIST idx files)",
+      {"data_dir",
+       "directory with the dataset files (cifar-10-batches-bin, the MNIST idx files, or for "
+       "imagefolder a folder or .tar/.tar.gz/.tgz holding train/ and test/)",
        false,
        [](TrainConfig& c, auto&, auto& v) {
          c.data_dir = v;
@@ -146,6 +151,11 @@ const std::vector<Flag>& flags() {
       {"no_augment", "turn off random crop + flip (never applied to MNIST)", true,
        [](TrainConfig& c, auto& f, auto& v) { c.no_augment = parse_bool(v, f); },
        [](const TrainConfig& c) { return fmt_bool(c.no_augment); }},
+      {"skip_bad_images",
+       "imagefolder: skip images that fail to decode (counted in the log and metrics) instead of "
+       "stopping",
+       true, [](TrainConfig& c, auto& f, auto& v) { c.skip_bad_images = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.skip_bad_images); }},
   };
   return kFlags;
 }
@@ -209,6 +219,7 @@ void check_data_dir(const TrainConfig& c) {
   std::error_code ec;
   const bool is_dir = std::filesystem::is_directory(c.data_dir, ec);
   if (is_dir) return;
+  if (c.dataset == "imagefolder" && std::filesystem::is_regular_file(c.data_dir, ec)) return;
   const bool exists = !ec && std::filesystem::exists(c.data_dir, ec);
   const std::string found = exists ? "is not a directory" : "does not exist";
   if (c.dataset == "synthetic") {
@@ -216,6 +227,12 @@ void check_data_dir(const TrainConfig& c) {
                                  "--data_dir, or name the dataset it holds (--dataset=cifar10 or "
                                  "mnist) and an existing directory",
                                  c.data_dir, found));
+  }
+  if (c.dataset == "imagefolder") {
+    throw UsageError(fmt::format("--data_dir={} {}; expected a directory or a .tar, .tar.gz or "
+                                 ".tgz archive holding train/ and test/ with one sub-folder per "
+                                 "class (see docs/dtrain.md, Data)",
+                                 c.data_dir, exists ? "is neither a directory nor a file" : "does not exist"));
   }
   throw UsageError(fmt::format("--data_dir={} {}; expected the directory holding the {} files "
                                "(see docs/dtrain.md, Data)",

@@ -18,7 +18,7 @@ namespace dlaunch::train {
 struct TrainConfig {
   std::string model = "resnet18";  // resnet18 | resnet34
   int width = 16;
-  std::string dataset = "synthetic";  // cifar10 | mnist | synthetic
+  std::string dataset = "synthetic";  // cifar10 | mnist | imagefolder | synthetic
   std::string data_dir = "data";
   bool data_dir_given = false;  // --data_dir was on the command line
   int epochs = 3;
@@ -41,6 +41,7 @@ struct TrainConfig {
   int log_every = 20;           // steps; 0 = epoch lines only
   int64_t max_steps = 0;        // 0 = no limit
   bool no_augment = false;
+  bool skip_bad_images = false;  // imagefolder: skip images that fail to decode (counted)
   // Test knobs, not flags: dtrain's main fills them from DTRAIN_LIMIT_TRAIN_SAMPLES and
   // DTRAIN_LIMIT_TEST_SAMPLES so integration tests run whole epochs in seconds. 0 = everything.
   int64_t limit_train_samples = 0;
@@ -56,7 +57,8 @@ struct TrainConfig {
 // Parses argv[1..]; `help` is set when --help/-h was given (the config is then the defaults).
 TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help);
 // Throws UsageError (exit 2) when the data directory is missing or not a directory: for
-// cifar10 and mnist always, for synthetic (which reads no files) when --data_dir was given.
+// cifar10 and mnist always, for synthetic (which reads no files) when --data_dir was given. For
+// imagefolder --data_dir may also be a file (a tar archive; the loader checks what it holds).
 void check_data_dir(const TrainConfig& c);
 // The --help text with every flag and its default.
 std::string train_usage();

@@ -44,12 +44,33 @@ double seconds_since(Clock::time_point t) {
 
 // What must match between a checkpoint and the run resuming from it.
 json model_signature(const TrainConfig& c, const data::ImageDataset& ds) {
-  return {{"model", c.model},           {"width", c.width},
+  json sig = {{"model", c.model},           {"width", c.width},
           {"dataset", c.dataset},       {"in_channels", ds.channels},
           {"num_classes", ds.num_classes}, {"optimizer", c.optimizer},
           // SGD keeps momentum buffers only when --momentum is non-zero: resuming across that
           // change would hand the optimizer a state of the wrong size.
           {"momentum_buffers", c.optimizer != "sgd" || c.momentum != 0}};
+  // Image folders: the class names fix what each label means. Another class list (a folder
+  // added, renamed or missing) changes that even where the number of classes stays.
+  if (!ds.classes.empty()) sig["classes"] = ds.classes;
+  return sig;
+}
+
+// "" when the checkpoint's class list is `ours` (or it has none: not an image folder run), else
+// the first difference.
+std::string class_list_difference(const json& have, const std::vector<std::string>& ours) {
+  if (!have.contains("classes") && ours.empty()) return "";
+  const std::vector<std::string> theirs =
+      have.contains("classes") ? have["classes"].get<std::vector<std::string>>() : std::vector<std::string>();
+  if (theirs == ours) return "";
+  size_t i = 0;
+  while (i < theirs.size() && i < ours.size() && theirs[i] == ours[i]) ++i;
+  auto at = [&](const std::vector<std::string>& v) {
+    return i < v.size() ? fmt::format("'{}'", v[i]) : std::string("nothing");
+  };
+  return fmt::format("the class list (sorted sub-folders of train/) is {} classes in the checkpoint "
+                     "but {} here, first differing at label {}: {} there, {} here",
+                     theirs.size(), ours.size(), i, at(theirs), at(ours));
 }
 
 json config_json(const TrainConfig& c) {
@@ -90,6 +111,10 @@ std::string incompatible_settings(const json& meta, const TrainConfig& c, const 
   if (config.contains("seed") && config["seed"] != json(c.seed)) {
     add("--seed", config["seed"], json(c.seed));
   }
+  const std::string classes = class_list_difference(
+      have, want.contains("classes") ? want["classes"].get<std::vector<std::string>>()
+                                     : std::vector<std::string>());
+  if (!classes.empty()) out += (out.empty() ? "" : "; ") + classes;
   return out;
 }
 
@@ -185,8 +210,19 @@ class Trainer {
 };
 
 void Trainer::load_data() {
-  train_set_ = data::load_dataset(c_.dataset, c_.data_dir, true, c_.seed);
-  test_set_ = data::load_dataset(c_.dataset, c_.data_dir, false, c_.seed);
+  data::ImageFolderOptions folder;
+  folder.skip_bad_images = c_.skip_bad_images;
+  folder.threads = kernels::cpu::num_threads();
+  const auto start = Clock::now();
+  data::DatasetSplits splits = data::load_splits(c_.dataset, c_.data_dir, c_.seed, folder);
+  if (rank0_ && c_.dataset == "imagefolder") {
+    log_info("data: imagefolder {}: decoded {} + {} images of {}x{} in {:.2f} s on {} threads",
+             c_.data_dir, splits.train.size(), splits.test.size(), splits.train.width,
+             splits.train.height, seconds_since(start), folder.threads);
+    for (const std::string& line : data::describe_image_folder(splits)) log_info("data: {}", line);
+  }
+  train_set_ = std::move(splits.train);
+  test_set_ = std::move(splits.test);
   data::truncate(train_set_, c_.limit_train_samples);
   data::truncate(test_set_, c_.limit_test_samples);
   if (rank0_) {
@@ -664,6 +700,21 @@ TrainSummary Trainer::run() {
   }
   if (rank0_) {
     metrics_ = std::make_unique<metrics::MetricsLog>((fs::path(c_.output_dir) / "metrics.jsonl").string());
+    if (c_.dataset == "imagefolder") {
+      // What was read, for a later look at a run: the bad images skipped are named here too.
+      json skipped = json::array();
+      for (const auto* ds : {&train_set_, &test_set_}) {
+        for (const auto& f : ds->skipped_bad_images) skipped.push_back(f);
+      }
+      metrics_->write({{"kind", "data"},
+                       {"data_dir", c_.data_dir},
+                       {"classes", train_set_.classes},
+                       {"train_images", train_set_.size()},
+                       {"test_images", test_set_.size()},
+                       {"ignored_files", train_set_.ignored_files + test_set_.ignored_files},
+                       {"skipped_bad_images", skipped.size()},
+                       {"skipped_bad_image_files", skipped}});
+    }
     // Under dlaunch stdout is a pipe; DLAUNCH_CONSOLE_TTY says it ends on a terminal anyway.
     progress_ = metrics::ProgressBar(metrics::stdout_is_terminal() || env_.console_tty);
   }

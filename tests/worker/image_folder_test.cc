@@ -1,0 +1,412 @@
+// Image folders (--dataset imagefolder): JPEG/PNG decoding against Pillow's pixels (made by
+// pillow_images.py; skipped without python3-pil), the ImageFolder layout read from a directory
+// and from tar archives the test writes (libarchive), every refusal, bad images stopping or
+// skipped, and the full CIFAR-10 JPEG archive pixel for pixel against Pillow (skipped without
+// ../shared/data).
+#include <archive.h>
+#include <archive_entry.h>
+#include <gtest/gtest.h>
+#include <turbojpeg.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <map>
+#include <sstream>
+
+#include "worker/data/dataset.h"
+#include "worker/data/image_decode.h"
+
+namespace dlaunch::data {
+namespace {
+namespace fs = std::filesystem;
+
+constexpr const char* kPython = "/usr/bin/python3";
+
+class TempDir {
+ public:
+  TempDir() {
+    path_ = fs::temp_directory_path() /
+            ("dtrain_image_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter_++));
+    fs::remove_all(path_);
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  const fs::path& path() const { return path_; }
+
+ private:
+  static inline int counter_ = 0;
+  fs::path path_;
+};
+
+std::vector<uint8_t> slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+void write_file(const fs::path& p, const std::vector<uint8_t>& bytes) {
+  fs::create_directories(p.parent_path());
+  std::ofstream out(p, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(bytes.data()),
+            static_cast<std::streamsize>(bytes.size()));
+}
+
+// A real JPEG (TurboJPEG, quality 90, 4:2:0) of a w x h pattern that depends on `seed`.
+std::vector<uint8_t> make_jpeg(int w, int h, int seed) {
+  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
+  for (int y = 0; y < h; ++y) {
+    for (int x = 0; x < w; ++x) {
+      uint8_t* p = &rgb[(static_cast<size_t>(y) * w + x) * 3];
+      p[0] = static_cast<uint8_t>(x * 255 / w);
+      p[1] = static_cast<uint8_t>(y * 255 / h);
+      p[2] = static_cast<uint8_t>(seed * 37);
+    }
+  }
+  tjhandle tj = tjInitCompress();
+  unsigned char* out = nullptr;
+  unsigned long size = 0;
+  EXPECT_EQ(tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &out, &size, TJSAMP_420, 90, 0), 0)
+      << tjGetErrorStr2(tj);
+  std::vector<uint8_t> jpeg(out, out + size);
+  tjFree(out);
+  tjDestroy(tj);
+  return jpeg;
+}
+
+// A tar archive of `files` (name -> bytes) and the listed empty directories, gzipped or not.
+void write_tar(const fs::path& path, const std::map<std::string, std::vector<uint8_t>>& files,
+               bool gzip, const std::vector<std::string>& dirs = {}) {
+  archive* a = archive_write_new();
+  archive_write_set_format_pax_restricted(a);
+  if (gzip) archive_write_add_filter_gzip(a);
+  ASSERT_EQ(archive_write_open_filename(a, path.c_str()), ARCHIVE_OK) << archive_error_string(a);
+  archive_entry* e = archive_entry_new();
+  for (const auto& d : dirs) {
+    archive_entry_clear(e);
+    archive_entry_set_pathname(e, d.c_str());
+    archive_entry_set_filetype(e, AE_IFDIR);
+    archive_entry_set_perm(e, 0755);
+    archive_write_header(a, e);
+  }
+  for (const auto& [name, bytes] : files) {
+    archive_entry_clear(e);
+    archive_entry_set_pathname(e, name.c_str());
+    archive_entry_set_filetype(e, AE_IFREG);
+    archive_entry_set_perm(e, 0644);
+    archive_entry_set_size(e, static_cast<la_int64_t>(bytes.size()));
+    archive_write_header(a, e);
+    archive_write_data(a, bytes.data(), bytes.size());
+  }
+  archive_entry_free(e);
+  archive_write_close(a);
+  archive_write_free(a);
+}
+
+// train: cat 3 images (one in a nested folder, one .JPG), dog 2; test (or val): cat 1, dog 1;
+// plus a README in train/ and a .txt in a class folder (ignored, counted).
+std::map<std::string, std::vector<uint8_t>> small_folder(const std::string& top = "",
+                                                         const std::string& test = "test",
+                                                         int size = 16) {
+  std::map<std::string, std::vector<uint8_t>> f;
+  f[top + "train/cat/b.jpg"] = make_jpeg(size, size, 1);
+  f[top + "train/cat/a.JPG"] = make_jpeg(size, size, 2);
+  f[top + "train/cat/sub/c.jpeg"] = make_jpeg(size, size, 3);
+  f[top + "train/cat/notes.txt"] = {'h', 'i'};
+  f[top + "train/dog/x.jpg"] = make_jpeg(size, size, 4);
+  f[top + "train/dog/y.jpg"] = make_jpeg(size, size, 5);
+  f[top + "train/README"] = {'r'};
+  f[top + test + "/cat/t.jpg"] = make_jpeg(size, size, 6);
+  f[top + test + "/dog/u.jpg"] = make_jpeg(size, size, 7);
+  return f;
+}
+
+void write_tree(const fs::path& root, const std::map<std::string, std::vector<uint8_t>>& files) {
+  for (const auto& [name, bytes] : files) write_file(root / name, bytes);
+}
+
+bool have_pillow() {
+  return std::system((std::string(kPython) + " -c 'import PIL' 2>/dev/null").c_str()) == 0;
+}
+
+template <typename E>
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const E& e) {
+    return e.what();
+  } catch (const std::exception& e) {
+    return std::string("wrong exception type: ") + e.what();
+  }
+  return "no exception";
+}
+
+// HWC RGB of image i (the dataset stores planar CHW).
+std::vector<uint8_t> hwc(const ImageDataset& ds, int64_t i) {
+  const int64_t plane = ds.height * ds.width;
+  std::vector<uint8_t> out(plane * 3);
+  const uint8_t* img = ds.image(i);
+  for (int64_t p = 0; p < plane; ++p) {
+    for (int c = 0; c < 3; ++c) out[p * 3 + c] = img[c * plane + p];
+  }
+  return out;
+}
+
+TEST(ImageDecodeTest, EveryColourTypeMatchesPillowsConvertRgb) {
+  if (!have_pillow()) GTEST_SKIP() << "python3-pil is not importable by " << kPython;
+  TempDir dir;
+  const std::string cmd = std::string(kPython) + " " + PILLOW_SCRIPT + " make " +
+                          dir.path().string() + " > " + (dir.path() / "list.txt").string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream list(dir.path() / "list.txt");
+  ImageDecoder decoder;
+  int checked = 0;
+  for (std::string name; std::getline(list, name);) {
+    SCOPED_TRACE(name);
+    const auto bytes = slurp(dir.path() / name);
+    const auto want = slurp(dir.path() / (name + ".rgb"));
+    DecodedImage img;
+    std::string error;
+    ASSERT_TRUE(decoder.decode(bytes.data(), bytes.size(), img, error)) << error;
+    EXPECT_EQ(img.width, 37);
+    EXPECT_EQ(img.height, 23);
+    ASSERT_EQ(img.rgb.size(), want.size());
+    size_t differ = 0;
+    for (size_t i = 0; i < want.size(); ++i) differ += img.rgb[i] != want[i];
+    EXPECT_EQ(differ, 0u) << "bytes differing from Pillow's";
+    ++checked;
+  }
+  EXPECT_EQ(checked, 15);
+}
+
+TEST(ImageDecodeTest, TruncatedOrForeignBytesAreErrorsNotImages) {
+  const auto jpeg = make_jpeg(32, 32, 1);
+  ImageDecoder decoder;
+  DecodedImage img;
+  std::string error;
+  ASSERT_TRUE(decoder.decode(jpeg.data(), jpeg.size(), img, error)) << error;
+  const std::vector<uint8_t> cut(jpeg.begin(), jpeg.begin() + static_cast<long>(jpeg.size() / 2));
+  EXPECT_FALSE(decoder.decode(cut.data(), cut.size(), img, error));
+  EXPECT_NE(error.find("JPEG"), std::string::npos) << error;
+  const std::vector<uint8_t> text = {'h', 'e', 'l', 'l', 'o'};
+  EXPECT_FALSE(decoder.decode(text.data(), text.size(), img, error));
+  EXPECT_NE(error.find("neither JPEG nor PNG"), std::string::npos) << error;
+  const std::vector<uint8_t> png_head = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1A, '\n', 0, 0, 0};
+  EXPECT_FALSE(decoder.decode(png_head.data(), png_head.size(), img, error));
+  EXPECT_NE(error.find("corrupt PNG"), std::string::npos) << error;
+}
+
+void expect_small_folder(const DatasetSplits& s) {
+  EXPECT_EQ(s.train.classes, (std::vector<std::string>{"cat", "dog"}));
+  EXPECT_EQ(s.test.classes, s.train.classes);
+  EXPECT_EQ(s.train.num_classes, 2);
+  ASSERT_EQ(s.train.size(), 5);
+  ASSERT_EQ(s.test.size(), 2);
+  EXPECT_EQ(s.train.channels, 3);
+  EXPECT_EQ(s.train.height, 16);
+  EXPECT_EQ(s.train.width, 16);
+  // torchvision's order: class, then folder (sorted), then file name; "A" sorts before "b".
+  std::vector<std::string> names;
+  for (const auto& src : s.train.sources) names.push_back(fs::path(src).filename().string());
+  EXPECT_EQ(names, (std::vector<std::string>{"a.JPG", "b.jpg", "c.jpeg", "x.jpg", "y.jpg"}));
+  EXPECT_EQ(s.train.labels, (std::vector<uint8_t>{0, 0, 0, 1, 1}));
+  EXPECT_EQ(s.test.labels, (std::vector<uint8_t>{0, 1}));
+  EXPECT_EQ(s.train.ignored_files, 2);  // README beside the classes, notes.txt in one
+  EXPECT_EQ(s.test.mean, s.train.mean);
+  // Image a.JPG was made with seed 2: its blue channel is about 74 everywhere.
+  const int64_t plane = 16 * 16;
+  EXPECT_NEAR(s.train.image(0)[2 * plane + 100], 74, 3);
+}
+
+TEST(ImageFolderTest, DirectoryAndTarAndTarGzGiveTheSameDataset) {
+  TempDir dir;
+  write_tree(dir.path() / "folder", small_folder());
+  write_tar(dir.path() / "data.tar", small_folder(), false);
+  write_tar(dir.path() / "data.tgz", small_folder("set/", "val"), true);
+  const DatasetSplits from_dir = load_image_folder((dir.path() / "folder").string(), {});
+  expect_small_folder(from_dir);
+  for (const char* name : {"data.tar", "data.tgz"}) {
+    SCOPED_TRACE(name);
+    const DatasetSplits s = load_image_folder((dir.path() / name).string(), {});
+    expect_small_folder(s);
+    EXPECT_EQ(s.train.pixels, from_dir.train.pixels);
+    EXPECT_EQ(s.test.pixels, from_dir.test.pixels);
+  }
+  // A trailing slash on the directory changes nothing.
+  EXPECT_EQ(load_image_folder((dir.path() / "folder").string() + "/", {}).train.sources,
+            from_dir.train.sources);
+  // One thread or many: the same bytes in the same places.
+  ImageFolderOptions one;
+  one.threads = 1;
+  EXPECT_EQ(load_image_folder((dir.path() / "data.tar").string(), one).train.pixels,
+            from_dir.train.pixels);
+  const auto lines = describe_image_folder(from_dir);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0], "2 classes: cat, dog");
+  EXPECT_NE(lines[1].find("imagefolder-train: 5 images (cat 3, dog 2); ignored 2 file(s)"),
+            std::string::npos)
+      << lines[1];
+  // Through the --dataset dispatch too.
+  EXPECT_EQ(load_dataset("imagefolder", (dir.path() / "folder").string(), false, 0).size(), 2);
+}
+
+TEST(ImageFolderTest, LayoutProblemsAreOneSentenceUsageErrors) {
+  TempDir dir;
+  auto refuse = [&](const std::string& name,
+                    const std::map<std::string, std::vector<uint8_t>>& files,
+                    const std::vector<std::string>& empty_dirs = {}) {
+    write_tar(dir.path() / name, files, true, empty_dirs);
+    return error_of<UsageError>([&] { load_image_folder((dir.path() / name).string(), {}); });
+  };
+  auto files = small_folder();
+  auto no_test = files;
+  for (auto it = no_test.begin(); it != no_test.end();)
+    it = it->first.rfind("test/", 0) == 0 ? no_test.erase(it) : std::next(it);
+  EXPECT_NE(refuse("no_test.tgz", no_test).find("has train/ but no test/ or val/"),
+            std::string::npos);
+
+  std::string e = refuse("empty_class.tgz", files, {"train/cow", "test/cow"});
+  EXPECT_NE(e.find("class folder train/cow"), std::string::npos) << e;
+  EXPECT_NE(e.find("holds no .jpg, .jpeg or .png image"), std::string::npos) << e;
+
+  auto other_classes = files;
+  other_classes["test/emu/e.jpg"] = make_jpeg(16, 16, 9);
+  e = refuse("classes.tgz", other_classes);
+  EXPECT_NE(e.find("train/ has the classes cat, dog but test/ has cat, dog, emu"),
+            std::string::npos)
+      << e;
+
+  auto sizes = files;
+  sizes["train/dog/z.jpg"] = make_jpeg(20, 16, 9);
+  e = refuse("sizes.tgz", sizes);
+  EXPECT_NE(e.find("differ in size: train/cat/a.JPG is 16x16 but train/dog/z.jpg is 20x16"),
+            std::string::npos)
+      << e;
+
+  e = refuse("no_train.tgz", {{"a/b.jpg", make_jpeg(8, 8, 1)}, {"c/d.jpg", make_jpeg(8, 8, 1)}});
+  EXPECT_NE(e.find("has no train/ folder (found at the top: a, c)"), std::string::npos) << e;
+
+  write_file(dir.path() / "not_tar.tar.gz", std::vector<uint8_t>(1000, 'x'));
+  e = error_of<UsageError>(
+      [&] { load_image_folder((dir.path() / "not_tar.tar.gz").string(), {}); });
+  EXPECT_NE(e.find("is a file but not a tar archive"), std::string::npos) << e;
+  // A zip file: an archive, but not tar.
+  write_file(dir.path() / "data.zip",
+             {'P', 'K', 3, 4, 20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0});
+  e = error_of<UsageError>([&] { load_image_folder((dir.path() / "data.zip").string(), {}); });
+  EXPECT_NE(e.find("not a tar archive"), std::string::npos) << e;
+
+  e = error_of<UsageError>([&] { load_image_folder((dir.path() / "missing").string(), {}); });
+  EXPECT_NE(e.find("does not exist; expected a directory or a .tar, .tar.gz or .tgz archive"),
+            std::string::npos)
+      << e;
+  e = error_of<UsageError>([&] { load_image_folder("/dev/null", {}); });
+  EXPECT_NE(e.find("is neither a directory nor a file"), std::string::npos) << e;
+}
+
+TEST(ImageFolderTest, BadImageStopsNamingTheMemberUnlessSkipped) {
+  TempDir dir;
+  auto files = small_folder();
+  auto& good = files["train/dog/y.jpg"];
+  files["train/dog/y.jpg"] =
+      std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() / 2));
+  files["test/cat/t.jpg"] = {'n', 'o', 't', ' ', 'a', ' ', 'j', 'p', 'e', 'g'};
+  write_tar(dir.path() / "bad.tgz", files, true);
+  const std::string archive = (dir.path() / "bad.tgz").string();
+  std::string e = error_of<DataError>([&] { load_image_folder(archive, {}); });
+  EXPECT_NE(e.find("cannot decode image train/dog/y.jpg (member of archive " + archive +
+                   "): corrupt or truncated JPEG"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("--skip_bad_images"), std::string::npos) << e;
+
+  write_tree(dir.path() / "folder", files);
+  e = error_of<DataError>([&] { load_image_folder((dir.path() / "folder").string(), {}); });
+  EXPECT_NE(e.find("cannot decode image " + (dir.path() / "folder/train/dog/y.jpg").string()),
+            std::string::npos)
+      << e;
+
+  ImageFolderOptions skip;
+  skip.skip_bad_images = true;
+  const DatasetSplits s = load_image_folder(archive, skip);
+  EXPECT_EQ(s.train.size(), 4);
+  EXPECT_EQ(s.test.size(), 1);
+  EXPECT_EQ(s.test.labels, std::vector<uint8_t>{1});
+  ASSERT_EQ(s.train.skipped_bad_images.size(), 1u);
+  EXPECT_EQ(s.train.skipped_bad_images[0].rfind("train/dog/y.jpg (corrupt or truncated JPEG", 0),
+            0u)
+      << s.train.skipped_bad_images[0];
+  ASSERT_EQ(s.test.skipped_bad_images.size(), 1u);
+  EXPECT_NE(describe_image_folder(s)[1].find("skipped 1 bad image(s) (--skip_bad_images)"),
+            std::string::npos);
+  // The images kept are the good ones, moved up in order.
+  const DatasetSplits clean = load_image_folder((dir.path() / "folder").string(), skip);
+  EXPECT_EQ(clean.train.pixels, s.train.pixels);
+}
+
+TEST(ImageFolderTest, TruncatedArchiveNamesTheMember) {
+  TempDir dir;
+  auto files = small_folder();
+  files["train/dog/big.jpg"] = make_jpeg(16, 16, 1);
+  files["train/dog/big.jpg"].resize(200000, 0);  // larger than what survives the cut
+  write_tar(dir.path() / "whole.tar", files, false);
+  auto bytes = slurp(dir.path() / "whole.tar");
+  bytes.resize(bytes.size() / 2);
+  write_file(dir.path() / "cut.tar", bytes);
+  const std::string e =
+      error_of<DataError>([&] { load_image_folder((dir.path() / "cut.tar").string(), {}); });
+  EXPECT_NE(e.find("train/dog/big.jpg"), std::string::npos) << e;
+  EXPECT_NE(e.find("runcated"), std::string::npos) << e;  // libarchive: "Truncated tar archive"
+}
+
+// The real thing: all 60,000 CIFAR-10 JPEGs, decoded here and by Pillow, compared image by image.
+TEST(ImageFolderTest, CifarJpegArchiveMatchesPillowPixelForPixel) {
+  const fs::path archive = fs::path(DLAUNCH_TEST_DATA_DIR) / "cifar-10-jpeg.tar.gz";
+  if (!fs::exists(archive)) GTEST_SKIP() << "no " << archive << " (see ../shared/data/README.md)";
+  if (!have_pillow()) GTEST_SKIP() << "python3-pil is not importable by " << kPython;
+  TempDir dir;
+  const fs::path crcs = dir.path() / "pillow.txt";
+  const std::string cmd =
+      std::string(kPython) + " " + PILLOW_SCRIPT + " crc " + archive.string() + " " + crcs.string();
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::map<std::string, uint32_t> pillow;
+  std::ifstream in(crcs);
+  for (std::string name; in >> name;) {
+    int w = 0, h = 0;
+    uint32_t crc = 0;
+    in >> w >> h >> crc;
+    ASSERT_EQ(w, 32);
+    ASSERT_EQ(h, 32);
+    pillow[name] = crc;
+  }
+  ASSERT_EQ(pillow.size(), 60000u);
+  const DatasetSplits s = load_image_folder(archive.string(), {});
+  ASSERT_EQ(s.train.size(), 50000);
+  ASSERT_EQ(s.test.size(), 10000);
+  EXPECT_EQ(s.train.classes,
+            (std::vector<std::string>{"airplane", "automobile", "bird", "cat", "deer", "dog",
+                                      "frog", "horse", "ship", "truck"}));
+  int64_t compared = 0, differ = 0;
+  std::string first_diff;
+  for (const ImageDataset* ds : {&s.train, &s.test}) {
+    for (int64_t i = 0; i < ds->size(); ++i) {
+      const auto rgb = hwc(*ds, i);
+      const uint32_t crc =
+          static_cast<uint32_t>(crc32(0, rgb.data(), static_cast<uInt>(rgb.size())));
+      const auto it = pillow.find(ds->sources[i]);  // the path inside the archive
+      ASSERT_NE(it, pillow.end()) << ds->sources[i];
+      ++compared;
+      if (it->second != crc && differ++ == 0) first_diff = ds->sources[i];
+      // The label is the class folder's index: cifar-10-jpeg/<split>/<class>/NNNN.jpg.
+      EXPECT_EQ(ds->classes[ds->labels[i]],
+                fs::path(ds->sources[i]).parent_path().filename().string());
+    }
+  }
+  EXPECT_EQ(compared, 60000);
+  EXPECT_EQ(differ, 0) << "images whose pixels differ from Pillow's; the first: " << first_diff;
+}
+
+}  // namespace
+}  // namespace dlaunch::data
