@@ -1,20 +1,33 @@
 #include "rendezvous/job_token.h"
 
-#include <sys/random.h>
+#include <fmt/format.h>
+#include <openssl/crypto.h>
+#include <openssl/err.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <openssl/rand.h>
 
 #include <atomic>
-#include <cerrno>
 #include <fstream>
 
 #include "common/env.h"
 #include "common/error.h"
 #include "common/worker_env.h"
-#include "rendezvous/sha256.h"
 
 namespace dlaunch {
 namespace {
 
 std::atomic<int64_t> g_refusals{0};
+
+// The reason OpenSSL queued for its last failure on this thread (and clears its queue).
+std::string openssl_error() {
+  unsigned long code = ERR_get_error();
+  ERR_clear_error();
+  if (code == 0) return "no reason given";
+  char buf[256];
+  ERR_error_string_n(code, buf, sizeof buf);
+  return buf;
+}
 
 std::string trim(const std::string& s) {
   size_t b = s.find_first_not_of(" \t\r\n");
@@ -28,7 +41,16 @@ wire::Digest proof(const char* label, const std::string& token, const wire::Dige
   std::string msg(label);
   msg.append(reinterpret_cast<const char*>(cn.data()), cn.size());
   msg.append(reinterpret_cast<const char*>(sn.data()), sn.size());
-  return hmac_sha256(token.data(), token.size(), msg.data(), msg.size());
+  wire::Digest out{};
+  unsigned int out_size = 0;
+  // The one-shot HMAC() (not deprecated in OpenSSL 3) fails only when the digest cannot be
+  // fetched or memory runs out; neither leaves a handshake worth continuing.
+  const unsigned char* ok =
+      HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+           reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out.data(), &out_size);
+  DL_CHECK(ok != nullptr && out_size == out.size())
+      << "HMAC-SHA-256 failed in OpenSSL: " << openssl_error();
+  return out;
 }
 
 }  // namespace
@@ -60,14 +82,11 @@ std::optional<std::string> load_job_token(const std::string& token_file) {
 
 wire::Digest random_nonce() {
   wire::Digest d;
-  size_t got = 0;
-  while (got < d.size()) {
-    ssize_t n = getrandom(d.data() + got, d.size() - got, 0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      throw SystemError(errno_message("getrandom", errno));
-    }
-    got += static_cast<size_t>(n);
+  if (RAND_bytes(d.data(), static_cast<int>(d.size())) != 1) {
+    throw SystemError(fmt::format(
+        "cannot draw a random nonce from OpenSSL's generator ({}); check that the kernel's "
+        "entropy source (getrandom, /dev/urandom) is available",
+        openssl_error()));
   }
   return d;
 }
@@ -80,6 +99,10 @@ wire::Digest server_proof(const std::string& token, const wire::Digest& client_n
 wire::Digest client_proof(const std::string& token, const wire::Digest& client_nonce,
                           const wire::Digest& server_nonce) {
   return proof("dlaunch-client", token, client_nonce, server_nonce);
+}
+
+bool constant_time_equal(const uint8_t* a, const uint8_t* b, size_t size) {
+  return CRYPTO_memcmp(a, b, size) == 0;
 }
 
 void note_job_token_refusal() { g_refusals.fetch_add(1, std::memory_order_relaxed); }

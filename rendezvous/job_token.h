@@ -14,6 +14,7 @@
 // another job's on the same port.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -32,12 +33,22 @@ std::optional<std::string> load_job_token(const std::string& token_file = "");
 void note_job_token_refusal();
 int64_t job_token_refusals();
 
-// 32 random bytes from the kernel (getrandom); throws SystemError if it fails.
+// The handshake's primitives come from OpenSSL's libcrypto (RAND_bytes, HMAC with SHA-256,
+// CRYPTO_memcmp) rather than our own code: crypto is where a subtle slip costs the most and
+// review catches the least. None of them blocks.
+
+// 32 bytes from OpenSSL's CSPRNG (seeded from the kernel); throws SystemError if it fails.
 wire::Digest random_nonce();
 
+// HMAC-SHA-256 over the label, then the client nonce, then the server nonce, keyed with the
+// token (the table above). Throw InternalError only if OpenSSL itself cannot compute it.
 wire::Digest server_proof(const std::string& token, const wire::Digest& client_nonce,
                           const wire::Digest& server_nonce);
 wire::Digest client_proof(const std::string& token, const wire::Digest& client_nonce,
                           const wire::Digest& server_nonce);
+
+// Compares in time independent of where the first difference is, so a client cannot learn a
+// proof byte by byte from how fast the server refuses it.
+bool constant_time_equal(const uint8_t* a, const uint8_t* b, size_t size);
 
 }  // namespace dlaunch

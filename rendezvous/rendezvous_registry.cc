@@ -2,6 +2,9 @@
 
 #include <unistd.h>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
 #include <algorithm>
 #include <mutex>
 
@@ -12,7 +15,6 @@
 #include "rendezvous/etcd_rendezvous.h"
 #include "rendezvous/host_port.h"
 #include "rendezvous/job_token.h"
-#include "rendezvous/sha256.h"
 #include "rendezvous/static_rendezvous.h"
 #include "rendezvous/tcp_store_client.h"
 
@@ -195,8 +197,8 @@ std::function<std::shared_ptr<Store>()> store_opener(const RendezvousParams& par
 
 std::string make_node_id(const std::string& host) {
   auto nonce = random_nonce();
-  std::string id = (host.empty() ? std::string("node") : host) + "-" +
-                   std::to_string(::getpid()) + "-" + to_hex(nonce.data(), 4);
+  std::string id = (host.empty() ? std::string("node") : host) + "-" + std::to_string(::getpid()) +
+                   "-" + fmt::format("{:02x}", fmt::join(nonce.begin(), nonce.begin() + 4, ""));
   for (auto& ch : id) {
     if (ch == ' ' || ch == '\n' || ch == '|') ch = '_';
   }

@@ -21,7 +21,6 @@
 #include "common/log.h"
 #include "rendezvous/host_port.h"
 #include "rendezvous/job_token.h"
-#include "rendezvous/sha256.h"
 
 namespace dlaunch {
 

@@ -18,7 +18,6 @@
 #include "common/log.h"
 #include "rendezvous/in_memory_store.h"
 #include "rendezvous/job_token.h"
-#include "rendezvous/sha256.h"
 #include "rendezvous/worker_namespace.h"
 
 namespace dlaunch {

@@ -11,7 +11,7 @@ packages=(
   g++ cmake make ninja-build pkg-config git ca-certificates
   libboost-dev libfmt-dev nlohmann-json3-dev libgtest-dev
   libdnnl-dev libopenblas-dev libgloo-dev zlib1g-dev
-  libarchive-dev libturbojpeg0-dev libpng-dev
+  libarchive-dev libturbojpeg0-dev libpng-dev libssl-dev
   procps python3
   help2man dpkg-dev file
 )
