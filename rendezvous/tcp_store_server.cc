@@ -6,20 +6,16 @@
 
 #include <atomic>
 #include <boost/asio.hpp>
-#include <charconv>
 #include <chrono>
-#include <deque>
 #include <mutex>
 #include <set>
 #include <thread>
-#include <unordered_map>
 #include <unordered_set>
 
 #include "common/log.h"
-#include "rendezvous/in_memory_store.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/sha256.h"
-#include "rendezvous/worker_namespace.h"
+#include "rendezvous/tcp_store_state.h"
 
 namespace dlaunch {
 
@@ -44,13 +40,20 @@ void raise_fd_limit() {
 
 }  // namespace
 
+// The connection side of the server: accepting, reading and writing, framing, dialect
+// detection and the job token. What a request does to the store is TcpStoreState's.
 struct TcpStoreServer::Impl {
   struct Conn;
   using ConnPtr = std::shared_ptr<Conn>;
 
-  // One client connection. Touched only on the server thread.
-  struct Conn : std::enable_shared_from_this<Conn> {
+  // One client connection. Touched only on the server thread. Its replies collect in `out`
+  // (StoreSession's), written by flush().
+  struct Conn final : StoreSession {
     Conn(Impl& s, tcp::socket sock) : srv(s), socket(std::move(sock)) {}
+
+    ConnPtr self() { return std::static_pointer_cast<Conn>(shared_from_this()); }
+    void replied() override { srv.replied(self()); }
+    void resumed() override { srv.post_process(self()); }
 
     Impl& srv;
     tcp::socket socket;
@@ -59,11 +62,10 @@ struct TcpStoreServer::Impl {
     Bytes in;                 // received bytes; [in_begin, in.size()) not yet decoded
     Bytes rbuf;               // the buffer of the pending read
     size_t in_begin = 0;
-    Bytes out_pending, out_writing;
+    Bytes out_writing;
     bool writing = false;
     bool reading = false;
-    bool in_process = false;  // inside process(): replies collect in out_pending, one write
-    bool closed = false;
+    bool in_process = false;  // inside process(): replies collect in `out`, one write
     bool dialect_known = false;
     wire::Dialect dialect = wire::Dialect::kTorch113;
     // Job token state.
@@ -71,15 +73,6 @@ struct TcpStoreServer::Impl {
     bool admitted = false;  // allowed to use the store (authenticated, or no token needed)
     bool auth_begun = false;
     wire::Digest client_nonce{}, server_nonce{};
-    // Keys of a connection that did not declare itself an agent's get its round's worker
-    // namespace (rendezvous/worker_namespace.h), fixed at its first key operation.
-    bool agent = false;
-    bool scope_known = false;
-    std::string scope;
-    // A parked GET/WAIT/MULTI_GET waiting for `awaiting` keys to appear.
-    bool parked = false;
-    Request parked_request;
-    size_t awaiting = 0;
     bool process_posted = false;
   };
 
@@ -101,10 +94,7 @@ struct TcpStoreServer::Impl {
   Request scratch;
 
   // The store, touched only on the server thread.
-  std::unordered_map<std::string, Bytes> table;
-  std::unordered_map<std::string, std::deque<Bytes>> queues;
-  std::unordered_map<std::string, std::vector<ConnPtr>> waiters;
-  std::unordered_map<std::string, std::vector<std::weak_ptr<Conn>>> watchers;
+  TcpStoreState state;
   std::unordered_set<ConnPtr> connections;
   std::set<asio::ip::address> agent_hosts;  // peers that proved the token
 
@@ -195,16 +185,16 @@ struct TcpStoreServer::Impl {
         });
   }
 
-  // Replies are appended to c->out_pending in place, then replied(c) is called: it writes at
+  // Replies are appended to c->out in place, then replied(c) is called: it writes at
   // once, or at the end of process() when c is being processed, so all the replies to one
   // read go out in one write.
   void replied(const ConnPtr& c) {
     if (c->closed) {
-      c->out_pending.clear();
+      c->out.clear();
       return;
     }
     // A client that sends requests but never reads the replies must not grow our memory.
-    if (c->out_pending.size() > options.limits.max_frame_bytes) {
+    if (c->out.size() > options.limits.max_frame_bytes) {
       complain("client " + c->peer + " does not read its replies; closing it");
       close(c);
       return;
@@ -214,14 +204,14 @@ struct TcpStoreServer::Impl {
 
   void send(const ConnPtr& c, const Bytes& bytes) {
     if (c->closed) return;
-    c->out_pending.insert(c->out_pending.end(), bytes.begin(), bytes.end());
+    c->out.insert(c->out.end(), bytes.begin(), bytes.end());
     replied(c);
   }
 
   void flush(const ConnPtr& c) {
-    if (c->writing || c->out_pending.empty() || c->closed) return;
-    c->out_writing.swap(c->out_pending);
-    c->out_pending.clear();
+    if (c->writing || c->out.empty() || c->closed) return;
+    c->out_writing.swap(c->out);
+    c->out.clear();
     c->writing = true;
     asio::async_write(c->socket, asio::buffer(c->out_writing),
                       [this, c](const boost::system::error_code& ec, size_t) {
@@ -248,11 +238,11 @@ struct TcpStoreServer::Impl {
                               : "it has a job token, this store none") +
                " (give every node the same DLAUNCH_JOB_TOKEN)");
     }
-    if (c->parked) unpark(c);
+    state.drop(*c);
     boost::system::error_code ignore;
     c->socket.shutdown(tcp::socket::shutdown_both, ignore);
     c->socket.close(ignore);
-    c->out_pending.clear();
+    c->out.clear();
     connections.erase(c);
     open_connections.store(connections.size(), std::memory_order_relaxed);
   }
@@ -295,12 +285,11 @@ struct TcpStoreServer::Impl {
       auto r = wire::decode_request(c->dialect, data, size, options.limits, &q);
       if (r.status == wire::Status::kNeedMore) break;
       if (r.status == wire::Status::kBad) return bad_frame(c, r.error);
-      if (c->parked) {
+      if (c->parked()) {
         // Only CANCEL_WAIT may overtake a parked request; anything else waits its turn.
         if (q.op != Op::kCancelWait) break;
         c->in_begin += r.consumed;
-        unpark(c);
-        wire::put_u8(c->out_pending, wire::kWaitCanceled);
+        state.cancel_wait(*c);
         replied(c);
         continue;
       }
@@ -322,157 +311,7 @@ struct TcpStoreServer::Impl {
     });
   }
 
-  // ---- the store --------------------------------------------------------------------------
-
-  bool exists(const std::string& key) const {
-    if (table.count(key)) return true;
-    auto q = queues.find(key);
-    return q != queues.end() && !q->second.empty();
-  }
-
-  void notify_watchers(const std::string& key, uint8_t kind, const Bytes& old_value,
-                       const Bytes& new_value) {
-    auto it = watchers.find(key);
-    if (it == watchers.end()) return;
-    auto& list = it->second;
-    for (auto w = list.begin(); w != list.end();) {
-      auto c = w->lock();
-      if (!c || c->closed) {
-        w = list.erase(w);
-        continue;
-      }
-      Bytes& msg = c->out_pending;
-      wire::put_u8(msg, kind);
-      wire::put_string(msg, key);
-      wire::put_bytes(msg, old_value);
-      wire::put_bytes(msg, new_value);
-      replied(c);
-      ++w;
-    }
-    if (list.empty()) watchers.erase(it);
-  }
-
-  // Changes the value at `key` (created empty if missing) with modify(Bytes&), tells the
-  // watchers and wakes whoever waits for the key. Modifying in place lets a SET swap buffers
-  // with the decoded request and an ADD rewrite its digits: no allocation per operation.
-  template <typename Modify>
-  void update_value(const std::string& key, Modify modify) {
-    auto [it, created] = table.try_emplace(key);
-    if (!watchers.empty() && watchers.count(key)) {
-      Bytes old = it->second;
-      modify(it->second);
-      notify_watchers(key, created ? wire::kWatchKeyCreated : wire::kWatchKeyUpdated, old,
-                      it->second);
-    } else {
-      modify(it->second);
-    }
-    wake_all(key);
-  }
-
-  // Wakes every waiter on `key` (a set, add, compare_set or append created or changed it).
-  void wake_all(const std::string& key) {
-    auto it = waiters.find(key);
-    if (it == waiters.end()) return;
-    std::vector<ConnPtr> woken = std::move(it->second);
-    waiters.erase(it);
-    for (auto& c : woken) {
-      if (c->closed || !c->parked) continue;
-      if (c->awaiting > 0) --c->awaiting;
-      if (c->awaiting == 0) try_complete_parked(c);
-    }
-  }
-
-  // A QUEUE_PUSH on `key`: as PyTorch 2.x's server does (TCPStoreLibUvBackend's
-  // wakeupOneWaitingClient), one item answers one waiter, the first in arrival order for which
-  // this key was the last one missing; the other waiters stay parked even though the queue is
-  // not empty (the woken one is expected to pop the item). Waiters that still miss other keys
-  // count this one as present and leave its list (PyTorch leaves them on it and counts them
-  // down again at every push; completion re-checks every key anyway, see try_complete_parked).
-  void wake_one(const std::string& key) {
-    auto it = waiters.find(key);
-    if (it == waiters.end()) return;
-    std::vector<ConnPtr>& list = it->second;
-    ConnPtr chosen;
-    size_t kept = 0;
-    for (size_t i = 0; i < list.size(); ++i) {
-      ConnPtr& c = list[i];
-      if (c->closed || !c->parked) continue;  // stale entry: drop it
-      if (!chosen && c->awaiting <= 1) {
-        chosen = c;
-        continue;
-      }
-      if (!chosen && c->awaiting > 1) {
-        --c->awaiting;  // passed over: this key counts as present for it
-        continue;
-      }
-      list[kept++] = std::move(c);  // after the chosen one: still waiting for this key
-    }
-    list.resize(kept);
-    if (list.empty()) waiters.erase(it);
-    if (chosen) {
-      chosen->awaiting = 0;
-      try_complete_parked(chosen);
-    }
-  }
-
-  // Removes `c` from every wait list it is on.
-  void unpark(const ConnPtr& c) {
-    for (const auto& key : c->parked_request.keys) {
-      auto it = waiters.find(key);
-      if (it == waiters.end()) continue;
-      auto& list = it->second;
-      list.erase(std::remove(list.begin(), list.end(), c), list.end());
-      if (list.empty()) waiters.erase(it);
-    }
-    c->parked = false;
-    c->awaiting = 0;
-    c->parked_request = Request();
-  }
-
-  // Parks `c` on the keys of `q` that are missing; false when none is missing.
-  bool park_if_missing(const ConnPtr& c, const Request& q) {
-    // One wait-list entry per missing key occurrence, counted in `awaiting`; no duplicate
-    // search, which would make a WAIT on N keys by N clients cost N^3.
-    size_t missing = 0;
-    for (const auto& key : q.keys) {
-      if (!exists(key)) {
-        waiters[key].push_back(c);
-        ++missing;
-      }
-    }
-    if (missing == 0) return false;
-    c->parked = true;
-    c->awaiting = missing;
-    c->parked_request = q;
-    return true;
-  }
-
-  void try_complete_parked(const ConnPtr& c) {
-    Request q = std::move(c->parked_request);
-    unpark(c);
-    // A key may have been deleted between its set and now: park again on what is missing.
-    if (park_if_missing(c, q)) return;
-    answer_ready(c, q);
-    post_process(c);
-  }
-
-  // Answers a GET/WAIT/MULTI_GET whose keys all exist.
-  void answer_ready(const ConnPtr& c, const Request& q) {
-    Bytes& reply = c->out_pending;
-    if (q.op == Op::kWait) {
-      wire::put_u8(reply, wire::kStopWaiting);
-    } else {
-      for (const auto& key : q.keys) {
-        auto it = table.find(key);
-        if (it == table.end()) {
-          wire::put_u64(reply, 0);
-        } else {
-          wire::put_bytes(reply, it->second);
-        }
-      }
-    }
-    replied(c);
-  }
+  // ---- requests -------------------------------------------------------------------------
 
   bool handle_auth(const ConnPtr& c, const Request& q) {
     if (q.op == Op::kAuthBegin) {
@@ -541,148 +380,15 @@ struct TcpStoreServer::Impl {
         return;
       }
     }
-    if (!q.keys.empty()) scope_keys(c, q);
-    // The reply is appended to the connection's pending output in place (see replied()).
-    Bytes& reply = c->out_pending;
-    switch (q.op) {
-      case Op::kValidate:
-        return bad_frame(c, "VALIDATE after the first message");
-      case Op::kPing:
-        wire::put_u32(reply, q.u32);
-        break;
-      case Op::kSet:
-        // The request's buffer goes into the table; the table's old buffer comes back to the
-        // reused request, to be filled by the next decode.
-        update_value(q.keys[0], [&](Bytes& v) { v.swap(q.values[0]); });
+    std::string error;
+    switch (state.handle(*c, q, error)) {
+      case TcpStoreState::Handled::kReplied:
+        return replied(c);
+      case TcpStoreState::Handled::kQuiet:
         return;
-      case Op::kCompareSet: {
-        const auto& key = q.keys[0];
-        auto it = table.find(key);
-        if (it == table.end()) {
-          if (q.values[0].empty()) {
-            update_value(key, [&](Bytes& v) { v = q.values[1]; });
-            wire::put_bytes(reply, q.values[1]);
-          } else {
-            wire::put_bytes(reply, q.values[0]);  // c10d's answer for a missing key
-          }
-        } else {
-          if (it->second == q.values[0]) update_value(key, [&](Bytes& v) { v = q.values[1]; });
-          wire::put_bytes(reply, table[key]);
-        }
-        break;
-      }
-      case Op::kGet:
-      case Op::kWait:
-      case Op::kMultiGet:
-        if (park_if_missing(c, q)) return;
-        answer_ready(c, q);
-        return;
-      case Op::kAdd: {
-        int64_t value = 0;
-        auto it = table.find(q.keys[0]);
-        try {
-          value = add_to_counter(it == table.end() ? nullptr : &it->second, q.delta, q.keys[0]);
-        } catch (const Error& e) {
-          return bad_frame(c, std::string("ADD: ") + e.what());
-        }
-        char digits[24];
-        auto written = std::to_chars(digits, digits + sizeof(digits), value);
-        update_value(q.keys[0], [&](Bytes& v) { v.assign(digits, written.ptr); });
-        wire::put_i64(reply, value);
-        break;
-      }
-      case Op::kCheck: {
-        bool ready = true;
-        for (const auto& k : q.keys) ready = ready && exists(k);
-        wire::put_u8(reply, ready ? wire::kCheckReady : wire::kCheckNotReady);
-        break;
-      }
-      case Op::kNumKeys:
-        wire::put_i64(reply, static_cast<int64_t>(table.size()));
-        break;
-      case Op::kWatchKey:
-        watchers[q.keys[0]].push_back(c);
-        wire::put_u8(reply, wire::kWatchCallbackRegistered);
-        break;
-      case Op::kDeleteKey: {
-        auto it = table.find(q.keys[0]);
-        bool existed = it != table.end();
-        if (existed) {
-          Bytes old = std::move(it->second);
-          table.erase(it);
-          if (!watchers.empty()) notify_watchers(q.keys[0], wire::kWatchKeyDeleted, old, Bytes());
-        }
-        wire::put_i64(reply, existed ? 1 : 0);
-        break;
-      }
-      case Op::kAppend:
-        update_value(q.keys[0], [&](Bytes& v) {
-          v.insert(v.end(), q.values[0].begin(), q.values[0].end());
-        });
-        return;
-      case Op::kMultiSet:
-        for (size_t i = 0; i < q.keys.size(); ++i) {
-          update_value(q.keys[i], [&](Bytes& v) { v.swap(q.values[i]); });
-        }
-        return;
-      case Op::kCancelWait:
-        wire::put_u8(reply, wire::kWaitCanceled);
-        break;
-      case Op::kQueuePush:
-        queues[q.keys[0]].push_back(std::move(q.values[0]));
-        wake_one(q.keys[0]);
-        return;
-      case Op::kQueuePop: {
-        auto& queue = queues[q.keys[0]];
-        wire::put_i64(reply, static_cast<int64_t>(queue.size()));
-        if (!queue.empty()) {
-          wire::put_bytes(reply, queue.front());
-          queue.pop_front();
-        }
-        if (queue.empty()) queues.erase(q.keys[0]);
-        break;
-      }
-      case Op::kQueueLen: {
-        auto it = queues.find(q.keys[0]);
-        wire::put_i64(reply, it == queues.end() ? 0 : static_cast<int64_t>(it->second.size()));
-        break;
-      }
-      case Op::kDeletePrefix: {
-        // dlaunch's extension: clears a finished generation's keys (e.g. PyTorch's
-        // "/worker/attempt_N/...") before the next one starts. Linear in the table size.
-        int64_t n = 0;
-        const std::string& prefix = q.keys[0];
-        for (auto it = table.begin(); it != table.end();) {
-          if (it->first.compare(0, prefix.size(), prefix) == 0) {
-            it = table.erase(it);
-            ++n;
-          } else {
-            ++it;
-          }
-        }
-        wire::put_i64(reply, n);
-        break;
-      }
-      case Op::kDeclareAgent:
-        c->agent = true;
-        wire::put_u8(reply, 0);
-        break;
-      case Op::kAuthBegin:
-      case Op::kAuthProof:
-        return;
+      case TcpStoreState::Handled::kBadRequest:
+        return bad_frame(c, error);
     }
-    replied(c);
-  }
-
-  void scope_keys(const ConnPtr& c, Request& q) {
-    if (c->agent) return;
-    if (!c->scope_known) {
-      c->scope_known = true;
-      auto it = table.find(kWorkerNamespaceKey);
-      if (it != table.end()) c->scope.assign(it->second.begin(), it->second.end());
-    }
-    if (c->scope.empty()) return;
-    for (auto& key : q.keys) key.insert(0, c->scope);
   }
 };
 
@@ -756,8 +462,7 @@ void TcpStoreServer::stop() {
     impl->retry_timer.cancel();
     auto conns = impl->connections;
     for (auto& c : conns) impl->close(c);
-    impl->waiters.clear();
-    impl->watchers.clear();
+    impl->state.forget_clients();
     impl->ctx.stop();
   });
   if (impl_->thread.joinable()) impl_->thread.join();
