@@ -3,6 +3,8 @@
 // holds them and what they share; the request handler is TcpStoreState (socket-free).
 //
 // Threading: everything here runs on the server's one thread (its io_context); nothing blocks.
+// Errors: a client's I/O error or bad request closes that connection only (logged); nothing
+// here throws to the server.
 // Asio appears in this header, so only the server's own .cc files include it.
 #pragma once
 
