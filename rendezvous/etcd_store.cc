@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "common/error.h"
-#include "rendezvous/in_memory_store.h"
+#include "rendezvous/store_table.h"
 
 namespace dlaunch {
 namespace {

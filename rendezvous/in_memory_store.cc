@@ -2,36 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <charconv>
-
 #include "common/error.h"
 
 namespace dlaunch {
-
-int64_t parse_counter(const Bytes& value, const std::string& key) {
-  int64_t result = 0;
-  const char* begin = reinterpret_cast<const char*>(value.data());
-  const char* end = begin + value.size();
-  auto [ptr, ec] = std::from_chars(begin, end, result);
-  if (value.empty() || ec != std::errc() || ptr != end) {
-    throw ProtocolError("store key '" + key + "' holds '" + to_string(value) +
-                        "', expected a decimal counter written by add(); do not mix set() and "
-                        "add() on one key");
-  }
-  return result;
-}
-
-int64_t add_to_counter(const Bytes* current, int64_t delta, const std::string& key) {
-  if (!current) return delta;
-  int64_t base = parse_counter(*current, key);
-  int64_t sum = 0;
-  if (__builtin_add_overflow(base, delta, &sum)) {
-    throw ProtocolError("add(" + std::to_string(delta) + ") to store key '" + key +
-                        "' holding " + std::to_string(base) +
-                        " leaves the int64 range; reset the counter or add smaller steps");
-  }
-  return sum;
-}
 
 namespace {
 
@@ -48,7 +21,7 @@ std::string join_keys(const std::vector<std::string>& keys) {
 
 bool InMemoryStore::has_all_locked(const std::vector<std::string>& keys) const {
   for (const auto& k : keys) {
-    if (table_.find(k) == table_.end()) return false;
+    if (!table_.contains(k)) return false;
   }
   return true;
 }
@@ -62,7 +35,7 @@ void InMemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,
   if (!changed_.wait_until(lock, deadline, [&] { return has_all_locked(keys); })) {
     std::vector<std::string> missing;
     for (const auto& k : keys) {
-      if (table_.find(k) == table_.end()) missing.push_back(k);
+      if (!table_.contains(k)) missing.push_back(k);
     }
     throw TimeoutError("in-memory store: waited " + fmt::format("{:g}", to_seconds(timeout)) +
                        " s for key(s) " + join_keys(missing) + " that nobody set");
@@ -72,7 +45,7 @@ void InMemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,
 void InMemoryStore::set(const std::string& key, const Bytes& value) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    table_[key] = value;
+    table_.set(key, value);
   }
   changed_.notify_all();
 }
@@ -80,16 +53,14 @@ void InMemoryStore::set(const std::string& key, const Bytes& value) {
 Bytes InMemoryStore::get(const std::string& key) {
   std::unique_lock<std::mutex> lock(mutex_);
   wait_locked(lock, {key}, timeout());
-  return table_.at(key);
+  return *table_.find(key);
 }
 
 int64_t InMemoryStore::add(const std::string& key, int64_t delta) {
   int64_t result = 0;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = table_.find(key);
-    result = add_to_counter(it == table_.end() ? nullptr : &it->second, delta, key);
-    table_[key] = to_bytes(std::to_string(result));
+    result = table_.add(key, delta);
   }
   changed_.notify_all();
   return result;
@@ -100,15 +71,7 @@ Bytes InMemoryStore::compare_set(const std::string& key, const Bytes& expected,
   Bytes result;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    auto it = table_.find(key);
-    if (it == table_.end()) {
-      if (!expected.empty()) return expected;  // c10d's answer for a missing key
-      table_[key] = desired;
-      result = desired;
-    } else {
-      if (it->second == expected) it->second = desired;
-      result = it->second;
-    }
+    result = table_.compare_set(key, expected, desired);
   }
   changed_.notify_all();
   return result;
@@ -126,7 +89,7 @@ void InMemoryStore::wait(const std::vector<std::string>& keys, Duration timeout)
 
 bool InMemoryStore::delete_key(const std::string& key) {
   std::lock_guard<std::mutex> lock(mutex_);
-  return table_.erase(key) > 0;
+  return table_.erase(key);
 }
 
 int64_t InMemoryStore::num_keys() {
@@ -139,7 +102,7 @@ std::vector<Bytes> InMemoryStore::multi_get(const std::vector<std::string>& keys
   wait_locked(lock, keys, timeout());
   std::vector<Bytes> values;
   values.reserve(keys.size());
-  for (const auto& k : keys) values.push_back(table_.at(k));
+  for (const auto& k : keys) values.push_back(*table_.find(k));
   return values;
 }
 
@@ -148,7 +111,7 @@ void InMemoryStore::multi_set(const std::vector<std::string>& keys,
   if (keys.size() != values.size()) Store::multi_set(keys, values);  // throws the usage error
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (size_t i = 0; i < keys.size(); ++i) table_[keys[i]] = values[i];
+    for (size_t i = 0; i < keys.size(); ++i) table_.set(keys[i], values[i]);
   }
   changed_.notify_all();
 }

@@ -3,15 +3,17 @@
 //
 // Thread-safe (one mutex); get()/wait() block on a condition variable until the keys exist or
 // the timeout passes (TimeoutError naming the missing keys). Never throws ConnectionError.
+// The table and its set/add/compare_set semantics are StoreTable's, shared with the TCP store
+// server, so the reference and the server cannot disagree.
 #pragma once
 
 #include <condition_variable>
 #include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "rendezvous/store.h"
+#include "rendezvous/store_table.h"  // also parse_counter, add_to_counter
 
 namespace dlaunch {
 
@@ -39,15 +41,7 @@ class InMemoryStore final : public Store {
 
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::unordered_map<std::string, Bytes> table_;
+  StoreTable table_;
 };
-
-// Parses a counter value as add() stores it ("-12"); throws ProtocolError on anything else.
-int64_t parse_counter(const Bytes& value, const std::string& key);
-
-// add()'s arithmetic, shared by every store that keeps counters itself: `current` (null when
-// the key is missing) plus `delta`. Throws ProtocolError when the value is not a counter or the
-// sum leaves int64 (signed overflow would be undefined behaviour a client could trigger).
-int64_t add_to_counter(const Bytes* current, int64_t delta, const std::string& key);
 
 }  // namespace dlaunch

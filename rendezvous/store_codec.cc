@@ -5,32 +5,92 @@
 
 namespace dlaunch::wire {
 
-const char* op_name(Op op) {
-  switch (op) {
-    case Op::kValidate: return "VALIDATE";
-    case Op::kPing: return "PING";
-    case Op::kSet: return "SET";
-    case Op::kCompareSet: return "COMPARE_SET";
-    case Op::kGet: return "GET";
-    case Op::kAdd: return "ADD";
-    case Op::kCheck: return "CHECK";
-    case Op::kWait: return "WAIT";
-    case Op::kNumKeys: return "GETNUMKEYS";
-    case Op::kWatchKey: return "WATCH_KEY";
-    case Op::kDeleteKey: return "DELETE_KEY";
-    case Op::kAppend: return "APPEND";
-    case Op::kMultiGet: return "MULTI_GET";
-    case Op::kMultiSet: return "MULTI_SET";
-    case Op::kCancelWait: return "CANCEL_WAIT";
-    case Op::kQueuePush: return "QUEUE_PUSH";
-    case Op::kQueuePop: return "QUEUE_POP";
-    case Op::kQueueLen: return "QUEUE_LEN";
-    case Op::kAuthBegin: return "AUTH_BEGIN";
-    case Op::kAuthProof: return "AUTH_PROOF";
-    case Op::kDeletePrefix: return "DELETE_PREFIX";
-    case Op::kDeclareAgent: return "DECLARE_AGENT";
+namespace {
+
+// What follows an op's opcode on the wire: decode_request, encode_request and the emptying of
+// the arguments an op does not carry all go by this.
+enum class Args : uint8_t {
+  kNone,           // GETNUMKEYS, CANCEL_WAIT, DECLARE_AGENT
+  kU32,            // VALIDATE magic, PING nonce
+  kKey,            // key
+  kKeyValue,       // key, value
+  kKeyTwoValues,   // key, expected, desired (COMPARE_SET)
+  kKeyDelta,       // key, i64 (ADD)
+  kKeys,           // u64 count, keys
+  kKeyValuePairs,  // u64 count, (key, value) pairs (MULTI_SET)
+  kDigest,         // 32 raw bytes (AUTH_BEGIN nonce, AUTH_PROOF proof)
+};
+
+constexpr int16_t kNoCode = -1;
+
+// The op set, in Op's order: one row per op, its name, its opcode in each dialect (kNoCode: the
+// dialect has no such op) and its arguments.
+struct OpRow {
+  Op op;
+  const char* name;
+  int16_t code113;
+  int16_t code2;
+  Args args;
+};
+
+constexpr OpRow kOpTable[] = {
+    {Op::kValidate, "VALIDATE", kNoCode, op2::kValidate, Args::kU32},
+    {Op::kPing, "PING", kNoCode, op2::kPing, Args::kU32},
+    {Op::kSet, "SET", op113::kSet, op2::kSet, Args::kKeyValue},
+    {Op::kCompareSet, "COMPARE_SET", op113::kCompareSet, op2::kCompareSet, Args::kKeyTwoValues},
+    {Op::kGet, "GET", op113::kGet, op2::kGet, Args::kKey},
+    {Op::kAdd, "ADD", op113::kAdd, op2::kAdd, Args::kKeyDelta},
+    {Op::kCheck, "CHECK", op113::kCheck, op2::kCheck, Args::kKeys},
+    {Op::kWait, "WAIT", op113::kWait, op2::kWait, Args::kKeys},
+    {Op::kNumKeys, "GETNUMKEYS", op113::kNumKeys, op2::kNumKeys, Args::kNone},
+    {Op::kWatchKey, "WATCH_KEY", op113::kWatchKey, kNoCode, Args::kKey},
+    {Op::kDeleteKey, "DELETE_KEY", op113::kDeleteKey, op2::kDeleteKey, Args::kKey},
+    {Op::kAppend, "APPEND", kNoCode, op2::kAppend, Args::kKeyValue},
+    {Op::kMultiGet, "MULTI_GET", kNoCode, op2::kMultiGet, Args::kKeys},
+    {Op::kMultiSet, "MULTI_SET", kNoCode, op2::kMultiSet, Args::kKeyValuePairs},
+    {Op::kCancelWait, "CANCEL_WAIT", kNoCode, op2::kCancelWait, Args::kNone},
+    {Op::kQueuePush, "QUEUE_PUSH", kNoCode, op2::kQueuePush, Args::kKeyValue},
+    {Op::kQueuePop, "QUEUE_POP", kNoCode, op2::kQueuePop, Args::kKey},
+    {Op::kQueueLen, "QUEUE_LEN", kNoCode, op2::kQueueLen, Args::kKey},
+    {Op::kAuthBegin, "AUTH_BEGIN", kNoCode, op2::kAuthBegin, Args::kDigest},
+    {Op::kAuthProof, "AUTH_PROOF", kNoCode, op2::kAuthProof, Args::kDigest},
+    {Op::kDeletePrefix, "DELETE_PREFIX", kNoCode, op2::kDeletePrefix, Args::kKey},
+    {Op::kDeclareAgent, "DECLARE_AGENT", kNoCode, op2::kDeclareAgent, Args::kNone},
+};
+constexpr size_t kNumOps = sizeof(kOpTable) / sizeof(kOpTable[0]);
+
+constexpr bool table_in_op_order() {
+  for (size_t i = 0; i < kNumOps; ++i) {
+    if (static_cast<size_t>(kOpTable[i].op) != i) return false;
   }
-  return "?";
+  return static_cast<size_t>(Op::kDeclareAgent) + 1 == kNumOps;
+}
+static_assert(table_in_op_order(), "kOpTable must list every Op once, in Op's order");
+
+const OpRow& row(Op op) { return kOpTable[static_cast<size_t>(op)]; }
+
+// Opcode -> index into kOpTable for one dialect (-1: unknown), derived from the table so
+// decoding is one lookup.
+struct OpcodeMap {
+  int8_t index[256];
+};
+
+constexpr OpcodeMap make_opcode_map(Dialect dialect) {
+  OpcodeMap map{};
+  for (auto& i : map.index) i = -1;
+  for (size_t i = 0; i < kNumOps; ++i) {
+    int16_t code = dialect == Dialect::kTorch113 ? kOpTable[i].code113 : kOpTable[i].code2;
+    if (code != kNoCode) map.index[code] = static_cast<int8_t>(i);
+  }
+  return map;
+}
+constexpr OpcodeMap kOpcodes113 = make_opcode_map(Dialect::kTorch113);
+constexpr OpcodeMap kOpcodes2 = make_opcode_map(Dialect::kTorch2);
+
+}  // namespace
+
+const char* op_name(Op op) {
+  return static_cast<size_t>(op) < kNumOps ? row(op).name : "?";
 }
 
 namespace {
@@ -130,70 +190,34 @@ class Reader {
 };
 
 bool map_opcode(Dialect dialect, uint8_t code, Op* op) {
-  if (dialect == Dialect::kTorch113) {
-    static constexpr Op kOps[] = {Op::kSet,  Op::kCompareSet, Op::kGet,
-                                  Op::kAdd,  Op::kCheck,      Op::kWait,
-                                  Op::kNumKeys, Op::kWatchKey, Op::kDeleteKey};
-    if (code >= sizeof(kOps) / sizeof(kOps[0])) return false;
-    *op = kOps[code];
-    return true;
-  }
-  static constexpr Op kOps[] = {Op::kValidate, Op::kSet,       Op::kCompareSet, Op::kGet,
-                                Op::kAdd,      Op::kCheck,     Op::kWait,       Op::kNumKeys,
-                                Op::kDeleteKey, Op::kAppend,   Op::kMultiGet,   Op::kMultiSet,
-                                Op::kCancelWait, Op::kPing,    Op::kQueuePush,  Op::kQueuePop,
-                                Op::kQueueLen};
-  if (code == op2::kAuthBegin) {
-    *op = Op::kAuthBegin;
-    return true;
-  }
-  if (code == op2::kAuthProof) {
-    *op = Op::kAuthProof;
-    return true;
-  }
-  if (code == op2::kDeletePrefix) {
-    *op = Op::kDeletePrefix;
-    return true;
-  }
-  if (code == op2::kDeclareAgent) {
-    *op = Op::kDeclareAgent;
-    return true;
-  }
-  if (code >= sizeof(kOps) / sizeof(kOps[0])) return false;
-  *op = kOps[code];
+  int8_t index = (dialect == Dialect::kTorch113 ? kOpcodes113 : kOpcodes2).index[code];
+  if (index < 0) return false;
+  *op = kOpTable[index].op;
   return true;
 }
 
-// Reads the arguments of `op`. False with r.error() empty: need more bytes.
+// Reads the arguments of `q->op`. False with r.error() empty: need more bytes.
 bool read_args(Reader& r, Request* q) {
-  switch (q->op) {
-    case Op::kValidate:
-    case Op::kPing:
+  switch (row(q->op).args) {
+    case Args::kNone:
+      return true;
+    case Args::kU32:
       return r.u32(&q->u32);
-    case Op::kSet:
-    case Op::kAppend:
-    case Op::kQueuePush:
+    case Args::kKey:
+      q->keys.resize(1);
+      return r.key(&q->keys[0]);
+    case Args::kKeyValue:
       q->keys.resize(1);
       q->values.resize(1);
       return r.key(&q->keys[0]) && r.value(&q->values[0]);
-    case Op::kCompareSet:
+    case Args::kKeyTwoValues:
       q->keys.resize(1);
       q->values.resize(2);
       return r.key(&q->keys[0]) && r.value(&q->values[0]) && r.value(&q->values[1]);
-    case Op::kGet:
-    case Op::kWatchKey:
-    case Op::kDeleteKey:
-    case Op::kQueuePop:
-    case Op::kQueueLen:
-    case Op::kDeletePrefix:
-      q->keys.resize(1);
-      return r.key(&q->keys[0]);
-    case Op::kAdd:
+    case Args::kKeyDelta:
       q->keys.resize(1);
       return r.key(&q->keys[0]) && r.i64(&q->delta);
-    case Op::kCheck:
-    case Op::kWait:
-    case Op::kMultiGet: {
+    case Args::kKeys: {
       uint64_t n;
       if (!r.count(&n)) return false;
       q->keys.resize(n);
@@ -202,7 +226,7 @@ bool read_args(Reader& r, Request* q) {
       }
       return true;
     }
-    case Op::kMultiSet: {
+    case Args::kKeyValuePairs: {
       uint64_t n;
       if (!r.count(&n)) return false;
       q->keys.resize(n);
@@ -212,12 +236,7 @@ bool read_args(Reader& r, Request* q) {
       }
       return true;
     }
-    case Op::kNumKeys:
-    case Op::kCancelWait:
-    case Op::kDeclareAgent:
-      return true;
-    case Op::kAuthBegin:
-    case Op::kAuthProof:
+    case Args::kDigest:
       return r.digest(&q->digest);
   }
   return r.fail("unhandled opcode");
@@ -283,24 +302,20 @@ DecodeResult decode_request(Dialect dialect, const uint8_t* data, size_t size,
     return result;
   }
   // Arguments the op does not carry are emptied, so *out is exactly the request.
-  switch (q.op) {
-    case Op::kValidate:
-    case Op::kPing:
-    case Op::kNumKeys:
-    case Op::kCancelWait:
-    case Op::kAuthBegin:
-    case Op::kAuthProof:
-    case Op::kDeclareAgent:
+  switch (row(q.op).args) {
+    case Args::kNone:
+    case Args::kU32:
+    case Args::kDigest:
       q.keys.clear();
       q.values.clear();
       break;
-    case Op::kSet:
-    case Op::kAppend:
-    case Op::kQueuePush:
-    case Op::kCompareSet:
-    case Op::kMultiSet:
+    case Args::kKeyValue:
+    case Args::kKeyTwoValues:
+    case Args::kKeyValuePairs:
       break;
-    default:
+    case Args::kKey:
+    case Args::kKeyDelta:
+    case Args::kKeys:
       q.values.clear();
       break;
   }
@@ -333,97 +348,52 @@ void put_string(Bytes& out, const std::string& s) {
 }
 
 uint8_t opcode(Dialect dialect, Op op) {
-  if (dialect == Dialect::kTorch113) {
-    switch (op) {
-      case Op::kSet: return op113::kSet;
-      case Op::kCompareSet: return op113::kCompareSet;
-      case Op::kGet: return op113::kGet;
-      case Op::kAdd: return op113::kAdd;
-      case Op::kCheck: return op113::kCheck;
-      case Op::kWait: return op113::kWait;
-      case Op::kNumKeys: return op113::kNumKeys;
-      case Op::kWatchKey: return op113::kWatchKey;
-      case Op::kDeleteKey: return op113::kDeleteKey;
-      default:
-        throw UsageError(std::string("the PyTorch 1.13 dialect has no ") + op_name(op));
-    }
+  const OpRow& r = row(op);
+  int16_t code = dialect == Dialect::kTorch113 ? r.code113 : r.code2;
+  if (code == kNoCode) {
+    throw UsageError(std::string("the PyTorch ") +
+                     (dialect == Dialect::kTorch113 ? "1.13" : "2.x") + " dialect has no " +
+                     r.name);
   }
-  switch (op) {
-    case Op::kValidate: return op2::kValidate;
-    case Op::kSet: return op2::kSet;
-    case Op::kCompareSet: return op2::kCompareSet;
-    case Op::kGet: return op2::kGet;
-    case Op::kAdd: return op2::kAdd;
-    case Op::kCheck: return op2::kCheck;
-    case Op::kWait: return op2::kWait;
-    case Op::kNumKeys: return op2::kNumKeys;
-    case Op::kDeleteKey: return op2::kDeleteKey;
-    case Op::kAppend: return op2::kAppend;
-    case Op::kMultiGet: return op2::kMultiGet;
-    case Op::kMultiSet: return op2::kMultiSet;
-    case Op::kCancelWait: return op2::kCancelWait;
-    case Op::kPing: return op2::kPing;
-    case Op::kQueuePush: return op2::kQueuePush;
-    case Op::kQueuePop: return op2::kQueuePop;
-    case Op::kQueueLen: return op2::kQueueLen;
-    case Op::kAuthBegin: return op2::kAuthBegin;
-    case Op::kAuthProof: return op2::kAuthProof;
-    case Op::kDeletePrefix: return op2::kDeletePrefix;
-    case Op::kDeclareAgent: return op2::kDeclareAgent;
-    case Op::kWatchKey: break;
-  }
-  throw UsageError(std::string("the PyTorch 2.x dialect has no ") + op_name(op));
+  return static_cast<uint8_t>(code);
 }
 
 void encode_request(Dialect dialect, const Request& q, Bytes& out) {
   put_u8(out, opcode(dialect, q.op));
-  switch (q.op) {
-    case Op::kValidate:
-    case Op::kPing:
+  switch (row(q.op).args) {
+    case Args::kNone:
+      break;
+    case Args::kU32:
       put_u32(out, q.u32);
       break;
-    case Op::kSet:
-    case Op::kAppend:
-    case Op::kQueuePush:
+    case Args::kKey:
+      put_string(out, q.keys.at(0));
+      break;
+    case Args::kKeyValue:
       put_string(out, q.keys.at(0));
       put_bytes(out, q.values.at(0));
       break;
-    case Op::kCompareSet:
+    case Args::kKeyTwoValues:
       put_string(out, q.keys.at(0));
       put_bytes(out, q.values.at(0));
       put_bytes(out, q.values.at(1));
       break;
-    case Op::kGet:
-    case Op::kWatchKey:
-    case Op::kDeleteKey:
-    case Op::kQueuePop:
-    case Op::kQueueLen:
-    case Op::kDeletePrefix:
-      put_string(out, q.keys.at(0));
-      break;
-    case Op::kAdd:
+    case Args::kKeyDelta:
       put_string(out, q.keys.at(0));
       put_i64(out, q.delta);
       break;
-    case Op::kCheck:
-    case Op::kWait:
-    case Op::kMultiGet:
+    case Args::kKeys:
       put_u64(out, q.keys.size());
       for (const auto& k : q.keys) put_string(out, k);
       break;
-    case Op::kMultiSet:
+    case Args::kKeyValuePairs:
       put_u64(out, q.keys.size());
       for (size_t i = 0; i < q.keys.size(); ++i) {
         put_string(out, q.keys[i]);
         put_bytes(out, q.values.at(i));
       }
       break;
-    case Op::kNumKeys:
-    case Op::kCancelWait:
-    case Op::kDeclareAgent:
-      break;
-    case Op::kAuthBegin:
-    case Op::kAuthProof:
+    case Args::kDigest:
       put_raw(out, q.digest.data(), q.digest.size());
       break;
   }

@@ -54,7 +54,8 @@ inline constexpr uint8_t kStopWaiting = 0, kWaitCanceled = 1;
 inline constexpr uint8_t kWatchKeyUpdated = 0, kWatchKeyCreated = 1, kWatchKeyDeleted = 2,
                          kWatchCallbackRegistered = 3;
 
-// One decoded request, dialect-neutral.
+// One decoded request, dialect-neutral. store_codec.cc's kOpTable gives each op, in this order,
+// its name, its opcode in each dialect and the shape of its arguments.
 enum class Op : uint8_t {
   kValidate, kPing, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys, kWatchKey,
   kDeleteKey, kAppend, kMultiGet, kMultiSet, kCancelWait, kQueuePush, kQueuePop, kQueueLen,

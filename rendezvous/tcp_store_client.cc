@@ -432,26 +432,27 @@ Request make(Op op, std::vector<std::string> keys = {}, std::vector<Bytes> value
 }
 }  // namespace
 
-// The one-key requests are framed straight into wbuf_ (no Request with its vectors, no copy
-// of the value): the same layout encode_request writes, see store_codec.h.
+Bytes& TcpStoreClient::begin_request(Op op, const std::string& key) {
+  ensure_connected();
+  wbuf_.clear();
+  wire::put_u8(wbuf_, wire::opcode(wire::Dialect::kTorch2, op));
+  wire::put_string(wbuf_, key);
+  return wbuf_;
+}
+
+void TcpStoreClient::send_framed(Op op) { send_raw(wbuf_, wire::op_name(op)); }
 
 void TcpStoreClient::set(const std::string& key, const Bytes& value) {
   CallScope call(*this);
-  ensure_connected();
-  wbuf_.clear();
-  wire::put_u8(wbuf_, wire::op2::kSet);
-  wire::put_string(wbuf_, key);
-  wire::put_bytes(wbuf_, value);
-  send_raw(wbuf_, "SET");
+  Bytes& frame = begin_request(Op::kSet, key);
+  wire::put_bytes(frame, value);
+  send_framed(Op::kSet);
 }
 
 Bytes TcpStoreClient::get(const std::string& key) {
   CallScope call(*this);
-  ensure_connected();
-  wbuf_.clear();
-  wire::put_u8(wbuf_, wire::op2::kGet);
-  wire::put_string(wbuf_, key);
-  send_raw(wbuf_, "GET");
+  begin_request(Op::kGet, key);
+  send_framed(Op::kGet);
   try {
     return recv_bytes(deadline_after(timeout()), "GET", key);
   } catch (const TimeoutError&) {
@@ -462,25 +463,19 @@ Bytes TcpStoreClient::get(const std::string& key) {
 
 int64_t TcpStoreClient::add(const std::string& key, int64_t delta) {
   CallScope call(*this);
-  ensure_connected();
-  wbuf_.clear();
-  wire::put_u8(wbuf_, wire::op2::kAdd);
-  wire::put_string(wbuf_, key);
-  wire::put_i64(wbuf_, delta);
-  send_raw(wbuf_, "ADD");
+  Bytes& frame = begin_request(Op::kAdd, key);
+  wire::put_i64(frame, delta);
+  send_framed(Op::kAdd);
   return recv_i64(deadline_after(timeout()), "ADD", key);
 }
 
 Bytes TcpStoreClient::compare_set(const std::string& key, const Bytes& expected,
                                   const Bytes& desired) {
   CallScope call(*this);
-  ensure_connected();
-  wbuf_.clear();
-  wire::put_u8(wbuf_, wire::op2::kCompareSet);
-  wire::put_string(wbuf_, key);
-  wire::put_bytes(wbuf_, expected);
-  wire::put_bytes(wbuf_, desired);
-  send_raw(wbuf_, "COMPARE_SET");
+  Bytes& frame = begin_request(Op::kCompareSet, key);
+  wire::put_bytes(frame, expected);
+  wire::put_bytes(frame, desired);
+  send_framed(Op::kCompareSet);
   return recv_bytes(deadline_after(timeout()), "COMPARE_SET", key);
 }
 
@@ -547,11 +542,8 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, Duration timeout
 
 bool TcpStoreClient::delete_key(const std::string& key) {
   CallScope call(*this);
-  ensure_connected();
-  wbuf_.clear();
-  wire::put_u8(wbuf_, wire::op2::kDeleteKey);
-  wire::put_string(wbuf_, key);
-  send_raw(wbuf_, "DELETE_KEY");
+  begin_request(Op::kDeleteKey, key);
+  send_framed(Op::kDeleteKey);
   return recv_i64(deadline_after(timeout()), "DELETE_KEY", key) == 1;
 }
 
@@ -591,21 +583,15 @@ void TcpStoreClient::multi_set(const std::vector<std::string>& keys,
 
 void TcpStoreClient::append(const std::string& key, const Bytes& value) {
   CallScope call(*this);
-  ensure_connected();
-  wbuf_.clear();
-  wire::put_u8(wbuf_, wire::op2::kAppend);
-  wire::put_string(wbuf_, key);
-  wire::put_bytes(wbuf_, value);
-  send_raw(wbuf_, "APPEND");
+  Bytes& frame = begin_request(Op::kAppend, key);
+  wire::put_bytes(frame, value);
+  send_framed(Op::kAppend);
 }
 
 int64_t TcpStoreClient::delete_prefix(const std::string& prefix) {
   CallScope call(*this);
-  ensure_connected();
-  wbuf_.clear();
-  wire::put_u8(wbuf_, wire::op2::kDeletePrefix);
-  wire::put_string(wbuf_, prefix);
-  send_raw(wbuf_, "DELETE_PREFIX");
+  begin_request(Op::kDeletePrefix, prefix);
+  send_framed(Op::kDeletePrefix);
   return recv_i64(deadline_after(timeout()), "DELETE_PREFIX", prefix);
 }
 

@@ -99,6 +99,13 @@ class TcpStoreClient final : public Store {
   void connect_once(std::chrono::steady_clock::time_point deadline);
   void handshake(std::chrono::steady_clock::time_point deadline);
   void send_request(const wire::Request& request);
+  // Frames a one-key request straight into wbuf_ (no Request, no copy of the value), after
+  // connecting if needed: the 2.x opcode of `op`, then `key`. The caller appends the op's
+  // other arguments (the layout encode_request writes) and calls send_framed(op). Blocks while
+  // connecting; throws what ensure_connected throws.
+  Bytes& begin_request(wire::Op op, const std::string& key);
+  // Sends wbuf_; throws what send_raw throws.
+  void send_framed(wire::Op op);
   void send_raw(const Bytes& bytes, const char* what);
   void recv_exact(void* dst, size_t n, std::chrono::steady_clock::time_point deadline,
                   const char* what, const std::string& key);
