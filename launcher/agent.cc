@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/worker_env.h"
 #include "launcher/agent_decision.h"
+#include "launcher/exit_barrier.h"
 #include "launcher/failure_report.h"
 #include "launcher/line_splitter.h"
 #include "launcher/log_router.h"
@@ -151,8 +152,6 @@ struct Agent::Impl {
   std::string store_lost;
   // Exit barrier: every node is past it (stop_loop then says this node has left).
   bool passed_exit_barrier = false;
-  static constexpr Duration kExitBarrierTimeout = std::chrono::seconds(300);
-  static constexpr Duration kLeaveTimeout = std::chrono::seconds(10);
   // A failure's verdict is awaited from the rendezvous (settle_failure).
   bool settling = false;
   std::thread settle_thread;
@@ -1030,16 +1029,15 @@ struct Agent::Impl {
     phase = Phase::kExitBarrier;
     auto store = last_round->store;
     int64_t nodes = last_round->group_world_size;
-    std::string key = fmt::format("dlaunch/exit_barrier/{}", last_round->round);
+    int64_t round = last_round->round;
     log_info("waiting for the other {} node(s) to finish (up to {:.0f} s)", nodes - 1,
              to_seconds(kExitBarrierTimeout));
     auto g = gate;
     const int64_t gen = generation;
-    std::thread([this, store, nodes, key, g, gen]() {
+    std::thread([this, store, nodes, round, g, gen]() {
       bool ok = true;
       try {
-        if (store->add(key, 1) >= nodes) store->set(key + "/done", to_bytes("1"));
-        store->wait({key + "/done"}, kExitBarrierTimeout);
+        wait_exit_barrier(*store, round, nodes);
       } catch (const std::exception& e) {
         ok = false;
         log_warning("not every node reached the exit barrier: {}", e.what());
@@ -1050,30 +1048,6 @@ struct Agent::Impl {
         finish_now(ok ? exit_codes::kSuccess : exit_codes::kWorkersFailed);
       });
     }).detach();
-  }
-
-  // Every node is past the exit barrier and this one has stopped its rendezvous watcher and
-  // keep-alive (stop_loop). Say so; the agent hosting the store waits until all have, so the
-  // store does not close under watchers that are still connected. Without this the host left
-  // first and, at 1,024 agents, hundreds of agents logged "closed the connection" warnings and
-  // some spent up to the keep-alive window (15 s) reconnecting before they could exit
-  // (docs/benchmarks.md, "Agents at scale"). Blocks the loop thread, which is ending anyway,
-  // up to kLeaveTimeout on the host, one store round trip elsewhere; failures only log.
-  void leave_after_exit_barrier() {
-    auto store = last_round->store;
-    int64_t nodes = last_round->group_world_size;
-    std::string key = fmt::format("dlaunch/exit_barrier/{}/left", last_round->round);
-    try {
-      if (store->add(key, 1) >= nodes) store->set(key + "/done", to_bytes("1"));
-      if (opts.hosts_store) store->wait({key + "/done"}, kLeaveTimeout);
-    } catch (const std::exception& e) {
-      if (opts.hosts_store) {
-        log_warning("not every node confirmed leaving within {:.0f} s: {}; closing the store",
-                    to_seconds(kLeaveTimeout), e.what());
-      } else {
-        log_debug("could not confirm leaving the job: {}", e.what());
-      }
-    }
   }
 
   void finish_now(int code) {
@@ -1124,7 +1098,11 @@ struct Agent::Impl {
       } catch (const std::exception& e) {
         log_warning("leaving the rendezvous: {}", e.what());
       }
-      if (passed_exit_barrier) leave_after_exit_barrier();
+      // Blocks the loop thread, which is ending anyway (exit_barrier.h says how long).
+      if (passed_exit_barrier) {
+        leave_exit_barrier(*last_round->store, last_round->round, last_round->group_world_size,
+                           opts.hosts_store);
+      }
     }
     boost::system::error_code ignored;
     signals.cancel(ignored);
