@@ -35,6 +35,7 @@
 #include "launcher/posix_process_context.h"
 #include "launcher/run_dir.h"
 #include "launcher/stack_capture.h"
+#include "launcher/stack_capture_run.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/rendezvous_handler.h"
 
@@ -103,7 +104,7 @@ struct Agent::Impl {
         grace_timer(i),
         kill_timer(i),
         hang_timer(i),
-        capture_timer(i),
+        stack_run(p, i),
         output_timer(i) {
     if (!opts.last_beat) opts.last_beat = mtime_on_steady_clock;
   }
@@ -133,7 +134,7 @@ struct Agent::Impl {
   asio::steady_timer grace_timer;
   asio::steady_timer kill_timer;
   asio::steady_timer hang_timer;
-  asio::steady_timer capture_timer;
+  StackCaptureRun stack_run;  // a hung worker's stacks (phase kCapturing)
   asio::steady_timer output_timer;
   bool output_timer_armed = false;
   std::set<std::weak_ptr<WorkerOutput>, std::owner_less<std::weak_ptr<WorkerOutput>>>
@@ -708,44 +709,28 @@ struct Agent::Impl {
       return;
     }
     phase = Phase::kCapturing;
-    auto text = std::make_shared<std::string>();
     SpawnRequest req;
     req.argv = argv;
     req.env = opts.base_env;
     const int64_t gen = generation;
     std::string out_path = w.log_dir + "/stack.txt";
-    ProcessCallbacks cb;
-    cb.on_output = [text](int, std::string_view bytes) {
-      if (text->size() < (1u << 20)) text->append(bytes);
-    };
-    cb.on_exec_failed = [this, gen](const std::string& message) {
-      capture_timer.cancel();
+    StackCaptureRun::Callbacks cb;
+    cb.on_failed = [this, gen](const std::string& message) {
       log_warning("could not capture the hung worker's stack: {}", message);
       if (gen == generation && phase == Phase::kCapturing) stop_group(SIGTERM);
     };
-    cb.on_exit = [this, gen, text, out_path, lr](const ExitStatus& st) {
-      capture_timer.cancel();
-      std::ofstream(out_path) << *text;
+    cb.on_done = [this, gen, out_path, lr](const ExitStatus& st, const std::string& text) {
       if (gen != generation || phase != Phase::kCapturing) return;
       log_error("stacks of hung local rank {} written to {} ({}); first lines:\n{}", lr, out_path,
-                st.describe(), first_lines(*text, 20));
+                st.describe(), first_lines(text, 20));
       stop_group(SIGTERM);
     };
-    int pid = -1;
     try {
-      pid = procs.spawn(req, std::move(cb));
+      stack_run.start(std::move(req), out_path, opts.stack_capture_timeout, std::move(cb));
     } catch (const Error& e) {
       log_warning("could not capture the hung worker's stack: {}", e.what());
       stop_group(SIGTERM);
-      return;
     }
-    capture_timer.expires_after(opts.stack_capture_timeout);
-    capture_timer.async_wait([this, pid](const boost::system::error_code& ec) {
-      if (ec) return;
-      log_warning("stack capture did not finish within {:.0f} s; killing it",
-                  to_seconds(opts.stack_capture_timeout));
-      procs.signal_group(pid, SIGKILL);
-    });
   }
 
   // ---- stopping -------------------------------------------------------------------------------
@@ -1014,7 +999,7 @@ struct Agent::Impl {
     grace_timer.cancel();
     kill_timer.cancel();
     hang_timer.cancel();
-    capture_timer.cancel();
+    stack_run.cancel();
     if (code == exit_codes::kSuccess && opts.rendezvous && last_round && last_round->store &&
         last_round->group_world_size > 1) {
       return start_exit_barrier();
