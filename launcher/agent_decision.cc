@@ -55,26 +55,4 @@ Decision decide(const DecisionInput& in) {
   return charge(in);
 }
 
-const char* stop_kind_name(StopKind k) {
-  switch (k) {
-    case StopKind::kNone:
-      return "none";
-    case StopKind::kPeerRestart:
-      return "peer restart";
-    case StopKind::kMembershipChange:
-      return "membership change";
-    case StopKind::kPeerShutdown:
-      return "peer shutdown";
-    case StopKind::kStoreLost:
-      return "store lost";
-    case StopKind::kUsage:
-      return "usage";
-    case StopKind::kSignal:
-      return "signal";
-    case StopKind::kPreempted:
-      return "preempted";
-  }
-  return "?";
-}
-
 }  // namespace dlaunch

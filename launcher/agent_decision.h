@@ -91,6 +91,4 @@ struct Decision {
 
 Decision decide(const DecisionInput& in);
 
-const char* stop_kind_name(StopKind k);
-
 }  // namespace dlaunch
