@@ -27,12 +27,15 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/worker_env.h"
+#include "launcher/agent_decision.h"
+#include "launcher/exit_barrier.h"
 #include "launcher/failure_report.h"
 #include "launcher/line_splitter.h"
 #include "launcher/log_router.h"
 #include "launcher/posix_process_context.h"
 #include "launcher/run_dir.h"
 #include "launcher/stack_capture.h"
+#include "launcher/stack_capture_run.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/rendezvous_handler.h"
 
@@ -101,7 +104,7 @@ struct Agent::Impl {
         grace_timer(i),
         kill_timer(i),
         hang_timer(i),
-        capture_timer(i),
+        stack_run(p, i),
         output_timer(i) {
     if (!opts.last_beat) opts.last_beat = mtime_on_steady_clock;
   }
@@ -131,21 +134,33 @@ struct Agent::Impl {
   asio::steady_timer grace_timer;
   asio::steady_timer kill_timer;
   asio::steady_timer hang_timer;
-  asio::steady_timer capture_timer;
+  StackCaptureRun stack_run;  // a hung worker's stacks (phase kCapturing)
   asio::steady_timer output_timer;
   bool output_timer_armed = false;
   std::set<std::weak_ptr<WorkerOutput>, std::owner_less<std::weak_ptr<WorkerOutput>>>
       outputs_with_tail;
 
   Phase phase = Phase::kRendezvous;
+  // Why the agent stops the group, if the workers do not end on their own; decide() reads it
+  // when the group is down (agent_decision.h).
+  StopCause cause;
   int exit_code = 0;
   int64_t generation = -1;  // generations started (DLAUNCH_ATTEMPT)
   int64_t restarts_used = 0;
-  int stop_signal = 0;      // a terminating signal the agent received
   TimePoint stop_started{};  // when the group (or what it left) was sent its stop signal
-  bool preempted = false;   // a preemption notice (SIGUSR1) arrived
-  bool usage_failure = false;
-  bool membership_restart = false;
+  bool exec_failure_logged = false;  // "cannot execute" is said once per job
+  // The rendezvous declared the job's store gone: why, in one sentence (printed by decide()).
+  std::string store_lost;
+  // Exit barrier: every node is past it (stop_loop then says this node has left).
+  bool passed_exit_barrier = false;
+  // A failure's verdict is awaited from the rendezvous (settle_failure).
+  bool settling = false;
+  std::thread settle_thread;
+  std::thread report_thread;  // publishes this node's failure (report_to_peers)
+  // The workers exited 0 and what they left running is given --shutdown_grace (stop_leftovers).
+  bool leftovers_pending = false;
+  bool use_agent_store = false;
+  const bool console_is_terminal = ::isatty(STDOUT_FILENO) == 1;
   std::string run_dir;
   bool temp_run_dir = false;
   bool keep_temp_run_dir = false;  // it holds redirected/teed output: never deleted
@@ -279,29 +294,26 @@ struct Agent::Impl {
       case RendezvousEvent::Kind::kMembershipChanged:
         log_warning("membership changed: {}; restarting the workers (not counted as a restart)",
                     ev.reason);
-        membership_restart = true;
+        cause.record(StopKind::kMembershipChange);
         group->on_stop_requested("membership changed: " + ev.reason);
         stop_group(SIGTERM);
         break;
       case RendezvousEvent::Kind::kRestartRequested:
         log_warning("another node asked for a restart: {}", ev.reason);
         group->on_stop_requested("restart requested by another node: " + ev.reason);
-        peer_restart = true;
+        cause.record(StopKind::kPeerRestart);
         stop_group(SIGTERM);
         break;
       case RendezvousEvent::Kind::kShutdownRequested:
         log_info("the job is shutting down: {}", ev.reason);
         group->on_stop_requested("shutdown requested: " + ev.reason);
-        peer_shutdown = true;
+        cause.record(StopKind::kPeerShutdown);
         stop_group(SIGTERM);
         break;
       case RendezvousEvent::Kind::kStoreLost:
         break;  // on_store_lost
     }
   }
-  bool peer_restart = false;
-  bool peer_shutdown = false;
-  std::string store_lost;  // the rendezvous declared the job's store gone: why, in one sentence
 
   // The job's store is gone (c10d: the agent hosting it died): no round can form again, so stop
   // the workers and exit with the handler's sentence. In the rendezvous phase the round itself
@@ -309,6 +321,7 @@ struct Agent::Impl {
   void on_store_lost(const std::string& reason) {
     if (phase == Phase::kDone || !store_lost.empty()) return;
     store_lost = reason;
+    cause.record(StopKind::kStoreLost);
     if (phase == Phase::kExitBarrier) {
       log_error("{}", reason);
       return finish_now(exit_codes::kWorkersFailed);
@@ -379,9 +392,12 @@ struct Agent::Impl {
       post_from_thread(g, [this, gen, v, then]() {
         if (gen != generation || phase == Phase::kDone || !settling) return;
         settling = false;
-        if (preempted && phase != Phase::kExitBarrier) return decide();  // exits 75
+        if (cause.is(StopKind::kPreempted) && phase != Phase::kExitBarrier) {
+          return decide();  // exits 75
+        }
         if (v.kind == FailureVerdict::Kind::kStoreLost) {
           store_lost = v.reason;
+          cause.record(StopKind::kStoreLost);
           log_error("{}", v.reason);
           return finish(exit_codes::kWorkersFailed);
         }
@@ -389,8 +405,6 @@ struct Agent::Impl {
       });
     });
   }
-  bool settling = false;
-  std::thread settle_thread;
 
   WorkerEnv worker_env(const RendezvousResult& r, int64_t local_rank, int64_t base,
                        int64_t world, const std::string& rank_dir) const {
@@ -420,8 +434,6 @@ struct Agent::Impl {
     e.console_tty = console_is_terminal && cfg.console_shows(local_rank, 1);
     return e;
   }
-  bool use_agent_store = false;
-  const bool console_is_terminal = ::isatty(STDOUT_FILENO) == 1;
 
   std::vector<std::pair<std::string, std::string>> full_env(const WorkerEnv& e) const {
     auto contract = e.to_env();
@@ -443,7 +455,7 @@ struct Agent::Impl {
   void start_workers(const RendezvousResult& r) {
     ++generation;
     last_round = r;
-    membership_restart = peer_restart = false;
+    cause.new_generation();
     int64_t base = 0, world = 0;
     for (size_t i = 0; i < r.local_world_sizes.size(); ++i) {
       if (static_cast<int64_t>(i) < r.group_rank) base += r.local_world_sizes[i];
@@ -518,7 +530,7 @@ struct Agent::Impl {
         log_debug("local rank {} started as pid {}", lr, pid);
       } catch (const SpawnError& e) {
         log_spawn_error(e.what());
-        usage_failure = true;
+        cause.record(StopKind::kUsage);
         group->on_spawn_failed(e.what());
         stop_group(SIGTERM);
         return;
@@ -587,7 +599,7 @@ struct Agent::Impl {
     if (group->state() == GroupState::kSucceeded && phase == Phase::kRunning) {
       // After a preemption notice a worker that checkpointed and exited 0 (dtrain) finished
       // nothing: say what happened; decide() reports the preemption.
-      if (preempted) {
+      if (cause.is(StopKind::kPreempted)) {
         log_info("all {} worker(s) stopped cleanly after the preemption notice",
                  cfg.nproc_per_node);
       } else {
@@ -603,8 +615,9 @@ struct Agent::Impl {
   // The program was found but could not be executed: a usage problem, no restart helps.
   void on_exec_failed(int64_t gen, int64_t lr, const std::string& message) {
     if (gen != generation || !group) return;
-    if (!usage_failure) {
-      usage_failure = true;
+    cause.record(StopKind::kUsage);
+    if (!exec_failure_logged) {
+      exec_failure_logged = true;
       log_spawn_error(message);
     }
     bool was_final = group->final();
@@ -641,7 +654,6 @@ struct Agent::Impl {
       }
     });
   }
-  std::thread report_thread;
 
   void arm_hang_check() {
     Duration period = std::max<Duration>(cfg.hang_timeout / 4, std::chrono::milliseconds(10));
@@ -697,44 +709,28 @@ struct Agent::Impl {
       return;
     }
     phase = Phase::kCapturing;
-    auto text = std::make_shared<std::string>();
     SpawnRequest req;
     req.argv = argv;
     req.env = opts.base_env;
     const int64_t gen = generation;
     std::string out_path = w.log_dir + "/stack.txt";
-    ProcessCallbacks cb;
-    cb.on_output = [text](int, std::string_view bytes) {
-      if (text->size() < (1u << 20)) text->append(bytes);
-    };
-    cb.on_exec_failed = [this, gen](const std::string& message) {
-      capture_timer.cancel();
+    StackCaptureRun::Callbacks cb;
+    cb.on_failed = [this, gen](const std::string& message) {
       log_warning("could not capture the hung worker's stack: {}", message);
       if (gen == generation && phase == Phase::kCapturing) stop_group(SIGTERM);
     };
-    cb.on_exit = [this, gen, text, out_path, lr](const ExitStatus& st) {
-      capture_timer.cancel();
-      std::ofstream(out_path) << *text;
+    cb.on_done = [this, gen, out_path, lr](const ExitStatus& st, const std::string& text) {
       if (gen != generation || phase != Phase::kCapturing) return;
       log_error("stacks of hung local rank {} written to {} ({}); first lines:\n{}", lr, out_path,
-                st.describe(), first_lines(*text, 20));
+                st.describe(), first_lines(text, 20));
       stop_group(SIGTERM);
     };
-    int pid = -1;
     try {
-      pid = procs.spawn(req, std::move(cb));
+      stack_run.start(std::move(req), out_path, opts.stack_capture_timeout, std::move(cb));
     } catch (const Error& e) {
       log_warning("could not capture the hung worker's stack: {}", e.what());
       stop_group(SIGTERM);
-      return;
     }
-    capture_timer.expires_after(opts.stack_capture_timeout);
-    capture_timer.async_wait([this, pid](const boost::system::error_code& ec) {
-      if (ec) return;
-      log_warning("stack capture did not finish within {:.0f} s; killing it",
-                  to_seconds(opts.stack_capture_timeout));
-      procs.signal_group(pid, SIGKILL);
-    });
   }
 
   // ---- stopping -------------------------------------------------------------------------------
@@ -809,7 +805,6 @@ struct Agent::Impl {
       group_stopped();
     };
   }
-  bool leftovers_pending = false;
 
   void kill_leftovers() {
     grace_timer.cancel();
@@ -878,78 +873,97 @@ struct Agent::Impl {
     decide();
   }
 
+  // The group is down: what next is agent_decision.h's decide(); this carries it out.
   void decide() {
-    GroupState st = group->state();
-    // After a preemption notice, the scheduler's SIGTERM that usually follows is part of the
-    // preemption: the job still wants a requeue.
-    if (preempted) {
+    DecisionInput in;
+    in.group = group->state();
+    in.cause = cause;
+    in.restarts_used = last_round ? last_round->restart_count : restarts_used;
+    in.max_restarts = cfg.max_restarts;
+    in.multi_node = opts.rendezvous != nullptr;
+    act(in, dlaunch::decide(in));
+  }
+
+  // `node_lost`: the rendezvous's sentence when its verdict was a lost node.
+  void act(const DecisionInput& in, const Decision& d, const std::string& node_lost = {}) {
+    switch (d.action) {
+      case Decision::Action::kFinish:
+        say_why_finished(in, d);
+        if (d.report) report_failure(in.restarts_used);
+        return finish(d.exit_code);
+      case Decision::Action::kRestart:
+        if (d.counted) return restart_counted(in.restarts_used);
+        return restart_free(node_lost);
+      case Decision::Action::kRejoin:
+        return begin_generation();
+      case Decision::Action::kSettle:
+        // The verdict completes the input as it was when the group went down: events that
+        // arrive while it is awaited (a store lost) concern the next round, as they always did.
+        return settle_failure([this, in](const FailureVerdict& v) {
+          DecisionInput with_verdict = in;
+          with_verdict.verdict = v.kind == FailureVerdict::Kind::kNodeLost
+                                     ? FailureVerdictInput::kNodeLost
+                                     : FailureVerdictInput::kCounted;
+          act(with_verdict, dlaunch::decide(with_verdict), v.reason);
+        });
+    }
+  }
+
+  void say_why_finished(const DecisionInput& in, const Decision& d) {
+    if (in.cause.is(StopKind::kPreempted)) {
       log_warning("the job was preempted (SIGUSR1) and its workers have stopped; exiting with "
                   "{} so the scheduler requeues it",
                   exit_codes::kPreempted);
-      return finish(exit_codes::kPreempted);
-    }
-    if (stop_signal != 0) {
-      log_warning("stopped by {}; exiting with {}", signal_name(stop_signal),
-                  exit_codes::kSignalBase + stop_signal);
-      return finish(exit_codes::kSignalBase + stop_signal);
-    }
-    if (usage_failure) return finish(exit_codes::kUsage);
-    if (st == GroupState::kSucceeded) return finish(exit_codes::kSuccess);
-    if (!store_lost.empty()) {
+    } else if (in.cause.is(StopKind::kSignal)) {
+      log_warning("stopped by {}; exiting with {}", signal_name(in.cause.signal), d.exit_code);
+    } else if (d.exit_code == exit_codes::kWorkersFailed && in.cause.is(StopKind::kStoreLost)) {
       log_error("{}", store_lost);
-      return finish(exit_codes::kWorkersFailed);
-    }
-    if (peer_shutdown) {
+    } else if (d.exit_code == exit_codes::kWorkersFailed &&
+               in.cause.is(StopKind::kPeerShutdown)) {
       log_error("another node closed the job ({}); stopping here too", group->stop_reason());
-      return finish(exit_codes::kWorkersFailed);
     }
-    if (membership_restart) return begin_generation();
-    bool failed = st == GroupState::kFailed || st == GroupState::kUnhealthy || peer_restart;
-    if (!failed) return finish(exit_codes::kWorkersFailed);
-    if (!opts.rendezvous) return charge_failure();
-    // Workers fail within a second of a peer node dying (their connections break), long before
-    // the keep-alive can tell: ask the rendezvous before spending the budget.
-    settle_failure([this](const FailureVerdict& v) {
-      if (v.kind != FailureVerdict::Kind::kNodeLost) return charge_failure();
-      log_warning("{}; re-forming with the remaining nodes (not counted as a restart)", v.reason);
-      earlier_failures.push_back(fmt::format("attempt {}: {} (free restart)", group->attempt(),
-                                             v.reason));
-      begin_generation();
-    });
   }
 
-  // The failure spends the budget: restart while it lasts, else report and fail.
-  void charge_failure() {
-    int64_t restart_count = last_round ? last_round->restart_count : restarts_used;
-    if (restart_count < cfg.max_restarts) {
-      ++restarts_used;
-      if (auto root = group->root_cause()) {
-        const WorkerRecord& w = group->worker(*root);
-        earlier_failures.push_back(
-            fmt::format("attempt {}: {}", group->attempt(), describe_end(w, cfg.hang_timeout)));
-      } else {
-        earlier_failures.push_back(
-            fmt::format("attempt {}: {}", group->attempt(), group->stop_reason()));
-      }
-      log_warning("restarting the worker group ({} of {} restarts)", restart_count + 1,
-                  cfg.max_restarts);
-      return begin_generation();
+  // A peer node died under this round (settle_failure): a new round with the rest, free.
+  void restart_free(const std::string& reason) {
+    log_warning("{}; re-forming with the remaining nodes (not counted as a restart)", reason);
+    earlier_failures.push_back(
+        fmt::format("attempt {}: {} (free restart)", group->attempt(), reason));
+    begin_generation();
+  }
+
+  // The failure spends the budget, which lasts (decide()).
+  void restart_counted(int64_t restart_count) {
+    ++restarts_used;
+    if (auto root = group->root_cause()) {
+      const WorkerRecord& w = group->worker(*root);
+      earlier_failures.push_back(
+          fmt::format("attempt {}: {}", group->attempt(), describe_end(w, cfg.hang_timeout)));
+    } else {
+      earlier_failures.push_back(
+          fmt::format("attempt {}: {}", group->attempt(), group->stop_reason()));
     }
-    if (group->root_cause() || !group->stop_reason().empty()) {
-      ReportContext ctx;
-      ctx.host = opts.host;
-      ctx.version = opts.version;
-      ctx.max_restarts = cfg.max_restarts;
-      ctx.restarts_used = restart_count;
-      ctx.hang_timeout = cfg.hang_timeout;
-      ctx.earlier = earlier_failures;
-      ctx.stuck = stuck;
-      std::string report = format_failure_report(*group, ctx);
-      ssize_t ignored = ::write(STDERR_FILENO, report.data(), report.size());
-      (void)ignored;
-      propagate_error_file();
-    }
-    finish(exit_codes::kWorkersFailed);
+    log_warning("restarting the worker group ({} of {} restarts)", restart_count + 1,
+                cfg.max_restarts);
+    begin_generation();
+  }
+
+  // The failure spends the budget, which is spent: the report, and the root cause for a parent
+  // launcher.
+  void report_failure(int64_t restart_count) {
+    if (!group->root_cause() && group->stop_reason().empty()) return;
+    ReportContext ctx;
+    ctx.host = opts.host;
+    ctx.version = opts.version;
+    ctx.max_restarts = cfg.max_restarts;
+    ctx.restarts_used = restart_count;
+    ctx.hang_timeout = cfg.hang_timeout;
+    ctx.earlier = earlier_failures;
+    ctx.stuck = stuck;
+    std::string report = format_failure_report(*group, ctx);
+    ssize_t ignored = ::write(STDERR_FILENO, report.data(), report.size());
+    (void)ignored;
+    propagate_error_file();
   }
 
   // When dlaunch itself runs under a launcher that gave it TORCHELASTIC_ERROR_FILE (torchrun,
@@ -985,7 +999,7 @@ struct Agent::Impl {
     grace_timer.cancel();
     kill_timer.cancel();
     hang_timer.cancel();
-    capture_timer.cancel();
+    stack_run.cancel();
     if (code == exit_codes::kSuccess && opts.rendezvous && last_round && last_round->store &&
         last_round->group_world_size > 1) {
       return start_exit_barrier();
@@ -1000,16 +1014,15 @@ struct Agent::Impl {
     phase = Phase::kExitBarrier;
     auto store = last_round->store;
     int64_t nodes = last_round->group_world_size;
-    std::string key = fmt::format("dlaunch/exit_barrier/{}", last_round->round);
+    int64_t round = last_round->round;
     log_info("waiting for the other {} node(s) to finish (up to {:.0f} s)", nodes - 1,
              to_seconds(kExitBarrierTimeout));
     auto g = gate;
     const int64_t gen = generation;
-    std::thread([this, store, nodes, key, g, gen]() {
+    std::thread([this, store, nodes, round, g, gen]() {
       bool ok = true;
       try {
-        if (store->add(key, 1) >= nodes) store->set(key + "/done", to_bytes("1"));
-        store->wait({key + "/done"}, kExitBarrierTimeout);
+        wait_exit_barrier(*store, round, nodes);
       } catch (const std::exception& e) {
         ok = false;
         log_warning("not every node reached the exit barrier: {}", e.what());
@@ -1021,33 +1034,6 @@ struct Agent::Impl {
       });
     }).detach();
   }
-  static constexpr Duration kExitBarrierTimeout = std::chrono::seconds(300);
-  bool passed_exit_barrier = false;
-
-  // Every node is past the exit barrier and this one has stopped its rendezvous watcher and
-  // keep-alive (stop_loop). Say so; the agent hosting the store waits until all have, so the
-  // store does not close under watchers that are still connected. Without this the host left
-  // first and, at 1,024 agents, hundreds of agents logged "closed the connection" warnings and
-  // some spent up to the keep-alive window (15 s) reconnecting before they could exit
-  // (docs/benchmarks.md, "Agents at scale"). Blocks the loop thread, which is ending anyway,
-  // up to kLeaveTimeout on the host, one store round trip elsewhere; failures only log.
-  void leave_after_exit_barrier() {
-    auto store = last_round->store;
-    int64_t nodes = last_round->group_world_size;
-    std::string key = fmt::format("dlaunch/exit_barrier/{}/left", last_round->round);
-    try {
-      if (store->add(key, 1) >= nodes) store->set(key + "/done", to_bytes("1"));
-      if (opts.hosts_store) store->wait({key + "/done"}, kLeaveTimeout);
-    } catch (const std::exception& e) {
-      if (opts.hosts_store) {
-        log_warning("not every node confirmed leaving within {:.0f} s: {}; closing the store",
-                    to_seconds(kLeaveTimeout), e.what());
-      } else {
-        log_debug("could not confirm leaving the job: {}", e.what());
-      }
-    }
-  }
-  static constexpr Duration kLeaveTimeout = std::chrono::seconds(10);
 
   void finish_now(int code) {
     if (phase == Phase::kDone) return;
@@ -1097,7 +1083,11 @@ struct Agent::Impl {
       } catch (const std::exception& e) {
         log_warning("leaving the rendezvous: {}", e.what());
       }
-      if (passed_exit_barrier) leave_after_exit_barrier();
+      // Blocks the loop thread, which is ending anyway (exit_barrier.h says how long).
+      if (passed_exit_barrier) {
+        leave_exit_barrier(*last_round->store, last_round->round, last_round->group_world_size,
+                           opts.hosts_store);
+      }
     }
     boost::system::error_code ignored;
     signals.cancel(ignored);
@@ -1134,7 +1124,7 @@ struct Agent::Impl {
     }
     if (settling && sig != SIGUSR1 && sig != SIGUSR2) {
       // The workers are stopped and only a failure's verdict is awaited: do not wait for it.
-      stop_signal = sig;
+      cause.record_signal(sig);
       settling = false;
       log_warning("received {} while settling a failure; stopping", signal_name(sig));
       return finish_now(exit_codes::kSignalBase + sig);
@@ -1142,21 +1132,21 @@ struct Agent::Impl {
     if (sig == SIGUSR1 || sig == SIGUSR2) {
       log_info("received {}; forwarding it to every worker", signal_name(sig));
       forward(sig);
-      if (sig == SIGUSR1 && !preempted) {
-        preempted = true;
+      if (sig == SIGUSR1 && !cause.is(StopKind::kPreempted)) {
+        cause.record(StopKind::kPreempted);
         log_warning("SIGUSR1 is the preemption notice: when the workers stop, dlaunch exits "
                     "with {} (requeue) and does not restart them",
                     exit_codes::kPreempted);
       }
       return;
     }
-    if (stop_signal != 0 && phase == Phase::kStopping) {
+    if (cause.signal != 0 && phase == Phase::kStopping) {
       log_warning("received {} again {:.1f} s after the stop signal; killing the workers now",
                   signal_name(sig), to_seconds(opts.clock->now() - stop_started));
       kill_now();
       return;
     }
-    stop_signal = sig;
+    cause.record_signal(sig);
     log_warning("received {}; forwarding it to every worker and stopping the job",
                 signal_name(sig));
     switch (phase) {

@@ -13,11 +13,18 @@
 //   reparented orphans; what does not die within a bound is reported and abandoned; after a
 //   success, what the workers left running may finish within --shutdown_grace, then gets
 //   SIGTERM, with warnings naming it)
-//   -> Succeeded: exit 0
-//   -> Failed/Unhealthy: restart (new generation, TORCHELASTIC_RESTART_COUNT + 1) while
-//      --max_restarts lasts, else print the failure report and exit 1
-//   -> Stopped by a signal N: exit 128+N; after a preemption notice (SIGUSR1): exit 75
-//   -> Stopped by a membership change: new generation without spending the budget
+//   -> decide (agent_decision.h), from the group's state, the one recorded stop cause and the
+//      budget; the first line that applies wins:
+//   -> after a preemption notice (SIGUSR1), whatever followed: exit 75
+//   -> stopped by a signal N: exit 128+N
+//   -> the program cannot be executed: exit 2
+//   -> Succeeded: exit 0 (several nodes: after the exit barrier)
+//   -> the job's store is lost, or another node closed the job: exit 1
+//   -> stopped by a membership change: new generation without spending the budget
+//   -> Failed/Unhealthy, or another node failed: on several nodes, first ask the rendezvous
+//      whether a node was lost (then a new generation without spending the budget); else
+//      restart (new generation, TORCHELASTIC_RESTART_COUNT + 1) while --max_restarts lasts,
+//      else print the failure report and exit 1
 //
 // Signals: SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2 are forwarded to every worker's process
 // group. SIGINT/SIGTERM/SIGHUP then stop the job (a second one skips the grace period).
