@@ -453,6 +453,26 @@ TEST_F(DtrainProcessTest, SigtermAloneCheckpointsInsideTheEpochAndResumesThere) 
 }
 
 #ifdef DLAUNCH_BINARY
+// dlaunch with `args` (its flags, DTRAIN_BINARY, dtrain's flags); output to `log_path`.
+Proc spawn_dlaunch(const std::vector<std::string>& args,
+                   const std::vector<std::pair<std::string, std::string>>& env,
+                   const std::string& log_path) {
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ::dup2(fd, 1);
+    ::dup2(fd, 2);
+    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
+    ::setenv("OMP_NUM_THREADS", "1", 1);
+    std::vector<char*> argv{const_cast<char*>(DLAUNCH_BINARY)};
+    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    ::execv(DLAUNCH_BINARY, argv.data());
+    ::_exit(127);
+  }
+  return Proc{pid, log_path};
+}
+
 // Under dlaunch --max_restarts 1: rank 1 is SIGKILLed in the middle of epoch 3 (step 20 of 8 per
 // epoch), dlaunch restarts the group, and training resumes from the epoch-2 checkpoint: the step
 // count and the loss curve continue instead of starting over.
@@ -461,24 +481,13 @@ TEST_F(DtrainProcessTest, KilledWorkerResumesUnderDlaunch) {
                                    "--hang_timeout=120", DTRAIN_BINARY};
   for (auto& a : small_run(4)) args.push_back(a);
   args.push_back("--sync_bn");
-  pid_t pid = ::fork();
   std::string log_path = log("dlaunch.log");
-  if (pid == 0) {
-    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    ::setenv("DTRAIN_FAIL_AT_STEP", "20", 1);
-    ::setenv("DTRAIN_FAIL_RANK", "1", 1);
-    ::setenv("DTRAIN_LIMIT_TRAIN_SAMPLES", "512", 1);
-    ::setenv("DTRAIN_LIMIT_TEST_SAMPLES", "200", 1);
-    ::setenv("OMP_NUM_THREADS", "1", 1);
-    std::vector<char*> argv{const_cast<char*>(DLAUNCH_BINARY)};
-    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(DLAUNCH_BINARY, argv.data());
-    ::_exit(127);
-  }
-  Proc p{pid, log_path};
+  Proc p = spawn_dlaunch(args,
+                         {{"DTRAIN_FAIL_AT_STEP", "20"},
+                          {"DTRAIN_FAIL_RANK", "1"},
+                          {"DTRAIN_LIMIT_TRAIN_SAMPLES", "512"},
+                          {"DTRAIN_LIMIT_TEST_SAMPLES", "200"}},
+                         log_path);
   ASSERT_EQ(wait_for(p), 0) << slurp(log_path);
   std::string text = slurp(log_path);
   EXPECT_NE(text.find("fault injection: killing rank 1 after step 20"), std::string::npos) << text;
@@ -508,26 +517,6 @@ TEST_F(DtrainProcessTest, KilledWorkerResumesUnderDlaunch) {
   // Training continued from the checkpoint: the loss after the restart is below the first
   // epoch's (a fresh model would start over near ln(10) = 2.3).
   EXPECT_LT(epochs[2]["loss"].get<double>(), epochs[0]["loss"].get<double>());
-}
-
-// dlaunch with `args` (its flags, DTRAIN_BINARY, dtrain's flags); output to `log_path`.
-Proc spawn_dlaunch(const std::vector<std::string>& args,
-                   const std::vector<std::pair<std::string, std::string>>& env,
-                   const std::string& log_path) {
-  pid_t pid = ::fork();
-  if (pid == 0) {
-    int fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-    ::setenv("OMP_NUM_THREADS", "1", 1);
-    std::vector<char*> argv{const_cast<char*>(DLAUNCH_BINARY)};
-    for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    ::execv(DLAUNCH_BINARY, argv.data());
-    ::_exit(127);
-  }
-  return Proc{pid, log_path};
 }
 
 // dlaunch with 2 workers: args after DTRAIN_BINARY go to dtrain.
