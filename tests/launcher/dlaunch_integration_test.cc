@@ -52,17 +52,6 @@ std::map<int, std::map<std::string, std::string>> parse_env_lines(const std::str
   return env;
 }
 
-bool wait_ready(const TempDir& dir, int n) {
-  return wait_until(
-      [&] {
-        for (int r = 0; r < n; ++r) {
-          if (!file_exists(dir.file("ready." + std::to_string(r)))) return false;
-        }
-        return true;
-      },
-      30s);
-}
-
 TEST(DlaunchEnv, ContractForThreeWorkers) {
   auto r = run(cmd({"--standalone", "--nproc_per_node=3", "--max_restarts", "2", "--role",
                     "trainer"},
@@ -395,7 +384,7 @@ TEST(DlaunchSignals, SigtermIsForwardedAndExitIs143) {
   TempDir dir;
   Subprocess p(cmd({"--standalone", "--nproc_per_node", "2"},
                    {"record-signals", "file=" + dir.file("sig"), "ready=" + dir.path()}));
-  ASSERT_TRUE(wait_ready(dir, 2)) << p.err();
+  ASSERT_TRUE(wait_ready(dir, 2, 30s)) << p.err();
   p.signal(SIGUSR2);
   // Both ranks must have recorded SIGUSR2 before SIGTERM is sent; else rank 0 may still be
   // about to record it when SIGTERM ends it.
@@ -419,7 +408,7 @@ TEST(DlaunchSignals, SigintAndSighupExitWith128PlusN) {
     TempDir dir;
     Subprocess p(cmd({"--standalone"}, {"record-signals", "file=" + dir.file("sig"),
                                         "ready=" + dir.path()}));
-    ASSERT_TRUE(wait_ready(dir, 1)) << p.err();
+    ASSERT_TRUE(wait_ready(dir, 1, 30s)) << p.err();
     p.signal(sig);
     auto exit = p.wait(60s);
     ASSERT_TRUE(exit) << p.err();
@@ -434,7 +423,7 @@ TEST(DlaunchSignals, SecondSignalSkipsTheGrace) {
   // A grace far longer than the test waits: only the second SIGTERM can end the job in time.
   Subprocess p(cmd({"--standalone", "--shutdown_grace", "600"},
                    {"ignore-sigterm", "ready=" + dir.path()}));
-  ASSERT_TRUE(wait_ready(dir, 1)) << p.err();
+  ASSERT_TRUE(wait_ready(dir, 1, 30s)) << p.err();
   p.signal(SIGTERM);
   ASSERT_TRUE(wait_until([&] { return p.err().find("received SIGTERM") != std::string::npos; }, 30s));
   p.signal(SIGTERM);
@@ -473,7 +462,7 @@ TEST(DlaunchSignals, SecondSignalReportsTheRealElapsedTime) {
   TempDir dir;
   Subprocess p(cmd({"--standalone", "--shutdown_grace", "600"},
                    {"ignore-stop-signals", "ready=" + dir.path()}));
-  ASSERT_TRUE(wait_ready(dir, 1)) << p.err();
+  ASSERT_TRUE(wait_ready(dir, 1, 30s)) << p.err();
   p.signal(SIGINT);
   ASSERT_TRUE(
       wait_until([&] { return p.err().find("received SIGINT") != std::string::npos; }, 30s));
@@ -497,7 +486,7 @@ TEST(DlaunchSignals, PreemptionNoticeThenStopExits75) {
   TempDir dir;
   Subprocess p(cmd({"--standalone", "--max_restarts", "3"},
                    {"record-signals", "file=" + dir.file("sig"), "ready=" + dir.path()}));
-  ASSERT_TRUE(wait_ready(dir, 1)) << p.err();
+  ASSERT_TRUE(wait_ready(dir, 1, 30s)) << p.err();
   p.signal(SIGUSR1);
   ASSERT_TRUE(wait_until([&] { return read_file(dir.file("sig.0")).find("SIGUSR1") != std::string::npos; }, 30s));
   p.signal(SIGTERM);
@@ -510,7 +499,7 @@ TEST(DlaunchShutdown, IgnoredSigtermIsBoundedByTheGrace) {
   TempDir dir;
   Subprocess p(cmd({"--standalone", "--nproc_per_node", "2", "--shutdown_grace", "0.5"},
                    {"ignore-sigterm", "ready=" + dir.path()}));
-  ASSERT_TRUE(wait_ready(dir, 2)) << p.err();
+  ASSERT_TRUE(wait_ready(dir, 2, 30s)) << p.err();
   pid_t w0 = std::stoi(read_file(dir.file("ready.0")));
   pid_t w1 = std::stoi(read_file(dir.file("ready.1")));
   p.signal(SIGTERM);
@@ -525,7 +514,7 @@ TEST(DlaunchOrphans, AgentSigkillTakesGrandchildrenDown) {
   TempDir dir;
   Subprocess p(cmd({"--standalone", "--nproc_per_node", "2"},
                    {"spawn-grandchild", "file=" + dir.file("gc"), "ready=" + dir.path()}));
-  ASSERT_TRUE(wait_ready(dir, 2)) << p.err();
+  ASSERT_TRUE(wait_ready(dir, 2, 30s)) << p.err();
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
     pids.push_back(std::stoi(read_file(dir.file("ready." + std::to_string(r)))));

@@ -36,6 +36,15 @@ std::map<std::string, std::string> env_of(const std::string& out, int local_rank
   return env;
 }
 
+// The first agent that does not host the job's store (killing the host is another test); size()
+// when every one does.
+size_t first_node_not_hosting_the_store(const std::vector<std::unique_ptr<Subprocess>>& nodes) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i]->err().find("hosting the job's store") == std::string::npos) return i;
+  }
+  return nodes.size();
+}
+
 TEST(DlaunchMultiNode, StaticRanksFollowNodeRank) {
   std::string port = std::to_string(free_port());
   // Node 1 starts first: it must wait for node 0 (the store host) to come up.
@@ -145,18 +154,8 @@ TEST(DlaunchMultiNode, ElasticNodeLossReformsWithoutSpendingRestarts) {
         "--rdzv_conf", "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=3",
         kWorker, "wait-first-attempt", "ready=" + ready.path()}));
   }
-  ASSERT_TRUE(wait_until(
-      [&] {
-        for (int r = 0; r < 3; ++r) {
-          if (!file_exists(ready.file("ready." + std::to_string(r)))) return false;
-        }
-        return true;
-      },
-      60s));
-  size_t victim = nodes.size();
-  for (size_t i = 0; i < nodes.size() && victim == nodes.size(); ++i) {
-    if (nodes[i]->err().find("hosting the job's store") == std::string::npos) victim = i;
-  }
+  ASSERT_TRUE(wait_ready(ready, 3, 60s));
+  size_t victim = first_node_not_hosting_the_store(nodes);
   ASSERT_LT(victim, nodes.size());
   nodes[victim]->signal(SIGKILL);
   ASSERT_TRUE(nodes[victim]->wait(30s));
@@ -185,14 +184,7 @@ TEST(DlaunchMultiNode, StoreHostKilledEndsEveryOtherAgentWithOneSentence) {
         "--rdzv_conf", "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=3",
         kWorker, "sleep", "ready=" + ready.path()}));
   }
-  ASSERT_TRUE(wait_until(
-      [&] {
-        for (int r = 0; r < 3; ++r) {
-          if (!file_exists(ready.file("ready." + std::to_string(r)))) return false;
-        }
-        return true;
-      },
-      60s));
+  ASSERT_TRUE(wait_ready(ready, 3, 60s));
   size_t host = nodes.size();
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (nodes[i]->err().find("hosting the job's store") != std::string::npos) host = i;
@@ -263,18 +255,8 @@ TEST(DlaunchMultiNode, NodeKilledWhileItsPeersFailDoesNotSpendTheRestartBudget) 
         "last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=3", kWorker,
         "fail-when-peer-dies", "ready=" + ready.path()}));
   }
-  ASSERT_TRUE(wait_until(
-      [&] {
-        for (int r = 0; r < 3; ++r) {
-          if (!file_exists(ready.file("ready." + std::to_string(r)))) return false;
-        }
-        return true;
-      },
-      60s));
-  size_t victim = nodes.size();
-  for (size_t i = 0; i < nodes.size() && victim == nodes.size(); ++i) {
-    if (nodes[i]->err().find("hosting the job's store") == std::string::npos) victim = i;
-  }
+  ASSERT_TRUE(wait_ready(ready, 3, 60s));
+  size_t victim = first_node_not_hosting_the_store(nodes);
   ASSERT_LT(victim, nodes.size());
   nodes[victim]->signal(SIGKILL);
   ASSERT_TRUE(nodes[victim]->wait(30s));

@@ -133,6 +133,17 @@ bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds tim
   }
 }
 
+bool wait_ready(const TempDir& dir, int n, std::chrono::milliseconds timeout) {
+  return wait_until(
+      [&] {
+        for (int r = 0; r < n; ++r) {
+          if (!file_exists(dir.file("ready." + std::to_string(r)))) return false;
+        }
+        return true;
+      },
+      timeout);
+}
+
 bool process_alive(pid_t pid) {
   std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
   if (!f) return false;

@@ -71,6 +71,10 @@ RunResult run(const std::vector<std::string>& argv,
 // Polls `pred` every 10 ms until it holds or `timeout` passes; returns the last result.
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
+// Waits up to `timeout` until the test workers of local ranks 0..n-1 have written their
+// "ready.<rank>" files into `dir` (the test worker's ready=DIR argument).
+bool wait_ready(const TempDir& dir, int n, std::chrono::milliseconds timeout);
+
 // True while `pid` exists and is not a zombie.
 bool process_alive(pid_t pid);
 
