@@ -113,6 +113,14 @@ void on_signal(int sig) {
   if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) _exit(128 + sig);
 }
 
+// A later attempt (after the re-form) just says where it runs and succeeds.
+int print_later_attempt() {
+  std::printf("ok rank=%d world=%s attempt=%s restart_count=%s\n", g_rank,
+              env_or("WORLD_SIZE", "?"), env_or("DLAUNCH_ATTEMPT", "?"),
+              env_or("TORCHELASTIC_RESTART_COUNT", "?"));
+  return 0;
+}
+
 int run_mode(const std::string& mode) {
   if (mode == "ok") {
     mark_ready();
@@ -148,12 +156,7 @@ int run_mode(const std::string& mode) {
   }
   if (mode == "fail-when-peer-dies") {
     mark_ready();
-    if (std::string(env_or("DLAUNCH_ATTEMPT", "0")) != "0") {
-      std::printf("ok rank=%d world=%s attempt=%s restart_count=%s\n", g_rank,
-                  env_or("WORLD_SIZE", "?"), env_or("DLAUNCH_ATTEMPT", "?"),
-                  env_or("TORCHELASTIC_RESTART_COUNT", "?"));
-      return 0;
-    }
+    if (std::string(env_or("DLAUNCH_ATTEMPT", "0")) != "0") return print_later_attempt();
     const std::string dir = opt("ready", ".");
     const int world = std::atoi(env_or("WORLD_SIZE", "1"));
     std::map<int, long> peers;
@@ -180,12 +183,7 @@ int run_mode(const std::string& mode) {
   }
   if (mode == "fail-first-attempt-when") {
     mark_ready();
-    if (std::string(env_or("DLAUNCH_ATTEMPT", "0")) != "0") {
-      std::printf("ok rank=%d world=%s attempt=%s restart_count=%s\n", g_rank,
-                  env_or("WORLD_SIZE", "?"), env_or("DLAUNCH_ATTEMPT", "?"),
-                  env_or("TORCHELASTIC_RESTART_COUNT", "?"));
-      return 0;
-    }
+    if (std::string(env_or("DLAUNCH_ATTEMPT", "0")) != "0") return print_later_attempt();
     const std::string path = opt("file", "fail");
     while (access(path.c_str(), F_OK) != 0) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
