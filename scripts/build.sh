@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Configures and builds into build/ (Release). Extra arguments go to cmake's configure step.
+# DLAUNCH_BUILD_TARGET=T builds only target T (scripts/package.sh: what the package holds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 generator=()
@@ -9,4 +10,4 @@ if [[ ! -f build/CMakeCache.txt ]]; then
 elif (($# > 0)); then
   cmake -S . -B build "$@"
 fi
-cmake --build build -j "$(nproc)"
+cmake --build build -j "$(nproc)" ${DLAUNCH_BUILD_TARGET:+--target "$DLAUNCH_BUILD_TARGET"}

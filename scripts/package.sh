@@ -13,14 +13,7 @@ for tool in cmake cpack dpkg-shlibdeps file; do
     exit 1
   }
 done
-generator=()
-command -v ninja >/dev/null && generator=(-G Ninja)
-if [[ ! -f build/CMakeCache.txt ]]; then
-  cmake -S . -B build "${generator[@]}" "$@"
-elif (($# > 0)); then
-  cmake -S . -B build "$@"
-fi
-cmake --build build -j "$(nproc)" --target dlaunch_installables
+DLAUNCH_BUILD_TARGET=dlaunch_installables scripts/build.sh "$@"
 cd build
 cpack -G DEB >/dev/null
 ls -1 "$PWD"/package/dlaunch_*.deb
