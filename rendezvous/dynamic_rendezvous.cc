@@ -392,7 +392,9 @@ void DynamicRendezvous::ack_failure() {
 }
 
 bool DynamicRendezvous::write_verdict(Store& store, int64_t round, const std::string& verdict) {
-  Bytes mine = to_bytes(verdict);
+  // compare_set returns the value now stored: two writers of the same text would both see
+  // their own value and both count as the first. The writer's node id makes each value unique.
+  Bytes mine = to_bytes(verdict + "|" + node_id_);
   if (store.compare_set(round_key(round, "verdict"), Bytes(), mine) != mine) return false;
   // Exactly one writer per round: the one that charges the job-wide budget.
   if (verdict == "C") store.add(key("restart_count"), 1);
@@ -431,7 +433,9 @@ FailureVerdict DynamicRendezvous::settle_failure() {
         continue;
       }
       std::string v = to_string(store_->get(verdict_key));
-      if (v.size() > 2 && v[0] == 'L') return {FailureVerdict::Kind::kNodeLost, v.substr(2)};
+      if (v.size() > 2 && v[0] == 'L') {  // "L|<reason>|<writer's node id>"
+        return {FailureVerdict::Kind::kNodeLost, v.substr(2, v.rfind('|') - 2)};
+      }
       return {FailureVerdict::Kind::kCharged, ""};
     } catch (const ClosedError& e) {
       log_debug("rendezvous {}: settling the failure: {}", params_.run_id, e.what());

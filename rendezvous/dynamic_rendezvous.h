@@ -9,8 +9,9 @@
 //   round/<r>/arrivals         arrival counter; round/<r>/node/<i> descriptor of arrival i
 //   round/<r>/done, /superseded  wake-up keys set when round r completes / r+1 opens
 //   round/<r>/event            the round's event (restart, membership, shutdown)
-//   round/<r>/acks, /verdict   nodes that saw the round's failure; "C" (charged) or
-//                              "L|<who> lost ..." (settle_failure)
+//   round/<r>/acks, /verdict   nodes that saw the round's failure; "C|<writer>" (charged) or
+//                              "L|<who> lost ...|<writer>" (settle_failure); <writer> is the
+//                              writer's node id, so compare_set tells the first writer apart
 //   restart_count              job-wide count of failure restarts
 //   hb/<node>, left/<node>     keep-alive (store liveness)
 //
