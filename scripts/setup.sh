@@ -4,6 +4,7 @@
 #   scripts/setup.sh --test   plus what the tests use: PyTorch, Pillow, Slurm, munge, etcd, gdb, iproute2
 #   scripts/setup.sh --bench  plus what the benchmarks use (hyperfine, clang for the fuzzer,
 #                             torchvision + Pillow for the image loading peer)
+#   scripts/setup.sh --gpu-bundle  plus what scripts/gpu_check.sh --bundle uses (patchelf)
 # Idempotent and quick when everything is present: apt-get runs only for missing packages.
 set -euo pipefail
 
@@ -23,7 +24,10 @@ for arg in "$@"; do
     --bench)
       packages+=(python3-torch python3-torchvision python3-pil hyperfine clang libclang-rt-14-dev time python3-etcd)
       ;;
-    *) echo "setup.sh: unknown option '$arg'; expected --test or --bench" >&2; exit 2 ;;
+    --gpu-bundle)
+      packages+=(patchelf)
+      ;;
+    *) echo "setup.sh: unknown option '$arg'; expected --test, --bench or --gpu-bundle" >&2; exit 2 ;;
   esac
 done
 

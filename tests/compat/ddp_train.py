@@ -1,6 +1,8 @@
 """A plain torchrun-style DDP script (nothing dlaunch-specific): gloo on CPU, init_method env://,
 a few SGD steps on a small regression problem. Used by tests/compat/torch_compat_test.cc, which
-runs it unmodified under dlaunch (as `ddp_train.py` and as `-m ddp_train`).
+runs it unmodified under dlaunch (as `ddp_train.py` and as `-m ddp_train`), and by
+scripts/gpu_check.sh on a GPU machine (PyTorch 2.x; `--backend nccl` puts each rank on GPU
+LOCAL_RANK).
 
 Each rank prints, for the test to compare:
   rank R/W: loss FIRST -> LAST steps=N (the loss averaged over ranks, before and after training)
@@ -72,9 +74,14 @@ def store_report(port):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=8)
+    parser.add_argument("--backend", default="gloo", choices=["gloo", "nccl"])
     args = parser.parse_args()
 
-    dist.init_process_group("gloo")  # env:// from MASTER_ADDR/PORT, RANK, WORLD_SIZE
+    device = torch.device("cpu")
+    if args.backend == "nccl":
+        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
+        torch.cuda.set_device(device)
+    dist.init_process_group(args.backend)  # env:// from MASTER_ADDR/PORT, RANK, WORLD_SIZE
     rank, world = dist.get_rank(), dist.get_world_size()
     assert rank == int(os.environ["RANK"]) and world == int(os.environ["WORLD_SIZE"])
 
@@ -84,13 +91,14 @@ def main():
           f"agent_store={os.environ.get('TORCHELASTIC_USE_AGENT_STORE', '')}", flush=True)
 
     torch.manual_seed(1 + rank)  # different initial weights per rank: DDP must broadcast rank 0's
-    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
-    ddp = DDP(model)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to(device)
+    ddp = DDP(model, device_ids=[device] if device.type == "cuda" else None)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
 
     data = torch.Generator().manual_seed(1000 + rank)  # each rank has its own shard
     x = torch.randn(64, 8, generator=data)
-    y = x @ torch.linspace(-1.0, 1.0, 8).unsqueeze(1) + 0.5
+    y = (x @ torch.linspace(-1.0, 1.0, 8).unsqueeze(1) + 0.5).to(device)
+    x = x.to(device)
 
     losses = []
     for _ in range(args.steps):
@@ -100,12 +108,12 @@ def main():
         opt.step()
         losses.append(loss.item())
 
-    mean = torch.tensor([losses[0], losses[-1]], dtype=torch.float64)
+    mean = torch.tensor([losses[0], losses[-1]], dtype=torch.float64, device=device)
     dist.all_reduce(mean)
     mean /= world
     digest = hashlib.sha256()
     for p in model.parameters():
-        digest.update(p.detach().contiguous().numpy().tobytes())
+        digest.update(p.detach().cpu().contiguous().numpy().tobytes())
     print(f"rank {rank}/{world}: loss {mean[0].item():.6f} -> {mean[1].item():.6f} steps={args.steps}",
           flush=True)
     print(f"rank {rank}/{world}: params sha256 {digest.hexdigest()}", flush=True)
