@@ -181,11 +181,11 @@ find_cuda_libraries() {
 run_gtest() {
   local bin=$1 rc=0
   "${wrap[@]}" "$bin" --gtest_color=no || rc=$?
-  local passed skipped summary
-  summary=$(grep -E '^\[  (PASSED  |SKIPPED |FAILED  )\] [0-9]+ tests?' "$current_log" | tr -s ' ' | tr '\n' ' ')
-  echo "${summary:-no gtest summary}"
+  local passed skipped failed
   passed=$(grep -oE '^\[  PASSED  \] [0-9]+' "$current_log" | grep -oE '[0-9]+$' || echo 0)
   skipped=$(grep -oE '^\[  SKIPPED \] [0-9]+' "$current_log" | grep -oE '[0-9]+$' || echo 0)
+  failed=$(grep -oE '^\[  FAILED  \] [0-9]+' "$current_log" | grep -oE '[0-9]+$' || echo 0)
+  echo "$passed passed, $skipped skipped, $failed failed"
   ((rc == 0 && passed == 0 && skipped > 0)) && return 77 # every test skipped: no device
   return $rc
 }

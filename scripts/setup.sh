@@ -19,7 +19,7 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --test)
-      packages+=(python3-torch python3-pil gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client)
+      packages+=(python3-torch python3-pil gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client patchelf)
       ;;
     --bench)
       packages+=(python3-torch python3-torchvision python3-pil hyperfine clang libclang-rt-14-dev time python3-etcd)

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# scripts/gpu_check.sh end to end on a machine without a GPU: --bundle packs, --run unpacks and
+# runs every check; the GPU checks must say SKIP (not PASS, not FAIL) and the PyTorch check over
+# gloo must pass with the bundled dlaunch (its RUNPATH finds the bundled libraries).
+#   gpu_check_test.sh REPO BUILD
+set -euo pipefail
+repo=$1 build=$2
+command -v patchelf >/dev/null || { echo "SKIP: patchelf missing (scripts/setup.sh --test installs it)"; exit 77; }
+/usr/bin/python3 -c 'import torch' 2>/dev/null || { echo "SKIP: python3-torch missing"; exit 77; }
+if command -v nvidia-smi >/dev/null && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; then
+  echo "SKIP: this machine has a GPU; this test checks the GPU-less path"
+  exit 77
+fi
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+"$repo/scripts/gpu_check.sh" --bundle "$tmp/bundle.tar.gz" --build "$build"
+PYTHON=/usr/bin/python3 "$repo/scripts/gpu_check.sh" --run "$tmp/bundle.tar.gz" --out "$tmp/out"
+results=$tmp/out/results.txt
+fail() {
+  echo "FAIL: $*"
+  cat "$results"
+  exit 1
+}
+grep -q '^PASS environment ' "$results" || fail "environment did not pass"
+grep -q '^PASS torch_gloo_4_ranks ' "$results" || fail "PyTorch over gloo under the bundled dlaunch did not pass"
+for c in kernels_cuda_test worker_nccl_test torch_nccl_1_rank dtrain_gpu gpu_speed; do
+  grep -q "^SKIP $c " "$results" || fail "$c should be SKIP without a GPU"
+done
+! grep -q '^FAIL' "$results" || fail "a check failed"
+# The bundled binaries resolve the bundled libraries, not the build machine's.
+tar -C "$tmp" -xzf "$tmp/bundle.tar.gz"
+ldd "$tmp/gpu_check/bin/dtrain" | grep -q "gpu_check/bin/../lib/libdnnl" || fail "dtrain does not load the bundled oneDNN"
+echo "gpu_check.sh: bundle and run without a GPU as expected"
