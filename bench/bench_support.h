@@ -2,6 +2,8 @@
 // monotonic clock in ns, CPU time from getrusage, and loopback sockets.
 #pragma once
 
+#include "tests/support/free_port.h"
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -28,18 +30,7 @@ inline double cpu_seconds(int who) {
   return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
 }
 
-// A port free right now on 127.0.0.1 (the caller's servers bind it a moment later).
-inline int free_port() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
-}
+using dlaunch::testing::free_port;  // one definition for tests and benchmarks
 
 // A blocking TCP connection to 127.0.0.1:port with TCP_NODELAY, or -1 when connect fails.
 inline int dial_loopback(uint16_t port) {

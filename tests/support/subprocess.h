@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/free_port.h"
+
 namespace dlaunch::testing {
 
 // A fresh directory under $TMPDIR, removed with its contents on destruction.
@@ -80,8 +82,6 @@ bool process_alive(pid_t pid);
 
 std::string read_file(const std::string& path);
 bool file_exists(const std::string& path);
-// A TCP port free right now on 127.0.0.1 (the caller's server binds it a moment later).
-int free_port();
 // Lines of `text` that start with `prefix`.
 std::vector<std::string> lines_with_prefix(const std::string& text, const std::string& prefix);
 
