@@ -1,7 +1,7 @@
 # The Debian package: `cpack -G DEB` in the build directory, or scripts/package.sh. It holds the
 # install tree (cmake/Install.cmake) under /usr. Depends is computed by dpkg-shlibdeps from the
 # binaries' NEEDED libraries, so installing it pulls exactly the runtime libraries (libfmt9,
-# libdnnl2, ...), never a -dev package.
+# libdnnl2, ...), never a -dev package; plus libssl3, which is loaded at run time.
 #
 # CUDA: the CUDA libraries here are not Debian packages (/usr/local/cuda), so no binary in the
 # package may need them: dpkg-shlibdeps would find no package to depend on and the build of the
@@ -31,6 +31,9 @@ set(CPACK_DEBIAN_PACKAGE_SECTION utils)
 set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # dlaunch_0.1.0_amd64.deb
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# dpkg-shlibdeps sees NEEDED libraries only; libcrypto is dlopen()ed when a job token is used
+# (rendezvous/libcrypto.h), so its package is named here and merged with the computed list.
+set(CPACK_DEBIAN_PACKAGE_DEPENDS "libssl3")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)  # the symbols are most of the binaries' size
 set(CPACK_PACKAGE_DIRECTORY ${CMAKE_BINARY_DIR}/package)

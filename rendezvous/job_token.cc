@@ -1,11 +1,6 @@
 #include "rendezvous/job_token.h"
 
 #include <fmt/format.h>
-#include <openssl/crypto.h>
-#include <openssl/err.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
-#include <openssl/rand.h>
 
 #include <atomic>
 #include <fstream>
@@ -13,6 +8,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/worker_env.h"
+#include "rendezvous/libcrypto.h"
 
 namespace dlaunch {
 namespace {
@@ -21,11 +17,12 @@ std::atomic<int64_t> g_refusals{0};
 
 // The reason OpenSSL queued for its last failure on this thread (and clears its queue).
 std::string openssl_error() {
-  unsigned long code = ERR_get_error();
-  ERR_clear_error();
+  const LibCrypto& crypto = libcrypto();
+  unsigned long code = crypto.err_get_error();
+  crypto.err_clear_error();
   if (code == 0) return "no reason given";
   char buf[256];
-  ERR_error_string_n(code, buf, sizeof buf);
+  crypto.err_error_string_n(code, buf, sizeof buf);
   return buf;
 }
 
@@ -46,7 +43,7 @@ wire::Digest proof(const char* label, const std::string& token, const wire::Dige
   // The one-shot HMAC() (not deprecated in OpenSSL 3) fails only when the digest cannot be
   // fetched or memory runs out; neither leaves a handshake worth continuing.
   const unsigned char* ok =
-      HMAC(EVP_sha256(), token.data(), static_cast<int>(token.size()),
+      libcrypto().hmac(libcrypto().evp_sha256(), token.data(), static_cast<int>(token.size()),
            reinterpret_cast<const unsigned char*>(msg.data()), msg.size(), out.data(), &out_size);
   DL_CHECK(ok != nullptr && out_size == out.size())
       << "HMAC-SHA-256 failed in OpenSSL: " << openssl_error();
@@ -82,7 +79,7 @@ std::optional<std::string> load_job_token(const std::string& token_file) {
 
 wire::Digest random_nonce() {
   wire::Digest d;
-  if (RAND_bytes(d.data(), static_cast<int>(d.size())) != 1) {
+  if (libcrypto().rand_bytes(d.data(), static_cast<int>(d.size())) != 1) {
     throw SystemError(fmt::format(
         "cannot draw a random nonce from OpenSSL's generator ({}); check that the kernel's "
         "entropy source (getrandom, /dev/urandom) is available",
@@ -102,7 +99,7 @@ wire::Digest client_proof(const std::string& token, const wire::Digest& client_n
 }
 
 bool constant_time_equal(const uint8_t* a, const uint8_t* b, size_t size) {
-  return CRYPTO_memcmp(a, b, size) == 0;
+  return libcrypto().crypto_memcmp(a, b, size) == 0;
 }
 
 void note_job_token_refusal() { g_refusals.fetch_add(1, std::memory_order_relaxed); }

@@ -1,11 +1,14 @@
 #include "rendezvous/rendezvous_registry.h"
 
+#include <sys/random.h>
 #include <unistd.h>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <iterator>
 #include <mutex>
 
 #include "common/env.h"
@@ -196,9 +199,13 @@ std::function<std::shared_ptr<Store>()> store_opener(const RendezvousParams& par
 }
 
 std::string make_node_id(const std::string& host) {
-  auto nonce = random_nonce();
+  // Four random bytes keep ids apart when a pid repeats across hosts of one name (containers);
+  // they need no secrecy, so the kernel's getrandom serves and libcrypto stays unloaded.
+  uint8_t salt[4] = {};
+  while (::getrandom(salt, sizeof salt, 0) < 0 && errno == EINTR) {
+  }
   std::string id = (host.empty() ? std::string("node") : host) + "-" + std::to_string(::getpid()) +
-                   "-" + fmt::format("{:02x}", fmt::join(nonce.begin(), nonce.begin() + 4, ""));
+                   "-" + fmt::format("{:02x}", fmt::join(std::begin(salt), std::end(salt), ""));
   for (auto& ch : id) {
     if (ch == ' ' || ch == '\n' || ch == '|') ch = '_';
   }
