@@ -1,5 +1,13 @@
 #include "rendezvous/host_port.h"
 
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
 #include "common/env.h"
 #include "common/error.h"
 
@@ -51,6 +59,41 @@ HostPort parse_host_port(const std::string& text, uint16_t default_port, const s
     hp.port = static_cast<uint16_t>(port);
   }
   return hp;
+}
+
+std::string local_address_towards(const std::string& host, uint16_t port) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_DGRAM;
+  addrinfo* found = nullptr;
+  std::string port_text = std::to_string(port);
+  if (int rc = ::getaddrinfo(host.c_str(), port_text.c_str(), &hints, &found); rc != 0) {
+    throw ConnectionError("cannot resolve '" + host + "' to find this host's address towards it: " +
+                          ::gai_strerror(rc));
+  }
+  std::string reason = "no address";
+  for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    int fd = ::socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    sockaddr_storage local{};
+    socklen_t len = sizeof local;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
+        ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
+      ::close(fd);
+      ::freeaddrinfo(found);
+      char text[INET6_ADDRSTRLEN] = {};
+      const void* raw = local.ss_family == AF_INET6
+                            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(&local)->sin6_addr)
+                            : static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(&local)->sin_addr);
+      ::inet_ntop(local.ss_family, raw, text, sizeof text);
+      return text;
+    }
+    reason = std::strerror(errno);
+    ::close(fd);
+  }
+  ::freeaddrinfo(found);
+  throw ConnectionError("no route from this host to '" + host + "' (" + reason +
+                        "); check the network, or set GLOO_SOCKET_IFNAME to the interface to use");
 }
 
 }  // namespace dlaunch

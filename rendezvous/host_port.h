@@ -22,4 +22,11 @@ HostPort parse_host_port(const std::string& text, uint16_t default_port, const s
 // True when `host` is an IPv6 literal (contains ':').
 bool is_ipv6_literal(const std::string& host);
 
+// The address of this machine's interface that packets to host:port leave from (the kernel's
+// route choice, asked through an unconnected-then-connected UDP socket; nothing is sent). Why:
+// a worker must advertise an address its peers on other hosts can reach, and the hostname is
+// a poor guess (Debian maps it to 127.0.1.1; network namespaces share it). Resolves `host`
+// forward; throws ConnectionError naming host and the reason when there is no route.
+std::string local_address_towards(const std::string& host, uint16_t port);
+
 }  // namespace dlaunch

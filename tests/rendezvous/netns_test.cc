@@ -209,4 +209,35 @@ TEST_F(NetnsTest, LinkCutWhileWorkersFailReformsWithoutSpendingTheBudget) {
   sh(std::string("rm -rf ") + tmpl);
 }
 
+// dtrain on two hosts that share a hostname (network namespaces do; so do hosts whose
+// /etc/hosts maps the hostname to 127.0.1.1, Debian's default): each worker must advertise to
+// gloo the address it reaches the store's host from, not its hostname's loopback address.
+TEST_F(NetnsTest, DtrainAcrossTwoHostsFormsItsGlooGroupOnRoutableAddresses) {
+  char tmpl[] = "/tmp/dl_netns_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  auto agent = [&](const char* ns, const char* endpoint, const char* local_addr) {
+    std::string cmd = std::string("exec ") + DLAUNCH_BIN + " --nnodes 2 --nproc_per_node 1" +
+                      " --rdzv_backend c10d --rdzv_id netnsdtrain --rdzv_endpoint " + endpoint +
+                      " --local_addr " + local_addr + " --max_restarts 0 " + DTRAIN_BIN +
+                      " --dataset synthetic --epochs 1 --max_steps 2 --eval_every 0 --width 4" +
+                      " --batch_size 16 --output_dir " + tmpl + "/out 2>&1";
+    return std::make_unique<Proc>(
+        std::vector<std::string>{"ip", "netns", "exec", ns, "sh", "-c", cmd});
+  };
+  auto a = agent("dl_a", "0.0.0.0:29479", "10.77.1.1");
+  std::this_thread::sleep_for(300ms);
+  auto b = agent("dl_b", "10.77.1.1:29479", "10.77.1.2");
+  for (auto* p : {a.get(), b.get()}) {
+    auto deadline = std::chrono::steady_clock::now() + 180s;
+    std::string line;
+    while (line.find("finished successfully") == std::string::npos &&
+           line.find(" E]") == std::string::npos && line.find("error") == std::string::npos &&
+           std::chrono::steady_clock::now() < deadline) {
+      line = p->wait_line("", 5s);
+    }
+    EXPECT_NE(line.find("all 1 worker(s) finished successfully"), std::string::npos) << p->output();
+  }
+  sh(std::string("rm -rf ") + tmpl);
+}
+
 }  // namespace

@@ -1,10 +1,10 @@
 #include "worker/train/bootstrap.h"
 
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include "common/env.h"
 #include "common/log.h"
+#include "rendezvous/host_port.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/tcp_store_client.h"
@@ -31,9 +31,9 @@ std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
   } else if (env.local_world_size == env.world_size) {
     gopts.hostname = "127.0.0.1";  // one host: loopback
   } else {
-    char host[256] = {};
-    ::gethostname(host, sizeof host - 1);
-    gopts.hostname = host;
+    // The address this host reaches the store's host from, which its peers can reach too; the
+    // hostname may resolve to loopback (Debian's 127.0.1.1) and break every other host.
+    gopts.hostname = local_address_towards(env.master_addr, static_cast<uint16_t>(env.master_port));
   }
   log_debug("joining the gloo group as rank {} of {} via {}:{}", env.rank, env.world_size,
             env.master_addr, env.master_port);
