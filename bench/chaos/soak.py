@@ -1,0 +1,599 @@
+#!/usr/bin/python3
+"""Chaos soak: an elastic dtrain job on 4 hosts, faults injected by a seeded schedule, and a check
+after each fault that the job recovered, then at the end that it finished, trained as well as a
+fault-free run and left nothing behind (docs/benchmarks.md, "Chaos soak").
+
+  /usr/bin/python3 bench/chaos/soak.py --build build --duration 600 --seed 1 [--hosts netns]
+
+Hosts: `netns` puts each agent in its own network namespace on one bridge (10.78.0.1-4; needs
+root and iproute2), which makes a link cut possible; `local` (the default when namespaces are
+unavailable) runs 4 agents on 127.0.0.1. Agent 0 hosts the store (c10d backend) and is never
+faulted: with the c10d backend the store host is the job's single point of failure
+(docs/rendezvous.md); with `--backend etcd` it is not, and agent 0 is faulted like the others.
+
+Faults, one at a time, each chosen by the seeded generator among --faults, after a random gap:
+  worker_kill   SIGKILL of one dtrain worker (its agent restarts the group)
+  worker_stop   SIGSTOP of one worker: a hang, found by --hang_timeout through the heartbeat
+  agent_kill    SIGKILL of an agent and its workers (node loss); the others re-form without it,
+                and the node comes back (a new agent) once they have: a scale-up
+  link_cut      (netns only) the host's link down for --cut_seconds, then up; its agent is
+                restarted if it gave up
+and, once --duration has passed, job_term: SIGTERM to every agent (a preemption), then all four
+started again; dtrain resumes from its checkpoint and trains to the end.
+
+A fault is recovered when rank 0 logs a training step it had not logged before the fault (the
+job's metrics.jsonl, one line per step): recovery time is fault -> that line, steps lost is the
+last step before the fault minus the step it resumed from. The run passes when every fault
+recovered within --recovery_timeout, the job exited 0, its final test accuracy is within
+--accuracy_tolerance of a fault-free run with the same seed (--reference, on by default), and
+no process, /dev/shm segment or listening port of the job is left.
+"""
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+BRIDGE = "dl_soak_br"
+NS_PREFIX = "dl_soak"
+
+
+def log(msg):
+    print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", flush=True)
+
+
+def sh(cmd, check=True):
+    r = subprocess.run(cmd, shell=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if check and r.returncode != 0:
+        raise RuntimeError(f"{cmd}: {r.stdout.strip()}")
+    return r.returncode
+
+
+class Network:
+    """The hosts: addresses, how to run a command on one, how to cut its link."""
+
+    def __init__(self, mode, hosts):
+        self.mode, self.hosts = mode, hosts
+
+    def address(self, i):
+        return f"10.78.0.{i + 1}" if self.mode == "netns" else "127.0.0.1"
+
+    def prefix(self, i):
+        return ["ip", "netns", "exec", f"{NS_PREFIX}{i}"] if self.mode == "netns" else []
+
+    def setup(self):
+        if self.mode != "netns":
+            return
+        self.teardown()
+        sh(f"ip link add {BRIDGE} type bridge && ip link set {BRIDGE} up")
+        for i in range(self.hosts):
+            ns = f"{NS_PREFIX}{i}"
+            sh(f"ip netns add {ns}")
+            sh(f"ip link add {ns}h type veth peer name {ns}b")
+            sh(f"ip link set {ns}h netns {ns} && ip link set {ns}b master {BRIDGE} && ip link set {ns}b up")
+            sh(f"ip -n {ns} addr add {self.address(i)}/24 dev {ns}h")
+            sh(f"ip -n {ns} link set {ns}h up && ip -n {ns} link set lo up")
+
+    def teardown(self):
+        if self.mode != "netns":
+            return
+        for i in range(self.hosts):
+            sh(f"ip netns del {NS_PREFIX}{i}", check=False)
+            sh(f"ip link del {NS_PREFIX}{i}b", check=False)
+        sh(f"ip link del {BRIDGE}", check=False)
+
+    def set_link(self, i, up):
+        sh(f"ip link set {NS_PREFIX}{i}b {'up' if up else 'down'}")
+
+    @staticmethod
+    def available():
+        if os.geteuid() != 0 or shutil.which("ip") is None:
+            return False
+        probe = f"{NS_PREFIX}_probe{os.getpid()}"
+        if sh(f"ip netns add {probe}", check=False) != 0:
+            return False
+        sh(f"ip netns del {probe}", check=False)
+        return True
+
+
+def children(pid):
+    """Every descendant of pid (from /proc/<pid>/task/*/children)."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    kids = [int(x) for x in f.read().split()]
+                out += kids
+                todo += kids
+        except OSError:
+            pass
+    return out
+
+
+def cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def exe_name(pid):
+    try:
+        return os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+    except OSError:
+        return ""
+
+
+def process_state(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return "gone"
+
+
+class Job:
+    """The 4 agents of one elastic dtrain job, started and restarted by the soak."""
+
+    def __init__(self, args, net, workdir, port, run_id, extra_dtrain=()):
+        self.args, self.net, self.workdir, self.port, self.run_id = args, net, workdir, port, run_id
+        self.extra_dtrain = list(extra_dtrain)
+        os.makedirs(workdir, exist_ok=True)
+        self.out = os.path.join(workdir, "out")
+        self.agents = {}  # host index -> Popen
+        self.exit_codes = {}
+        self.pids_seen = set()
+        self.starts = 0
+
+    def endpoint(self):
+        if self.args.backend == "etcd":
+            return self.args.etcd_endpoint
+        return f"{self.net.address(0)}:{self.port}"
+
+    def dtrain_args(self):
+        a = [os.path.join(self.args.build, "bin", "dtrain"), "--dataset", "synthetic",
+             "--epochs", str(self.args.epochs), "--width", str(self.args.width),
+             "--batch_size", str(self.args.batch_size), "--log_every", "1", "--eval_every", "0",
+             "--threads", "1", "--seed", str(self.args.seed), "--output_dir", self.out]
+        return a + self.args.dtrain_extra.split() + self.extra_dtrain
+
+    def agent_argv(self, i):
+        d = os.path.join(self.args.build, "bin", "dlaunch")
+        conf = (f"keep_alive_interval={self.args.keep_alive},keep_alive_max_attempt=3,"
+                f"join_timeout=120,last_call_timeout=1")
+        return self.net.prefix(i) + [
+            d, "--nnodes", f"2:{self.net.hosts}", "--nproc_per_node", "1",
+            "--rdzv_backend", self.args.backend, "--rdzv_endpoint", self.endpoint(),
+            "--rdzv_id", self.run_id, "--rdzv_conf", conf, "--max_restarts", "1000",
+            "--hang_timeout", str(self.args.hang_timeout),
+            "--local_addr", self.net.address(i),
+            "--log_dir", os.path.join(self.workdir, "logs", f"host{i}_{self.starts}"),
+        ] + self.dtrain_args()
+
+    def start(self, i):
+        self.starts += 1
+        log_path = os.path.join(self.workdir, f"agent{i}.log")
+        f = open(log_path, "ab")
+        f.write(f"\n===== start {self.starts} at {time.strftime('%H:%M:%S')} =====\n".encode())
+        f.flush()
+        env = dict(os.environ, OMP_NUM_THREADS="1")
+        self.agents[i] = subprocess.Popen(self.agent_argv(i), stdout=f, stderr=subprocess.STDOUT, env=env)
+        f.close()
+        self.exit_codes.pop(i, None)
+
+    def start_all(self):
+        self.start(0)
+        deadline = time.time() + 30
+        if self.args.backend == "c10d":  # the store host first, so it is the one that binds
+            while not port_listening(self.port) and time.time() < deadline:
+                time.sleep(0.05)
+        for i in range(1, self.net.hosts):
+            self.start(i)
+
+    def poll(self):
+        """Records exits and every pid that belongs to the job (for the leftover check)."""
+        for i, p in list(self.agents.items()):
+            rc = p.poll()
+            if rc is not None:
+                self.exit_codes[i] = rc
+                del self.agents[i]
+            else:
+                self.pids_seen.add(p.pid)
+                self.pids_seen.update(children(p.pid))
+
+    def workers(self, i):
+        p = self.agents.get(i)
+        if p is None:
+            return []
+        # By executable, not argv: the agent's own forks (its orphan guard) carry the agent's
+        # argv, which names dtrain too.
+        return [c for c in children(p.pid) if exe_name(c) == "dtrain" and process_state(c) not in ("Z", "gone")]
+
+    def all_workers(self):
+        return {w for i in self.agents for w in self.workers(i)}
+
+    def regrouped(self, old_workers):
+        """True once every live agent runs workers and none of them predates the fault."""
+        if not self.agents:
+            return False
+        for i in self.agents:
+            ws = self.workers(i)
+            if not ws or any(w in old_workers for w in ws):
+                return False
+        return True
+
+    def alive(self):
+        self.poll()
+        return sorted(self.agents)
+
+
+def port_listening(port):
+    for name in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(name) as f:
+                next(f)
+                for line in f:
+                    parts = line.split()
+                    if int(parts[1].rsplit(":", 1)[1], 16) == port and parts[3] == "0A":
+                        return True
+        except OSError:
+            pass
+    return False
+
+
+def free_port():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+class Progress:
+    """Rank 0's step lines in metrics.jsonl, read as they are appended."""
+
+    def __init__(self, path):
+        self.path, self.offset, self.steps = path, 0, []  # (wall time seen, step, loss)
+
+    def read(self):
+        try:
+            with open(self.path) as f:
+                f.seek(self.offset)
+                data = f.read()
+        except OSError:
+            return
+        end = data.rfind("\n") + 1
+        self.offset += len(data[:end].encode())
+        now = time.time()
+        for line in data[:end].splitlines():
+            try:
+                rec = json.loads(line)
+            except ValueError:
+                continue
+            if rec.get("kind") == "step":
+                self.steps.append((now, rec["step"], rec["loss"]))
+
+    def last_step(self):
+        self.read()
+        return self.steps[-1][1] if self.steps else 0
+
+    def first_after(self, t):
+        self.read()
+        for seen, step, _ in self.steps:
+            if seen > t:
+                return seen, step
+        return None
+
+
+def wait_recovery(job, progress, fault_time, old_workers, timeout, rejoin=None):
+    """Seconds from the fault to the first step logged by the new worker group, and that step;
+    None on timeout. A step line counts only once every live agent runs workers that all
+    started after the fault (a line the old group wrote late is not a recovery). rejoin()
+    restarts agents that exited meanwhile (node loss, link cut)."""
+    deadline = fault_time + timeout
+    regrouped_at = None
+    while time.time() < deadline:
+        job.poll()
+        if rejoin:
+            rejoin()
+        if regrouped_at is None:
+            progress.read()  # lines of the old group are consumed before the new group starts
+            if job.regrouped(old_workers):
+                regrouped_at = time.time()
+        else:
+            got = progress.first_after(regrouped_at)
+            if got:
+                return got[0] - fault_time, got[1]
+        if not job.agents:
+            return None
+        time.sleep(0.05)
+    return None
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--duration", type=float, default=600, help="seconds of faults before job_term")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--hosts", choices=["auto", "netns", "local"], default="auto")
+    ap.add_argument("--backend", choices=["c10d", "etcd"], default="c10d")
+    ap.add_argument("--etcd_endpoint", default="127.0.0.1:2379")
+    ap.add_argument("--faults", default="worker_kill,worker_stop,agent_kill,link_cut")
+    ap.add_argument("--gap", type=float, default=8.0, help="mean seconds between a recovery and the next fault")
+    ap.add_argument("--epochs", type=int, default=0, help="0: as many as the fault-free run fits in --duration")
+    ap.add_argument("--width", type=int, default=8)
+    ap.add_argument("--batch_size", type=int, default=32)
+    ap.add_argument("--hang_timeout", type=float, default=6)
+    ap.add_argument("--keep_alive", type=float, default=1)
+    ap.add_argument("--cut_seconds", type=float, default=6)
+    ap.add_argument("--recovery_timeout", type=float, default=90)
+    ap.add_argument("--accuracy_tolerance", type=float, default=0.05)
+    ap.add_argument("--no_reference", action="store_true", help="skip the fault-free run")
+    ap.add_argument("--dtrain_extra", default="", help="more dtrain flags, e.g. '--flash_every 10'")
+    ap.add_argument("--keep", action="store_true", help="keep the work directory")
+    args = ap.parse_args()
+    args.build = os.path.abspath(args.build)
+
+    mode = args.hosts
+    if mode == "auto":
+        mode = "netns" if Network.available() else "local"
+    kinds = [k for k in args.faults.split(",") if k]
+    if mode == "local" and "link_cut" in kinds:
+        kinds.remove("link_cut")
+        log("local hosts: no link_cut (needs --hosts netns)")
+    net = Network(mode, 4)
+    rng = random.Random(args.seed)
+    workdir = tempfile.mkdtemp(prefix="dlaunch_soak_")
+    shm_before = set(os.listdir("/dev/shm"))
+    summary = {"hosts": mode, "backend": args.backend, "seed": args.seed, "faults": []}
+    problems = []
+    net.setup()
+    try:
+        reference_acc = None
+        if not args.no_reference:
+            reference_acc, ref_secs, _ = reference_run(args, net, workdir)
+            summary["reference"] = {"test_accuracy": reference_acc, "seconds": ref_secs, "epochs": args.epochs}
+        elif args.epochs == 0:
+            args.epochs = 3
+        port = free_port()
+        job = Job(args, net, os.path.join(workdir, "soak"), port, f"soak{args.seed}")
+        progress = Progress(os.path.join(job.out, "metrics.jsonl"))
+        log(f"soak: {mode} hosts, {args.backend}, epochs {args.epochs}, faults {kinds}, seed {args.seed}, dir {workdir}")
+        job.start_all()
+        t0 = time.time()
+        while progress.last_step() < 3:  # training under way before the first fault
+            if not job.alive():
+                raise RuntimeError(f"the job ended before training started; see {job.workdir}/agent*.log")
+            time.sleep(0.2)
+        def rejoin():  # an agent that gave up (e.g. after a link cut) comes back
+            for h in range(net.hosts):
+                if h not in job.agents and job.agents:
+                    job.start(h)
+
+        while time.time() - t0 < args.duration and job.alive():
+            time.sleep(rng.expovariate(1.0 / args.gap))
+            step_before, old_workers = progress.last_step(), job.all_workers()
+            fault = inject(rng.choice(kinds), job, net, args, rng)
+            if fault is None:
+                continue
+            fault["step_before"] = step_before
+            got = wait_recovery(job, progress, fault["time"], old_workers, args.recovery_timeout,
+                                rejoin=fault.get("rejoin", rejoin))
+            finish_fault(fault, got, summary, problems)
+            if fault["kind"] == "agent_kill":  # the node returns: a scale-up, timed as its own event
+                rejoin_event = {"kind": "node_rejoin", "time": time.time(), "host": fault["host"]}
+                rejoin_event["step_before"], old_workers = progress.last_step(), job.all_workers()
+                job.start(fault["host"])
+                got = wait_recovery(job, progress, rejoin_event["time"], old_workers,
+                                    args.recovery_timeout, rejoin)
+                finish_fault(rejoin_event, got, summary, problems)
+        # The end: preempt the whole job, start it again, let it finish.
+        term = {"kind": "job_term", "step_before": progress.last_step()}
+        old_workers = job.all_workers()
+        for p in job.agents.values():
+            p.send_signal(signal.SIGTERM)
+        deadline = time.time() + 60
+        while job.alive() and time.time() < deadline:
+            time.sleep(0.1)
+        if job.agents:
+            problems.append(f"job_term: agents on hosts {sorted(job.agents)} still running 60 s after SIGTERM")
+            for p in job.agents.values():
+                p.kill()
+            job.poll()
+        term["exit_codes"] = dict(job.exit_codes)
+        term["time"] = time.time()  # recovery counts from the restart
+        job.start_all()
+        got = wait_recovery(job, progress, term["time"], old_workers, args.recovery_timeout)
+        finish_fault(term, got, summary, problems)
+        deadline = time.time() + args.duration * 4 + 600
+        while job.alive() and time.time() < deadline:
+            time.sleep(0.5)
+        if job.agents:
+            problems.append("the job did not finish after the last fault")
+            for p in job.agents.values():
+                p.kill()
+        codes = dict(job.exit_codes)
+        summary["final_exit_codes"] = codes
+        if any(rc != 0 for rc in codes.values()):
+            problems.append(f"the job did not exit 0 everywhere: {codes}")
+        acc = final_accuracy(job.out)
+        summary["test_accuracy"] = acc
+        if acc is None:
+            problems.append("no final test accuracy in metrics.jsonl")
+        elif reference_acc is not None and abs(acc - reference_acc) > args.accuracy_tolerance:
+            problems.append(f"final test accuracy {acc:.4f} vs fault-free {reference_acc:.4f}: "
+                            f"more than {args.accuracy_tolerance} apart")
+        problems += leftovers(job, shm_before)
+    finally:
+        net.teardown()
+    print_summary(summary, problems)
+    if not args.keep and not problems:
+        shutil.rmtree(workdir, ignore_errors=True)
+    else:
+        log(f"work directory kept: {workdir}")
+    with open(os.path.join(os.getcwd(), "soak_summary.json") if args.keep else os.devnull, "w") as f:
+        json.dump(summary, f, indent=1)
+    return 1 if problems else 0
+
+
+def inject(kind, job, net, args, rng):
+    """Injects one fault; returns its record, or None when nothing could take it now."""
+    hosts = job.alive()
+    faultable = [h for h in hosts if h != 0 or args.backend == "etcd"]
+    if not faultable:
+        return None
+    h = rng.choice(faultable)
+    fault = {"kind": kind, "host": h}
+    if kind in ("worker_kill", "worker_stop"):
+        workers = job.workers(h)
+        if not workers:
+            return None
+        pid = rng.choice(workers)
+        fault["time"] = time.time()
+        os.kill(pid, signal.SIGKILL if kind == "worker_kill" else signal.SIGSTOP)
+    elif kind == "agent_kill":
+        if len(hosts) <= 2:  # --nnodes 2:4: one more loss would end the job, not test recovery
+            return None
+        tree = [job.agents[h].pid] + children(job.agents[h].pid)
+        fault["time"] = time.time()
+        for pid in tree:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        fault["rejoin"] = lambda: None  # the node stays away until the others re-formed
+    elif kind == "link_cut":
+        if len(hosts) <= 2:
+            return None
+        fault["time"] = time.time()
+        net.set_link(h, False)
+        restore_at = fault["time"] + args.cut_seconds
+
+        def rejoin_after_cut():
+            if time.time() >= restore_at and not fault.get("restored"):
+                net.set_link(h, True)
+                fault["restored"] = True
+            if fault.get("restored"):
+                for other in range(net.hosts):
+                    if other not in job.agents and job.agents:
+                        job.start(other)
+        fault["rejoin"] = rejoin_after_cut
+    log(f"fault {kind} on host {h}")
+    return fault
+
+
+def finish_fault(fault, got, summary, problems):
+    fault.pop("rejoin", None)
+    if got is None:
+        fault["recovered"] = False
+        problems.append(f"{fault['kind']} on host {fault.get('host')} at step {fault['step_before']}: "
+                        "no training step logged within the recovery timeout")
+    else:
+        secs, step = got
+        fault.update(recovered=True, recovery_s=round(secs, 3), resumed_step=step,
+                     steps_lost=max(0, fault["step_before"] - (step - 1)))
+        log(f"  recovered in {secs:.2f} s at step {step} (last before: {fault['step_before']}, "
+            f"lost {fault['steps_lost']})")
+    summary["faults"].append({k: v for k, v in fault.items() if k != "time"})
+
+
+def final_accuracy(out):
+    acc = None
+    try:
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            for line in f:
+                rec = json.loads(line)
+                if rec.get("kind") == "epoch" and "test_accuracy" in rec:
+                    acc = rec["test_accuracy"]
+    except (OSError, ValueError):
+        return None
+    return acc
+
+
+def run_to_end(job):
+    t = time.time()
+    job.start_all()
+    while job.alive():
+        time.sleep(0.2)
+    if any(rc != 0 for rc in job.exit_codes.values()):
+        raise RuntimeError(f"the fault-free run failed: {job.exit_codes}; see {job.workdir}/agent*.log")
+    return time.time() - t
+
+
+def reference_run(args, net, workdir):
+    """The same job with no faults: its accuracy and duration. With --epochs 0, a 40-step run
+    first says how many epochs fit in --duration."""
+    if args.epochs == 0:
+        args.epochs = 1000
+        probe = Job(args, net, os.path.join(workdir, "probe"), free_port(), f"probe{args.seed}",
+                    ["--max_steps", "40"])
+        per_step = run_to_end(probe) / 40
+        steps_per_epoch = 5000 // (args.batch_size * net.hosts)
+        args.epochs = max(1, int(args.duration / (per_step * steps_per_epoch)))
+    log(f"reference run (no faults): {args.epochs} epochs")
+    job = Job(args, net, os.path.join(workdir, "reference"), free_port(), f"ref{args.seed}")
+    secs = run_to_end(job)
+    acc = final_accuracy(job.out)
+    log(f"reference: test accuracy {acc}, {secs:.1f} s")
+    return acc, round(secs, 1), args.epochs
+
+
+def leftovers(job, shm_before):
+    found = []
+    deadline = time.time() + 10
+    while True:  # every agent and worker of the job has the job's directory in its argv
+        live = [p for p in job.pids_seen
+                if process_state(p) not in ("gone", "Z") and job.workdir in cmdline(p)]
+        if not live or time.time() > deadline:
+            break
+        time.sleep(0.2)
+    if live:
+        found.append(f"processes of the job still running: {live}")
+    pids = {str(p) for p in job.pids_seen}
+    shm_new = [n for n in set(os.listdir("/dev/shm")) - shm_before
+               if n.startswith("dlaunch") and (n.split("-")[2:3] and n.split("-")[2] in pids or job.run_id in n)]
+    if shm_new:
+        found.append(f"/dev/shm entries of the job left: {shm_new}")
+    if job.args.backend == "c10d" and port_listening(job.port):
+        found.append(f"the job's store port {job.port} still listens")
+    return found
+
+
+def print_summary(summary, problems):
+    faults = summary["faults"]
+    print("\n== chaos soak summary ==")
+    print(f"hosts {summary['hosts']}, backend {summary['backend']}, seed {summary['seed']}")
+    if "reference" in summary:
+        r = summary["reference"]
+        print(f"fault-free reference: {r['epochs']} epochs in {r['seconds']} s, test accuracy {r['test_accuracy']}")
+    by_kind = {}
+    for f in faults:
+        by_kind.setdefault(f["kind"], []).append(f)
+    print(f"{'fault':<12} {'n':>3} {'recovered':>9} {'median s':>9} {'worst s':>8} {'steps lost med/max':>19}")
+    for kind, fs in sorted(by_kind.items()):
+        rec = [f for f in fs if f["recovered"]]
+        times = [f["recovery_s"] for f in rec] or [float("nan")]
+        lost = [f["steps_lost"] for f in rec] or [0]
+        print(f"{kind:<12} {len(fs):>3} {len(rec):>9} {statistics.median(times):>9.2f} {max(times):>8.2f} "
+              f"{statistics.median(lost):>9.0f}/{max(lost):<9}")
+    rec = [f for f in faults if f["recovered"]]
+    if rec:
+        t = [f["recovery_s"] for f in rec]
+        print(f"all: {len(faults)} faults, {len(rec)} recovered, recovery median {statistics.median(t):.2f} s, "
+              f"worst {max(t):.2f} s")
+    print(f"final exit codes {summary.get('final_exit_codes')}, test accuracy {summary.get('test_accuracy')}")
+    print("PASS" if not problems else "FAIL:\n  " + "\n  ".join(problems))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
