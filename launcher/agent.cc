@@ -671,7 +671,7 @@ struct Agent::Impl {
     for (auto& w : group->workers()) {
       if (!w.running()) continue;
       if (!WorkerGroup::is_hung(w.started, opts.last_beat(w.heartbeat_file), now,
-                                cfg.hang_timeout)) {
+                                cfg.hang_timeout, cfg.hang_timeout_from_start)) {
         continue;
       }
       group->on_hung(w.local_rank, now, std::chrono::system_clock::now());

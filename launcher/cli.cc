@@ -65,6 +65,9 @@ std::vector<FlagSpec> make_specs() {
            "show only these local ranks' output on the console (files get everything)"),
       flag("hang_timeout", 0, true, "0", "SECONDS",
            "declare a worker hung when its heartbeat file is older than this; 0 = off"),
+      flag("hang_timeout_from_start", 0, false, "false", "",
+           "with --hang_timeout: also a worker that never heartbeats is hung that long after its "
+           "start (by default the clock starts at its first heartbeat)"),
       flag("shutdown_grace", 0, true, "5", "SECONDS",
            "time between SIGTERM and SIGKILL when stopping workers"),
       flag("dry_run", 0, false, "false", "",

@@ -75,6 +75,10 @@ struct LaunchConfig {
   double monitor_interval = 5;
   std::string role = "default";
   Duration hang_timeout{0};  // zero: off
+  // A worker that never touched its heartbeat file counts as hung --hang_timeout after its
+  // start. Off by default: a program that does not heartbeat (or has not reached its first
+  // step) is not hung.
+  bool hang_timeout_from_start = false;
   Duration shutdown_grace = std::chrono::seconds(5);
   // The program.
   bool module = false;

@@ -623,8 +623,9 @@ TEST(DlaunchOrphans, BackgroundChildIgnoringSigtermIsKilledAfterTheGraceWithAWar
 
 TEST(DlaunchHang, HungWorkerIsDetectedStackedAndRestarted) {
   TempDir logs;
-  auto r = run(cmd({"--standalone", "--hang_timeout", "1", "--max_restarts", "1",
-                    "--shutdown_grace", "1", "--log_dir", logs.path(), "--rdzv_id", "hang"},
+  auto r = run(cmd({"--standalone", "--hang_timeout", "1", "--hang_timeout_from_start",
+                    "--max_restarts", "1", "--shutdown_grace", "1", "--log_dir", logs.path(),
+                    "--rdzv_id", "hang"},
                    {"hang"}),
                {}, 120s);
   ASSERT_FALSE(r.timed_out) << r.err;
@@ -637,6 +638,22 @@ TEST(DlaunchHang, HungWorkerIsDetectedStackedAndRestarted) {
   }
   std::string stack = read_file(logs.path() + "/hang/attempt_0/0/stack.txt");
   EXPECT_FALSE(stack.empty()) << r.err;
+}
+
+// Issue 13: a program that never heartbeats (it knows nothing of dlaunch) ran into the timeout
+// S seconds after its start and was killed as hung.
+TEST(DlaunchHang, WorkerThatNeverBeatsIsNotHungUnlessAsked) {
+  auto r = run({kDlaunch, "--standalone", "--hang_timeout", "1", "--nproc_per_node", "2",
+                "--no_python", "/bin/sleep", "3"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(r.err.find("is hung"), std::string::npos) << r.err;
+
+  r = run({kDlaunch, "--standalone", "--hang_timeout", "1", "--hang_timeout_from_start",
+           "--no_python", "/bin/sleep", "30"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("is hung"), std::string::npos) << r.err;
 }
 
 TEST(DlaunchHang, BeatingWorkerIsNotHung) {

@@ -103,12 +103,22 @@ TEST(WorkerGroup, StderrTailIsBounded) {
 TEST(WorkerGroup, HangRule) {
   FakeClock clock;
   TimePoint start = clock.now();
-  EXPECT_FALSE(WorkerGroup::is_hung(start, std::nullopt, start + 900ms, 1s));
-  EXPECT_TRUE(WorkerGroup::is_hung(start, std::nullopt, start + 1100ms, 1s));
-  EXPECT_FALSE(WorkerGroup::is_hung(start, start + 500ms, start + 1400ms, 1s));
-  EXPECT_TRUE(WorkerGroup::is_hung(start, start + 500ms, start + 1600ms, 1s));
+  for (bool from_start : {false, true}) {
+    EXPECT_FALSE(WorkerGroup::is_hung(start, start + 500ms, start + 1400ms, 1s, from_start));
+    EXPECT_TRUE(WorkerGroup::is_hung(start, start + 500ms, start + 1600ms, 1s, from_start));
+  }
+  // --hang_timeout_from_start: the start counts as the first beat.
+  EXPECT_FALSE(WorkerGroup::is_hung(start, std::nullopt, start + 900ms, 1s, true));
+  EXPECT_TRUE(WorkerGroup::is_hung(start, std::nullopt, start + 1100ms, 1s, true));
   // A heartbeat older than the start (a stale file) does not count.
-  EXPECT_TRUE(WorkerGroup::is_hung(start, start - 10s, start + 1100ms, 1s));
+  EXPECT_TRUE(WorkerGroup::is_hung(start, start - 10s, start + 1100ms, 1s, true));
+}
+
+TEST(WorkerGroup, WorkerThatNeverBeatIsNotHungByDefault) {
+  FakeClock clock;
+  TimePoint start = clock.now();
+  EXPECT_FALSE(WorkerGroup::is_hung(start, std::nullopt, start + 1h, 1s, false));
+  EXPECT_FALSE(WorkerGroup::is_hung(start, start - 10s, start + 1h, 1s, false));
 }
 
 }  // namespace
