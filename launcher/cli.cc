@@ -68,6 +68,9 @@ std::vector<FlagSpec> make_specs() {
       flag("hang_timeout_from_start", 0, false, "false", "",
            "with --hang_timeout: also a worker that never heartbeats is hung that long after its "
            "start (by default the clock starts at its first heartbeat)"),
+      flag("no_python_hooks", 0, false, "false", "",
+           "do not put dlaunch's sitecustomize on the workers' PYTHONPATH (it heartbeats on "
+           "every torch optimizer step and dumps Python stacks of hung workers)"),
       flag("shutdown_grace", 0, true, "5", "SECONDS",
            "time between SIGTERM and SIGKILL when stopping workers"),
       flag("dry_run", 0, false, "false", "",

@@ -79,6 +79,8 @@ struct LaunchConfig {
   // start. Off by default: a program that does not heartbeat (or has not reached its first
   // step) is not hung.
   bool hang_timeout_from_start = false;
+  // Workers get no dlaunch sitecustomize (optimizer-step heartbeats, Python stacks on a hang).
+  bool no_python_hooks = false;
   Duration shutdown_grace = std::chrono::seconds(5);
   // The program.
   bool module = false;

@@ -50,6 +50,9 @@ struct WorkerRecord {
   std::string heartbeat_file;
   std::string log_dir;  // per-rank directory (stdout.log, stderr.log, error.json, stack.txt)
   std::deque<std::string> stderr_tail;  // the last lines, for the report
+  // After a hang (hang_diagnosis.h): where its main thread was, and its Python stack.
+  std::string hang_where;
+  std::string python_stack;
 
   bool running() const { return state == WorkerState::kRunning && !abandoned; }
 };
@@ -75,6 +78,9 @@ class WorkerGroup {
                std::chrono::system_clock::time_point wall);
   // A worker's heartbeat is older than the hang timeout. Healthy -> Unhealthy.
   void on_hung(int64_t local_rank, TimePoint now, std::chrono::system_clock::time_point wall);
+  // The stacks showed that this hung worker, not the one on_hung named, is the one stuck (the
+  // others wait for it in a collective): it becomes the root cause. Only while Unhealthy.
+  void blame_hang(int64_t local_rank);
   // The group must stop for a reason outside it (signal, peer, membership). Init/Healthy ->
   // Stopped; a final state is kept.
   void on_stop_requested(const std::string& reason);
