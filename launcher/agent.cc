@@ -500,6 +500,7 @@ struct Agent::Impl {
              r.group_rank, r.group_world_size, r.restart_count, cfg.max_restarts);
     phase = Phase::kRunning;
     const int64_t gen = generation;
+    auto console = make_shared_console(cfg);  // --log_fold
     for (int64_t lr = 0; lr < cfg.nproc_per_node; ++lr) {
       WorkerRecord& w = group->worker(lr);
       SpawnRequest req;
@@ -509,7 +510,7 @@ struct Agent::Impl {
         add_python_hooks_env(req.env, opts.python_hooks_dir, w.log_dir + "/py_stack.txt");
       }
       try {
-        auto out = std::make_shared<WorkerOutput>(cfg, lr, w.log_dir);
+        auto out = std::make_shared<WorkerOutput>(cfg, lr, w.log_dir, console);
         outputs[static_cast<size_t>(lr)] = out;
         auto tail = std::make_shared<LineSplitter>();
         auto add_tail = [this, gen, lr](std::string_view line) {
@@ -523,6 +524,7 @@ struct Agent::Impl {
         };
         cb.on_exit = [this, gen, lr, out, tail, add_tail](const ExitStatus& st) {
           out->finish();
+          if (out->next_due()) watch_partial_line(out);  // lines held by --log_fold
           tail->flush(add_tail);
           on_worker_exit(gen, lr, st);
         };

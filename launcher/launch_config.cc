@@ -488,6 +488,8 @@ std::string LaunchConfig::describe() const {
       {"redirects", std_text(redirects)},
       {"tee", std_text(tee)},
       {"local_ranks_filter", filter},
+      {"log_fold", log_fold ? "true" : "false"},
+      {"log_timestamps", log_timestamps ? "true" : "false"},
       {"slurm", slurm ? "true" : "false"},
       {"no_slurm", no_slurm ? "true" : "false"},
       {"slurm_mode", slurm_mode},
@@ -552,6 +554,8 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.hang_timeout = from_seconds(r.seconds("hang_timeout", true));
   cfg.hang_timeout_from_start = r.boolean("hang_timeout_from_start");
   cfg.no_python_hooks = r.boolean("no_python_hooks");
+  cfg.log_fold = r.boolean("log_fold");
+  cfg.log_timestamps = r.boolean("log_timestamps");
   cfg.shutdown_grace = from_seconds(r.seconds("shutdown_grace", true));
   cfg.module = r.boolean("module");
   cfg.no_python = r.boolean("no_python");

@@ -94,6 +94,8 @@ struct LaunchConfig {
   StdSpec redirects;
   StdSpec tee;
   std::vector<int64_t> local_ranks_filter;  // empty: every local rank on the console
+  bool log_fold = false;        // identical lines of several ranks once: "[default0-7]:line"
+  bool log_timestamps = false;  // console lines start with the time the agent got them
   bool dry_run = false;
   // Under Slurm (slurm_launch.h): "off", "agent" (one dlaunch per node) or "task" (exec the
   // program as this Slurm task's worker).
