@@ -18,7 +18,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 
 def wait_for_a_batch_that_never_comes():
-    print(f"rank {dist.get_rank()}: stuck now", flush=True)
+    print(f"rank {dist.get_rank()}: stuck now at {time.time():.3f}", flush=True)
     threading.Event().wait()
 
 
