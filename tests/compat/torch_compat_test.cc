@@ -37,6 +37,7 @@ using namespace std::chrono_literals;
 const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kCompatDir = COMPAT_DIR;
 const std::string kPython = "/usr/bin/python3";
+const std::string kHooksDir = HOOKS_DIR;  // python/dlaunch_hooks in the source tree
 constexpr auto kJobTimeout = 240s;
 
 bool torch_missing() {
@@ -350,6 +351,22 @@ TEST(TorchCompat, PythonHooksKeepTheUsersSitecustomizeAndImportNothing) {
     EXPECT_NE(r.out.find("torch_imported=0 user_sitecustomize=mine"), std::string::npos)
         << "hooks=" << hooks << "\n" << r.out << r.err;
     EXPECT_EQ(r.out.find("stack_file=-") == std::string::npos, hooks) << r.out;
+  }
+}
+
+// (f') issue 13: the optimizer heartbeats inside one interpreter (hooks_selftest.py): Debian's
+// PyTorch 1.13 (per-class step wrapping: SGD and Adam beat, at most every 100 ms, wrapped once),
+// and a stand-in package with PyTorch 2.x's global step post hook (no PyTorch 2 here).
+TEST(TorchCompat, OptimizerStepsHeartbeatThroughTheHooks) {
+  TempDir dir;
+  for (const char* mode : {"fake2", "real"}) {
+    if (std::string(mode) == "real" && torch_missing()) continue;
+    std::map<std::string, std::string> env{{"PYTHONPATH", kHooksDir},
+                                           {"DLAUNCH_HEARTBEAT_FILE", dir.file(mode)}};
+    auto r = run({kPython, kCompatDir + "/hooks_selftest.py", mode}, env, kJobTimeout);
+    ASSERT_FALSE(r.timed_out) << mode;
+    EXPECT_EQ(r.exit.shell_code(), 0) << mode << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("selftest ok"), std::string::npos) << mode << "\n" << r.out << r.err;
   }
 }
 
