@@ -686,12 +686,13 @@ struct Agent::Impl {
       bool from_start = cfg.hang_timeout_from_start;
       if (WorkerGroup::is_hung(w.started, beat, now, cfg.hang_timeout, from_start)) {
         hung.push_back(w.local_rank);
-      }
-      if (WorkerGroup::is_hung(w.started, beat, now, cfg.hang_timeout / 2, from_start)) {
+      } else if (WorkerGroup::is_hung(w.started, beat, now, cfg.hang_timeout / 2, from_start)) {
         suspects.push_back(w.local_rank);
       }
     }
     if (hung.empty()) return;
+    // The hung first: without stacks to tell, the first hung one is named.
+    suspects.insert(suspects.begin(), hung.begin(), hung.end());
     // The first by index stands as the root cause until the stacks tell who is stuck and who
     // waits for it in a collective (investigate_hang).
     group->on_hung(hung.front(), now, std::chrono::system_clock::now());
@@ -723,7 +724,7 @@ struct Agent::Impl {
     // Every running worker, victims too: their stacks show what they wait for.
     std::vector<HangInvestigation::Target> targets;
     for (const auto& w : group->workers()) {
-      if (w.running()) targets.push_back({w.local_rank, w.pid, w.log_dir});
+      if (w.running()) targets.push_back({w.local_rank, w.global_rank, w.pid, w.log_dir});
     }
     phase = Phase::kCapturing;
     const int64_t gen = generation;
@@ -734,42 +735,19 @@ struct Agent::Impl {
                      });
   }
 
-  // Names the silent rank that is stuck outside a collective as the root cause, logs what each
-  // worker was doing, tells the other nodes and stops the group.
+  // Names the silent rank that is stuck outside a collective as the root cause (judge_hang),
+  // tells the other nodes and stops the group.
   void blame_hang(const std::vector<int64_t>& suspects,
                   const std::vector<HangInvestigation::Result>& results) {
-    std::vector<HangFinding> findings;
-    for (int64_t lr : suspects) {
-      HangFinding f;
-      for (const auto& r : results) {
-        if (r.target.local_rank == lr) f = r.finding;
-      }
-      findings.push_back(f);
-    }
-    int64_t root = suspects[pick_hang_root(findings).value_or(0)];
-    group->blame_hang(root);
+    HangVerdict v = judge_hang(suspects, results);
     for (const auto& r : results) {
       WorkerRecord& w = group->worker(r.target.local_rank);
       w.hang_where = r.finding.where;
       w.python_stack = r.finding.python_stack;
-      bool silent = std::find(suspects.begin(), suspects.end(), w.local_rank) != suspects.end();
-      std::string what = r.finding.in_collective ? "waits in a collective"
-                         : r.finding.where.empty() ? "no stack was read"
-                                                   : "is not in a collective";
-      log_error("local rank {} (rank {}{}): {}{}{}; stacks in {}/stack.txt{}", w.local_rank,
-                w.global_rank, silent ? ", silent" : ", beating", what,
-                r.finding.where.empty() ? "" : ": ", r.finding.where, w.log_dir,
-                r.python_requested ? " and py_stack.txt" : "");
     }
-    const WorkerRecord& w = group->worker(root);
-    log_error("root cause of the hang: local rank {} (rank {}, pid {}){}{}", w.local_rank,
-              w.global_rank, w.pid, w.hang_where.empty() ? "" : ", stuck in ", w.hang_where);
-    if (!w.python_stack.empty()) {
-      std::string stack = w.python_stack;
-      if (stack.back() == '\n') stack.pop_back();
-      log_error("Python stack of rank {} (main thread, most recent call first):\n{}",
-                w.global_rank, stack);
-    }
+    for (const auto& line : v.log) log_error("{}", line);
+    group->blame_hang(v.root);
+    const WorkerRecord& w = group->worker(v.root);
     if (opts.rendezvous) {
       report_to_peers(fmt::format("rank {} on {} hung (no heartbeat for {:.1f} s){}{}",
                                   w.global_rank, opts.host, to_seconds(cfg.hang_timeout),

@@ -1,5 +1,8 @@
 #include "launcher/hang_investigation.h"
 
+#include <fmt/format.h>
+
+#include <algorithm>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <fstream>
@@ -113,6 +116,51 @@ void HangInvestigation::start(std::vector<Target> targets, Options options,
     s.results.push_back(std::move(r));
   }
   s.capture_native(0);
+}
+
+HangVerdict judge_hang(const std::vector<int64_t>& suspects,
+                       const std::vector<HangInvestigation::Result>& results) {
+  HangVerdict v;
+  if (suspects.empty()) return v;
+  std::vector<HangFinding> findings;
+  for (int64_t lr : suspects) {
+    HangFinding f;
+    for (const auto& r : results) {
+      if (r.target.local_rank == lr) f = r.finding;
+    }
+    findings.push_back(f);
+  }
+  size_t root = pick_hang_root(findings).value_or(0);
+  v.root = suspects[root];
+  v.root_finding = findings[root];
+  const HangInvestigation::Result* root_result = nullptr;
+  for (const auto& r : results) {
+    const HangFinding& f = r.finding;
+    bool silent = std::find(suspects.begin(), suspects.end(), r.target.local_rank) != suspects.end();
+    std::string what = f.in_collective ? "waits in a collective"
+                       : f.where.empty() ? "no stack was read"
+                                         : "is not in a collective";
+    v.log.push_back(fmt::format("local rank {} (rank {}, {}): {}{}{}; stacks in {}/stack.txt{}",
+                                r.target.local_rank, r.target.global_rank,
+                                silent ? "silent" : "beating", what, f.where.empty() ? "" : ": ",
+                                f.where, r.target.log_dir,
+                                r.python_requested ? " and py_stack.txt" : ""));
+    if (r.target.local_rank == v.root) root_result = &r;
+  }
+  std::string line = fmt::format("root cause of the hang: local rank {}", v.root);
+  if (root_result) {
+    line += fmt::format(" (rank {}, pid {})", root_result->target.global_rank,
+                        root_result->target.pid);
+  }
+  if (!v.root_finding.where.empty()) line += ", stuck in " + v.root_finding.where;
+  v.log.push_back(line);
+  std::string stack = v.root_finding.python_stack;
+  if (!stack.empty()) {
+    if (stack.back() == '\n') stack.pop_back();
+    v.log.push_back("Python stack of the root cause (main thread, most recent call first):\n" +
+                    stack);
+  }
+  return v;
 }
 
 void HangInvestigation::cancel() {

@@ -30,6 +30,7 @@ class HangInvestigation {
  public:
   struct Target {
     int64_t local_rank = 0;
+    int64_t global_rank = 0;
     int pid = 0;
     std::string log_dir;  // stack.txt (native) and py_stack.txt (Python) live there
   };
@@ -62,5 +63,18 @@ class HangInvestigation {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+// The verdict on a hang, from the investigation's results. `suspects`: local ranks silent long
+// enough to be the cause, the hung ones first. The root cause is the first suspect whose stacks
+// show it outside a collective (pick_hang_root); `log` has one line per investigated worker
+// ("local rank 0 (rank 0, silent): waits in a collective: ...") and the root cause's, with its
+// Python stack. Pure.
+struct HangVerdict {
+  int64_t root = 0;  // a local rank
+  HangFinding root_finding;
+  std::vector<std::string> log;
+};
+HangVerdict judge_hang(const std::vector<int64_t>& suspects,
+                       const std::vector<HangInvestigation::Result>& results);
 
 }  // namespace dlaunch

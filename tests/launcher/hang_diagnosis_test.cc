@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "launcher/hang_investigation.h"
+
 namespace dlaunch {
 namespace {
 
@@ -122,6 +124,37 @@ TEST(HangDiagnosis, RootIsTheFirstWithStacksOutsideACollectiveElseTheFirst) {
   EXPECT_EQ(pick_hang_root({waiting, none}), 1u);
   EXPECT_EQ(pick_hang_root({waiting, waiting}), 0u);
   EXPECT_FALSE(pick_hang_root({}).has_value());
+}
+
+// The agent's verdict: rank 0 (hung first, waiting in DDP's all-reduce) is a victim; rank 1
+// (silent, stuck in the script) is named, with its Python stack; rank 2 was still beating.
+TEST(HangDiagnosis, JudgeHangNamesTheStuckSuspectAndLogsEveryWorker) {
+  auto result = [](int64_t lr, int pid, const char* py, const char* native) {
+    HangInvestigation::Result r;
+    r.target = {lr, 10 + lr, pid, "/logs/" + std::to_string(lr)};
+    r.python_requested = true;
+    r.finding = diagnose_hang(py, native, pid);
+    return r;
+  };
+  std::vector<HangInvestigation::Result> results{
+      result(0, 26492, kVictimPython, kVictimNative), result(1, 26493, kStuckPython, kStuckNative),
+      result(2, 7, "", "")};
+  HangVerdict v = judge_hang({0, 1}, results);
+  EXPECT_EQ(v.root, 1);
+  ASSERT_EQ(v.log.size(), 5u);
+  EXPECT_EQ(v.log[0].rfind("local rank 0 (rank 10, silent): waits in a collective: ", 0), 0u)
+      << v.log[0];
+  EXPECT_EQ(v.log[1].rfind("local rank 1 (rank 11, silent): is not in a collective: "
+                           "wait_for_a_batch_that_never_comes (ddp_hang.py:22)", 0), 0u)
+      << v.log[1];
+  EXPECT_EQ(v.log[2], "local rank 2 (rank 12, beating): no stack was read; stacks in "
+                      "/logs/2/stack.txt and py_stack.txt");
+  EXPECT_EQ(v.log[3].rfind("root cause of the hang: local rank 1 (rank 11, pid 26493), stuck in "
+                           "wait_for_a_batch_that_never_comes", 0), 0u)
+      << v.log[3];
+  EXPECT_NE(v.log[4].find("line 22 in wait_for_a_batch_that_never_comes"), std::string::npos);
+  // Nothing to tell them apart: the first suspect (a hung one).
+  EXPECT_EQ(judge_hang({2, 0}, {}).root, 2);
 }
 
 }  // namespace
