@@ -79,9 +79,17 @@ std::set<int> registered_pids(const std::string& text) {
 std::optional<uint64_t> request_python_stacks(const std::string& stack_file, int pgid) {
   std::string before = read_python_stacks(stack_file, 0);
   std::vector<int> targets;
-  for (int pid : registered_pids(before)) {
-    // A registered pid that left the worker's group is gone or reused: never signal it.
-    if (pid > 0 && ::getpgid(pid) == pgid) targets.push_back(pid);
+  std::set<int> registered = registered_pids(before);
+  if (registered.count(pgid)) {
+    // The worker itself runs Python: only it. Its spawned children (DataLoader workers) register
+    // too, and their dumps would interleave with its own in the one file.
+    targets.push_back(pgid);
+  } else {
+    // A wrapper (a shell script) started Python: the processes of its group that registered. A
+    // registered pid that left the worker's group is gone or reused: never signal it.
+    for (int pid : registered) {
+      if (pid > 0 && ::getpgid(pid) == pgid) targets.push_back(pid);
+    }
   }
   if (targets.empty()) return std::nullopt;
   int fd = ::open(stack_file.c_str(), O_WRONLY | O_APPEND | O_CLOEXEC);

@@ -38,8 +38,9 @@ void add_python_hooks_env(std::vector<std::pair<std::string, std::string>>& env,
                           const std::string& dir, const std::string& stack_file);
 
 // Asks for Python stacks: appends a marker line to `stack_file` and sends python_stack_signal()
-// to each process that registered in it and is still a member of process group `pgid` (the
-// worker, or a Python process a wrapper script started). Returns the file offset where the
+// to the worker (pid `pgid`, the leader of its process group) when it registered in the file,
+// else to each process that registered and is still in the worker's group (Python started by a
+// wrapper script). Returns the file offset where the
 // answers start, or nullopt when no such process registered (then nothing is sent: the signal
 // would kill a process without the handler). Never throws, never blocks.
 std::optional<uint64_t> request_python_stacks(const std::string& stack_file, int pgid);
