@@ -721,10 +721,12 @@ struct Agent::Impl {
       log_warning("no native stacks of the hung workers: neither eu-stack (elfutils) nor gdb is "
                   "installed; install one of them to get stacks (see docs/troubleshooting.md)");
     }
-    // Every running worker, victims too: their stacks show what they wait for.
+    // Every silent worker, victims too: their stacks show what they wait for. Workers that still
+    // beat are not part of the hang (and each native capture takes a while: gdb, seconds).
     std::vector<HangInvestigation::Target> targets;
-    for (const auto& w : group->workers()) {
-      if (w.running()) targets.push_back({w.local_rank, w.global_rank, w.pid, w.log_dir});
+    for (int64_t lr : suspects) {
+      const WorkerRecord& w = group->worker(lr);
+      targets.push_back({w.local_rank, w.global_rank, w.pid, w.log_dir});
     }
     phase = Phase::kCapturing;
     const int64_t gen = generation;

@@ -1,4 +1,4 @@
-// What the agent does between "a worker is hung" and stopping the group: asks every running
+// What the agent does between "a worker is hung" and stopping the group: asks every silent
 // worker for its Python stacks (python_hooks.h), captures their native stacks one after the
 // other (stack_capture_run.h; each bounded by the capture timeout), then reads and diagnoses
 // them (hang_diagnosis.h). Runs on the agent's loop; the callback comes there too.
