@@ -43,11 +43,14 @@ def _beat(*_args, **_kwargs):
 
 
 def _wrap_step(cls):
-    """PyTorch 1.x: wraps cls.step so that it beats after each call (once per class)."""
+    """PyTorch 1.x: wraps the step that cls uses so that it beats after each call (once)."""
     import functools
 
-    step = cls.__dict__.get("step")
-    if step is None or getattr(step, "_dlaunch_beats", False):
+    owner = next((c for c in cls.__mro__ if "step" in c.__dict__), None)
+    if owner is None:
+        return
+    step = owner.__dict__["step"]
+    if getattr(step, "_dlaunch_beats", False):
         return
 
     @functools.wraps(step)  # keeps torch's own "hooked" mark (Optimizer._hook_for_profile)
@@ -57,7 +60,7 @@ def _wrap_step(cls):
         return result
 
     step_and_beat._dlaunch_beats = True
-    cls.step = step_and_beat
+    owner.step = step_and_beat
 
 
 def _hook_optimizers(module):

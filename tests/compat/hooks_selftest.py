@@ -2,8 +2,8 @@
 torch_compat_test.cc. Run with the hooks first on PYTHONPATH and DLAUNCH_HEARTBEAT_FILE set.
 
   hooks_selftest.py real    Debian's PyTorch (1.13: each optimizer class's step is wrapped):
-                            SGD and Adam steps touch the heartbeat file, at most every 100 ms,
-                            and a class is wrapped once however many instances are made.
+                            SGD, Adam and a subclass of SGD touch the heartbeat file, at most
+                            every 100 ms, and a class is wrapped once however many instances.
   hooks_selftest.py fake2   a stand-in torch package with PyTorch 2.x's global
                             register_optimizer_step_post_hook (no PyTorch 2 here): the hooks use
                             it instead of wrapping.
@@ -25,8 +25,12 @@ def real():
     assert "torch" not in sys.modules, "the hooks imported torch"
     import torch
 
+    class MySGD(torch.optim.SGD):  # a user's subclass that keeps SGD's step
+        pass
+
     p = torch.nn.Parameter(torch.ones(2))
-    for make in (lambda: torch.optim.SGD([p], lr=0.1), lambda: torch.optim.Adam([p])):
+    for make in (lambda: torch.optim.SGD([p], lr=0.1), lambda: torch.optim.Adam([p]),
+                 lambda: MySGD([p], lr=0.1)):
         opt = make()
         make()  # a second instance must not wrap the class again
         step = type(opt).step
