@@ -10,7 +10,8 @@
 // heads go out while any fold has waited as long as a partial line would (the caller's timer),
 // so no line waits much longer than that. Anything of the stream that is not a
 // whole line (a '\r' update, a tail shown without its '\n') first empties the queue, so it never
-// overtakes a line; the end of the last rank's stream empties it too. The log files never see any of this (log_router.h).
+// overtakes a line; the end of the last rank's stream empties it too. The log files never see any
+// of this (log_router.h).
 //
 // Pure: no I/O, time is passed in. Shared by the ConsoleLines of one stream, on the agent's loop.
 #pragma once

@@ -16,12 +16,15 @@ std::vector<std::string> lines_of(const std::string& text) {
   return lines;
 }
 
-bool contains(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
+bool contains(const std::string& s, const char* part) {
+  return s.find(part) != std::string::npos;
+}
 
 // Python code that waits for peers: torch.distributed (collectives, the store, rendezvous) and
 // DDP's module, which syncs buffers and parameters with collectives.
 bool collective_python_frame(const PyFrame& f) {
-  return contains(f.file, "torch/distributed/") || contains(f.file, "torch/nn/parallel/distributed");
+  return contains(f.file, "torch/distributed/") ||
+         contains(f.file, "torch/nn/parallel/distributed");
 }
 
 // Native code that waits for peers: c10d (process groups, DDP's Reducer, the TCPStore), gloo,
@@ -104,7 +107,8 @@ HangFinding diagnose_hang(const std::string& py_dump, const std::string& native,
     for (const auto& fr : frames) {
       f.in_collective |= collective_python_frame(fr);
       if (!user && !library_file(fr.file)) user = &fr;
-      f.python_stack += fmt::format("  File \"{}\", line {} in {}\n", fr.file, fr.line, fr.function);
+      f.python_stack +=
+          fmt::format("  File \"{}\", line {} in {}\n", fr.file, fr.line, fr.function);
     }
     f.where = describe(frames.front());
     if (user && user != &frames.front()) f.where = describe(*user) + ", in " + f.where;

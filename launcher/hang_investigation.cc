@@ -43,9 +43,9 @@ struct HangInvestigation::Impl {
   void capture_native(size_t i) {
     if (i == results.size()) return wait_for_python();
     Result& r = results[i];
-    std::vector<std::string> argv =
-        options.native ? stack_capture_command(r.target.pid, options.path_env)
-                       : std::vector<std::string>{};
+    std::vector<std::string> argv = options.native
+                                        ? stack_capture_command(r.target.pid, options.path_env)
+                                        : std::vector<std::string>{};
     if (argv.empty()) {
       r.native_note = options.native ? "neither eu-stack nor gdb is installed" : "off";
       return capture_native(i + 1);
@@ -80,9 +80,9 @@ struct HangInvestigation::Impl {
       if (ec || me != run) return;
       for (size_t i = 0; i < results.size(); ++i) {
         Result& r = results[i];
-        std::string py = py_offsets[i]
-                             ? read_python_stacks(r.target.log_dir + "/py_stack.txt", *py_offsets[i])
-                             : std::string();
+        std::string py =
+            py_offsets[i] ? read_python_stacks(r.target.log_dir + "/py_stack.txt", *py_offsets[i])
+                          : std::string();
         std::string native = read_all(r.target.log_dir + "/stack.txt");
         r.finding = diagnose_hang(py, native, r.target.pid);
       }
@@ -136,21 +136,21 @@ HangVerdict judge_hang(const std::vector<int64_t>& suspects,
   const HangInvestigation::Result* root_result = nullptr;
   for (const auto& r : results) {
     const HangFinding& f = r.finding;
-    bool silent = std::find(suspects.begin(), suspects.end(), r.target.local_rank) != suspects.end();
-    std::string what = f.in_collective ? "waits in a collective"
+    bool silent =
+        std::find(suspects.begin(), suspects.end(), r.target.local_rank) != suspects.end();
+    std::string what = f.in_collective   ? "waits in a collective"
                        : f.where.empty() ? "no stack was read"
                                          : "is not in a collective";
-    v.log.push_back(fmt::format("local rank {} (rank {}, {}): {}{}{}; stacks in {}/stack.txt{}",
-                                r.target.local_rank, r.target.global_rank,
-                                silent ? "silent" : "beating", what, f.where.empty() ? "" : ": ",
-                                f.where, r.target.log_dir,
-                                r.python_requested ? " and py_stack.txt" : ""));
+    v.log.push_back(fmt::format(
+        "local rank {} (rank {}, {}): {}{}{}; stacks in {}/stack.txt{}", r.target.local_rank,
+        r.target.global_rank, silent ? "silent" : "beating", what, f.where.empty() ? "" : ": ",
+        f.where, r.target.log_dir, r.python_requested ? " and py_stack.txt" : ""));
     if (r.target.local_rank == v.root) root_result = &r;
   }
   std::string line = fmt::format("root cause of the hang: local rank {}", v.root);
   if (root_result) {
-    line += fmt::format(" (rank {}, pid {})", root_result->target.global_rank,
-                        root_result->target.pid);
+    line +=
+        fmt::format(" (rank {}, pid {})", root_result->target.global_rank, root_result->target.pid);
   }
   if (!v.root_finding.where.empty()) line += ", stuck in " + v.root_finding.where;
   v.log.push_back(line);

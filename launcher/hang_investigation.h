@@ -41,8 +41,8 @@ class HangInvestigation {
     std::string native_note;        // the tool's end ("exit code 0") or why there is none
   };
   struct Options {
-    bool native = true;                      // run eu-stack/gdb
-    std::string path_env;                    // where to look for them
+    bool native = true;                                    // run eu-stack/gdb
+    std::string path_env;                                  // where to look for them
     std::vector<std::pair<std::string, std::string>> env;  // the tools' environment
     Duration timeout = std::chrono::seconds(15);           // per native capture
   };

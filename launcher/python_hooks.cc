@@ -1,11 +1,10 @@
 #include "launcher/python_hooks.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
 
 #include <cerrno>
 #include <climits>
@@ -17,7 +16,9 @@
 
 namespace dlaunch {
 
-int python_stack_signal() { return SIGRTMIN + 3; }
+int python_stack_signal() {
+  return SIGRTMIN + 3;
+}
 
 std::string python_hooks_dir_for(const std::string& exe) {
   size_t slash = exe.rfind('/');
@@ -96,8 +97,9 @@ std::optional<uint64_t> request_python_stacks(const std::string& stack_file, int
   if (fd < 0) return std::nullopt;
   struct stat st {};
   uint64_t offset = ::fstat(fd, &st) == 0 ? static_cast<uint64_t>(st.st_size) : before.size();
-  std::string marker = fmt::format("--- dlaunch: Python stacks requested (signal {}) of pid(s) {}\n",
-                                   python_stack_signal(), fmt::join(targets, ", "));
+  std::string marker =
+      fmt::format("--- dlaunch: Python stacks requested (signal {}) of pid(s) {}\n",
+                  python_stack_signal(), fmt::join(targets, ", "));
   ssize_t ignored = ::write(fd, marker.data(), marker.size());
   (void)ignored;
   ::close(fd);

@@ -74,9 +74,10 @@ TEST(HangDiagnosis, NativeFramesOfOneThreadFromEuStackAndGdb) {
   EXPECT_EQ(native_thread_frames(kVictimNative, 26501).size(), 2u);
   EXPECT_TRUE(native_thread_frames(kVictimNative, 1).empty());
 
-  const char gdb[] = "Thread 2 (Thread 0x7f (LWP 51) \"python3\"):\n#0  0x1 in epoll_wait ()\n"
-                     "Thread 1 (Thread 0x7e (LWP 50) \"python3\"):\n#0  0x2 in __futex ()\n"
-                     "#1  0x3 in gloo::transport::tcp::Pair::recv() ()\n";
+  const char gdb[] =
+      "Thread 2 (Thread 0x7f (LWP 51) \"python3\"):\n#0  0x1 in epoll_wait ()\n"
+      "Thread 1 (Thread 0x7e (LWP 50) \"python3\"):\n#0  0x2 in __futex ()\n"
+      "#1  0x3 in gloo::transport::tcp::Pair::recv() ()\n";
   auto main_frames = native_thread_frames(gdb, 50);
   ASSERT_EQ(main_frames.size(), 2u);
   EXPECT_NE(main_frames[1].find("gloo::"), std::string::npos);
@@ -136,21 +137,26 @@ TEST(HangDiagnosis, JudgeHangNamesTheStuckSuspectAndLogsEveryWorker) {
     r.finding = diagnose_hang(py, native, pid);
     return r;
   };
-  std::vector<HangInvestigation::Result> results{
-      result(0, 26492, kVictimPython, kVictimNative), result(1, 26493, kStuckPython, kStuckNative),
-      result(2, 7, "", "")};
+  std::vector<HangInvestigation::Result> results{result(0, 26492, kVictimPython, kVictimNative),
+                                                 result(1, 26493, kStuckPython, kStuckNative),
+                                                 result(2, 7, "", "")};
   HangVerdict v = judge_hang({0, 1}, results);
   EXPECT_EQ(v.root, 1);
   ASSERT_EQ(v.log.size(), 5u);
   EXPECT_EQ(v.log[0].rfind("local rank 0 (rank 10, silent): waits in a collective: ", 0), 0u)
       << v.log[0];
   EXPECT_EQ(v.log[1].rfind("local rank 1 (rank 11, silent): is not in a collective: "
-                           "wait_for_a_batch_that_never_comes (ddp_hang.py:22)", 0), 0u)
+                           "wait_for_a_batch_that_never_comes (ddp_hang.py:22)",
+                           0),
+            0u)
       << v.log[1];
-  EXPECT_EQ(v.log[2], "local rank 2 (rank 12, beating): no stack was read; stacks in "
-                      "/logs/2/stack.txt and py_stack.txt");
+  EXPECT_EQ(v.log[2],
+            "local rank 2 (rank 12, beating): no stack was read; stacks in "
+            "/logs/2/stack.txt and py_stack.txt");
   EXPECT_EQ(v.log[3].rfind("root cause of the hang: local rank 1 (rank 11, pid 26493), stuck in "
-                           "wait_for_a_batch_that_never_comes", 0), 0u)
+                           "wait_for_a_batch_that_never_comes",
+                           0),
+            0u)
       << v.log[3];
   EXPECT_NE(v.log[4].find("line 22 in wait_for_a_batch_that_never_comes"), std::string::npos);
   // Nothing to tell them apart: the first suspect (a hung one).

@@ -2,11 +2,10 @@
 // and the request for Python stacks, which must never signal a process that did not register.
 #include "launcher/python_hooks.h"
 
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <gtest/gtest.h>
 
 #include <chrono>
 #include <cstdlib>
@@ -83,8 +82,7 @@ TEST(PythonHooks, RequestSignalsOnlyRegisteredProcessesOfTheGroup) {
   ASSERT_EQ(::waitpid(child, &status, 0), child);
   ASSERT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), python_stack_signal());
-  EXPECT_EQ(read_python_stacks(file, *offset).rfind("--- dlaunch: Python stacks requested", 0),
-            0u);
+  EXPECT_EQ(read_python_stacks(file, *offset).rfind("--- dlaunch: Python stacks requested", 0), 0u);
 }
 
 }  // namespace
