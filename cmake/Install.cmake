@@ -7,6 +7,7 @@
 #   P/share/doc/dlaunch/examples/                examples/ (Slurm batch scripts, PyTorch, ...)
 #   P/share/man/man1/dlaunch.1, dtrain.1         from --help, when help2man is installed
 #   P/share/bash-completion/completions/dlaunch  from the flag table (launcher/completion.h)
+#   P/share/dlaunch/python/sitecustomize.py      hooks for Python workers (launcher/python_hooks.h)
 # The package (cmake/Package.cmake) is this tree under /usr.
 include(GNUInstallDirs)
 
@@ -60,3 +61,11 @@ else()
   message(STATUS "dlaunch: help2man not found: no man pages are built or installed "
                  "(apt-get install help2man, or scripts/setup.sh)")
 endif()
+
+# dlaunch's sitecustomize for Python workers (launcher/python_hooks.h): found from the binary as
+# <bin>/../share/dlaunch/python, so it is copied there in the build tree (build/bin/dlaunch ->
+# build/share/dlaunch/python) and installed to P/share/dlaunch/python beside P/bin/dlaunch.
+configure_file(${CMAKE_SOURCE_DIR}/python/dlaunch_hooks/sitecustomize.py
+  ${CMAKE_BINARY_DIR}/share/dlaunch/python/sitecustomize.py COPYONLY)
+install(FILES ${CMAKE_SOURCE_DIR}/python/dlaunch_hooks/sitecustomize.py
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/dlaunch/python)

@@ -30,12 +30,13 @@
 #include "launcher/agent_decision.h"
 #include "launcher/exit_barrier.h"
 #include "launcher/failure_report.h"
+#include "launcher/hang_investigation.h"
 #include "launcher/line_splitter.h"
 #include "launcher/log_router.h"
 #include "launcher/posix_process_context.h"
+#include "launcher/python_hooks.h"
 #include "launcher/run_dir.h"
 #include "launcher/stack_capture.h"
-#include "launcher/stack_capture_run.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/rendezvous_handler.h"
 
@@ -104,7 +105,7 @@ struct Agent::Impl {
         grace_timer(i),
         kill_timer(i),
         hang_timer(i),
-        stack_run(p, i),
+        hang_probe(p, i),
         output_timer(i) {
     if (!opts.last_beat) opts.last_beat = mtime_on_steady_clock;
   }
@@ -134,7 +135,7 @@ struct Agent::Impl {
   asio::steady_timer grace_timer;
   asio::steady_timer kill_timer;
   asio::steady_timer hang_timer;
-  StackCaptureRun stack_run;  // a hung worker's stacks (phase kCapturing)
+  HangInvestigation hang_probe;  // hung workers' stacks and diagnosis (phase kCapturing)
   asio::steady_timer output_timer;
   bool output_timer_armed = false;
   std::set<std::weak_ptr<WorkerOutput>, std::owner_less<std::weak_ptr<WorkerOutput>>>
@@ -499,13 +500,17 @@ struct Agent::Impl {
              r.group_rank, r.group_world_size, r.restart_count, cfg.max_restarts);
     phase = Phase::kRunning;
     const int64_t gen = generation;
+    auto console = make_shared_console(cfg);  // --log_fold
     for (int64_t lr = 0; lr < cfg.nproc_per_node; ++lr) {
       WorkerRecord& w = group->worker(lr);
       SpawnRequest req;
       req.argv = cfg.worker_argv(lr);
       req.env = full_env(worker_env(r, lr, base, world, w.log_dir));
+      if (!cfg.no_python_hooks && !opts.python_hooks_dir.empty()) {
+        add_python_hooks_env(req.env, opts.python_hooks_dir, w.log_dir + "/py_stack.txt");
+      }
       try {
-        auto out = std::make_shared<WorkerOutput>(cfg, lr, w.log_dir);
+        auto out = std::make_shared<WorkerOutput>(cfg, lr, w.log_dir, console);
         outputs[static_cast<size_t>(lr)] = out;
         auto tail = std::make_shared<LineSplitter>();
         auto add_tail = [this, gen, lr](std::string_view line) {
@@ -519,6 +524,7 @@ struct Agent::Impl {
         };
         cb.on_exit = [this, gen, lr, out, tail, add_tail](const ExitStatus& st) {
           out->finish();
+          if (out->next_due()) watch_partial_line(out);  // lines held by --log_fold
           tail->flush(add_tail);
           on_worker_exit(gen, lr, st);
         };
@@ -656,7 +662,9 @@ struct Agent::Impl {
   }
 
   void arm_hang_check() {
-    Duration period = std::max<Duration>(cfg.hang_timeout / 4, std::chrono::milliseconds(10));
+    // At most 500 ms: a hang is seen within --hang_timeout + 0.5 s, also for long timeouts.
+    Duration period = std::clamp<Duration>(cfg.hang_timeout / 4, std::chrono::milliseconds(10),
+                                           std::chrono::milliseconds(500));
     hang_timer.expires_after(period);
     const int64_t gen = generation;
     hang_timer.async_wait([this, gen](const boost::system::error_code& ec) {
@@ -668,69 +676,86 @@ struct Agent::Impl {
 
   void check_hangs() {
     TimePoint now = opts.clock->now();
+    // Suspects: silent for half the timeout. The rank that got stuck and the ranks that then
+    // block in a collective go silent within a step of each other, in either order, so the
+    // stuck one may not be over the timeout yet when its first victim is.
+    std::vector<int64_t> hung, suspects;
     for (auto& w : group->workers()) {
       if (!w.running()) continue;
-      if (!WorkerGroup::is_hung(w.started, opts.last_beat(w.heartbeat_file), now,
-                                cfg.hang_timeout)) {
-        continue;
+      auto beat = opts.last_beat(w.heartbeat_file);
+      bool from_start = cfg.hang_timeout_from_start;
+      if (WorkerGroup::is_hung(w.started, beat, now, cfg.hang_timeout, from_start)) {
+        hung.push_back(w.local_rank);
+      } else if (WorkerGroup::is_hung(w.started, beat, now, cfg.hang_timeout / 2, from_start)) {
+        suspects.push_back(w.local_rank);
       }
-      group->on_hung(w.local_rank, now, std::chrono::system_clock::now());
+    }
+    if (hung.empty()) return;
+    // The hung first: without stacks to tell, the first hung one is named.
+    suspects.insert(suspects.begin(), hung.begin(), hung.end());
+    // The first by index stands as the root cause until the stacks tell who is stuck and who
+    // waits for it in a collective (investigate_hang).
+    group->on_hung(hung.front(), now, std::chrono::system_clock::now());
+    for (int64_t lr : hung) {
+      const WorkerRecord& w = group->worker(lr);
       log_error("local rank {} (rank {}, pid {}) is hung: its heartbeat file {} was not touched "
                 "for more than {:.1f} s (--hang_timeout)",
                 w.local_rank, w.global_rank, w.pid, w.heartbeat_file,
                 to_seconds(cfg.hang_timeout));
-      if (opts.rendezvous) {
-        report_to_peers(fmt::format("rank {} on {} hung (no heartbeat for {:.1f} s)",
-                                    w.global_rank, opts.host, to_seconds(cfg.hang_timeout)));
-      }
-      capture_stack(w.local_rank);
-      return;
     }
+    investigate_hang(suspects);
   }
 
-  // ---- stack capture for a hung worker --------------------------------------------------------
+  // ---- stacks and diagnosis of hung workers (hang_investigation.h) ---------------------------
 
-  void capture_stack(int64_t lr) {
-    WorkerRecord& w = group->worker(lr);
-    std::string path_env;
+  void investigate_hang(const std::vector<int64_t>& suspects) {
+    if (!opts.capture_stacks) return blame_hang(suspects, {});
+    HangInvestigation::Options o;
     for (const auto& [k, v] : opts.base_env) {
-      if (k == "PATH") path_env = v;
+      if (k == "PATH") o.path_env = v;
     }
-    if (path_env.empty()) path_env = "/usr/local/bin:/usr/bin:/bin";
-    if (!opts.capture_stacks) {
-      stop_group(SIGTERM);
-      return;
-    }
-    std::vector<std::string> argv = stack_capture_command(w.pid, path_env);
-    if (argv.empty()) {
-      log_warning("no stack of the hung worker: neither eu-stack (elfutils) nor gdb is "
+    if (o.path_env.empty()) o.path_env = "/usr/local/bin:/usr/bin:/bin";
+    o.env = opts.base_env;
+    o.timeout = opts.stack_capture_timeout;
+    if (stack_capture_command(0, o.path_env).empty()) {
+      log_warning("no native stacks of the hung workers: neither eu-stack (elfutils) nor gdb is "
                   "installed; install one of them to get stacks (see docs/troubleshooting.md)");
-      stop_group(SIGTERM);
-      return;
+    }
+    // Every silent worker, victims too: their stacks show what they wait for. Workers that still
+    // beat are not part of the hang (and each native capture takes a while: gdb, seconds).
+    std::vector<HangInvestigation::Target> targets;
+    for (int64_t lr : suspects) {
+      const WorkerRecord& w = group->worker(lr);
+      targets.push_back({w.local_rank, w.global_rank, w.pid, w.log_dir});
     }
     phase = Phase::kCapturing;
-    SpawnRequest req;
-    req.argv = argv;
-    req.env = opts.base_env;
     const int64_t gen = generation;
-    std::string out_path = w.log_dir + "/stack.txt";
-    StackCaptureRun::Callbacks cb;
-    cb.on_failed = [this, gen](const std::string& message) {
-      log_warning("could not capture the hung worker's stack: {}", message);
-      if (gen == generation && phase == Phase::kCapturing) stop_group(SIGTERM);
-    };
-    cb.on_done = [this, gen, out_path, lr](const ExitStatus& st, const std::string& text) {
-      if (gen != generation || phase != Phase::kCapturing) return;
-      log_error("stacks of hung local rank {} written to {} ({}); first lines:\n{}", lr, out_path,
-                st.describe(), first_lines(text, 20));
-      stop_group(SIGTERM);
-    };
-    try {
-      stack_run.start(std::move(req), out_path, opts.stack_capture_timeout, std::move(cb));
-    } catch (const Error& e) {
-      log_warning("could not capture the hung worker's stack: {}", e.what());
-      stop_group(SIGTERM);
+    hang_probe.start(std::move(targets), std::move(o),
+                     [this, gen, suspects](std::vector<HangInvestigation::Result> results) {
+                       if (gen != generation || phase != Phase::kCapturing) return;
+                       blame_hang(suspects, results);
+                     });
+  }
+
+  // Names the silent rank that is stuck outside a collective as the root cause (judge_hang),
+  // tells the other nodes and stops the group.
+  void blame_hang(const std::vector<int64_t>& suspects,
+                  const std::vector<HangInvestigation::Result>& results) {
+    HangVerdict v = judge_hang(suspects, results);
+    for (const auto& r : results) {
+      WorkerRecord& w = group->worker(r.target.local_rank);
+      w.hang_where = r.finding.where;
+      w.python_stack = r.finding.python_stack;
     }
+    for (const auto& line : v.log) log_error("{}", line);
+    group->blame_hang(v.root);
+    const WorkerRecord& w = group->worker(v.root);
+    if (opts.rendezvous) {
+      report_to_peers(fmt::format("rank {} on {} hung (no heartbeat for {:.1f} s){}{}",
+                                  w.global_rank, opts.host, to_seconds(cfg.hang_timeout),
+                                  w.hang_where.empty() ? "" : " in ", w.hang_where));
+    }
+    stop_group(SIGTERM);
   }
 
   // ---- stopping -------------------------------------------------------------------------------
@@ -999,7 +1024,7 @@ struct Agent::Impl {
     grace_timer.cancel();
     kill_timer.cancel();
     hang_timer.cancel();
-    stack_run.cancel();
+    hang_probe.cancel();
     if (code == exit_codes::kSuccess && opts.rendezvous && last_round && last_round->store &&
         last_round->group_world_size > 1) {
       return start_exit_barrier();

@@ -73,6 +73,9 @@ struct AgentOptions {
   std::function<std::optional<TimePoint>(const std::string& path)> last_beat;
   // Stack capture for hung workers (eu-stack, else gdb, when installed).
   bool capture_stacks = true;
+  // dlaunch's Python hooks (launcher/python_hooks.h), put on the workers' PYTHONPATH unless
+  // --no_python_hooks; empty: none (main.cc finds them beside the binary).
+  std::string python_hooks_dir;
   Duration stack_capture_timeout = std::chrono::seconds(15);
   // How long to wait for processes after SIGKILL before reporting them as stuck.
   Duration kill_wait = std::chrono::seconds(3);

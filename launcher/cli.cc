@@ -63,8 +63,19 @@ std::vector<FlagSpec> make_specs() {
            "copy stdout (1), stderr (2) or both (3) to the log files and the console"),
       flag("local_ranks_filter", 0, true, "", "R,R,...",
            "show only these local ranks' output on the console (files get everything)"),
+      flag("log_fold", 0, false, "false", "",
+           "print consecutive identical console lines of several ranks once, as "
+           "[default0-7]:line (files get every line)"),
+      flag("log_timestamps", 0, false, "false", "",
+           "start each console line of the workers with the time dlaunch got it"),
       flag("hang_timeout", 0, true, "0", "SECONDS",
            "declare a worker hung when its heartbeat file is older than this; 0 = off"),
+      flag("hang_timeout_from_start", 0, false, "false", "",
+           "with --hang_timeout: also a worker that never heartbeats is hung that long after its "
+           "start (by default the clock starts at its first heartbeat)"),
+      flag("no_python_hooks", 0, false, "false", "",
+           "do not put dlaunch's sitecustomize on the workers' PYTHONPATH (it heartbeats on "
+           "every torch optimizer step and dumps Python stacks of hung workers)"),
       flag("shutdown_grace", 0, true, "5", "SECONDS",
            "time between SIGTERM and SIGKILL when stopping workers"),
       flag("dry_run", 0, false, "false", "",

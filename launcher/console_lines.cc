@@ -6,12 +6,27 @@ void ConsoleLines::emit(std::string_view more, std::string_view terminator, std:
   // A bare '\r' at the start of a console line moves nothing on a terminal: drop it rather than
   // print an empty prefixed update.
   if (!line_open_ && pending_.empty() && more.empty() && terminator == "\r") return;
-  if (!line_open_) out += prefix_;
+  if (style_.fold) {
+    if (!line_open_ && terminator == "\n") {
+      std::string text = pending_;
+      text += more;
+      style_.fold->line(style_.rank, text, style_.stamp ? style_.stamp() : "", now_, out);
+      pending_.clear();
+      return;
+    }
+    style_.fold->flush(out);  // what it holds came first
+  }
+  if (!line_open_) start_line(out);
   out += pending_;
   out += more;
   out += terminator;
   pending_.clear();
   line_open_ = false;
+}
+
+void ConsoleLines::start_line(std::string& out) {
+  if (style_.stamp) out += style_.stamp();
+  out += prefix_;
 }
 
 void ConsoleLines::hold(std::string_view more, TimePoint now, std::string& out) {
@@ -28,6 +43,7 @@ void ConsoleLines::hold(std::string_view more, TimePoint now, std::string& out) 
 }
 
 void ConsoleLines::feed(std::string_view bytes, TimePoint now, std::string& out) {
+  now_ = now;
   size_t i = 0;
   if (pending_cr_ && !bytes.empty()) {
     pending_cr_ = false;
@@ -67,12 +83,14 @@ void ConsoleLines::feed(std::string_view bytes, TimePoint now, std::string& out)
 void ConsoleLines::flush(TimePoint now, Duration min_age, std::string& out) {
   if (pending_.empty() && !pending_cr_) return;
   if (now - since_ < min_age) return;
+  now_ = now;
   if (pending_cr_) {
     pending_cr_ = false;
     emit({}, "\r", out);
     return;
   }
-  if (!line_open_) out += prefix_;
+  if (style_.fold) style_.fold->flush(out);
+  if (!line_open_) start_line(out);
   out += pending_;
   pending_.clear();
   line_open_ = true;
@@ -84,6 +102,7 @@ void ConsoleLines::finish(std::string& out) {
     out += '\n';
     line_open_ = false;
   }
+  if (style_.fold) style_.fold->finish_rank(out);
 }
 
 std::optional<TimePoint> ConsoleLines::pending_since() const {

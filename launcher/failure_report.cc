@@ -102,6 +102,7 @@ std::string describe_end(const WorkerRecord& w, Duration hang_timeout) {
   if (w.hung) {
     what = fmt::format("hung: no heartbeat for more than {:.1f} s (--hang_timeout)",
                        to_seconds(hang_timeout));
+    if (!w.hang_where.empty()) what += ", in " + w.hang_where;
     if (w.exit) what += fmt::format(", then ended by {}", w.exit->describe());
   } else if (w.abandoned) {
     what = "did not exit after SIGKILL (abandoned)";
@@ -138,6 +139,12 @@ std::string format_failure_report(const WorkerGroup& group, const ReportContext&
                          to_seconds(ctx.hang_timeout), w.pid);
       std::string stack = w.log_dir + "/stack.txt";
       out += fmt::format("  stacks    : {}\n", stack);
+      if (!w.hang_where.empty()) out += fmt::format("  stuck in  : {}\n", w.hang_where);
+      if (!w.python_stack.empty()) {
+        out += fmt::format("  py_stacks : {}/py_stack.txt\n", w.log_dir);
+        out += "  python    : (main thread, most recent call first)\n";
+        out += "  " + indent(w.python_stack, "  ") + "\n";
+      }
     } else if (w.exit) {
       if (w.exit->signaled) {
         out += fmt::format("  exitcode  : -{} ({}{}) (pid: {})\n", w.exit->code,

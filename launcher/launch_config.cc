@@ -477,6 +477,8 @@ std::string LaunchConfig::describe() const {
       {"role", role},
       {"hang_timeout",
        to_seconds(hang_timeout) == 0 ? "0 (off)" : fmt::format("{}", to_seconds(hang_timeout))},
+      {"hang_timeout_from_start", hang_timeout_from_start ? "true" : "false"},
+      {"no_python_hooks", no_python_hooks ? "true" : "false"},
       {"shutdown_grace", fmt::format("{}", to_seconds(shutdown_grace))},
       {"module", module ? "true" : "false"},
       {"no_python", no_python ? "true" : "false"},
@@ -486,6 +488,8 @@ std::string LaunchConfig::describe() const {
       {"redirects", std_text(redirects)},
       {"tee", std_text(tee)},
       {"local_ranks_filter", filter},
+      {"log_fold", log_fold ? "true" : "false"},
+      {"log_timestamps", log_timestamps ? "true" : "false"},
       {"slurm", slurm ? "true" : "false"},
       {"no_slurm", no_slurm ? "true" : "false"},
       {"slurm_mode", slurm_mode},
@@ -548,6 +552,10 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   }
   cfg.role = role.text;
   cfg.hang_timeout = from_seconds(r.seconds("hang_timeout", true));
+  cfg.hang_timeout_from_start = r.boolean("hang_timeout_from_start");
+  cfg.no_python_hooks = r.boolean("no_python_hooks");
+  cfg.log_fold = r.boolean("log_fold");
+  cfg.log_timestamps = r.boolean("log_timestamps");
   cfg.shutdown_grace = from_seconds(r.seconds("shutdown_grace", true));
   cfg.module = r.boolean("module");
   cfg.no_python = r.boolean("no_python");

@@ -75,6 +75,12 @@ struct LaunchConfig {
   double monitor_interval = 5;
   std::string role = "default";
   Duration hang_timeout{0};  // zero: off
+  // A worker that never touched its heartbeat file counts as hung --hang_timeout after its
+  // start. Off by default: a program that does not heartbeat (or has not reached its first
+  // step) is not hung.
+  bool hang_timeout_from_start = false;
+  // Workers get no dlaunch sitecustomize (optimizer-step heartbeats, Python stacks on a hang).
+  bool no_python_hooks = false;
   Duration shutdown_grace = std::chrono::seconds(5);
   // The program.
   bool module = false;
@@ -88,6 +94,8 @@ struct LaunchConfig {
   StdSpec redirects;
   StdSpec tee;
   std::vector<int64_t> local_ranks_filter;  // empty: every local rank on the console
+  bool log_fold = false;        // identical lines of several ranks once: "[default0-7]:line"
+  bool log_timestamps = false;  // console lines start with the time the agent got them
   bool dry_run = false;
   // Under Slurm (slurm_launch.h): "off", "agent" (one dlaunch per node) or "task" (exec the
   // program as this Slurm task's worker).

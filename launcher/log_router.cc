@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
+#include <ctime>
 
 #include "common/error.h"
 
@@ -23,7 +25,29 @@ void write_all(int fd, std::string_view data) {
   }
 }
 
+// --log_timestamps: "14:05:01.123 " in local time, when the agent got the line.
+std::string console_timestamp() {
+  auto now = std::chrono::system_clock::now();
+  std::time_t seconds = std::chrono::system_clock::to_time_t(now);
+  int millis = static_cast<int>(
+      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
+  std::tm tm{};
+  localtime_r(&seconds, &tm);
+  return fmt::format("{:02}:{:02}:{:02}.{:03} ", tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
+}
+
 }  // namespace
+
+std::shared_ptr<SharedConsole> make_shared_console(const LaunchConfig& cfg) {
+  if (!cfg.log_fold) return nullptr;
+  auto shared = std::make_shared<SharedConsole>();
+  for (int stream : {1, 2}) {
+    size_t shown = 0;
+    for (int64_t lr = 0; lr < cfg.nproc_per_node; ++lr) shown += cfg.console_shows(lr, stream);
+    if (shown >= 2) shared->fold[stream].emplace(cfg.role, shown);
+  }
+  return shared;
+}
 
 bool writes_file(const LaunchConfig& cfg, int64_t local_rank, int stream) {
   int bit = stream == 1 ? StdSpec::kOut : StdSpec::kErr;
@@ -31,11 +55,16 @@ bool writes_file(const LaunchConfig& cfg, int64_t local_rank, int stream) {
          (cfg.tee.for_rank(local_rank) & bit);
 }
 
-WorkerOutput::WorkerOutput(const LaunchConfig& cfg, int64_t local_rank,
-                           const std::string& rank_dir) {
+WorkerOutput::WorkerOutput(const LaunchConfig& cfg, int64_t local_rank, const std::string& rank_dir,
+                           std::shared_ptr<SharedConsole> shared)
+    : shared_(std::move(shared)) {
   const std::string prefix = fmt::format("[{}{}]:", cfg.role, local_rank);
   for (int stream : {1, 2}) {
-    if (cfg.console_shows(local_rank, stream)) console_[stream].emplace(prefix);
+    ConsoleStyle style;
+    style.rank = local_rank;
+    if (shared_ && shared_->fold[stream]) style.fold = &*shared_->fold[stream];
+    if (cfg.log_timestamps) style.stamp = console_timestamp;
+    if (cfg.console_shows(local_rank, stream)) console_[stream].emplace(prefix, std::move(style));
     if (!writes_file(cfg, local_rank, stream)) continue;
     std::string path = rank_dir + (stream == 1 ? "/stdout.log" : "/stderr.log");
     int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
@@ -68,6 +97,9 @@ void WorkerOutput::flush_due(TimePoint now) {
     if (!console_[stream]) continue;
     scratch_.clear();
     console_[stream]->flush(now, kPartialLineDelay, scratch_);
+    if (shared_ && shared_->fold[stream]) {
+      shared_->fold[stream]->flush_due(now, kPartialLineDelay, scratch_);
+    }
     show(stream, scratch_);
   }
 }
@@ -85,7 +117,10 @@ std::optional<TimePoint> WorkerOutput::next_due() const {
   std::optional<TimePoint> due;
   for (int stream : {1, 2}) {
     if (!console_[stream]) continue;
-    if (auto since = console_[stream]->pending_since()) {
+    for (auto since : {console_[stream]->pending_since(),
+                       shared_ && shared_->fold[stream] ? shared_->fold[stream]->pending_since()
+                                                        : std::nullopt}) {
+      if (!since) continue;
       TimePoint t = *since + kPartialLineDelay;
       if (!due || t < *due) due = t;
     }

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,10 +26,21 @@ namespace dlaunch {
 // How long an unterminated tail waits for the rest of its line before the console shows it.
 inline constexpr Duration kPartialLineDelay = std::chrono::milliseconds(100);
 
+// What the console of one generation's workers shares: a fold per stream (--log_fold; a held
+// fold goes out after kPartialLineDelay, like a tail).
+struct SharedConsole {
+  std::optional<ConsoleFold> fold[3];
+};
+// Null when there is nothing to share (no --log_fold); a stream shown for fewer than two ranks
+// gets no fold.
+std::shared_ptr<SharedConsole> make_shared_console(const LaunchConfig& cfg);
+
 class WorkerOutput {
  public:
   // `rank_dir`: the worker's directory for this attempt (created by the caller).
-  WorkerOutput(const LaunchConfig& cfg, int64_t local_rank, const std::string& rank_dir);
+  // `shared`: from make_shared_console, the same for every worker of the generation.
+  WorkerOutput(const LaunchConfig& cfg, int64_t local_rank, const std::string& rank_dir,
+               std::shared_ptr<SharedConsole> shared = nullptr);
   ~WorkerOutput();
   WorkerOutput(const WorkerOutput&) = delete;
   WorkerOutput& operator=(const WorkerOutput&) = delete;
@@ -48,6 +60,7 @@ class WorkerOutput {
  private:
   void show(int stream, const std::string& text);
 
+  std::shared_ptr<SharedConsole> shared_;
   std::optional<ConsoleLines> console_[3];
   int file_fd_[3] = {-1, -1, -1};
   std::string scratch_;  // console bytes being assembled (kept to reuse its capacity)

@@ -16,6 +16,7 @@
 #include "launcher/launch_config.h"
 #include "launcher/posix_process_context.h"
 #include "launcher/program_check.h"
+#include "launcher/python_hooks.h"
 #include "launcher/slurm_launch.h"
 
 int main(int argc, char** argv) {
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
     }
     opts.base_env = current_environment();
     opts.cpus = host.cpus;
+    opts.python_hooks_dir = python_hooks_dir();
     int code;
     {
       Agent agent(cfg, procs, io, opts);

@@ -87,6 +87,17 @@ void WorkerGroup::on_hung(int64_t local_rank, TimePoint now,
   root_cause_ = local_rank;
 }
 
+void WorkerGroup::blame_hang(int64_t local_rank) {
+  if (state_ != GroupState::kUnhealthy || !root_cause_ || *root_cause_ == local_rank) return;
+  WorkerRecord& first = worker(*root_cause_);
+  WorkerRecord& w = worker(local_rank);
+  if (w.state != WorkerState::kRunning && !w.hung) return;
+  w.hung = true;
+  w.exited = first.exited;
+  w.exited_wall = first.exited_wall;
+  root_cause_ = local_rank;
+}
+
 void WorkerGroup::on_stop_requested(const std::string& reason) {
   if (final()) return;
   state_ = GroupState::kStopped;
@@ -115,7 +126,10 @@ bool WorkerGroup::all_exited() const {
 }
 
 bool WorkerGroup::is_hung(TimePoint started, std::optional<TimePoint> last_beat, TimePoint now,
-                          Duration timeout) {
+                          Duration timeout, bool from_start) {
+  // A file older than the start (left by someone else) is not this worker's beat.
+  bool beat = last_beat && *last_beat > started;
+  if (!beat && !from_start) return false;
   TimePoint last = started;
   if (last_beat && *last_beat > last) last = *last_beat;
   return now - last > timeout;

@@ -50,6 +50,9 @@ struct WorkerRecord {
   std::string heartbeat_file;
   std::string log_dir;  // per-rank directory (stdout.log, stderr.log, error.json, stack.txt)
   std::deque<std::string> stderr_tail;  // the last lines, for the report
+  // After a hang (hang_diagnosis.h): where its main thread was, and its Python stack.
+  std::string hang_where;
+  std::string python_stack;
 
   bool running() const { return state == WorkerState::kRunning && !abandoned; }
 };
@@ -75,6 +78,9 @@ class WorkerGroup {
                std::chrono::system_clock::time_point wall);
   // A worker's heartbeat is older than the hang timeout. Healthy -> Unhealthy.
   void on_hung(int64_t local_rank, TimePoint now, std::chrono::system_clock::time_point wall);
+  // The stacks showed that this hung worker, not the one on_hung named, is the one stuck (the
+  // others wait for it in a collective): it becomes the root cause. Only while Unhealthy.
+  void blame_hang(int64_t local_rank);
   // The group must stop for a reason outside it (signal, peer, membership). Init/Healthy ->
   // Stopped; a final state is kept.
   void on_stop_requested(const std::string& reason);
@@ -89,9 +95,12 @@ class WorkerGroup {
   std::optional<int64_t> root_cause() const { return root_cause_; }
   const std::string& stop_reason() const { return stop_reason_; }
 
-  // Pure hang rule: the last sign of life is the later of the start and the last heartbeat.
+  // Pure hang rule: the last sign of life is the later of the start and the last heartbeat. A
+  // worker that never beat is hung only when `from_start` (--hang_timeout_from_start): by
+  // default one that does not heartbeat at all (a program that knows nothing of dlaunch, or a
+  // Python script before its first optimizer step) is healthy, not hung.
   static bool is_hung(TimePoint started, std::optional<TimePoint> last_beat, TimePoint now,
-                      Duration timeout);
+                      Duration timeout, bool from_start);
 
  private:
   int64_t attempt_;

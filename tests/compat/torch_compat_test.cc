@@ -37,6 +37,7 @@ using namespace std::chrono_literals;
 const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kCompatDir = COMPAT_DIR;
 const std::string kPython = "/usr/bin/python3";
+const std::string kHooksDir = HOOKS_DIR;  // python/dlaunch_hooks in the source tree
 constexpr auto kJobTimeout = 240s;
 
 bool torch_missing() {
@@ -332,6 +333,86 @@ TEST(TorchCompat, ModuleAndScriptFormsAsTwoStandaloneJobs) {
     ports.insert(port);
   }
   EXPECT_EQ(ports.size(), 2u) << "two standalone jobs shared one store port";
+}
+
+// (f) issue 13: dlaunch's sitecustomize runs the user's own sitecustomize (the one it shadows on
+// PYTHONPATH), does not import torch for a script that does not, and --no_python_hooks leaves it
+// out. Needs only /usr/bin/python3.
+TEST(TorchCompat, PythonHooksKeepTheUsersSitecustomizeAndImportNothing) {
+  TempDir user;
+  std::ofstream(user.file("sitecustomize.py")) << "import builtins\nbuiltins.compat_user_site = 'mine'\n";
+  std::map<std::string, std::string> env{{"PYTHONPATH", user.path()}};
+  for (bool hooks : {true, false}) {
+    std::vector<std::string> flags{"--standalone"};
+    if (!hooks) flags.push_back("--no_python_hooks");
+    auto r = run(agent_argv(flags, {kCompatDir + "/hooks_probe.py"}), env, kJobTimeout);
+    ASSERT_FALSE(r.timed_out) << r.err;
+    ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+    EXPECT_NE(r.out.find("torch_imported=0 user_sitecustomize=mine"), std::string::npos)
+        << "hooks=" << hooks << "\n" << r.out << r.err;
+    EXPECT_EQ(r.out.find("stack_file=-") == std::string::npos, hooks) << r.out;
+  }
+}
+
+// (f') issue 13: the optimizer heartbeats inside one interpreter (hooks_selftest.py): Debian's
+// PyTorch 1.13 (per-class step wrapping: SGD and Adam beat, at most every 100 ms, wrapped once),
+// and a stand-in package with PyTorch 2.x's global step post hook (no PyTorch 2 here).
+TEST(TorchCompat, OptimizerStepsHeartbeatThroughTheHooks) {
+  TempDir dir;
+  for (const char* mode : {"fake2", "real"}) {
+    if (std::string(mode) == "real" && torch_missing()) continue;
+    std::map<std::string, std::string> env{{"PYTHONPATH", kHooksDir},
+                                           {"DLAUNCH_HEARTBEAT_FILE", dir.file(mode)}};
+    auto r = run({kPython, kCompatDir + "/hooks_selftest.py", mode}, env, kJobTimeout);
+    ASSERT_FALSE(r.timed_out) << mode;
+    EXPECT_EQ(r.exit.shell_code(), 0) << mode << "\n" << r.out << r.err;
+    EXPECT_NE(r.out.find("selftest ok"), std::string::npos) << mode << "\n" << r.out << r.err;
+  }
+}
+
+// (g) issue 13: an unmodified DDP script (ddp_hang.py: nothing in it knows dlaunch) in which
+// rank 1 blocks forever at step 5. dlaunch's sitecustomize heartbeats on every optimizer step,
+// so --hang_timeout sees the stop; rank 0, blocked in DDP's all-reduce, goes silent too, and the
+// stacks must name rank 1 (the old report named rank 0, the first by index). Both attempts
+// hang, so the group is restarted once and the final report is printed.
+TEST(TorchCompat, HangInAnUnmodifiedDdpScriptIsCaughtAndBlamedOnTheStuckRank) {
+  SKIP_WITHOUT_TORCH();
+  TempDir logs;
+  auto r = run(agent_argv({"--standalone", "--nproc_per_node", "2", "--hang_timeout", "4",
+                           "--max_restarts", "1", "--shutdown_grace", "2", "--log_dir",
+                           logs.path(), "--rdzv_id", "hang"},
+                          {kCompatDir + "/ddp_hang.py"}),
+               {{"COMPAT_HANG_ATTEMPTS", "2"}}, kJobTimeout);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.out.find("rank 1: stuck now"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("is hung"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("restarting the worker group (1 of 1"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("root cause of the hang: local rank 1 (rank 1"), std::string::npos) << r.err;
+  size_t report = r.err.rfind("Root cause (first observed failure):");
+  ASSERT_NE(report, std::string::npos) << r.err;
+  std::string summary = r.err.substr(report);
+  EXPECT_TRUE(std::regex_search(summary, std::regex(R"(rank\s*:\s*1 \(local_rank: 1\))")))
+      << summary;
+  EXPECT_TRUE(std::regex_search(
+      summary, std::regex(R"(stuck in\s*:\s*wait_for_a_batch_that_never_comes \(ddp_hang.py:)")))
+      << summary;
+  EXPECT_NE(summary.find("line 22 in wait_for_a_batch_that_never_comes"), std::string::npos)
+      << summary;
+  for (const char* attempt : {"attempt_0", "attempt_1"}) {
+    std::string dir = logs.path() + "/hang/" + attempt;
+    EXPECT_NE(read_file(dir + "/1/py_stack.txt").find("in wait_for_a_batch_that_never_comes"),
+              std::string::npos)
+        << dir;
+    // Rank 0 waits in DDP's backward all-reduce: said so, not blamed.
+    EXPECT_NE(read_file(dir + "/0/py_stack.txt").find("in backward"), std::string::npos) << dir;
+  }
+  EXPECT_NE(r.err.find("local rank 0 (rank 0, silent): waits in a collective"), std::string::npos)
+      << r.err;
+  if (file_exists("/usr/bin/eu-stack") || file_exists("/usr/bin/gdb")) {
+    EXPECT_NE(read_file(logs.path() + "/hang/attempt_0/0/stack.txt").find("c10d::"),
+              std::string::npos);
+  }
 }
 
 }  // namespace

@@ -347,6 +347,7 @@ TEST(Agent, HangIsDetectedOnTheInjectedClock) {
   };
   auto cfg = config(2, 0);
   cfg.hang_timeout = 1s;  // checked every 250 ms of real time against the fake clock
+  cfg.hang_timeout_from_start = true;  // the workers never beat
   // Jump the fake clock past the timeout once the workers run.
   asio::steady_timer jump(io, 20ms);
   jump.async_wait([&](const boost::system::error_code&) { clock.advance(5s); });

@@ -3,7 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
+#include <vector>
 
 namespace dlaunch {
 namespace {
@@ -104,6 +106,134 @@ TEST(ConsoleLines, AVeryLongLineIsCutAndTheCutSaysSo) {
   std::string out = c.feed(line + "\n");
   std::string piece = "[r0]:" + std::string(kMaxConsoleLine, 'x') + std::string(kLineCutNote);
   EXPECT_EQ(out, piece + piece + "[r0]:" + std::string(10, 'x') + "\n");
+}
+
+// --log_fold (console_fold.h): the ConsoleLines of several ranks share one fold per stream.
+struct FoldedConsole {
+  explicit FoldedConsole(size_t ranks, std::function<std::string()> stamp = nullptr)
+      : fold("d", ranks) {
+    for (size_t r = 0; r < ranks; ++r) {
+      ConsoleStyle style;
+      style.fold = &fold;
+      style.rank = static_cast<int64_t>(r);
+      style.stamp = stamp;
+      lines.emplace_back("[d" + std::to_string(r) + "]:", style);
+    }
+  }
+  std::string feed(size_t rank, std::string_view bytes) {
+    out.clear();
+    lines[rank].feed(bytes, now, out);
+    return out;
+  }
+  std::string flush_due() {
+    out.clear();
+    fold.flush_due(now, 100ms, out);
+    return out;
+  }
+  ConsoleFold fold;
+  std::vector<ConsoleLines> lines;
+  TimePoint now{};
+  std::string out;
+};
+
+TEST(ConsoleFold, FoldedPrefixListsRangesOfRanks) {
+  EXPECT_EQ(folded_prefix("default", {0}), "[default0]:");
+  EXPECT_EQ(folded_prefix("default", {3, 0, 1, 2, 5, 7, 6}), "[default0-3,5-7]:");
+  EXPECT_EQ(folded_prefix("w", {1, 3}), "[w1,3]:");
+}
+
+TEST(ConsoleFold, IdenticalLinesOfEveryRankGoOutOnceAtOnce) {
+  FoldedConsole c(4);
+  EXPECT_EQ(c.feed(2, "epoch 1\n"), "");
+  EXPECT_EQ(c.feed(0, "epoch 1\n"), "");
+  EXPECT_EQ(c.feed(3, "epoch 1\n"), "");
+  EXPECT_EQ(c.feed(1, "epoch 1\n"), "[d0-3]:epoch 1\n");
+  EXPECT_FALSE(c.fold.pending_since().has_value());
+}
+
+// Lines interleave across ranks ("same" then "rankN" from each); the identical ones still fold,
+// and each rank's lines keep their order.
+TEST(ConsoleFold, InterleavedRanksFoldTheirIdenticalLinesInOrder) {
+  FoldedConsole c(3);
+  EXPECT_EQ(c.feed(2, "same\nrank2\n"), "");
+  EXPECT_EQ(c.feed(0, "same\nrank0\n"), "");
+  EXPECT_EQ(c.feed(1, "same\n"), "[d0-2]:same\n");
+  EXPECT_EQ(c.feed(1, "rank1\n"), "");
+  c.now += 110ms;
+  EXPECT_EQ(c.flush_due(), "[d1]:rank1\n[d0]:rank0\n[d2]:rank2\n");
+}
+
+TEST(ConsoleFold, ADifferingLineIsNotFoldedAndWaitsLikeATail) {
+  FoldedConsole c(4);
+  EXPECT_EQ(c.feed(0, "loss 1\n"), "");
+  EXPECT_EQ(c.feed(1, "loss 1\n"), "");
+  EXPECT_EQ(c.feed(2, "loss 2\n"), "");
+  EXPECT_EQ(c.feed(3, "loss 1\n"), "");
+  // The same rank twice is two lines, after its own earlier one.
+  EXPECT_EQ(c.feed(3, "loss 1\n"), "");
+  c.now += 50ms;
+  EXPECT_EQ(c.flush_due(), "");
+  c.now += 60ms;
+  EXPECT_EQ(c.flush_due(), "[d2]:loss 2\n[d0-1,3]:loss 1\n[d3]:loss 1\n");
+  EXPECT_EQ(c.flush_due(), "");
+  EXPECT_FALSE(c.fold.pending_since().has_value());
+}
+
+// Per-rank lines between identical ones do not stop the later identical ones from folding.
+TEST(ConsoleFold, IdenticalLinesAfterDifferingOnesStillFold) {
+  FoldedConsole c(3);
+  EXPECT_EQ(c.feed(2, "loss 0.2\ndone\n"), "");
+  EXPECT_EQ(c.feed(0, "loss 0.0\ndone\n"), "");
+  EXPECT_EQ(c.feed(1, "loss 0.1\n"), "");
+  EXPECT_EQ(c.feed(1, "done\n"), "");
+  c.now += 110ms;
+  EXPECT_EQ(c.flush_due(), "[d1]:loss 0.1\n[d0]:loss 0.0\n[d2]:loss 0.2\n[d0-2]:done\n");
+}
+
+// A line that keeps coming first does not hold older ones back past their wait.
+TEST(ConsoleFold, NoLineWaitsMuchLongerThanATail) {
+  FoldedConsole c(2);
+  EXPECT_EQ(c.feed(1, "old\n"), "");
+  for (int i = 0; i < 3; ++i) {
+    c.now += 40ms;
+    EXPECT_EQ(c.feed(0, "new" + std::to_string(i) + "\n"), "");
+  }
+  c.now += 40ms;  // "old" waited 160 ms, the newest 40 ms
+  EXPECT_NE(c.flush_due().find("[d1]:old\n"), std::string::npos);
+}
+
+TEST(ConsoleFold, ProgressUpdatesAndTailsKeepTheConsoleOrder) {
+  FoldedConsole c(2);
+  EXPECT_EQ(c.feed(0, "start\n"), "");
+  // A '\r' update of rank 1 is not a whole line: the held line goes out before it.
+  EXPECT_EQ(c.feed(1, "10%\r20%\r"), "[d0]:start\n[d1]:10%\r");
+  EXPECT_EQ(c.feed(0, "x\n"), "");
+  // A tail shown after its wait also comes after what the fold held.
+  EXPECT_EQ(c.feed(1, "\nprompt> "), "[d0]:x\n[d1]:20%\r\n");
+  EXPECT_EQ(c.feed(0, "z\n"), "");
+  c.now += 150ms;
+  c.out.clear();
+  c.lines[1].flush(c.now, 100ms, c.out);
+  EXPECT_EQ(c.out, "[d0]:z\n[d1]:prompt> ");
+  // A worker's end ends its open line; what the fold holds waits for the others, until the last
+  // rank's end.
+  EXPECT_EQ(c.feed(0, "y\n"), "");
+  c.out.clear();
+  c.lines[1].finish(c.out);
+  EXPECT_EQ(c.out, "\n");
+  c.out.clear();
+  c.lines[0].finish(c.out);
+  EXPECT_EQ(c.out, "[d0]:y\n");
+}
+
+TEST(ConsoleFold, TimestampsStartEachLineAndAFoldKeepsItsFirst) {
+  int n = 0;
+  FoldedConsole c(2, [&n] { return "t" + std::to_string(n++) + " "; });
+  EXPECT_EQ(c.feed(0, "same\n"), "");
+  EXPECT_EQ(c.feed(1, "same\n"), "t0 [d0-1]:same\n");
+  Console plain;
+  plain.lines = ConsoleLines("[r0]:", ConsoleStyle{nullptr, 0, [] { return std::string("T "); }});
+  EXPECT_EQ(plain.feed("a\nb\rc"), "T [r0]:a\nT [r0]:b\r");
 }
 
 }  // namespace

@@ -10,7 +10,9 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -623,8 +625,9 @@ TEST(DlaunchOrphans, BackgroundChildIgnoringSigtermIsKilledAfterTheGraceWithAWar
 
 TEST(DlaunchHang, HungWorkerIsDetectedStackedAndRestarted) {
   TempDir logs;
-  auto r = run(cmd({"--standalone", "--hang_timeout", "1", "--max_restarts", "1",
-                    "--shutdown_grace", "1", "--log_dir", logs.path(), "--rdzv_id", "hang"},
+  auto r = run(cmd({"--standalone", "--hang_timeout", "1", "--hang_timeout_from_start",
+                    "--max_restarts", "1", "--shutdown_grace", "1", "--log_dir", logs.path(),
+                    "--rdzv_id", "hang"},
                    {"hang"}),
                {}, 120s);
   ASSERT_FALSE(r.timed_out) << r.err;
@@ -637,6 +640,22 @@ TEST(DlaunchHang, HungWorkerIsDetectedStackedAndRestarted) {
   }
   std::string stack = read_file(logs.path() + "/hang/attempt_0/0/stack.txt");
   EXPECT_FALSE(stack.empty()) << r.err;
+}
+
+// Issue 13: a program that never heartbeats (it knows nothing of dlaunch) ran into the timeout
+// S seconds after its start and was killed as hung.
+TEST(DlaunchHang, WorkerThatNeverBeatsIsNotHungUnlessAsked) {
+  auto r = run({kDlaunch, "--standalone", "--hang_timeout", "1", "--nproc_per_node", "2",
+                "--no_python", "/bin/sleep", "3"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(r.err.find("is hung"), std::string::npos) << r.err;
+
+  r = run({kDlaunch, "--standalone", "--hang_timeout", "1", "--hang_timeout_from_start",
+           "--no_python", "/bin/sleep", "30"});
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("is hung"), std::string::npos) << r.err;
 }
 
 TEST(DlaunchHang, BeatingWorkerIsNotHung) {
@@ -665,6 +684,53 @@ TEST(DlaunchLogs, RedirectsTeeFilterAndFiles) {
            "/bin/sh", "-c", "echo line$LOCAL_RANK"});
   ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
   EXPECT_EQ(r.out, "[default1]:line1\n");
+}
+
+// Issue 13 item 6: --log_fold prints an identical line of several ranks once, with the ranks
+// folded into the prefix; the next, differing lines are printed per rank; the files keep every
+// line. The ranks meet before printing, so their identical lines arrive together (a fold waits
+// 100 ms for more ranks, then goes out as it is).
+TEST(DlaunchLogs, FoldPrintsIdenticalLinesOfSeveralRanksOnceAndFilesKeepEveryLine) {
+  TempDir logs, sync;
+  std::string script = "touch " + sync.file("r") + "$LOCAL_RANK; while [ $(ls " + sync.path() +
+                       " | wc -l) -lt 4 ]; do sleep 0.01; done; echo same; echo rank$LOCAL_RANK";
+  auto r = run({kDlaunch, "--standalone", "--nproc_per_node", "4", "--log_fold", "--log_dir",
+                logs.path(), "--rdzv_id", "fold", "--no_python", "/bin/sh", "-c", script});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  std::set<int> folded_ranks;
+  int same_lines = 0;
+  std::smatch m;
+  static const std::regex same_re(R"(^\[default([0-9,-]+)\]:same$)");
+  std::istringstream lines(r.out);
+  for (std::string line; std::getline(lines, line);) {
+    if (!std::regex_match(line, m, same_re)) continue;
+    ++same_lines;
+    std::string list = m[1];  // "0-3", "0,2", "1"
+    for (size_t at = 0; at < list.size();) {
+      size_t end = list.find(',', at);
+      if (end == std::string::npos) end = list.size();
+      std::string part = list.substr(at, end - at);
+      size_t dash = part.find('-');
+      int lo = std::stoi(part.substr(0, dash));
+      int hi = dash == std::string::npos ? lo : std::stoi(part.substr(dash + 1));
+      for (int k = lo; k <= hi; ++k) folded_ranks.insert(k);
+      at = end + 1;
+    }
+  }
+  EXPECT_EQ(folded_ranks, (std::set<int>{0, 1, 2, 3})) << r.out;
+  EXPECT_LT(same_lines, 4) << "nothing was folded:\n" << r.out;
+  for (int k = 0; k < 4; ++k) {
+    std::string rank = std::to_string(k);
+    EXPECT_NE(r.out.find("[default" + rank + "]:rank" + rank + "\n"), std::string::npos) << r.out;
+    EXPECT_EQ(read_file(logs.path() + "/fold/attempt_0/" + rank + "/stdout.log"),
+              "same\nrank" + rank + "\n");
+  }
+
+  r = run({kDlaunch, "--standalone", "--log_timestamps", "--no_python", "/bin/sh", "-c",
+           "echo hello"});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_TRUE(std::regex_match(r.out, std::regex(R"(\d\d:\d\d:\d\d\.\d{3} \[default0\]:hello\n)")))
+      << r.out;
 }
 
 TEST(DlaunchLogs, TeeWinsOverRedirectFilesAndConsole) {

@@ -128,6 +128,47 @@ TEST(FailureReport, BareSigkillHintsAtTheOomKiller) {
   }
 }
 
+// Issue 13: after a hang the root cause is the rank the stacks showed stuck outside a collective;
+// the report says where it was and shows its Python stack; the victim says what it waited in.
+TEST(FailureReport, HangShowsWhereTheRootCauseWasAndItsPythonStack) {
+  std::vector<WorkerRecord> ws(2);
+  for (int64_t lr : {0, 1}) {
+    ws[static_cast<size_t>(lr)].local_rank = lr;
+    ws[static_cast<size_t>(lr)].global_rank = lr;
+    ws[static_cast<size_t>(lr)].log_dir = "/run/attempt_0/" + std::to_string(lr);
+  }
+  WorkerGroup g(0, ws);
+  auto wall = std::chrono::system_clock::now();
+  g.on_started(0, 100, TimePoint{}, wall);
+  g.on_started(1, 101, TimePoint{}, wall);
+  g.on_hung(0, TimePoint{}, wall);
+  g.blame_hang(1);
+  g.worker(0).hang_where = "main (train.py:40), natively in c10d::Reducer::finalize_backward()";
+  g.worker(1).hang_where = "load_batch (train.py:22)";
+  g.worker(1).python_stack = "  File \"train.py\", line 22 in load_batch\n"
+                             "  File \"train.py\", line 40 in main\n";
+  g.on_exit(0, ExitStatus::killed(15), TimePoint{}, wall);
+  g.on_exit(1, ExitStatus::killed(15), TimePoint{}, wall);
+  ReportContext ctx;
+  ctx.hang_timeout = std::chrono::seconds(3);
+  std::string r = format_failure_report(g, ctx);
+  EXPECT_NE(r.find("rank      : 1 (local_rank: 1)\n"
+                   "  hung      : no heartbeat for more than 3.0 s (pid: 101)\n"
+                   "  stacks    : /run/attempt_0/1/stack.txt\n"
+                   "  stuck in  : load_batch (train.py:22)\n"
+                   "  py_stacks : /run/attempt_0/1/py_stack.txt\n"
+                   "  python    : (main thread, most recent call first)\n"
+                   "    File \"train.py\", line 22 in load_batch\n"
+                   "    File \"train.py\", line 40 in main\n"),
+            std::string::npos)
+      << r;
+  EXPECT_NE(r.find("rank 0 (local_rank 0, pid 100): hung: no heartbeat for more than 3.0 s "
+                   "(--hang_timeout), in main (train.py:40), natively in "
+                   "c10d::Reducer::finalize_backward(), then ended by signal SIGTERM"),
+            std::string::npos)
+      << r;
+}
+
 TEST(StackCapture, PrefersEuStackThenGdbThenNothing) {
   char dir[] = "/tmp/dlaunch_tools_XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);

@@ -337,6 +337,8 @@ TEST(LaunchConfig, SecondsAndSwitchesFromEnv) {
   EXPECT_DOUBLE_EQ(to_seconds(c.hang_timeout), 2.5);
   EXPECT_DOUBLE_EQ(to_seconds(c.shutdown_grace), 0.25);
   EXPECT_TRUE(c.standalone);
+  EXPECT_FALSE(c.hang_timeout_from_start);
+  EXPECT_TRUE(resolve({"p"}, {{"DLAUNCH_HANG_TIMEOUT_FROM_START", "1"}}).hang_timeout_from_start);
 }
 
 }  // namespace

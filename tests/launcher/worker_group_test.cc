@@ -67,6 +67,25 @@ TEST(WorkerGroup, HangMakesUnhealthyAndIsFinal) {
   EXPECT_EQ(*g.root_cause(), 1);
 }
 
+// The stacks showed that rank 1 is stuck and rank 0 only waits for it in a collective.
+TEST(WorkerGroup, BlameHangMovesTheRootCauseToTheStuckWorker) {
+  FakeClock clock;
+  auto g = make_group(3);
+  for (int64_t lr = 0; lr < 3; ++lr) g.on_started(lr, 10 + static_cast<int>(lr), clock.now(), kWall);
+  g.on_hung(0, clock.now(), kWall);
+  g.blame_hang(1);
+  EXPECT_EQ(g.state(), GroupState::kUnhealthy);
+  EXPECT_EQ(*g.root_cause(), 1);
+  EXPECT_TRUE(g.worker(1).hung);
+  // Only while Unhealthy: a failed group keeps its root cause.
+  auto f = make_group(2);
+  f.on_started(0, 1, clock.now(), kWall);
+  f.on_started(1, 2, clock.now(), kWall);
+  f.on_exit(0, ExitStatus::exited(1), clock.now(), kWall);
+  f.blame_hang(1);
+  EXPECT_EQ(*f.root_cause(), 0);
+}
+
 TEST(WorkerGroup, StopRequestKeepsAFinalState) {
   FakeClock clock;
   auto g = make_group(1);
@@ -103,12 +122,22 @@ TEST(WorkerGroup, StderrTailIsBounded) {
 TEST(WorkerGroup, HangRule) {
   FakeClock clock;
   TimePoint start = clock.now();
-  EXPECT_FALSE(WorkerGroup::is_hung(start, std::nullopt, start + 900ms, 1s));
-  EXPECT_TRUE(WorkerGroup::is_hung(start, std::nullopt, start + 1100ms, 1s));
-  EXPECT_FALSE(WorkerGroup::is_hung(start, start + 500ms, start + 1400ms, 1s));
-  EXPECT_TRUE(WorkerGroup::is_hung(start, start + 500ms, start + 1600ms, 1s));
+  for (bool from_start : {false, true}) {
+    EXPECT_FALSE(WorkerGroup::is_hung(start, start + 500ms, start + 1400ms, 1s, from_start));
+    EXPECT_TRUE(WorkerGroup::is_hung(start, start + 500ms, start + 1600ms, 1s, from_start));
+  }
+  // --hang_timeout_from_start: the start counts as the first beat.
+  EXPECT_FALSE(WorkerGroup::is_hung(start, std::nullopt, start + 900ms, 1s, true));
+  EXPECT_TRUE(WorkerGroup::is_hung(start, std::nullopt, start + 1100ms, 1s, true));
   // A heartbeat older than the start (a stale file) does not count.
-  EXPECT_TRUE(WorkerGroup::is_hung(start, start - 10s, start + 1100ms, 1s));
+  EXPECT_TRUE(WorkerGroup::is_hung(start, start - 10s, start + 1100ms, 1s, true));
+}
+
+TEST(WorkerGroup, WorkerThatNeverBeatIsNotHungByDefault) {
+  FakeClock clock;
+  TimePoint start = clock.now();
+  EXPECT_FALSE(WorkerGroup::is_hung(start, std::nullopt, start + 1h, 1s, false));
+  EXPECT_FALSE(WorkerGroup::is_hung(start, start - 10s, start + 1h, 1s, false));
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ root=$tmp/root
 dpkg-deb -x "$deb" "$root" || { echo "FAIL: dpkg-deb -x failed"; exit 1; }
 expected=(usr/bin/dlaunch usr/bin/dtrain usr/share/bash-completion/completions/dlaunch
   usr/share/doc/dlaunch/README.md usr/share/doc/dlaunch/quickstart.md
-  usr/share/doc/dlaunch/examples/slurm/dtrain.sbatch)
+  usr/share/doc/dlaunch/examples/slurm/dtrain.sbatch usr/share/dlaunch/python/sitecustomize.py)
 [[ $man_pages == ON ]] && expected+=(usr/share/man/man1/dlaunch.1 usr/share/man/man1/dtrain.1)
 for f in "${expected[@]}"; do
   [[ -f $root/$f ]] || fail "$f is not in the package"
@@ -61,6 +61,11 @@ done
 out=$("$root/usr/bin/dlaunch" --standalone --nproc_per_node 2 --dry_run 2>&1)
 [[ $out == *"$root/usr/bin/dtrain  <- default"* ]] ||
   fail "dlaunch --dry_run without a program does not pick $root/usr/bin/dtrain:"$'\n'"$out"
+
+# The unpacked dlaunch finds its Python hooks beside itself and puts them first on PYTHONPATH.
+out=$(PYTHONPATH=/mine "$root/usr/bin/dlaunch" --standalone --no_python /bin/sh -c 'echo "pp=$PYTHONPATH"' 2>&1)
+[[ $out == *"pp=$(realpath "$root/usr/share/dlaunch/python"):/mine"* ]] ||
+  fail "the unpacked dlaunch does not put $root/usr/share/dlaunch/python first on the workers' PYTHONPATH:"$'\n'"$out"
 
 # A 2-worker job with the unpacked dtrain (two steps; DLAUNCH_CONV_CACHE=off: no ~/.cache).
 mkdir -p "$tmp/run"

@@ -1,0 +1,83 @@
+"""Checks dlaunch's sitecustomize (python/dlaunch_hooks) inside one interpreter, for
+torch_compat_test.cc. Run with the hooks first on PYTHONPATH and DLAUNCH_HEARTBEAT_FILE set.
+
+  hooks_selftest.py real    Debian's PyTorch (1.13: each optimizer class's step is wrapped):
+                            SGD, Adam and a subclass of SGD touch the heartbeat file, at most
+                            every 100 ms, and a class is wrapped once however many instances.
+  hooks_selftest.py fake2   a stand-in torch package with PyTorch 2.x's global
+                            register_optimizer_step_post_hook (no PyTorch 2 here): the hooks use
+                            it instead of wrapping.
+Prints "selftest ok" at the end; any failed check raises.
+"""
+import os
+import sys
+import tempfile
+import time
+
+BEAT = os.environ["DLAUNCH_HEARTBEAT_FILE"]
+
+
+def mtime():
+    return os.stat(BEAT).st_mtime_ns if os.path.exists(BEAT) else 0
+
+
+def real():
+    assert "torch" not in sys.modules, "the hooks imported torch"
+    import torch
+
+    class MySGD(torch.optim.SGD):  # a user's subclass that keeps SGD's step
+        pass
+
+    p = torch.nn.Parameter(torch.ones(2))
+    for make in (lambda: torch.optim.SGD([p], lr=0.1), lambda: torch.optim.Adam([p]),
+                 lambda: MySGD([p], lr=0.1)):
+        opt = make()
+        make()  # a second instance must not wrap the class again
+        step = type(opt).step
+        assert getattr(step, "_dlaunch_beats", False), f"{type(opt).__name__}.step not hooked"
+        assert not getattr(step.__wrapped__, "_dlaunch_beats", False), "wrapped twice"
+        before = mtime()
+        time.sleep(0.15)
+        p.grad = torch.ones(2)
+        opt.step()
+        assert mtime() > before, f"{type(opt).__name__}.step did not beat"
+        # Within 100 ms of a beat, no new touch.
+        after = mtime()
+        opt.step()
+        assert mtime() == after, "beat again within 100 ms"
+
+
+FAKE_OPTIMIZER = '''
+_hooks = []
+def register_optimizer_step_post_hook(hook):
+    _hooks.append(hook)
+class Optimizer:
+    def __init__(self, params, defaults):
+        pass
+    def step(self):
+        for hook in _hooks:
+            hook(self, (), {})
+'''
+
+
+def fake2():
+    root = tempfile.mkdtemp()
+    os.makedirs(os.path.join(root, "torch", "optim"))
+    open(os.path.join(root, "torch", "__init__.py"), "w").close()
+    with open(os.path.join(root, "torch", "optim", "__init__.py"), "w") as f:
+        f.write("from .optimizer import Optimizer\n")
+    with open(os.path.join(root, "torch", "optim", "optimizer.py"), "w") as f:
+        f.write(FAKE_OPTIMIZER)
+    sys.path.insert(0, root)
+    import torch.optim.optimizer as optimizer
+
+    assert len(optimizer._hooks) == 1, "the 2.x global hook was not registered"
+    assert optimizer.Optimizer.__init__.__qualname__ == "Optimizer.__init__", "wrapped on 2.x"
+    before = mtime()
+    time.sleep(0.15)
+    optimizer.Optimizer(None, {}).step()
+    assert mtime() > before, "the 2.x hook did not beat"
+
+
+{"real": real, "fake2": fake2}[sys.argv[1]]()
+print("selftest ok", flush=True)
