@@ -18,7 +18,7 @@
 #include "common/log.h"
 #include "common/version.h"
 #include "common/worker_env.h"
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/data/dataset.h"
 #include "worker/train/bootstrap.h"
@@ -76,7 +76,7 @@ int main(int argc, char** argv) {
                                    "steps >= 1",
                                    config.stop_check_every));
     }
-    kernels::cpu::set_num_threads(train::resolve_threads(config.threads, env));
+    kernels::set_host_threads(train::resolve_threads(config.threads, env));
     train::FaultInjection fault;
     if (env.restart_count == 0) {
       fault.fail_at_step = get_env_int("DTRAIN_FAIL_AT_STEP").value_or(-1);
@@ -84,7 +84,7 @@ int main(int argc, char** argv) {
     }
     auto timeout = std::chrono::seconds(get_env_int("DTRAIN_COMM_TIMEOUT_S").value_or(300));
     auto pg = train::join_process_group(env, timeout);
-    train::TrainSummary s = train::run_training(config, env, *pg, fault);
+    train::TrainSummary s = train::run_training(config, env, *pg, kernels::cpu_backend(), fault);
     if (env.rank == 0) {
       std::string partial =
           s.partial_epoch > 0 ? fmt::format(" and {} of {} steps of epoch {}", s.partial_epoch_steps,
