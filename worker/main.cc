@@ -22,6 +22,7 @@
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/data/dataset.h"
 #include "worker/train/bootstrap.h"
+#include "worker/train/device_select.h"
 #include "worker/train/stop_signal.h"
 #include "worker/train/train_config.h"
 #include "worker/train/trainer.h"
@@ -77,6 +78,9 @@ int main(int argc, char** argv) {
                                    config.stop_check_every));
     }
     kernels::set_host_threads(train::resolve_threads(config.threads, env));
+    // Before joining the group: a missing GPU is a usage error of this worker alone (exit 2),
+    // said before any peer waits on it.
+    kernels::Backend& backend = train::select_device(config, env);
     train::FaultInjection fault;
     if (env.restart_count == 0) {
       fault.fail_at_step = get_env_int("DTRAIN_FAIL_AT_STEP").value_or(-1);
@@ -84,7 +88,7 @@ int main(int argc, char** argv) {
     }
     auto timeout = std::chrono::seconds(get_env_int("DTRAIN_COMM_TIMEOUT_S").value_or(300));
     auto pg = train::join_process_group(env, timeout);
-    train::TrainSummary s = train::run_training(config, env, *pg, kernels::cpu_backend(), fault);
+    train::TrainSummary s = train::run_training(config, env, *pg, backend, fault);
     if (env.rank == 0) {
       std::string partial =
           s.partial_epoch > 0 ? fmt::format(" and {} of {} steps of epoch {}", s.partial_epoch_steps,

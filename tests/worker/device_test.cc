@@ -1,0 +1,125 @@
+// dtrain's --device and --precision as real processes, on whatever machine runs the tests:
+// - CUDA_VISIBLE_DEVICES="" hides every GPU from the CUDA runtime, so "no usable GPU" is real
+//   here and on a GPU machine alike (no mock): --device cuda exits 2 with one sentence saying
+//   what was looked for and what was found, --device auto trains on the CPU and says why;
+// - with the environment as it is, --device cuda either trains on a GPU or fails the same way
+//   (this machine: no driver, so cudaGetDeviceCount's error is in the sentence);
+// - a plugin path that does not exist is named in the sentence;
+// - a checkpoint written on one device resumes on the other (skipped without a CUDA device).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+#include "kernels/device.h"
+#include "tests/support/subprocess.h"
+
+namespace dlaunch {
+namespace {
+namespace fs = std::filesystem;
+using testing::RunResult;
+using testing::TempDir;
+
+constexpr auto kTimeout = std::chrono::seconds(240);
+
+RunResult run_dtrain(const TempDir& dir, std::vector<std::string> args,
+                     std::map<std::string, std::string> env = {}) {
+  args.insert(args.begin(), DTRAIN_BINARY);
+  args.push_back("--output_dir=" + dir.file("out"));
+  env.emplace("OMP_NUM_THREADS", "1");
+  env.emplace("DTRAIN_LIMIT_TRAIN_SAMPLES", "64");
+  env.emplace("DTRAIN_LIMIT_TEST_SAMPLES", "32");
+  env.emplace("DLAUNCH_CONV_CACHE", "off");
+  return testing::run(args, env, kTimeout);
+}
+
+const std::vector<std::string> kTiny = {"--width=4", "--batch_size=16", "--epochs=1",
+                                        "--log_every=0"};
+
+std::vector<std::string> tiny(std::vector<std::string> more) {
+  std::vector<std::string> args = kTiny;
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+// The one line dtrain logs for a usage error.
+void expect_no_gpu_sentence(const RunResult& r) {
+  EXPECT_EQ(r.exit.shell_code(), 2) << r.out << r.err;
+  const std::string all = r.out + r.err;
+  EXPECT_NE(all.find("--device cuda needs a usable NVIDIA GPU: looked for one and found"),
+            std::string::npos)
+      << all;
+  EXPECT_NE(all.find("run with --device cpu, or --device auto to fall back to the CPU"),
+            std::string::npos)
+      << all;
+  EXPECT_EQ(all.find("Traceback"), std::string::npos);
+}
+
+TEST(DtrainDevice, CudaWithEveryGpuHiddenExitsTwoWithOneSentence) {
+  TempDir dir;
+  RunResult r = run_dtrain(dir, tiny({"--device=cuda"}), {{"CUDA_VISIBLE_DEVICES", ""}});
+  expect_no_gpu_sentence(r);
+  // Nothing was trained or written.
+  EXPECT_FALSE(fs::exists(dir.file("out") + "/metrics.jsonl"));
+}
+
+TEST(DtrainDevice, CudaOnThisMachineTrainsOnAGpuOrSaysWhyNot) {
+  TempDir dir;
+  RunResult r = run_dtrain(dir, tiny({"--device=cuda", "--max_steps=2"}));
+  if (r.exit.shell_code() == 0) {
+    EXPECT_NE((r.out + r.err).find("device: cuda:0"), std::string::npos) << r.out << r.err;
+    return;
+  }
+  expect_no_gpu_sentence(r);
+}
+
+TEST(DtrainDevice, MissingPluginIsNamed) {
+  TempDir dir;
+  const std::string missing = dir.file("no_such_plugin.so");
+  RunResult r = run_dtrain(dir, tiny({"--device", "cuda"}), {{"DLAUNCH_CUDA_PLUGIN", missing}});
+  expect_no_gpu_sentence(r);
+  EXPECT_NE((r.out + r.err).find("found no CUDA backend plugin at " + missing), std::string::npos)
+      << r.out << r.err;
+}
+
+TEST(DtrainDevice, AutoWithoutAGpuTrainsOnTheCpuAndSaysWhy) {
+  TempDir dir;
+  RunResult r = run_dtrain(dir, tiny({"--max_steps=2"}), {{"CUDA_VISIBLE_DEVICES", ""}});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("device: cpu (--device auto: looked for a CUDA GPU and found"),
+            std::string::npos)
+      << r.out << r.err;
+  RunResult cpu = run_dtrain(dir, tiny({"--device=cpu", "--overwrite", "--max_steps=1"}));
+  ASSERT_EQ(cpu.exit.shell_code(), 0) << cpu.out << cpu.err;
+  EXPECT_NE((cpu.out + cpu.err).find("device: cpu (--device cpu)"), std::string::npos)
+      << cpu.out << cpu.err;
+}
+
+bool have_cuda_device() {
+#ifdef DLAUNCH_CUDA_PLUGIN_PATH
+  // This test binary is not beside the plugin as dtrain is.
+  ::setenv("DLAUNCH_CUDA_PLUGIN", DLAUNCH_CUDA_PLUGIN_PATH, 0);
+#endif
+  return !kernels::open_device(kernels::DeviceRequest::kAuto, 0).backend->host_accessible();
+}
+
+// The same checkpoint format on both devices: one epoch on a GPU, the second on the CPU, and the
+// other way round (GPU part of issue 10, item 7).
+TEST(DtrainDevice, CheckpointsMoveBetweenGpuAndCpu) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device (or no CUDA plugin): nothing to move between";
+  for (auto [first, second] : {std::pair{"cuda", "cpu"}, std::pair{"cpu", "cuda"}}) {
+    TempDir dir;
+    RunResult a = run_dtrain(dir, {"--width=4", "--batch_size=16", "--epochs=1",
+                                   std::string("--device=") + first});
+    ASSERT_EQ(a.exit.shell_code(), 0) << a.out << a.err;
+    RunResult b = run_dtrain(dir, {"--width=4", "--batch_size=16", "--epochs=2",
+                                   std::string("--device=") + second});
+    ASSERT_EQ(b.exit.shell_code(), 0) << b.out << b.err;
+    EXPECT_NE((b.out + b.err).find("resumed from"), std::string::npos) << b.out << b.err;
+    EXPECT_TRUE(fs::exists(dir.file("out") + "/checkpoint_epoch_0002.dtck"));
+  }
+}
+
+}  // namespace
+}  // namespace dlaunch

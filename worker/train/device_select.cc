@@ -1,0 +1,16 @@
+#include "worker/train/device_select.h"
+
+#include "common/log.h"
+#include "kernels/device.h"
+
+namespace dlaunch::train {
+
+kernels::Backend& select_device(const TrainConfig& config, const WorkerEnv& env) {
+  const kernels::OpenedDevice opened =
+      kernels::open_device(kernels::parse_device_request(config.device), env.local_rank);
+  log_info("device: {}", opened.description);
+  kernels::Backend& backend = *opened.backend;
+  return backend;
+}
+
+}  // namespace dlaunch::train
