@@ -5,6 +5,7 @@
 // - with the environment as it is, --device cuda either trains on a GPU or fails the same way
 //   (this machine: no driver, so cudaGetDeviceCount's error is in the sentence);
 // - a plugin path that does not exist is named in the sentence;
+// - --precision other than fp32 is refused (exit 2) on the CPU, a value outside the list too;
 // - a checkpoint written on one device resumes on the other (skipped without a CUDA device).
 #include <gtest/gtest.h>
 
@@ -94,6 +95,28 @@ TEST(DtrainDevice, AutoWithoutAGpuTrainsOnTheCpuAndSaysWhy) {
   ASSERT_EQ(cpu.exit.shell_code(), 0) << cpu.out << cpu.err;
   EXPECT_NE((cpu.out + cpu.err).find("device: cpu (--device cpu)"), std::string::npos)
       << cpu.out << cpu.err;
+}
+
+TEST(DtrainDevice, PrecisionOtherThanFp32IsRefusedOnTheCpu) {
+  TempDir dir;
+  for (const char* p : {"bf16", "fp16"}) {
+    RunResult r = run_dtrain(dir, tiny({"--device=cpu", std::string("--precision=") + p}));
+    EXPECT_EQ(r.exit.shell_code(), 2) << r.out << r.err;
+    EXPECT_NE((r.out + r.err).find(std::string("--precision ") + p +
+                                   " is not available on the CPU: the CPU backend computes in fp32 only"),
+              std::string::npos)
+        << r.out << r.err;
+  }
+  RunResult bad = run_dtrain(dir, tiny({"--precision=fp8"}));
+  EXPECT_EQ(bad.exit.shell_code(), 2);
+  EXPECT_NE((bad.out + bad.err).find("--precision=fp8 is not allowed; expected one of: fp32, bf16, fp16"),
+            std::string::npos)
+      << bad.out << bad.err;
+  RunResult bad_device = run_dtrain(dir, tiny({"--device=tpu"}));
+  EXPECT_EQ(bad_device.exit.shell_code(), 2);
+  EXPECT_NE((bad_device.out + bad_device.err).find("--device=tpu is not allowed; expected one of: auto, cpu, cuda"),
+            std::string::npos)
+      << bad_device.out << bad_device.err;
 }
 
 bool have_cuda_device() {
