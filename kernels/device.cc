@@ -1,81 +1,54 @@
 #include "kernels/device.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
-#include <unistd.h>
 
 #include <cstdlib>
-#include <filesystem>
-#include <vector>
 
 #include "common/error.h"
+#include "common/plugin.h"
 #include "kernels/cuda_plugin.h"
 
 namespace dlaunch::kernels {
-namespace fs = std::filesystem;
 
 namespace {
 
-constexpr const char* kPluginName = "libdlaunch_cuda.so";
-
-// Where the plugin may be, in the order tried.
-std::vector<std::string> plugin_candidates() {
-  if (const char* path = std::getenv("DLAUNCH_CUDA_PLUGIN"); path != nullptr && *path != '\0') {
-    return {path};
-  }
-  std::error_code ec;
-  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return {kPluginName};  // the dynamic linker's search path
-  const fs::path dir = exe.parent_path();
-  return {(dir / kPluginName).string(), (dir / ".." / "lib" / "dlaunch" / kPluginName).string()};
-}
-
 // The CUDA side as seen from here: the plugin's functions when it loaded, else why not.
 struct CudaPlugin {
-  std::string path;  // the file loaded, or the files tried
+  std::string path;  // the file loaded
   DlaunchCudaDeviceCountFn device_count = nullptr;
   DlaunchCudaOpenFn open = nullptr;
-  std::string error;  // non-empty: not loaded
+  std::string error;  // non-empty: not usable, said as "found ..."
 };
 
 const CudaPlugin& cuda_plugin() {
   static const CudaPlugin plugin = [] {
     CudaPlugin p;
-    std::vector<std::string> tried;
-    for (const std::string& path : plugin_candidates()) {
-      if (path.find('/') != std::string::npos && !fs::exists(path)) {
-        tried.push_back(path);
-        continue;
-      }
-      // RTLD_LOCAL: the plugin's copy of our common code stays its own.
-      void* handle = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-      if (handle == nullptr) {
-        const char* e = ::dlerror();
-        p.path = path;
-        p.error = fmt::format("found the CUDA backend {}, which did not load: {}", path,
-                              e ? e : "unknown error");
-        return p;
-      }
-      p.path = path;
-      auto abi = reinterpret_cast<DlaunchCudaAbiFn>(::dlsym(handle, "dlaunch_cuda_plugin_abi"));
-      p.device_count =
-          reinterpret_cast<DlaunchCudaDeviceCountFn>(::dlsym(handle, "dlaunch_cuda_device_count"));
-      p.open = reinterpret_cast<DlaunchCudaOpenFn>(::dlsym(handle, "dlaunch_cuda_open"));
-      if (abi == nullptr || p.device_count == nullptr || p.open == nullptr) {
-        p.error = fmt::format("found {}, which is not a dlaunch CUDA backend (its functions are "
-                              "missing)",
-                              path);
-      } else if (abi() != kCudaPluginAbi) {
-        p.error = fmt::format("found {}, built for plugin interface {} where this dtrain needs {} "
-                              "(install the plugin of the same build)",
-                              path, abi(), kCudaPluginAbi);
-      }
+    const LoadedPlugin loaded = load_plugin("libdlaunch_cuda.so", "DLAUNCH_CUDA_PLUGIN");
+    p.path = loaded.path;
+    if (loaded.path.empty()) {
+      std::string list;
+      for (const auto& t : loaded.tried) list += (list.empty() ? "" : ", ") + t;
+      p.error = fmt::format("found no CUDA backend plugin at {} (a dtrain built without CUDA?)", list);
       return p;
     }
-    std::string list;
-    for (const auto& t : tried) list += (list.empty() ? "" : ", ") + t;
-    p.path = list;
-    p.error = fmt::format("found no CUDA backend plugin at {} (a dtrain built without CUDA?)", list);
+    if (loaded.handle == nullptr) {
+      p.error = fmt::format("found the CUDA backend {}, which did not load: {}", loaded.path,
+                            loaded.load_error);
+      return p;
+    }
+    auto abi = reinterpret_cast<DlaunchCudaAbiFn>(loaded.symbol("dlaunch_cuda_plugin_abi"));
+    p.device_count =
+        reinterpret_cast<DlaunchCudaDeviceCountFn>(loaded.symbol("dlaunch_cuda_device_count"));
+    p.open = reinterpret_cast<DlaunchCudaOpenFn>(loaded.symbol("dlaunch_cuda_open"));
+    if (abi == nullptr || p.device_count == nullptr || p.open == nullptr) {
+      p.error = fmt::format("found {}, which is not a dlaunch CUDA backend (its functions are "
+                            "missing)",
+                            loaded.path);
+    } else if (abi() != kCudaPluginAbi) {
+      p.error = fmt::format("found {}, built for plugin interface {} where this dtrain needs {} "
+                            "(install the plugin of the same build)",
+                            loaded.path, abi(), kCudaPluginAbi);
+    }
     return p;
   }();
   return plugin;
@@ -97,7 +70,7 @@ DeviceRequest parse_device_request(const std::string& text) {
 }
 
 OpenedDevice open_device(DeviceRequest request, int64_t local_rank) {
-  if (request == DeviceRequest::kCpu) return {&cpu_backend(), "cpu (--device cpu)"};
+  if (request == DeviceRequest::kCpu) return {&cpu_backend(), "cpu (--device cpu)", -1, 0};
   const char* flag = request == DeviceRequest::kAuto ? "--device auto" : "--device cuda";
   const CudaPlugin& plugin = cuda_plugin();
   std::string none;  // why there is no usable GPU
@@ -121,14 +94,17 @@ OpenedDevice open_device(DeviceRequest request, int64_t local_rank) {
           local_rank >= count
               ? fmt::format("; LOCAL_RANK {} shares it (more local workers than devices)", local_rank)
               : std::string();
-      return {backend, fmt::format("{}, device {} of {} visible ({}){}", backend->name(), device,
-                                   count, flag, shared)};
+      return {backend,
+              fmt::format("{}, device {} of {} visible ({}){}", backend->name(), device, count,
+                          flag, shared),
+              device, count};
     }
     none = fmt::format("found device {} of {} visible ({}) but could not open it: {}", device,
                        count, visible_devices_text(), why);
   }
   if (request == DeviceRequest::kAuto) {
-    return {&cpu_backend(), fmt::format("cpu (--device auto: looked for a CUDA GPU and {})", none)};
+    return {&cpu_backend(), fmt::format("cpu (--device auto: looked for a CUDA GPU and {})", none),
+            -1, 0};
   }
   throw UsageError(fmt::format(
       "--device cuda needs a usable NVIDIA GPU: looked for one and {}; run with --device cpu, or "

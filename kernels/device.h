@@ -33,6 +33,9 @@ struct OpenedDevice {
   // For the start-up log: which device and why, e.g. "cuda:0 (NVIDIA H100 80GB HBM3), device 0
   // of 1 visible (--device auto)" or "cpu (--device auto: no CUDA device: ...)".
   std::string description;
+  // On CUDA: the device index among the visible ones, and how many are visible (-1, 0 on CPU).
+  int cuda_device = -1;
+  int cuda_visible = 0;
 };
 
 OpenedDevice open_device(DeviceRequest request, int64_t local_rank);
