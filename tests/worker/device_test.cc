@@ -216,6 +216,25 @@ TEST(DtrainDevice, TwoRanksOnOneGpuWithSyncBnEqualOneRankOnTheDoubledBatch) {
   if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device (or no CUDA plugin)";
   expect_two_ranks_equal_one_on_the_doubled_batch("cuda");
 }
+
+// Two ranks on two GPUs take NCCL (the unique id through the agent's store) and train; on one GPU
+// they stay on gloo and say why (the one-GPU case is the test above).
+TEST(DtrainDevice, TwoRanksOnTwoGpusUseNccl) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device (or no CUDA plugin)";
+  if (kernels::open_device(kernels::DeviceRequest::kCuda, 0).cuda_visible < 2) {
+    GTEST_SKIP() << "needs two visible CUDA devices";
+  }
+  TempDir dir;
+  RunResult r = testing::run({DLAUNCH_BINARY, "--standalone", "--nproc_per_node=2",
+                              "--hang_timeout=120", DTRAIN_BINARY, "--device=cuda", "--width=8",
+                              "--epochs=1", "--max_steps=3", "--sync_bn",
+                              "--output_dir=" + dir.file("out")},
+                             {{"DTRAIN_LIMIT_TRAIN_SAMPLES", "256"},
+                              {"DTRAIN_LIMIT_TEST_SAMPLES", "64"}},
+                             kTimeout);
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.out << r.err;
+  EXPECT_NE((r.out + r.err).find("world size 2 (nccl)"), std::string::npos) << r.out << r.err;
+}
 #endif
 
 }  // namespace

@@ -6,9 +6,10 @@ namespace dlaunch::ddp {
 
 namespace {
 
-// How gradients on a device the process group cannot read reach it (grad_reducer.h).
-GradStaging staging_for(kernels::Backend& be) {
-  if (be.host_accessible()) return {};
+// How gradients on a device reach a process group that reads only host memory (grad_reducer.h).
+// NCCL reads the device's memory itself.
+GradStaging staging_for(kernels::Backend& be, const comm::ProcessGroup& pg) {
+  if (be.host_accessible() || pg.backend() == "nccl") return {};
   return {[&be](float* host, const float* grads, size_t n) {
             be.copy_to_host(host, grads, n * sizeof(float));
           },
@@ -20,7 +21,7 @@ GradStaging staging_for(kernels::Backend& be) {
 // Rank 0's values of `t` on every rank, through the host when the backend's memory is not.
 void broadcast_tensor(comm::ProcessGroup& pg, Tensor& t) {
   if (pg.size() == 1) return;
-  if (t.backend().host_accessible()) {
+  if (t.backend().host_accessible() || pg.backend() == "nccl") {
     broadcast_from_rank0(pg, t.data(), static_cast<size_t>(t.numel()));
     return;
   }
@@ -34,7 +35,7 @@ void broadcast_tensor(comm::ProcessGroup& pg, Tensor& t) {
 DataParallel::DataParallel(ResNet& model, comm::ProcessGroup& pg, bool sync_bn, size_t bucket_bytes)
     : model_(model),
       pg_(pg),
-      reducer_(pg, model.grads(), model.param_info(), bucket_bytes, staging_for(model.backend())) {
+      reducer_(pg, model.grads(), model.param_info(), bucket_bytes, staging_for(model.backend(), pg)) {
   if (sync_bn && pg.size() > 1) {
     bn_sync_ = std::make_unique<ProcessGroupBatchNormSync>(pg);
     model_.set_batchnorm_sync(bn_sync_.get());

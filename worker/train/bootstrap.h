@@ -4,6 +4,12 @@
 // ("dtrain/attempt_<n>/..." so a restarted group never reads a dead attempt's addresses) and
 // builds the gloo group through it.
 //
+// On a GPU (device.cuda_device >= 0) every rank votes through the store: when all ranks have a
+// GPU of their own and the NCCL plugin (nccl_plugin.h), they build an NCCL group instead, its
+// unique ids under the same attempt prefix; otherwise (ranks sharing a GPU, no plugin on some
+// rank) everyone takes gloo, with gradients and SyncBN sums staged through the host, and the log
+// says why.
+//
 // Blocks until every rank joined or the timeout passes (TimeoutError); a missing store throws
 // ConnectionError naming the address.
 #pragma once
@@ -12,11 +18,13 @@
 #include <memory>
 
 #include "common/worker_env.h"
+#include "kernels/device.h"
 #include "worker/comm/process_group.h"
 
 namespace dlaunch::train {
 
 std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
-                                                       std::chrono::seconds timeout);
+                                                       std::chrono::seconds timeout,
+                                                       const kernels::OpenedDevice& device);
 
 }  // namespace dlaunch::train

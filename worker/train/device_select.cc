@@ -8,7 +8,7 @@
 
 namespace dlaunch::train {
 
-kernels::Backend& select_device(const TrainConfig& config, const WorkerEnv& env) {
+kernels::OpenedDevice select_device(const TrainConfig& config, const WorkerEnv& env) {
   const kernels::OpenedDevice opened =
       kernels::open_device(kernels::parse_device_request(config.device), env.local_rank);
   log_info("device: {}", opened.description);
@@ -25,7 +25,7 @@ kernels::Backend& select_device(const TrainConfig& config, const WorkerEnv& env)
         "(mixed precision is issue 10, item 3); run with --precision fp32",
         config.precision));
   }
-  return backend;
+  return opened;
 }
 
 }  // namespace dlaunch::train

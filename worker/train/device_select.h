@@ -10,11 +10,12 @@
 #pragma once
 
 #include "common/worker_env.h"
-#include "kernels/backend.h"
+#include "kernels/device.h"
 #include "worker/train/train_config.h"
 
 namespace dlaunch::train {
 
-kernels::Backend& select_device(const TrainConfig& config, const WorkerEnv& env);
+// The opened device (its backend, and the GPU index for the process group's choice).
+kernels::OpenedDevice select_device(const TrainConfig& config, const WorkerEnv& env);
 
 }  // namespace dlaunch::train
