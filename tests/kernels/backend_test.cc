@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -42,7 +43,10 @@ TEST(Backend, CpuBackendIsTheCpuOps) {
 
 kernels::Backend* cuda_backend() {
 #ifdef DLAUNCH_CUDA_PLUGIN_PATH
-  ::setenv("DLAUNCH_CUDA_PLUGIN", DLAUNCH_CUDA_PLUGIN_PATH, 0);
+  // Not beside the plugin as dtrain is (in the build; a bundle sets DLAUNCH_CUDA_PLUGIN itself).
+  if (std::filesystem::exists(DLAUNCH_CUDA_PLUGIN_PATH)) {
+    ::setenv("DLAUNCH_CUDA_PLUGIN", DLAUNCH_CUDA_PLUGIN_PATH, 0);
+  }
 #endif
   kernels::Backend* be = kernels::open_device(kernels::DeviceRequest::kAuto, 0).backend;
   return be->host_accessible() ? nullptr : be;

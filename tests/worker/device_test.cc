@@ -29,9 +29,20 @@ using testing::TempDir;
 
 constexpr auto kTimeout = std::chrono::seconds(240);
 
+// The binaries under test: the build's, unless $DTRAIN_TEST_BINARY / $DLAUNCH_TEST_BINARY name
+// others (a bundle of these tests carried to a GPU machine, where the build paths do not exist).
+std::string binary(const char* env, const char* built) {
+  const char* v = std::getenv(env);
+  return v != nullptr && *v != '\0' ? v : built;
+}
+const std::string kDtrain = binary("DTRAIN_TEST_BINARY", DTRAIN_BINARY);
+#ifdef DLAUNCH_BINARY
+const std::string kDlaunch = binary("DLAUNCH_TEST_BINARY", DLAUNCH_BINARY);
+#endif
+
 RunResult run_dtrain(const TempDir& dir, std::vector<std::string> args,
                      std::map<std::string, std::string> env = {}) {
-  args.insert(args.begin(), DTRAIN_BINARY);
+  args.insert(args.begin(), kDtrain);
   args.push_back("--output_dir=" + dir.file("out"));
   env.emplace("OMP_NUM_THREADS", "1");
   env.emplace("DTRAIN_LIMIT_TRAIN_SAMPLES", "64");
@@ -126,8 +137,9 @@ TEST(DtrainDevice, PrecisionOtherThanFp32IsRefusedOnTheCpu) {
 
 bool have_cuda_device() {
 #ifdef DLAUNCH_CUDA_PLUGIN_PATH
-  // This test binary is not beside the plugin as dtrain is.
-  ::setenv("DLAUNCH_CUDA_PLUGIN", DLAUNCH_CUDA_PLUGIN_PATH, 0);
+  // This test binary is not beside the plugin as dtrain is (in the build; a bundle carried
+  // elsewhere sets DLAUNCH_CUDA_PLUGIN itself).
+  if (fs::exists(DLAUNCH_CUDA_PLUGIN_PATH)) ::setenv("DLAUNCH_CUDA_PLUGIN", DLAUNCH_CUDA_PLUGIN_PATH, 0);
 #endif
   return !kernels::open_device(kernels::DeviceRequest::kAuto, 0).backend->host_accessible();
 }
@@ -176,10 +188,10 @@ void expect_two_ranks_equal_one_on_the_doubled_batch(const std::string& device) 
     TempDir dir;
     std::vector<std::string> args;
     if (workers > 1) {
-      args = {DLAUNCH_BINARY, "--standalone", "--nproc_per_node=" + std::to_string(workers),
-              "--hang_timeout=120", DTRAIN_BINARY};
+      args = {kDlaunch, "--standalone", "--nproc_per_node=" + std::to_string(workers),
+              "--hang_timeout=120", kDtrain};
     } else {
-      args = {DTRAIN_BINARY};
+      args = {kDtrain};
     }
     args.insert(args.end(), common.begin(), common.end());
     args.push_back("--batch_size=" + std::to_string(64 / workers));
@@ -225,8 +237,8 @@ TEST(DtrainDevice, TwoRanksOnTwoGpusUseNccl) {
     GTEST_SKIP() << "needs two visible CUDA devices";
   }
   TempDir dir;
-  RunResult r = testing::run({DLAUNCH_BINARY, "--standalone", "--nproc_per_node=2",
-                              "--hang_timeout=120", DTRAIN_BINARY, "--device=cuda", "--width=8",
+  RunResult r = testing::run({kDlaunch, "--standalone", "--nproc_per_node=2",
+                              "--hang_timeout=120", kDtrain, "--device=cuda", "--width=8",
                               "--epochs=1", "--max_steps=3", "--sync_bn",
                               "--output_dir=" + dir.file("out")},
                              {{"DTRAIN_LIMIT_TRAIN_SAMPLES", "256"},
