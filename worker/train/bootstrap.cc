@@ -39,8 +39,7 @@ DlaunchNcclMakeGroupFn nccl_factory(std::string* why) {
   return make;
 }
 
-// Every rank's vote, so all take the same transport: NCCL only when every rank can (each on a
-// GPU of its own, the plugin loaded). Two counters in the attempt's store; polls until every
+// Every rank's vote: NCCL only when every rank can (each on a GPU of its own, the plugin loaded). Two counters in the attempt's store; polls until every
 // rank voted (at most `timeout`, then TimeoutError).
 bool all_ranks_can_use_nccl(Store& store, bool mine, int64_t world, std::chrono::seconds timeout) {
   if (mine) store.add("nccl_votes", 1);
@@ -72,32 +71,33 @@ std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
   auto client = std::make_shared<TcpStoreClient>(opts);
   PrefixStore store(fmt::format("dtrain/attempt_{}", env.restart_count), client);
 
+  // Every rank votes, CPU ranks too (a node whose --device auto found no GPU), so that all take
+  // the same transport. NCCL refuses two ranks on one GPU: ranks sharing one take gloo.
+  std::string why;
+  DlaunchNcclMakeGroupFn make = nullptr;
+  if (device.cuda_device < 0) {
+    why = "this rank computes on the CPU";
+  } else if (env.local_world_size > device.cuda_visible) {
+    why = fmt::format("{} local workers share {} visible GPU(s)", env.local_world_size,
+                      device.cuda_visible);
+  } else {
+    make = nccl_factory(&why);
+  }
+  if (all_ranks_can_use_nccl(store, make != nullptr, env.world_size, timeout)) {
+    log_debug("joining the NCCL group as rank {} of {} on GPU {}", env.rank, env.world_size,
+              device.cuda_device);
+    char err[1024] = {};
+    comm::ProcessGroup* pg =
+        make(&store, static_cast<int>(env.rank), static_cast<int>(env.world_size),
+             device.cuda_device,
+             std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(), err,
+             sizeof err);
+    if (pg == nullptr) throw ConnectionError(fmt::format("NCCL group: {}", err));
+    return std::unique_ptr<comm::ProcessGroup>(pg);
+  }
   if (device.cuda_device >= 0) {
-    // NCCL refuses two ranks on one GPU: ranks that share one stay on the host-staged gloo path.
-    std::string why;
-    DlaunchNcclMakeGroupFn make = nullptr;
-    if (env.local_world_size > device.cuda_visible) {
-      why = fmt::format("{} local workers share {} visible GPU(s)", env.local_world_size,
-                        device.cuda_visible);
-    } else {
-      make = nccl_factory(&why);
-    }
-    if (all_ranks_can_use_nccl(store, make != nullptr, env.world_size, timeout)) {
-      log_debug("joining the NCCL group as rank {} of {} on GPU {}", env.rank, env.world_size,
-                device.cuda_device);
-      char err[1024] = {};
-      comm::ProcessGroup* pg =
-          make(&store, static_cast<int>(env.rank), static_cast<int>(env.world_size),
-               device.cuda_device,
-               std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(), err,
-               sizeof err);
-      if (pg == nullptr) throw ConnectionError(fmt::format("NCCL group: {}", err));
-      return std::unique_ptr<comm::ProcessGroup>(pg);
-    }
-    if (env.rank == 0 || !why.empty()) {
-      log_info("gradients and SyncBN go through the host (gloo){}",
-               why.empty() ? std::string(": another rank cannot use NCCL") : ": " + why);
-    }
+    log_info("gradients and SyncBN go through the host (gloo): {}",
+             make != nullptr ? std::string("another rank cannot use NCCL") : why);
   }
 
   comm::GlooOptions gopts;

@@ -4,11 +4,11 @@
 // ("dtrain/attempt_<n>/..." so a restarted group never reads a dead attempt's addresses) and
 // builds the gloo group through it.
 //
-// On a GPU (device.cuda_device >= 0) every rank votes through the store: when all ranks have a
-// GPU of their own and the NCCL plugin (nccl_plugin.h), they build an NCCL group instead, its
-// unique ids under the same attempt prefix; otherwise (ranks sharing a GPU, no plugin on some
-// rank) everyone takes gloo, with gradients and SyncBN sums staged through the host, and the log
-// says why.
+// Every rank votes through the store (two counters under the attempt prefix): when all ranks
+// have a GPU of their own (device.cuda_device >= 0, local workers <= visible GPUs) and the NCCL
+// plugin (nccl_plugin.h), they build an NCCL group, its unique ids under the same prefix;
+// otherwise (CPU ranks, ranks sharing a GPU, no plugin on some rank) everyone takes gloo, GPU
+// ranks staging gradients and SyncBN sums through the host and saying why in the log.
 //
 // Blocks until every rank joined or the timeout passes (TimeoutError); a missing store throws
 // ConnectionError naming the address.
