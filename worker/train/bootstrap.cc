@@ -3,8 +3,6 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <thread>
-
 #include "common/env.h"
 #include "common/error.h"
 #include "common/plugin.h"
@@ -39,20 +37,14 @@ DlaunchNcclMakeGroupFn nccl_factory(std::string* why) {
   return make;
 }
 
-// Every rank's vote: NCCL only when every rank can (each on a GPU of its own, the plugin loaded). Two counters in the attempt's store; polls until every
-// rank voted (at most `timeout`, then TimeoutError).
+// Every rank's vote: NCCL only when every rank can (each on a GPU of its own, the plugin loaded).
+// Each rank adds its vote before counting itself in, and the last one in marks the count
+// complete, so the others wait on one key (Store::wait: TimeoutError after `timeout`) instead of
+// polling the store.
 bool all_ranks_can_use_nccl(Store& store, bool mine, int64_t world, std::chrono::seconds timeout) {
   if (mine) store.add("nccl_votes", 1);
-  store.add("transport_votes", 1);
-  const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (store.add("transport_votes", 0) < world) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      throw TimeoutError(fmt::format("waited {} s for all {} ranks to choose the GPU transport; "
-                                     "only {} did",
-                                     timeout.count(), world, store.add("transport_votes", 0)));
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  if (store.add("transport_votes", 1) == world) store.set("transport_voted", Bytes{1});
+  store.wait({"transport_voted"}, timeout);
   return store.add("nccl_votes", 0) == world;
 }
 
