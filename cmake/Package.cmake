@@ -5,10 +5,10 @@
 #
 # CUDA: the CUDA libraries here are not Debian packages (/usr/local/cuda), so no binary in the
 # package may need them: dpkg-shlibdeps would find no package to depend on and the build of the
-# package fails. Today dtrain trains on the CPU and links no CUDA library (the CUDA kernels and
-# the NCCL process group are only linked by their tests), so the package is built from the
-# ordinary build. When dtrain learns to train on GPUs, its CUDA backend belongs in a plugin loaded
-# at run time or a separate dlaunch-cuda package (docs/install.md).
+# package fails. dtrain links no CUDA library: its CUDA backend is the plugin libdlaunch_cuda.so
+# (kernels/cuda_plugin.h), loaded at run time for --device cuda|auto and built beside dtrain, but
+# not installed, so the package is built from the ordinary build. Shipping the plugin is a
+# separate dlaunch-cuda package's job (docs/install.md).
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME dlaunch)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})

@@ -1,8 +1,11 @@
 // Compute kernels for dtrain, device-neutral: every op takes raw float pointers and a shape
-// struct, never a Tensor, so the same signature serves the CPU implementation declared here
+// struct, never a Tensor, so the same signature (kernels/op_signatures.inc) serves the CPU
+// implementation declared here
 // (namespace dlaunch::kernels::cpu, kernels/cpu/<op>.cc) and the CUDA one
 // (namespace dlaunch::kernels::cuda, kernels/cuda/ops_cuda.h, the same math on device
 // pointers). Tests check every CPU op by finite differences and every CUDA op against the CPU op.
+// Model and trainer code reach the ops through a kernels::Backend (kernels/backend.h), never
+// through these namespaces.
 //
 // Activation layout. Activations are 4-D (N, C, H, W) in one of two layouts, named by
 // ActShape::cblock:
@@ -46,6 +49,16 @@ struct ConvShape {
   int64_t weight_numel() const { return c_out * c_in * kernel * kernel; }
 };
 
+// What the convolutions' autotuner did in this process so far (DLAUNCH_CONV_ALGO=autotune): passes
+// tuned by trial runs, passes whose choice came from the choice cache (this process's earlier
+// choices for another batch size, or the per-host file at cache_path; empty: none), the trial
+// runs and the wall seconds spent choosing. All zero on a device that does not autotune.
+struct ConvAutotuneStats {
+  int64_t tuned = 0, reused = 0, trial_runs = 0;
+  double seconds = 0;
+  std::string cache_path;
+};
+
 namespace cpu {
 
 // ---- threads ---------------------------------------------------------------------------------
@@ -57,18 +70,12 @@ int num_threads();
 int preferred_cblock(int64_t c);
 
 // ---- convolution autotuning --------------------------------------------------------------------
-// What the convolutions' autotuner did in this process so far (DLAUNCH_CONV_ALGO=autotune): passes
-// tuned by trial runs, passes whose choice came from the choice cache (this process's earlier
-// choices for another batch size, or the per-host file at cache_path; empty: none), the trial
-// runs and the wall seconds spent choosing. Thread-safe.
-struct ConvAutotuneStats {
-  int64_t tuned = 0, reused = 0, trial_runs = 0;
-  double seconds = 0;
-  std::string cache_path;
-};
+// kernels::ConvAutotuneStats of the CPU convolutions. Thread-safe.
 ConvAutotuneStats conv_autotune_stats();
 
+#define DL_OP(ret, name, params, args) ret name params;
 #include "kernels/op_signatures.inc"
+#undef DL_OP
 
 }  // namespace cpu
 }  // namespace dlaunch::kernels

@@ -1,7 +1,5 @@
 #include "worker/tensor.h"
 
-#include <cstdlib>
-#include <cstring>
 #include <utility>
 
 #include "common/error.h"
@@ -20,22 +18,23 @@ int64_t product(const std::vector<int64_t>& shape) {
 
 }  // namespace
 
-Tensor::Tensor(std::vector<int64_t> shape, Device device) : device_(device) {
-  if (device != Device::kCpu)
-    throw StateError("Tensor: only Device::kCpu is implemented; CUDA tensors are not built yet");
+Tensor::Tensor(std::vector<int64_t> shape, kernels::Backend& backend) : backend_(&backend) {
   resize(std::move(shape));
 }
 
-Tensor::Tensor(const Tensor& other) : device_(other.device_) {
+Tensor::Tensor(const Tensor& other) : backend_(other.backend_) {
   resize(other.shape_);
-  if (numel_ > 0) std::memcpy(data_, other.data_, bytes());
+  if (numel_ > 0) backend_->copy(data_, other.data_, bytes());
 }
 
 Tensor& Tensor::operator=(const Tensor& other) {
   if (this != &other) {
-    device_ = other.device_;
+    if (backend_ != other.backend_) {
+      release();
+      backend_ = other.backend_;
+    }
     resize(other.shape_);
-    if (numel_ > 0) std::memcpy(data_, other.data_, bytes());
+    if (numel_ > 0) backend_->copy(data_, other.data_, bytes());
   }
   return *this;
 }
@@ -45,7 +44,7 @@ Tensor::Tensor(Tensor&& other) noexcept
       numel_(std::exchange(other.numel_, 0)),
       capacity_(std::exchange(other.capacity_, 0)),
       shape_(std::move(other.shape_)),
-      device_(other.device_) {
+      backend_(other.backend_) {
   other.shape_.clear();
 }
 
@@ -57,7 +56,7 @@ Tensor& Tensor::operator=(Tensor&& other) noexcept {
     capacity_ = std::exchange(other.capacity_, 0);
     shape_ = std::move(other.shape_);
     other.shape_.clear();
-    device_ = other.device_;
+    backend_ = other.backend_;
   }
   return *this;
 }
@@ -79,11 +78,36 @@ void Tensor::resize(std::vector<int64_t> shape) {
 }
 
 void Tensor::zero() {
-  if (numel_ > 0) std::memset(data_, 0, bytes());
+  if (numel_ > 0) backend_->zero(data_, bytes());
 }
 
 void Tensor::fill(float value) {
-  for (int64_t i = 0; i < numel_; ++i) data_[i] = value;
+  if (numel_ > 0) backend_->fill(numel_, value, data_);
+}
+
+void Tensor::copy_from(const Tensor& src) {
+  if (this == &src) return;
+  resize(src.shape_);
+  if (numel_ == 0) return;
+  if (src.backend_ == backend_) {
+    backend_->copy(data_, src.data_, bytes());
+  } else if (src.backend_->host_accessible()) {
+    backend_->copy_from_host(data_, src.data_, bytes());
+  } else {
+    DL_CHECK(backend_->host_accessible())
+        << "copy between two devices (" << src.backend_->name() << " -> " << backend_->name() << ")";
+    src.backend_->copy_to_host(data_, src.data_, bytes());
+  }
+}
+
+void Tensor::copy_from_host(const float* src) {
+  if (numel_ > 0) backend_->copy_from_host(data_, src, bytes());
+}
+
+std::vector<float> Tensor::to_host() const {
+  std::vector<float> out(static_cast<size_t>(numel_));
+  if (numel_ > 0) backend_->copy_to_host(out.data(), data_, bytes());
+  return out;
 }
 
 std::string Tensor::shape_string() const {
@@ -97,16 +121,12 @@ std::string Tensor::shape_string() const {
 
 void Tensor::allocate(int64_t capacity) {
   release();
-  // Round up to whole cache lines: aligned_alloc requires a multiple of the alignment.
-  const size_t bytes = (static_cast<size_t>(capacity) * sizeof(float) + 63) / 64 * 64;
-  data_ = static_cast<float*>(std::aligned_alloc(64, bytes));
-  if (data_ == nullptr) throw SystemError("Tensor: out of memory allocating " + std::to_string(bytes) + " bytes");
-  std::memset(data_, 0, bytes);
+  data_ = static_cast<float*>(backend_->alloc(static_cast<size_t>(capacity) * sizeof(float)));
   capacity_ = capacity;
 }
 
 void Tensor::release() {
-  std::free(data_);
+  backend_->free(data_);
   data_ = nullptr;
   capacity_ = 0;
 }

@@ -317,4 +317,12 @@ void batch_norm_backward_apply(const ActShape& s, const float* x, const float* d
   }
 }
 
+void batch_norm_param_grads(int64_t c, const double* sum_dy, const double* sum_dy_xhat,
+                            float* dgamma, float* dbeta) {
+  for (int64_t i = 0; i < c; ++i) {
+    dbeta[i] = static_cast<float>(sum_dy[i]);
+    dgamma[i] = static_cast<float>(sum_dy_xhat[i]);
+  }
+}
+
 }  // namespace dlaunch::kernels::cpu

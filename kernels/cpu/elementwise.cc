@@ -28,4 +28,9 @@ void add_relu_backward(int64_t n, const float* y, const float* dy, float* acc) {
   for (int64_t i = 0; i < n; ++i) acc[i] += y[i] > 0.f ? dy[i] : 0.f;
 }
 
+void fill(int64_t n, float value, float* y) {
+#pragma omp parallel for simd schedule(static)
+  for (int64_t i = 0; i < n; ++i) y[i] = value;
+}
+
 }  // namespace dlaunch::kernels::cpu

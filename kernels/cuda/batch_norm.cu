@@ -135,6 +135,14 @@ void check_shape(const ActShape& s) {
       << " cblock=" << s.cblock;
 }
 
+__global__ void param_grads_kernel(int64_t c, const double* sdy, const double* sdyx, float* dgamma,
+                                   float* dbeta) {
+  DL_GRID_LOOP(i, c) {
+    dbeta[i] = static_cast<float>(sdy[i]);
+    dgamma[i] = static_cast<float>(sdyx[i]);
+  }
+}
+
 }  // namespace
 
 void batch_norm_sums(const ActShape& s, const float* x, double* sum, double* sumsq) {
@@ -192,6 +200,13 @@ void batch_norm_backward_apply(const ActShape& s, const float* x, const float* d
   bwd_apply_kernel<<<detail::blocks_for(s.numel()), detail::kThreads>>>(
       s.numel(), s.c, s.hw(), s.cblock, x, dy, relu_out, mean, invstd, gamma, sum_dy, sum_dy_xhat,
       count, dx, g_out);
+  DL_CUDA_LAUNCH_CHECK();
+}
+
+void batch_norm_param_grads(int64_t c, const double* sum_dy, const double* sum_dy_xhat,
+                            float* dgamma, float* dbeta) {
+  param_grads_kernel<<<detail::blocks_for(c), detail::kThreads>>>(c, sum_dy, sum_dy_xhat, dgamma,
+                                                                  dbeta);
   DL_CUDA_LAUNCH_CHECK();
 }
 

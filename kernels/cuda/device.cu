@@ -13,6 +13,39 @@ int device_count() {
   return n;
 }
 
+int device_count(std::string* why_none) {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    if (why_none) *why_none = std::string("cudaGetDeviceCount returned ") + cudaGetErrorName(e) + " (" +
+                  cudaGetErrorString(e) + ")";
+    return 0;
+  }
+  if (n == 0 && why_none) *why_none = "the CUDA runtime reports 0 devices";
+  return n;
+}
+
+std::string use_device(int device) {
+  DL_CUDA_CHECK(cudaSetDevice(device));
+  cudaDeviceProp prop{};
+  DL_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
+void* alloc_zeroed(size_t bytes) {
+  void* p = nullptr;
+  DL_CUDA_CHECK(cudaMalloc(&p, bytes > 0 ? bytes : 1));
+  DL_CUDA_CHECK(cudaMemset(p, 0, bytes > 0 ? bytes : 1));
+  return p;
+}
+
+void copy_on_device(void* dst, const void* src, size_t bytes) {
+  DL_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToDevice));
+}
+
+void zero(void* p, size_t bytes) { DL_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes)); }
+
 void synchronize() { DL_CUDA_CHECK(cudaDeviceSynchronize()); }
 
 float* alloc_floats(int64_t n) {

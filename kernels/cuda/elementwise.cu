@@ -16,8 +16,14 @@ __global__ void add_kernel(int64_t n, const float* a, const float* b, float* y) 
 __global__ void add_relu_backward_kernel(int64_t n, const float* y, const float* dy, float* acc) {
   DL_GRID_LOOP(i, n) acc[i] += y[i] > 0.f ? dy[i] : 0.f;
 }
+__global__ void fill_kernel(int64_t n, float value, float* y) { DL_GRID_LOOP(i, n) y[i] = value; }
 
 }  // namespace
+
+void fill(int64_t n, float value, float* y) {
+  fill_kernel<<<detail::blocks_for(n), detail::kThreads>>>(n, value, y);
+  DL_CUDA_LAUNCH_CHECK();
+}
 
 void relu_forward(int64_t n, const float* x, float* y) {
   relu_kernel<<<detail::blocks_for(n), detail::kThreads>>>(n, x, y);

@@ -14,7 +14,9 @@
 // device_count() treats any CUDA error (no driver, no device) as zero devices.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "kernels/ops.h"
 
@@ -28,7 +30,20 @@ double* alloc_doubles(int64_t n);
 void free_device(void* p);
 void copy_to_device(void* dst, const void* src, int64_t bytes);
 void copy_to_host(void* dst, const void* src, int64_t bytes);
+// For kernels::Backend (backend_cuda.cc): any bytes, zeroed; a device-to-device copy; a memset.
+void* alloc_zeroed(size_t bytes);
+void copy_on_device(void* dst, const void* src, size_t bytes);
+void zero(void* p, size_t bytes);
+// Makes `device` current for the calling thread (cudaSetDevice) and returns its name
+// ("NVIDIA H100 80GB HBM3"). Throws InternalError naming the CUDA error.
+std::string use_device(int device);
+// device_count() with the reason when it is 0: the error cudaGetDeviceCount returned with the
+// runtime's words for it ("cudaGetDeviceCount returned cudaErrorNoDevice (no CUDA-capable device
+// is detected)"), or "the CUDA runtime reports 0 devices".
+int device_count(std::string* why_none);
 
+#define DL_OP(ret, name, params, args) ret name params;
 #include "kernels/op_signatures.inc"
+#undef DL_OP
 
 }  // namespace dlaunch::kernels::cuda

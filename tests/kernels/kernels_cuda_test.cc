@@ -1,10 +1,11 @@
-// Every CUDA op against its CPU twin on the same inputs (label gpu). Skips without a GPU:
+// Every CUDA op against its CPU twin on the same inputs (label gpu), and the CUDA backend object. Skips without a GPU:
 // cudaGetDeviceCount failing (no driver/device) counts as zero devices.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
+#include "kernels/cuda/backend_cuda.h"
 #include "kernels/cuda/ops_cuda.h"
 #include "kernels/ops.h"
 #include "tests/kernels/grad_check.h"
@@ -230,6 +231,37 @@ TEST_F(Cuda, KernelsCoverMoreItemsThanTheGridCap) {
       ASSERT_EQ(sh[static_cast<size_t>(i)], 1.0f) << "shift " << i;
     }
   }
+}
+
+// The two ops the backend's op table added for the trainer (fill, the BN parameter gradients
+// from the double sums), and the CUDA backend object itself: memory zeroed, copies both ways.
+TEST_F(Cuda, FillParamGradsAndTheBackendObject) {
+  const int64_t c = 37;
+  std::vector<double> sdy(c), sdyx(c);
+  for (int64_t i = 0; i < c; ++i) sdy[i] = 0.25 * i - 3, sdyx[i] = 1e-3 * i * i;
+  std::vector<float> dgamma(c), dbeta(c), filled(1000);
+  cpu::batch_norm_param_grads(c, sdy.data(), sdyx.data(), dgamma.data(), dbeta.data());
+  cpu::fill(1000, 1.5f, filled.data());
+  Dev<double> gsdy(sdy), gsdyx(sdyx);
+  Dev<float> gdgamma(c), gdbeta(c), gfilled(1000);
+  gpu::batch_norm_param_grads(c, gsdy.get(), gsdyx.get(), gdgamma.get(), gdbeta.get());
+  gpu::fill(1000, 1.5f, gfilled.get());
+  expect_close(gdgamma.host(), dgamma, 0, "dgamma");
+  expect_close(gdbeta.host(), dbeta, 0, "dbeta");
+  expect_close(gfilled.host(), filled, 0, "fill");
+
+  kernels::Backend& be = gpu::open_backend(0);
+  EXPECT_FALSE(be.host_accessible());
+  EXPECT_EQ(be.preferred_cblock(64), 1);
+  auto* p = static_cast<float*>(be.alloc(4000));
+  std::vector<float> back(1000, -1.f);
+  be.copy_to_host(back.data(), p, 4000);
+  EXPECT_EQ(back[999], 0.f);  // zeroed
+  be.copy_from_host(p, filled.data(), 4000);
+  be.add(1000, p, p, p);
+  be.copy_to_host(back.data(), p, 4000);
+  EXPECT_EQ(back[500], 3.f);
+  be.free(p);
 }
 
 }  // namespace

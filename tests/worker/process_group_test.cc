@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <gloo/rendezvous/hash_store.h>
 
+#include <algorithm>
 #include <numeric>
 #include <thread>
 
@@ -124,6 +125,41 @@ TEST(GradReducer, BucketsTileTheBufferAndAverage) {
     reducer.begin_step();
     reducer.finish();
     for (float g : grads) ASSERT_EQ(g, 0.5f);
+  });
+}
+
+// Gradients the process group cannot read (a GPU's) go through the host mirror: the staging
+// copies stand in for the device's here (a fake for the logic; the real copies are the CUDA
+// backend's). Each bucket is copied out once when ready, the reduced buffer copied back once in
+// finish(), and the process group never sees the gradients' own memory.
+TEST(GradReducer, StagedGradientsAreCopiedOutPerBucketAndBackOnce) {
+  std::vector<ParamInfo> params;
+  size_t off = 0;
+  for (size_t count : {10, 3000, 7, 5000, 20}) {
+    params.push_back(ParamInfo{"p" + std::to_string(params.size()), off, count, false});
+    off += count;
+  }
+  run_gloo_ranks(2, [&](ProcessGroup& pg) {
+    std::vector<float> grads(off);
+    size_t copied_out = 0, copies_back = 0;
+    ddp::GradStaging staging{[&](float* host, const float* g, size_t n) {
+                               EXPECT_NE(host, g);
+                               std::copy(g, g + n, host);
+                               copied_out += n;
+                             },
+                             [&](float* g, const float* host, size_t n) {
+                               std::copy(host, host + n, g);
+                               ++copies_back;
+                               EXPECT_EQ(n, off);
+                             }};
+    ddp::GradReducer reducer(pg, grads.data(), params, 16 * 1024, staging);
+    for (size_t i = 0; i < off; ++i) grads[i] = static_cast<float>(i % 13) * (pg.rank() + 1);
+    reducer.begin_step();
+    for (const auto& p : params) reducer.on_grad_ready(p.offset, p.count);
+    reducer.finish();
+    EXPECT_EQ(copied_out, off);
+    EXPECT_EQ(copies_back, 1u);
+    for (size_t i = 0; i < off; ++i) ASSERT_FLOAT_EQ(grads[i], static_cast<float>(i % 13) * 1.5f) << i;
   });
 }
 

@@ -4,8 +4,38 @@
 
 namespace dlaunch::ddp {
 
+namespace {
+
+// How gradients on a device reach a process group that reads only host memory (grad_reducer.h).
+// NCCL reads the device's memory itself.
+GradStaging staging_for(kernels::Backend& be, const comm::ProcessGroup& pg) {
+  if (be.host_accessible() || pg.backend() == "nccl") return {};
+  return {[&be](float* host, const float* grads, size_t n) {
+            be.copy_to_host(host, grads, n * sizeof(float));
+          },
+          [&be](float* grads, const float* host, size_t n) {
+            be.copy_from_host(grads, host, n * sizeof(float));
+          }};
+}
+
+// Rank 0's values of `t` on every rank, through the host when the backend's memory is not.
+void broadcast_tensor(comm::ProcessGroup& pg, Tensor& t) {
+  if (pg.size() == 1) return;
+  if (t.backend().host_accessible() || pg.backend() == "nccl") {
+    broadcast_from_rank0(pg, t.data(), static_cast<size_t>(t.numel()));
+    return;
+  }
+  std::vector<float> host = t.to_host();
+  broadcast_from_rank0(pg, host.data(), host.size());
+  t.copy_from_host(host.data());
+}
+
+}  // namespace
+
 DataParallel::DataParallel(ResNet& model, comm::ProcessGroup& pg, bool sync_bn, size_t bucket_bytes)
-    : model_(model), pg_(pg), reducer_(pg, model.grads(), model.param_info(), bucket_bytes) {
+    : model_(model),
+      pg_(pg),
+      reducer_(pg, model.grads(), model.param_info(), bucket_bytes, staging_for(model.backend(), pg)) {
   if (sync_bn && pg.size() > 1) {
     bn_sync_ = std::make_unique<ProcessGroupBatchNormSync>(pg);
     model_.set_batchnorm_sync(bn_sync_.get());
@@ -20,13 +50,13 @@ DataParallel::~DataParallel() {
 }
 
 void DataParallel::broadcast_state() {
-  broadcast_from_rank0(pg_, model_.params(), model_.num_params());
+  broadcast_tensor(pg_, model_.params_tensor());
   broadcast_buffers();
 }
 
 void DataParallel::broadcast_buffers() {
   if (pg_.size() == 1) return;
-  for (Tensor* t : model_.buffers()) broadcast_from_rank0(pg_, t->data(), t->numel());
+  for (Tensor* t : model_.buffers()) broadcast_tensor(pg_, *t);
 }
 
 StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels) {

@@ -5,8 +5,8 @@
 namespace dlaunch::ddp {
 
 GradReducer::GradReducer(comm::ProcessGroup& pg, float* grads, const std::vector<ParamInfo>& params,
-                         size_t bucket_bytes)
-    : pg_(pg), grads_(grads) {
+                         size_t bucket_bytes, GradStaging staging)
+    : pg_(pg), grads_(grads), staging_(std::move(staging)) {
   const size_t cap = std::max<size_t>(1, bucket_bytes / sizeof(float));
   size_t begin = 0;
   for (const ParamInfo& p : params) {
@@ -19,6 +19,7 @@ GradReducer::GradReducer(comm::ProcessGroup& pg, float* grads, const std::vector
     }
   }
   if (total_ > begin) buckets_.emplace_back(begin, total_);
+  if (staging_.to_host && pg.size() > 1) host_.resize(total_);
 }
 
 void GradReducer::begin_step() {
@@ -41,7 +42,12 @@ void GradReducer::launch_ready(size_t ready_end) {
   }
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].second <= ready_end) {
     auto [b, e] = buckets_[next_bucket_++];
-    in_flight_.push_back(pg_.allreduce_async(grads_ + b, e - b, comm::ReduceOp::kAvg));
+    float* data = grads_ + b;
+    if (!host_.empty()) {
+      staging_.to_host(host_.data() + b, grads_ + b, e - b);
+      data = host_.data() + b;
+    }
+    in_flight_.push_back(pg_.allreduce_async(data, e - b, comm::ReduceOp::kAvg));
   }
 }
 
@@ -52,6 +58,7 @@ void GradReducer::finish() {
   std::vector<std::shared_ptr<comm::Work>> works;
   works.swap(in_flight_);
   for (auto& w : works) w->wait();
+  if (!host_.empty()) staging_.from_host(grads_, host_.data(), total_);
 }
 
 void broadcast_from_rank0(comm::ProcessGroup& pg, float* data, size_t count) {

@@ -13,9 +13,15 @@
 // Threading: every call comes from the training thread (the callback runs on the thread that
 // runs backward). finish() blocks until every bucket's allreduce finished and rethrows the first
 // communication failure (TimeoutError / ConnectionError). With a world of one nothing is sent.
+//
+// Gradients in memory the process group cannot read (a GPU's, reduced by a CPU process group)
+// go through a host mirror (GradStaging): each bucket is copied to the host when it is ready
+// (the copy waits for the device work that produced it) and the whole buffer is copied back in
+// finish().
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -25,12 +31,19 @@
 
 namespace dlaunch::ddp {
 
+// Copies of `count` floats between the gradients' memory and the host. Both block until done.
+struct GradStaging {
+  std::function<void(float* host, const float* grads, size_t count)> to_host;
+  std::function<void(float* grads, const float* host, size_t count)> from_host;
+};
+
 class GradReducer {
  public:
   // `params` must tile [0, total) in increasing offset order (the model's param_info()).
-  // `grads` must stay valid for the reducer's lifetime.
+  // `grads` must stay valid for the reducer's lifetime. `staging`: see above; empty functions
+  // mean the process group reads `grads` directly.
   GradReducer(comm::ProcessGroup& pg, float* grads, const std::vector<ParamInfo>& params,
-              size_t bucket_bytes);
+              size_t bucket_bytes, GradStaging staging = {});
 
   void begin_step();
   // The gradient of [offset, offset + count) is final.
@@ -50,6 +63,8 @@ class GradReducer {
   size_t next_bucket_ = 0;
   size_t ready_end_ = 0;
   std::vector<std::shared_ptr<comm::Work>> in_flight_;
+  GradStaging staging_;
+  std::vector<float> host_;  // the host mirror when staging
 };
 
 // Parameters and BN buffers from rank 0 to every rank (before the first step), so all replicas

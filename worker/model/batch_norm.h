@@ -6,12 +6,17 @@
 // all-reduces [sum(C), sumsq(C), count] once, backward all-reduces [sum_dy(C), sum_dy_xhat(C)]
 // once, exactly like torch.nn.SyncBatchNorm; dgamma/dbeta stay local (DDP averages them).
 // Blocks inside the sync calls; rethrows what they throw.
+//
+// Everything runs on the layer's backend: x, y, the parameters and every per-channel statistic
+// (the double sums included) are in its memory. The SyncBN exchange goes through the host: the
+// sums are copied into a host vector, all-reduced and copied back (a device collective on the
+// sums in place is the GPU part 2 of the issue).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 #include "worker/model/batch_norm_sync.h"
 #include "worker/tensor.h"
 
@@ -22,9 +27,13 @@ class BatchNorm2d {
   static constexpr float kEps = 1e-5f;
   static constexpr float kMomentum = 0.1f;
 
-  explicit BatchNorm2d(int64_t channels);
+  explicit BatchNorm2d(int64_t channels, kernels::Backend& backend = kernels::cpu_backend());
+  ~BatchNorm2d();
+  BatchNorm2d(const BatchNorm2d&) = delete;
+  BatchNorm2d& operator=(const BatchNorm2d&) = delete;
 
-  // gamma/beta and their gradients (channels floats each) in the owner's flat buffers.
+  // gamma/beta and their gradients (channels floats each) in the owner's flat buffers, in the
+  // backend's memory.
   void bind(const float* gamma, const float* beta, float* dgamma, float* dbeta);
   int64_t channels() const { return channels_; }
 
@@ -44,15 +53,17 @@ class BatchNorm2d {
 
  private:
   int64_t channels_;
+  kernels::Backend& backend_;
   const float* gamma_ = nullptr;
   const float* beta_ = nullptr;
   float* dgamma_ = nullptr;
   float* dbeta_ = nullptr;
   Tensor running_mean_, running_var_;
-  // Per-channel state of the last training forward; doubles for the sums.
-  std::vector<float> mean_, invstd_, scale_, shift_;
-  std::vector<double> sum0_, sum1_;
-  std::vector<double> packed_;  // what SyncBN all-reduces (doubles, see batch_norm_sync.h)
+  // Per-channel state of the last training forward, on the backend; doubles for the sums
+  // (sums_ holds sum0 then sum1, c each).
+  Tensor mean_, invstd_, scale_, shift_;
+  double* sums_ = nullptr;
+  std::vector<double> packed_;  // what SyncBN all-reduces, on the host (batch_norm_sync.h)
   double count_ = 0;
 };
 

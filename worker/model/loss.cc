@@ -1,7 +1,6 @@
 #include "worker/model/loss.h"
 
 #include "common/error.h"
-#include "kernels/ops.h"
 
 namespace dlaunch {
 
@@ -9,9 +8,13 @@ float softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor*
                             int* correct) {
   DL_CHECK(logits.ndim() == 2) << "logits must be (N, classes), got " << logits.shape_string();
   const int64_t n = logits.dim(0), classes = logits.dim(1);
-  if (grad_logits) grad_logits->resize({n, classes});
+  kernels::Backend& be = logits.backend();
+  if (grad_logits) {
+    if (&grad_logits->backend() != &be) *grad_logits = Tensor(be);
+    grad_logits->resize({n, classes});
+  }
   int64_t hits = 0;
-  const float loss = kernels::cpu::softmax_cross_entropy(
+  const float loss = be.softmax_cross_entropy(
       n, classes, logits.data(), labels, grad_logits ? grad_logits->data() : nullptr, &hits);
   if (correct) *correct = static_cast<int>(hits);
   return loss;

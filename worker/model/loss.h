@@ -10,7 +10,9 @@ namespace dlaunch {
 // logits: (N, classes). Returns the mean loss over the batch. When grad_logits is not null it is
 // resized to logits' shape and receives d(mean loss)/d(logits), i.e. already divided by N.
 // When correct is not null it receives the number of rows whose argmax is the label.
-// Labels outside [0, classes) throw InternalError (DL_CHECK).
+// Labels outside [0, classes) throw InternalError (DL_CHECK). Runs on logits' backend:
+// labels are host memory on every backend, grad_logits is (re)made in the backend's memory; the
+// loss and the count come back to the host (on a GPU this waits for the queued work).
 float softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor* grad_logits,
                             int* correct);
 

@@ -1,7 +1,7 @@
-// ResNet forward/backward over the kernels. Activations stay in the channel-blocked layout the
-// oneDNN convolutions prefer (kernels::cpu::preferred_cblock of the width, the same block for
-// every layer) from the stem's output to the global pool, so no activation is ever reordered;
-// only the input images are NCHW.
+// ResNet forward/backward over the ops of its kernels::Backend. Activations stay in the layout
+// the backend's convolutions prefer (Backend::preferred_cblock of the width, the same block for
+// every layer: oneDNN's channel-blocked layout on the CPU, NCHW on CUDA) from the stem's output
+// to the global pool, so no activation is ever reordered; only the input images are NCHW.
 //
 // Per residual block (BasicBlock):
 //   z1 = conv1(x); a1 = relu(bn1(z1)); z2 = conv2(a1)
@@ -16,12 +16,11 @@
 #include <string>
 
 #include "common/error.h"
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 #include "worker/model/batch_norm.h"
 
 namespace dlaunch {
 
-namespace cpu = kernels::cpu;
 using kernels::ActShape;
 using kernels::ConvShape;
 
@@ -70,7 +69,7 @@ struct ResNet::Impl {
     }
   };
   struct Bn {
-    explicit Bn(int64_t c) : layer(c) {}
+    Bn(int64_t c, kernels::Backend& backend) : layer(c, backend), out(backend) {}
     BatchNorm2d layer;
     int weight = -1, bias = -1;
     Tensor out;  // y (post-ReLU where fused)
@@ -83,6 +82,11 @@ struct ResNet::Impl {
     const Tensor* in = nullptr;  // the previous layer's output
   };
 
+  explicit Impl(kernels::Backend& b)
+      : be(b), flat_params(b), flat_grads(b), images(b), pooled(b), logits(b), dpooled(b),
+        grad{Tensor(b), Tensor(b)}, tmp{Tensor(b), Tensor(b)} {}
+
+  kernels::Backend& be;
   ResNetConfig config;
   // One channel block for every activation after the stem (all channel counts are multiples of
   // the width): oneDNN has fast kernels for nChw16c -> nChw16c or 8c -> 8c, but converting
@@ -122,10 +126,11 @@ struct ResNet::Impl {
     c.pad = kernel / 2;
     c.in_cblock = in_cblock;
     c.out_cblock = cblock;
+    c.out = Tensor(be);
     c.param = add_param(name + ".weight", static_cast<size_t>(c_out * c_in * kernel * kernel), false);
   }
   std::unique_ptr<Bn> make_bn(const std::string& name, int64_t c) {
-    auto bn = std::make_unique<Bn>(c);
+    auto bn = std::make_unique<Bn>(c, be);
     bn->weight = add_param(name + ".weight", static_cast<size_t>(c), true);
     bn->bias = add_param(name + ".bias", static_cast<size_t>(c), true);
     return bn;
@@ -148,7 +153,7 @@ struct ResNet::Impl {
     const ConvShape s = c.shape(in);
     *out_shape = s.out();
     c.out.resize({s.n, s.c_out, s.h_out(), s.w_out()});
-    cpu::conv2d_forward(s, x, p(c.param), c.out.data());
+    be.conv2d_forward(s, x, p(c.param), c.out.data());
   }
   void bn_forward(Bn& bn, const ActShape& s, const float* x, const float* residual, bool relu,
                   bool training) {
@@ -158,7 +163,8 @@ struct ResNet::Impl {
   }
 };
 
-ResNet::ResNet(const ResNetConfig& config, uint64_t seed) : impl_(std::make_unique<Impl>()) {
+ResNet::ResNet(const ResNetConfig& config, uint64_t seed, kernels::Backend& backend)
+    : impl_(std::make_unique<Impl>(backend)) {
   Impl& m = *impl_;
   m.config = config;
   if (config.depth != 18 && config.depth != 34)
@@ -169,7 +175,7 @@ ResNet::ResNet(const ResNetConfig& config, uint64_t seed) : impl_(std::make_uniq
                      std::to_string(config.in_channels) + ", num_classes " +
                      std::to_string(config.num_classes));
   const int64_t w = config.width;
-  m.cblock = cpu::preferred_cblock(w);
+  m.cblock = backend.preferred_cblock(w);
   // Registration follows torchvision's named_parameters() order.
   m.make_conv(m.stem, "conv1", config.in_channels, w, 3, 1, /*in_cblock=*/1);  // NCHW images
   m.stem_bn = m.make_bn("bn1", w);
@@ -210,18 +216,21 @@ ResNet::ResNet(const ResNetConfig& config, uint64_t seed) : impl_(std::make_uniq
   m.flat_params.resize({static_cast<int64_t>(offset)});
   m.flat_grads.resize({static_cast<int64_t>(offset)});
 
-  // Initialisation in registration order, like torchvision's ResNet.__init__ loop.
+  // Initialisation in registration order, like torchvision's ResNet.__init__ loop, computed on
+  // the host and copied to the backend once.
+  std::vector<float> init(offset, 0.0f);
+  auto host = [&](int id) { return init.data() + m.params[static_cast<size_t>(id)].offset; };
   InitRng rng(seed);
   auto init_conv = [&](const Impl::Conv& c) {
     const double std = std::sqrt(2.0 / static_cast<double>(c.c_out * c.kernel * c.kernel));
-    float* wp = m.p(c.param);
+    float* wp = host(c.param);
     for (size_t i = 0; i < m.params[static_cast<size_t>(c.param)].count; ++i)
       wp[i] = static_cast<float>(rng.normal() * std);
   };
   auto init_bn = [&](const Impl::Bn& bn) {
     const size_t c = m.params[static_cast<size_t>(bn.weight)].count;
-    std::fill(m.p(bn.weight), m.p(bn.weight) + c, 1.0f);
-    std::fill(m.p(bn.bias), m.p(bn.bias) + c, 0.0f);
+    std::fill(host(bn.weight), host(bn.weight) + c, 1.0f);
+    std::fill(host(bn.bias), host(bn.bias) + c, 0.0f);
   };
   init_conv(m.stem);
   init_bn(*m.stem_bn);
@@ -238,12 +247,13 @@ ResNet::ResNet(const ResNetConfig& config, uint64_t seed) : impl_(std::make_uniq
   // nn.Linear default: weight ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform with a = sqrt(5)),
   // bias ~ U(-1/sqrt(in), 1/sqrt(in)).
   const double bound = 1.0 / std::sqrt(static_cast<double>(c_in));
-  float* fw = m.p(m.fc_weight);
+  float* fw = host(m.fc_weight);
   for (size_t i = 0; i < m.params[static_cast<size_t>(m.fc_weight)].count; ++i)
     fw[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
-  float* fb = m.p(m.fc_bias);
+  float* fb = host(m.fc_bias);
   for (int i = 0; i < config.num_classes; ++i)
     fb[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+  m.flat_params.copy_from_host(init.data());
 }
 
 ResNet::~ResNet() = default;
@@ -255,7 +265,7 @@ const Tensor& ResNet::forward(const Tensor& images, bool training) {
       << "images must be (N, " << m.config.in_channels << ", H >= 8, W >= 8), got "
       << images.shape_string();
   m.have_training_forward = false;
-  m.images = images;
+  m.images.copy_from(images);  // from the host when the batch was loaded there
   const ActShape in{images.dim(0), images.dim(1), images.dim(2), images.dim(3), 1};
   m.conv_forward(m.stem, in, m.images.data(), &m.stem_shape);
   m.bn_forward(*m.stem_bn, m.stem_shape, m.stem.out.data(), nullptr, true, training);
@@ -281,9 +291,9 @@ const Tensor& ResNet::forward(const Tensor& images, bool training) {
   }
 
   m.pooled.resize({xs.n, xs.c});
-  cpu::global_avg_pool_forward(xs, x->data(), m.pooled.data());
+  m.be.global_avg_pool_forward(xs, x->data(), m.pooled.data());
   m.logits.resize({xs.n, m.config.num_classes});
-  cpu::linear_forward(xs.n, m.fc_in, m.config.num_classes, m.pooled.data(), m.p(m.fc_weight),
+  m.be.linear_forward(xs.n, m.fc_in, m.config.num_classes, m.pooled.data(), m.p(m.fc_weight),
                       m.p(m.fc_bias), m.logits.data());
   m.have_training_forward = training;
   return m.logits;
@@ -302,12 +312,12 @@ void ResNet::backward(const Tensor& grad_logits) {
   // Head.
   const ActShape last = m.blocks.back().out_shape;
   m.dpooled.resize({n, m.fc_in});
-  cpu::linear_backward(n, m.fc_in, classes, m.pooled.data(), m.p(m.fc_weight), grad_logits.data(),
+  m.be.linear_backward(n, m.fc_in, classes, m.pooled.data(), m.p(m.fc_weight), grad_logits.data(),
                        m.dpooled.data(), m.g(m.fc_weight), m.g(m.fc_bias));
   m.grad_ready(m.fc_bias);
   m.grad_ready(m.fc_weight);
   int cur = 0;
-  cpu::global_avg_pool_backward(last, m.dpooled.data(), m.grad[cur].data());
+  m.be.global_avg_pool_backward(last, m.dpooled.data(), m.grad[cur].data());
 
   float* t0 = m.tmp[0].data();
   float* t1 = m.tmp[1].data();
@@ -321,9 +331,9 @@ void ResNet::backward(const Tensor& grad_logits) {
       const ConvShape cs = blk.convd.shape(blk.in_shape);
       blk.bnd->layer.backward(cs.out(), blk.convd.out.data(), dy, y, m.sync, t0);
       m.bn_ready(*blk.bnd);
-      cpu::conv2d_backward_weights(cs, x, t0, m.g(blk.convd.param));
+      m.be.conv2d_backward_weights(cs, x, t0, m.g(blk.convd.param));
       m.grad_ready(blk.convd.param);
-      cpu::conv2d_backward_data(cs, t0, m.p(blk.convd.param), dx);
+      m.be.conv2d_backward_data(cs, t0, m.p(blk.convd.param), dx);
     }
     // Identity shortcut: bn2's backward also writes the masked gradient (what reaches the
     // shortcut) into dx, and conv1's backward-data adds the main path to it below.
@@ -331,16 +341,16 @@ void ResNet::backward(const Tensor& grad_logits) {
                             blk.downsample ? nullptr : dx);
     m.bn_ready(*blk.bn2);
     const ConvShape cs2 = blk.conv2.shape(blk.mid_shape);
-    cpu::conv2d_backward_weights(cs2, blk.bn1->out.data(), t0, m.g(blk.conv2.param));
+    m.be.conv2d_backward_weights(cs2, blk.bn1->out.data(), t0, m.g(blk.conv2.param));
     m.grad_ready(blk.conv2.param);
-    cpu::conv2d_backward_data(cs2, t0, m.p(blk.conv2.param), t1);
+    m.be.conv2d_backward_data(cs2, t0, m.p(blk.conv2.param), t1);
     blk.bn1->layer.backward(blk.mid_shape, blk.conv1.out.data(), t1, blk.bn1->out.data(), m.sync, t1);
     m.bn_ready(*blk.bn1);
     const ConvShape cs1 = blk.conv1.shape(blk.in_shape);
-    cpu::conv2d_backward_weights(cs1, x, t1, m.g(blk.conv1.param));
+    m.be.conv2d_backward_weights(cs1, x, t1, m.g(blk.conv1.param));
     m.grad_ready(blk.conv1.param);
     // dx already holds the shortcut's gradient (downsample conv's or the identity's).
-    cpu::conv2d_backward_data(cs1, t1, m.p(blk.conv1.param), dx, /*accumulate=*/true);
+    m.be.conv2d_backward_data(cs1, t1, m.p(blk.conv1.param), dx, /*accumulate=*/true);
     cur = 1 - cur;
   }
 
@@ -349,7 +359,7 @@ void ResNet::backward(const Tensor& grad_logits) {
                             m.stem_bn->out.data(), m.sync, t0);
   m.bn_ready(*m.stem_bn);
   const ActShape in{m.images.dim(0), m.images.dim(1), m.images.dim(2), m.images.dim(3), 1};
-  cpu::conv2d_backward_weights(m.stem.shape(in), m.images.data(), t0, m.g(m.stem.param));
+  m.be.conv2d_backward_weights(m.stem.shape(in), m.images.data(), t0, m.g(m.stem.param));
   m.grad_ready(m.stem.param);
   DL_CHECK(m.next_ready == m.flat_grads.bytes() / sizeof(float))
       << "backward finished " << m.next_ready << " of " << m.flat_grads.numel() << " gradients";
@@ -357,6 +367,9 @@ void ResNet::backward(const Tensor& grad_logits) {
 
 float* ResNet::params() { return impl_->flat_params.data(); }
 const float* ResNet::params() const { return impl_->flat_params.data(); }
+Tensor& ResNet::params_tensor() { return impl_->flat_params; }
+const Tensor& ResNet::params_tensor() const { return impl_->flat_params; }
+kernels::Backend& ResNet::backend() const { return impl_->be; }
 float* ResNet::grads() { return impl_->flat_grads.data(); }
 const float* ResNet::grads() const { return impl_->flat_grads.data(); }
 size_t ResNet::num_params() const { return static_cast<size_t>(impl_->flat_params.numel()); }

@@ -18,9 +18,17 @@
 // buffers() for checkpoints and for the broadcast from rank 0; num_batches_tracked is not kept
 // (momentum is fixed at 0.1, so PyTorch never reads it).
 //
-// Threading: not thread-safe; forward/backward run on the calling thread plus the kernels' OpenMP
-// team (kernels::cpu::set_num_threads). They block until done; with SyncBN they also block in
-// BatchNormSync::allreduce_sum and rethrow what it throws. Shape errors throw InternalError.
+// Device: everything the model holds (parameters, gradients, BN buffers, activations) lives on
+// the kernels::Backend given at construction, and forward/backward run its ops; params(),
+// grads() and buffers() point into its memory (host memory on the CPU backend; on a GPU use
+// Tensor::to_host/copy_from_host, e.g. params_tensor()). forward() accepts images on the host
+// or on the model's backend.
+//
+// Threading: not thread-safe; on the CPU, forward/backward run on the calling thread plus the
+// kernels' OpenMP team (kernels::set_host_threads); on a GPU they queue work and return (a
+// backward's gradients are final for the host after a copy to it or Backend::synchronize). With
+// SyncBN they also block in BatchNormSync::allreduce_sum and rethrow what it throws. Shape
+// errors throw InternalError.
 #pragma once
 
 #include <cstddef>
@@ -47,7 +55,8 @@ struct ResNetConfig {
 class ResNet {
  public:
   // Throws UsageError for a depth other than 18 or 34 or a non-positive width/channels/classes.
-  ResNet(const ResNetConfig& config, uint64_t seed);
+  ResNet(const ResNetConfig& config, uint64_t seed,
+         kernels::Backend& backend = kernels::cpu_backend());
   ~ResNet();
   ResNet(const ResNet&) = delete;
   ResNet& operator=(const ResNet&) = delete;
@@ -64,6 +73,9 @@ class ResNet {
   const float* params() const;
   float* grads();
   const float* grads() const;
+  // The flat parameter buffer as a tensor (for copies to and from the host).
+  Tensor& params_tensor();
+  const Tensor& params_tensor() const;
   size_t num_params() const;
   const std::vector<ParamInfo>& param_info() const;
   // BN running statistics in forward order: bn.running_mean, bn.running_var, ...
@@ -77,6 +89,7 @@ class ResNet {
   void zero_grad();
 
   const ResNetConfig& config() const;
+  kernels::Backend& backend() const;
 
  private:
   struct Impl;

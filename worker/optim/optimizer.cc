@@ -3,7 +3,6 @@
 #include <cmath>
 
 #include "common/error.h"
-#include "kernels/ops.h"
 
 namespace dlaunch {
 
@@ -13,7 +12,8 @@ OptimKind parse_optim_kind(const std::string& text) {
   throw UsageError("--optimizer must be sgd or adam, got '" + text + "'");
 }
 
-Optimizer::Optimizer(const OptimConfig& config) : config_(config) {
+Optimizer::Optimizer(const OptimConfig& config, kernels::Backend& backend)
+    : config_(config), backend_(backend), state_(backend) {
   if (config.momentum < 0 || config.weight_decay < 0)
     throw UsageError("momentum and weight decay must be >= 0, got momentum " +
                      std::to_string(config.momentum) + ", weight decay " +
@@ -31,9 +31,12 @@ void Optimizer::step(float* params, const float* grads, size_t n, float lr,
   const bool sgd = config_.kind == OptimKind::kSgd;
   const size_t state_size = sgd ? (config_.momentum != 0 ? n : 0) : 2 * n;
   const bool first = state_.empty();
-  if (first) state_.assign(state_size, 0.0f);
-  DL_CHECK(state_.size() == state_size) << "optimizer state has " << state_.size()
-                                        << " floats, expected " << state_size;
+  if (first) {
+    state_.resize({static_cast<int64_t>(state_size)});
+    state_.zero();
+  }
+  DL_CHECK(static_cast<size_t>(state_.numel()) == state_size)
+      << "optimizer state has " << state_.numel() << " floats, expected " << state_size;
   ++step_count_;
 
   // Runs of parameters that share a weight decay are updated with one kernel call.
@@ -41,10 +44,10 @@ void Optimizer::step(float* params, const float* grads, size_t n, float lr,
     if (count == 0) return;
     if (sgd) {
       float* buf = state_.empty() ? nullptr : state_.data() + begin;
-      kernels::cpu::sgd_step(static_cast<int64_t>(count), params + begin, grads + begin, buf, lr,
+      backend_.sgd_step(static_cast<int64_t>(count), params + begin, grads + begin, buf, lr,
                              static_cast<float>(config_.momentum), config_.nesterov, wd, first);
     } else {
-      kernels::cpu::adam_step(static_cast<int64_t>(count), params + begin, grads + begin,
+      backend_.adam_step(static_cast<int64_t>(count), params + begin, grads + begin,
                               state_.data() + begin, state_.data() + n + begin, lr,
                               static_cast<float>(config_.beta1), static_cast<float>(config_.beta2),
                               static_cast<float>(config_.eps), wd, step_count_);
@@ -63,11 +66,12 @@ void Optimizer::step(float* params, const float* grads, size_t n, float lr,
 
 void Optimizer::load_state(std::vector<float> state, int64_t step_count) {
   if (step_count < 0) throw UsageError("optimizer step count must be >= 0");
-  if (!state_.empty() && state.size() != state_.size())
+  if (!state_.empty() && state.size() != static_cast<size_t>(state_.numel()))
     throw UsageError("checkpoint optimizer state has " + std::to_string(state.size()) +
-                     " floats, this optimizer " + std::to_string(state_.size()) +
+                     " floats, this optimizer " + std::to_string(state_.numel()) +
                      ": was it written for another model or optimizer?");
-  state_ = std::move(state);
+  state_.resize({static_cast<int64_t>(state.size())});
+  state_.copy_from_host(state.data());
   step_count_ = step_count;
 }
 

@@ -7,9 +7,11 @@
 // Weight decay applies to every parameter unless OptimConfig::decay_bn_and_bias is false, in
 // which case ParamInfo::no_weight_decay entries are exempt (PyTorch's default is to decay all).
 //
-// State (momentum buffer, or Adam's m then v) is one flat vector sized on the first step, so a
-// checkpoint stores state() and step_count() and restores them with load_state(). Not
-// thread-safe; step() blocks for the duration of the update (OpenMP team of the calling thread).
+// State (momentum buffer, or Adam's m then v) is one flat buffer on the optimizer's backend,
+// sized on the first step, so a checkpoint stores state() and step_count() (copied to the host)
+// and restores them with load_state(). params and grads given to step() are that backend's
+// memory. Not thread-safe; on the CPU step() blocks for the duration of the update (OpenMP team
+// of the calling thread), on a GPU it queues the update.
 #pragma once
 
 #include <cstddef>
@@ -17,7 +19,9 @@
 #include <string>
 #include <vector>
 
+#include "kernels/backend.h"
 #include "worker/model/param.h"
+#include "worker/tensor.h"
 
 namespace dlaunch {
 
@@ -38,7 +42,8 @@ OptimKind parse_optim_kind(const std::string& text);
 class Optimizer {
  public:
   // Throws UsageError for nesterov without momentum, negative lr/momentum/decay, betas outside [0,1).
-  explicit Optimizer(const OptimConfig& config);
+  explicit Optimizer(const OptimConfig& config,
+                     kernels::Backend& backend = kernels::cpu_backend());
 
   // One update of n parameters with learning rate lr. Empty infos mean "all decayed"; otherwise
   // the infos must cover [0, n) (they are only read for no_weight_decay).
@@ -46,15 +51,17 @@ class Optimizer {
             const std::vector<ParamInfo>& infos);
 
   int64_t step_count() const { return step_count_; }
-  // Momentum buffer (SGD) or m followed by v (Adam); empty before the first step.
-  const std::vector<float>& state() const { return state_; }
+  // Momentum buffer (SGD) or m followed by v (Adam), copied to the host; empty before the
+  // first step.
+  std::vector<float> state() const { return state_.to_host(); }
   // Restores a checkpoint; state must be empty or the size state() had. Throws UsageError.
   void load_state(std::vector<float> state, int64_t step_count);
   const OptimConfig& config() const { return config_; }
 
  private:
   OptimConfig config_;
-  std::vector<float> state_;
+  kernels::Backend& backend_;
+  Tensor state_;
   int64_t step_count_ = 0;
 };
 

@@ -4,6 +4,12 @@
 // ("dtrain/attempt_<n>/..." so a restarted group never reads a dead attempt's addresses) and
 // builds the gloo group through it.
 //
+// Every rank votes through the store (two counters under the attempt prefix): when all ranks
+// have a GPU of their own (device.cuda_device >= 0, local workers <= visible GPUs) and the NCCL
+// plugin (nccl_plugin.h), they build an NCCL group, its unique ids under the same prefix;
+// otherwise (CPU ranks, ranks sharing a GPU, no plugin on some rank) everyone takes gloo, GPU
+// ranks staging gradients and SyncBN sums through the host and saying why in the log.
+//
 // Blocks until every rank joined or the timeout passes (TimeoutError); a missing store throws
 // ConnectionError naming the address.
 #pragma once
@@ -12,11 +18,13 @@
 #include <memory>
 
 #include "common/worker_env.h"
+#include "kernels/device.h"
 #include "worker/comm/process_group.h"
 
 namespace dlaunch::train {
 
 std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
-                                                       std::chrono::seconds timeout);
+                                                       std::chrono::seconds timeout,
+                                                       const kernels::OpenedDevice& device);
 
 }  // namespace dlaunch::train

@@ -138,6 +138,17 @@ const std::vector<Flag>& flags() {
       {"threads", "compute threads per worker (0: OMP_NUM_THREADS, else cores / local workers)",
        false, [](TrainConfig& c, auto& f, auto& v) { c.threads = positive_int(f, v, 0); },
        [](const TrainConfig& c) { return std::to_string(c.threads); }},
+      {"device",
+       "auto (CUDA when a GPU is visible, else the CPU) | cpu | cuda (GPU LOCAL_RANK among the "
+       "visible ones; exits 2 when there is none)",
+       false, [](TrainConfig& c, auto& f, auto& v) { c.device = choice(f, v, {"auto", "cpu", "cuda"}); },
+       [](const TrainConfig& c) { return c.device; }},
+      {"precision",
+       "fp32 | bf16 | fp16 (only fp32 is implemented: anything else is refused at start, see "
+       "docs/dtrain.md)",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) { c.precision = choice(f, v, {"fp32", "bf16", "fp16"}); },
+       [](const TrainConfig& c) { return c.precision; }},
       {"log_every", "write a metrics line every N steps (0: epochs only)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.log_every = positive_int(f, v, 0); },
        [](const TrainConfig& c) { return std::to_string(c.log_every); }},

@@ -38,6 +38,8 @@ struct TrainConfig {
   bool overwrite = false;       // start a new run, deleting the checkpoints in output_dir
   int eval_every = 1;           // epochs; 0 = only after the last epoch
   int threads = 0;              // 0 = OMP_NUM_THREADS, else cores / local world size
+  std::string device = "auto";     // auto | cpu | cuda (kernels/device.h)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (device.h in train/: what is refused)
   int log_every = 20;           // steps; 0 = epoch lines only
   int64_t max_steps = 0;        // 0 = no limit
   bool no_augment = false;

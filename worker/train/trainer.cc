@@ -14,7 +14,7 @@
 #include "common/error.h"
 #include "common/heartbeat.h"
 #include "common/log.h"
-#include "kernels/ops.h"
+#include "kernels/backend.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "worker/data/batch_loader.h"
 #include "worker/data/dataset.h"
@@ -158,8 +158,8 @@ void broadcast_floats(comm::ProcessGroup& pg, std::vector<float>& v) {
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
-          const FaultInjection& fault)
-      : c_(config), env_(env), pg_(pg), fault_(fault), rank0_(pg.rank() == 0) {}
+          kernels::Backend& backend, const FaultInjection& fault)
+      : c_(config), env_(env), pg_(pg), backend_(backend), fault_(fault), rank0_(pg.rank() == 0) {}
 
   TrainSummary run();
 
@@ -185,6 +185,7 @@ class Trainer {
   const TrainConfig& c_;
   const WorkerEnv& env_;
   comm::ProcessGroup& pg_;
+  kernels::Backend& backend_;  // where the model, its gradients and the optimizer state live
   FaultInjection fault_;
   bool rank0_;
 
@@ -212,7 +213,7 @@ class Trainer {
 void Trainer::load_data() {
   data::ImageFolderOptions folder;
   folder.skip_bad_images = c_.skip_bad_images;
-  folder.threads = kernels::cpu::num_threads();
+  folder.threads = kernels::host_threads();
   const auto start = Clock::now();
   data::DatasetSplits splits = data::load_splits(c_.dataset, c_.data_dir, c_.seed, folder);
   if (rank0_ && c_.dataset == "imagefolder") {
@@ -239,7 +240,7 @@ void Trainer::build_model() {
   mc.in_channels = static_cast<int>(train_set_.channels);
   mc.num_classes = static_cast<int>(train_set_.num_classes);
   mc.image_size = static_cast<int>(train_set_.height);
-  model_ = std::make_unique<ResNet>(mc, c_.seed);
+  model_ = std::make_unique<ResNet>(mc, c_.seed, backend_);
   dp_ = std::make_unique<ddp::DataParallel>(*model_, pg_, c_.sync_bn);
 
   OptimConfig oc;
@@ -247,7 +248,7 @@ void Trainer::build_model() {
   oc.momentum = c_.momentum;
   oc.nesterov = c_.nesterov;
   oc.weight_decay = c_.weight_decay;
-  optimizer_ = std::make_unique<Optimizer>(oc);
+  optimizer_ = std::make_unique<Optimizer>(oc, backend_);
 
   schedule_.kind = parse_lr_schedule(c_.lr_schedule);
   schedule_.base_lr = c_.lr * (c_.scale_lr ? pg_.size() : 1);
@@ -255,9 +256,10 @@ void Trainer::build_model() {
   schedule_.total_epochs = c_.epochs;
   if (rank0_) {
     log_info("model: resnet{} width {}, {} parameters, {} gradient buckets; world size {} ({}), "
-             "SyncBN {}, {} threads per worker",
+             "SyncBN {}, {} threads per worker, on {}",
              c_.depth(), c_.width, model_->num_params(), dp_->reducer().buckets().size(),
-             pg_.size(), pg_.backend(), c_.sync_bn ? "on" : "off", kernels::cpu::num_threads());
+             pg_.size(), pg_.backend(), c_.sync_bn ? "on" : "off", kernels::host_threads(),
+             backend_.name());
   }
 }
 
@@ -405,14 +407,14 @@ std::optional<json> Trainer::resume() {
   // Parameters, buffers and optimizer state from rank 0's checkpoint.
   std::vector<float> params = rank0_ ? *ckpt.find("params") : std::vector<float>();
   broadcast_floats(pg_, params);
-  std::copy(params.begin(), params.end(), model_->params());
+  model_->params_tensor().copy_from_host(params.data());  // sized: require_arrays
   auto names = model_->buffer_names();
   auto buffers = model_->buffers();
   for (size_t i = 0; i < buffers.size(); ++i) {
     std::vector<float> v;
     if (rank0_) v = *ckpt.find("buffer." + names[i]);  // present and sized: require_arrays
     broadcast_floats(pg_, v);
-    std::copy(v.begin(), v.end(), buffers[i]->data());
+    buffers[i]->copy_from_host(v.data());
   }
   std::vector<float> state = rank0_ ? *ckpt.find("optimizer.state") : std::vector<float>();
   broadcast_floats(pg_, state);
@@ -632,12 +634,12 @@ std::string Trainer::save_checkpoint(int64_t epochs_done, int64_t epoch_step,
     ck.meta["test_loss"] = summary_.test_loss;
     ck.meta["test_accuracy"] = summary_.test_accuracy;
   }
-  ck.add("params", std::vector<float>(model_->params(), model_->params() + model_->num_params()));
+  // Host copies: the same file whatever the device (a GPU run resumes on the CPU and back).
+  ck.add("params", model_->params_tensor().to_host());
   auto names = model_->buffer_names();
   auto buffers = model_->buffers();
   for (size_t i = 0; i < buffers.size(); ++i) {
-    ck.add("buffer." + names[i],
-           std::vector<float>(buffers[i]->data(), buffers[i]->data() + buffers[i]->numel()));
+    ck.add("buffer." + names[i], buffers[i]->to_host());
   }
   ck.add("optimizer.state", optimizer_->state());
   const std::string name = epoch_step > 0
@@ -727,7 +729,7 @@ TrainSummary Trainer::run() {
     if (epoch == start_epoch && rank0_) {
       // The first epoch pays for choosing the convolution algorithms; say how much, so a slow
       // first epoch is not mistaken for the training speed.
-      const kernels::cpu::ConvAutotuneStats t = kernels::cpu::conv_autotune_stats();
+      const kernels::ConvAutotuneStats t = backend_.conv_autotune_stats();
       if (t.tuned + t.reused > 0) {
         log_info("convolution autotuning: {} passes tuned in {:.1f} s ({} trial runs), {} taken from "
                  "earlier choices{}",
@@ -757,8 +759,8 @@ TrainSummary Trainer::run() {
 }  // namespace
 
 TrainSummary run_training(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
-                          const FaultInjection& fault) {
-  Trainer t(config, env, pg, fault);
+                          kernels::Backend& backend, const FaultInjection& fault) {
+  Trainer t(config, env, pg, backend, fault);
   return t.run();
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "common/worker_env.h"
+#include "kernels/backend.h"
 #include "worker/comm/process_group.h"
 #include "worker/train/train_config.h"
 
@@ -49,7 +50,10 @@ struct FaultInjection {
   int64_t fail_rank = 0;
 };
 
+// Trains on `backend` (kernels/device.h picks it): the model, its gradients and the optimizer
+// state live there; batches are loaded on the host and copied over; checkpoints hold host
+// copies, so they are the same whatever the device.
 TrainSummary run_training(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
-                          const FaultInjection& fault = {});
+                          kernels::Backend& backend, const FaultInjection& fault = {});
 
 }  // namespace dlaunch::train
