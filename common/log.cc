@@ -70,20 +70,24 @@ void set_log_tag(std::string tag) {
   g_tag = std::move(tag);
 }
 
-void log_line(LogLevel level, std::string_view message) {
+std::string time_of_day_now() {
   auto now = std::chrono::system_clock::now();
   std::time_t seconds = std::chrono::system_clock::to_time_t(now);
   int millis = static_cast<int>(
       std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
   std::tm tm{};
   localtime_r(&seconds, &tm);
+  return fmt::format("{:02}:{:02}:{:02}.{:03}", tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
+}
+
+void log_line(LogLevel level, std::string_view message) {
   std::string tag;
   {
     std::lock_guard<std::mutex> lock(g_tag_mutex);
     tag = g_tag;
   }
-  std::string line = fmt::format("[{} {:02}:{:02}:{:02}.{:03} {}] {}\n", tag, tm.tm_hour, tm.tm_min,
-                                 tm.tm_sec, millis, level_letter(level), message);
+  std::string line =
+      fmt::format("[{} {} {}] {}\n", tag, time_of_day_now(), level_letter(level), message);
   // One write per line keeps lines whole; a short write to stderr is not worth retrying.
   ssize_t ignored = ::write(STDERR_FILENO, line.data(), line.size());
   (void)ignored;

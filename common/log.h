@@ -24,6 +24,10 @@ void set_log_tag(std::string tag);
 
 void log_line(LogLevel level, std::string_view message);
 
+// The local time of day of now, "14:05:01.123": the stamp of log lines and of the console's
+// --log_timestamps.
+std::string time_of_day_now();
+
 template <typename... Args>
 void log_debug(fmt::format_string<Args...> f, Args&&... args) {
   if (log_level() <= LogLevel::kDebug) log_line(LogLevel::kDebug, fmt::format(f, std::forward<Args>(args)...));

@@ -9,6 +9,7 @@
 #include <ctime>
 
 #include "common/error.h"
+#include "common/log.h"
 
 namespace dlaunch {
 
@@ -26,15 +27,7 @@ void write_all(int fd, std::string_view data) {
 }
 
 // --log_timestamps: "14:05:01.123 " in local time, when the agent got the line.
-std::string console_timestamp() {
-  auto now = std::chrono::system_clock::now();
-  std::time_t seconds = std::chrono::system_clock::to_time_t(now);
-  int millis = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000);
-  std::tm tm{};
-  localtime_r(&seconds, &tm);
-  return fmt::format("{:02}:{:02}:{:02}.{:03} ", tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
-}
+std::string console_timestamp() { return time_of_day_now() + " "; }
 
 }  // namespace
 
