@@ -515,134 +515,145 @@ void DynamicRendezvous::declare_store_lost(Duration silent) {
 
 void DynamicRendezvous::start_keep_alive() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (keep_alive_.joinable() || stopping_) return;
+  if (keep_alive_.joinable() || stopping_ || external_keep_alive_) return;
   keep_alive_ = std::thread([this] { keep_alive_loop(); });
 }
 
 void DynamicRendezvous::keep_alive_loop() {
-  std::shared_ptr<Store> store;
-  std::unique_ptr<Liveness> liveness;
-  auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
   // Beat once per interval, but look at the neighbours four times as often: a silent node is
   // then reported within a quarter interval of its window passing, not up to a whole one.
   Duration tick = std::max<Duration>(config_.keep_alive_interval / 4, std::chrono::milliseconds(50));
-  TimePoint last_beat{};
-  bool beaten = false;
-  int64_t reported_round = -1;
-  // When the store last answered, and whether it does not now: one warning when it stops, one
-  // line when it is back, not one per retry.
-  TimePoint last_contact = clock_.now();
-  bool in_trouble = false;
-  const std::string store_name =
-      (ledger_ ? "etcd at " : "the store at ") + params_.endpoint;
-  while (true) {
-    int64_t round;
-    std::vector<std::string> watched;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (stopping_) break;
-      if (!store_lost_.empty()) {
-        wake_.wait(lock, [&] { return stopping_; });
-        break;
-      }
-      round = running_round_;
-      if (round >= 0 && round != reported_round) {
-        for (auto r : watched_ranks(my_rank_, static_cast<int64_t>(running_nodes_.size()))) {
-          watched.push_back(running_nodes_[r].id + "\n" + running_nodes_[r].host + "\n" +
-                            std::to_string(r));
-        }
-      }
-    }
-    try {
-      if (!store) {
-        store = open_store_();
-        liveness = params_.liveness
-                       ? params_.liveness(store, prefix_, node_id_, window, clock_)
-                       : make_store_liveness(store, prefix_, node_id_, window, clock_);
-        std::lock_guard<std::mutex> lock(mutex_);
-        keep_alive_store_ = store;
-        if (stopping_) break;
-      }
-      auto now = clock_.now();
-      if (!beaten || now - last_beat >= config_.keep_alive_interval) {
-        liveness->beat();
-        last_beat = now;
-        beaten = true;
-      }
-      if (!watched.empty()) {
-        std::vector<std::string> ids;
-        for (const auto& w : watched) ids.push_back(w.substr(0, w.find('\n')));
-        auto dead = liveness->dead(ids);
-        if (!dead.empty()) {
-          std::string who;
-          for (const auto& w : watched) {
-            auto id = w.substr(0, w.find('\n'));
-            if (std::find(dead.begin(), dead.end(), id) == dead.end()) continue;
-            auto rest = w.substr(w.find('\n') + 1);
-            who += (who.empty() ? "node " : ", node ") + rest.substr(0, rest.find('\n')) +
-                   " (node rank " + rest.substr(rest.find('\n') + 1) + ")";
-          }
-          std::string reason =
-              fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(window));
-          log_warning("rendezvous '{}' round {}: {}", params_.run_id, round, reason);
-          // The verdict first: nodes whose workers already failed wait for it (settle_failure).
-          write_verdict(*store, round, "L|" + reason);
-          publish_event(*store, prefix_, round,
-                        {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
-          reported_round = round;
-        }
-      }
-      auto silent = clock_.now() - last_contact;
-      last_contact = clock_.now();
-      if (in_trouble) {
-        log_info("rendezvous keep-alive: {} reachable again after {:.1f} s", store_name,
-                 to_seconds(silent));
-        in_trouble = false;
-      }
-      std::lock_guard<std::mutex> lock(mutex_);
-      keep_alive_healthy_ = true;
-    } catch (const Error& e) {
-      store.reset();
-      liveness.reset();
-      auto now = clock_.now();
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        keep_alive_store_.reset();
-        keep_alive_healthy_ = false;
-        if (stopping_) break;  // shutdown() interrupted the call
-      }
-      if (!in_trouble) {
-        in_trouble = true;
-        log_warning("rendezvous keep-alive: {}; retrying{}", e.what(),
-                    store_dies_with_host_
-                        ? fmt::format(" (the store counts as lost after {:g} s)",
-                                      to_seconds(window))
-                        : std::string(" quietly until it answers"));
-      } else {
-        log_debug("rendezvous keep-alive: {}; retrying", e.what());
-      }
-      if (store_dies_with_host_ && now - last_contact >= window) {
-        declare_store_lost(now - last_contact);
-        continue;
-      }
-    }
+  while (keep_alive_step()) {
     std::unique_lock<std::mutex> lock(mutex_);
     wake_.wait_for(lock, tick, [&] { return stopping_; });
   }
+  keep_alive_finish();
+}
+
+void DynamicRendezvous::drive_keep_alive_externally() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DL_CHECK(!keep_alive_.joinable()) << "drive_keep_alive_externally() after the first round";
+  external_keep_alive_ = true;
+}
+
+std::vector<DynamicRendezvous::Watched> DynamicRendezvous::watched_nodes(int64_t reported_round) {
+  std::vector<Watched> watched;
+  if (running_round_ < 0 || running_round_ == reported_round) return watched;
+  for (auto r : watched_ranks(my_rank_, static_cast<int64_t>(running_nodes_.size()))) {
+    watched.push_back({running_nodes_[r].id, running_nodes_[r].host, r});
+  }
+  return watched;
+}
+
+bool DynamicRendezvous::keep_alive_step() {
+  auto& ka = keep_alive_state_;
+  auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  int64_t round;
+  std::vector<Watched> watched;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (stopping_) return false;
+    if (!store_lost_.empty()) {
+      if (external_keep_alive_) return false;
+      wake_.wait(lock, [&] { return stopping_; });
+      return false;
+    }
+    if (!ka.started) {
+      ka.started = true;
+      ka.last_contact = clock_.now();
+    }
+    round = running_round_;
+    watched = watched_nodes(ka.reported_round);
+  }
+  try {
+    if (!ka.store) {
+      ka.store = open_store_();
+      ka.liveness = params_.liveness
+                        ? params_.liveness(ka.store, prefix_, node_id_, window, clock_)
+                        : make_store_liveness(ka.store, prefix_, node_id_, window, clock_);
+      std::lock_guard<std::mutex> lock(mutex_);
+      keep_alive_store_ = ka.store;
+      if (stopping_) return false;
+    }
+    auto now = clock_.now();
+    if (!ka.beaten || now - ka.last_beat >= config_.keep_alive_interval) {
+      ka.liveness->beat();
+      ka.last_beat = now;
+      ka.beaten = true;
+    }
+    if (!watched.empty()) {
+      std::vector<std::string> ids;
+      for (const auto& w : watched) ids.push_back(w.id);
+      auto dead = ka.liveness->dead(ids);
+      if (!dead.empty()) {
+        std::string who;
+        for (const auto& w : watched) {
+          if (std::find(dead.begin(), dead.end(), w.id) == dead.end()) continue;
+          who += fmt::format("{}node {} (node rank {})", who.empty() ? "" : ", ", w.host, w.rank);
+        }
+        std::string reason =
+            fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(window));
+        log_warning("rendezvous '{}' round {}: {}", params_.run_id, round, reason);
+        // The verdict first: nodes whose workers already failed wait for it (settle_failure).
+        write_verdict(*ka.store, round, "L|" + reason);
+        publish_event(*ka.store, prefix_, round,
+                      {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
+        ka.reported_round = round;
+      }
+    }
+    auto silent = clock_.now() - ka.last_contact;
+    ka.last_contact = clock_.now();
+    if (ka.in_trouble) {
+      log_info("rendezvous keep-alive: {}{} reachable again after {:.1f} s",
+               ledger_ ? "etcd at " : "the store at ", params_.endpoint, to_seconds(silent));
+      ka.in_trouble = false;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    keep_alive_healthy_ = true;
+  } catch (const Error& e) {
+    ka.store.reset();
+    ka.liveness.reset();
+    auto now = clock_.now();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      keep_alive_store_.reset();
+      keep_alive_healthy_ = false;
+      if (stopping_) return false;  // shutdown() interrupted the call
+    }
+    if (!ka.in_trouble) {
+      ka.in_trouble = true;
+      log_warning("rendezvous keep-alive: {}; retrying{}", e.what(),
+                  store_dies_with_host_
+                      ? fmt::format(" (the store counts as lost after {:g} s)", to_seconds(window))
+                      : std::string(" quietly until it answers"));
+    } else {
+      log_debug("rendezvous keep-alive: {}; retrying", e.what());
+    }
+    if (store_dies_with_host_ && now - ka.last_contact >= window) {
+      declare_store_lost(now - ka.last_contact);
+    }
+  }
+  return true;
+}
+
+void DynamicRendezvous::keep_alive_finish() {
+  auto& ka = keep_alive_state_;
   bool healthy;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     healthy = keep_alive_healthy_ && store_lost_.empty();
   }
   // A store that does not answer cannot be told; the others' keep-alive reports this node.
-  if (liveness && healthy) {
+  if (ka.liveness && healthy) {
     try {
-      liveness->leave();
-      announce_leaving(*store);
+      ka.liveness->leave();
+      announce_leaving(*ka.store);
     } catch (const Error& e) {
       log_debug("rendezvous keep-alive: could not mark this node as left: {}", e.what());
     }
   }
+  ka.liveness.reset();
+  ka.store.reset();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     keep_alive_store_.reset();
@@ -698,6 +709,13 @@ void DynamicRendezvous::shutdown() {
       }
     }
     keep_alive_.join();
+  } else if (external_keep_alive_) {
+    bool finished;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished = keep_alive_exited_;
+    }
+    if (!finished) keep_alive_finish();
   }
   if (watcher_) watcher_->stop();
 }

@@ -72,6 +72,14 @@ class DynamicRendezvous final : public RendezvousHandler {
 
   const std::string& node_id() const { return node_id_; }
 
+  // For a driver of many handlers in one process (bench/rendezvous/rdzv_sim.cc), where a thread
+  // per handler does not fit: no keep-alive thread is started; the caller calls
+  // keep_alive_step() about every keep_alive_interval / 4 instead (from one thread at a time).
+  // Call before the first next_rendezvous(). keep_alive_step() returns false once shutdown()
+  // or a store loss ended the keep-alive; shutdown() then marks this node as left.
+  void drive_keep_alive_externally();
+  bool keep_alive_step();
+
  private:
   std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
   std::string round_key(int64_t round, const std::string& suffix) const;
@@ -82,6 +90,13 @@ class DynamicRendezvous final : public RendezvousHandler {
   // for free (keep-alive thread).
   void announce_leaving(Store& store);
   void keep_alive_loop();
+  // One beat (when due) and one look at the watched neighbours; false once stopping.
+  void keep_alive_finish();  // marks this node as left when the store answers
+  struct Watched {
+    std::string id, host;
+    int64_t rank;
+  };
+  std::vector<Watched> watched_nodes(int64_t reported_round);  // mutex_ held
   void start_keep_alive();
   // Store loss (c10d: the store lives in one agent). The keep-alive thread declares it after
   // the store did not answer for the keep-alive window; from then on every call fails at once
@@ -119,6 +134,20 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::shared_ptr<Store> keep_alive_store_;  // the thread's store, for shutdown()'s interrupt
   bool keep_alive_healthy_ = true;           // its last store call succeeded
   bool keep_alive_exited_ = false;
+  bool external_keep_alive_ = false;  // drive_keep_alive_externally()
+  // The keep-alive's own state (only its thread, or the external driver, touches it).
+  struct KeepAliveState {
+    bool started = false;
+    std::shared_ptr<Store> store;
+    std::unique_ptr<Liveness> liveness;
+    TimePoint last_beat{};
+    bool beaten = false;
+    int64_t reported_round = -1;
+    // When the store last answered, and whether it does not now: one warning when it stops,
+    // one line when it is back, not one per retry.
+    TimePoint last_contact{};
+    bool in_trouble = false;
+  } keep_alive_state_;
   // c10d: the store is hosted by one agent and dies with it (etcd, with a ledger, outlives any
   // agent: an outage there is waited out).
   bool store_dies_with_host_ = true;
