@@ -9,6 +9,7 @@
 #include "rendezvous/host_port.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/prefix_store.h"
+#include "rendezvous/round_table.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/version_mix.h"
 #include "rendezvous/worker_namespace.h"
@@ -153,8 +154,15 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
           continue;  // decide at once: complete at MAX, or announce ourselves to a running round
         }
         case JoinStep::kComplete:
+          // compare_set returns the value now stored, so every node that tried it sees
+          // COMPLETE(r, n), not only the one that wrote it (hundreds at 2,048 nodes): one add
+          // picks the closer among them.
           if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
-              d.next.encode()) {
+                  d.next.encode() &&
+              store_->add(round_key(state->round, "closer"), 1) == 1) {
+            // This node closed the round: it reads the N descriptors once and writes what each
+            // node needs, so nobody else reads them (round_table.h).
+            publish_round_table(state->round, d.participants, deadline);
             // Before anyone is released, so every worker of this round gets its namespace;
             // the previous round's keys go (every participant stopped its workers before
             // joining).
@@ -220,8 +228,7 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
       Duration sleep = poll_interval(config_);
       if (d.step == JoinStep::kWait && d.wake_at != TimePoint::max()) {
         sleep = std::min<Duration>(sleep, std::max<Duration>(d.wake_at - now, Duration(0)));
-      }
-      sleep = std::min<Duration>(sleep, deadline - now);
+      }      sleep = std::min<Duration>(sleep, deadline - now);
       std::string wake_key = round_key(state->round, d.step == JoinStep::kWaitNextRound
                                                          ? "superseded"
                                                          : "done");
@@ -252,6 +259,45 @@ void DynamicRendezvous::begin_worker_namespace(int64_t round) {
   dlaunch::begin_worker_namespace(*tcp, worker_namespace(params_.run_id, round));
 }
 
+std::vector<NodeDescriptor> DynamicRendezvous::read_participants(int64_t round, int64_t n,
+                                                                TimePoint deadline) {
+  if (ledger_) return ledger_->participants(round, n);  // a ledger's join is atomic
+  std::vector<std::string> keys;
+  for (int64_t i = 1; i <= n; ++i) keys.push_back(round_key(round, fmt::format("node/{}", i)));
+  // An arrival counted but not yet described (its agent just added itself) is a moment away;
+  // one that died between the two steps is not: bound the wait by the join deadline.
+  auto left = deadline - clock_.now();
+  try {
+    store_->wait(keys, std::max<Duration>(left, std::chrono::milliseconds(1)));
+  } catch (const TimeoutError&) {
+    throw TimeoutError(fmt::format(
+        "rendezvous '{}' round {}: a node counted itself in but never described itself (it died "
+        "while joining); the next round will go on without it",
+        params_.run_id, round));
+  }
+  std::vector<NodeDescriptor> arrivals;
+  for (const auto& v : store_->multi_get(keys)) arrivals.push_back(NodeDescriptor::decode(v));
+  return arrivals;
+}
+
+void DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint deadline) {
+  auto arrivals = read_participants(round, n, deadline);
+  auto by_rank = assign_ranks(arrivals);
+  auto assignments = RankAssignment::make(arrivals, by_rank);
+  std::vector<std::string> keys;
+  std::vector<Bytes> values;
+  keys.reserve(assignments.size() + 1);
+  values.reserve(assignments.size() + 1);
+  for (size_t i = 0; i < assignments.size(); ++i) {
+    keys.push_back(round_key(round, fmt::format("assign/{}", i + 1)));
+    values.push_back(assignments[i].encode());
+  }
+  // The table last: a node that finds it finds its assignment too.
+  keys.push_back(round_key(round, "table"));
+  values.push_back(RoundTable::make(arrivals, by_rank).encode());
+  store_->multi_set(keys, values);
+}
+
 RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, TimePoint deadline) {
   const int64_t n = state.participants;
   // The completing node starts the round's worker namespace and then sets "done": wait for it,
@@ -271,33 +317,31 @@ RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, Time
                        " was marked complete but its completing node never released it (it died "
                        "mid-step); start again");
   }
-  std::vector<NodeDescriptor> arrivals;
-  if (ledger_) {
-    arrivals = ledger_->participants(state.round, n);  // a ledger's join is atomic
+  // Two small keys, whatever the round's size (round_table.h).
+  const std::vector<std::string> mine = {
+      round_key(state.round, "table"),
+      round_key(state.round, fmt::format("assign/{}", view_.arrival_index))};
+  RoundTable table;
+  RankAssignment me;
+  if (store_->check(mine)) {
+    auto values = store_->multi_get(mine);
+    table = RoundTable::decode(values[0]);
+    me = RankAssignment::decode(values[1]);
   } else {
-    std::vector<std::string> keys;
-    for (int64_t i = 1; i <= n; ++i) {
-      keys.push_back(round_key(state.round, "node/" + std::to_string(i)));
-    }
-    // An arrival counted but not yet described (its agent just added itself) is a moment away;
-    // one that died between the two steps is not: bound the wait by the join deadline.
-    auto left = deadline - clock_.now();
-    try {
-      store_->wait(keys, std::max<Duration>(left, std::chrono::milliseconds(1)));
-    } catch (const TimeoutError&) {
-      throw TimeoutError("rendezvous '" + params_.run_id + "' round " +
-                         std::to_string(state.round) +
-                         ": a node counted itself in but never described itself (it died while "
-                         "joining); the next round will go on without it");
-    }
-    auto values = store_->multi_get(keys);
-    for (const auto& v : values) arrivals.push_back(NodeDescriptor::decode(v));
+    // Closed by an agent of an older build, which writes no table: every node reads all.
+    auto arrivals = read_participants(state.round, n, deadline);
+    auto by_rank = assign_ranks(arrivals);
+    table = RoundTable::make(arrivals, by_rank);
+    me = RankAssignment::make(arrivals, by_rank).at(view_.arrival_index - 1);
   }
-  auto by_rank = assign_ranks(arrivals);
+  if (table.participants != n || me.rank < 0 || me.rank >= n) {
+    throw ProtocolError(fmt::format(
+        "rendezvous '{}' round {}: the round's table says {} node(s) and rank {} for this node, "
+        "but the round has {} node(s); the store holds records of another job or build",
+        params_.run_id, state.round, table.participants, me.rank, n));
+  }
   if (!version_mix_warned_) {
-    std::vector<std::pair<std::string, std::string>> builds;
-    for (const auto& a : arrivals) builds.emplace_back(a.host, a.version);
-    std::string mix = describe_version_mix(params_.version, builds);
+    std::string mix = describe_version_mix(params_.version, table.host_builds());
     if (!mix.empty()) {
       log_warning("{}", mix);
       version_mix_warned_ = true;
@@ -307,13 +351,14 @@ RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, Time
   RendezvousResult result;
   result.round = state.round;
   result.group_world_size = n;
-  std::vector<NodeDescriptor> nodes;
-  for (int64_t rank = 0; rank < n; ++rank) {
-    const auto& d = arrivals[by_rank[rank]];
-    if (d.id == node_id_) result.group_rank = rank;
-    result.local_world_sizes.push_back(d.local_world_size);
-    result.hosts.push_back(d.host);
-    nodes.push_back(d);
+  result.group_rank = me.rank;
+  result.local_world_sizes = table.local_world_sizes();
+  result.hosts = table.hosts;
+  if (result.hosts.empty()) {
+    // A large round lists no hosts: this node's own and its neighbours' are known.
+    result.hosts.assign(n, "");
+    result.hosts[me.rank] = params_.host;
+    for (const auto& w : me.watched) result.hosts[w.rank] = w.host;
   }
   HostPort master = parse_host_port(params_.endpoint.empty() ? "127.0.0.1" : params_.endpoint,
                                     29400, "--rdzv_endpoint");
@@ -325,7 +370,8 @@ RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, Time
   {
     std::lock_guard<std::mutex> lock(mutex_);
     running_round_ = state.round;
-    running_nodes_ = std::move(nodes);
+    running_n_ = n;
+    watched_ = std::move(me.watched);
     my_rank_ = result.group_rank;
   }
   log_info("rendezvous '{}' round {} complete: node rank {} of {} (world size {})",
@@ -380,7 +426,7 @@ void DynamicRendezvous::ack_failure() {
     if (!store_lost_.empty()) throw ConnectionError(store_lost_);
     if (running_round_ < 0 || acked_round_ == running_round_) return;
     round = running_round_;
-    n = static_cast<int64_t>(running_nodes_.size());
+    n = running_n_;
     // Claimed before the add: the watcher (a restart event) and the failure report may ack at
     // the same time, and a node counted twice would pass for a dead one's ack. Not retried when
     // the add fails (it may have counted): a missing ack only delays the verdict.
@@ -536,20 +582,16 @@ void DynamicRendezvous::drive_keep_alive_externally() {
   external_keep_alive_ = true;
 }
 
-std::vector<DynamicRendezvous::Watched> DynamicRendezvous::watched_nodes(int64_t reported_round) {
-  std::vector<Watched> watched;
-  if (running_round_ < 0 || running_round_ == reported_round) return watched;
-  for (auto r : watched_ranks(my_rank_, static_cast<int64_t>(running_nodes_.size()))) {
-    watched.push_back({running_nodes_[r].id, running_nodes_[r].host, r});
-  }
-  return watched;
+std::vector<NodeRef> DynamicRendezvous::watched_nodes(int64_t reported_round) {
+  if (running_round_ < 0 || running_round_ == reported_round) return {};
+  return watched_;
 }
 
 bool DynamicRendezvous::keep_alive_step() {
   auto& ka = keep_alive_state_;
   auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
   int64_t round;
-  std::vector<Watched> watched;
+  std::vector<NodeRef> watched;
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (stopping_) return false;
@@ -669,7 +711,7 @@ void DynamicRendezvous::announce_leaving(Store& store) {
     std::lock_guard<std::mutex> lock(mutex_);
     round = running_round_;
     rank = my_rank_;
-    nodes = running_nodes_.size();
+    nodes = static_cast<size_t>(running_n_);
   }
   if (round < 0 || nodes < 2) return;
   // A node stopped while its round runs (SIGTERM to one agent: a scale-down) is a membership

@@ -7,6 +7,8 @@
 // Keys, under "dlaunch/rdzv/<run_id>":
 //   state                      the record (compare_set only)
 //   round/<r>/arrivals         arrival counter; round/<r>/node/<i> descriptor of arrival i
+//   round/<r>/table, /assign/<i>  written by the node that closes the round: the round's table
+//                              and arrival i's rank (round_table.h), so others read O(1)
 //   round/<r>/done, /superseded  wake-up keys set when round r completes / r+1 opens
 //   round/<r>/event            the round's event (restart, membership, shutdown)
 //   round/<r>/acks, /verdict   nodes that saw the round's failure; "C|<writer>" (charged) or
@@ -45,6 +47,7 @@
 #include "rendezvous/dynamic_rendezvous_state.h"
 #include "rendezvous/rendezvous_events.h"
 #include "rendezvous/rendezvous_registry.h"
+#include "rendezvous/round_table.h"
 
 namespace dlaunch {
 
@@ -85,6 +88,10 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::string round_key(int64_t round, const std::string& suffix) const;
   std::optional<DynamicState> read_state();
   RendezvousResult finish_round(const DynamicState& state, TimePoint deadline);
+  // Descriptors of arrivals 1..n of `round`, in arrival order (O(N): the closing node only).
+  std::vector<NodeDescriptor> read_participants(int64_t round, int64_t n, TimePoint deadline);
+  // The closing node's share: the round's table and every node's assignment (round_table.h).
+  void publish_round_table(int64_t round, int64_t n, TimePoint deadline);
   void begin_worker_namespace(int64_t round);
   // At shutdown, while a round of several nodes runs: the others re-form without this node,
   // for free (keep-alive thread).
@@ -92,11 +99,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   void keep_alive_loop();
   // One beat (when due) and one look at the watched neighbours; false once stopping.
   void keep_alive_finish();  // marks this node as left when the store answers
-  struct Watched {
-    std::string id, host;
-    int64_t rank;
-  };
-  std::vector<Watched> watched_nodes(int64_t reported_round);  // mutex_ held
+  std::vector<NodeRef> watched_nodes(int64_t reported_round);  // mutex_ held
   void start_keep_alive();
   // Store loss (c10d: the store lives in one agent). The keep-alive thread declares it after
   // the store did not answer for the keep-alive window; from then on every call fails at once
@@ -128,7 +131,8 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::condition_variable wake_;
   bool stopping_ = false;
   int64_t running_round_ = -1;
-  std::vector<NodeDescriptor> running_nodes_;  // by group rank
+  int64_t running_n_ = 0;          // nodes in the running round
+  std::vector<NodeRef> watched_;   // this node's ring neighbours in it (keep-alive)
   int64_t my_rank_ = -1;
   std::thread keep_alive_;
   std::shared_ptr<Store> keep_alive_store_;  // the thread's store, for shutdown()'s interrupt
