@@ -17,6 +17,10 @@
 namespace dlaunch {
 
 namespace {
+// The value of round/<r>/done when the closer wrote the round's table (round_table.h); an
+// older build writes "1" and no table.
+const std::string kDoneWithTable = "2";
+
 // How often a waiting node re-reads the arrival count while a round forms. Wake-up keys make
 // most waits end early; this bounds the last-call measurement error.
 Duration poll_interval(const RendezvousConfig& c) {
@@ -72,12 +76,16 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
   bool announced_waiting = false;
   TimePoint last_dead_check{};
   std::unique_ptr<Liveness> waiting_liveness;  // only while waiting for a full round to end
+  std::optional<DynamicState> state;
+  // This node just joined: `state` (OPEN, as it was) and the arrival count its join returned
+  // are news enough to decide again without reading them (two requests per node and round).
+  bool just_joined = false;
   while (true) {
     if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
     try {
-      auto state = read_state();
+      if (!just_joined) state = read_state();
       auto now = clock_.now();
-      if (state && state->status == DynamicState::Status::kOpen &&
+      if (!just_joined && state && state->status == DynamicState::Status::kOpen &&
           view_.joined_round == state->round) {
         if (ledger_) {
           auto count = ledger_->arrivals(state->round, now);
@@ -119,6 +127,7 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
         }
         view_.running_round_dead = !ids.empty() && waiting_liveness->dead(ids).size() == ids.size();
       }
+      just_joined = false;
       JoinDecision d = decide_join(state, view_, limits_, now);
       log_debug("rendezvous {}: round {} step {}", params_.run_id, state ? state->round : -1,
                 join_step_name(d.step));
@@ -151,6 +160,7 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
           view_.arrivals = index;
           view_.arrivals_changed_at = now;
           announced_waiting = false;
+          just_joined = true;
           continue;  // decide at once: complete at MAX, or announce ourselves to a running round
         }
         case JoinStep::kComplete:
@@ -167,7 +177,7 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
             // the previous round's keys go (every participant stopped its workers before
             // joining).
             begin_worker_namespace(state->round);
-            store_->set(round_key(state->round, "done"), to_bytes("1"));
+            store_->set(round_key(state->round, "done"), to_bytes(kDoneWithTable));
             log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id,
                       state->round, d.participants);
           }
@@ -224,11 +234,17 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
         }
         continue;
       }
-      // Sleep until something may have changed: the round's wake-up key, or the next poll.
-      Duration sleep = poll_interval(config_);
-      if (d.step == JoinStep::kWait && d.wake_at != TimePoint::max()) {
+      // Sleep until something may have changed: the store wakes every node at once when the
+      // round's wake-up key is set ("done" when it completes, "superseded" when the next one
+      // opens). Only the first arrival polls the count to measure the last call; the others
+      // would be N pollers (16,384 x 5 reads/s). They look again once per keep-alive interval,
+      // so a first arrival that died costs at most that.
+      const bool measures_last_call = d.step == JoinStep::kWait && view_.arrival_index == 1;
+      Duration sleep = measures_last_call ? poll_interval(config_) : config_.keep_alive_interval;
+      if (measures_last_call && d.wake_at != TimePoint::max()) {
         sleep = std::min<Duration>(sleep, std::max<Duration>(d.wake_at - now, Duration(0)));
-      }      sleep = std::min<Duration>(sleep, deadline - now);
+      }
+      sleep = std::min<Duration>(sleep, deadline - now);
       std::string wake_key = round_key(state->round, d.step == JoinStep::kWaitNextRound
                                                          ? "superseded"
                                                          : "done");
@@ -292,24 +308,33 @@ void DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint 
     keys.push_back(round_key(round, fmt::format("assign/{}", i + 1)));
     values.push_back(assignments[i].encode());
   }
-  // The table last: a node that finds it finds its assignment too.
   keys.push_back(round_key(round, "table"));
   values.push_back(RoundTable::make(arrivals, by_rank).encode());
   store_->multi_set(keys, values);
+  // Read with the table in one request by every node (finish_round), so it must exist.
+  store_->add(key("restart_count"), 0);
 }
 
 RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, TimePoint deadline) {
   const int64_t n = state.participants;
   // The completing node starts the round's worker namespace and then sets "done": wait for it,
   // so no worker of this round starts before.
+  Bytes done;
   try {
     auto left = deadline - clock_.now();
     if (ledger_) {
-      ledger_->wait_key(state.round, round_key(state.round, "done"),
-                        clock_.now() + std::max<Duration>(left, std::chrono::milliseconds(1)));
+      done = ledger_->wait_key(state.round, round_key(state.round, "done"),
+                               clock_.now() + std::max<Duration>(left, std::chrono::milliseconds(1)));
     } else {
-      store_->wait({round_key(state.round, "done")},
-                   std::max<Duration>(left, std::chrono::milliseconds(1)));
+      Duration old_timeout = store_->timeout();
+      store_->set_timeout(std::max<Duration>(left, std::chrono::milliseconds(1)));
+      try {
+        done = store_->get(round_key(state.round, "done"));
+      } catch (...) {
+        store_->set_timeout(old_timeout);
+        throw;
+      }
+      store_->set_timeout(old_timeout);
     }
   } catch (const TimeoutError&) {
     throw TimeoutError("rendezvous '" + params_.run_id + "' round " +
@@ -317,16 +342,23 @@ RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, Time
                        " was marked complete but its completing node never released it (it died "
                        "mid-step); start again");
   }
-  // Two small keys, whatever the round's size (round_table.h).
-  const std::vector<std::string> mine = {
-      round_key(state.round, "table"),
-      round_key(state.round, fmt::format("assign/{}", view_.arrival_index))};
+  // Three small keys in one request, whatever the round's size (round_table.h).
   RoundTable table;
   RankAssignment me;
-  if (store_->check(mine)) {
-    auto values = store_->multi_get(mine);
+  int64_t restart_count = -1;
+  if (done == to_bytes(kDoneWithTable)) {
+    auto values = store_->multi_get(
+        {round_key(state.round, "table"),
+         round_key(state.round, fmt::format("assign/{}", view_.arrival_index)),
+         key("restart_count")});
     table = RoundTable::decode(values[0]);
     me = RankAssignment::decode(values[1]);
+    try {
+      restart_count = std::stoll(to_string(values[2]));
+    } catch (const std::logic_error&) {
+      throw ProtocolError(fmt::format("rendezvous '{}': restart_count holds '{}', not a count",
+                                      params_.run_id, to_string(values[2])));
+    }
   } else {
     // Closed by an agent of an older build, which writes no table: every node reads all.
     auto arrivals = read_participants(state.round, n, deadline);
@@ -364,7 +396,7 @@ RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, Time
                                     29400, "--rdzv_endpoint");
   result.master_addr = master.host;
   result.master_port = master.port;
-  result.restart_count = store_->add(key("restart_count"), 0);
+  result.restart_count = restart_count >= 0 ? restart_count : store_->add(key("restart_count"), 0);
   result.store = std::make_shared<PrefixStore>("dlaunch/job/" + params_.run_id, store_);
   view_.last_round = state.round;
   {

@@ -3,7 +3,7 @@
 // process of its own, so the store host's CPU, memory and bytes are measured alone.
 //
 //   rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] [--keep-alive-seconds 5]
-//            [--keep-alive-interval 1] [--no-loss]
+//            [--keep-alive-interval 1] [--no-loss] [--by-op]
 //
 // How N agents fit on one host (pid_max is 32,768 here, the fd limit about 20,000 per
 // process): each agent has ONE store connection (its rendezvous, keep-alive and event checks
@@ -67,6 +67,7 @@ struct Options {
   double keep_alive_seconds = 5;
   int keep_alive_interval = 1;
   bool loss = true;
+  bool by_op = false;  // each agent process prints its requests and bytes by operation
 };
 
 // Every store call an agent makes, counted (one request on the wire each), with its bytes on
@@ -75,6 +76,10 @@ struct Options {
 // show in /proc/<pid>/io, so the store host's bytes are counted here, at the clients.
 std::atomic<int64_t> g_requests{0};
 std::atomic<int64_t> g_bytes{0};
+std::atomic<int64_t> g_op_bytes[10], g_op_count[10];  // by Op, for --by-op
+enum Op { kSet, kGet, kAdd, kCas, kCheck, kWait, kDelete, kNumKeys, kMultiGet, kMultiSet };
+const char* kOpNames[] = {"set", "get", "add", "compare_set", "check", "wait", "delete",
+                          "num_keys", "multi_get", "multi_set"};
 
 int64_t frame_bytes(const std::vector<std::string>& keys) {
   int64_t b = 1;
@@ -88,59 +93,61 @@ class CountingStore final : public Store {
  public:
   explicit CountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
   void set(const std::string& k, const Bytes& v) override {
-    count(frame_bytes(k) + value_bytes(v));
+    count(kSet, frame_bytes(k) + value_bytes(v));
     inner_->set(k, v);
   }
   Bytes get(const std::string& k) override {
     auto v = inner_->get(k);
-    count(frame_bytes(k) + value_bytes(v));
+    count(kGet, frame_bytes(k) + value_bytes(v));
     return v;
   }
   int64_t add(const std::string& k, int64_t d) override {
-    count(frame_bytes(k) + 16);
+    count(kAdd, frame_bytes(k) + 16);
     return inner_->add(k, d);
   }
   Bytes compare_set(const std::string& k, const Bytes& e, const Bytes& d) override {
     auto v = inner_->compare_set(k, e, d);
-    count(frame_bytes(k) + value_bytes(e) + value_bytes(d) + value_bytes(v));
+    count(kCas, frame_bytes(k) + value_bytes(e) + value_bytes(d) + value_bytes(v));
     return v;
   }
   bool check(const std::vector<std::string>& k) override {
-    count(frame_bytes(k) + 8);
+    count(kCheck, frame_bytes(k) + 8);
     return inner_->check(k);
   }
   void wait(const std::vector<std::string>& k, Duration t) override {
-    count(frame_bytes(k) + 8);
+    count(kWait, frame_bytes(k) + 8);
     inner_->wait(k, t);
   }
   using Store::wait;
   bool delete_key(const std::string& k) override {
-    count(frame_bytes(k) + 8);
+    count(kDelete, frame_bytes(k) + 8);
     return inner_->delete_key(k);
   }
   int64_t num_keys() override {
-    count(9);
+    count(kNumKeys, 9);
     return inner_->num_keys();
   }
   std::vector<Bytes> multi_get(const std::vector<std::string>& k) override {
     auto vs = inner_->multi_get(k);
     int64_t b = frame_bytes(k);
     for (const auto& v : vs) b += value_bytes(v);
-    count(b);
+    count(kMultiGet, b);
     return vs;
   }
   void multi_set(const std::vector<std::string>& k, const std::vector<Bytes>& v) override {
     int64_t b = frame_bytes(k);
     for (const auto& x : v) b += value_bytes(x);
-    count(b);
+    count(kMultiSet, b);
     inner_->multi_set(k, v);
   }
   void interrupt() override { inner_->interrupt(); }
 
  private:
-  static void count(int64_t bytes) {
+  static void count(Op op, int64_t bytes) {
     ++g_requests;
     g_bytes += bytes;
+    ++g_op_count[op];
+    g_op_bytes[op] += bytes;
   }
   std::shared_ptr<Store> inner_;
 };
@@ -355,6 +362,14 @@ void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
   }
   quit = true;
   for (auto& t : tickers) t.join();
+  if (opt.by_op) {
+    for (int op = 0; op < 10; ++op) {
+      if (g_op_count[op] == 0) continue;
+      std::fprintf(stderr, "agents %d..%d: %-11s %9lld requests %12lld bytes\n", first,
+                   first + count - 1, kOpNames[op], static_cast<long long>(g_op_count[op].load()),
+                   static_cast<long long>(g_op_bytes[op].load()));
+    }
+  }
   _exit(0);  // no orderly shutdown: the store host goes next, and N shutdowns are not measured
 }
 
@@ -370,6 +385,7 @@ struct Result {
   double ka_requests_per_s = 0, ka_cpu_per_s = 0;
   double reform_s = -1;
   int reformed = 0;
+  std::string phases;
 };
 
 struct AgentProcess {
@@ -454,6 +470,7 @@ Result run_n(int n, const Options& opt) {
   tell_all(procs, 'J');
   std::vector<int> rank_owner(n, -1);
   int64_t first_join = INT64_MAX, last_join = 0, last_done = 0;
+  std::vector<int64_t> joins, dones;
   bool distinct = true;
   while (res.ranked < n && read_report(rep[0], r, 600000)) {
     if (r.kind == Report::kFailed) break;
@@ -462,6 +479,8 @@ Result run_n(int n, const Options& opt) {
     first_join = std::min(first_join, r.t_start);
     last_join = std::max(last_join, r.t_start);
     last_done = std::max(last_done, r.t_done);
+    joins.push_back(r.t_start);
+    dones.push_back(r.t_done);
     if (r.world != n || r.rank < 0 || r.rank >= n || rank_owner[r.rank] != -1) {
       distinct = false;
     } else {
@@ -469,6 +488,17 @@ Result run_n(int n, const Options& opt) {
     }
   }
   HostUsage after = usage_of(host.pid);
+  if (!joins.empty()) {
+    std::sort(joins.begin(), joins.end());
+    std::sort(dones.begin(), dones.end());
+    auto at = [&](const std::vector<int64_t>& v, double q) {
+      return (v[static_cast<size_t>(q * (v.size() - 1))] - first_join) / 1e9;
+    };
+    res.phases = fmt::format("joins at {:.3f}/{:.3f}/{:.3f} s, ranked at {:.3f}/{:.3f}/{:.3f} s "
+                             "(first/median/last, from the first join)",
+                             at(joins, 0), at(joins, 0.5), at(joins, 1), at(dones, 0),
+                             at(dones, 0.5), at(dones, 1));
+  }
   res.ok = res.ranked == n && distinct;
   res.t_first_join_to_all = (last_done - first_join) / 1e9;
   res.t_last_join_to_all = (last_done - last_join) / 1e9;
@@ -496,12 +526,17 @@ Result run_n(int n, const Options& opt) {
       kill(procs.back().pid, SIGKILL);
       waitpid(procs.back().pid, nullptr, 0);
       int64_t last = 0;
-      // Survivors re-join; the window is 3 keep-alive intervals, then last call (1 s).
+      // Survivors re-join; the window is 3 keep-alive intervals, then last call (1 s). A round
+      // that closed before every survivor was back re-forms once more: count each agent once,
+      // by its latest report.
+      std::vector<char> back(n, 0);
       while (res.reformed < n - 1 && read_report(rep[0], r, 60000)) {
-        if (r.kind == Report::kReformed && r.world == n - 1) {
-          ++res.reformed;
-          last = std::max(last, r.t_done);
-        }
+        if (r.kind != Report::kReformed) continue;
+        bool full = r.world == n - 1;
+        if (full && !back[r.agent]) ++res.reformed;
+        if (!full && back[r.agent]) --res.reformed;
+        back[r.agent] = full;
+        if (full) last = std::max(last, r.t_done);
       }
       if (res.reformed == n - 1) res.reform_s = (last - t_kill) / 1e9;
     }
@@ -562,12 +597,14 @@ int main(int argc, char** argv) {
       opt.keep_alive_seconds = std::stod(next());
     } else if (a == "--keep-alive-interval") {
       opt.keep_alive_interval = std::stoi(next());
+    } else if (a == "--by-op") {
+      opt.by_op = true;
     } else if (a == "--no-loss") {
       opt.loss = false;
     } else {
       std::fprintf(stderr,
                    "usage: rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] "
-                   "[--keep-alive-seconds 5] [--keep-alive-interval 1] [--no-loss]\n");
+                   "[--keep-alive-seconds 5] [--keep-alive-interval 1] [--no-loss] [--by-op]\n");
       return 2;
     }
   }
@@ -583,12 +620,13 @@ int main(int argc, char** argv) {
         "N=%d: %d/%d agents ranked%s; first join -> all ranked %.3f s (last join -> all %.3f s)\n"
         "  store host: %.3f CPU-s for the round, peak RSS %.1f MiB, %.2f MB and %lld requests "
         "through it\n"
-        "  keep-alive: %.0f requests/s, %.3f store CPU-s/s; re-form after a loss: %s\n",
+        "  keep-alive: %.0f requests/s, %.3f store CPU-s/s; re-form after a loss: %s\n  %s\n",
         n, r.ranked, n, r.ok ? "" : " (FAILED)", r.t_first_join_to_all, r.t_last_join_to_all,
         r.round_cpu_s, r.hwm_mib, r.round_bytes / 1e6, static_cast<long long>(r.round_requests),
         r.ka_requests_per_s, r.ka_cpu_per_s,
         r.reform_s >= 0 ? fmt::format("{:.3f} s ({} survivors)", r.reform_s, r.reformed).c_str()
-                        : "not measured");
+                        : "not measured",
+        r.phases.c_str());
     std::fflush(stdout);
   }
   std::printf("# N  rank_s  store_cpu_s  store_rss_mib  store_mb  requests  ka_req_per_s  "
