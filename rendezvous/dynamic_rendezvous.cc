@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -189,7 +190,9 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
           }
           continue;
         case JoinStep::kDone:
-          return finish_round(*state, deadline);
+          if (auto result = finish_round(*state, deadline)) return *result;
+          view_.arrival_index = std::numeric_limits<int64_t>::max();  // wait for the next round
+          continue;
         case JoinStep::kWaitNextRound:
           if (!announced_waiting) {
             announced_waiting = true;
@@ -275,73 +278,115 @@ void DynamicRendezvous::begin_worker_namespace(int64_t round) {
   dlaunch::begin_worker_namespace(*tcp, worker_namespace(params_.run_id, round));
 }
 
-std::vector<NodeDescriptor> DynamicRendezvous::read_participants(int64_t round, int64_t n,
-                                                                TimePoint deadline) {
-  if (ledger_) return ledger_->participants(round, n);  // a ledger's join is atomic
+DynamicRendezvous::Participants DynamicRendezvous::read_participants(int64_t round, int64_t n,
+                                                                    TimePoint wait_until) {
+  Participants p;
+  if (ledger_) {  // a ledger's join is atomic: every arrival is described
+    p.nodes = ledger_->participants(round, n);
+    for (int64_t i = 1; i <= n; ++i) p.indexes.push_back(i);
+    return p;
+  }
   std::vector<std::string> keys;
   for (int64_t i = 1; i <= n; ++i) keys.push_back(round_key(round, fmt::format("node/{}", i)));
   // An arrival counted but not yet described (its agent just added itself) is a moment away;
-  // one that died between the two steps is not: bound the wait by the join deadline.
-  auto left = deadline - clock_.now();
+  // one that died between the two steps is not: wait until `wait_until`, then go on without it.
+  bool all = true;
   try {
-    store_->wait(keys, std::max<Duration>(left, std::chrono::milliseconds(1)));
+    store_->wait(keys, std::max<Duration>(wait_until - clock_.now(), std::chrono::milliseconds(1)));
   } catch (const TimeoutError&) {
-    throw TimeoutError(fmt::format(
-        "rendezvous '{}' round {}: a node counted itself in but never described itself (it died "
-        "while joining); the next round will go on without it",
-        params_.run_id, round));
+    all = false;
   }
-  std::vector<NodeDescriptor> arrivals;
-  for (const auto& v : store_->multi_get(keys)) arrivals.push_back(NodeDescriptor::decode(v));
-  return arrivals;
+  std::vector<std::string> present;
+  for (int64_t i = 1; i <= n; ++i) {
+    // One request per arrival, only when some never described itself (rare).
+    if (all || store_->check({keys[i - 1]})) {
+      present.push_back(keys[i - 1]);
+      p.indexes.push_back(i);
+    }
+  }
+  if (present.empty()) return p;
+  for (const auto& v : store_->multi_get(present)) p.nodes.push_back(NodeDescriptor::decode(v));
+  if (!all) {
+    log_warning("rendezvous '{}' round {}: {} of {} node(s) counted themselves in but never "
+                "described themselves within the keep-alive window (they died while joining); "
+                "the round goes on without them",
+                params_.run_id, round, n - static_cast<int64_t>(p.nodes.size()), n);
+  }
+  return p;
 }
 
 void DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint deadline) {
-  auto arrivals = read_participants(round, n, deadline);
-  auto by_rank = assign_ranks(arrivals);
-  auto assignments = RankAssignment::make(arrivals, by_rank);
+  // A node that counted itself in and died before describing itself costs at most the
+  // keep-alive window, not the join timeout (issue 16): the round goes on without it.
+  auto wait_until = std::min(deadline, clock_.now() + keep_alive_window());
+  auto arrivals = read_participants(round, n, wait_until);
+  auto by_rank = assign_ranks(arrivals.nodes);
+  auto assignments = RankAssignment::make(arrivals.nodes, by_rank);
   std::vector<std::string> keys;
   std::vector<Bytes> values;
-  keys.reserve(assignments.size() + 1);
-  values.reserve(assignments.size() + 1);
-  for (size_t i = 0; i < assignments.size(); ++i) {
-    keys.push_back(round_key(round, fmt::format("assign/{}", i + 1)));
-    values.push_back(assignments[i].encode());
+  keys.reserve(n + 1);
+  values.reserve(n + 1);
+  size_t next = 0;
+  for (int64_t index = 1; index <= n; ++index) {
+    keys.push_back(round_key(round, fmt::format("assign/{}", index)));
+    if (next < arrivals.indexes.size() && arrivals.indexes[next] == index) {
+      values.push_back(assignments[next++].encode());
+    } else {
+      values.push_back(RankAssignment{}.encode());  // rank -1: not in this round
+    }
   }
   keys.push_back(round_key(round, "table"));
-  values.push_back(RoundTable::make(arrivals, by_rank).encode());
+  values.push_back(RoundTable::make(arrivals.nodes, by_rank).encode());
   store_->multi_set(keys, values);
   // Read with the table in one request by every node (finish_round), so it must exist.
   store_->add(key("restart_count"), 0);
 }
 
-RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, TimePoint deadline) {
-  const int64_t n = state.participants;
-  // The completing node starts the round's worker namespace and then sets "done": wait for it,
-  // so no worker of this round starts before.
-  Bytes done;
-  try {
-    auto left = deadline - clock_.now();
-    if (ledger_) {
-      done = ledger_->wait_key(state.round, round_key(state.round, "done"),
-                               clock_.now() + std::max<Duration>(left, std::chrono::milliseconds(1)));
-    } else {
+Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, TimePoint deadline) {
+  const std::string done_key = round_key(state.round, "done");
+  while (true) {
+    // The closer publishes the table and sets "done" within moments. One that died between
+    // fixing the round and releasing it costs at most the keep-alive window: then the first
+    // node to claim the takeover does the closer's work (the same table: assign_ranks is a
+    // function of the descriptors), instead of everyone waiting for the join timeout.
+    auto now = clock_.now();
+    auto until = std::min(deadline, now + keep_alive_window());
+    try {
+      if (ledger_) return ledger_->wait_key(state.round, done_key, until);
       Duration old_timeout = store_->timeout();
-      store_->set_timeout(std::max<Duration>(left, std::chrono::milliseconds(1)));
+      store_->set_timeout(std::max<Duration>(until - now, std::chrono::milliseconds(1)));
       try {
-        done = store_->get(round_key(state.round, "done"));
+        Bytes done = store_->get(done_key);
+        store_->set_timeout(old_timeout);
+        return done;
       } catch (...) {
         store_->set_timeout(old_timeout);
         throw;
       }
-      store_->set_timeout(old_timeout);
+    } catch (const TimeoutError&) {
+      if (clock_.now() >= deadline) {
+        throw TimeoutError(fmt::format(
+            "rendezvous '{}' round {} was marked complete but nobody released it within the "
+            "join timeout; start again",
+            params_.run_id, state.round));
+      }
     }
-  } catch (const TimeoutError&) {
-    throw TimeoutError("rendezvous '" + params_.run_id + "' round " +
-                       std::to_string(state.round) +
-                       " was marked complete but its completing node never released it (it died "
-                       "mid-step); start again");
+    if (store_->add(round_key(state.round, "takeover"), 1) == 1) {
+      log_warning("rendezvous '{}' round {}: the node that closed the round did not release it "
+                  "within the keep-alive window (it died); this node releases it",
+                  params_.run_id, state.round);
+      publish_round_table(state.round, state.participants, deadline);
+      begin_worker_namespace(state.round);
+      store_->set(done_key, to_bytes(kDoneWithTable));
+    }
   }
+}
+
+std::optional<RendezvousResult> DynamicRendezvous::finish_round(const DynamicState& state,
+                                                                TimePoint deadline) {
+  // The completing node starts the round's worker namespace and then sets "done": wait for it,
+  // so no worker of this round starts before.
+  Bytes done = wait_for_release(state, deadline);
   // Three small keys in one request, whatever the round's size (round_table.h).
   RoundTable table;
   RankAssignment me;
@@ -361,16 +406,28 @@ RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, Time
     }
   } else {
     // Closed by an agent of an older build, which writes no table: every node reads all.
-    auto arrivals = read_participants(state.round, n, deadline);
-    auto by_rank = assign_ranks(arrivals);
-    table = RoundTable::make(arrivals, by_rank);
-    me = RankAssignment::make(arrivals, by_rank).at(view_.arrival_index - 1);
+    auto arrivals = read_participants(state.round, state.participants, deadline);
+    auto by_rank = assign_ranks(arrivals.nodes);
+    table = RoundTable::make(arrivals.nodes, by_rank);
+    auto all = RankAssignment::make(arrivals.nodes, by_rank);
+    for (size_t i = 0; i < arrivals.indexes.size(); ++i) {
+      if (arrivals.indexes[i] == view_.arrival_index) me = all[i];
+    }
   }
-  if (table.participants != n || me.rank < 0 || me.rank >= n) {
+  const int64_t n = table.participants;
+  if (me.rank < 0) {
+    // Counted in, but so late describing itself that the closer went on without it: this
+    // node waits for the next round like a late arrival.
+    log_warning("rendezvous '{}' round {} formed without this node (it described itself after "
+                "the keep-alive window); it joins the next round",
+                params_.run_id, state.round);
+    return std::nullopt;
+  }
+  if (n > state.participants || me.rank >= n) {
     throw ProtocolError(fmt::format(
         "rendezvous '{}' round {}: the round's table says {} node(s) and rank {} for this node, "
         "but the round has {} node(s); the store holds records of another job or build",
-        params_.run_id, state.round, table.participants, me.rank, n));
+        params_.run_id, state.round, n, me.rank, state.participants));
   }
   if (!version_mix_warned_) {
     std::string mix = describe_version_mix(params_.version, table.host_builds());

@@ -87,9 +87,22 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
   std::string round_key(int64_t round, const std::string& suffix) const;
   std::optional<DynamicState> read_state();
-  RendezvousResult finish_round(const DynamicState& state, TimePoint deadline);
-  // Descriptors of arrivals 1..n of `round`, in arrival order (O(N): the closing node only).
-  std::vector<NodeDescriptor> read_participants(int64_t round, int64_t n, TimePoint deadline);
+  // nullopt: the round formed without this node (it described itself too late).
+  std::optional<RendezvousResult> finish_round(const DynamicState& state, TimePoint deadline);
+  // Blocks until the round is released ("done"); returns its value. Takes over the release
+  // when the closer did not within the keep-alive window.
+  Bytes wait_for_release(const DynamicState& state, TimePoint deadline);
+  struct Participants {
+    std::vector<NodeDescriptor> nodes;  // in arrival order
+    std::vector<int64_t> indexes;       // their arrival indexes (a node that never described
+                                        // itself is left out)
+  };
+  // Descriptors of arrivals 1..n of `round` (O(N): the closing node only); waits for missing
+  // ones until `wait_until`, then leaves them out.
+  Participants read_participants(int64_t round, int64_t n, TimePoint wait_until);
+  Duration keep_alive_window() const {
+    return config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  }
   // The closing node's share: the round's table and every node's assignment (round_table.h).
   void publish_round_table(int64_t round, int64_t n, TimePoint deadline);
   void begin_worker_namespace(int64_t round);
