@@ -14,7 +14,7 @@
 // of an EventWatcher thread each agent checks its round's event key once a second (a real
 // watcher renews its blocked WAIT once a second: the same request rate).
 //
-// Phases, per N: every agent connects; "go": all join at once (--nnodes 1:N, so the round
+// Phases, per N: every agent connects; "go": all join at once (--nnodes N-1:N, so the round
 // closes at N arrivals); every agent reports its rank; keep-alives run for
 // --keep-alive-seconds; then the agent alone in the last process is killed (SIGKILL: its
 // connection closes, its beats stop), its ring neighbours report it after the keep-alive
@@ -247,7 +247,10 @@ RendezvousParams agent_params(int n, uint16_t port, int index, const Options& op
   RendezvousParams p;
   p.backend = "c10d";
   p.run_id = "sim";
-  p.min_nodes = 1;
+  // --nnodes N-1:N: the first round closes at N arrivals at once; after the loss, the N-1
+  // survivors form the next one after the last call. With MIN = 1 a re-form of 16,383 nodes
+  // joining over more than last_call_timeout closes early and re-forms again for the rest.
+  p.min_nodes = std::max(1, n - 1);
   p.max_nodes = n;
   p.endpoint = fmt::format("127.0.0.1:{}", port);
   p.host = fmt::format("sim{}", index);
@@ -530,15 +533,29 @@ Result run_n(int n, const Options& opt) {
       // that closed before every survivor was back re-forms once more: count each agent once,
       // by its latest report.
       std::vector<char> back(n, 0);
-      while (res.reformed < n - 1 && read_report(rep[0], r, 60000)) {
-        if (r.kind != Report::kReformed) continue;
+      std::vector<int64_t> rejoins;  // when each survivor began its last join
+      const int64_t give_up = t_kill + 300 * 1000000000LL;
+      while (res.reformed < n - 1 && mono_ns() < give_up) {
+        if (!read_report(rep[0], r, 1000) || r.kind != Report::kReformed) continue;
         bool full = r.world == n - 1;
         if (full && !back[r.agent]) ++res.reformed;
         if (!full && back[r.agent]) --res.reformed;
         back[r.agent] = full;
-        if (full) last = std::max(last, r.t_done);
+        if (full) {
+          last = std::max(last, r.t_done);
+          rejoins.push_back(r.t_start);
+        }
       }
       if (res.reformed == n - 1) res.reform_s = (last - t_kill) / 1e9;
+      if (!rejoins.empty()) {
+        std::sort(rejoins.begin(), rejoins.end());
+        auto at = [&](double q) {
+          return (rejoins[static_cast<size_t>(q * (rejoins.size() - 1))] - t_kill) / 1e9;
+        };
+        res.phases += fmt::format("\n  after the loss, survivors re-joined at {:.3f}/{:.3f}/{:.3f} s "
+                                  "(first/median/last, from the kill)",
+                                  at(0), at(0.5), at(1));
+      }
     }
   }
   res.hwm_mib = usage_of(host.pid).hwm_mib;
@@ -624,8 +641,10 @@ int main(int argc, char** argv) {
         n, r.ranked, n, r.ok ? "" : " (FAILED)", r.t_first_join_to_all, r.t_last_join_to_all,
         r.round_cpu_s, r.hwm_mib, r.round_bytes / 1e6, static_cast<long long>(r.round_requests),
         r.ka_requests_per_s, r.ka_cpu_per_s,
-        r.reform_s >= 0 ? fmt::format("{:.3f} s ({} survivors)", r.reform_s, r.reformed).c_str()
-                        : "not measured",
+        r.reform_s >= 0
+            ? fmt::format("{:.3f} s ({} survivors)", r.reform_s, r.reformed).c_str()
+            : fmt::format("FAILED ({} of {} survivors re-formed within 300 s)", r.reformed, n - 1)
+                  .c_str(),
         r.phases.c_str());
     std::fflush(stdout);
   }
