@@ -21,6 +21,9 @@ namespace {
 // The value of round/<r>/done when the closer wrote the round's table (round_table.h); an
 // older build writes "1" and no table.
 const std::string kDoneWithTable = "2";
+// The value of round/<r>/done when the round was given up for too few live nodes and the
+// next one opened instead (release_round).
+const std::string kDoneReopened = "reopened";
 
 // How often a waiting node re-reads the arrival count while a round forms. Wake-up keys make
 // most waits end early; this bounds the last-call measurement error.
@@ -171,16 +174,7 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
           if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
                   d.next.encode() &&
               store_->add(round_key(state->round, "closer"), 1) == 1) {
-            // This node closed the round: it reads the N descriptors once and writes what each
-            // node needs, so nobody else reads them (round_table.h).
-            publish_round_table(state->round, d.participants, deadline);
-            // Before anyone is released, so every worker of this round gets its namespace;
-            // the previous round's keys go (every participant stopped its workers before
-            // joining).
-            begin_worker_namespace(state->round);
-            store_->set(round_key(state->round, "done"), to_bytes(kDoneWithTable));
-            log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id,
-                      state->round, d.participants);
+            release_round(d.next, deadline);
           }
           continue;
         case JoinStep::kOpenNext:
@@ -191,7 +185,9 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
           continue;
         case JoinStep::kDone:
           if (auto result = finish_round(*state, deadline)) return *result;
-          view_.arrival_index = std::numeric_limits<int64_t>::max();  // wait for the next round
+          // Not in this round: join the next one (already open when the round was given up;
+          // else as a late arrival, once it opens).
+          view_.arrival_index = std::numeric_limits<int64_t>::max();
           continue;
         case JoinStep::kWaitNextRound:
           if (!announced_waiting) {
@@ -315,11 +311,38 @@ DynamicRendezvous::Participants DynamicRendezvous::read_participants(int64_t rou
   return p;
 }
 
-void DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint deadline) {
+void DynamicRendezvous::release_round(const DynamicState& complete, TimePoint deadline) {
+  const int64_t round = complete.round;
+  // This node closed the round: it reads the N descriptors once and writes what each node
+  // needs, so nobody else reads them (round_table.h).
+  if (!publish_round_table(round, complete.participants, deadline)) {
+    // Nodes that never described themselves left fewer than MIN: no round with these nodes.
+    // Open the next one and tell the participants to join it.
+    DynamicState next{round + 1, DynamicState::Status::kOpen, 0};
+    store_->compare_set(key("state"), complete.encode(), next.encode());
+    store_->set(round_key(round, "superseded"), to_bytes("1"));
+    store_->set(round_key(round, "done"), to_bytes(kDoneReopened));
+    return;
+  }
+  // Before anyone is released, so every worker of this round gets its namespace; the previous
+  // round's keys go (every participant stopped its workers before joining).
+  begin_worker_namespace(round);
+  store_->set(round_key(round, "done"), to_bytes(kDoneWithTable));
+  log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id, round,
+            complete.participants);
+}
+
+bool DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint deadline) {
   // A node that counted itself in and died before describing itself costs at most the
   // keep-alive window, not the join timeout (issue 16): the round goes on without it.
   auto wait_until = std::min(deadline, clock_.now() + keep_alive_window());
   auto arrivals = read_participants(round, n, wait_until);
+  if (static_cast<int64_t>(arrivals.nodes.size()) < limits_.min_nodes) {
+    log_warning("rendezvous '{}' round {}: only {} of its {} node(s) described themselves, fewer "
+                "than --nnodes MIN={}; opening the next round for them",
+                params_.run_id, round, arrivals.nodes.size(), n, limits_.min_nodes);
+    return false;
+  }
   auto by_rank = assign_ranks(arrivals.nodes);
   auto assignments = RankAssignment::make(arrivals.nodes, by_rank);
   std::vector<std::string> keys;
@@ -340,6 +363,7 @@ void DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint 
   store_->multi_set(keys, values);
   // Read with the table in one request by every node (finish_round), so it must exist.
   store_->add(key("restart_count"), 0);
+  return true;
 }
 
 Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, TimePoint deadline) {
@@ -375,9 +399,7 @@ Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, TimePoint d
       log_warning("rendezvous '{}' round {}: the node that closed the round did not release it "
                   "within the keep-alive window (it died); this node releases it",
                   params_.run_id, state.round);
-      publish_round_table(state.round, state.participants, deadline);
-      begin_worker_namespace(state.round);
-      store_->set(done_key, to_bytes(kDoneWithTable));
+      release_round(state, deadline);
     }
   }
 }
@@ -387,6 +409,12 @@ std::optional<RendezvousResult> DynamicRendezvous::finish_round(const DynamicSta
   // The completing node starts the round's worker namespace and then sets "done": wait for it,
   // so no worker of this round starts before.
   Bytes done = wait_for_release(state, deadline);
+  if (done == to_bytes(kDoneReopened)) {
+    log_info("rendezvous '{}' round {} had fewer than --nnodes MIN={} live nodes; joining the "
+             "next round",
+             params_.run_id, state.round, limits_.min_nodes);
+    return std::nullopt;
+  }
   // Three small keys in one request, whatever the round's size (round_table.h).
   RoundTable table;
   RankAssignment me;

@@ -104,7 +104,12 @@ class DynamicRendezvous final : public RendezvousHandler {
     return config_.keep_alive_interval * config_.keep_alive_max_attempt;
   }
   // The closing node's share: the round's table and every node's assignment (round_table.h).
-  void publish_round_table(int64_t round, int64_t n, TimePoint deadline);
+  // False (nothing written) when fewer than MIN participants described themselves.
+  bool publish_round_table(int64_t round, int64_t n, TimePoint deadline);
+  // The closer's (or the takeover's) share after COMPLETE(r, n): the table, the workers'
+  // namespace, then "done"; or, with fewer than MIN live participants, OPEN(r+1) and "done"
+  // saying so.
+  void release_round(const DynamicState& complete, TimePoint deadline);
   void begin_worker_namespace(int64_t round);
   // At shutdown, while a round of several nodes runs: the others re-form without this node,
   // for free (keep-alive thread).

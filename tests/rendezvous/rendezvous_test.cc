@@ -450,6 +450,24 @@ TEST_F(RoundWindowTest, NodeDeadBetweenCountingInAndDescribingItselfCostsTheKeep
   EXPECT_LT(took, 5s) << "the round waited for the dead node's descriptor";
 }
 
+// Window 1 again, when the nodes left are fewer than MIN: no round below MIN forms; the next
+// round opens at once and forms when a node comes to replace the dead one.
+TEST_F(RoundWindowTest, NodeDeadWhileJoiningLeavingFewerThanMinOpensTheNextRound) {
+  ghost_joins(/*describes=*/false);
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int i = 0; i < 3; ++i) hs.push_back(create_rendezvous_handler(window_params(3, 3)));
+  auto start = std::chrono::steady_clock::now();
+  auto a = std::async(std::launch::async, [&] { return hs[0]->next_rendezvous(); });
+  auto b = std::async(std::launch::async, [&] { return hs[1]->next_rendezvous(); });
+  std::this_thread::sleep_for(1500ms);  // round 0 given up after the window (0.6 s)
+  auto c = hs[2]->next_rendezvous();
+  auto ra = a.get(), rb = b.get();
+  EXPECT_EQ(c.round, 1);
+  for (const auto* r : {&ra, &rb, &c}) EXPECT_EQ(r->group_world_size, 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 6s);
+  for (auto& h : hs) h->shutdown();
+}
+
 // Window 2: the node that closed the round (compare_set to COMPLETE, closer claimed) died
 // before releasing it. Another node releases it after the window.
 TEST_F(RoundWindowTest, CloserDeadBeforeReleasingTheRoundCostsTheKeepAliveWindow) {
