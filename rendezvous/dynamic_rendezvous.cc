@@ -25,6 +25,12 @@ const std::string kDoneWithTable = "2";
 // next one opened instead (release_round).
 const std::string kDoneReopened = "reopened";
 
+// A part of `d` in [0, d) drawn from `salt` (a node id holds a random nonce): spreads what N
+// agents started together would otherwise do in the same instant.
+Duration share_of(Duration d, const std::string& salt) {
+  return d * static_cast<int64_t>(std::hash<std::string>{}(salt) % 1000) / 1000;
+}
+
 // How often a waiting node re-reads the arrival count while a round forms. Wake-up keys make
 // most waits end early; this bounds the last-call measurement error.
 Duration poll_interval(const RendezvousConfig& c) {
@@ -686,9 +692,18 @@ void DynamicRendezvous::keep_alive_loop() {
   // Beat once per interval, but look at the neighbours four times as often: a silent node is
   // then reported within a quarter interval of its window passing, not up to a whole one.
   Duration tick = std::max<Duration>(config_.keep_alive_interval / 4, std::chrono::milliseconds(50));
+  // Agents of a job start together; unstaggered, N of them would beat and look at their
+  // neighbours in the same instant every tick. The first step runs at once; the next one
+  // after a fraction of a tick drawn from the node id (random per agent process).
+  bool first = true;
   while (keep_alive_step()) {
+    Duration wait = tick;
+    if (first) {
+      first = false;
+      wait = tick + share_of(tick, node_id_ + "/tick");
+    }
     std::unique_lock<std::mutex> lock(mutex_);
-    wake_.wait_for(lock, tick, [&] { return stopping_; });
+    wake_.wait_for(lock, wait, [&] { return stopping_; });
   }
   keep_alive_finish();
 }
@@ -737,7 +752,12 @@ bool DynamicRendezvous::keep_alive_step() {
     auto now = clock_.now();
     if (!ka.beaten || now - ka.last_beat >= config_.keep_alive_interval) {
       ka.liveness->beat();
-      ka.last_beat = now;
+      // The second beat comes up to one interval early, at a phase drawn from the node id, so
+      // the beats of N agents started together spread over the interval (never later: the
+      // window is counted from the last beat).
+      Duration early =
+          ka.beaten ? Duration::zero() : share_of(config_.keep_alive_interval, node_id_ + "/beat");
+      ka.last_beat = now - early;
       ka.beaten = true;
     }
     if (!watched.empty()) {
