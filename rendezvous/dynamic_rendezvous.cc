@@ -361,14 +361,14 @@ bool DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint 
   values.reserve(n + 1);
   size_t next = 0;
   for (int64_t index = 1; index <= n; ++index) {
-    keys.push_back(round_key(round, fmt::format("assign/{}", index)));
+    keys.push_back(table_key(round, fmt::format("assign/{}", index)));
     if (next < arrivals.indexes.size() && arrivals.indexes[next] == index) {
       values.push_back(assignments[next++].encode());
     } else {
       values.push_back(RankAssignment{}.encode());  // rank -1: not in this round
     }
   }
-  keys.push_back(round_key(round, "table"));
+  keys.push_back(table_key(round, "table"));
   values.push_back(RoundTable::make(arrivals.nodes, by_rank).encode());
   store_->multi_set(keys, values);
   // Read with the table in one request by every node (finish_round), so it must exist.
@@ -431,8 +431,8 @@ std::optional<RendezvousResult> DynamicRendezvous::finish_round(const DynamicSta
   int64_t restart_count = -1;
   if (done == to_bytes(kDoneWithTable)) {
     auto values = store_->multi_get(
-        {round_key(state.round, "table"),
-         round_key(state.round, fmt::format("assign/{}", view_.arrival_index)),
+        {table_key(state.round, "table"),
+         table_key(state.round, fmt::format("assign/{}", view_.arrival_index)),
          key("restart_count")});
     table = RoundTable::decode(values[0]);
     me = RankAssignment::decode(values[1]);

@@ -7,7 +7,7 @@
 // Keys, under "dlaunch/rdzv/<run_id>":
 //   state                      the record (compare_set only)
 //   round/<r>/arrivals         arrival counter; round/<r>/node/<i> descriptor of arrival i
-//   round/<r>/table, /assign/<i>  written by the node that closes the round: the round's table
+//   tables/<r>/table, /assign/<i>  written by the node that closes round r: the round's table
 //                              and arrival i's rank (round_table.h), so others read O(1)
 //   round/<r>/done, /superseded  wake-up keys set when round r completes / r+1 opens
 //   round/<r>/event            the round's event (restart, membership, shutdown)
@@ -86,6 +86,11 @@ class DynamicRendezvous final : public RendezvousHandler {
  private:
   std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
   std::string round_key(int64_t round, const std::string& suffix) const;
+  // The closer's records (round_table.h), outside round/<r>/: etcd's ledger watches that
+  // prefix, and N assignments there would be N watch events for every node.
+  std::string table_key(int64_t round, const std::string& suffix) const {
+    return prefix_ + "/tables/" + std::to_string(round) + "/" + suffix;
+  }
   std::optional<DynamicState> read_state();
   // nullopt: the round formed without this node (it described itself too late).
   std::optional<RendezvousResult> finish_round(const DynamicState& state, TimePoint deadline);

@@ -2,9 +2,9 @@
 // (issue 16): without it each of N nodes read all N descriptors, N^2 bytes through the store
 // host per round (2 GB at 4,096 nodes). The closer reads the N descriptors once, assigns the
 // ranks (assign_ranks), and writes
-//   round/<r>/table           RoundTable: the round's size, the workers per node as runs, and,
+//   tables/<r>/table          RoundTable: the round's size, the workers per node as runs, and,
 //                             for small rounds, each node's host and build (messages only);
-//   round/<r>/assign/<i>      RankAssignment for arrival i: its group rank, and the nodes its
+//   tables/<r>/assign/<i>     RankAssignment for arrival i: its group rank, and the nodes its
 //                             keep-alive watches (ring neighbours) with their ids and hosts;
 // before it sets round/<r>/done, so a node released by "done" reads two small keys in one
 // request. Bytes per round: O(N) at the closer, O(1) at every other node (a table of runs is
