@@ -90,6 +90,7 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
   // This node just joined: `state` (OPEN, as it was) and the arrival count its join returned
   // are news enough to decide again without reading them (two requests per node and round).
   bool just_joined = false;
+  int64_t released_round = -1;  // the round whose "done" this node saw set
   while (true) {
     if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
     try {
@@ -190,7 +191,9 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
           }
           continue;
         case JoinStep::kDone:
-          if (auto result = finish_round(*state, deadline)) return *result;
+          if (auto result = finish_round(*state, released_round == state->round, deadline)) {
+            return *result;
+          }
           // Not in this round: join the next one (already open when the round was given up;
           // else as a late arrival, once it opens).
           view_.arrival_index = std::numeric_limits<int64_t>::max();
@@ -258,7 +261,10 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
                                                          ? "superseded"
                                                          : "done");
       try {
-        if (sleep > Duration::zero()) store_->wait({wake_key}, sleep);
+        if (sleep > Duration::zero()) {
+          store_->wait({wake_key}, sleep);
+          if (d.step != JoinStep::kWaitNextRound) released_round = state->round;
+        }
       } catch (const TimeoutError&) {
       }
       continue;
@@ -376,7 +382,8 @@ bool DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint 
   return true;
 }
 
-Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, TimePoint deadline) {
+Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, bool released,
+                                          TimePoint deadline) {
   const std::string done_key = round_key(state.round, "done");
   while (true) {
     // The closer publishes the table and sets "done" within moments. One that died between
@@ -387,16 +394,12 @@ Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, TimePoint d
     auto until = std::min(deadline, now + keep_alive_window());
     try {
       if (ledger_) return ledger_->wait_key(state.round, done_key, until);
-      Duration old_timeout = store_->timeout();
-      store_->set_timeout(std::max<Duration>(until - now, std::chrono::milliseconds(1)));
-      try {
-        Bytes done = store_->get(done_key);
-        store_->set_timeout(old_timeout);
-        return done;
-      } catch (...) {
-        store_->set_timeout(old_timeout);
-        throw;
+      // A WAIT that times out is cancelled on the wire and keeps the connection (a get that
+      // timed out would drop it: N reconnects at once). Known set: read it at once.
+      if (!released) {
+        store_->wait({done_key}, std::max<Duration>(until - now, std::chrono::milliseconds(1)));
       }
+      return store_->get(done_key);
     } catch (const TimeoutError&) {
       if (clock_.now() >= deadline) {
         throw TimeoutError(fmt::format(
@@ -415,10 +418,11 @@ Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, TimePoint d
 }
 
 std::optional<RendezvousResult> DynamicRendezvous::finish_round(const DynamicState& state,
+                                                                bool released,
                                                                 TimePoint deadline) {
   // The completing node starts the round's worker namespace and then sets "done": wait for it,
   // so no worker of this round starts before.
-  Bytes done = wait_for_release(state, deadline);
+  Bytes done = wait_for_release(state, released, deadline);
   if (done == to_bytes(kDoneReopened)) {
     log_info("rendezvous '{}' round {} had fewer than --nnodes MIN={} live nodes; joining the "
              "next round",

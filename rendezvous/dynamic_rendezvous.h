@@ -93,10 +93,12 @@ class DynamicRendezvous final : public RendezvousHandler {
   }
   std::optional<DynamicState> read_state();
   // nullopt: the round formed without this node (it described itself too late).
-  std::optional<RendezvousResult> finish_round(const DynamicState& state, TimePoint deadline);
+  // `released`: this node already saw the round's "done" set.
+  std::optional<RendezvousResult> finish_round(const DynamicState& state, bool released,
+                                               TimePoint deadline);
   // Blocks until the round is released ("done"); returns its value. Takes over the release
   // when the closer did not within the keep-alive window.
-  Bytes wait_for_release(const DynamicState& state, TimePoint deadline);
+  Bytes wait_for_release(const DynamicState& state, bool released, TimePoint deadline);
   struct Participants {
     std::vector<NodeDescriptor> nodes;  // in arrival order
     std::vector<int64_t> indexes;       // their arrival indexes (a node that never described
