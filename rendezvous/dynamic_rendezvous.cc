@@ -3,12 +3,14 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <limits>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "rendezvous/host_port.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/prefix_store.h"
+#include "rendezvous/round_table.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/version_mix.h"
 #include "rendezvous/worker_namespace.h"
@@ -16,6 +18,19 @@
 namespace dlaunch {
 
 namespace {
+// The value of round/<r>/done when the closer wrote the round's table (round_table.h); an
+// older build writes "1" and no table.
+const std::string kDoneWithTable = "2";
+// The value of round/<r>/done when the round was given up for too few live nodes and the
+// next one opened instead (release_round).
+const std::string kDoneReopened = "reopened";
+
+// A part of `d` in [0, d) drawn from `salt` (a node id holds a random nonce): spreads what N
+// agents started together would otherwise do in the same instant.
+Duration share_of(Duration d, const std::string& salt) {
+  return d * static_cast<int64_t>(std::hash<std::string>{}(salt) % 1000) / 1000;
+}
+
 // How often a waiting node re-reads the arrival count while a round forms. Wake-up keys make
 // most waits end early; this bounds the last-call measurement error.
 Duration poll_interval(const RendezvousConfig& c) {
@@ -71,12 +86,17 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
   bool announced_waiting = false;
   TimePoint last_dead_check{};
   std::unique_ptr<Liveness> waiting_liveness;  // only while waiting for a full round to end
+  std::optional<DynamicState> state;
+  // This node just joined: `state` (OPEN, as it was) and the arrival count its join returned
+  // are news enough to decide again without reading them (two requests per node and round).
+  bool just_joined = false;
+  int64_t released_round = -1;  // the round whose "done" this node saw set
   while (true) {
     if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
     try {
-      auto state = read_state();
+      if (!just_joined) state = read_state();
       auto now = clock_.now();
-      if (state && state->status == DynamicState::Status::kOpen &&
+      if (!just_joined && state && state->status == DynamicState::Status::kOpen &&
           view_.joined_round == state->round) {
         if (ledger_) {
           auto count = ledger_->arrivals(state->round, now);
@@ -118,6 +138,7 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
         }
         view_.running_round_dead = !ids.empty() && waiting_liveness->dead(ids).size() == ids.size();
       }
+      just_joined = false;
       JoinDecision d = decide_join(state, view_, limits_, now);
       log_debug("rendezvous {}: round {} step {}", params_.run_id, state ? state->round : -1,
                 join_step_name(d.step));
@@ -150,18 +171,17 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
           view_.arrivals = index;
           view_.arrivals_changed_at = now;
           announced_waiting = false;
+          just_joined = true;
           continue;  // decide at once: complete at MAX, or announce ourselves to a running round
         }
         case JoinStep::kComplete:
+          // compare_set returns the value now stored, so every node that tried it sees
+          // COMPLETE(r, n), not only the one that wrote it (hundreds at 2,048 nodes): one add
+          // picks the closer among them.
           if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
-              d.next.encode()) {
-            // Before anyone is released, so every worker of this round gets its namespace;
-            // the previous round's keys go (every participant stopped its workers before
-            // joining).
-            begin_worker_namespace(state->round);
-            store_->set(round_key(state->round, "done"), to_bytes("1"));
-            log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id,
-                      state->round, d.participants);
+                  d.next.encode() &&
+              store_->add(round_key(state->round, "closer"), 1) == 1) {
+            release_round(d.next, deadline);
           }
           continue;
         case JoinStep::kOpenNext:
@@ -171,7 +191,13 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
           }
           continue;
         case JoinStep::kDone:
-          return finish_round(*state, deadline);
+          if (auto result = finish_round(*state, released_round == state->round, deadline)) {
+            return *result;
+          }
+          // Not in this round: join the next one (already open when the round was given up;
+          // else as a late arrival, once it opens).
+          view_.arrival_index = std::numeric_limits<int64_t>::max();
+          continue;
         case JoinStep::kWaitNextRound:
           if (!announced_waiting) {
             announced_waiting = true;
@@ -216,9 +242,18 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
         }
         continue;
       }
-      // Sleep until something may have changed: the round's wake-up key, or the next poll.
-      Duration sleep = poll_interval(config_);
-      if (d.step == JoinStep::kWait && d.wake_at != TimePoint::max()) {
+      // Sleep until something may have changed: the store wakes every node at once when the
+      // round's wake-up key is set ("done" when it completes, "superseded" when the next one
+      // opens). Only the first arrival polls the count to measure the last call; the others
+      // would be N pollers (16,384 x 5 reads/s). They look again once per keep-alive interval,
+      // at most once a second, so a first arrival that died costs at most that. (Longer
+      // slices, 5 s, made 512 real agents on one host come up 1.4 s later in agents_bench:
+      // the waiting call holds its connection for the whole slice; not yet understood.)
+      const bool measures_last_call = d.step == JoinStep::kWait && view_.arrival_index == 1;
+      Duration sleep = measures_last_call
+                           ? poll_interval(config_)
+                           : std::min<Duration>(config_.keep_alive_interval, std::chrono::seconds(1));
+      if (measures_last_call && d.wake_at != TimePoint::max()) {
         sleep = std::min<Duration>(sleep, std::max<Duration>(d.wake_at - now, Duration(0)));
       }
       sleep = std::min<Duration>(sleep, deadline - now);
@@ -226,7 +261,10 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
                                                          ? "superseded"
                                                          : "done");
       try {
-        if (sleep > Duration::zero()) store_->wait({wake_key}, sleep);
+        if (sleep > Duration::zero()) {
+          store_->wait({wake_key}, sleep);
+          if (d.step != JoinStep::kWaitNextRound) released_round = state->round;
+        }
       } catch (const TimeoutError&) {
       }
       continue;
@@ -252,52 +290,189 @@ void DynamicRendezvous::begin_worker_namespace(int64_t round) {
   dlaunch::begin_worker_namespace(*tcp, worker_namespace(params_.run_id, round));
 }
 
-RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, TimePoint deadline) {
-  const int64_t n = state.participants;
+DynamicRendezvous::Participants DynamicRendezvous::read_participants(int64_t round, int64_t n,
+                                                                    TimePoint wait_until) {
+  Participants p;
+  if (ledger_) {  // a ledger's join is atomic: every arrival is described
+    p.nodes = ledger_->participants(round, n);
+    for (int64_t i = 1; i <= n; ++i) p.indexes.push_back(i);
+    return p;
+  }
+  std::vector<std::string> keys;
+  for (int64_t i = 1; i <= n; ++i) keys.push_back(round_key(round, fmt::format("node/{}", i)));
+  // An arrival counted but not yet described (its agent just added itself) is a moment away;
+  // one that died between the two steps is not: wait until `wait_until`, then go on without it.
+  bool all = true;
+  try {
+    store_->wait(keys, std::max<Duration>(wait_until - clock_.now(), std::chrono::milliseconds(1)));
+  } catch (const TimeoutError&) {
+    all = false;
+  }
+  std::vector<std::string> present;
+  for (int64_t i = 1; i <= n; ++i) {
+    // One request per arrival, only when some never described itself (rare).
+    if (all || store_->check({keys[i - 1]})) {
+      present.push_back(keys[i - 1]);
+      p.indexes.push_back(i);
+    }
+  }
+  if (present.empty()) return p;
+  for (const auto& v : store_->multi_get(present)) p.nodes.push_back(NodeDescriptor::decode(v));
+  if (!all) {
+    log_warning("rendezvous '{}' round {}: {} of {} node(s) counted themselves in but never "
+                "described themselves within the keep-alive window (they died while joining); "
+                "the round goes on without them",
+                params_.run_id, round, n - static_cast<int64_t>(p.nodes.size()), n);
+  }
+  return p;
+}
+
+void DynamicRendezvous::release_round(const DynamicState& complete, TimePoint deadline) {
+  const int64_t round = complete.round;
+  // This node closed the round: it reads the N descriptors once and writes what each node
+  // needs, so nobody else reads them (round_table.h).
+  if (!publish_round_table(round, complete.participants, deadline)) {
+    // Nodes that never described themselves left fewer than MIN: no round with these nodes.
+    // Open the next one and tell the participants to join it.
+    DynamicState next{round + 1, DynamicState::Status::kOpen, 0};
+    store_->compare_set(key("state"), complete.encode(), next.encode());
+    store_->set(round_key(round, "superseded"), to_bytes("1"));
+    store_->set(round_key(round, "done"), to_bytes(kDoneReopened));
+    return;
+  }
+  // Before anyone is released, so every worker of this round gets its namespace; the previous
+  // round's keys go (every participant stopped its workers before joining).
+  begin_worker_namespace(round);
+  store_->set(round_key(round, "done"), to_bytes(kDoneWithTable));
+  log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id, round,
+            complete.participants);
+}
+
+bool DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint deadline) {
+  // A node that counted itself in and died before describing itself costs at most the
+  // keep-alive window, not the join timeout (issue 16): the round goes on without it.
+  auto wait_until = std::min(deadline, clock_.now() + keep_alive_window());
+  auto arrivals = read_participants(round, n, wait_until);
+  if (static_cast<int64_t>(arrivals.nodes.size()) < limits_.min_nodes) {
+    log_warning("rendezvous '{}' round {}: only {} of its {} node(s) described themselves, fewer "
+                "than --nnodes MIN={}; opening the next round for them",
+                params_.run_id, round, arrivals.nodes.size(), n, limits_.min_nodes);
+    return false;
+  }
+  auto by_rank = assign_ranks(arrivals.nodes);
+  auto assignments = RankAssignment::make(arrivals.nodes, by_rank);
+  std::vector<std::string> keys;
+  std::vector<Bytes> values;
+  keys.reserve(n + 1);
+  values.reserve(n + 1);
+  size_t next = 0;
+  for (int64_t index = 1; index <= n; ++index) {
+    keys.push_back(table_key(round, fmt::format("assign/{}", index)));
+    if (next < arrivals.indexes.size() && arrivals.indexes[next] == index) {
+      values.push_back(assignments[next++].encode());
+    } else {
+      values.push_back(RankAssignment{}.encode());  // rank -1: not in this round
+    }
+  }
+  keys.push_back(table_key(round, "table"));
+  values.push_back(RoundTable::make(arrivals.nodes, by_rank).encode());
+  store_->multi_set(keys, values);
+  // Read with the table in one request by every node (finish_round), so it must exist.
+  store_->add(key("restart_count"), 0);
+  return true;
+}
+
+Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, bool released,
+                                          TimePoint deadline) {
+  const std::string done_key = round_key(state.round, "done");
+  while (true) {
+    // The closer publishes the table and sets "done" within moments. One that died between
+    // fixing the round and releasing it costs at most the keep-alive window: then the first
+    // node to claim the takeover does the closer's work (the same table: assign_ranks is a
+    // function of the descriptors), instead of everyone waiting for the join timeout.
+    auto now = clock_.now();
+    auto until = std::min(deadline, now + keep_alive_window());
+    try {
+      if (ledger_) return ledger_->wait_key(state.round, done_key, until);
+      // A WAIT that times out is cancelled on the wire and keeps the connection (a get that
+      // timed out would drop it: N reconnects at once). Known set: read it at once.
+      if (!released) {
+        store_->wait({done_key}, std::max<Duration>(until - now, std::chrono::milliseconds(1)));
+      }
+      return store_->get(done_key);
+    } catch (const TimeoutError&) {
+      if (clock_.now() >= deadline) {
+        throw TimeoutError(fmt::format(
+            "rendezvous '{}' round {} was marked complete but nobody released it within the "
+            "join timeout; start again",
+            params_.run_id, state.round));
+      }
+    }
+    if (store_->add(round_key(state.round, "takeover"), 1) == 1) {
+      log_warning("rendezvous '{}' round {}: the node that closed the round did not release it "
+                  "within the keep-alive window (it died); this node releases it",
+                  params_.run_id, state.round);
+      release_round(state, deadline);
+    }
+  }
+}
+
+std::optional<RendezvousResult> DynamicRendezvous::finish_round(const DynamicState& state,
+                                                                bool released,
+                                                                TimePoint deadline) {
   // The completing node starts the round's worker namespace and then sets "done": wait for it,
   // so no worker of this round starts before.
-  try {
-    auto left = deadline - clock_.now();
-    if (ledger_) {
-      ledger_->wait_key(state.round, round_key(state.round, "done"),
-                        clock_.now() + std::max<Duration>(left, std::chrono::milliseconds(1)));
-    } else {
-      store_->wait({round_key(state.round, "done")},
-                   std::max<Duration>(left, std::chrono::milliseconds(1)));
-    }
-  } catch (const TimeoutError&) {
-    throw TimeoutError("rendezvous '" + params_.run_id + "' round " +
-                       std::to_string(state.round) +
-                       " was marked complete but its completing node never released it (it died "
-                       "mid-step); start again");
+  Bytes done = wait_for_release(state, released, deadline);
+  if (done == to_bytes(kDoneReopened)) {
+    log_info("rendezvous '{}' round {} had fewer than --nnodes MIN={} live nodes; joining the "
+             "next round",
+             params_.run_id, state.round, limits_.min_nodes);
+    return std::nullopt;
   }
-  std::vector<NodeDescriptor> arrivals;
-  if (ledger_) {
-    arrivals = ledger_->participants(state.round, n);  // a ledger's join is atomic
-  } else {
-    std::vector<std::string> keys;
-    for (int64_t i = 1; i <= n; ++i) {
-      keys.push_back(round_key(state.round, "node/" + std::to_string(i)));
-    }
-    // An arrival counted but not yet described (its agent just added itself) is a moment away;
-    // one that died between the two steps is not: bound the wait by the join deadline.
-    auto left = deadline - clock_.now();
+  // Three small keys in one request, whatever the round's size (round_table.h).
+  RoundTable table;
+  RankAssignment me;
+  int64_t restart_count = -1;
+  if (done == to_bytes(kDoneWithTable)) {
+    auto values = store_->multi_get(
+        {table_key(state.round, "table"),
+         table_key(state.round, fmt::format("assign/{}", view_.arrival_index)),
+         key("restart_count")});
+    table = RoundTable::decode(values[0]);
+    me = RankAssignment::decode(values[1]);
     try {
-      store_->wait(keys, std::max<Duration>(left, std::chrono::milliseconds(1)));
-    } catch (const TimeoutError&) {
-      throw TimeoutError("rendezvous '" + params_.run_id + "' round " +
-                         std::to_string(state.round) +
-                         ": a node counted itself in but never described itself (it died while "
-                         "joining); the next round will go on without it");
+      restart_count = std::stoll(to_string(values[2]));
+    } catch (const std::logic_error&) {
+      throw ProtocolError(fmt::format("rendezvous '{}': restart_count holds '{}', not a count",
+                                      params_.run_id, to_string(values[2])));
     }
-    auto values = store_->multi_get(keys);
-    for (const auto& v : values) arrivals.push_back(NodeDescriptor::decode(v));
+  } else {
+    // Closed by an agent of an older build, which writes no table: every node reads all.
+    auto arrivals = read_participants(state.round, state.participants, deadline);
+    auto by_rank = assign_ranks(arrivals.nodes);
+    table = RoundTable::make(arrivals.nodes, by_rank);
+    auto all = RankAssignment::make(arrivals.nodes, by_rank);
+    for (size_t i = 0; i < arrivals.indexes.size(); ++i) {
+      if (arrivals.indexes[i] == view_.arrival_index) me = all[i];
+    }
   }
-  auto by_rank = assign_ranks(arrivals);
+  const int64_t n = table.participants;
+  if (me.rank < 0) {
+    // Counted in, but so late describing itself that the closer went on without it: this
+    // node waits for the next round like a late arrival.
+    log_warning("rendezvous '{}' round {} formed without this node (it described itself after "
+                "the keep-alive window); it joins the next round",
+                params_.run_id, state.round);
+    return std::nullopt;
+  }
+  if (n > state.participants || me.rank >= n) {
+    throw ProtocolError(fmt::format(
+        "rendezvous '{}' round {}: the round's table says {} node(s) and rank {} for this node, "
+        "but the round has {} node(s); the store holds records of another job or build",
+        params_.run_id, state.round, n, me.rank, state.participants));
+  }
   if (!version_mix_warned_) {
-    std::vector<std::pair<std::string, std::string>> builds;
-    for (const auto& a : arrivals) builds.emplace_back(a.host, a.version);
-    std::string mix = describe_version_mix(params_.version, builds);
+    std::string mix = describe_version_mix(params_.version, table.host_builds());
     if (!mix.empty()) {
       log_warning("{}", mix);
       version_mix_warned_ = true;
@@ -307,25 +482,27 @@ RendezvousResult DynamicRendezvous::finish_round(const DynamicState& state, Time
   RendezvousResult result;
   result.round = state.round;
   result.group_world_size = n;
-  std::vector<NodeDescriptor> nodes;
-  for (int64_t rank = 0; rank < n; ++rank) {
-    const auto& d = arrivals[by_rank[rank]];
-    if (d.id == node_id_) result.group_rank = rank;
-    result.local_world_sizes.push_back(d.local_world_size);
-    result.hosts.push_back(d.host);
-    nodes.push_back(d);
+  result.group_rank = me.rank;
+  result.local_world_sizes = table.local_world_sizes();
+  result.hosts = table.hosts;
+  if (result.hosts.empty()) {
+    // A large round lists no hosts: this node's own and its neighbours' are known.
+    result.hosts.assign(n, "");
+    result.hosts[me.rank] = params_.host;
+    for (const auto& w : me.watched) result.hosts[w.rank] = w.host;
   }
   HostPort master = parse_host_port(params_.endpoint.empty() ? "127.0.0.1" : params_.endpoint,
                                     29400, "--rdzv_endpoint");
   result.master_addr = master.host;
   result.master_port = master.port;
-  result.restart_count = store_->add(key("restart_count"), 0);
+  result.restart_count = restart_count >= 0 ? restart_count : store_->add(key("restart_count"), 0);
   result.store = std::make_shared<PrefixStore>("dlaunch/job/" + params_.run_id, store_);
   view_.last_round = state.round;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     running_round_ = state.round;
-    running_nodes_ = std::move(nodes);
+    running_n_ = n;
+    watched_ = std::move(me.watched);
     my_rank_ = result.group_rank;
   }
   log_info("rendezvous '{}' round {} complete: node rank {} of {} (world size {})",
@@ -380,7 +557,7 @@ void DynamicRendezvous::ack_failure() {
     if (!store_lost_.empty()) throw ConnectionError(store_lost_);
     if (running_round_ < 0 || acked_round_ == running_round_) return;
     round = running_round_;
-    n = static_cast<int64_t>(running_nodes_.size());
+    n = running_n_;
     // Claimed before the add: the watcher (a restart event) and the failure report may ack at
     // the same time, and a node counted twice would pass for a dead one's ack. Not retried when
     // the add fails (it may have counted): a missing ack only delays the verdict.
@@ -515,134 +692,155 @@ void DynamicRendezvous::declare_store_lost(Duration silent) {
 
 void DynamicRendezvous::start_keep_alive() {
   std::lock_guard<std::mutex> lock(mutex_);
-  if (keep_alive_.joinable() || stopping_) return;
+  if (keep_alive_.joinable() || stopping_ || external_keep_alive_) return;
   keep_alive_ = std::thread([this] { keep_alive_loop(); });
 }
 
 void DynamicRendezvous::keep_alive_loop() {
-  std::shared_ptr<Store> store;
-  std::unique_ptr<Liveness> liveness;
-  auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
   // Beat once per interval, but look at the neighbours four times as often: a silent node is
   // then reported within a quarter interval of its window passing, not up to a whole one.
   Duration tick = std::max<Duration>(config_.keep_alive_interval / 4, std::chrono::milliseconds(50));
-  TimePoint last_beat{};
-  bool beaten = false;
-  int64_t reported_round = -1;
-  // When the store last answered, and whether it does not now: one warning when it stops, one
-  // line when it is back, not one per retry.
-  TimePoint last_contact = clock_.now();
-  bool in_trouble = false;
-  const std::string store_name =
-      (ledger_ ? "etcd at " : "the store at ") + params_.endpoint;
-  while (true) {
-    int64_t round;
-    std::vector<std::string> watched;
-    {
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (stopping_) break;
-      if (!store_lost_.empty()) {
-        wake_.wait(lock, [&] { return stopping_; });
-        break;
-      }
-      round = running_round_;
-      if (round >= 0 && round != reported_round) {
-        for (auto r : watched_ranks(my_rank_, static_cast<int64_t>(running_nodes_.size()))) {
-          watched.push_back(running_nodes_[r].id + "\n" + running_nodes_[r].host + "\n" +
-                            std::to_string(r));
-        }
-      }
-    }
-    try {
-      if (!store) {
-        store = open_store_();
-        liveness = params_.liveness
-                       ? params_.liveness(store, prefix_, node_id_, window, clock_)
-                       : make_store_liveness(store, prefix_, node_id_, window, clock_);
-        std::lock_guard<std::mutex> lock(mutex_);
-        keep_alive_store_ = store;
-        if (stopping_) break;
-      }
-      auto now = clock_.now();
-      if (!beaten || now - last_beat >= config_.keep_alive_interval) {
-        liveness->beat();
-        last_beat = now;
-        beaten = true;
-      }
-      if (!watched.empty()) {
-        std::vector<std::string> ids;
-        for (const auto& w : watched) ids.push_back(w.substr(0, w.find('\n')));
-        auto dead = liveness->dead(ids);
-        if (!dead.empty()) {
-          std::string who;
-          for (const auto& w : watched) {
-            auto id = w.substr(0, w.find('\n'));
-            if (std::find(dead.begin(), dead.end(), id) == dead.end()) continue;
-            auto rest = w.substr(w.find('\n') + 1);
-            who += (who.empty() ? "node " : ", node ") + rest.substr(0, rest.find('\n')) +
-                   " (node rank " + rest.substr(rest.find('\n') + 1) + ")";
-          }
-          std::string reason =
-              fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(window));
-          log_warning("rendezvous '{}' round {}: {}", params_.run_id, round, reason);
-          // The verdict first: nodes whose workers already failed wait for it (settle_failure).
-          write_verdict(*store, round, "L|" + reason);
-          publish_event(*store, prefix_, round,
-                        {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
-          reported_round = round;
-        }
-      }
-      auto silent = clock_.now() - last_contact;
-      last_contact = clock_.now();
-      if (in_trouble) {
-        log_info("rendezvous keep-alive: {} reachable again after {:.1f} s", store_name,
-                 to_seconds(silent));
-        in_trouble = false;
-      }
-      std::lock_guard<std::mutex> lock(mutex_);
-      keep_alive_healthy_ = true;
-    } catch (const Error& e) {
-      store.reset();
-      liveness.reset();
-      auto now = clock_.now();
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        keep_alive_store_.reset();
-        keep_alive_healthy_ = false;
-        if (stopping_) break;  // shutdown() interrupted the call
-      }
-      if (!in_trouble) {
-        in_trouble = true;
-        log_warning("rendezvous keep-alive: {}; retrying{}", e.what(),
-                    store_dies_with_host_
-                        ? fmt::format(" (the store counts as lost after {:g} s)",
-                                      to_seconds(window))
-                        : std::string(" quietly until it answers"));
-      } else {
-        log_debug("rendezvous keep-alive: {}; retrying", e.what());
-      }
-      if (store_dies_with_host_ && now - last_contact >= window) {
-        declare_store_lost(now - last_contact);
-        continue;
-      }
+  // Agents of a job start together; unstaggered, N of them would beat and look at their
+  // neighbours in the same instant every tick. The first step runs at once; the next one
+  // after a fraction of a tick drawn from the node id (random per agent process).
+  bool first = true;
+  while (keep_alive_step()) {
+    Duration wait = tick;
+    if (first) {
+      first = false;
+      wait = tick + share_of(tick, node_id_ + "/tick");
     }
     std::unique_lock<std::mutex> lock(mutex_);
-    wake_.wait_for(lock, tick, [&] { return stopping_; });
+    wake_.wait_for(lock, wait, [&] { return stopping_; });
   }
+  keep_alive_finish();
+}
+
+void DynamicRendezvous::drive_keep_alive_externally() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DL_CHECK(!keep_alive_.joinable()) << "drive_keep_alive_externally() after the first round";
+  external_keep_alive_ = true;
+}
+
+std::vector<NodeRef> DynamicRendezvous::watched_nodes(int64_t reported_round) {
+  if (running_round_ < 0 || running_round_ == reported_round) return {};
+  return watched_;
+}
+
+bool DynamicRendezvous::keep_alive_step() {
+  auto& ka = keep_alive_state_;
+  auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  int64_t round;
+  std::vector<NodeRef> watched;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (stopping_) return false;
+    if (!store_lost_.empty()) {
+      if (external_keep_alive_) return false;
+      wake_.wait(lock, [&] { return stopping_; });
+      return false;
+    }
+    if (!ka.started) {
+      ka.started = true;
+      ka.last_contact = clock_.now();
+    }
+    round = running_round_;
+    watched = watched_nodes(ka.reported_round);
+  }
+  try {
+    if (!ka.store) {
+      ka.store = open_store_();
+      ka.liveness = params_.liveness
+                        ? params_.liveness(ka.store, prefix_, node_id_, window, clock_)
+                        : make_store_liveness(ka.store, prefix_, node_id_, window, clock_);
+      std::lock_guard<std::mutex> lock(mutex_);
+      keep_alive_store_ = ka.store;
+      if (stopping_) return false;
+    }
+    auto now = clock_.now();
+    if (!ka.beaten || now - ka.last_beat >= config_.keep_alive_interval) {
+      ka.liveness->beat();
+      // The second beat comes up to one interval early, at a phase drawn from the node id, so
+      // the beats of N agents started together spread over the interval (never later: the
+      // window is counted from the last beat).
+      Duration early =
+          ka.beaten ? Duration::zero() : share_of(config_.keep_alive_interval, node_id_ + "/beat");
+      ka.last_beat = now - early;
+      ka.beaten = true;
+    }
+    if (!watched.empty()) {
+      std::vector<std::string> ids;
+      for (const auto& w : watched) ids.push_back(w.id);
+      auto dead = ka.liveness->dead(ids);
+      if (!dead.empty()) {
+        std::string who;
+        for (const auto& w : watched) {
+          if (std::find(dead.begin(), dead.end(), w.id) == dead.end()) continue;
+          who += fmt::format("{}node {} (node rank {})", who.empty() ? "" : ", ", w.host, w.rank);
+        }
+        std::string reason =
+            fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(window));
+        log_warning("rendezvous '{}' round {}: {}", params_.run_id, round, reason);
+        // The verdict first: nodes whose workers already failed wait for it (settle_failure).
+        write_verdict(*ka.store, round, "L|" + reason);
+        publish_event(*ka.store, prefix_, round,
+                      {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
+        ka.reported_round = round;
+      }
+    }
+    auto silent = clock_.now() - ka.last_contact;
+    ka.last_contact = clock_.now();
+    if (ka.in_trouble) {
+      log_info("rendezvous keep-alive: {}{} reachable again after {:.1f} s",
+               ledger_ ? "etcd at " : "the store at ", params_.endpoint, to_seconds(silent));
+      ka.in_trouble = false;
+    }
+    std::lock_guard<std::mutex> lock(mutex_);
+    keep_alive_healthy_ = true;
+  } catch (const Error& e) {
+    ka.store.reset();
+    ka.liveness.reset();
+    auto now = clock_.now();
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      keep_alive_store_.reset();
+      keep_alive_healthy_ = false;
+      if (stopping_) return false;  // shutdown() interrupted the call
+    }
+    if (!ka.in_trouble) {
+      ka.in_trouble = true;
+      log_warning("rendezvous keep-alive: {}; retrying{}", e.what(),
+                  store_dies_with_host_
+                      ? fmt::format(" (the store counts as lost after {:g} s)", to_seconds(window))
+                      : std::string(" quietly until it answers"));
+    } else {
+      log_debug("rendezvous keep-alive: {}; retrying", e.what());
+    }
+    if (store_dies_with_host_ && now - ka.last_contact >= window) {
+      declare_store_lost(now - ka.last_contact);
+    }
+  }
+  return true;
+}
+
+void DynamicRendezvous::keep_alive_finish() {
+  auto& ka = keep_alive_state_;
   bool healthy;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     healthy = keep_alive_healthy_ && store_lost_.empty();
   }
   // A store that does not answer cannot be told; the others' keep-alive reports this node.
-  if (liveness && healthy) {
+  if (ka.liveness && healthy) {
     try {
-      liveness->leave();
-      announce_leaving(*store);
+      ka.liveness->leave();
+      announce_leaving(*ka.store);
     } catch (const Error& e) {
       log_debug("rendezvous keep-alive: could not mark this node as left: {}", e.what());
     }
   }
+  ka.liveness.reset();
+  ka.store.reset();
   {
     std::lock_guard<std::mutex> lock(mutex_);
     keep_alive_store_.reset();
@@ -658,7 +856,7 @@ void DynamicRendezvous::announce_leaving(Store& store) {
     std::lock_guard<std::mutex> lock(mutex_);
     round = running_round_;
     rank = my_rank_;
-    nodes = running_nodes_.size();
+    nodes = static_cast<size_t>(running_n_);
   }
   if (round < 0 || nodes < 2) return;
   // A node stopped while its round runs (SIGTERM to one agent: a scale-down) is a membership
@@ -698,6 +896,13 @@ void DynamicRendezvous::shutdown() {
       }
     }
     keep_alive_.join();
+  } else if (external_keep_alive_) {
+    bool finished;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished = keep_alive_exited_;
+    }
+    if (!finished) keep_alive_finish();
   }
   if (watcher_) watcher_->stop();
 }

@@ -7,6 +7,8 @@
 // Keys, under "dlaunch/rdzv/<run_id>":
 //   state                      the record (compare_set only)
 //   round/<r>/arrivals         arrival counter; round/<r>/node/<i> descriptor of arrival i
+//   tables/<r>/table, /assign/<i>  written by the node that closes round r: the round's table
+//                              and arrival i's rank (round_table.h), so others read O(1)
 //   round/<r>/done, /superseded  wake-up keys set when round r completes / r+1 opens
 //   round/<r>/event            the round's event (restart, membership, shutdown)
 //   round/<r>/acks, /verdict   nodes that saw the round's failure; "C|<writer>" (charged) or
@@ -45,6 +47,7 @@
 #include "rendezvous/dynamic_rendezvous_state.h"
 #include "rendezvous/rendezvous_events.h"
 #include "rendezvous/rendezvous_registry.h"
+#include "rendezvous/round_table.h"
 
 namespace dlaunch {
 
@@ -72,16 +75,56 @@ class DynamicRendezvous final : public RendezvousHandler {
 
   const std::string& node_id() const { return node_id_; }
 
+  // For a driver of many handlers in one process (bench/rendezvous/rdzv_sim.cc), where a thread
+  // per handler does not fit: no keep-alive thread is started; the caller calls
+  // keep_alive_step() about every keep_alive_interval / 4 instead (from one thread at a time).
+  // Call before the first next_rendezvous(). keep_alive_step() returns false once shutdown()
+  // or a store loss ended the keep-alive; shutdown() then marks this node as left.
+  void drive_keep_alive_externally();
+  bool keep_alive_step();
+
  private:
   std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
   std::string round_key(int64_t round, const std::string& suffix) const;
+  // The closer's records (round_table.h), outside round/<r>/: etcd's ledger watches that
+  // prefix, and N assignments there would be N watch events for every node.
+  std::string table_key(int64_t round, const std::string& suffix) const {
+    return prefix_ + "/tables/" + std::to_string(round) + "/" + suffix;
+  }
   std::optional<DynamicState> read_state();
-  RendezvousResult finish_round(const DynamicState& state, TimePoint deadline);
+  // nullopt: the round formed without this node (it described itself too late).
+  // `released`: this node already saw the round's "done" set.
+  std::optional<RendezvousResult> finish_round(const DynamicState& state, bool released,
+                                               TimePoint deadline);
+  // Blocks until the round is released ("done"); returns its value. Takes over the release
+  // when the closer did not within the keep-alive window.
+  Bytes wait_for_release(const DynamicState& state, bool released, TimePoint deadline);
+  struct Participants {
+    std::vector<NodeDescriptor> nodes;  // in arrival order
+    std::vector<int64_t> indexes;       // their arrival indexes (a node that never described
+                                        // itself is left out)
+  };
+  // Descriptors of arrivals 1..n of `round` (O(N): the closing node only); waits for missing
+  // ones until `wait_until`, then leaves them out.
+  Participants read_participants(int64_t round, int64_t n, TimePoint wait_until);
+  Duration keep_alive_window() const {
+    return config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  }
+  // The closing node's share: the round's table and every node's assignment (round_table.h).
+  // False (nothing written) when fewer than MIN participants described themselves.
+  bool publish_round_table(int64_t round, int64_t n, TimePoint deadline);
+  // The closer's (or the takeover's) share after COMPLETE(r, n): the table, the workers'
+  // namespace, then "done"; or, with fewer than MIN live participants, OPEN(r+1) and "done"
+  // saying so.
+  void release_round(const DynamicState& complete, TimePoint deadline);
   void begin_worker_namespace(int64_t round);
   // At shutdown, while a round of several nodes runs: the others re-form without this node,
   // for free (keep-alive thread).
   void announce_leaving(Store& store);
   void keep_alive_loop();
+  // One beat (when due) and one look at the watched neighbours; false once stopping.
+  void keep_alive_finish();  // marks this node as left when the store answers
+  std::vector<NodeRef> watched_nodes(int64_t reported_round);  // mutex_ held
   void start_keep_alive();
   // Store loss (c10d: the store lives in one agent). The keep-alive thread declares it after
   // the store did not answer for the keep-alive window; from then on every call fails at once
@@ -113,12 +156,27 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::condition_variable wake_;
   bool stopping_ = false;
   int64_t running_round_ = -1;
-  std::vector<NodeDescriptor> running_nodes_;  // by group rank
+  int64_t running_n_ = 0;          // nodes in the running round
+  std::vector<NodeRef> watched_;   // this node's ring neighbours in it (keep-alive)
   int64_t my_rank_ = -1;
   std::thread keep_alive_;
   std::shared_ptr<Store> keep_alive_store_;  // the thread's store, for shutdown()'s interrupt
   bool keep_alive_healthy_ = true;           // its last store call succeeded
   bool keep_alive_exited_ = false;
+  bool external_keep_alive_ = false;  // drive_keep_alive_externally()
+  // The keep-alive's own state (only its thread, or the external driver, touches it).
+  struct KeepAliveState {
+    bool started = false;
+    std::shared_ptr<Store> store;
+    std::unique_ptr<Liveness> liveness;
+    TimePoint last_beat{};
+    bool beaten = false;
+    int64_t reported_round = -1;
+    // When the store last answered, and whether it does not now: one warning when it stops,
+    // one line when it is back, not one per retry.
+    TimePoint last_contact{};
+    bool in_trouble = false;
+  } keep_alive_state_;
   // c10d: the store is hosted by one agent and dies with it (etcd, with a ledger, outlives any
   // agent: an outage there is waited out).
   bool store_dies_with_host_ = true;

@@ -31,6 +31,9 @@ struct RendezvousResult {
   // ranks are [sum(local_world_sizes[0..group_rank)), + local_world_sizes[group_rank]).
   std::vector<int64_t> local_world_sizes;
   // Hosts per node, indexed by group rank, as the nodes advertised themselves (for messages).
+  // Rounds of more than RoundTable::kNodesListedUpTo (64) nodes name only this node and, for
+  // c10d, its two keep-alive neighbours (the others are ""): every node reads a fixed amount
+  // at any scale (rendezvous/round_table.h).
   std::vector<std::string> hosts;
   // Where workers reach the job's store (MASTER_ADDR / MASTER_PORT).
   std::string master_addr;

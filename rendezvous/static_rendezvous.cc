@@ -9,9 +9,17 @@
 #include "rendezvous/host_port.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/prefix_store.h"
+#include "rendezvous/round_table.h"
 #include "rendezvous/version_mix.h"
 
 namespace dlaunch {
+
+namespace {
+// round/<r>/all: the completing node wrote round/<r>/table ("2") or round/<r>/error ("error");
+// an older build writes "1" and nothing else (every node then reads all records).
+const std::string kAllWithTable = "2";
+const std::string kAllWithError = "error";
+}  // namespace
 
 StaticRendezvous::StaticRendezvous(const RendezvousParams& params)
     : params_(params),
@@ -156,7 +164,12 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
   // WAIT names one key instead of N (N agents x N keys is what makes 1,000 agents slow).
   std::string round_prefix = prefix_ + "/round/" + std::to_string(round);
   std::string all_key = round_prefix + "/all";
-  if (store_->add(round_prefix + "/joined", 1) == n) store_->set(all_key, to_bytes("1"));
+  std::string table_key = round_prefix + "/table";
+  if (store_->add(round_prefix + "/joined", 1) == n) {
+    // This node completed the count: it checks every record against its own once and writes
+    // the round's table, so the others read one key instead of all N (issue 16).
+    close_round(round, mine, keys, deadline);
+  }
   std::string error_key = round_prefix + "/error";
   Duration slice = std::chrono::seconds(1);
   while (true) {
@@ -206,6 +219,33 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
     slice = std::min<Duration>(slice * 2, std::chrono::seconds(30));
   }
 
+  RendezvousResult result;
+  result.round = round;
+  result.group_rank = me;
+  result.group_world_size = n;
+  std::vector<std::pair<std::string, std::string>> builds;
+  Bytes all = store_->get(all_key);
+  if (all == to_bytes(kAllWithError)) {
+    throw StateError("static rendezvous failed: " + to_string(store_->get(error_key)));
+  }
+  if (all == to_bytes(kAllWithTable)) {
+    RoundTable table = RoundTable::decode(store_->get(table_key));
+    if (table.participants != n) {
+      throw ProtocolError(fmt::format(
+          "static rendezvous: the round's table lists {} nodes, this node expects --nnodes {}; "
+          "the store holds records of another job",
+          table.participants, n));
+    }
+    result.local_world_sizes = table.local_world_sizes();
+    result.hosts = table.hosts;
+    if (result.hosts.empty()) {  // a large round lists no hosts (round_table.h)
+      result.hosts.assign(n, "");
+      result.hosts[me] = params_.host;
+    }
+    builds = table.host_builds();
+    return finish(round, std::move(result), builds);
+  }
+  // Completed by an agent of an older build, which writes no table: read every record.
   // "all" means the count reached some node's --nnodes; with disagreeing counts some of our
   // ranks may never come. Check what is there before blocking on it.
   if (!store_->check(keys)) {
@@ -215,11 +255,6 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
     store_->wait(keys, std::max<Duration>(left, std::chrono::milliseconds(1)));
   }
   auto values = store_->multi_get(keys);
-  RendezvousResult result;
-  result.round = round;
-  result.group_rank = me;
-  result.group_world_size = n;
-  std::vector<std::pair<std::string, std::string>> builds;
   for (int64_t k = 0; k < n; ++k) {
     Record r = decode(values[k]);
     std::string m = mismatch(mine, r);
@@ -228,6 +263,51 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
     result.hosts.push_back(r.host);
     builds.emplace_back(r.host, r.version);
   }
+  return finish(round, std::move(result), builds);
+}
+
+void StaticRendezvous::close_round(int64_t round, const Record& mine,
+                                   const std::vector<std::string>& keys, TimePoint deadline) {
+  const std::string round_prefix = prefix_ + "/round/" + std::to_string(round);
+  const std::string all_key = round_prefix + "/all";
+  // The count reached this node's --nnodes; with disagreeing counts some ranks never come.
+  if (!store_->check(keys)) {
+    std::string m = find_conflict(round, mine);
+    if (!m.empty()) {
+      store_->compare_set(round_prefix + "/error", Bytes(), to_bytes(m));
+      store_->set(all_key, to_bytes(kAllWithError));
+      fail_conflict(round, m);
+    }
+    try {
+      store_->wait(keys, std::max<Duration>(deadline - clock_.now(), std::chrono::milliseconds(1)));
+    } catch (const TimeoutError&) {
+      return;  // not released: the wait for "all" names the missing ranks at the deadline
+    }
+  }
+  std::vector<NodeDescriptor> nodes;
+  std::vector<size_t> by_rank;
+  for (const auto& v : store_->multi_get(keys)) {
+    Record r = decode(v);
+    std::string m = mismatch(mine, r);
+    if (!m.empty()) {
+      // Every node would find this pair or one like it: tell them all at once.
+      store_->compare_set(round_prefix + "/error", Bytes(), to_bytes(m));
+      store_->set(all_key, to_bytes(kAllWithError));
+      fail_conflict(round, m);
+    }
+    NodeDescriptor d{r.id, r.host, r.local_world_size, r.rank};
+    d.version = r.version;
+    by_rank.push_back(nodes.size());
+    nodes.push_back(std::move(d));
+  }
+  store_->set(round_prefix + "/table", RoundTable::make(nodes, by_rank).encode());
+  store_->set(all_key, to_bytes(kAllWithTable));
+}
+
+RendezvousResult StaticRendezvous::finish(int64_t round, RendezvousResult result,
+                                          const std::vector<std::pair<std::string, std::string>>&
+                                              builds) {
+  const int64_t me = result.group_rank, n = result.group_world_size;
   std::string mix = describe_version_mix(params_.version, builds);
   if (!mix.empty() && !version_mix_warned_) {
     log_warning("{}", mix);

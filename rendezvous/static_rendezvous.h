@@ -47,6 +47,13 @@ class StaticRendezvous final : public RendezvousHandler {
   // Node 0 only: compares what has arrived; returns a conflict message or "".
   std::string find_conflict(int64_t round, const Record& mine);
   [[noreturn]] void fail_conflict(int64_t round, const std::string& message);
+  // The node whose arrival completed the count: checks every record against its own, then
+  // writes the round's table (rendezvous/round_table.h) or the conflict, and releases "all".
+  void close_round(int64_t round, const Record& mine, const std::vector<std::string>& keys,
+                   TimePoint deadline);
+  // The result's common part: version mix, master, restart count, store.
+  RendezvousResult finish(int64_t round, RendezvousResult result,
+                          const std::vector<std::pair<std::string, std::string>>& builds);
 
   RendezvousParams params_;
   RendezvousConfig config_;

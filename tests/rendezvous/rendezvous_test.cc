@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "rendezvous/dynamic_rendezvous_state.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/rendezvous_events.h"
 #include "rendezvous/rendezvous_registry.h"
@@ -398,6 +399,96 @@ TEST_F(RendezvousTest, ClosedRendezvousRefusesNewRounds) {
   ASSERT_TRUE(log.wait_for(1, 10s));
   EXPECT_EQ(log.events[0].kind, RendezvousEvent::Kind::kShutdownRequested);
   EXPECT_THROW(hs[1]->next_rendezvous(), StateError);
+}
+
+// The narrow windows of a c10d round (issue 16): a node dying at any point of a round costs at
+// most the keep-alive window (here 3 x 0.2 s), never the join timeout (here 60 s). The dead
+// node is played by the test writing its records by hand and then doing nothing.
+class RoundWindowTest : public RendezvousTest {
+ protected:
+  RendezvousParams window_params(int64_t min, int64_t max) {
+    auto p = params("c10d", min, max, "h");
+    p.config = {{"join_timeout", "60"}, {"last_call_timeout", "0.3"},
+                {"keep_alive_interval", "0.2"}, {"keep_alive_max_attempt", "3"}};
+    return p;
+  }
+  std::unique_ptr<TcpStoreClient> raw() {
+    TcpStoreClientOptions o;
+    o.port = port_;
+    o.agent = true;
+    return std::make_unique<TcpStoreClient>(o);
+  }
+  // The ghost joins round 0 first (arrival 1); described or not.
+  void ghost_joins(bool describes) {
+    auto s = raw();
+    const std::string prefix = "dlaunch/rdzv/job1";
+    s->compare_set(prefix + "/state", Bytes(), DynamicState{}.encode());
+    ASSERT_EQ(s->add(prefix + "/round/0/arrivals", 1), 1);
+    if (describes) {
+      s->set(prefix + "/round/0/node/1", NodeDescriptor{"ghost-1", "ghost", 1, -1}.encode());
+    }
+  }
+  std::vector<RendezvousResult> meet_two(int64_t min, int64_t max, Duration* took) {
+    std::vector<std::unique_ptr<RendezvousHandler>> hs;
+    for (int i = 0; i < 2; ++i) hs.push_back(create_rendezvous_handler(window_params(min, max)));
+    auto start = std::chrono::steady_clock::now();
+    auto rs = meet(hs);
+    *took = std::chrono::steady_clock::now() - start;
+    for (auto& h : hs) h->shutdown();
+    return rs;
+  }
+};
+
+// Window 1: counted in (add) but died before describing itself. The round goes on without it.
+TEST_F(RoundWindowTest, NodeDeadBetweenCountingInAndDescribingItselfCostsTheKeepAliveWindow) {
+  ghost_joins(/*describes=*/false);
+  Duration took{};
+  auto rs = meet_two(2, 3, &took);  // the second handler makes 3 arrivals: MAX, closes at once
+  EXPECT_EQ(rs[0].group_world_size, 2);
+  EXPECT_EQ(rs[1].group_world_size, 2);
+  EXPECT_NE(rs[0].group_rank, rs[1].group_rank);
+  EXPECT_LT(took, 5s) << "the round waited for the dead node's descriptor";
+}
+
+// Window 1 again, when the nodes left are fewer than MIN: no round below MIN forms; the next
+// round opens at once and forms when a node comes to replace the dead one.
+TEST_F(RoundWindowTest, NodeDeadWhileJoiningLeavingFewerThanMinOpensTheNextRound) {
+  ghost_joins(/*describes=*/false);
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int i = 0; i < 3; ++i) hs.push_back(create_rendezvous_handler(window_params(3, 3)));
+  auto start = std::chrono::steady_clock::now();
+  auto a = std::async(std::launch::async, [&] { return hs[0]->next_rendezvous(); });
+  auto b = std::async(std::launch::async, [&] { return hs[1]->next_rendezvous(); });
+  std::this_thread::sleep_for(1500ms);  // round 0 given up after the window (0.6 s)
+  auto c = hs[2]->next_rendezvous();
+  auto ra = a.get(), rb = b.get();
+  EXPECT_EQ(c.round, 1);
+  for (const auto* r : {&ra, &rb, &c}) EXPECT_EQ(r->group_world_size, 3);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 6s);
+  for (auto& h : hs) h->shutdown();
+}
+
+// Window 2: the node that closed the round (compare_set to COMPLETE, closer claimed) died
+// before releasing it. Another node releases it after the window.
+TEST_F(RoundWindowTest, CloserDeadBeforeReleasingTheRoundCostsTheKeepAliveWindow) {
+  ghost_joins(/*describes=*/true);
+  raw()->add("dlaunch/rdzv/job1/round/0/closer", 1);  // the ghost claimed closing, then died
+  Duration took{};
+  auto rs = meet_two(3, 3, &took);
+  EXPECT_EQ(rs[0].group_world_size, 3);  // the ghost is in: the keep-alive finds it dead later
+  EXPECT_NE(rs[0].group_rank, rs[1].group_rank);
+  EXPECT_LT(took, 5s) << "nobody released the round before the join timeout";
+}
+
+// Window 3: the first arrival measures the last call for everyone (the others wait for the
+// store to wake them); when it is dead the others complete the round themselves.
+TEST_F(RoundWindowTest, FirstArrivalDeadStillCompletesAfterTheLastCall) {
+  ghost_joins(/*describes=*/true);
+  Duration took{};
+  auto rs = meet_two(2, 8, &took);
+  EXPECT_EQ(rs[0].group_world_size, 3);
+  EXPECT_EQ(rs[1].group_world_size, 3);
+  EXPECT_LT(took, 5s) << "the round waited for a dead first arrival";
 }
 
 // The keep-alive and event threads reconnect when the store host goes away. shutdown() joins

@@ -1,0 +1,665 @@
+// Rendezvous at scale, simulated: N agents running the real c10d state machine
+// (rendezvous/dynamic_rendezvous*, not a model of it) against the real TcpStoreServer in a
+// process of its own, so the store host's CPU, memory and bytes are measured alone.
+//
+//   rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] [--keep-alive-seconds 5]
+//            [--keep-alive-interval 1] [--no-loss] [--by-op]
+//
+// How N agents fit on one host (pid_max is 32,768 here, the fd limit about 20,000 per
+// process): each agent has ONE store connection (its rendezvous, keep-alive and event checks
+// share it; a real agent opens three), agents are spread over processes of at most
+// --per-process agents each, and each agent runs next_rendezvous() on a thread of its own with
+// a 256 KiB stack only while it joins. Keep-alives are driven by two threads per process
+// through DynamicRendezvous::keep_alive_step() (a real agent has a thread for it), and instead
+// of an EventWatcher thread each agent checks its round's event key once a second (a real
+// watcher renews its blocked WAIT once a second: the same request rate).
+//
+// Phases, per N: every agent connects; "go": all join at once (--nnodes N-1:N, so the round
+// closes at N arrivals); every agent reports its rank; keep-alives run for
+// --keep-alive-seconds; then the agent alone in the last process is killed (SIGKILL: its
+// connection closes, its beats stop), its ring neighbours report it after the keep-alive
+// window, every survivor sees the event and re-joins, and the round re-forms with N-1 after
+// last_call_timeout (1 s).
+//
+// Printed per N: time from the first join to every agent knowing its rank (and from the last
+// join), the store host's CPU seconds for the round and its peak RSS, bytes and requests
+// (counted by the agents) through the store,
+// keep-alive requests/s and store CPU/s while idle, time to re-form after the loss. Then one
+// line per N starting with N, and the growth exponents fitted (least squares on log-log) over
+// the sweep. Exit 0 only when every agent of every N got a rank, and a distinct one.
+#include <pthread.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "bench/bench_support.h"
+#include "common/log.h"
+#include "rendezvous/dynamic_rendezvous.h"
+#include "rendezvous/rendezvous_events.h"
+#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/tcp_store_server.h"
+
+using namespace dlaunch;
+using dlaunch::bench::mono_ns;
+
+namespace {
+
+struct Options {
+  std::vector<int> agents{1024, 4096, 16384};
+  int per_process = 4096;
+  double keep_alive_seconds = 5;
+  int keep_alive_interval = 1;
+  bool loss = true;
+  bool by_op = false;  // each agent process prints its requests and bytes by operation
+};
+
+// Every store call an agent makes, counted (one request on the wire each), with its bytes on
+// the wire estimated from the frame layout (store_protocol.md: an opcode byte, then each key
+// and value as a u64 length and its bytes; replies likewise, or one u64). Socket I/O does not
+// show in /proc/<pid>/io, so the store host's bytes are counted here, at the clients.
+std::atomic<int64_t> g_requests{0};
+std::atomic<int64_t> g_bytes{0};
+std::atomic<int64_t> g_op_bytes[10], g_op_count[10];  // by Op, for --by-op
+enum Op { kSet, kGet, kAdd, kCas, kCheck, kWait, kDelete, kNumKeys, kMultiGet, kMultiSet };
+const char* kOpNames[] = {"set", "get", "add", "compare_set", "check", "wait", "delete",
+                          "num_keys", "multi_get", "multi_set"};
+
+int64_t frame_bytes(const std::vector<std::string>& keys) {
+  int64_t b = 1;
+  for (const auto& k : keys) b += 8 + static_cast<int64_t>(k.size());
+  return b;
+}
+int64_t frame_bytes(const std::string& key) { return 1 + 8 + static_cast<int64_t>(key.size()); }
+int64_t value_bytes(const Bytes& v) { return 8 + static_cast<int64_t>(v.size()); }
+
+class CountingStore final : public Store {
+ public:
+  explicit CountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  void set(const std::string& k, const Bytes& v) override {
+    count(kSet, frame_bytes(k) + value_bytes(v));
+    inner_->set(k, v);
+  }
+  Bytes get(const std::string& k) override {
+    auto v = inner_->get(k);
+    count(kGet, frame_bytes(k) + value_bytes(v));
+    return v;
+  }
+  int64_t add(const std::string& k, int64_t d) override {
+    count(kAdd, frame_bytes(k) + 16);
+    return inner_->add(k, d);
+  }
+  Bytes compare_set(const std::string& k, const Bytes& e, const Bytes& d) override {
+    auto v = inner_->compare_set(k, e, d);
+    count(kCas, frame_bytes(k) + value_bytes(e) + value_bytes(d) + value_bytes(v));
+    return v;
+  }
+  bool check(const std::vector<std::string>& k) override {
+    count(kCheck, frame_bytes(k) + 8);
+    return inner_->check(k);
+  }
+  void wait(const std::vector<std::string>& k, Duration t) override {
+    count(kWait, frame_bytes(k) + 8);
+    inner_->wait(k, t);
+  }
+  using Store::wait;
+  bool delete_key(const std::string& k) override {
+    count(kDelete, frame_bytes(k) + 8);
+    return inner_->delete_key(k);
+  }
+  int64_t num_keys() override {
+    count(kNumKeys, 9);
+    return inner_->num_keys();
+  }
+  std::vector<Bytes> multi_get(const std::vector<std::string>& k) override {
+    auto vs = inner_->multi_get(k);
+    int64_t b = frame_bytes(k);
+    for (const auto& v : vs) b += value_bytes(v);
+    count(kMultiGet, b);
+    return vs;
+  }
+  void multi_set(const std::vector<std::string>& k, const std::vector<Bytes>& v) override {
+    int64_t b = frame_bytes(k);
+    for (const auto& x : v) b += value_bytes(x);
+    count(kMultiSet, b);
+    inner_->multi_set(k, v);
+  }
+  void interrupt() override { inner_->interrupt(); }
+
+ private:
+  static void count(Op op, int64_t bytes) {
+    ++g_requests;
+    g_bytes += bytes;
+    ++g_op_count[op];
+    g_op_bytes[op] += bytes;
+  }
+  std::shared_ptr<Store> inner_;
+};
+
+// Messages from agent processes to the driver (one write each, < PIPE_BUF: atomic).
+struct Report {
+  enum Kind : int32_t { kReady, kRanked, kFailed, kRequests, kReformed } kind;
+  int32_t agent;
+  int64_t rank, world, round;
+  int64_t t_start, t_done;  // mono ns
+  int64_t requests, bytes;
+};
+
+void send_report(int fd, const Report& r) { (void)!write(fd, &r, sizeof(r)); }
+
+// --- the store host ---------------------------------------------------------------------------
+
+struct StoreHost {
+  pid_t pid = -1;
+  uint16_t port = 0;
+  int control = -1;  // closing it stops the server
+};
+
+StoreHost start_store_host() {
+  int up[2], down[2];
+  if (pipe(up) != 0 || pipe(down) != 0) throw SystemError("rdzv_sim: pipe failed");
+  pid_t pid = fork();
+  if (pid == 0) {
+    ::close(up[0]);
+    ::close(down[1]);
+    TcpStoreServerOptions o;
+    o.host = "127.0.0.1";
+    TcpStoreServer server(o);
+    uint16_t port = server.start();
+    (void)!write(up[1], &port, sizeof(port));
+    char c;
+    while (read(down[0], &c, 1) > 0) {
+    }
+    server.stop();
+    _exit(0);
+  }
+  ::close(up[1]);
+  ::close(down[0]);
+  StoreHost h;
+  h.pid = pid;
+  h.control = down[1];
+  if (read(up[0], &h.port, sizeof(h.port)) != sizeof(h.port)) {
+    throw SystemError("rdzv_sim: the store host did not start");
+  }
+  ::close(up[0]);
+  return h;
+}
+
+struct HostUsage {
+  double cpu_s = 0;
+  double hwm_mib = 0;
+};
+
+HostUsage usage_of(pid_t pid) {
+  HostUsage u;
+  {
+    std::ifstream f(fmt::format("/proc/{}/stat", pid));
+    std::string line;
+    std::getline(f, line);
+    auto rp = line.rfind(')');
+    std::istringstream rest(line.substr(rp + 2));
+    std::string field;
+    std::vector<std::string> fields;
+    while (rest >> field) fields.push_back(field);
+    // Fields after the command: state is [0]; utime is field 14 overall, [11] here; stime [12].
+    if (fields.size() > 12) {
+      u.cpu_s = (std::stod(fields[11]) + std::stod(fields[12])) / sysconf(_SC_CLK_TCK);
+    }
+  }
+  {
+    std::ifstream f(fmt::format("/proc/{}/status", pid));
+    std::string line;
+    while (std::getline(f, line)) {
+      if (line.rfind("VmHWM:", 0) == 0) u.hwm_mib = std::stod(line.substr(6)) / 1024.0;
+    }
+  }
+  return u;
+}
+
+// --- agent processes --------------------------------------------------------------------------
+
+struct SimAgent {
+  int index = 0;
+  std::shared_ptr<CountingStore> store;
+  std::unique_ptr<DynamicRendezvous> rdzv;
+  std::atomic<int64_t> round{-1};
+  std::atomic<bool> joining{false};
+  int64_t last_event_check = 0;
+};
+
+RendezvousParams agent_params(int n, uint16_t port, int index, const Options& opt) {
+  RendezvousParams p;
+  p.backend = "c10d";
+  p.run_id = "sim";
+  // --nnodes N-1:N: the first round closes at N arrivals at once; after the loss, the N-1
+  // survivors form the next one after the last call. With MIN = 1 a re-form of 16,383 nodes
+  // joining over more than last_call_timeout closes early and re-forms again for the rest.
+  p.min_nodes = std::max(1, n - 1);
+  p.max_nodes = n;
+  p.endpoint = fmt::format("127.0.0.1:{}", port);
+  p.host = fmt::format("sim{}", index);
+  p.local_world_size = 8;
+  p.config = {{"join_timeout", "600"},
+              {"last_call_timeout", "1"},
+              {"keep_alive_interval", std::to_string(opt.keep_alive_interval)},
+              {"keep_alive_max_attempt", "3"}};
+  return p;
+}
+
+void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
+  a->joining = true;
+  std::thread([a, report_fd, kind] {
+    Report r{};
+    r.agent = a->index;
+    r.t_start = mono_ns();
+    try {
+      auto result = a->rdzv->next_rendezvous();
+      r.kind = kind;
+      r.rank = result.group_rank;
+      r.world = result.group_world_size;
+      r.round = result.round;
+      a->round = result.round;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rdzv_sim: agent %d: %s\n", a->index, e.what());
+      r.kind = Report::kFailed;
+    }
+    r.t_done = mono_ns();
+    a->joining = false;
+    send_report(report_fd, r);
+  }).detach();
+}
+
+// One agent process: agents [first, first + count) of N. Commands on `cmd`: 'J' join,
+// 'K' start keep-alives, 'C' report the request count, 'Q' shut down and exit.
+[[noreturn]] void run_agent_process(int n, uint16_t port, int first, int count, int cmd,
+                                    int report_fd, const Options& opt) {
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  lim.rlim_cur = lim.rlim_max;
+  setrlimit(RLIMIT_NOFILE, &lim);
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  pthread_setattr_default_np(&attr);  // every std::thread from now on: small stacks
+
+  std::vector<std::unique_ptr<SimAgent>> agents;
+  for (int i = 0; i < count; ++i) {
+    auto a = std::make_unique<SimAgent>();
+    a->index = first + i;
+    auto params = agent_params(n, port, a->index, opt);
+    TcpStoreClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = port;
+    o.agent = true;
+    o.connect_timeout = std::chrono::seconds(60);
+    o.timeout = std::chrono::seconds(600);
+    a->store = std::make_shared<CountingStore>(std::make_shared<TcpStoreClient>(o));
+    params.store = a->store;
+    params.open_store = [s = a->store] { return s; };
+    a->rdzv = std::make_unique<DynamicRendezvous>(params);
+    a->rdzv->drive_keep_alive_externally();
+    agents.push_back(std::move(a));
+  }
+  send_report(report_fd, Report{Report::kReady, first, 0, 0, 0, 0, 0, 0, 0});
+
+  std::atomic<bool> ticking{false}, quit{false};
+  std::vector<std::thread> tickers;
+  const int kTickers = 2;
+  for (int t = 0; t < kTickers; ++t) {
+    tickers.emplace_back([&, t] {
+      const int64_t tick_ns = int64_t(opt.keep_alive_interval) * 1000000000LL / 4;
+      while (!quit) {
+        int64_t start = mono_ns();
+        if (ticking) {
+          for (size_t i = t; i < agents.size() && !quit; i += kTickers) {
+            auto& a = *agents[i];
+            if (a.joining || a.round < 0) continue;
+            try {
+              a.rdzv->keep_alive_step();
+              // Stand-in for the agent's EventWatcher: one look at the round's event a second.
+              if (start - a.last_event_check >= 1000000000LL) {
+                a.last_event_check = start;
+                if (a.store->check({event_key(DynamicRendezvous::key_prefix("sim"), a.round)})) {
+                  join_on_thread(&a, report_fd, Report::kReformed);
+                }
+              }
+            } catch (const std::exception& e) {
+              std::fprintf(stderr, "rdzv_sim: agent %d keep-alive: %s\n", a.index, e.what());
+            }
+          }
+        }
+        int64_t left = tick_ns - (mono_ns() - start);
+        if (left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
+      }
+    });
+  }
+
+  char c;
+  while (read(cmd, &c, 1) == 1) {
+    if (c == 'J') {
+      for (auto& a : agents) join_on_thread(a.get(), report_fd, Report::kRanked);
+    } else if (c == 'K') {
+      ticking = true;
+    } else if (c == 'C') {
+      send_report(report_fd,
+                  Report{Report::kRequests, first, 0, 0, 0, 0, 0, g_requests.load(), g_bytes.load()});
+    } else if (c == 'Q') {
+      break;
+    }
+  }
+  quit = true;
+  for (auto& t : tickers) t.join();
+  if (opt.by_op) {
+    for (int op = 0; op < 10; ++op) {
+      if (g_op_count[op] == 0) continue;
+      std::fprintf(stderr, "agents %d..%d: %-11s %9lld requests %12lld bytes\n", first,
+                   first + count - 1, kOpNames[op], static_cast<long long>(g_op_count[op].load()),
+                   static_cast<long long>(g_op_bytes[op].load()));
+    }
+  }
+  _exit(0);  // no orderly shutdown: the store host goes next, and N shutdowns are not measured
+}
+
+// --- the driver -------------------------------------------------------------------------------
+
+struct Result {
+  int n = 0;
+  bool ok = false;
+  int ranked = 0;
+  double t_first_join_to_all = 0, t_last_join_to_all = 0;
+  double round_cpu_s = 0, hwm_mib = 0;
+  int64_t round_bytes = 0, round_requests = 0;
+  double ka_requests_per_s = 0, ka_cpu_per_s = 0;
+  double reform_s = -1;
+  int reformed = 0;
+  std::string phases;
+};
+
+struct AgentProcess {
+  pid_t pid;
+  int cmd;
+};
+
+void tell_all(const std::vector<AgentProcess>& procs, char c) {
+  for (const auto& p : procs) (void)!write(p.cmd, &c, 1);
+}
+
+bool read_report(int fd, Report& r, int timeout_ms) {
+  fd_set set;
+  FD_ZERO(&set);
+  FD_SET(fd, &set);
+  timeval tv{timeout_ms / 1000, (timeout_ms % 1000) * 1000};
+  if (select(fd + 1, &set, nullptr, nullptr, &tv) <= 0) return false;
+  return read(fd, &r, sizeof(r)) == sizeof(r);
+}
+
+struct Traffic {
+  int64_t requests = 0, bytes = 0;
+};
+
+Traffic total_requests(const std::vector<AgentProcess>& procs, int report_fd) {
+  tell_all(procs, 'C');
+  Traffic total;
+  size_t got = 0;
+  Report r;
+  while (got < procs.size() && read_report(report_fd, r, 30000)) {
+    if (r.kind == Report::kRequests) {
+      total.requests += r.requests;
+      total.bytes += r.bytes;
+      ++got;
+    }
+  }
+  return total;
+}
+
+Result run_n(int n, const Options& opt) {
+  Result res;
+  res.n = n;
+  StoreHost host = start_store_host();
+  int rep[2];
+  if (pipe(rep) != 0) throw SystemError("rdzv_sim: pipe failed");
+  // The last agent lives alone in its process, so it can be killed as a node dies.
+  std::vector<std::pair<int, int>> ranges;
+  int survivors = opt.loss ? n - 1 : n;
+  for (int first = 0; first < survivors; first += opt.per_process) {
+    ranges.emplace_back(first, std::min(opt.per_process, survivors - first));
+  }
+  if (opt.loss) ranges.emplace_back(n - 1, 1);
+  std::vector<AgentProcess> procs;
+  for (auto [first, count] : ranges) {
+    int cmd[2];
+    if (pipe(cmd) != 0) throw SystemError("rdzv_sim: pipe failed");
+    pid_t pid = fork();
+    if (pid == 0) {
+      ::close(cmd[1]);
+      ::close(rep[0]);
+      ::close(host.control);
+      for (const auto& p : procs) ::close(p.cmd);
+      run_agent_process(n, host.port, first, count, cmd[0], rep[1], opt);
+    }
+    ::close(cmd[0]);
+    procs.push_back({pid, cmd[1]});
+  }
+  ::close(rep[1]);
+  Report r;
+  size_t ready = 0;
+  while (ready < procs.size() && read_report(rep[0], r, 120000)) {
+    if (r.kind == Report::kReady) ++ready;
+  }
+  if (ready < procs.size()) {
+    std::fprintf(stderr, "rdzv_sim: N=%d: only %zu of %zu agent processes connected\n", n, ready,
+                 procs.size());
+  }
+
+  // The round.
+  HostUsage before = usage_of(host.pid);
+  Traffic traffic_before = total_requests(procs, rep[0]);
+  tell_all(procs, 'J');
+  std::vector<int> rank_owner(n, -1);
+  int64_t first_join = INT64_MAX, last_join = 0, last_done = 0;
+  std::vector<int64_t> joins, dones;
+  bool distinct = true;
+  while (res.ranked < n && read_report(rep[0], r, 600000)) {
+    if (r.kind == Report::kFailed) break;
+    if (r.kind != Report::kRanked) continue;
+    ++res.ranked;
+    first_join = std::min(first_join, r.t_start);
+    last_join = std::max(last_join, r.t_start);
+    last_done = std::max(last_done, r.t_done);
+    joins.push_back(r.t_start);
+    dones.push_back(r.t_done);
+    if (r.world != n || r.rank < 0 || r.rank >= n || rank_owner[r.rank] != -1) {
+      distinct = false;
+    } else {
+      rank_owner[r.rank] = r.agent;
+    }
+  }
+  HostUsage after = usage_of(host.pid);
+  if (!joins.empty()) {
+    std::sort(joins.begin(), joins.end());
+    std::sort(dones.begin(), dones.end());
+    auto at = [&](const std::vector<int64_t>& v, double q) {
+      return (v[static_cast<size_t>(q * (v.size() - 1))] - first_join) / 1e9;
+    };
+    res.phases = fmt::format("joins at {:.3f}/{:.3f}/{:.3f} s, ranked at {:.3f}/{:.3f}/{:.3f} s "
+                             "(first/median/last, from the first join)",
+                             at(joins, 0), at(joins, 0.5), at(joins, 1), at(dones, 0),
+                             at(dones, 0.5), at(dones, 1));
+  }
+  res.ok = res.ranked == n && distinct;
+  res.t_first_join_to_all = (last_done - first_join) / 1e9;
+  res.t_last_join_to_all = (last_done - last_join) / 1e9;
+  res.round_cpu_s = after.cpu_s - before.cpu_s;
+  Traffic traffic_after = total_requests(procs, rep[0]);
+  res.round_bytes = traffic_after.bytes - traffic_before.bytes;
+  res.round_requests = traffic_after.requests - traffic_before.requests;
+
+  // Keep-alives while the workers would run.
+  if (res.ok) {
+    tell_all(procs, 'K');
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));  // let the ticks spread
+    HostUsage k0 = usage_of(host.pid);
+    int64_t q0 = total_requests(procs, rep[0]).requests;
+    int64_t t0 = mono_ns();
+    std::this_thread::sleep_for(std::chrono::duration<double>(opt.keep_alive_seconds));
+    int64_t q1 = total_requests(procs, rep[0]).requests;
+    HostUsage k1 = usage_of(host.pid);
+    double dt = (mono_ns() - t0) / 1e9;
+    res.ka_requests_per_s = (q1 - q0) / dt;
+    res.ka_cpu_per_s = (k1.cpu_s - k0.cpu_s) / dt;
+
+    if (opt.loss) {
+      int64_t t_kill = mono_ns();
+      kill(procs.back().pid, SIGKILL);
+      waitpid(procs.back().pid, nullptr, 0);
+      int64_t last = 0;
+      // Survivors re-join; the window is 3 keep-alive intervals, then last call (1 s). A round
+      // that closed before every survivor was back re-forms once more: count each agent once,
+      // by its latest report.
+      std::vector<char> back(n, 0);
+      std::vector<int64_t> rejoins;  // when each survivor began its last join
+      const int64_t give_up = t_kill + 300 * 1000000000LL;
+      while (res.reformed < n - 1 && mono_ns() < give_up) {
+        if (!read_report(rep[0], r, 1000) || r.kind != Report::kReformed) continue;
+        bool full = r.world == n - 1;
+        if (full && !back[r.agent]) ++res.reformed;
+        if (!full && back[r.agent]) --res.reformed;
+        back[r.agent] = full;
+        if (full) {
+          last = std::max(last, r.t_done);
+          rejoins.push_back(r.t_start);
+        }
+      }
+      if (res.reformed == n - 1) res.reform_s = (last - t_kill) / 1e9;
+      if (!rejoins.empty()) {
+        std::sort(rejoins.begin(), rejoins.end());
+        auto at = [&](double q) {
+          return (rejoins[static_cast<size_t>(q * (rejoins.size() - 1))] - t_kill) / 1e9;
+        };
+        res.phases += fmt::format("\n  after the loss, survivors re-joined at {:.3f}/{:.3f}/{:.3f} s "
+                                  "(first/median/last, from the kill)",
+                                  at(0), at(0.5), at(1));
+      }
+    }
+  }
+  res.hwm_mib = usage_of(host.pid).hwm_mib;
+  tell_all(procs, 'Q');
+  for (const auto& p : procs) {
+    ::close(p.cmd);
+    if (p.pid != procs.back().pid || !opt.loss || !res.ok) waitpid(p.pid, nullptr, 0);
+  }
+  ::close(rep[0]);
+  ::close(host.control);
+  waitpid(host.pid, nullptr, 0);
+  return res;
+}
+
+double fit_exponent(const std::vector<Result>& rs, double Result::*field) {
+  // Least squares slope of log(y) on log(N).
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  int k = 0;
+  for (const auto& r : rs) {
+    double y = r.*field;
+    if (y <= 0) continue;
+    double x = std::log(r.n), ly = std::log(y);
+    sx += x, sy += ly, sxx += x * x, sxy += x * ly;
+    ++k;
+  }
+  if (k < 2) return NAN;
+  return (k * sxy - sx * sy) / (k * sxx - sx * sx);
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> v;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) v.push_back(std::stoi(item));
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options opt;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "rdzv_sim: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--agents") {
+      opt.agents = parse_list(next());
+    } else if (a == "--per-process") {
+      opt.per_process = std::stoi(next());
+    } else if (a == "--keep-alive-seconds") {
+      opt.keep_alive_seconds = std::stod(next());
+    } else if (a == "--keep-alive-interval") {
+      opt.keep_alive_interval = std::stoi(next());
+    } else if (a == "--by-op") {
+      opt.by_op = true;
+    } else if (a == "--no-loss") {
+      opt.loss = false;
+    } else {
+      std::fprintf(stderr,
+                   "usage: rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] "
+                   "[--keep-alive-seconds 5] [--keep-alive-interval 1] [--no-loss] [--by-op]\n");
+      return 2;
+    }
+  }
+  signal(SIGPIPE, SIG_IGN);
+  set_log_level(LogLevel::kError);
+  std::vector<Result> results;
+  bool all_ok = true;
+  for (int n : opt.agents) {
+    Result r = run_n(n, opt);
+    results.push_back(r);
+    all_ok = all_ok && r.ok;
+    std::printf(
+        "N=%d: %d/%d agents ranked%s; first join -> all ranked %.3f s (last join -> all %.3f s)\n"
+        "  store host: %.3f CPU-s for the round, peak RSS %.1f MiB, %.2f MB and %lld requests "
+        "through it\n"
+        "  keep-alive: %.0f requests/s, %.3f store CPU-s/s; re-form after a loss: %s\n  %s\n",
+        n, r.ranked, n, r.ok ? "" : " (FAILED)", r.t_first_join_to_all, r.t_last_join_to_all,
+        r.round_cpu_s, r.hwm_mib, r.round_bytes / 1e6, static_cast<long long>(r.round_requests),
+        r.ka_requests_per_s, r.ka_cpu_per_s,
+        r.reform_s >= 0
+            ? fmt::format("{:.3f} s ({} survivors)", r.reform_s, r.reformed).c_str()
+            : fmt::format("FAILED ({} of {} survivors re-formed within 300 s)", r.reformed, n - 1)
+                  .c_str(),
+        r.phases.c_str());
+    std::fflush(stdout);
+  }
+  std::printf("# N  rank_s  store_cpu_s  store_rss_mib  store_mb  requests  ka_req_per_s  "
+              "reform_s\n");
+  for (const auto& r : results) {
+    std::printf("%d %.3f %.3f %.1f %.2f %lld %.0f %.3f\n", r.n, r.t_first_join_to_all,
+                r.round_cpu_s, r.hwm_mib, r.round_bytes / 1e6,
+                static_cast<long long>(r.round_requests), r.ka_requests_per_s, r.reform_s);
+  }
+  std::vector<Result> with_bytes = results;
+  for (auto& r : with_bytes) r.hwm_mib = static_cast<double>(r.round_bytes);
+  std::printf("growth exponent over N: store CPU %.2f, rank time %.2f, store bytes %.2f\n",
+              fit_exponent(results, &Result::round_cpu_s),
+              fit_exponent(results, &Result::t_first_join_to_all),
+              fit_exponent(with_bytes, &Result::hwm_mib));
+  return all_ok ? 0 : 1;
+}
