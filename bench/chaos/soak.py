@@ -231,6 +231,11 @@ class Job:
                 return False
         return True
 
+    def finished(self):
+        """Training ran to its end: every agent exited, all with 0."""
+        self.poll()
+        return not self.agents and bool(self.exit_codes) and all(rc == 0 for rc in self.exit_codes.values())
+
     def alive(self):
         self.poll()
         return sorted(self.agents)
@@ -314,6 +319,8 @@ def wait_recovery(job, progress, fault_time, old_workers, timeout, rejoin=None):
             got = progress.first_after(regrouped_at)
             if got:
                 return got[0] - fault_time, got[1]
+        if job.finished():
+            return "finished"
         if not job.agents:
             return None
         time.sleep(0.05)
@@ -390,31 +397,17 @@ def main():
             got = wait_recovery(job, progress, fault["time"], old_workers, args.recovery_timeout,
                                 rejoin=fault.get("rejoin", rejoin))
             finish_fault(fault, got, summary, problems)
-            if fault["kind"] == "agent_kill":  # the node returns: a scale-up, timed as its own event
+            if fault["kind"] == "agent_kill" and got != "finished":  # the node returns: a scale-up, timed as its own event
                 rejoin_event = {"kind": "node_rejoin", "time": time.time(), "host": fault["host"]}
                 rejoin_event["step_before"], old_workers = progress.last_step(), job.all_workers()
                 job.start(fault["host"])
                 got = wait_recovery(job, progress, rejoin_event["time"], old_workers,
                                     args.recovery_timeout, rejoin)
                 finish_fault(rejoin_event, got, summary, problems)
-        # The end: preempt the whole job, start it again, let it finish.
-        term = {"kind": "job_term", "step_before": progress.last_step()}
-        old_workers = job.all_workers()
-        for p in job.agents.values():
-            p.send_signal(signal.SIGTERM)
-        deadline = time.time() + 60
-        while job.alive() and time.time() < deadline:
-            time.sleep(0.1)
-        if job.agents:
-            problems.append(f"job_term: agents on hosts {sorted(job.agents)} still running 60 s after SIGTERM")
-            for p in job.agents.values():
-                p.kill()
-            job.poll()
-        term["exit_codes"] = dict(job.exit_codes)
-        term["time"] = time.time()  # recovery counts from the restart
-        job.start_all()
-        got = wait_recovery(job, progress, term["time"], old_workers, args.recovery_timeout)
-        finish_fault(term, got, summary, problems)
+        if job.finished():
+            log(f"the job finished its {args.epochs} epochs within --duration: no job_term (use more epochs)")
+        else:
+            job_term(job, progress, args, summary, problems)
         deadline = time.time() + args.duration * 4 + 600
         while job.alive() and time.time() < deadline:
             time.sleep(0.5)
@@ -444,6 +437,27 @@ def main():
     with open(os.path.join(os.getcwd(), "soak_summary.json") if args.keep else os.devnull, "w") as f:
         json.dump(summary, f, indent=1)
     return 1 if problems else 0
+
+
+def job_term(job, progress, args, summary, problems):
+    """The end of the soak: SIGTERM to every agent (a preemption), then all started again."""
+    term = {"kind": "job_term", "step_before": progress.last_step()}
+    old_workers = job.all_workers()
+    for p in job.agents.values():
+        p.send_signal(signal.SIGTERM)
+    deadline = time.time() + 60
+    while job.alive() and time.time() < deadline:
+        time.sleep(0.1)
+    if job.agents:
+        problems.append(f"job_term: agents on hosts {sorted(job.agents)} still running 60 s after SIGTERM")
+        for p in job.agents.values():
+            p.kill()
+        job.poll()
+    term["exit_codes"] = dict(job.exit_codes)
+    term["time"] = time.time()  # recovery counts from the restart
+    job.start_all()
+    got = wait_recovery(job, progress, term["time"], old_workers, args.recovery_timeout)
+    finish_fault(term, got, summary, problems)
 
 
 def inject(kind, job, net, args, rng):
@@ -494,6 +508,11 @@ def inject(kind, job, net, args, rng):
 
 def finish_fault(fault, got, summary, problems):
     fault.pop("rejoin", None)
+    if got == "finished":  # the job trained to its end meanwhile: nothing left to recover
+        fault["recovered"] = None
+        log(f"  the job finished before {fault['kind']} needed a recovery")
+        summary["faults"].append({k: v for k, v in fault.items() if k != "time"})
+        return
     if got is None:
         fault["recovered"] = False
         problems.append(f"{fault['kind']} on host {fault.get('host')} at step {fault['step_before']}: "
