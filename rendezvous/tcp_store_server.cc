@@ -150,4 +150,10 @@ size_t TcpStoreServer::num_connections() const {
   return impl_->manager.size();
 }
 
+StoreStatsSnapshot TcpStoreServer::stats() const {
+  StoreStatsSnapshot s = impl_->manager.stats.snapshot();
+  s.connections = static_cast<int64_t>(impl_->manager.size());
+  return s;
+}
+
 }  // namespace dlaunch

@@ -27,6 +27,7 @@
 
 #include "common/error.h"
 #include "rendezvous/store_codec.h"
+#include "rendezvous/store_stats.h"
 
 namespace dlaunch {
 
@@ -63,6 +64,8 @@ class TcpStoreServer {
   const std::string& host() const;
   // Connections open right now (approximate while clients come and go).
   size_t num_connections() const;
+  // Requests served, their latency, keys and connections (for the agent's /status).
+  StoreStatsSnapshot stats() const;
 
  private:
   struct Impl;

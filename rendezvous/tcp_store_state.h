@@ -82,6 +82,8 @@ class TcpStoreState final : private StoreTable::Observer {
   void drop(StoreSession& s);
   // The server stops: forgets every waiter and watcher (their connections are closed).
   void forget_clients();
+  // Keys in the table (worker namespaces included).
+  size_t num_keys() const { return table_.size(); }
 
  private:
   using SessionPtr = std::shared_ptr<StoreSession>;
