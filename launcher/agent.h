@@ -50,6 +50,8 @@ namespace dlaunch {
 
 class RendezvousHandler;
 struct RendezvousResult;
+class Store;
+class TcpStoreServer;
 
 namespace exit_codes {
 inline constexpr int kSuccess = 0;
@@ -89,6 +91,14 @@ struct AgentOptions {
   // exit barrier it waits (bounded) until every other agent has left the rendezvous, so their
   // watchers never see the store vanish under them.
   bool hosts_store = false;
+  // The status endpoint and timeline (agent_monitor.h). The store server this agent hosts, for
+  // its statistics (null: another agent hosts it); the job token, which control requests must
+  // prove; for a single node, how to reach the job's store to publish the endpoint (null: not
+  // published). The endpoint is served only when `status_endpoint` is set (main.cc sets it).
+  std::shared_ptr<TcpStoreServer> store_server;
+  std::optional<std::string> job_token;
+  std::function<std::shared_ptr<Store>()> open_job_store;
+  bool status_endpoint = false;
 };
 
 class Agent {

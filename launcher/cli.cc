@@ -67,6 +67,12 @@ std::vector<FlagSpec> make_specs() {
            "declare a worker hung when its heartbeat file is older than this; 0 = off"),
       flag("shutdown_grace", 0, true, "5", "SECONDS",
            "time between SIGTERM and SIGKILL when stopping workers"),
+      flag("status_port", 0, true, "0", "PORT",
+           "serve GET /status, /metrics and the control endpoints (dlaunch status|stop|restart|"
+           "dump) here; 0 picks a free port, -1 serves nothing"),
+      flag("status_addr", 0, true, "", "ADDR",
+           "address the status endpoint binds (default: --local_addr, else 127.0.0.1 for one "
+           "node, this host's name for several); 0.0.0.0 serves every interface"),
       flag("dry_run", 0, false, "false", "",
            "print the resolved configuration and where each value came from; start nothing"),
       // Slurm (launcher/slurm_launch.h, docs/slurm.md).

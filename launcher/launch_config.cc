@@ -478,6 +478,8 @@ std::string LaunchConfig::describe() const {
       {"hang_timeout",
        to_seconds(hang_timeout) == 0 ? "0 (off)" : fmt::format("{}", to_seconds(hang_timeout))},
       {"shutdown_grace", fmt::format("{}", to_seconds(shutdown_grace))},
+      {"status_port", status_port < 0 ? "-1 (off)" : status_port == 0 ? "0 (a free port)" : std::to_string(status_port)},
+      {"status_addr", status_addr.empty() ? "(--local_addr, else loopback for one node, the host name for several)" : status_addr},
       {"module", module ? "true" : "false"},
       {"no_python", no_python ? "true" : "false"},
       {"python", python},
@@ -549,6 +551,8 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.role = role.text;
   cfg.hang_timeout = from_seconds(r.seconds("hang_timeout", true));
   cfg.shutdown_grace = from_seconds(r.seconds("shutdown_grace", true));
+  cfg.status_port = r.integer("status_port", -1, 65535);
+  cfg.status_addr = r.str("status_addr");
   cfg.module = r.boolean("module");
   cfg.no_python = r.boolean("no_python");
   Raw python = r.raw("python");
