@@ -243,6 +243,9 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
 std::string help_text() {
   std::string text =
       "usage: dlaunch [options] [program [args...]]\n"
+      "       dlaunch status|stop|restart|dump [--rdzv_endpoint H:P | --master_addr H\n"
+      "               --master_port P] --rdzv_id ID [--json] [--events]   (a running job;\n"
+      "               see docs/monitoring.md)\n"
       "\n"
       "Starts --nproc_per_node workers running `program` with torchrun's environment contract,\n"
       "supervises them (restarts, hang detection, no orphans) and reports the first failure.\n"

@@ -51,7 +51,8 @@ Options parse(const std::vector<std::string>& args) {
   };
   o.rdzv_endpoint = env_or("DLAUNCH_RDZV_ENDPOINT", env_or("PET_RDZV_ENDPOINT", ""));
   o.master_addr = env_or("DLAUNCH_MASTER_ADDR", env_or("MASTER_ADDR", o.master_addr));
-  o.run_id = env_or("DLAUNCH_RDZV_ID", env_or("PET_RDZV_ID", o.run_id));
+  // In a worker's own environment MASTER_ADDR/MASTER_PORT and TORCHELASTIC_RUN_ID find its job.
+  o.run_id = env_or("DLAUNCH_RDZV_ID", env_or("PET_RDZV_ID", env_or("TORCHELASTIC_RUN_ID", o.run_id)));
   std::string port_text = env_or("DLAUNCH_MASTER_PORT", env_or("MASTER_PORT", ""));
   for (size_t i = 1; i < args.size(); ++i) {
     std::string a = args[i];
