@@ -2,7 +2,9 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <iostream>
 #include <map>
@@ -135,24 +137,30 @@ std::vector<Agent> find_agents(const Options& o, std::string& where) {
   return agents;
 }
 
-// Runs `f` for every agent at once; results in the agents' order.
-template <typename T, typename F>
-std::vector<T> for_each_agent(const std::vector<Agent>& agents, F f) {
-  std::vector<T> out(agents.size());
-  std::vector<std::thread> threads;
-  for (size_t i = 0; i < agents.size(); ++i) {
-    threads.emplace_back([&, i]() { out[i] = f(agents[i]); });
-  }
-  for (auto& t : threads) t.join();
-  return out;
-}
-
 struct Answer {
   bool ok = false;
   int status = 0;
   std::string body;
   std::string error;  // transport failure
 };
+
+// Runs `f` for every agent at once; answers in the agents' order.
+template <typename F>
+std::vector<Answer> for_each_agent(const std::vector<Agent>& agents, F f) {
+  std::vector<Answer> out(agents.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < agents.size(); ++i) {
+    threads.emplace_back([&, i]() {
+      try {
+        out[i] = f(agents[i]);
+      } catch (const std::exception& e) {
+        out[i].error = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
 
 Answer ask(const std::string& address, const std::string& method, const std::string& target,
            const std::map<std::string, std::string>& headers, double timeout) {
@@ -187,7 +195,7 @@ int status_command(const Options& o, const std::vector<Agent>& agents) {
                          std::chrono::system_clock::now().time_since_epoch())
                          .count();
   if (o.events) {
-    auto answers = for_each_agent<Answer>(agents, [&](const Agent& a) {
+    auto answers = for_each_agent(agents, [&](const Agent& a) {
       return ask(a.address, "GET", "/events", {}, o.timeout);
     });
     std::vector<nlohmann::json> timelines;
@@ -210,11 +218,12 @@ int status_command(const Options& o, const std::vector<Agent>& agents) {
     }
     return code;
   }
-  auto answers = for_each_agent<Answer>(agents, [&](const Agent& a) {
+  auto answers = for_each_agent(agents, [&](const Agent& a) {
     return ask(a.address, "GET", "/status", {}, o.timeout);
   });
   int code = 0;
   std::vector<std::pair<Agent, std::optional<NodeStatus>>> nodes;
+  std::map<std::string, std::string> unreachable;  // address -> why
   nlohmann::json all = nlohmann::json::array();
   for (size_t i = 0; i < agents.size(); ++i) {
     std::optional<NodeStatus> s;
@@ -230,6 +239,8 @@ int status_command(const Options& o, const std::vector<Agent>& agents) {
     }
     if (!s) {
       code = 1;
+      unreachable[agents[i].address] =
+          answers[i].error.empty() ? fmt::format("HTTP {}", answers[i].status) : answers[i].error;
       all.push_back({{"address", agents[i].address},
                      {"host", agents[i].host},
                      {"agent_pid", agents[i].pid},
@@ -251,8 +262,8 @@ int status_command(const Options& o, const std::vector<Agent>& agents) {
                      "AGENT", "PHASE", "ATTEMPT", "ROUND", "RESTARTS", "RSS", "STORE");
   for (const auto& [a, s] : nodes) {
     if (!s) {
-      out += fmt::format("{:<5} {:<22} {:<8} unreachable ({})\n", "?", a.address, a.pid,
-                         answers.empty() ? "" : "the agent did not answer");
+      out += fmt::format("{:<5} {:<22} {:<8} unreachable: {}\n", "?", a.address, a.pid,
+                         unreachable[a.address]);
       continue;
     }
     std::string store = "-";
@@ -293,7 +304,14 @@ Answer control(const Agent& a, const std::string& action, const std::optional<st
   if (token) {
     Answer n = ask(a.address, "GET", "/control/nonce?action=" + action, {}, timeout);
     if (!n.ok) return n;
-    std::string nonce = nlohmann::json::parse(n.body).value("nonce", "");
+    std::string nonce;
+    try {
+      nonce = nlohmann::json::parse(n.body).value("nonce", "");
+    } catch (const std::exception& e) {
+      n.ok = false;
+      n.error = std::string("unreadable nonce: ") + e.what();
+      return n;
+    }
     ControlProof p = prove_control(*token, nonce);
     headers["X-Dlaunch-Nonce"] = nonce;
     headers["X-Dlaunch-Client-Nonce"] = p.client_nonce_hex;
@@ -332,7 +350,7 @@ int control_command(const Options& o, const std::vector<Agent>& agents) {
   }
   // A dump waits for the stack tools (up to their 15 s timeout).
   double timeout = o.command == "dump" ? std::max(o.timeout, 30.0) : o.timeout;
-  auto answers = for_each_agent<Answer>(agents, [&](const Agent& a) {
+  auto answers = for_each_agent(agents, [&](const Agent& a) {
     return control(a, o.command, token, timeout);
   });
   int code = 0;
@@ -345,7 +363,13 @@ int control_command(const Options& o, const std::vector<Agent>& agents) {
       continue;
     }
     if (o.command == "dump") {
-      auto j = nlohmann::json::parse(r.body);
+      auto j = nlohmann::json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_object() || !j["files"].is_array()) {
+        code = 1;
+        std::fprintf(stderr, "dlaunch: %s (%s): unreadable answer: %s\n", agents[i].host.c_str(),
+                     agents[i].address.c_str(), r.body.c_str());
+        continue;
+      }
       std::cout << fmt::format("{}: stacks of {} worker(s) in {}\n", j.value("host", "?"),
                                j["files"].size(), j.value("dir", "?"));
       for (const auto& f : j["files"]) {
