@@ -258,20 +258,7 @@ struct Agent::Impl {
   // ---- timeline, status endpoint, control (agent_monitor.h) -----------------------------------
 
   void start_monitor() {
-    MonitorOptions m;
-    m.run_id = cfg.run_id;
-    m.host = opts.host;
-    m.token = opts.job_token;
-    m.status_port = opts.status_endpoint ? cfg.status_port : -1;
-    m.status_addr = !cfg.status_addr.empty()   ? cfg.status_addr
-                    : !cfg.local_addr.empty() ? cfg.local_addr
-                    : opts.rendezvous         ? opts.host
-                                              : "127.0.0.1";
-    for (const auto& [k, v] : opts.base_env) {
-      if (k == "PATH") m.path_env = v;
-    }
-    if (m.path_env.empty()) m.path_env = "/usr/local/bin:/usr/bin:/bin";
-    m.stack_capture_timeout = opts.stack_capture_timeout;
+    MonitorOptions m = monitor_options(cfg, opts);
     monitor = std::make_unique<AgentMonitor>(procs, io, m);
     monitor->open_timeline(run_dir);
     if (opts.store_server) {

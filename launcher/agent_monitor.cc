@@ -13,7 +13,9 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "launcher/agent.h"
 #include "launcher/control_auth.h"
+#include "launcher/launch_config.h"
 #include "launcher/stack_capture.h"
 #include "launcher/stack_capture_run.h"
 #include "launcher/status_server.h"
@@ -42,6 +44,38 @@ const char* control_action_name(ControlAction a) {
 std::string status_agent_key(int64_t index) { return fmt::format("status/agent/{}", index); }
 
 std::string job_store_prefix(const std::string& run_id) { return "dlaunch/job/" + run_id; }
+
+MonitorOptions monitor_options(const LaunchConfig& cfg, const AgentOptions& opts) {
+  MonitorOptions m;
+  m.run_id = cfg.run_id;
+  m.host = opts.host;
+  m.token = opts.job_token;
+  m.status_port = opts.status_endpoint ? cfg.status_port : -1;
+  m.status_addr = !cfg.status_addr.empty()   ? cfg.status_addr
+                  : !cfg.local_addr.empty() ? cfg.local_addr
+                  : opts.rendezvous         ? opts.host
+                                            : "127.0.0.1";
+  for (const auto& [k, v] : opts.base_env) {
+    if (k == "PATH") m.path_env = v;
+  }
+  if (m.path_env.empty()) m.path_env = "/usr/local/bin:/usr/bin:/bin";
+  m.stack_capture_timeout = opts.stack_capture_timeout;
+  // Where `dlaunch status` finds the job's store: c10d's endpoint, else the master address and
+  // port (a single node's store may sit on a port picked at start: opts.master_port).
+  std::string where;
+  if (cfg.rdzv_backend == "c10d" && !cfg.rdzv_endpoint.empty()) {
+    where = "--rdzv_endpoint " + cfg.rdzv_endpoint;
+  } else {
+    std::string addr = opts.master_addr.empty() ? cfg.master_addr : opts.master_addr;
+    int64_t port = opts.master_port.value_or(cfg.master_port);
+    where = fmt::format("{}--master_port {}",
+                        addr == "127.0.0.1" ? "" : "--master_addr " + addr + " ", port);
+  }
+  if (cfg.rdzv_backend != "etcd") {
+    m.status_command = fmt::format("dlaunch status {} --rdzv_id {}", where, cfg.run_id);
+  }
+  return m;
+}
 
 std::function<std::shared_ptr<Store>()> single_node_store_opener(const std::string& host,
                                                                  int64_t port,
@@ -235,8 +269,11 @@ std::string AgentMonitor::start_endpoint(MonitorHooks hooks) {
     return "";
   }
   impl_->address = impl_->server->address();
-  log_info("status endpoint: http://{}/status (also /metrics; --status_port -1 turns it off)",
-           impl_->address);
+  log_info("status endpoint: http://{}/status (also /metrics; --status_port -1 turns it off){}",
+           impl_->address,
+           impl_->opts.status_command.empty()
+               ? ""
+               : "; every node's: " + impl_->opts.status_command);
   events_.emit("status_endpoint", {{"address", impl_->address}});
   return impl_->address;
 }

@@ -39,6 +39,8 @@ class io_context;
 namespace dlaunch {
 
 class Store;
+struct AgentOptions;
+struct LaunchConfig;
 
 struct MonitorOptions {
   std::string run_id;
@@ -47,8 +49,14 @@ struct MonitorOptions {
   int64_t status_port = 0;           // -1: no endpoint; 0: a free port
   std::string status_addr;           // the address to bind
   std::string path_env;              // PATH for finding eu-stack/gdb
+  std::string status_command;        // "dlaunch status --master_port 29500 --rdzv_id job7", logged
   Duration stack_capture_timeout = std::chrono::seconds(15);
 };
+
+// The options for an agent with this configuration: --status_addr, else --local_addr, else
+// the host name for several nodes (the advertised address) and loopback for one; the job token;
+// the dlaunch status command that finds this job.
+MonitorOptions monitor_options(const LaunchConfig& cfg, const AgentOptions& opts);
 
 enum class ControlAction { kStop, kRestart, kDump };
 const char* control_action_name(ControlAction a);
