@@ -319,7 +319,9 @@ struct Agent::Impl {
     if (action == ControlAction::kStop) {
       if (phase == Phase::kDone) return {409, opts.host + ": the job is already over"};
       log_warning("stop requested by {}", who);
-      on_signal(SIGTERM);
+      // After the answer is on its way: stopping may end the loop at once (no worker left, a
+      // rendezvous round pending), and then the answer would never be written.
+      asio::post(io, [this]() { on_signal(SIGTERM); });
       return {200, fmt::format("{}: stopping (as on SIGTERM; dlaunch exits {})", opts.host,
                                exit_codes::kSignalBase + SIGTERM)};
     }
@@ -704,10 +706,11 @@ struct Agent::Impl {
     group->on_exit(lr, st, opts.clock->now(), std::chrono::system_clock::now());
     const WorkerRecord& w = group->worker(lr);
     monitor->events().emit("worker_exited",
-                           {{"rank", w.global_rank}, {"local_rank", lr}, {"pid", w.pid},
-                            {"exit_code", st.signaled ? nlohmann::json() : nlohmann::json(st.code)},
-                            {"signal", st.signaled ? nlohmann::json(signal_name(st.code))
-                                                   : nlohmann::json()},
+                           {{"rank", w.global_rank},
+                            {"local_rank", lr},
+                            {"pid", w.pid},
+                            st.signaled ? EventFields::value_type{"signal", signal_name(st.code)}
+                                        : EventFields::value_type{"exit_code", st.code},
                             {"attempt", generation}});
     if (!was_final && group->state() == GroupState::kFailed) {
       log_error("local rank {} (rank {}, pid {}) failed: {}; stopping the other workers", lr,

@@ -119,6 +119,9 @@ HttpReply http_request(const std::string& address, const std::string& method,
       throw ConnectionError(what + ": recv: " + std::strerror(errno));
     }
   }
+  if (in.empty()) {
+    throw ConnectionError(what + ": the connection closed before an answer (the server ended?)");
+  }
   if (header_end == std::string::npos || in.compare(0, 5, "HTTP/") != 0) {
     throw ProtocolError(what + ": the answer is not HTTP");
   }

@@ -7,7 +7,9 @@
 #include <chrono>
 #include <cerrno>
 #include <cstring>
+#include <cmath>
 #include <ctime>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -31,6 +33,34 @@ std::string iso_utc(std::chrono::system_clock::time_point t) {
 
 }  // namespace
 
+std::string json_quote(const std::string& text) {
+  std::string out = "\"";
+  for (char c : text) {
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\n': out += "\\n"; break;
+      case '\r': out += "\\r"; break;
+      case '\t': out += "\\t"; break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+        } else {
+          out += c;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+EventValue::EventValue(double v) : json_(std::isfinite(v) ? fmt::format("{}", v) : "null") {}
+EventValue::EventValue(const std::string& v) : json_(json_quote(v)) {}
+EventValue::EventValue(const std::vector<std::string>& v) {
+  json_ = "[";
+  for (size_t i = 0; i < v.size(); ++i) json_ += (i ? "," : "") + json_quote(v[i]);
+  json_ += "]";
+}
+
 JobEvents::~JobEvents() { close(); }
 
 void JobEvents::open(const std::string& path, std::string host, int agent_pid) {
@@ -48,31 +78,24 @@ void JobEvents::open(const std::string& path, std::string host, int agent_pid) {
   agent_pid_ = agent_pid;
 }
 
-void JobEvents::emit(const std::string& event, nlohmann::json fields) {
+void JobEvents::emit(const std::string& event, const EventFields& fields) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (fd_ < 0) return;
-  try {
-    auto wall = std::chrono::system_clock::now();
-    auto mono = std::chrono::steady_clock::now();
-    nlohmann::json j;
-    j["time"] = std::chrono::duration<double>(wall.time_since_epoch()).count();
-    j["time_iso"] = iso_utc(wall);
-    j["mono"] = std::chrono::duration<double>(mono.time_since_epoch()).count();
-    j["host"] = host_;
-    j["agent_pid"] = agent_pid_;
-    j["event"] = event;
-    if (fields.is_object()) {
-      for (auto it = fields.begin(); it != fields.end(); ++it) j[it.key()] = it.value();
-    }
-    std::string line = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
-    if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
-      log_warning("cannot append to the job timeline {}: {}; no more events are written",
-                  path_, std::strerror(errno));
-      ::close(fd_);
-      fd_ = -1;
-    }
-  } catch (const std::exception& e) {
-    log_warning("job timeline: dropping event {}: {}", event, e.what());
+  auto wall = std::chrono::system_clock::now();
+  auto mono = std::chrono::steady_clock::now();
+  std::string line = fmt::format(
+      "{{\"time\":{:.6f},\"time_iso\":\"{}\",\"mono\":{:.6f},\"host\":{},\"agent_pid\":{},"
+      "\"event\":{}",
+      std::chrono::duration<double>(wall.time_since_epoch()).count(), iso_utc(wall),
+      std::chrono::duration<double>(mono.time_since_epoch()).count(), json_quote(host_),
+      agent_pid_, json_quote(event));
+  for (const auto& [key, value] : fields) line += "," + json_quote(key) + ":" + value.json();
+  line += "}\n";
+  if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
+    log_warning("cannot append to the job timeline {}: {}; no more events are written", path_,
+                std::strerror(errno));
+    ::close(fd_);
+    fd_ = -1;
   }
 }
 

@@ -7,17 +7,46 @@
 // "mono": <seconds on this agent's steady clock>, "host": ..., "agent_pid": ..., "event": kind,
 // ...fields}. The event kinds and their fields are listed in docs/monitoring.md.
 //
+// Lines are written by a small encoder of their own (fields arrive already encoded, one
+// write(2) per event); reading timelines back (below) uses nlohmann::json.
+//
 // Threading: emit() may be called from any thread (a mutex orders the lines). Each line is one
 // write(2) on an O_APPEND descriptor, so a reader never sees half a line. An unwritable file is
 // reported once and events are dropped after that; emit() never throws.
 #pragma once
 
+#include <cstddef>
 #include <mutex>
 #include <string>
+#include <type_traits>
+#include <utility>
+#include <vector>
 
-#include <nlohmann/json.hpp>
+#include <nlohmann/json_fwd.hpp>
 
 namespace dlaunch {
+
+// One field's value, encoded as JSON text when built: an integer, a number, a bool, a string, a
+// list of strings, or null.
+class EventValue {
+ public:
+  template <typename T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  EventValue(T v) : json_(std::to_string(v)) {}  // NOLINT: implicit by design
+  EventValue(bool v) : json_(v ? "true" : "false") {}
+  EventValue(double v);
+  EventValue(const char* v) : EventValue(std::string(v)) {}
+  EventValue(const std::string& v);
+  EventValue(const std::vector<std::string>& v);
+  EventValue(std::nullptr_t) : json_("null") {}
+  const std::string& json() const { return json_; }
+
+ private:
+  std::string json_;
+};
+using EventFields = std::vector<std::pair<std::string, EventValue>>;
+
+// `text` as a JSON string literal, quotes included.
+std::string json_quote(const std::string& text);
 
 class JobEvents {
  public:
@@ -28,7 +57,7 @@ class JobEvents {
 
   // Appends to `path` (created if missing). Events emitted before open() are dropped.
   void open(const std::string& path, std::string host, int agent_pid);
-  void emit(const std::string& event, nlohmann::json fields = nlohmann::json::object());
+  void emit(const std::string& event, const EventFields& fields = {});
   // "" until open().
   const std::string& path() const { return path_; }
   void close();

@@ -358,11 +358,19 @@ TEST(StatusEndpoint, SeveralNodesShowInOneStatusAndRestartTogether) {
     addrs.push_back(endpoint_of(*n));
     ASSERT_TRUE(workers_running(addrs.back(), 2)) << n->err();
   }
-  RunResult js = run({kDlaunch, "status", "--rdzv_endpoint", endpoint, "--rdzv_id", "st-multi",
-                      "--json"});
-  ASSERT_EQ(js.exit.shell_code(), 0) << js.err;
-  auto j = nlohmann::json::parse(js.out);
-  ASSERT_EQ(j["agents"].size(), 2u) << js.out;
+  // Each agent publishes its endpoint once its first round formed, from a helper thread.
+  RunResult js;
+  nlohmann::json j;
+  ASSERT_TRUE(wait_until(
+      [&]() {
+        js = run({kDlaunch, "status", "--rdzv_endpoint", endpoint, "--rdzv_id", "st-multi",
+                  "--json"});
+        if (js.exit.shell_code() != 0) return false;
+        j = nlohmann::json::parse(js.out);
+        return j["agents"].size() == 2;
+      },
+      30s))
+      << js.out << js.err;
   std::set<int64_t> ranks;
   int hosting = 0;
   for (const auto& a : j["agents"]) {
