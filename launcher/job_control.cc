@@ -38,6 +38,7 @@ struct Options {
   bool json = false;
   bool events = false;
   double timeout = 5;
+  bool help = false;
 };
 
 const char* const kUsage =
@@ -83,7 +84,7 @@ Options parse(const std::vector<std::string>& args) {
     } else if (a == "__json") o.json = true;
     else if (a == "__events") o.events = true;
     else if (a == "__timeout") o.timeout = std::stod(value());
-    else if (a == "__help" || a == "_h") throw UsageError(kUsage);
+    else if (a == "__help" || a == "_h") o.help = true;
     else {
       throw UsageError(fmt::format("'{}' is not an option of 'dlaunch {}'; {}", args[i],
                                    o.command, kUsage));
@@ -400,6 +401,10 @@ int run_job_control(const std::vector<std::string>& args) {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dlaunch: error: %s; %s\n", e.what(), kUsage);
     return 2;
+  }
+  if (o.help) {
+    std::printf("%s\n(see docs/monitoring.md)\n", kUsage);
+    return 0;
   }
   std::vector<Agent> agents;
   std::string where;

@@ -228,6 +228,23 @@ TEST(StatusEndpoint, StatusPortMinusOneServesNothing) {
   ASSERT_TRUE(agent.wait(30s));
 }
 
+TEST(StatusEndpoint, JobControlUsage) {
+  RunResult help = run({kDlaunch, "status", "--help"});
+  EXPECT_EQ(help.exit.shell_code(), 0);
+  EXPECT_NE(help.out.find("usage: dlaunch status|stop|restart|dump"), std::string::npos);
+  RunResult bad = run({kDlaunch, "stop", "--bogus"});
+  EXPECT_EQ(bad.exit.shell_code(), 2);
+  EXPECT_NE(bad.err.find("'--bogus' is not an option of 'dlaunch stop'"), std::string::npos)
+      << bad.err;
+  RunResult json = run({kDlaunch, "stop", "--json"});
+  EXPECT_EQ(json.exit.shell_code(), 2);
+  RunResult nowhere = run({kDlaunch, "status", "--master_port", std::to_string(free_port()),
+                           "--timeout", "1"});
+  EXPECT_EQ(nowhere.exit.shell_code(), 2);
+  EXPECT_NE(nowhere.err.find("cannot read the job's agents from its store"), std::string::npos)
+      << nowhere.err;
+}
+
 std::vector<int> children_of(pid_t parent) {
   std::vector<int> out;
   DIR* d = ::opendir("/proc");
