@@ -82,10 +82,14 @@ int64_t pick_free_port() {
 
 const char* rendezvous_event_name(RendezvousEvent::Kind kind) {
   switch (kind) {
-    case RendezvousEvent::Kind::kMembershipChanged: return "membership_changed";
-    case RendezvousEvent::Kind::kRestartRequested: return "restart_requested";
-    case RendezvousEvent::Kind::kShutdownRequested: return "shutdown_requested";
-    case RendezvousEvent::Kind::kStoreLost: return "store_lost";
+    case RendezvousEvent::Kind::kMembershipChanged:
+      return "membership_changed";
+    case RendezvousEvent::Kind::kRestartRequested:
+      return "restart_requested";
+    case RendezvousEvent::Kind::kShutdownRequested:
+      return "shutdown_requested";
+    case RendezvousEvent::Kind::kStoreLost:
+      return "store_lost";
   }
   return "rendezvous_event";
 }
@@ -262,9 +266,9 @@ struct Agent::Impl {
     monitor = std::make_unique<AgentMonitor>(procs, io, m);
     monitor->open_timeline(run_dir);
     if (opts.store_server) {
-      monitor->events().emit("store_hosted", {{"address", fmt::format("{}:{}",
-                                                 opts.store_server->host(),
-                                                 opts.store_server->port())}});
+      monitor->events().emit("store_hosted",
+                             {{"address", fmt::format("{}:{}", opts.store_server->host(),
+                                                      opts.store_server->port())}});
     }
     MonitorHooks hooks;
     hooks.snapshot = [this]() { return status_now(); };
@@ -275,12 +279,18 @@ struct Agent::Impl {
 
   static const char* phase_name(Phase p) {
     switch (p) {
-      case Phase::kRendezvous: return "rendezvous";
-      case Phase::kRunning: return "running";
-      case Phase::kCapturing: return "capturing_stacks";
-      case Phase::kStopping: return "stopping";
-      case Phase::kExitBarrier: return "exit_barrier";
-      case Phase::kDone: return "done";
+      case Phase::kRendezvous:
+        return "rendezvous";
+      case Phase::kRunning:
+        return "running";
+      case Phase::kCapturing:
+        return "capturing_stacks";
+      case Phase::kStopping:
+        return "stopping";
+      case Phase::kExitBarrier:
+        return "exit_barrier";
+      case Phase::kDone:
+        return "done";
     }
     return "?";
   }
@@ -643,10 +653,9 @@ struct Agent::Impl {
         };
         int pid = procs.spawn(req, std::move(cb));
         group->on_started(lr, pid, opts.clock->now(), std::chrono::system_clock::now());
-        monitor->events().emit("worker_started", {{"rank", w.global_rank},
-                                                  {"local_rank", lr},
-                                                  {"pid", pid},
-                                                  {"attempt", generation}});
+        monitor->events().emit(
+            "worker_started",
+            {{"rank", w.global_rank}, {"local_rank", lr}, {"pid", pid}, {"attempt", generation}});
         log_debug("local rank {} started as pid {}", lr, pid);
       } catch (const SpawnError& e) {
         log_spawn_error(e.what());
@@ -802,10 +811,11 @@ struct Agent::Impl {
         continue;
       }
       group->on_hung(w.local_rank, now, std::chrono::system_clock::now());
-      monitor->events().emit("hang_detected", {{"rank", w.global_rank},
-                                               {"local_rank", w.local_rank},
-                                               {"pid", w.pid},
-                                               {"hang_timeout_seconds", to_seconds(cfg.hang_timeout)}});
+      monitor->events().emit("hang_detected",
+                             {{"rank", w.global_rank},
+                              {"local_rank", w.local_rank},
+                              {"pid", w.pid},
+                              {"hang_timeout_seconds", to_seconds(cfg.hang_timeout)}});
       log_error("local rank {} (rank {}, pid {}) is hung: its heartbeat file {} was not touched "
                 "for more than {:.1f} s (--hang_timeout)",
                 w.local_rank, w.global_rank, w.pid, w.heartbeat_file,

@@ -11,16 +11,16 @@
 #include <sstream>
 #include <thread>
 
+#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/worker_env.h"
 #include "launcher/agent.h"
 #include "launcher/control_auth.h"
 #include "launcher/launch_config.h"
 #include "launcher/stack_capture.h"
 #include "launcher/stack_capture_run.h"
 #include "launcher/status_server.h"
-#include "common/env.h"
-#include "common/worker_env.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/store.h"
 #include "rendezvous/tcp_store_client.h"
@@ -41,9 +41,13 @@ const char* control_action_name(ControlAction a) {
   return "?";
 }
 
-std::string status_agent_key(int64_t index) { return fmt::format("status/agent/{}", index); }
+std::string status_agent_key(int64_t index) {
+  return fmt::format("status/agent/{}", index);
+}
 
-std::string job_store_prefix(const std::string& run_id) { return "dlaunch/job/" + run_id; }
+std::string job_store_prefix(const std::string& run_id) {
+  return "dlaunch/job/" + run_id;
+}
 
 MonitorOptions monitor_options(const LaunchConfig& cfg, const AgentOptions& opts) {
   MonitorOptions m;
@@ -51,7 +55,7 @@ MonitorOptions monitor_options(const LaunchConfig& cfg, const AgentOptions& opts
   m.host = opts.host;
   m.token = opts.job_token;
   m.status_port = opts.status_endpoint ? cfg.status_port : -1;
-  m.status_addr = !cfg.status_addr.empty()   ? cfg.status_addr
+  m.status_addr = !cfg.status_addr.empty()  ? cfg.status_addr
                   : !cfg.local_addr.empty() ? cfg.local_addr
                   : opts.rendezvous         ? opts.host
                                             : "127.0.0.1";
@@ -146,9 +150,9 @@ struct AgentMonitor::Impl {
       if (action != "stop" && action != "restart" && action != "dump") {
         return respond(message(400, "action must be stop, restart or dump"));
       }
-      return respond(json_response(
-          200, {{"nonce", nonces.issue(action, std::chrono::steady_clock::now())},
-                {"token_required", opts.token.has_value()}}));
+      return respond(
+          json_response(200, {{"nonce", nonces.issue(action, std::chrono::steady_clock::now())},
+                              {"token_required", opts.token.has_value()}}));
     }
     if (path.rfind("/control/", 0) == 0) {
       if (r.method != "POST") return respond(message(405, "control endpoints take POST"));
@@ -161,10 +165,9 @@ struct AgentMonitor::Impl {
       std::string who = header(r, "x-dlaunch-client");
       who = fmt::format("{}{}", who.empty() ? "" : who + " from ", r.peer);
       if (opts.token) {
-        std::string why = nonces.check(*opts.token, name, header(r, "x-dlaunch-nonce"),
-                                       header(r, "x-dlaunch-client-nonce"),
-                                       header(r, "x-dlaunch-proof"),
-                                       std::chrono::steady_clock::now());
+        std::string why = nonces.check(
+            *opts.token, name, header(r, "x-dlaunch-nonce"), header(r, "x-dlaunch-client-nonce"),
+            header(r, "x-dlaunch-proof"), std::chrono::steady_clock::now());
         if (!why.empty()) {
           log_warning("refused a control request ({}) from {}: {}", name, r.peer, why);
           owner.events_.emit("control_refused", {{"action", name}, {"peer", r.peer}, {"why", why}});
@@ -178,8 +181,9 @@ struct AgentMonitor::Impl {
       ControlAnswer a = hooks.control(*action, who);
       return respond(message(a.http_status, a.message));
     }
-    respond(message(404, "not found: " + path +
-                             " (try /status, /metrics, /events or POST /control/stop|restart|dump)"));
+    respond(
+        message(404, "not found: " + path +
+                         " (try /status, /metrics, /events or POST /control/stop|restart|dump)"));
   }
 
   // Every running worker's stacks, now, into <run dir>/dumps/<n>_<time>/rank_<rank>.txt.
@@ -215,7 +219,8 @@ struct AgentMonitor::Impl {
       pending->files.push_back(std::move(entry));
       if (--pending->left > 0) return;
       owner.events_.emit("stacks_dumped", {{"dir", dir}, {"workers", pending->files.size()}});
-      pending->respond(json_response(200, {{"host", host}, {"dir", dir}, {"files", pending->files}}));
+      pending->respond(
+          json_response(200, {{"host", host}, {"dir", dir}, {"files", pending->files}}));
     };
     for (const WorkerStatus* w : running) {
       std::string file = fmt::format("{}/rank_{}.txt", dir, w->global_rank);
@@ -245,7 +250,9 @@ AgentMonitor::AgentMonitor(ProcessContext& procs, boost::asio::io_context& io,
                            MonitorOptions options)
     : impl_(std::make_unique<Impl>(*this, procs, io, std::move(options))) {}
 
-AgentMonitor::~AgentMonitor() { stop(); }
+AgentMonitor::~AgentMonitor() {
+  stop();
+}
 
 void AgentMonitor::open_timeline(const std::string& run_dir) {
   run_dir_ = run_dir;
@@ -269,11 +276,10 @@ std::string AgentMonitor::start_endpoint(MonitorHooks hooks) {
     return "";
   }
   impl_->address = impl_->server->address();
-  log_info("status endpoint: http://{}/status (also /metrics; --status_port -1 turns it off){}",
-           impl_->address,
-           impl_->opts.status_command.empty()
-               ? ""
-               : "; every node's: " + impl_->opts.status_command);
+  log_info(
+      "status endpoint: http://{}/status (also /metrics; --status_port -1 turns it off){}",
+      impl_->address,
+      impl_->opts.status_command.empty() ? "" : "; every node's: " + impl_->opts.status_command);
   events_.emit("status_endpoint", {{"address", impl_->address}});
   return impl_->address;
 }
@@ -291,9 +297,10 @@ void AgentMonitor::publish(std::function<std::shared_ptr<Store>()> open_store) {
       store->set(status_agent_key(index), to_bytes(entry.dump()));
       log_debug("status endpoint published in the job's store as {}", status_agent_key(index));
     } catch (const std::exception& e) {
-      log_warning("could not publish the status endpoint in the job's store ({}); `dlaunch "
-                  "status` will not list this node",
-                  e.what());
+      log_warning(
+          "could not publish the status endpoint in the job's store ({}); `dlaunch "
+          "status` will not list this node",
+          e.what());
     }
   });
 }

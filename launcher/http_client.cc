@@ -55,7 +55,8 @@ HttpReply http_request(const std::string& address, const std::string& method,
   addrinfo* found = nullptr;
   int gai = ::getaddrinfo(hp.host.c_str(), std::to_string(hp.port).c_str(), &hints, &found);
   if (gai != 0 || !found) {
-    throw ConnectionError(fmt::format("{}: cannot resolve {}: {}", what, hp.host, gai_strerror(gai)));
+    throw ConnectionError(
+        fmt::format("{}: cannot resolve {}: {}", what, hp.host, gai_strerror(gai)));
   }
   Fd sock;
   sock.fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
@@ -75,8 +76,8 @@ HttpReply http_request(const std::string& address, const std::string& method,
     ::getsockopt(sock.fd, SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) throw ConnectionError(what + ": cannot connect: " + std::strerror(err));
   }
-  std::string req = fmt::format("{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", method,
-                                target, address);
+  std::string req =
+      fmt::format("{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", method, target, address);
   for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
   req += fmt::format("Content-Length: {}\r\n\r\n", body.size()) + body;
   size_t sent = 0;

@@ -24,7 +24,6 @@ struct HttpReply {
 HttpReply http_request(const std::string& address, const std::string& method,
                        const std::string& target,
                        const std::map<std::string, std::string>& headers = {},
-                       const std::string& body = "",
-                       Duration timeout = std::chrono::seconds(5));
+                       const std::string& body = "", Duration timeout = std::chrono::seconds(5));
 
 }  // namespace dlaunch

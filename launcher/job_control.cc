@@ -55,7 +55,8 @@ Options parse(const std::vector<std::string>& args) {
   o.rdzv_endpoint = env_or("DLAUNCH_RDZV_ENDPOINT", env_or("PET_RDZV_ENDPOINT", ""));
   o.master_addr = env_or("DLAUNCH_MASTER_ADDR", env_or("MASTER_ADDR", o.master_addr));
   // In a worker's own environment MASTER_ADDR/MASTER_PORT and TORCHELASTIC_RUN_ID find its job.
-  o.run_id = env_or("DLAUNCH_RDZV_ID", env_or("PET_RDZV_ID", env_or("TORCHELASTIC_RUN_ID", o.run_id)));
+  o.run_id =
+      env_or("DLAUNCH_RDZV_ID", env_or("PET_RDZV_ID", env_or("TORCHELASTIC_RUN_ID", o.run_id)));
   std::string port_text = env_or("DLAUNCH_MASTER_PORT", env_or("MASTER_PORT", ""));
   for (size_t i = 1; i < args.size(); ++i) {
     std::string a = args[i];
@@ -70,24 +71,33 @@ Options parse(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw UsageError(fmt::format("{} needs a value", args[i]));
       return args[++i];
     };
-    if (a == "__rdzv_endpoint") o.rdzv_endpoint = value();
-    else if (a == "__master_addr") o.master_addr = value();
-    else if (a == "__master_port") port_text = value();
-    else if (a == "__rdzv_id" || a == "__run_id") o.run_id = value();
-    else if (a == "__token_file") o.token_file = value();
+    if (a == "__rdzv_endpoint")
+      o.rdzv_endpoint = value();
+    else if (a == "__master_addr")
+      o.master_addr = value();
+    else if (a == "__master_port")
+      port_text = value();
+    else if (a == "__rdzv_id" || a == "__run_id")
+      o.run_id = value();
+    else if (a == "__token_file")
+      o.token_file = value();
     else if (a == "__rdzv_conf") {
       std::string conf = value();
       size_t at = conf.find("token_file=");
       if (at != std::string::npos) {
         o.token_file = conf.substr(at + 11, conf.find(',', at) - at - 11);
       }
-    } else if (a == "__json") o.json = true;
-    else if (a == "__events") o.events = true;
-    else if (a == "__timeout") o.timeout = std::stod(value());
-    else if (a == "__help" || a == "_h") o.help = true;
+    } else if (a == "__json")
+      o.json = true;
+    else if (a == "__events")
+      o.events = true;
+    else if (a == "__timeout")
+      o.timeout = std::stod(value());
+    else if (a == "__help" || a == "_h")
+      o.help = true;
     else {
-      throw UsageError(fmt::format("'{}' is not an option of 'dlaunch {}'; {}", args[i],
-                                   o.command, kUsage));
+      throw UsageError(
+          fmt::format("'{}' is not an option of 'dlaunch {}'; {}", args[i], o.command, kUsage));
     }
   }
   if (!port_text.empty()) {
@@ -98,8 +108,8 @@ Options parse(const std::vector<std::string>& args) {
     }
   }
   if ((o.events || o.json) && o.command != "status") {
-    throw UsageError(fmt::format("--json and --events belong to 'dlaunch status', not '{}'",
-                                 o.command));
+    throw UsageError(
+        fmt::format("--json and --events belong to 'dlaunch status', not '{}'", o.command));
   }
   return o;
 }
@@ -192,13 +202,11 @@ std::string bytes(int64_t b) {
 }
 
 int status_command(const Options& o, const std::vector<Agent>& agents) {
-  const double now = std::chrono::duration<double>(
-                         std::chrono::system_clock::now().time_since_epoch())
-                         .count();
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   if (o.events) {
-    auto answers = for_each_agent(agents, [&](const Agent& a) {
-      return ask(a.address, "GET", "/events", {}, o.timeout);
-    });
+    auto answers = for_each_agent(
+        agents, [&](const Agent& a) { return ask(a.address, "GET", "/events", {}, o.timeout); });
     std::vector<nlohmann::json> timelines;
     int code = 0;
     for (size_t i = 0; i < agents.size(); ++i) {
@@ -219,9 +227,8 @@ int status_command(const Options& o, const std::vector<Agent>& agents) {
     }
     return code;
   }
-  auto answers = for_each_agent(agents, [&](const Agent& a) {
-    return ask(a.address, "GET", "/status", {}, o.timeout);
-  });
+  auto answers = for_each_agent(
+      agents, [&](const Agent& a) { return ask(a.address, "GET", "/status", {}, o.timeout); });
   int code = 0;
   std::vector<std::pair<Agent, std::optional<NodeStatus>>> nodes;
   std::map<std::string, std::string> unreachable;  // address -> why
@@ -242,10 +249,11 @@ int status_command(const Options& o, const std::vector<Agent>& agents) {
       code = 1;
       unreachable[agents[i].address] =
           answers[i].error.empty() ? fmt::format("HTTP {}", answers[i].status) : answers[i].error;
-      all.push_back({{"address", agents[i].address},
-                     {"host", agents[i].host},
-                     {"agent_pid", agents[i].pid},
-                     {"unreachable", answers[i].error.empty() ? answers[i].body : answers[i].error}});
+      all.push_back(
+          {{"address", agents[i].address},
+           {"host", agents[i].host},
+           {"agent_pid", agents[i].pid},
+           {"unreachable", answers[i].error.empty() ? answers[i].body : answers[i].error}});
     }
     nodes.emplace_back(agents[i], s);
   }
@@ -278,8 +286,9 @@ int status_command(const Options& o, const std::vector<Agent>& agents) {
                        fmt::format("{}/{}", s->restarts, s->max_restarts),
                        s->agent_usage ? bytes(s->agent_usage->rss_bytes) : "-", store);
   }
-  out += fmt::format("\n{:<5} {:<16} {:>5} {:>5} {:>8} {:<10} {:>8} {:>9} {:>8} {:>8} {}\n", "NODE",
-                     "HOST", "RANK", "LOCAL", "PID", "STATE", "UP", "HEARTBEAT", "RSS", "CPU", "EXIT");
+  out +=
+      fmt::format("\n{:<5} {:<16} {:>5} {:>5} {:>8} {:<10} {:>8} {:>9} {:>8} {:>8} {}\n", "NODE",
+                  "HOST", "RANK", "LOCAL", "PID", "STATE", "UP", "HEARTBEAT", "RSS", "CPU", "EXIT");
   for (const auto& [a, s] : nodes) {
     if (!s) continue;
     for (const auto& w : s->workers) {
@@ -351,9 +360,8 @@ int control_command(const Options& o, const std::vector<Agent>& agents) {
   }
   // A dump waits for the stack tools (up to their 15 s timeout).
   double timeout = o.command == "dump" ? std::max(o.timeout, 30.0) : o.timeout;
-  auto answers = for_each_agent(agents, [&](const Agent& a) {
-    return control(a, o.command, token, timeout);
-  });
+  auto answers =
+      for_each_agent(agents, [&](const Agent& a) { return control(a, o.command, token, timeout); });
   int code = 0;
   for (size_t i = 0; i < agents.size(); ++i) {
     const Answer& r = answers[i];

@@ -1,18 +1,17 @@
 #include "launcher/job_events.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cerrno>
-#include <cstring>
+#include <chrono>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <nlohmann/json.hpp>
 #include <sstream>
-
-#include <fmt/format.h>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -37,11 +36,21 @@ std::string json_quote(const std::string& text) {
   std::string out = "\"";
   for (char c : text) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
@@ -61,7 +70,9 @@ EventValue::EventValue(const std::vector<std::string>& v) {
   json_ += "]";
 }
 
-JobEvents::~JobEvents() { close(); }
+JobEvents::~JobEvents() {
+  close();
+}
 
 void JobEvents::open(const std::string& path, std::string host, int agent_pid) {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -87,8 +98,8 @@ void JobEvents::emit(const std::string& event, const EventFields& fields) {
       "{{\"time\":{:.6f},\"time_iso\":\"{}\",\"mono\":{:.6f},\"host\":{},\"agent_pid\":{},"
       "\"event\":{}",
       std::chrono::duration<double>(wall.time_since_epoch()).count(), iso_utc(wall),
-      std::chrono::duration<double>(mono.time_since_epoch()).count(), json_quote(host_),
-      agent_pid_, json_quote(event));
+      std::chrono::duration<double>(mono.time_since_epoch()).count(), json_quote(host_), agent_pid_,
+      json_quote(event));
   for (const auto& [key, value] : fields) line += "," + json_quote(key) + ":" + value.json();
   line += "}\n";
   if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size())) {
@@ -128,8 +139,8 @@ nlohmann::json merge_timelines(const std::vector<nlohmann::json>& timelines) {
 }
 
 std::string format_event_line(const nlohmann::json& e) {
-  static const std::vector<std::string> kFixed = {"time", "time_iso", "mono", "host",
-                                                  "agent_pid", "event"};
+  static const std::vector<std::string> kFixed = {"time", "time_iso",  "mono",
+                                                  "host", "agent_pid", "event"};
   std::string iso = e.value("time_iso", std::string());
   std::string when = iso.size() >= 23 ? iso.substr(11, 12) : iso;
   std::string out = fmt::format("{} {}[{}] {}", when, e.value("host", std::string("?")),

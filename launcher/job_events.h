@@ -17,12 +17,11 @@
 
 #include <cstddef>
 #include <mutex>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 namespace dlaunch {
 
@@ -30,7 +29,8 @@ namespace dlaunch {
 // list of strings, or null.
 class EventValue {
  public:
-  template <typename T, std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
+  template <typename T,
+            std::enable_if_t<std::is_integral_v<T> && !std::is_same_v<T, bool>, int> = 0>
   EventValue(T v) : json_(std::to_string(v)) {}  // NOLINT: implicit by design
   EventValue(bool v) : json_(v ? "true" : "false") {}
   EventValue(double v);

@@ -478,8 +478,12 @@ std::string LaunchConfig::describe() const {
       {"hang_timeout",
        to_seconds(hang_timeout) == 0 ? "0 (off)" : fmt::format("{}", to_seconds(hang_timeout))},
       {"shutdown_grace", fmt::format("{}", to_seconds(shutdown_grace))},
-      {"status_port", status_port < 0 ? "-1 (off)" : status_port == 0 ? "0 (a free port)" : std::to_string(status_port)},
-      {"status_addr", status_addr.empty() ? "(--local_addr, else loopback for one node, the host name for several)" : status_addr},
+      {"status_port", status_port < 0    ? "-1 (off)"
+                      : status_port == 0 ? "0 (a free port)"
+                                         : std::to_string(status_port)},
+      {"status_addr", status_addr.empty()
+                          ? "(--local_addr, else loopback for one node, the host name for several)"
+                          : status_addr},
       {"module", module ? "true" : "false"},
       {"no_python", no_python ? "true" : "false"},
       {"python", python},

@@ -89,8 +89,8 @@ int main(int argc, char** argv) {
     auto token_file = cfg.rdzv_conf.find("token_file");
     opts.job_token = load_job_token(token_file == cfg.rdzv_conf.end() ? "" : token_file->second);
     if (services.server && !services.rendezvous) {
-      opts.open_job_store = single_node_store_opener(services.master_addr, services.master_port,
-                                                     cfg.run_id);
+      opts.open_job_store =
+          single_node_store_opener(services.master_addr, services.master_port, cfg.run_id);
     }
     opts.base_env = current_environment();
     opts.cpus = host.cpus;

@@ -71,10 +71,14 @@ std::optional<T> opt_from(const nlohmann::json& j, const char* key) {
 std::string label_value(const std::string& v) {
   std::string out;
   for (char c : v) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -110,16 +114,28 @@ WorkerStatus worker_status(const WorkerRecord& w, int64_t restarts, TimePoint no
   s.local_rank = w.local_rank;
   s.pid = w.pid;
   switch (w.state) {
-    case WorkerState::kInit: s.state = "init"; break;
-    case WorkerState::kRunning: s.state = "running"; break;
-    case WorkerState::kSucceeded: s.state = "succeeded"; break;
-    case WorkerState::kFailed: s.state = "failed"; break;
-    case WorkerState::kStopped: s.state = "stopped"; break;
+    case WorkerState::kInit:
+      s.state = "init";
+      break;
+    case WorkerState::kRunning:
+      s.state = "running";
+      break;
+    case WorkerState::kSucceeded:
+      s.state = "succeeded";
+      break;
+    case WorkerState::kFailed:
+      s.state = "failed";
+      break;
+    case WorkerState::kStopped:
+      s.state = "stopped";
+      break;
   }
   if (w.hung) s.state = w.state == WorkerState::kRunning ? "hung" : s.state + " (hung)";
-  if (w.pid > 0) s.start_time = std::chrono::duration<double>(w.started_wall.time_since_epoch()).count();
+  if (w.pid > 0)
+    s.start_time = std::chrono::duration<double>(w.started_wall.time_since_epoch()).count();
   s.restarts = restarts;
-  if (last_beat && w.state == WorkerState::kRunning) s.heartbeat_age_seconds = to_seconds(now - *last_beat);
+  if (last_beat && w.state == WorkerState::kRunning)
+    s.heartbeat_age_seconds = to_seconds(now - *last_beat);
   if (w.exit) {
     if (w.exit->signaled) {
       s.exit_signal = w.exit->code;
@@ -224,7 +240,8 @@ std::string to_prometheus(const NodeStatus& s) {
   auto worker_labels = [](const WorkerStatus& w) {
     return fmt::format(",rank=\"{}\",local_rank=\"{}\"", w.global_rank, w.local_rank);
   };
-  e.family("dlaunch_attempt", "gauge", "Current generation of the worker group on this node (DLAUNCH_ATTEMPT).");
+  e.family("dlaunch_attempt", "gauge",
+           "Current generation of the worker group on this node (DLAUNCH_ATTEMPT).");
   e.sample("dlaunch_attempt", static_cast<double>(s.attempt));
   e.family("dlaunch_rendezvous_round", "gauge", "Rendezvous round the node's workers belong to.");
   e.sample("dlaunch_rendezvous_round", static_cast<double>(s.round));
@@ -241,19 +258,23 @@ std::string to_prometheus(const NodeStatus& s) {
   if (s.agent_usage) {
     e.family("dlaunch_agent_resident_memory_bytes", "gauge", "Resident memory of the agent.");
     e.sample("dlaunch_agent_resident_memory_bytes", static_cast<double>(s.agent_usage->rss_bytes));
-    e.family("dlaunch_agent_cpu_seconds_total", "counter", "CPU time of the agent (user + system).");
+    e.family("dlaunch_agent_cpu_seconds_total", "counter",
+             "CPU time of the agent (user + system).");
     e.sample("dlaunch_agent_cpu_seconds_total", s.agent_usage->cpu_seconds);
   }
 
   e.family("dlaunch_worker_up", "gauge", "1 while the worker process runs, else 0.");
-  for (const auto& w : s.workers) e.sample("dlaunch_worker_up", w.state == "running" || w.state == "hung" ? 1 : 0, worker_labels(w));
+  for (const auto& w : s.workers)
+    e.sample("dlaunch_worker_up", w.state == "running" || w.state == "hung" ? 1 : 0,
+             worker_labels(w));
   e.family("dlaunch_worker_state", "gauge", "The worker's state: 1 for the label that applies.");
   for (const auto& w : s.workers) {
     e.sample("dlaunch_worker_state", 1, worker_labels(w) + fmt::format(",state=\"{}\"", w.state));
   }
   e.family("dlaunch_worker_start_time_seconds", "gauge", "When the worker started, Unix time.");
   for (const auto& w : s.workers) {
-    if (w.start_time > 0) e.sample("dlaunch_worker_start_time_seconds", w.start_time, worker_labels(w));
+    if (w.start_time > 0)
+      e.sample("dlaunch_worker_start_time_seconds", w.start_time, worker_labels(w));
   }
   e.family("dlaunch_worker_restarts_total", "counter", "Restarts of the worker's group so far.");
   for (const auto& w : s.workers) {
@@ -266,21 +287,25 @@ std::string to_prometheus(const NodeStatus& s) {
       e.sample("dlaunch_worker_heartbeat_age_seconds", *w.heartbeat_age_seconds, worker_labels(w));
     }
   }
-  e.family("dlaunch_worker_exit_code", "gauge", "Exit code of an exited worker (128+N after signal N).");
+  e.family("dlaunch_worker_exit_code", "gauge",
+           "Exit code of an exited worker (128+N after signal N).");
   for (const auto& w : s.workers) {
     if (w.exit_code) e.sample("dlaunch_worker_exit_code", *w.exit_code, worker_labels(w));
     if (w.exit_signal) e.sample("dlaunch_worker_exit_code", 128 + *w.exit_signal, worker_labels(w));
   }
-  e.family("dlaunch_worker_resident_memory_bytes", "gauge", "Resident memory of the worker process.");
+  e.family("dlaunch_worker_resident_memory_bytes", "gauge",
+           "Resident memory of the worker process.");
   for (const auto& w : s.workers) {
     if (w.usage) {
       e.sample("dlaunch_worker_resident_memory_bytes", static_cast<double>(w.usage->rss_bytes),
                worker_labels(w));
     }
   }
-  e.family("dlaunch_worker_cpu_seconds_total", "counter", "CPU time of the worker process (user + system).");
+  e.family("dlaunch_worker_cpu_seconds_total", "counter",
+           "CPU time of the worker process (user + system).");
   for (const auto& w : s.workers) {
-    if (w.usage) e.sample("dlaunch_worker_cpu_seconds_total", w.usage->cpu_seconds, worker_labels(w));
+    if (w.usage)
+      e.sample("dlaunch_worker_cpu_seconds_total", w.usage->cpu_seconds, worker_labels(w));
   }
   if (s.store) {
     const auto& st = *s.store;
@@ -293,7 +318,8 @@ std::string to_prometheus(const NodeStatus& s) {
     e.family("dlaunch_store_request_duration_seconds", "histogram",
              "Service time of a store request (decoded to reply queued).");
     for (size_t i = 0; i < StoreStatsSnapshot::kBuckets; ++i) {
-      e.sample("dlaunch_store_request_duration_seconds_bucket", static_cast<double>(st.cumulative[i]),
+      e.sample("dlaunch_store_request_duration_seconds_bucket",
+               static_cast<double>(st.cumulative[i]),
                fmt::format(",le=\"{:g}\"", StoreStatsSnapshot::bucket_bound_seconds(i)));
     }
     e.sample("dlaunch_store_request_duration_seconds_bucket",

@@ -9,11 +9,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json_fwd.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json_fwd.hpp>
 
 #include "common/clock.h"
 #include "rendezvous/store_stats.h"
@@ -44,7 +43,7 @@ struct WorkerStatus {
 
 struct NodeStatus {
   std::string run_id;
-  std::string host;        // the node's name (DLAUNCH_NODE_ID)
+  std::string host;  // the node's name (DLAUNCH_NODE_ID)
   int agent_pid = 0;
   std::string phase;       // "rendezvous", "running", "capturing", "stopping", ...
   int64_t attempt = -1;    // DLAUNCH_ATTEMPT of the current generation; -1 before the first
@@ -52,7 +51,7 @@ struct NodeStatus {
   int64_t node_rank = -1;  // GROUP_RANK
   int64_t nnodes = 0;      // GROUP_WORLD_SIZE
   int64_t world_size = 0;
-  int64_t restarts = 0;    // job-wide restart count of the round
+  int64_t restarts = 0;  // job-wide restart count of the round
   int64_t max_restarts = 0;
   double agent_start_time = 0;  // Unix seconds
   std::string events_file;      // this agent's timeline (job_events.h)

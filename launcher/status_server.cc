@@ -63,10 +63,9 @@ class Session : public std::enable_shared_from_this<Session> {
     parser_->body_limit(kMaxRequestBytes);
     parser_->header_limit(16 * 1024);
     stream_.expires_after(kRequestTimeout);
-    http::async_read(stream_, buffer_, *parser_,
-                     [self = shared_from_this()](beast::error_code ec, size_t) {
-                       self->on_read(ec);
-                     });
+    http::async_read(
+        stream_, buffer_, *parser_,
+        [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
   }
 
   void on_read(beast::error_code ec) {
@@ -132,7 +131,9 @@ class Session : public std::enable_shared_from_this<Session> {
 
 }  // namespace
 
-std::string HttpRequest::path() const { return target.substr(0, target.find('?')); }
+std::string HttpRequest::path() const {
+  return target.substr(0, target.find('?'));
+}
 
 std::string HttpRequest::query(const std::string& name) const {
   size_t q = target.find('?');
@@ -182,7 +183,9 @@ struct StatusServer::Impl {
 StatusServer::StatusServer(asio::io_context& io, HttpHandler handler)
     : impl_(std::make_shared<Impl>(io, std::move(handler))) {}
 
-StatusServer::~StatusServer() { stop(); }
+StatusServer::~StatusServer() {
+  stop();
+}
 
 uint16_t StatusServer::start(const std::string& host, uint16_t port) {
   boost::system::error_code ec;
@@ -231,7 +234,9 @@ void StatusServer::stop() {
   impl_->shared->sessions.clear();
 }
 
-std::string StatusServer::address() const { return impl_->address; }
+std::string StatusServer::address() const {
+  return impl_->address;
+}
 
 bool is_loopback_peer(const std::string& peer) {
   std::string host = peer.substr(0, peer.rfind(':'));

@@ -24,8 +24,8 @@ class io_context;
 namespace dlaunch {
 
 struct HttpRequest {
-  std::string method;  // "GET", "POST"
-  std::string target;  // "/status?x=1"
+  std::string method;                          // "GET", "POST"
+  std::string target;                          // "/status?x=1"
   std::map<std::string, std::string> headers;  // names lower-cased
   std::string body;
   std::string peer;  // "127.0.0.1:53122", for the log

@@ -25,7 +25,8 @@ StoreStatsSnapshot StoreStats::snapshot() const {
   }
   s.requests = total;
   s.keys = keys_.load(std::memory_order_relaxed);
-  s.latency_sum_seconds = static_cast<double>(latency_sum_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  s.latency_sum_seconds =
+      static_cast<double>(latency_sum_ns_.load(std::memory_order_relaxed)) * 1e-9;
   auto quantile = [&](double q) {
     if (total == 0) return 0.0;
     auto rank = static_cast<int64_t>(q * static_cast<double>(total - 1)) + 1;

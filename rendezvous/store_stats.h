@@ -19,11 +19,11 @@
 namespace dlaunch {
 
 struct StoreStatsSnapshot {
-  int64_t requests = 0;          // served since start
-  int64_t keys = 0;              // in the table after the latest request
-  int64_t connections = 0;       // open now (filled by the server)
-  double requests_per_s = 0;     // over the interval since the previous snapshot (>= 1 s)
-  double p50_seconds = 0;        // 0 when no request was served
+  int64_t requests = 0;       // served since start
+  int64_t keys = 0;           // in the table after the latest request
+  int64_t connections = 0;    // open now (filled by the server)
+  double requests_per_s = 0;  // over the interval since the previous snapshot (>= 1 s)
+  double p50_seconds = 0;     // 0 when no request was served
   double p99_seconds = 0;
   double latency_sum_seconds = 0;
   // Histogram for Prometheus: cumulative counts at each bucket's upper bound (seconds).

@@ -17,8 +17,8 @@
 #include <string>
 #include <unordered_set>
 
-#include "rendezvous/tcp_store_server.h"
 #include "rendezvous/store_stats.h"
+#include "rendezvous/tcp_store_server.h"
 #include "rendezvous/tcp_store_state.h"
 
 namespace dlaunch {

@@ -145,17 +145,17 @@ int main(int argc, char** argv) {
                  target, workers, percentile(ms, 0.5), percentile(ms, 0.99), runs, bytes);
     }
     fmt::print("agent RSS with the endpoint on, {} workers: VmRSS {:.1f} MiB, VmHWM {:.1f} MiB\n",
-               workers, proc_kb(agent.pid, "VmRSS:") / 1024.0, proc_kb(agent.pid, "VmHWM:") / 1024.0);
+               workers, proc_kb(agent.pid, "VmRSS:") / 1024.0,
+               proc_kb(agent.pid, "VmHWM:") / 1024.0);
   }
   {
     std::string endpoint = fmt::format("127.0.0.1:{}", dlaunch::bench::free_port());
     std::vector<std::unique_ptr<Child>> nodes;
     for (int i = 0; i < agents; ++i) {
       nodes.push_back(std::make_unique<Child>(
-          std::vector<std::string>{kDlaunch, "--nnodes", std::to_string(agents),
-                                   "--nproc_per_node", "1", "--rdzv_backend", "c10d",
-                                   "--rdzv_endpoint", endpoint, "--rdzv_id", "bench32",
-                                   "--no_python", "/bin/sleep", "600"},
+          std::vector<std::string>{kDlaunch, "--nnodes", std::to_string(agents), "--nproc_per_node",
+                                   "1", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint,
+                                   "--rdzv_id", "bench32", "--no_python", "/bin/sleep", "600"},
           fmt::format("{}/node{}.log", dir, i)));
     }
     for (auto& n : nodes) {
@@ -168,8 +168,9 @@ int main(int argc, char** argv) {
     std::vector<double> ms;
     for (int i = 0; i < 10; ++i) {
       int64_t t0 = mono_ns();
-      std::string cmd = fmt::format("{} status --rdzv_endpoint {} --rdzv_id bench32 > {}/status.out",
-                                    kDlaunch, endpoint, dir);
+      std::string cmd =
+          fmt::format("{} status --rdzv_endpoint {} --rdzv_id bench32 > {}/status.out", kDlaunch,
+                      endpoint, dir);
       int rc = std::system(cmd.c_str());
       ms.push_back(static_cast<double>(mono_ns() - t0) / 1e6);
       if (rc != 0) {
@@ -180,9 +181,10 @@ int main(int argc, char** argv) {
     std::ifstream out(dir + "/status.out");
     std::string first;
     std::getline(out, first);
-    fmt::print("dlaunch status, {} agents on one host: median {:.1f} ms, max {:.1f} ms (10 runs; "
-               "'{}')\n",
-               agents, percentile(ms, 0.5), percentile(ms, 1.0), first);
+    fmt::print(
+        "dlaunch status, {} agents on one host: median {:.1f} ms, max {:.1f} ms (10 runs; "
+        "'{}')\n",
+        agents, percentile(ms, 0.5), percentile(ms, 1.0), first);
   }
   return 0;
 }

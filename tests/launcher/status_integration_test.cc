@@ -161,9 +161,9 @@ TEST(StatusEndpoint, StatusCommandListsWorkersAndStopEndsTheJobAsSigterm) {
 TEST(StatusEndpoint, RestartIsCountedAndRefusedOnceTheBudgetIsSpent) {
   TempDir logs;
   std::string port = std::to_string(free_port());
-  Subprocess agent(cat({kDlaunch, "--nproc_per_node", "1", "--max_restarts", "1", "--log_dir",
-                        logs.path()},
-                       cat(job_args(port, "st-restart"), {"--no_python", "/bin/sleep", "60"})));
+  Subprocess agent(
+      cat({kDlaunch, "--nproc_per_node", "1", "--max_restarts", "1", "--log_dir", logs.path()},
+          cat(job_args(port, "st-restart"), {"--no_python", "/bin/sleep", "60"})));
   std::string addr = endpoint_of(agent);
   ASSERT_TRUE(workers_running(addr, 1)) << agent.err();
   int first_pid = get_json(addr, "/status")["workers"][0]["pid"];
@@ -218,7 +218,8 @@ TEST(StatusEndpoint, StatusPortMinusOneServesNothing) {
   std::string port = std::to_string(free_port());
   Subprocess agent(cat({kDlaunch, "--nproc_per_node", "1", "--status_port", "-1"},
                        cat(job_args(port, "st-off"), {"--no_python", "/bin/sleep", "60"})));
-  ASSERT_TRUE(wait_until([&]() { return agent.err().find("attempt 0") != std::string::npos; }, 30s));
+  ASSERT_TRUE(
+      wait_until([&]() { return agent.err().find("attempt 0") != std::string::npos; }, 30s));
   EXPECT_EQ(agent.err().find("status endpoint"), std::string::npos) << agent.err();
   RunResult r = run({kDlaunch, "status", "--master_port", port, "--rdzv_id", "st-off"});
   EXPECT_EQ(r.exit.shell_code(), 2);
@@ -238,8 +239,8 @@ TEST(StatusEndpoint, JobControlUsage) {
       << bad.err;
   RunResult json = run({kDlaunch, "stop", "--json"});
   EXPECT_EQ(json.exit.shell_code(), 2);
-  RunResult nowhere = run({kDlaunch, "status", "--master_port", std::to_string(free_port()),
-                           "--timeout", "1"});
+  RunResult nowhere =
+      run({kDlaunch, "status", "--master_port", std::to_string(free_port()), "--timeout", "1"});
   EXPECT_EQ(nowhere.exit.shell_code(), 2);
   EXPECT_NE(nowhere.err.find("cannot read the job's agents from its store"), std::string::npos)
       << nowhere.err;
@@ -316,7 +317,8 @@ TEST(StatusEndpoint, LeavesNoThreadFdOrProcessBehind) {
   ASSERT_TRUE(agent.wait(30s));
   EXPECT_GE(job.size(), 4u);
   for (int pid : job) {
-    EXPECT_TRUE(wait_until([&]() { return !process_alive(pid); }, 10s)) << "pid " << pid << " lives";
+    EXPECT_TRUE(wait_until([&]() { return !process_alive(pid); }, 10s))
+        << "pid " << pid << " lives";
   }
   EXPECT_THROW(http_request(addr, "GET", "/status"), std::exception) << "the port is closed";
 }
@@ -350,8 +352,9 @@ TEST(StatusEndpoint, DumpWritesEveryWorkersStacks) {
 TEST(StatusEndpoint, FailureReportLinksTheTimeline) {
   TempDir logs;
   std::string port = std::to_string(free_port());
-  RunResult r = run(cat({kDlaunch, "--nproc_per_node", "1", "--log_dir", logs.path()},
-                        cat(job_args(port, "st-fail"), {"--no_python", "/bin/sh", "-c", "exit 3"})));
+  RunResult r =
+      run(cat({kDlaunch, "--nproc_per_node", "1", "--log_dir", logs.path()},
+              cat(job_args(port, "st-fail"), {"--no_python", "/bin/sh", "-c", "exit 3"})));
   EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
   std::string path = logs.path() + "/st-fail/events.jsonl";
   EXPECT_NE(r.err.find("Timeline of this node: " + path), std::string::npos) << r.err;
@@ -380,8 +383,8 @@ TEST(StatusEndpoint, SeveralNodesShowInOneStatusAndRestartTogether) {
   nlohmann::json j;
   ASSERT_TRUE(wait_until(
       [&]() {
-        js = run({kDlaunch, "status", "--rdzv_endpoint", endpoint, "--rdzv_id", "st-multi",
-                  "--json"});
+        js = run(
+            {kDlaunch, "status", "--rdzv_endpoint", endpoint, "--rdzv_id", "st-multi", "--json"});
         if (js.exit.shell_code() != 0) return false;
         j = nlohmann::json::parse(js.out);
         return j["agents"].size() == 2;
@@ -397,8 +400,8 @@ TEST(StatusEndpoint, SeveralNodesShowInOneStatusAndRestartTogether) {
   EXPECT_EQ(ranks, (std::set<int64_t>{0, 1, 2, 3}));
   EXPECT_EQ(hosting, 1) << "one agent hosts the store and reports its statistics";
 
-  RunResult restart = run({kDlaunch, "restart", "--rdzv_endpoint", endpoint, "--rdzv_id",
-                           "st-multi"});
+  RunResult restart =
+      run({kDlaunch, "restart", "--rdzv_endpoint", endpoint, "--rdzv_id", "st-multi"});
   EXPECT_EQ(restart.exit.shell_code(), 0) << restart.err;
   for (const auto& addr : addrs) {
     EXPECT_TRUE(wait_until([&]() { return get_json(addr, "/status")["attempt"] == 1; }, 60s))
@@ -445,9 +448,7 @@ TEST(StatusEndpoint, PrometheusScrapesTheAgent) {
   ASSERT_TRUE(workers_running(addr, 2)) << agent.err();
 
   HttpReply metrics = http_request(addr, "GET", "/metrics");
-  {
-    std::ofstream(logs.file("metrics.txt")) << metrics.body;
-  }
+  { std::ofstream(logs.file("metrics.txt")) << metrics.body; }
   RunResult check = run({"/bin/sh", "-c", "promtool check metrics < " + logs.file("metrics.txt")});
   EXPECT_EQ(check.exit.shell_code(), 0) << check.out << check.err;
 
@@ -459,15 +460,15 @@ TEST(StatusEndpoint, PrometheusScrapesTheAgent) {
         << "      - targets: ['" << addr << "']\n";
   }
   Subprocess prometheus({"/usr/bin/prometheus", "--config.file=" + logs.file("prometheus.yml"),
-                   "--storage.tsdb.path=" + logs.file("tsdb"),
-                   "--web.listen-address=127.0.0.1:" + prom_port});
+                         "--storage.tsdb.path=" + logs.file("tsdb"),
+                         "--web.listen-address=127.0.0.1:" + prom_port});
   std::string prom = "127.0.0.1:" + prom_port;
   nlohmann::json answer;
   bool found = wait_until(
       [&]() {
         try {
-          HttpReply r = http_request(prom, "GET",
-                                     "/api/v1/query?query=dlaunch_worker_up%7Bjob%3D%22dlaunch%22%7D");
+          HttpReply r = http_request(
+              prom, "GET", "/api/v1/query?query=dlaunch_worker_up%7Bjob%3D%22dlaunch%22%7D");
           if (r.status != 200) return false;
           answer = nlohmann::json::parse(r.body);
           return answer["data"]["result"].size() == 2;
