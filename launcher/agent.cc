@@ -274,7 +274,7 @@ struct Agent::Impl {
     hooks.snapshot = [this]() { return status_now(); };
     hooks.control = [this](ControlAction a, const std::string& who) { return on_control(a, who); };
     monitor->start_endpoint(std::move(hooks));
-    if (!opts.rendezvous && opts.open_job_store) monitor->publish(opts.open_job_store);
+    if (!opts.rendezvous && opts.store_server) monitor->publish_local(*opts.store_server);
   }
 
   static const char* phase_name(Phase p) {

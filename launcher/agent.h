@@ -50,7 +50,6 @@ namespace dlaunch {
 
 class RendezvousHandler;
 struct RendezvousResult;
-class Store;
 class TcpStoreServer;
 
 namespace exit_codes {
@@ -92,12 +91,11 @@ struct AgentOptions {
   // watchers never see the store vanish under them.
   bool hosts_store = false;
   // The status endpoint and timeline (agent_monitor.h). The store server this agent hosts, for
-  // its statistics (null: another agent hosts it); the job token, which control requests must
-  // prove; for a single node, how to reach the job's store to publish the endpoint (null: not
-  // published). The endpoint is served only when `status_endpoint` is set (main.cc sets it).
+  // its statistics and, for a single node, to publish the endpoint in (null: another agent
+  // hosts it); the job token, which control requests must prove. The endpoint is served only
+  // when `status_endpoint` is set (main.cc sets it).
   std::shared_ptr<TcpStoreServer> store_server;
   std::optional<std::string> job_token;
-  std::function<std::shared_ptr<Store>()> open_job_store;
   bool status_endpoint = false;
 };
 

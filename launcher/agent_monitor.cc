@@ -11,19 +11,16 @@
 #include <sstream>
 #include <thread>
 
-#include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "common/worker_env.h"
 #include "launcher/agent.h"
 #include "launcher/control_auth.h"
 #include "launcher/launch_config.h"
 #include "launcher/stack_capture.h"
 #include "launcher/stack_capture_run.h"
 #include "launcher/status_server.h"
-#include "rendezvous/prefix_store.h"
 #include "rendezvous/store.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/tcp_store_server.h"
 
 namespace dlaunch {
 
@@ -79,22 +76,6 @@ MonitorOptions monitor_options(const LaunchConfig& cfg, const AgentOptions& opts
     m.status_command = fmt::format("dlaunch status {} --rdzv_id {}", where, cfg.run_id);
   }
   return m;
-}
-
-std::function<std::shared_ptr<Store>()> single_node_store_opener(const std::string& host,
-                                                                 int64_t port,
-                                                                 const std::string& run_id) {
-  return [host, port, run_id]() -> std::shared_ptr<Store> {
-    TcpStoreClientOptions o;
-    o.host = host == "0.0.0.0" ? "127.0.0.1" : host == "::" ? "::1" : host;
-    o.port = static_cast<uint16_t>(port);
-    o.token = get_env(env_names::kJobToken);
-    o.agent = true;
-    o.connect_timeout = std::chrono::seconds(5);
-    o.timeout = std::chrono::seconds(5);
-    return std::make_shared<PrefixStore>(job_store_prefix(run_id),
-                                         std::make_shared<TcpStoreClient>(o));
-  };
 }
 
 namespace {
@@ -303,6 +284,22 @@ void AgentMonitor::publish(std::function<std::shared_ptr<Store>()> open_store) {
           e.what());
     }
   });
+}
+
+void AgentMonitor::publish_local(TcpStoreServer& server) {
+  if (impl_->address.empty()) return;
+  nlohmann::json entry = {{"address", impl_->address},
+                          {"host", impl_->opts.host},
+                          {"pid", static_cast<int>(::getpid())}};
+  const std::string prefix = job_store_prefix(impl_->opts.run_id) + "/";
+  try {
+    int64_t index = server.add_local(prefix + kStatusAgentsKey, 1) - 1;
+    server.set_local(prefix + status_agent_key(index), to_bytes(entry.dump()));
+  } catch (const std::exception& e) {
+    log_warning("could not publish the status endpoint in the job's store ({}); `dlaunch "
+                "status` will not list this node",
+                e.what());
+  }
 }
 
 void AgentMonitor::stop() {

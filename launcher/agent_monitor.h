@@ -39,6 +39,7 @@ class io_context;
 namespace dlaunch {
 
 class Store;
+class TcpStoreServer;
 struct AgentOptions;
 struct LaunchConfig;
 
@@ -93,6 +94,9 @@ class AgentMonitor {
   // Publishes the endpoint's address in the job's store (already scoped to the job) on a
   // helper thread, once per agent; `open_store` runs on that thread. Failures are logged.
   void publish(std::function<std::shared_ptr<Store>()> open_store);
+  // The same into the store this agent hosts itself (a single node), at once, on this thread
+  // (a write on the server's thread, microseconds): no client connection, no helper thread.
+  void publish_local(TcpStoreServer& server);
   // Stops the endpoint (answers in flight are dropped) and waits for the publisher.
   void stop();
 
@@ -111,10 +115,5 @@ std::string status_agent_key(int64_t index);
 // c10d rendezvous put their result's store (rendezvous/static_rendezvous.cc,
 // dynamic_rendezvous.cc), and where a single-node agent publishes its endpoint too.
 std::string job_store_prefix(const std::string& run_id);
-// For a single-node agent that hosts its own store: opens a client of it (DLAUNCH_JOB_TOKEN,
-// 5 s timeouts) scoped to the job, to publish the endpoint.
-std::function<std::shared_ptr<Store>()> single_node_store_opener(const std::string& host,
-                                                                 int64_t port,
-                                                                 const std::string& run_id);
 
 }  // namespace dlaunch

@@ -11,7 +11,6 @@
 #include "common/log.h"
 #include "common/version.h"
 #include "launcher/agent.h"
-#include "launcher/agent_monitor.h"
 #include "launcher/cli.h"
 #include "launcher/job_control.h"
 #include "launcher/job_services.h"
@@ -88,10 +87,6 @@ int main(int argc, char** argv) {
     opts.status_endpoint = true;
     auto token_file = cfg.rdzv_conf.find("token_file");
     opts.job_token = load_job_token(token_file == cfg.rdzv_conf.end() ? "" : token_file->second);
-    if (services.server && !services.rendezvous) {
-      opts.open_job_store =
-          single_node_store_opener(services.master_addr, services.master_port, cfg.run_id);
-    }
     opts.base_env = current_environment();
     opts.cpus = host.cpus;
     int code;

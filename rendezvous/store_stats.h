@@ -35,6 +35,8 @@ struct StoreStatsSnapshot {
 class StoreStats {
  public:
   void record(std::chrono::steady_clock::duration took, size_t keys_now);
+  // The table changed without a request (the hosting process's own write).
+  void note_keys(size_t keys_now) { keys_.store(static_cast<int64_t>(keys_now), std::memory_order_relaxed); }
   StoreStatsSnapshot snapshot() const;
 
  private:

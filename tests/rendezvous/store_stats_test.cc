@@ -50,5 +50,21 @@ TEST(StoreStats, ServerCountsRequestsKeysAndConnections) {
   EXPECT_GT(s.p99_seconds, 0);
 }
 
+TEST(StoreStats, LocalWritesReachClientsAndTheKeyCount) {
+  TcpStoreServer server(TcpStoreServerOptions{});
+  uint16_t port = server.start();
+  EXPECT_EQ(server.add_local("dlaunch/n", 2), 2);
+  server.set_local("dlaunch/k", to_bytes("v"));
+  EXPECT_EQ(server.stats().keys, 2);
+  TcpStoreClientOptions o;
+  o.port = port;
+  o.agent = true;
+  TcpStoreClient client(o);
+  EXPECT_EQ(to_string(client.get("dlaunch/k")), "v");
+  EXPECT_EQ(client.add("dlaunch/n", 1), 3);
+  server.stop();
+  EXPECT_THROW(server.set_local("x", to_bytes("y")), ClosedError);
+}
+
 }  // namespace
 }  // namespace dlaunch
