@@ -16,9 +16,10 @@
 // request without a valid proof gets 403 and a warning in the agent's log. Without a token,
 // whoever reaches the endpoint may use it: it binds loopback or the advertised address only.
 //
-// Threading: everything runs on the agent's loop thread except publishing (a helper thread,
-// joined by stop()). Handlers never block the loop: a dump runs the stack tools as processes
-// and answers when they end (bounded by the capture timeout).
+// Threading: everything runs on the agent's loop thread except publishing into another agent's
+// store (a helper thread, joined by stop()); a single node publishes into its own store at once.
+// Handlers never block the loop: a dump runs the stack tools as processes and answers when they
+// end (bounded by the capture timeout).
 #pragma once
 
 #include <cstdint>
