@@ -28,6 +28,7 @@
 #include "common/log.h"
 #include "common/worker_env.h"
 #include "launcher/agent_decision.h"
+#include "launcher/agent_monitor.h"
 #include "launcher/exit_barrier.h"
 #include "launcher/failure_report.h"
 #include "launcher/hang_investigation.h"
@@ -39,6 +40,7 @@
 #include "launcher/stack_capture.h"
 #include "launcher/worker_group.h"
 #include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/tcp_store_server.h"
 
 extern char** environ;
 
@@ -77,6 +79,20 @@ int64_t pick_free_port() {
   }
   ::close(fd);
   return ntohs(addr.sin_port);
+}
+
+const char* rendezvous_event_name(RendezvousEvent::Kind kind) {
+  switch (kind) {
+    case RendezvousEvent::Kind::kMembershipChanged:
+      return "membership_changed";
+    case RendezvousEvent::Kind::kRestartRequested:
+      return "restart_requested";
+    case RendezvousEvent::Kind::kShutdownRequested:
+      return "shutdown_requested";
+    case RendezvousEvent::Kind::kStoreLost:
+      return "store_lost";
+  }
+  return "rendezvous_event";
 }
 
 }  // namespace
@@ -173,6 +189,9 @@ struct Agent::Impl {
   std::vector<std::string> stuck;
   std::optional<RendezvousResult> last_round;
   std::thread rdzv_thread;
+  // Timeline, status endpoint and control (agent_monitor.h); created by prepare().
+  std::unique_ptr<AgentMonitor> monitor;
+  std::chrono::system_clock::time_point started_wall = std::chrono::system_clock::now();
 
   // ---- setup ----------------------------------------------------------------------------------
 
@@ -205,6 +224,7 @@ struct Agent::Impl {
             run_dir);
       }
     }
+    start_monitor();
     bool user_omp = false;
     for (const auto& [k, v] : opts.base_env) user_omp |= k == env_names::kOmpNumThreads;
     if (!user_omp) {
@@ -240,6 +260,103 @@ struct Agent::Impl {
     }
   }
 
+  // ---- timeline, status endpoint, control (agent_monitor.h) -----------------------------------
+
+  void start_monitor() {
+    MonitorOptions m = monitor_options(cfg, opts);
+    monitor = std::make_unique<AgentMonitor>(procs, io, m);
+    monitor->open_timeline(run_dir);
+    if (opts.store_server) {
+      monitor->events().emit("store_hosted",
+                             {{"address", fmt::format("{}:{}", opts.store_server->host(),
+                                                      opts.store_server->port())}});
+    }
+    MonitorHooks hooks;
+    hooks.snapshot = [this]() { return status_now(); };
+    hooks.control = [this](ControlAction a, const std::string& who) { return on_control(a, who); };
+    monitor->start_endpoint(std::move(hooks));
+    if (!opts.rendezvous && opts.store_server) monitor->publish_local(*opts.store_server);
+  }
+
+  static const char* phase_name(Phase p) {
+    switch (p) {
+      case Phase::kRendezvous:
+        return "rendezvous";
+      case Phase::kRunning:
+        return "running";
+      case Phase::kCapturing:
+        return "capturing_stacks";
+      case Phase::kStopping:
+        return "stopping";
+      case Phase::kExitBarrier:
+        return "exit_barrier";
+      case Phase::kDone:
+        return "done";
+    }
+    return "?";
+  }
+
+  NodeStatus status_now() const {
+    NodeStatus s;
+    s.run_id = cfg.run_id;
+    s.host = opts.host;
+    s.agent_pid = static_cast<int>(::getpid());
+    s.phase = phase_name(phase);
+    s.attempt = generation;
+    s.max_restarts = cfg.max_restarts;
+    s.restarts = last_round ? last_round->restart_count : restarts_used;
+    if (last_round) {
+      s.round = last_round->round;
+      s.node_rank = last_round->group_rank;
+      s.nnodes = last_round->group_world_size;
+      for (int64_t n : last_round->local_world_sizes) s.world_size += n;
+    }
+    s.agent_start_time = std::chrono::duration<double>(started_wall.time_since_epoch()).count();
+    s.events_file = monitor->events().path();
+    s.agent_usage = read_proc_usage(s.agent_pid);
+    if (group) {
+      TimePoint now = opts.clock->now();
+      for (const auto& w : group->workers()) {
+        s.workers.push_back(worker_status(w, s.restarts, now, opts.last_beat(w.heartbeat_file)));
+      }
+    }
+    if (opts.store_server) s.store = opts.store_server->stats();
+    return s;
+  }
+
+  // `dlaunch stop` takes the SIGTERM path; `dlaunch restart` the path of a failure elsewhere,
+  // so it is counted against --max_restarts and refused when none is left (docs/cli.md).
+  ControlAnswer on_control(ControlAction action, const std::string& who) {
+    if (action == ControlAction::kStop) {
+      if (phase == Phase::kDone) return {409, opts.host + ": the job is already over"};
+      log_warning("stop requested by {}", who);
+      // After the answer is on its way: stopping may end the loop at once (no worker left, a
+      // rendezvous round pending), and then the answer would never be written.
+      asio::post(io, [this]() { on_signal(SIGTERM); });
+      return {200, fmt::format("{}: stopping (as on SIGTERM; dlaunch exits {})", opts.host,
+                               exit_codes::kSignalBase + SIGTERM)};
+    }
+    if (phase != Phase::kRunning && phase != Phase::kCapturing) {
+      return {409, fmt::format("{}: not restarting: the workers are not running (phase {})",
+                               opts.host, phase_name(phase))};
+    }
+    int64_t used = last_round ? last_round->restart_count : restarts_used;
+    if (used >= cfg.max_restarts) {
+      return {409, fmt::format("{}: not restarting: the restart budget is spent ({} of "
+                               "--max_restarts {}); a restart would end the job",
+                               opts.host, used, cfg.max_restarts)};
+    }
+    std::string reason = "restart requested by " + who;
+    log_warning("{}; restarting the worker group (counted against --max_restarts)", reason);
+    group->on_stop_requested(reason);
+    cause.record(StopKind::kPeerRestart);
+    if (opts.rendezvous) report_to_peers(reason);
+    phase = Phase::kRunning;  // a capture in progress is abandoned
+    stop_group(SIGTERM);
+    return {200, fmt::format("{}: restarting the worker groups job-wide ({} of {} restarts)",
+                             opts.host, used + 1, cfg.max_restarts)};
+  }
+
   // ---- generations ----------------------------------------------------------------------------
 
   void begin_generation() {
@@ -258,6 +375,7 @@ struct Agent::Impl {
       return;
     }
     // next_rendezvous() blocks: run it off the loop, then come back to spawn on the loop thread.
+    monitor->events().emit("rendezvous_opened", {{"restarts", restarts_used}});
     if (rdzv_thread.joinable()) rdzv_thread.join();
     auto handler = opts.rendezvous;
     auto g = gate;
@@ -274,6 +392,12 @@ struct Agent::Impl {
 
   void on_rendezvous_done(const RendezvousResult& r) {
     if (phase == Phase::kDone) return;
+    monitor->events().emit("rendezvous_closed", {{"round", r.round},
+                                                 {"node_rank", r.group_rank},
+                                                 {"nodes", r.group_world_size},
+                                                 {"members", r.hosts},
+                                                 {"restart_count", r.restart_count}});
+    monitor->publish([store = r.store]() { return store; });
     auto g = gate;
     opts.rendezvous->watch([this, g](const RendezvousEvent& ev) {
       post_from_thread(g, [this, ev]() { on_rendezvous_event(ev); });
@@ -284,10 +408,12 @@ struct Agent::Impl {
   void on_rendezvous_failed(const std::string& msg) {
     if (phase == Phase::kDone) return;
     log_error("rendezvous failed: {}", msg);
+    monitor->events().emit("rendezvous_failed", {{"error", msg}});
     finish(exit_codes::kWorkersFailed);
   }
 
   void on_rendezvous_event(const RendezvousEvent& ev) {
+    monitor->events().emit(rendezvous_event_name(ev.kind), {{"reason", ev.reason}});
     if (ev.kind == RendezvousEvent::Kind::kStoreLost) return on_store_lost(ev.reason);
     if (phase == Phase::kExitBarrier) return on_event_after_success(ev);
     if (phase != Phase::kRunning && phase != Phase::kCapturing) return;
@@ -533,6 +659,9 @@ struct Agent::Impl {
         };
         int pid = procs.spawn(req, std::move(cb));
         group->on_started(lr, pid, opts.clock->now(), std::chrono::system_clock::now());
+        monitor->events().emit(
+            "worker_started",
+            {{"rank", w.global_rank}, {"local_rank", lr}, {"pid", pid}, {"attempt", generation}});
         log_debug("local rank {} started as pid {}", lr, pid);
       } catch (const SpawnError& e) {
         log_spawn_error(e.what());
@@ -591,6 +720,13 @@ struct Agent::Impl {
     bool was_final = group->final();
     group->on_exit(lr, st, opts.clock->now(), std::chrono::system_clock::now());
     const WorkerRecord& w = group->worker(lr);
+    monitor->events().emit("worker_exited",
+                           {{"rank", w.global_rank},
+                            {"local_rank", lr},
+                            {"pid", w.pid},
+                            st.signaled ? EventFields::value_type{"signal", signal_name(st.code)}
+                                        : EventFields::value_type{"exit_code", st.code},
+                            {"attempt", generation}});
     if (!was_final && group->state() == GroupState::kFailed) {
       log_error("local rank {} (rank {}, pid {}) failed: {}; stopping the other workers", lr,
                 w.global_rank, w.pid, st.describe());
@@ -698,6 +834,11 @@ struct Agent::Impl {
     group->on_hung(hung.front(), now, std::chrono::system_clock::now());
     for (int64_t lr : hung) {
       const WorkerRecord& w = group->worker(lr);
+      monitor->events().emit("hang_detected",
+                             {{"rank", w.global_rank},
+                              {"local_rank", w.local_rank},
+                              {"pid", w.pid},
+                              {"hang_timeout_seconds", to_seconds(cfg.hang_timeout)}});
       log_error("local rank {} (rank {}, pid {}) is hung: its heartbeat file {} was not touched "
                 "for more than {:.1f} s (--hang_timeout)",
                 w.local_rank, w.global_rank, w.pid, w.heartbeat_file,
@@ -951,6 +1092,7 @@ struct Agent::Impl {
 
   // A peer node died under this round (settle_failure): a new round with the rest, free.
   void restart_free(const std::string& reason) {
+    monitor->events().emit("restart", {{"counted", false}, {"why", reason}});
     log_warning("{}; re-forming with the remaining nodes (not counted as a restart)", reason);
     earlier_failures.push_back(
         fmt::format("attempt {}: {} (free restart)", group->attempt(), reason));
@@ -970,6 +1112,10 @@ struct Agent::Impl {
     }
     log_warning("restarting the worker group ({} of {} restarts)", restart_count + 1,
                 cfg.max_restarts);
+    monitor->events().emit("restart", {{"counted", true},
+                                       {"restart", restart_count + 1},
+                                       {"max_restarts", cfg.max_restarts},
+                                       {"why", earlier_failures.back()}});
     begin_generation();
   }
 
@@ -985,6 +1131,7 @@ struct Agent::Impl {
     ctx.hang_timeout = cfg.hang_timeout;
     ctx.earlier = earlier_failures;
     ctx.stuck = stuck;
+    ctx.events_file = monitor->events().path();
     std::string report = format_failure_report(*group, ctx);
     ssize_t ignored = ::write(STDERR_FILENO, report.data(), report.size());
     (void)ignored;
@@ -1064,6 +1211,7 @@ struct Agent::Impl {
     if (phase == Phase::kDone) return;
     phase = Phase::kDone;
     exit_code = code;
+    monitor->events().emit("job_finished", {{"exit_code", code}, {"restarts", restarts_used}});
     if (temp_run_dir) {
       // Kept when it may explain something (error files, stacks); not for success or a program
       // that never started.
@@ -1114,6 +1262,7 @@ struct Agent::Impl {
                            opts.hosts_store);
       }
     }
+    monitor->stop();
     boost::system::error_code ignored;
     signals.cancel(ignored);
     io.stop();
@@ -1142,6 +1291,7 @@ struct Agent::Impl {
       return;
     }
     if (phase == Phase::kDone) return;
+    monitor->events().emit("signal_received", {{"signal", signal_name(sig)}});
     if (phase == Phase::kExitBarrier) {
       // Only the exit barrier is left: a terminating signal ends the wait.
       if (sig != SIGUSR1 && sig != SIGUSR2) finish_now(exit_codes::kSignalBase + sig);

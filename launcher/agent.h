@@ -50,6 +50,7 @@ namespace dlaunch {
 
 class RendezvousHandler;
 struct RendezvousResult;
+class TcpStoreServer;
 
 namespace exit_codes {
 inline constexpr int kSuccess = 0;
@@ -92,6 +93,13 @@ struct AgentOptions {
   // exit barrier it waits (bounded) until every other agent has left the rendezvous, so their
   // watchers never see the store vanish under them.
   bool hosts_store = false;
+  // The status endpoint and timeline (agent_monitor.h). The store server this agent hosts, for
+  // its statistics and, for a single node, to publish the endpoint in (null: another agent
+  // hosts it); the job token, which control requests must prove. The endpoint is served only
+  // when `status_endpoint` is set (main.cc sets it).
+  std::shared_ptr<TcpStoreServer> store_server;
+  std::optional<std::string> job_token;
+  bool status_endpoint = false;
 };
 
 class Agent {

@@ -78,6 +78,12 @@ std::vector<FlagSpec> make_specs() {
            "every torch optimizer step and dumps Python stacks of hung workers)"),
       flag("shutdown_grace", 0, true, "5", "SECONDS",
            "time between SIGTERM and SIGKILL when stopping workers"),
+      flag("status_port", 0, true, "0", "PORT",
+           "serve GET /status, /metrics and the control endpoints (dlaunch status|stop|restart|"
+           "dump) here; 0 picks a free port, -1 serves nothing"),
+      flag("status_addr", 0, true, "", "ADDR",
+           "address the status endpoint binds (default: --local_addr, else 127.0.0.1 for one "
+           "node, this host's name for several); 0.0.0.0 serves every interface"),
       flag("dry_run", 0, false, "false", "",
            "print the resolved configuration and where each value came from; start nothing"),
       // Slurm (launcher/slurm_launch.h, docs/slurm.md).
@@ -248,6 +254,9 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
 std::string help_text() {
   std::string text =
       "usage: dlaunch [options] [program [args...]]\n"
+      "       dlaunch status|stop|restart|dump [--rdzv_endpoint H:P | --master_addr H\n"
+      "               --master_port P] --rdzv_id ID [--json] [--events]   (a running job;\n"
+      "               see docs/monitoring.md)\n"
       "\n"
       "Starts --nproc_per_node workers running `program` with torchrun's environment contract,\n"
       "supervises them (restarts, hang detection, no orphans) and reports the first failure.\n"

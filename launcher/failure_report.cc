@@ -189,6 +189,11 @@ std::string format_failure_report(const WorkerGroup& group, const ReportContext&
     out += "Processes that would not die (not waited for):\n";
     for (const auto& s : ctx.stuck) out += "  " + s + "\n";
   }
+  if (!ctx.events_file.empty()) {
+    out += rule + "\n";
+    out += "Timeline of this node: " + ctx.events_file + "\n";
+    out += "  (every node's, merged: dlaunch status --events with the job's endpoint and run id)\n";
+  }
   out += bar + "\n";
   return out;
 }

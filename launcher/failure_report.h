@@ -36,6 +36,8 @@ struct ReportContext {
   std::vector<std::string> earlier;
   // "pid 123 (state D)" for processes that would not die.
   std::vector<std::string> stuck;
+  // This node's timeline (job_events.h); empty: no line.
+  std::string events_file;
 };
 
 // "2026-11-22_17:04:05.123" in local time.

@@ -480,6 +480,12 @@ std::string LaunchConfig::describe() const {
       {"hang_timeout_from_start", hang_timeout_from_start ? "true" : "false"},
       {"no_python_hooks", no_python_hooks ? "true" : "false"},
       {"shutdown_grace", fmt::format("{}", to_seconds(shutdown_grace))},
+      {"status_port", status_port < 0    ? "-1 (off)"
+                      : status_port == 0 ? "0 (a free port)"
+                                         : std::to_string(status_port)},
+      {"status_addr", status_addr.empty()
+                          ? "(--local_addr, else loopback for one node, the host name for several)"
+                          : status_addr},
       {"module", module ? "true" : "false"},
       {"no_python", no_python ? "true" : "false"},
       {"python", python},
@@ -557,6 +563,8 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.log_fold = r.boolean("log_fold");
   cfg.log_timestamps = r.boolean("log_timestamps");
   cfg.shutdown_grace = from_seconds(r.seconds("shutdown_grace", true));
+  cfg.status_port = r.integer("status_port", -1, 65535);
+  cfg.status_addr = r.str("status_addr");
   cfg.module = r.boolean("module");
   cfg.no_python = r.boolean("no_python");
   Raw python = r.raw("python");

@@ -82,6 +82,10 @@ struct LaunchConfig {
   // Workers get no dlaunch sitecustomize (optimizer-step heartbeats, Python stacks on a hang).
   bool no_python_hooks = false;
   Duration shutdown_grace = std::chrono::seconds(5);
+  // The status endpoint (agent_monitor.h): -1 off, 0 a free port; empty address: --local_addr,
+  // else loopback for one node and the host name for several.
+  int64_t status_port = 0;
+  std::string status_addr;
   // The program.
   bool module = false;
   bool no_python = false;

@@ -12,16 +12,21 @@
 #include "common/version.h"
 #include "launcher/agent.h"
 #include "launcher/cli.h"
+#include "launcher/job_control.h"
 #include "launcher/job_services.h"
 #include "launcher/launch_config.h"
 #include "launcher/posix_process_context.h"
 #include "launcher/program_check.h"
 #include "launcher/python_hooks.h"
 #include "launcher/slurm_launch.h"
+#include "rendezvous/job_token.h"
 
 int main(int argc, char** argv) {
   using namespace dlaunch;
   std::vector<std::string> args(argv + 1, argv + argc);
+  // `dlaunch status|stop|restart|dump`: talk to a running job (job_control.h). A program of
+  // one of these names runs as ./status or after `--`.
+  if (!args.empty() && is_job_control_command(args[0])) return run_job_control(args);
   LaunchConfig cfg;
   HostInfo host;
   try {
@@ -79,6 +84,10 @@ int main(int argc, char** argv) {
       opts.master_addr = services.master_addr;
       opts.master_port = services.master_port;
     }
+    opts.store_server = services.server;
+    opts.status_endpoint = true;
+    auto token_file = cfg.rdzv_conf.find("token_file");
+    opts.job_token = load_job_token(token_file == cfg.rdzv_conf.end() ? "" : token_file->second);
     opts.base_env = current_environment();
     opts.cpus = host.cpus;
     opts.python_hooks_dir = python_hooks_dir();

@@ -285,7 +285,10 @@ void TcpStoreConnection::handle(Request& q) {
   if (q.op == Op::kAuthBegin || q.op == Op::kAuthProof) return handle_auth(q);
   if (!admitted_ && !admit(q)) return;
   std::string error;
-  switch (manager_.state.handle(*this, q, error)) {
+  const auto began = std::chrono::steady_clock::now();
+  const auto handled = manager_.state.handle(*this, q, error);
+  manager_.stats.record(std::chrono::steady_clock::now() - began, manager_.state.num_keys());
+  switch (handled) {
     case TcpStoreState::Handled::kReplied:
       return replied();
     case TcpStoreState::Handled::kQuiet:

@@ -17,6 +17,7 @@
 #include <string>
 #include <unordered_set>
 
+#include "rendezvous/store_stats.h"
 #include "rendezvous/tcp_store_server.h"
 #include "rendezvous/tcp_store_state.h"
 
@@ -47,6 +48,8 @@ class TcpStoreConnectionManager {
   const TcpStoreServerOptions& options;
   // The store itself.
   TcpStoreState state;
+  // Requests served and their latency, for the agent's /status (read from any thread).
+  StoreStats stats;
   // Decoded requests land here, reused (no allocation per request for short keys).
   wire::Request scratch;
   // Peers that proved the job token (see admit_unauthenticated_from_agent_hosts).

@@ -6,6 +6,7 @@
 
 #include <boost/asio.hpp>
 #include <chrono>
+#include <future>
 #include <mutex>
 #include <thread>
 
@@ -148,6 +149,49 @@ uint16_t TcpStoreServer::port() const { return impl_->bound_port; }
 const std::string& TcpStoreServer::host() const { return impl_->options.host; }
 size_t TcpStoreServer::num_connections() const {
   return impl_->manager.size();
+}
+
+namespace {
+
+// Runs `f` on the server's thread and waits for its result (or its exception). `f` owns what
+// it uses: after a timeout it may still run.
+template <typename F>
+auto on_server_thread(asio::io_context& ctx, bool running, F f) -> decltype(f()) {
+  if (!running) throw ClosedError("store server: not running");
+  auto task = std::make_shared<std::packaged_task<decltype(f())()>>(std::move(f));
+  auto result = task->get_future();
+  asio::post(ctx, [task]() { (*task)(); });
+  if (result.wait_for(std::chrono::seconds(5)) != std::future_status::ready) {
+    throw ClosedError("store server: no answer from its thread within 5 s");
+  }
+  return result.get();
+}
+
+}  // namespace
+
+int64_t TcpStoreServer::add_local(const std::string& key, int64_t delta) {
+  std::lock_guard<std::mutex> lock(impl_->lifecycle_mutex);
+  return on_server_thread(impl_->ctx, impl_->started && !impl_->stopped,
+                          [impl = impl_.get(), key, delta]() {
+                            int64_t v = impl->manager.state.local_add(key, delta);
+                            impl->manager.stats.note_keys(impl->manager.state.num_keys());
+                            return v;
+                          });
+}
+
+void TcpStoreServer::set_local(const std::string& key, const Bytes& value) {
+  std::lock_guard<std::mutex> lock(impl_->lifecycle_mutex);
+  on_server_thread(impl_->ctx, impl_->started && !impl_->stopped,
+                   [impl = impl_.get(), key, value]() {
+                     impl->manager.state.local_set(key, value);
+                     impl->manager.stats.note_keys(impl->manager.state.num_keys());
+                   });
+}
+
+StoreStatsSnapshot TcpStoreServer::stats() const {
+  StoreStatsSnapshot s = impl_->manager.stats.snapshot();
+  s.connections = static_cast<int64_t>(impl_->manager.size());
+  return s;
 }
 
 }  // namespace dlaunch

@@ -27,6 +27,7 @@
 
 #include "common/error.h"
 #include "rendezvous/store_codec.h"
+#include "rendezvous/store_stats.h"
 
 namespace dlaunch {
 
@@ -63,6 +64,14 @@ class TcpStoreServer {
   const std::string& host() const;
   // Connections open right now (approximate while clients come and go).
   size_t num_connections() const;
+  // Requests served, their latency, keys and connections (for the agent's /status).
+  StoreStatsSnapshot stats() const;
+  // Writes of the hosting process itself (the agent publishing its status endpoint), without a
+  // client connection: run on the server thread; block until done (at most 5 s). Keys are
+  // unscoped (as an agent's connection sees them). Throws ClosedError when the server is not
+  // running, ProtocolError as Store::add.
+  int64_t add_local(const std::string& key, int64_t delta);
+  void set_local(const std::string& key, const Bytes& value);
 
  private:
   struct Impl;

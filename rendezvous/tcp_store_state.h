@@ -82,6 +82,11 @@ class TcpStoreState final : private StoreTable::Observer {
   void drop(StoreSession& s);
   // The server stops: forgets every waiter and watcher (their connections are closed).
   void forget_clients();
+  // Keys in the table (worker namespaces included).
+  size_t num_keys() const { return table_.size(); }
+  // The hosting process's own writes (no session): waiters and watchers hear of them as of any.
+  int64_t local_add(const std::string& key, int64_t delta) { return table_.add(key, delta); }
+  void local_set(const std::string& key, const Bytes& value) { table_.set(key, value); }
 
  private:
   using SessionPtr = std::shared_ptr<StoreSession>;

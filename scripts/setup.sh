@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what dlaunch needs from Debian's archive (apt-get only; nothing else is reachable).
 #   scripts/setup.sh          build and run dependencies
-#   scripts/setup.sh --test   plus what the tests use: PyTorch, Pillow, Slurm, munge, etcd, gdb, iproute2
+#   scripts/setup.sh --test   plus what the tests use: PyTorch, Pillow, Slurm, munge, etcd, gdb, iproute2,
+#                             prometheus (scrapes the agents' /metrics in a test)
 #   scripts/setup.sh --bench  plus what the benchmarks use (hyperfine, clang for the fuzzer,
 #                             torchvision + Pillow for the image loading peer)
 #   scripts/setup.sh --gpu-bundle  plus what scripts/gpu_check.sh --bundle uses (patchelf)
@@ -19,7 +20,7 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --test)
-      packages+=(python3-torch python3-pil gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client patchelf)
+      packages+=(python3-torch python3-pil gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client patchelf prometheus)
       ;;
     --bench)
       packages+=(python3-torch python3-torchvision python3-pil hyperfine clang libclang-rt-14-dev time python3-etcd)
@@ -47,7 +48,7 @@ if [[ $(id -u) -ne 0 ]]; then
 fi
 echo "setup.sh: installing ${missing[*]}"
 export DEBIAN_FRONTEND=noninteractive
-# Daemons from the packages (slurmctld, munge, etcd) must not start system-wide: the tests
+# Daemons from the packages (slurmctld, munge, etcd, prometheus) must not start system-wide: the tests
 # start their own on private ports. policy-rc.d is Debian's switch for that.
 policy=/usr/sbin/policy-rc.d
 created_policy=0

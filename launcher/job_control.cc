@@ -1,0 +1,446 @@
+#include "launcher/job_control.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <thread>
+
+#include "common/env.h"
+#include "common/error.h"
+#include "launcher/agent_monitor.h"
+#include "launcher/control_auth.h"
+#include "launcher/http_client.h"
+#include "launcher/job_events.h"
+#include "launcher/node_status.h"
+#include "rendezvous/host_port.h"
+#include "rendezvous/job_token.h"
+#include "rendezvous/prefix_store.h"
+#include "rendezvous/tcp_store_client.h"
+
+namespace dlaunch {
+
+namespace {
+
+struct Options {
+  std::string command;
+  std::string rdzv_endpoint;
+  std::string master_addr = "127.0.0.1";
+  int64_t master_port = 29500;
+  std::string run_id = "none";
+  std::string token_file;
+  bool json = false;
+  bool events = false;
+  double timeout = 5;
+  bool help = false;
+};
+
+const char* const kUsage =
+    "usage: dlaunch status|stop|restart|dump [--rdzv_endpoint HOST[:PORT] | --master_addr HOST "
+    "--master_port PORT] --rdzv_id ID [--token_file PATH] [--json] [--events] [--timeout S]";
+
+Options parse(const std::vector<std::string>& args) {
+  Options o;
+  o.command = args.at(0);
+  auto env_or = [](const char* name, std::string fallback) {
+    auto v = get_env(name);
+    return v ? *v : fallback;
+  };
+  o.rdzv_endpoint = env_or("DLAUNCH_RDZV_ENDPOINT", env_or("PET_RDZV_ENDPOINT", ""));
+  o.master_addr = env_or("DLAUNCH_MASTER_ADDR", env_or("MASTER_ADDR", o.master_addr));
+  // In a worker's own environment MASTER_ADDR/MASTER_PORT and TORCHELASTIC_RUN_ID find its job.
+  o.run_id =
+      env_or("DLAUNCH_RDZV_ID", env_or("PET_RDZV_ID", env_or("TORCHELASTIC_RUN_ID", o.run_id)));
+  std::string port_text = env_or("DLAUNCH_MASTER_PORT", env_or("MASTER_PORT", ""));
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string a = args[i];
+    std::optional<std::string> attached;
+    if (size_t eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      attached = a.substr(eq + 1);
+      a = a.substr(0, eq);
+    }
+    for (auto& c : a) c = c == '-' ? '_' : c;
+    auto value = [&]() -> std::string {
+      if (attached) return *attached;
+      if (i + 1 >= args.size()) throw UsageError(fmt::format("{} needs a value", args[i]));
+      return args[++i];
+    };
+    if (a == "__rdzv_endpoint")
+      o.rdzv_endpoint = value();
+    else if (a == "__master_addr")
+      o.master_addr = value();
+    else if (a == "__master_port")
+      port_text = value();
+    else if (a == "__rdzv_id" || a == "__run_id")
+      o.run_id = value();
+    else if (a == "__token_file")
+      o.token_file = value();
+    else if (a == "__rdzv_conf") {
+      std::string conf = value();
+      size_t at = conf.find("token_file=");
+      if (at != std::string::npos) {
+        o.token_file = conf.substr(at + 11, conf.find(',', at) - at - 11);
+      }
+    } else if (a == "__json")
+      o.json = true;
+    else if (a == "__events")
+      o.events = true;
+    else if (a == "__timeout")
+      o.timeout = std::stod(value());
+    else if (a == "__help" || a == "_h")
+      o.help = true;
+    else {
+      throw UsageError(
+          fmt::format("'{}' is not an option of 'dlaunch {}'; {}", args[i], o.command, kUsage));
+    }
+  }
+  if (!port_text.empty()) {
+    try {
+      o.master_port = std::stoll(port_text);
+    } catch (const std::exception&) {
+      throw UsageError(fmt::format("--master_port '{}' is not a port number", port_text));
+    }
+  }
+  if ((o.events || o.json) && o.command != "status") {
+    throw UsageError(
+        fmt::format("--json and --events belong to 'dlaunch status', not '{}'", o.command));
+  }
+  return o;
+}
+
+struct Agent {
+  std::string address;
+  std::string host;
+  int pid = 0;
+};
+
+// Every agent that published its endpoint, read from the job's store.
+std::vector<Agent> find_agents(const Options& o, std::string& where) {
+  HostPort hp = o.rdzv_endpoint.empty()
+                    ? HostPort{o.master_addr, static_cast<uint16_t>(o.master_port)}
+                    : parse_host_port(o.rdzv_endpoint, 29400, "--rdzv_endpoint");
+  where = hp.to_string();
+  TcpStoreClientOptions c;
+  c.host = hp.host;
+  c.port = hp.port;
+  c.agent = true;
+  c.token = load_job_token(o.token_file);
+  auto limit = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.timeout));
+  c.connect_timeout = limit;
+  c.timeout = limit;
+  c.waiting_note_every = limit * 2;
+  PrefixStore store(job_store_prefix(o.run_id), std::make_shared<TcpStoreClient>(c));
+  int64_t n = store.add(kStatusAgentsKey, 0);
+  std::vector<std::string> keys;
+  for (int64_t i = 0; i < n; ++i) keys.push_back(status_agent_key(i));
+  std::vector<Agent> agents;
+  for (const auto& key : keys) {
+    if (!store.check({key})) continue;  // added its index, not yet its address
+    auto j = nlohmann::json::parse(to_string(store.get(key)));
+    agents.push_back(Agent{j.value("address", ""), j.value("host", ""), j.value("pid", 0)});
+  }
+  return agents;
+}
+
+struct Answer {
+  bool ok = false;
+  int status = 0;
+  std::string body;
+  std::string error;  // transport failure
+};
+
+// Runs `f` for every agent at once; answers in the agents' order.
+template <typename F>
+std::vector<Answer> for_each_agent(const std::vector<Agent>& agents, F f) {
+  std::vector<Answer> out(agents.size());
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < agents.size(); ++i) {
+    threads.emplace_back([&, i]() {
+      try {
+        out[i] = f(agents[i]);
+      } catch (const std::exception& e) {
+        out[i].error = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return out;
+}
+
+Answer ask(const std::string& address, const std::string& method, const std::string& target,
+           const std::map<std::string, std::string>& headers, double timeout) {
+  Answer a;
+  try {
+    auto d = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(timeout));
+    HttpReply r = http_request(address, method, target, headers, "", d);
+    a.status = r.status;
+    a.body = r.body;
+    a.ok = r.status == 200;
+  } catch (const std::exception& e) {
+    a.error = e.what();
+  }
+  return a;
+}
+
+std::string age(double seconds) {
+  if (seconds < 0) return "-";
+  if (seconds < 120) return fmt::format("{:.1f}s", seconds);
+  if (seconds < 7200) return fmt::format("{:.0f}m", seconds / 60);
+  return fmt::format("{:.1f}h", seconds / 3600);
+}
+
+std::string bytes(int64_t b) {
+  if (b < (1 << 20)) return fmt::format("{}K", b >> 10);
+  if (b < (int64_t{1} << 30)) return fmt::format("{:.1f}M", static_cast<double>(b) / (1 << 20));
+  return fmt::format("{:.2f}G", static_cast<double>(b) / (1 << 30));
+}
+
+int status_command(const Options& o, const std::vector<Agent>& agents) {
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  if (o.events) {
+    auto answers = for_each_agent(
+        agents, [&](const Agent& a) { return ask(a.address, "GET", "/events", {}, o.timeout); });
+    std::vector<nlohmann::json> timelines;
+    int code = 0;
+    for (size_t i = 0; i < agents.size(); ++i) {
+      if (!answers[i].ok) {
+        std::fprintf(stderr, "dlaunch: %s (%s): no timeline: %s\n", agents[i].host.c_str(),
+                     agents[i].address.c_str(),
+                     answers[i].error.empty() ? answers[i].body.c_str() : answers[i].error.c_str());
+        code = 1;
+        continue;
+      }
+      timelines.push_back(parse_timeline(answers[i].body));
+    }
+    nlohmann::json merged = merge_timelines(timelines);
+    if (o.json) {
+      std::cout << merged.dump(2) << "\n";
+    } else {
+      for (const auto& e : merged) std::cout << format_event_line(e) << "\n";
+    }
+    return code;
+  }
+  auto answers = for_each_agent(
+      agents, [&](const Agent& a) { return ask(a.address, "GET", "/status", {}, o.timeout); });
+  int code = 0;
+  std::vector<std::pair<Agent, std::optional<NodeStatus>>> nodes;
+  std::map<std::string, std::string> unreachable;  // address -> why
+  nlohmann::json all = nlohmann::json::array();
+  for (size_t i = 0; i < agents.size(); ++i) {
+    std::optional<NodeStatus> s;
+    if (answers[i].ok) {
+      try {
+        auto j = nlohmann::json::parse(answers[i].body);
+        s = node_status_from_json(j);
+        j["address"] = agents[i].address;
+        all.push_back(j);
+      } catch (const std::exception& e) {
+        answers[i].error = std::string("unreadable answer: ") + e.what();
+      }
+    }
+    if (!s) {
+      code = 1;
+      unreachable[agents[i].address] =
+          answers[i].error.empty() ? fmt::format("HTTP {}", answers[i].status) : answers[i].error;
+      all.push_back(
+          {{"address", agents[i].address},
+           {"host", agents[i].host},
+           {"agent_pid", agents[i].pid},
+           {"unreachable", answers[i].error.empty() ? answers[i].body : answers[i].error}});
+    }
+    nodes.emplace_back(agents[i], s);
+  }
+  if (o.json) {
+    std::cout << nlohmann::json({{"run_id", o.run_id}, {"agents", all}}).dump(2) << "\n";
+    return code;
+  }
+  std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) {
+    int64_t ra = a.second ? a.second->node_rank : INT64_MAX;
+    int64_t rb = b.second ? b.second->node_rank : INT64_MAX;
+    return ra != rb ? ra < rb : a.first.address < b.first.address;
+  });
+  std::string out = fmt::format("job {}: {} agent(s)\n", o.run_id, agents.size());
+  out += fmt::format("{:<5} {:<22} {:<8} {:<16} {:>7} {:>5} {:>9} {:>8} {}\n", "NODE", "ENDPOINT",
+                     "AGENT", "PHASE", "ATTEMPT", "ROUND", "RESTARTS", "RSS", "STORE");
+  for (const auto& [a, s] : nodes) {
+    if (!s) {
+      out += fmt::format("{:<5} {:<22} {:<8} unreachable: {}\n", "?", a.address, a.pid,
+                         unreachable[a.address]);
+      continue;
+    }
+    std::string store = "-";
+    if (s->store) {
+      store = fmt::format("{} keys, {} conns, {:.0f} req/s, p50 {:.0f}us p99 {:.0f}us",
+                          s->store->keys, s->store->connections, s->store->requests_per_s,
+                          s->store->p50_seconds * 1e6, s->store->p99_seconds * 1e6);
+    }
+    out += fmt::format("{:<5} {:<22} {:<8} {:<16} {:>7} {:>5} {:>9} {:>8} {}\n", s->node_rank,
+                       a.address, s->agent_pid, s->phase, s->attempt, s->round,
+                       fmt::format("{}/{}", s->restarts, s->max_restarts),
+                       s->agent_usage ? bytes(s->agent_usage->rss_bytes) : "-", store);
+  }
+  out +=
+      fmt::format("\n{:<5} {:<16} {:>5} {:>5} {:>8} {:<10} {:>8} {:>9} {:>8} {:>8} {}\n", "NODE",
+                  "HOST", "RANK", "LOCAL", "PID", "STATE", "UP", "HEARTBEAT", "RSS", "CPU", "EXIT");
+  for (const auto& [a, s] : nodes) {
+    if (!s) continue;
+    for (const auto& w : s->workers) {
+      std::string exit = w.exit_code     ? fmt::format("code {}", *w.exit_code)
+                         : w.exit_signal ? fmt::format("signal {}", *w.exit_signal)
+                                         : "-";
+      out += fmt::format("{:<5} {:<16} {:>5} {:>5} {:>8} {:<10} {:>8} {:>9} {:>8} {:>8} {}\n",
+                         s->node_rank, s->host, w.global_rank, w.local_rank, w.pid, w.state,
+                         w.start_time > 0 && w.state == "running" ? age(now - w.start_time) : "-",
+                         w.heartbeat_age_seconds ? age(*w.heartbeat_age_seconds) : "-",
+                         w.usage ? bytes(w.usage->rss_bytes) : "-",
+                         w.usage ? fmt::format("{:.1f}s", w.usage->cpu_seconds) : "-", exit);
+    }
+  }
+  std::cout << out;
+  return code;
+}
+
+// POST /control/<action> with the proof of the token when we have one.
+Answer control(const Agent& a, const std::string& action, const std::optional<std::string>& token,
+               double timeout) {
+  std::map<std::string, std::string> headers{{"X-Dlaunch-Client", "dlaunch " + action}};
+  if (token) {
+    Answer n = ask(a.address, "GET", "/control/nonce?action=" + action, {}, timeout);
+    if (!n.ok) return n;
+    std::string nonce;
+    try {
+      nonce = nlohmann::json::parse(n.body).value("nonce", "");
+    } catch (const std::exception& e) {
+      n.ok = false;
+      n.error = std::string("unreadable nonce: ") + e.what();
+      return n;
+    }
+    ControlProof p = prove_control(*token, nonce);
+    headers["X-Dlaunch-Nonce"] = nonce;
+    headers["X-Dlaunch-Client-Nonce"] = p.client_nonce_hex;
+    headers["X-Dlaunch-Proof"] = p.proof_hex;
+  }
+  return ask(a.address, "POST", "/control/" + action, headers, timeout);
+}
+
+std::string answer_text(const Answer& a) {
+  if (!a.error.empty()) return a.error;
+  try {
+    auto j = nlohmann::json::parse(a.body);
+    if (j.contains("message")) return j["message"].get<std::string>();
+    return j.dump();
+  } catch (const std::exception&) {
+    return a.body;
+  }
+}
+
+int control_command(const Options& o, const std::vector<Agent>& agents) {
+  auto token = load_job_token(o.token_file);
+  if (o.command == "restart") {
+    // One agent is enough: it restarts the job-wide group through the rendezvous, as a failure
+    // does. The first that accepts wins; the others are not asked.
+    for (const auto& a : agents) {
+      Answer r = control(a, "restart", token, o.timeout);
+      if (r.ok) {
+        std::cout << answer_text(r) << "\n";
+        return 0;
+      }
+      std::fprintf(stderr, "dlaunch: %s (%s): %s\n", a.host.c_str(), a.address.c_str(),
+                   answer_text(r).c_str());
+      if (r.status == 403 || r.status == 409) return 1;
+    }
+    return 1;
+  }
+  // A dump waits for the stack tools (up to their 15 s timeout).
+  double timeout = o.command == "dump" ? std::max(o.timeout, 30.0) : o.timeout;
+  auto answers =
+      for_each_agent(agents, [&](const Agent& a) { return control(a, o.command, token, timeout); });
+  int code = 0;
+  for (size_t i = 0; i < agents.size(); ++i) {
+    const Answer& r = answers[i];
+    if (!r.ok) {
+      code = 1;
+      std::fprintf(stderr, "dlaunch: %s (%s): %s\n", agents[i].host.c_str(),
+                   agents[i].address.c_str(), answer_text(r).c_str());
+      continue;
+    }
+    if (o.command == "dump") {
+      auto j = nlohmann::json::parse(r.body, nullptr, /*allow_exceptions=*/false);
+      if (!j.is_object() || !j["files"].is_array()) {
+        code = 1;
+        std::fprintf(stderr, "dlaunch: %s (%s): unreadable answer: %s\n", agents[i].host.c_str(),
+                     agents[i].address.c_str(), r.body.c_str());
+        continue;
+      }
+      std::cout << fmt::format("{}: stacks of {} worker(s) in {}\n", j.value("host", "?"),
+                               j["files"].size(), j.value("dir", "?"));
+      for (const auto& f : j["files"]) {
+        if (f["file"].is_null()) {
+          std::cout << fmt::format("  rank {}: {}\n", f.value("rank", -1), f.value("error", ""));
+        }
+      }
+    } else {
+      std::cout << answer_text(r) << "\n";
+    }
+  }
+  return code;
+}
+
+}  // namespace
+
+bool is_job_control_command(const std::string& word) {
+  return word == "status" || word == "stop" || word == "restart" || word == "dump";
+}
+
+int run_job_control(const std::vector<std::string>& args) {
+  Options o;
+  try {
+    o = parse(args);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "dlaunch: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dlaunch: error: %s; %s\n", e.what(), kUsage);
+    return 2;
+  }
+  if (o.help) {
+    std::printf("%s\n(see docs/monitoring.md)\n", kUsage);
+    return 0;
+  }
+  std::vector<Agent> agents;
+  std::string where;
+  try {
+    agents = find_agents(o, where);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr,
+                 "dlaunch: error: cannot read the job's agents from its store at %s: %s; give "
+                 "the job's --rdzv_endpoint (or --master_addr/--master_port) and, with a job "
+                 "token, DLAUNCH_JOB_TOKEN or --token_file\n",
+                 where.empty() ? "?" : where.c_str(), e.what());
+    return 2;
+  }
+  if (agents.empty()) {
+    std::fprintf(stderr,
+                 "dlaunch: error: no agent of job '%s' published a status endpoint in the store "
+                 "at %s; check --rdzv_id (the job's run id), and that the agents run without "
+                 "--status_port -1\n",
+                 o.run_id.c_str(), where.c_str());
+    return 2;
+  }
+  try {
+    if (o.command == "status") return status_command(o, agents);
+    return control_command(o, agents);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dlaunch: error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace dlaunch
