@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <list>
+#include <optional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <thread>
@@ -16,6 +17,7 @@
 #include "launcher/agent.h"
 #include "launcher/control_auth.h"
 #include "launcher/launch_config.h"
+#include "launcher/python_hooks.h"
 #include "launcher/stack_capture.h"
 #include "launcher/stack_capture_run.h"
 #include "launcher/status_server.h"
@@ -211,8 +213,22 @@ struct AgentMonitor::Impl {
       StackCaptureRun::Callbacks cb;
       int64_t rank = w->global_rank;
       int pid = w->pid;
-      cb.on_done = [done_one, file, rank, pid](const ExitStatus& st, const std::string&) {
-        done_one({{"rank", rank}, {"pid", pid}, {"file", file}, {"tool", st.describe()}});
+      // Python workers with dlaunch's hooks dump their own stacks on a signal, at once; they are
+      // appended after the native ones once the tool is done (python_hooks.h).
+      std::string py_file = w->log_dir + "/py_stack.txt";
+      std::optional<uint64_t> py_offset;
+      if (!w->log_dir.empty()) py_offset = request_python_stacks(py_file, pid);
+      cb.on_done = [done_one, file, rank, pid, py_file, py_offset](const ExitStatus& st,
+                                                                   const std::string&) {
+        if (py_offset) {
+          std::ofstream out(file, std::ios::app);
+          out << "\n--- Python stacks (faulthandler) ---\n" << read_python_stacks(py_file, *py_offset);
+        }
+        done_one({{"rank", rank},
+                  {"pid", pid},
+                  {"file", file},
+                  {"tool", st.describe()},
+                  {"python_stacks", py_offset.has_value()}});
       };
       cb.on_failed = [done_one, file, rank, pid](const std::string& why) {
         done_one({{"rank", rank}, {"pid", pid}, {"file", nullptr}, {"error", why}});

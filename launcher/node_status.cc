@@ -113,6 +113,7 @@ WorkerStatus worker_status(const WorkerRecord& w, int64_t restarts, TimePoint no
   s.global_rank = w.global_rank;
   s.local_rank = w.local_rank;
   s.pid = w.pid;
+  s.log_dir = w.log_dir;
   switch (w.state) {
     case WorkerState::kInit:
       s.state = "init";

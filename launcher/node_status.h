@@ -39,6 +39,7 @@ struct WorkerStatus {
   std::optional<int> exit_code;                 // exited normally with this code
   std::optional<int> exit_signal;               // killed by this signal
   std::optional<ProcUsage> usage;               // while running
+  std::string log_dir;  // the rank's directory (py_stack.txt for `dump`); not in the JSON
 };
 
 struct NodeStatus {

@@ -1,6 +1,7 @@
 #include "launcher/orphan_guard.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -123,6 +124,21 @@ void OrphanGuard::stop() {
   send('q', 0);
   close(fd_);
   fd_ = -1;
+  // The guard exits at once on 'q' (or the end of the pipe). One that cannot (stopped by a
+  // stray SIGSTOP, as a chaos soak found) must not hold the agent's exit forever: it gets a
+  // second, then SIGKILL, which also ends a stopped process.
+  int exited = static_cast<int>(syscall(SYS_pidfd_open, pid_, 0));
+  if (exited >= 0) {
+    pollfd p{exited, POLLIN, 0};
+    int ready;
+    while ((ready = poll(&p, 1, 1000)) < 0 && errno == EINTR) {
+    }
+    if (ready == 0) {
+      log_warning("the orphan guard (pid {}) did not exit when told; killing it", pid_);
+      kill(pid_, SIGKILL);
+    }
+    close(exited);
+  }
   // __WCLONE: the guard is a clone child (see the constructor).
   while (waitpid(pid_, nullptr, __WCLONE) < 0 && errno == EINTR) {
   }

@@ -15,7 +15,7 @@
 // /proc scan, and reaping reparented orphans never takes the guard's exit by mistake.
 //
 // Threading: one owner thread (the agent's loop). Never blocks except stop(), which waits for
-// the guard to exit (immediate). Throws SystemError when the guard cannot be started.
+// the guard to exit (immediate; at most a second, then SIGKILL, if the guard is stopped). Throws SystemError when the guard cannot be started.
 #pragma once
 
 #include <sys/types.h>
@@ -31,7 +31,8 @@ class OrphanGuard {
 
   void add_group(pid_t pgid);
   void remove_group(pid_t pgid);
-  // Clean exit: the guard exits without killing anything. Idempotent.
+  // Clean exit: the guard exits without killing anything. Idempotent. Returns within about a
+  // second even when the guard cannot run (SIGSTOPped): it is then SIGKILLed.
   void stop();
   pid_t pid() const { return pid_; }
 

@@ -348,6 +348,53 @@ TEST(StatusEndpoint, DumpWritesEveryWorkersStacks) {
   ASSERT_TRUE(agent.wait(30s));
 }
 
+// A Python worker runs with dlaunch's hooks by default: `dump` adds its Python stack (the
+// function it sits in) after the native one.
+TEST(StatusEndpoint, DumpAddsThePythonStacksOfPythonWorkers) {
+  bool have_tool = file_exists("/usr/bin/eu-stack") || file_exists("/usr/bin/gdb");
+  if (!have_tool) GTEST_SKIP() << "neither eu-stack nor gdb is installed (scripts/setup.sh --test)";
+  if (!file_exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
+  TempDir logs;
+  std::string script = logs.path() + "/waiter.py";
+  {
+    std::ofstream f(script);
+    f << "import time\n"
+         "def waiting_in_user_code():\n"
+         "    while True:\n"
+         "        time.sleep(0.05)\n"
+         "waiting_in_user_code()\n";
+  }
+  std::string port = std::to_string(free_port());
+  Subprocess agent(cat({kDlaunch, "--nproc_per_node", "1", "--log_dir", logs.path(), "--python",
+                        "/usr/bin/python3"},
+                       cat(job_args(port, "st-pydump"), {script})));
+  std::string addr = endpoint_of(agent);
+  ASSERT_TRUE(workers_running(addr, 1)) << agent.err();
+  // The hooks register in py_stack.txt as the interpreter starts; a dump before that has no
+  // Python part, by design (the signal would kill an unhooked process).
+  std::string registered = logs.path() + "/st-pydump/attempt_0/0/py_stack.txt";
+  auto deadline = std::chrono::steady_clock::now() + 30s;
+  while (read_file(registered).find("dlaunch-python-stacks pid=") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_NE(read_file(registered).find("dlaunch-python-stacks pid="), std::string::npos)
+      << registered << ":\n" << read_file(registered) << agent.err();
+  RunResult r = run({kDlaunch, "dump", "--master_port", port, "--rdzv_id", "st-pydump"});
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  std::string dir_marker = "stacks of 1 worker(s) in ";
+  size_t at = r.out.find(dir_marker);
+  ASSERT_NE(at, std::string::npos) << r.out;
+  std::string dir = r.out.substr(at + dir_marker.size());
+  dir = dir.substr(0, dir.find('\n'));
+  std::string text = read_file(dir + "/rank_0.txt");
+  size_t python = text.find("--- Python stacks (faulthandler) ---");
+  ASSERT_NE(python, std::string::npos) << text;
+  EXPECT_NE(text.find("waiting_in_user_code", python), std::string::npos) << text;
+  agent.signal(SIGTERM);
+  ASSERT_TRUE(agent.wait(30s));
+}
+
 TEST(StatusEndpoint, FailureReportLinksTheTimeline) {
   TempDir logs;
   std::string port = std::to_string(free_port());
