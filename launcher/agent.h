@@ -89,6 +89,8 @@ struct AgentOptions {
   // exit barrier it waits (bounded) until every other agent has left the rendezvous, so their
   // watchers never see the store vanish under them.
   bool hosts_store = false;
+  // The job's flash directory (DLAUNCH_FLASH_DIR for every worker); empty: none.
+  std::string flash_dir;
 };
 
 class Agent {

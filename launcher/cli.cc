@@ -67,6 +67,9 @@ std::vector<FlagSpec> make_specs() {
            "declare a worker hung when its heartbeat file is older than this; 0 = off"),
       flag("shutdown_grace", 0, true, "5", "SECONDS",
            "time between SIGTERM and SIGKILL when stopping workers"),
+      flag("flash_limit", 0, true, "25%", "SIZE|P%|0",
+           "size limit of the job's flash directory (DLAUNCH_FLASH_DIR, a tmpfs): bytes with "
+           "K/M/G suffix, a percentage of RAM, or 0 for none"),
       flag("dry_run", 0, false, "false", "",
            "print the resolved configuration and where each value came from; start nothing"),
       // Slurm (launcher/slurm_launch.h, docs/slurm.md).

@@ -1,5 +1,7 @@
 #include "launcher/launch_config.h"
 
+#include "launcher/flash_dir.h"
+
 #include <dirent.h>
 #include <fmt/format.h>
 #include <sched.h>
@@ -478,6 +480,8 @@ std::string LaunchConfig::describe() const {
       {"hang_timeout",
        to_seconds(hang_timeout) == 0 ? "0 (off)" : fmt::format("{}", to_seconds(hang_timeout))},
       {"shutdown_grace", fmt::format("{}", to_seconds(shutdown_grace))},
+      {"flash_limit", flash_limit == 0 ? "0 (no flash directory)"
+                                       : fmt::format("{} MiB", flash_limit >> 20)},
       {"module", module ? "true" : "false"},
       {"no_python", no_python ? "true" : "false"},
       {"python", python},
@@ -549,6 +553,8 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.role = role.text;
   cfg.hang_timeout = from_seconds(r.seconds("hang_timeout", true));
   cfg.shutdown_grace = from_seconds(r.seconds("shutdown_grace", true));
+  Raw flash_limit = r.raw("flash_limit");
+  cfg.flash_limit = parse_flash_limit(flash_limit.text, flash_limit.what, host_ram_bytes());
   cfg.module = r.boolean("module");
   cfg.no_python = r.boolean("no_python");
   Raw python = r.raw("python");

@@ -76,6 +76,8 @@ struct LaunchConfig {
   std::string role = "default";
   Duration hang_timeout{0};  // zero: off
   Duration shutdown_grace = std::chrono::seconds(5);
+  // Bytes the job's flash directory may hold (flash_dir.h); 0: no flash directory.
+  int64_t flash_limit = 0;
   // The program.
   bool module = false;
   bool no_python = false;
