@@ -287,7 +287,12 @@ Checkpoint decode_checkpoint(const std::vector<uint8_t>& bytes, const std::strin
 }
 
 void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
-  std::vector<uint8_t> bytes = encode_checkpoint(ckpt);
+  write_checkpoint_bytes(path, encode_checkpoint(ckpt), Durability::kFsync);
+}
+
+void write_checkpoint_bytes(const std::string& path, const std::vector<uint8_t>& bytes,
+                            Durability durability) {
+  const bool sync = durability == Durability::kFsync;
   fs::path target(path);
   fs::path tmp = target;
   tmp += fmt::format(".tmp.{}", ::getpid());
@@ -295,7 +300,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
   if (fd < 0) throw SystemError(errno_message("creating checkpoint " + tmp.string(), errno));
   try {
     write_all(fd, bytes.data(), bytes.size(), tmp.string());
-    if (::fsync(fd) != 0) throw SystemError(errno_message("fsync of " + tmp.string(), errno));
+    if (sync && ::fsync(fd) != 0) throw SystemError(errno_message("fsync of " + tmp.string(), errno));
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -307,7 +312,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
     ::unlink(tmp.c_str());
     throw SystemError(errno_message("renaming " + tmp.string() + " to " + path, err));
   }
-  fsync_dir(target.parent_path());
+  if (sync) fsync_dir(target.parent_path());
 }
 
 Checkpoint read_checkpoint(const std::string& path) {

@@ -16,6 +16,7 @@
 #include "common/log.h"
 #include "kernels/ops.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/flash_checkpoint.h"
 #include "worker/data/batch_loader.h"
 #include "worker/data/dataset.h"
 #include "worker/data/distributed_sampler.h"
@@ -170,6 +171,7 @@ class Trainer {
   // Rank 0: which checkpoint to resume from (nullopt: a fresh start), after clearing leftovers;
   // refuses an --output_dir whose checkpoints this run must not mix with.
   std::optional<ckpt::LoadedCheckpoint> choose_checkpoint();
+  std::optional<ckpt::LoadedCheckpoint> choose_disk_checkpoint();
   void overwrite_output_dir();
   void train_epoch(int64_t epoch);
   // Every rank: whether any rank received a stop signal (the largest signal number, 0: none).
@@ -180,6 +182,14 @@ class Trainer {
   // the epoch's all-reduced totals so far. Returns the path written ("" on ranks other than 0).
   std::string save_checkpoint(int64_t epochs_done, int64_t epoch_step = 0,
                               const double* epoch_totals = nullptr);
+  ckpt::Checkpoint build_checkpoint(int64_t epochs_done, int64_t epoch_step,
+                                    const double* epoch_totals);
+  // --flash_every: after step `epoch_step` of epoch `epoch` (0-based), every rank all-reduces the
+  // epoch's totals so far; each node's local rank 0 writes the state to the flash directory.
+  void save_flash(int64_t epoch, int64_t epoch_step, const double* epoch_totals);
+  // Writes `bytes` to the flash copy; a failure (ENOSPC beyond --flash_limit) turns flash
+  // copies off with one warning: training goes on with disk checkpoints.
+  void write_flash(const std::string& name, const std::vector<uint8_t>& bytes);
   void to_tensor(const data::Batch& b);
 
   const TrainConfig& c_;
@@ -207,6 +217,10 @@ class Trainer {
   int64_t stop_checks_ = 0;
   double stop_check_secs_ = 0;
   TrainSummary summary_;
+  std::unique_ptr<ckpt::FlashWriter> flash_;  // null: no flash copies on this rank
+  int64_t flash_writes_ = 0;  // mid-epoch flash copies and the seconds they took (all ranks)
+  double flash_secs_ = 0;
+  ckpt::BackgroundPersister persister_;     // rank 0's disk checkpoints, off this thread
 };
 
 void Trainer::load_data() {
@@ -283,6 +297,13 @@ void Trainer::overwrite_output_dir() {
 }
 
 std::optional<ckpt::LoadedCheckpoint> Trainer::choose_checkpoint() {
+  std::optional<ckpt::LoadedCheckpoint> disk = choose_disk_checkpoint();
+  // A restarted worker of this job finds the flash copy its predecessor left (--flash_every).
+  if (c_.resume != "auto" || c_.overwrite || !flash_) return disk;
+  return ckpt::newest_with_flash(std::move(disk), flash_->dir());
+}
+
+std::optional<ckpt::LoadedCheckpoint> Trainer::choose_disk_checkpoint() {
   for (const std::string& path : ckpt::remove_stale_temporaries(c_.output_dir)) {
     log_info("removed {}, left by a checkpoint write that was interrupted", path);
   }
@@ -505,6 +526,9 @@ void Trainer::train_epoch(int64_t epoch) {
                        (epoch_tot[2] - resumed_images) * pg_.size() /
                            std::max(seconds_since(epoch_start), 1e-9));
     }
+    if (c_.flash_every > 0 && global_step_ % c_.flash_every == 0 && i < steps) {
+      save_flash(epoch, i, epoch_tot);
+    }
     // After the step's logging, so the metrics show the step the worker died after.
     if (global_step_ == fault_.fail_at_step && pg_.rank() == fault_.fail_rank) {
       log_warning("fault injection: killing rank {} after step {} (DTRAIN_FAIL_AT_STEP)", pg_.rank(),
@@ -608,6 +632,48 @@ std::pair<double, double> Trainer::evaluate() {
 std::string Trainer::save_checkpoint(int64_t epochs_done, int64_t epoch_step,
                                      const double* epoch_totals) {
   if (!rank0_) return "";
+  const std::string name = epoch_step > 0
+                               ? ckpt::partial_checkpoint_file_name(epochs_done, global_step_)
+                               : ckpt::checkpoint_file_name(epochs_done);
+  std::string path = (fs::path(c_.output_dir) / name).string();
+  // Encoded once: the flash copy now, the disk file from the same bytes on the persister's
+  // thread (fsync and pruning off the training thread).
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(
+      ckpt::encode_checkpoint(build_checkpoint(epochs_done, epoch_step, epoch_totals)));
+  if (flash_) write_flash(name, *bytes);
+  persister_.submit(bytes, path, [dir = c_.output_dir, run = run_id_] {
+    ckpt::prune_checkpoints(dir, kCheckpointsKept, run);
+  });
+  return path;
+}
+
+void Trainer::save_flash(int64_t epoch, int64_t epoch_step, const double* epoch_totals) {
+  // Summed over the ranks (rank 0 carries a resumed epoch's totals), as a stop's checkpoint.
+  double tot[3] = {epoch_totals[0], epoch_totals[1], epoch_totals[2]};
+  pg_.allreduce(tot, 3, comm::ReduceOp::kSum);
+  if (!flash_) return;
+  // The copy's own cost (the all-reduce above mostly waits for the slowest rank, which the next
+  // gradient all-reduce would wait for anyway).
+  const auto t0 = Clock::now();
+  write_flash(ckpt::partial_checkpoint_file_name(epoch, global_step_),
+              ckpt::encode_checkpoint(build_checkpoint(epoch, epoch_step, tot)));
+  flash_secs_ += seconds_since(t0);
+  ++flash_writes_;
+}
+
+void Trainer::write_flash(const std::string& name, const std::vector<uint8_t>& bytes) {
+  try {
+    flash_->write(name, bytes);
+  } catch (const SystemError& e) {
+    log_warning("flash copies are off from step {} on: {} (raise dlaunch's --flash_limit; disk "
+                "checkpoints go on)",
+                global_step_, e.what());
+    flash_.reset();
+  }
+}
+
+ckpt::Checkpoint Trainer::build_checkpoint(int64_t epochs_done, int64_t epoch_step,
+                                           const double* epoch_totals) {
   ckpt::Checkpoint ck;
   ck.meta = {{"format", "dtrain"},
              {"run_id", run_id_},
@@ -640,14 +706,7 @@ std::string Trainer::save_checkpoint(int64_t epochs_done, int64_t epoch_step,
            std::vector<float>(buffers[i]->data(), buffers[i]->data() + buffers[i]->numel()));
   }
   ck.add("optimizer.state", optimizer_->state());
-  const std::string name = epoch_step > 0
-                               ? ckpt::partial_checkpoint_file_name(epochs_done, global_step_)
-                               : ckpt::checkpoint_file_name(epochs_done);
-  std::string path = (fs::path(c_.output_dir) / name).string();
-  ckpt::write_checkpoint(path, ck);
-  ckpt::prune_checkpoints(c_.output_dir, kCheckpointsKept, run_id_);
-  log_debug("wrote {}", path);
-  return path;
+  return ck;
 }
 
 TrainSummary Trainer::run() {
@@ -661,6 +720,15 @@ TrainSummary Trainer::run() {
   }
   load_data();
   build_model();
+  // Every node's local rank 0 keeps a flash copy (rank 0's node may not be the one that hosts
+  // rank 0 after a re-rendezvous); rank 0 reads its node's copy when resuming.
+  if (c_.flash_every > 0 && env_.local_rank == 0 && !env_.flash_dir.empty()) {
+    try {
+      flash_ = std::make_unique<ckpt::FlashWriter>(env_.flash_dir);
+    } catch (const SystemError& e) {
+      log_warning("no flash copies: {}", e.what());
+    }
+  }
   int64_t start_epoch = 0;
   if (auto meta = resume()) {
     start_epoch = meta->value("epoch", int64_t{0});
@@ -744,6 +812,12 @@ TrainSummary Trainer::run() {
               1e6 * stop_check_secs_ / static_cast<double>(stop_checks_));
   }
   summary_.steps = global_step_;
+  persister_.wait();  // the checkpoints handed to the background writer are on disk
+  if (rank0_ && flash_writes_ > 0) {
+    log_info("flash copies: {} mid-epoch writes{}, {:.2f} ms each on average", flash_writes_,
+             flash_ ? " to " + flash_->dir() : std::string(" (turned off on the way)"),
+             1e3 * flash_secs_ / static_cast<double>(flash_writes_));
+  }
   if (rank0_) {
     std::string svg = (fs::path(c_.output_dir) / "curves.svg").string();
     metrics::write_curves_svg(svg, metrics::read_metrics(metrics_->path()),
