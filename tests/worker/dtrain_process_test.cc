@@ -557,6 +557,8 @@ TEST_F(DtrainProcessTest, KilledWorkerResumesFromTheFlashCopyWithTheSameLosses) 
                         "done, continuing epoch 2 after its step 1"),
             std::string::npos)
       << killed;
+  // The restarted workers took the data from the flash directory too (and got the same samples).
+  EXPECT_NE(killed.find("data: taken from the flash directory"), std::string::npos) << killed;
   const auto a = losses("whole"), b = losses("killed");
   ASSERT_EQ(a.size(), 16u) << whole;
   ASSERT_EQ(b.size(), 16u) << killed;

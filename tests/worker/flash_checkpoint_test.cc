@@ -11,6 +11,7 @@
 
 #include "common/error.h"
 #include "tests/support/subprocess.h"
+#include "worker/data/split_cache.h"
 
 namespace dlaunch::ckpt {
 namespace {
@@ -95,6 +96,34 @@ TEST(BackgroundPersister, WritesInOrderRunsTheFollowUpAndReportsFailures) {
     p.wait();
     EXPECT_TRUE(fs::exists(disk.file("five.dtck")));
   }
+}
+
+TEST(SplitCache, RoundTripsTheSplitsAndIgnoresADamagedCopy) {
+  TempDir flash;
+  data::ImageFolderOptions opts;
+  const std::string key = data::split_cache_key("synthetic", "data", 7, opts);
+  EXPECT_NE(key, data::split_cache_key("synthetic", "data", 8, opts));
+  EXPECT_FALSE(data::read_split_cache(flash.path(), key).has_value());
+  data::DatasetSplits s = data::load_splits("synthetic", "data", 7);
+  s.train.classes = {"a", "b"};  // carried like the rest of the metadata
+  data::write_split_cache(flash.path(), key, s);
+  auto back = data::read_split_cache(flash.path(), key);
+  ASSERT_TRUE(back.has_value());
+  EXPECT_EQ(back->train.pixels, s.train.pixels);
+  EXPECT_EQ(back->train.labels, s.train.labels);
+  EXPECT_EQ(back->test.pixels, s.test.pixels);
+  EXPECT_EQ(back->train.name, s.train.name);
+  EXPECT_EQ(back->train.classes, s.train.classes);
+  EXPECT_EQ(back->test.mean, s.test.mean);
+  // Another key never reads this copy; a flipped byte makes it unreadable (and it is reloaded).
+  EXPECT_FALSE(data::read_split_cache(flash.path(), data::split_cache_key("mnist", "d", 7, opts)));
+  const std::string file = fs::directory_iterator(flash.path())->path().string();
+  {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(1000);
+    f.put('\x5a');
+  }
+  EXPECT_FALSE(data::read_split_cache(flash.path(), key).has_value());
 }
 
 }  // namespace

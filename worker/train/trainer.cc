@@ -20,6 +20,7 @@
 #include "worker/data/batch_loader.h"
 #include "worker/data/dataset.h"
 #include "worker/data/distributed_sampler.h"
+#include "worker/data/split_cache.h"
 #include "worker/ddp/data_parallel.h"
 #include "worker/metrics/metrics_log.h"
 #include "worker/metrics/progress_bar.h"
@@ -228,7 +229,17 @@ void Trainer::load_data() {
   folder.skip_bad_images = c_.skip_bad_images;
   folder.threads = kernels::cpu::num_threads();
   const auto start = Clock::now();
-  data::DatasetSplits splits = data::load_splits(c_.dataset, c_.data_dir, c_.seed, folder);
+  // A worker restarted by dlaunch finds the data its predecessor loaded in the flash directory.
+  const std::string cache_dir = c_.flash_every > 0 ? env_.flash_dir : std::string();
+  const std::string cache_key = data::split_cache_key(c_.dataset, c_.data_dir, c_.seed, folder);
+  std::optional<data::DatasetSplits> cached;
+  if (!cache_dir.empty()) cached = data::read_split_cache(cache_dir, cache_key);
+  data::DatasetSplits splits =
+      cached ? std::move(*cached) : data::load_splits(c_.dataset, c_.data_dir, c_.seed, folder);
+  if (!cache_dir.empty() && !cached && env_.local_rank == 0) {
+    data::write_split_cache(cache_dir, cache_key, splits);
+  }
+  if (cached && rank0_) log_info("data: taken from the flash directory (loaded by an earlier attempt)");
   if (rank0_ && c_.dataset == "imagefolder") {
     log_info("data: imagefolder {}: decoded {} + {} images of {}x{} in {:.2f} s on {} threads",
              c_.data_dir, splits.train.size(), splits.test.size(), splits.train.width,
