@@ -588,6 +588,40 @@ Proc spawn_dlaunch_dtrain(const std::vector<std::string>& dtrain_args,
   return spawn_dlaunch(args, env, log_path);
 }
 
+// Issue 14: an epoch stopped inside by a world of 2 goes on in a world of 1 with exactly the
+// samples not trained yet (the two ranks took the first 2 * 16 * s entries of the epoch's
+// permutation; distributed_sampler_test checks the samples themselves): s steps, then
+// (4000 - 32 s) / 16 steps alone, where starting the epoch over would take 250.
+TEST_F(DtrainProcessTest, EpochStoppedByTwoWorkersGoesOnAloneWithTheUnseenSamples) {
+  const std::vector<std::string> args = {"--width=8", "--batch_size=16", "--epochs=1",
+                                         "--log_every=1", "--output_dir=" + (dir_ / "out").string()};
+  Proc pair = spawn_dlaunch_dtrain(args,
+                                   {{"DTRAIN_LIMIT_TRAIN_SAMPLES", "4000"},
+                                    {"DTRAIN_LIMIT_TEST_SAMPLES", "200"},
+                                    {"DLAUNCH_CONV_CACHE", (dir_ / "conv_choices.txt").string()}},
+                                   log("pair.log"));
+  ASSERT_TRUE(wait_for_step(dir_ / "out" / "metrics.jsonl", 3, pair.pid)) << slurp(pair.log);
+  ::kill(pair.pid, SIGTERM);
+  ASSERT_EQ(wait_for(pair), 128 + SIGTERM) << slurp(pair.log);
+  const int64_t s = step_lines(dir_ / "out" / "metrics.jsonl").back()["step"];
+  ASSERT_LT(s, 125) << "the epoch ended before the signal; make it longer";
+  ASSERT_TRUE(fs::exists(dir_ / "out" / ckpt::partial_checkpoint_file_name(0, s))) << slurp(pair.log);
+
+  std::vector<std::string> env = small_env();
+  env[0] = "DTRAIN_LIMIT_TRAIN_SAMPLES=4000";
+  Proc alone = spawn_dtrain(args, env, log("alone.log"));
+  ASSERT_EQ(wait_for(alone), 0) << slurp(alone.log);
+  EXPECT_NE(slurp(alone.log).find(fmt::format("the epoch goes on with the {} of its 4000 samples "
+                                              "not trained yet",
+                                              4000 - 32 * s)),
+            std::string::npos)
+      << slurp(alone.log);
+  auto epochs = epoch_lines(dir_ / "out" / "metrics.jsonl");
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0]["step"], s + (4000 - 32 * s + 15) / 16);
+  EXPECT_EQ(epochs[0]["world_size"], 1);
+}
+
 // Issue 18: three c10d agents, one SIGKILLed while dtrain trains. The survivors' workers fail
 // at once (gloo connection errors); that must be settled as the loss of a node, not a worker
 // failure: with --max_restarts 0 the two remaining nodes re-form (a new round, a store

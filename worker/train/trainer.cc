@@ -213,6 +213,11 @@ class Trainer {
   std::string run_id_;  // rank 0: the identity written into every checkpoint of this run
   // Resuming inside an epoch: the steps of it already done and its totals so far.
   int64_t resume_epoch_step_ = 0;
+  // Resuming inside an epoch trained by another world or batch size: how many entries of the
+  // epoch's permutation were trained (a prefix, distributed_sampler.h). And, for the epoch in
+  // progress, that prefix when it began here (0: it began at its start), for its checkpoints.
+  int64_t resume_seen_ = 0;
+  int64_t epoch_seen_before_ = 0;
   double resume_totals_[3] = {0, 0, 0};
   // The cost of agreeing on stop signals: all-reduces and the seconds they took.
   int64_t stop_checks_ = 0;
@@ -472,8 +477,19 @@ int Trainer::agree_stop() {
 void Trainer::train_epoch(int64_t epoch) {
   data::DistributedSampler sampler(train_set_.size(), pg_.size(), pg_.rank(), /*shuffle=*/true,
                                    c_.seed, /*drop_last=*/false);
-  std::vector<int64_t> indices = sampler.indices(epoch);
+  // After a re-form at another world size, the rest of the epoch's samples, shared anew.
+  const int64_t seen_before = epoch_seen_before_ = std::exchange(resume_seen_, 0);
+  std::vector<int64_t> indices =
+      seen_before > 0 ? sampler.indices_after(epoch, seen_before) : sampler.indices(epoch);
   const int64_t steps = (static_cast<int64_t>(indices.size()) + c_.batch_size - 1) / c_.batch_size;
+  // Where step i of this epoch stands in it, for the learning-rate schedule.
+  const double n_train = static_cast<double>(train_set_.size());
+  auto fraction = [&](int64_t i) {
+    if (seen_before == 0) return static_cast<double>(i) / static_cast<double>(steps);
+    return (static_cast<double>(seen_before) +
+            static_cast<double>(i) / static_cast<double>(steps) * (n_train - static_cast<double>(seen_before))) /
+           n_train;
+  };
   // Resuming inside this epoch: the sampler's order is a pure function of (seed, epoch), so
   // skipping the batches already trained continues exactly where the stop happened.
   const int64_t skip = std::min(resume_epoch_step_, steps);
@@ -490,10 +506,10 @@ void Trainer::train_epoch(int64_t epoch) {
   const double resumed_images = epoch_tot[2];
   resume_epoch_step_ = 0;
   std::fill(resume_totals_, resume_totals_ + 3, 0.0);
-  double lr = lr_at(schedule_, static_cast<double>(epoch) + static_cast<double>(skip) / steps);
+  double lr = lr_at(schedule_, static_cast<double>(epoch) + fraction(skip));
   int64_t i = skip;
   while (auto batch = loader.next()) {
-    double progress = static_cast<double>(epoch) + static_cast<double>(i) / steps;
+    double progress = static_cast<double>(epoch) + fraction(i);
     lr = lr_at(schedule_, progress);
     to_tensor(*batch);
     ddp::StepResult r = dp_->train_step(images_, batch->labels.data());
@@ -702,6 +718,8 @@ ckpt::Checkpoint Trainer::build_checkpoint(int64_t epochs_done, int64_t epoch_st
              {"rng", {{"seed", c_.seed}, {"kind", "splitmix64 counter-based"}}}};
   if (epoch_step > 0) {
     ck.meta["epoch_step"] = epoch_step;
+    // The epoch began here after a prefix trained by another world: epoch_step counts from there.
+    if (epoch_seen_before_ > 0) ck.meta["epoch_seen_before"] = epoch_seen_before_;
     ck.meta["epoch_totals"] = {epoch_totals[0], epoch_totals[1], epoch_totals[2]};
   }
   // The last evaluation, so a run that resumes with nothing left to train can still report it.
@@ -753,17 +771,20 @@ TrainSummary Trainer::run() {
       // the same step number means other samples, so the epoch is redone from its start.
       const int64_t world = meta->value("world_size", int64_t{0});
       const int64_t batch = meta->value("batch_size", int64_t{0});
-      if (world == pg_.size() && batch == c_.batch_size) {
+      const int64_t seen_before = meta->value("epoch_seen_before", int64_t{0});
+      const json totals = meta->value("epoch_totals", json::array({0, 0, 0}));
+      for (size_t k = 0; k < 3 && k < totals.size(); ++k) resume_totals_[k] = totals[k].get<double>();
+      if (seen_before == 0 && world == pg_.size() && batch == c_.batch_size) {
         resume_epoch_step_ = epoch_step;
-        const json totals = meta->value("epoch_totals", json::array({0, 0, 0}));
-        for (size_t k = 0; k < 3 && k < totals.size(); ++k) resume_totals_[k] = totals[k].get<double>();
       } else {
-        global_step_ -= epoch_step;
+        // The ranks that trained took a prefix of the epoch's permutation (padding aside):
+        // the rest is shared among this world (distributed_sampler.h), no sample twice.
+        resume_seen_ = std::min<int64_t>(seen_before + epoch_step * batch * world, train_set_.size() - 1);
         if (rank0_) {
-          log_warning("the checkpoint stopped after step {} of epoch {} with {} worker(s) of batch "
-                      "{}; now {} of batch {}: the epoch starts over (its samples are sharded "
-                      "differently)",
-                      epoch_step, start_epoch + 1, world, batch, pg_.size(), c_.batch_size);
+          log_info("the checkpoint stopped inside epoch {} with {} worker(s) of batch {}; now {} "
+                   "of batch {}: the epoch goes on with the {} of its {} samples not trained yet",
+                   start_epoch + 1, world, batch, pg_.size(), c_.batch_size,
+                   train_set_.size() - resume_seen_, train_set_.size());
         }
       }
     }
