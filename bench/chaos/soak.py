@@ -113,7 +113,7 @@ class Job:
                "--rdzv_id=soak", f"--local_addr={addr}",
                "--rdzv_conf=last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3",
                "--max_restarts=100000", f"--hang_timeout={self.args.hang_timeout}",
-               "--shutdown_grace=3", f"{self.args.build}/bin/dtrain", "--width=8",
+               "--shutdown_grace=3", f"--log_dir={self.work}/logs", f"{self.args.build}/bin/dtrain", "--width=8",
                "--batch_size=16", "--epochs=100000", "--log_every=1", "--eval_every=0",
                f"--flash_every={self.args.flash_every}", f"--output_dir={self.out}"]
         env = dict(os.environ, DTRAIN_LIMIT_TRAIN_SAMPLES="2000", DTRAIN_LIMIT_TEST_SAMPLES="100",
@@ -165,7 +165,8 @@ def main():
     rng = random.Random(args.seed)
     kinds = args.kinds.split(",")
     shm_before = set(os.listdir("/dev/shm"))
-    work = tempfile.mkdtemp(prefix="dlaunch_soak_")
+    # Everything of the job (agents' run directories with --log_dir too) goes under one directory.
+    work = tempfile.mkdtemp(prefix="chaos_soak_")
     job = Job(args, work)
     metrics = os.path.join(job.out, "metrics.jsonl")
     faults = []

@@ -537,7 +537,7 @@ void Trainer::train_epoch(int64_t epoch) {
       if (rank0_) {
         metrics_->write({{"kind", "step"},
                          {"epoch", epoch + 1},
-                         {"epoch_progress", static_cast<double>(epoch) + static_cast<double>(i) / steps},
+                         {"epoch_progress", static_cast<double>(epoch) + fraction(i)},
                          {"step", global_step_},
                          {"loss", w[0] / w[2]},
                          {"train_accuracy", w[1] / w[2]},
@@ -767,8 +767,9 @@ TrainSummary Trainer::run() {
     summary_.test_accuracy = meta->value("test_accuracy", std::nan(""));
     const int64_t epoch_step = meta->value("epoch_step", int64_t{0});
     if (epoch_step > 0) {
-      // The steps done inside the epoch index this world's and batch size's shards: with others
-      // the same step number means other samples, so the epoch is redone from its start.
+      // The steps done inside the epoch index the shards of the world and batch size that did
+      // them: the same world skips as many of its batches; another one (or an epoch that began
+      // after such a change) goes on with the samples of the permutation not trained yet.
       const int64_t world = meta->value("world_size", int64_t{0});
       const int64_t batch = meta->value("batch_size", int64_t{0});
       const int64_t seen_before = meta->value("epoch_seen_before", int64_t{0});
