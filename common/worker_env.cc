@@ -33,6 +33,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
   if (!omp_num_threads.empty()) env.emplace_back(n::kOmpNumThreads, omp_num_threads);
   if (!heartbeat_file.empty()) env.emplace_back(n::kHeartbeatFile, heartbeat_file);
   if (console_tty) env.emplace_back(n::kConsoleTty, "1");
+  if (!flash_dir.empty()) env.emplace_back(n::kFlashDir, flash_dir);
   return env;
 }
 
@@ -75,6 +76,7 @@ WorkerEnv WorkerEnv::from_environ() {
   env.omp_num_threads = get_env_or(n::kOmpNumThreads, "");
   env.heartbeat_file = get_env_or(n::kHeartbeatFile, "");
   env.console_tty = get_env_or(n::kConsoleTty, "") == "1";
+  env.flash_dir = get_env_or(n::kFlashDir, "");
   env.node_id = get_env_or(n::kNodeId, "");
   env.attempt = get_env_int(n::kAttempt).value_or(env.restart_count);
   return env;

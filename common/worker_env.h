@@ -40,6 +40,8 @@ inline constexpr const char kAttempt[] = "DLAUNCH_ATTEMPT";
 inline constexpr const char kJobToken[] = "DLAUNCH_JOB_TOKEN";
 // "1" when the worker's stdout reaches a terminal through dlaunch (its own stdout is a pipe).
 inline constexpr const char kConsoleTty[] = "DLAUNCH_CONSOLE_TTY";
+// The job's memory-backed directory, kept by the agent across worker restarts (flash_dir.h).
+inline constexpr const char kFlashDir[] = "DLAUNCH_FLASH_DIR";
 }  // namespace env_names
 
 struct WorkerEnv {
@@ -64,6 +66,7 @@ struct WorkerEnv {
   std::string node_id;
   int64_t attempt = 0;
   bool console_tty = false;  // set as DLAUNCH_CONSOLE_TTY=1 only when true
+  std::string flash_dir;     // empty: not set (--flash_limit 0, or not under dlaunch)
 
   // The variables in a fixed order, ready for execve. Empty optional fields are left out.
   std::vector<std::pair<std::string, std::string>> to_env() const;

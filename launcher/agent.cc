@@ -559,6 +559,7 @@ struct Agent::Impl {
     // Progress bars draw only on a terminal; through dlaunch the worker's stdout is a pipe, so
     // say whether its lines end up on one.
     e.console_tty = console_is_terminal && cfg.console_shows(local_rank, 1);
+    e.flash_dir = opts.flash_dir;
     return e;
   }
 

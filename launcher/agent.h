@@ -100,6 +100,8 @@ struct AgentOptions {
   std::shared_ptr<TcpStoreServer> store_server;
   std::optional<std::string> job_token;
   bool status_endpoint = false;
+  // The job's flash directory (DLAUNCH_FLASH_DIR for every worker); empty: none.
+  std::string flash_dir;
 };
 
 class Agent {

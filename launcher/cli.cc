@@ -84,6 +84,9 @@ std::vector<FlagSpec> make_specs() {
       flag("status_addr", 0, true, "", "ADDR",
            "address the status endpoint binds (default: --local_addr, else 127.0.0.1 for one "
            "node, this host's name for several); 0.0.0.0 serves every interface"),
+      flag("flash_limit", 0, true, "25%", "SIZE|P%|0",
+           "size limit of the job's flash directory (DLAUNCH_FLASH_DIR, a tmpfs): bytes with "
+           "K/M/G suffix, a percentage of RAM, or 0 for none"),
       flag("dry_run", 0, false, "false", "",
            "print the resolved configuration and where each value came from; start nothing"),
       // Slurm (launcher/slurm_launch.h, docs/slurm.md).

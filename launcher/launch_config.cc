@@ -1,5 +1,7 @@
 #include "launcher/launch_config.h"
 
+#include "launcher/flash_dir.h"
+
 #include <dirent.h>
 #include <fmt/format.h>
 #include <sched.h>
@@ -486,6 +488,8 @@ std::string LaunchConfig::describe() const {
       {"status_addr", status_addr.empty()
                           ? "(--local_addr, else loopback for one node, the host name for several)"
                           : status_addr},
+      {"flash_limit", flash_limit == 0 ? "0 (no flash directory)"
+                                       : fmt::format("{} MiB", flash_limit >> 20)},
       {"module", module ? "true" : "false"},
       {"no_python", no_python ? "true" : "false"},
       {"python", python},
@@ -565,6 +569,8 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   cfg.shutdown_grace = from_seconds(r.seconds("shutdown_grace", true));
   cfg.status_port = r.integer("status_port", -1, 65535);
   cfg.status_addr = r.str("status_addr");
+  Raw flash_limit = r.raw("flash_limit");
+  cfg.flash_limit = parse_flash_limit(flash_limit.text, flash_limit.what, host_ram_bytes());
   cfg.module = r.boolean("module");
   cfg.no_python = r.boolean("no_python");
   Raw python = r.raw("python");

@@ -86,6 +86,8 @@ struct LaunchConfig {
   // else loopback for one node and the host name for several.
   int64_t status_port = 0;
   std::string status_addr;
+  // Bytes the job's flash directory may hold (flash_dir.h); 0: no flash directory.
+  int64_t flash_limit = 0;
   // The program.
   bool module = false;
   bool no_python = false;

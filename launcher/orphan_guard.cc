@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -20,12 +21,66 @@ namespace {
 
 constexpr size_t kRecord = 1 + sizeof(int32_t);
 constexpr size_t kMaxGroups = 65536;
+constexpr size_t kMaxPaths = 4;
+constexpr size_t kMaxPath = 4096;  // with its terminating NUL
+constexpr int kMaxDepth = 16;      // directory levels removed (each takes a stack buffer)
+
+// getdents64's record; glibc has no declaration for the raw call.
+struct LinuxDirent64 {
+  uint64_t d_ino;
+  int64_t d_off;
+  unsigned short d_reclen;
+  unsigned char d_type;
+  char d_name[1];
+};
+
+void remove_entry(int dirfd, const char* name, int depth);
+
+// Deletes everything in the open directory `fd`. Entries are removed while the directory is
+// read, so it is read again from the start until a pass finds nothing (bounded: an entry that
+// cannot be removed must not keep the guard forever).
+void clear_dir(int fd, int depth) {
+  alignas(8) char buf[2048];
+  for (int pass = 0; pass < 64; ++pass) {
+    if (lseek(fd, 0, SEEK_SET) != 0) return;
+    bool any = false;
+    while (true) {
+      long n = ::syscall(SYS_getdents64, fd, buf, sizeof(buf));
+      if (n <= 0) break;
+      for (long off = 0; off < n;) {
+        auto* d = reinterpret_cast<LinuxDirent64*>(buf + off);
+        off += d->d_reclen;
+        const char* nm = d->d_name;
+        if (nm[0] == '.' && (nm[1] == '\0' || (nm[1] == '.' && nm[2] == '\0'))) continue;
+        remove_entry(fd, nm, depth);
+        any = true;
+      }
+    }
+    if (!any) return;
+  }
+}
+
+// Removes `name` (relative to `dirfd`): a file, or a directory with its contents. System calls
+// only: the guard may not allocate.
+void remove_entry(int dirfd, const char* name, int depth) {
+  if (unlinkat(dirfd, name, 0) == 0 || errno == ENOENT) return;
+  if (errno != EISDIR) return;
+  if (depth > 0) {
+    int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0) {
+      clear_dir(fd, depth - 1);
+      close(fd);
+    }
+  }
+  unlinkat(dirfd, name, AT_REMOVEDIR);
+}
 
 // Runs in the forked guard: only async-signal-safe calls from here on (the agent may have had
 // threads). Group ids live in a fixed array: no allocation.
 [[noreturn]] void guard_main(int fd) {
   static pid_t groups[kMaxGroups];
-  size_t n = 0;
+  static char paths[kMaxPaths][kMaxPath];
+  size_t n = 0, n_paths = 0;
   // Terminal signals go to the agent's process group; the guard must outlive them long enough
   // to act if the agent then dies without cleaning up.
   setpgid(0, 0);
@@ -35,7 +90,8 @@ constexpr size_t kMaxGroups = 65536;
   signal(SIGUSR1, SIG_IGN);
   signal(SIGUSR2, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
-  char buf[kRecord * 256];
+  // Room for a path record (kRecord + kMaxPath) and then some.
+  static char buf[2 * kMaxPath + kRecord * 256];
   size_t have = 0;
   while (true) {
     ssize_t r = read(fd, buf + have, sizeof(buf) - have);
@@ -48,7 +104,17 @@ constexpr size_t kMaxGroups = 65536;
       std::memcpy(&pg, buf + off + 1, sizeof(pg));
       char op = buf[off];
       if (op == 'q') _exit(0);
-      if (op == '+' && n < kMaxGroups) {
+      if (op == 'p') {
+        // A path record: its length, then its bytes (remove_on_death keeps it below kMaxPath).
+        size_t len = static_cast<size_t>(pg);
+        if (off + kRecord + len > have) break;  // the rest is still in the pipe
+        if (n_paths < kMaxPaths && len < kMaxPath) {
+          std::memcpy(paths[n_paths], buf + off + kRecord, len);
+          paths[n_paths][len] = '\0';
+          ++n_paths;
+        }
+        off += len;
+      } else if (op == '+' && n < kMaxGroups) {
         groups[n++] = pg;
       } else if (op == '-') {
         for (size_t i = 0; i < n; ++i) {
@@ -63,6 +129,11 @@ constexpr size_t kMaxGroups = 65536;
     have -= off;
   }
   for (size_t i = 0; i < n; ++i) kill(-groups[i], SIGKILL);
+  // Lazily: a dying worker may still hold a file open there; the memory goes when it is gone.
+  for (size_t i = 0; i < n_paths; ++i) {
+    umount2(paths[i], MNT_DETACH);
+    remove_entry(AT_FDCWD, paths[i], kMaxDepth);
+  }
   _exit(0);
 }
 
@@ -117,6 +188,24 @@ void OrphanGuard::send(char op, pid_t pgid) {
 }
 
 void OrphanGuard::add_group(pid_t pgid) { send('+', pgid); }
+
+bool OrphanGuard::remove_on_death(const std::string& path) {
+  if (fd_ < 0 || path.empty() || path.size() >= kMaxPath) return false;
+  std::string rec(kRecord, '\0');
+  rec[0] = 'p';
+  int32_t len = static_cast<int32_t>(path.size());
+  std::memcpy(&rec[1], &len, sizeof(len));
+  rec += path;
+  // Larger than PIPE_BUF is possible, so write in a loop; only the loop thread writes here.
+  size_t done = 0;
+  while (done < rec.size()) {
+    ssize_t w = write(fd_, rec.data() + done, rec.size() - done);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    done += static_cast<size_t>(w);
+  }
+  return true;
+}
 void OrphanGuard::remove_group(pid_t pgid) { send('-', pgid); }
 
 void OrphanGuard::stop() {

@@ -3,7 +3,8 @@
 // children do not: the kernel only signals direct children. The guard is a tiny process forked
 // at start-up that blocks reading a pipe from the agent; the agent tells it which process groups
 // are live. When the pipe reaches end-of-file without a "clean exit" record, the agent is gone,
-// and the guard SIGKILLs every group it knows, then exits.
+// and the guard SIGKILLs every group it knows, removes the paths it was given (the job's flash
+// directory: unmounted if it is a mount point, then deleted with its contents), then exits.
 //
 // It covers everything that stays in a worker's process group (the default for children,
 // DataLoader workers, shells). A descendant that calls setsid() leaves the group; while the
@@ -20,6 +21,8 @@
 
 #include <sys/types.h>
 
+#include <string>
+
 namespace dlaunch {
 
 class OrphanGuard {
@@ -31,6 +34,10 @@ class OrphanGuard {
 
   void add_group(pid_t pgid);
   void remove_group(pid_t pgid);
+  // A directory to unmount (lazily) and delete when the agent dies without a clean exit, after
+  // the groups are killed. At most 4 paths of up to 4095 bytes; longer ones are refused
+  // (returns false, nothing sent).
+  bool remove_on_death(const std::string& path);
   // Clean exit: the guard exits without killing anything. Idempotent. Returns within about a
   // second even when the guard cannot run (SIGSTOPped): it is then SIGKILLed.
   void stop();

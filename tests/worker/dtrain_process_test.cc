@@ -16,6 +16,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -481,6 +482,7 @@ TEST_F(DtrainProcessTest, KilledWorkerResumesUnderDlaunch) {
                                    "--hang_timeout=120", DTRAIN_BINARY};
   for (auto& a : small_run(4)) args.push_back(a);
   args.push_back("--sync_bn");
+  args.push_back("--flash_every=0");  // the disk path: KilledWorkerResumesFromTheFlashCopy... has the other
   std::string log_path = log("dlaunch.log");
   Proc p = spawn_dlaunch(args,
                          {{"DTRAIN_FAIL_AT_STEP", "20"},
@@ -519,6 +521,63 @@ TEST_F(DtrainProcessTest, KilledWorkerResumesUnderDlaunch) {
   EXPECT_LT(epochs[2]["loss"].get<double>(), epochs[0]["loss"].get<double>());
 }
 
+// Issue 14: rank 1 is SIGKILLed after global step 11 (step 3 of epoch 2, 8 steps per epoch). With
+// --flash_every 3 the restarted group resumes from the flash copy of step 9 in dlaunch's flash
+// directory (not the epoch-1 checkpoint), redoes steps 10 and 11, and every step's loss equals
+// an uninterrupted run's, bit for bit (direct convolutions and a fixed all-reduce order make a
+// step a pure function of the state), as does the evaluation at the end: the flash copy holds
+// the whole state (parameters, momentum, BN statistics, the sampler's place in the epoch).
+TEST_F(DtrainProcessTest, KilledWorkerResumesFromTheFlashCopyWithTheSameLosses) {
+  auto train = [&](const std::string& name, bool kill) {
+    std::vector<std::string> args = {"--standalone", "--nproc_per_node=2", "--max_restarts=1",
+                                     "--hang_timeout=120", DTRAIN_BINARY, "--width=16",
+                                     "--batch_size=32", "--epochs=2", "--log_every=1",
+                                     "--flash_every=3", "--output_dir=" + (dir_ / name).string()};
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"DTRAIN_LIMIT_TRAIN_SAMPLES", "512"}, {"DTRAIN_LIMIT_TEST_SAMPLES", "200"},
+        {"DLAUNCH_CONV_ALGO", "direct"}, {"DLAUNCH_CONV_CACHE", "off"}};
+    if (kill) {
+      env.emplace_back("DTRAIN_FAIL_AT_STEP", "11");
+      env.emplace_back("DTRAIN_FAIL_RANK", "1");
+    }
+    Proc p = spawn_dlaunch(args, env, log(name + ".log"));
+    EXPECT_EQ(wait_for(p), 0) << slurp(p.log);
+    return slurp(p.log);
+  };
+  // The last loss logged for each step (a redone step is logged twice).
+  auto losses = [&](const std::string& name) {
+    std::map<int64_t, double> out;
+    for (const json& j : step_lines(dir_ / name / "metrics.jsonl")) out[j["step"]] = j["loss"];
+    return out;
+  };
+  const std::string whole = train("whole", false);
+  const std::string killed = train("killed", true);
+  EXPECT_NE(killed.find("fault injection: killing rank 1 after step 11"), std::string::npos) << killed;
+  EXPECT_NE(killed.find("/dtrain/checkpoint_epoch_0001_step_00000009.dtck: 1 epochs and 9 steps "
+                        "done, continuing epoch 2 after its step 1"),
+            std::string::npos)
+      << killed;
+  // The restarted workers took the data from the flash directory too (and got the same samples).
+  EXPECT_NE(killed.find("data: taken from the flash directory"), std::string::npos) << killed;
+  const auto a = losses("whole"), b = losses("killed");
+  ASSERT_EQ(a.size(), 16u) << whole;
+  ASSERT_EQ(b.size(), 16u) << killed;
+  for (const auto& [step, loss] : a) EXPECT_EQ(b.at(step), loss) << "step " << step;
+  auto ea = epoch_lines(dir_ / "whole" / "metrics.jsonl");
+  auto eb = epoch_lines(dir_ / "killed" / "metrics.jsonl");
+  ASSERT_EQ(ea.size(), 2u);
+  ASSERT_EQ(eb.size(), 2u);
+  EXPECT_EQ(eb[1]["test_loss"], ea[1]["test_loss"]);
+  EXPECT_EQ(eb[1]["test_accuracy"], ea[1]["test_accuracy"]);
+  // The epoch's train loss sums the same terms in another order after the resume.
+  EXPECT_NEAR(eb[1]["loss"].get<double>(), ea[1]["loss"].get<double>(), 1e-9);
+  // The flash directory went with the job.
+  const size_t at = killed.find("flash directory /dev/shm/");
+  ASSERT_NE(at, std::string::npos) << killed;
+  const std::string flash = killed.substr(at + 16, killed.find(' ', at + 16) - at - 16);
+  EXPECT_FALSE(fs::exists(flash)) << flash;
+}
+
 // dlaunch with 2 workers: args after DTRAIN_BINARY go to dtrain.
 Proc spawn_dlaunch_dtrain(const std::vector<std::string>& dtrain_args,
                           const std::vector<std::pair<std::string, std::string>>& env,
@@ -527,6 +586,40 @@ Proc spawn_dlaunch_dtrain(const std::vector<std::string>& dtrain_args,
                                    DTRAIN_BINARY};
   args.insert(args.end(), dtrain_args.begin(), dtrain_args.end());
   return spawn_dlaunch(args, env, log_path);
+}
+
+// Issue 14: an epoch stopped inside by a world of 2 goes on in a world of 1 with exactly the
+// samples not trained yet (the two ranks took the first 2 * 16 * s entries of the epoch's
+// permutation; distributed_sampler_test checks the samples themselves): s steps, then
+// (4000 - 32 s) / 16 steps alone, where starting the epoch over would take 250.
+TEST_F(DtrainProcessTest, EpochStoppedByTwoWorkersGoesOnAloneWithTheUnseenSamples) {
+  const std::vector<std::string> args = {"--width=8", "--batch_size=16", "--epochs=1",
+                                         "--log_every=1", "--output_dir=" + (dir_ / "out").string()};
+  Proc pair = spawn_dlaunch_dtrain(args,
+                                   {{"DTRAIN_LIMIT_TRAIN_SAMPLES", "4000"},
+                                    {"DTRAIN_LIMIT_TEST_SAMPLES", "200"},
+                                    {"DLAUNCH_CONV_CACHE", (dir_ / "conv_choices.txt").string()}},
+                                   log("pair.log"));
+  ASSERT_TRUE(wait_for_step(dir_ / "out" / "metrics.jsonl", 3, pair.pid)) << slurp(pair.log);
+  ::kill(pair.pid, SIGTERM);
+  ASSERT_EQ(wait_for(pair), 128 + SIGTERM) << slurp(pair.log);
+  const int64_t s = step_lines(dir_ / "out" / "metrics.jsonl").back()["step"];
+  ASSERT_LT(s, 125) << "the epoch ended before the signal; make it longer";
+  ASSERT_TRUE(fs::exists(dir_ / "out" / ckpt::partial_checkpoint_file_name(0, s))) << slurp(pair.log);
+
+  std::vector<std::string> env = small_env();
+  env[0] = "DTRAIN_LIMIT_TRAIN_SAMPLES=4000";
+  Proc alone = spawn_dtrain(args, env, log("alone.log"));
+  ASSERT_EQ(wait_for(alone), 0) << slurp(alone.log);
+  EXPECT_NE(slurp(alone.log).find(fmt::format("the epoch goes on with the {} of its 4000 samples "
+                                              "not trained yet",
+                                              4000 - 32 * s)),
+            std::string::npos)
+      << slurp(alone.log);
+  auto epochs = epoch_lines(dir_ / "out" / "metrics.jsonl");
+  ASSERT_EQ(epochs.size(), 1u);
+  EXPECT_EQ(epochs[0]["step"], s + (4000 - 32 * s + 15) / 16);
+  EXPECT_EQ(epochs[0]["world_size"], 1);
 }
 
 // Issue 18: three c10d agents, one SIGKILLed while dtrain trains. The survivors' workers fail

@@ -88,3 +88,47 @@ TEST(DistributedSampler, RejectsBadArguments) {
 
 }  // namespace
 }  // namespace dlaunch::data
+
+namespace dlaunch::data {
+namespace {
+
+// Issue 14: an epoch interrupted after s steps of batch b on W ranks continues on W' ranks with
+// exactly the samples not yet trained: the W ranks took the first s * b * W entries of the
+// permutation, and indices_after() shares out the rest.
+TEST(DistributedSamplerResume, ContinuesAnEpochOnAnotherWorldWithExactlyTheUnseenSamples) {
+  const int64_t n = 103, b = 4, s = 3, epoch = 2;
+  std::multiset<int64_t> seen;
+  for (int64_t r = 0; r < 2; ++r) {
+    auto mine = DistributedSampler(n, 2, r, true, 7, false).indices(epoch);
+    seen.insert(mine.begin(), mine.begin() + s * b);
+  }
+  const int64_t prefix = s * b * 2;
+  auto perm = DistributedSampler(n, 1, 0, true, 7, false).global_indices(epoch);
+  EXPECT_EQ(seen, std::multiset<int64_t>(perm.begin(), perm.begin() + prefix));
+  for (int64_t w2 : {1, 3, 5}) {
+    std::multiset<int64_t> rest;
+    size_t longest = 0;
+    for (int64_t r = 0; r < w2; ++r) {
+      auto mine = DistributedSampler(n, w2, r, true, 7, false).indices_after(epoch, prefix);
+      longest = std::max(longest, mine.size());
+      EXPECT_EQ(mine.size(), static_cast<size_t>((n - prefix + w2 - 1) / w2)) << w2;
+      rest.insert(mine.begin(), mine.end());
+    }
+    // Every unseen sample once, plus the padding (repeats from the permutation's start).
+    std::multiset<int64_t> want(perm.begin() + prefix, perm.begin() + n);
+    for (int64_t k = 0; static_cast<int64_t>(want.size()) % w2 != 0; ++k) want.insert(perm[k]);
+    EXPECT_EQ(rest, want) << w2;
+  }
+  // The same world: the shard without its first s * b entries, padding included.
+  for (int64_t r = 0; r < 2; ++r) {
+    DistributedSampler same(n, 2, r, true, 7, false);
+    auto full = same.indices(epoch);
+    EXPECT_EQ(same.indices_after(epoch, prefix), std::vector<int64_t>(full.begin() + s * b, full.end()));
+    EXPECT_EQ(same.indices_after(epoch, 0), full);
+  }
+  EXPECT_THROW(DistributedSampler(n, 2, 0, true, 7, false).indices_after(epoch, n), UsageError);
+  EXPECT_THROW(DistributedSampler(n, 2, 0, true, 7, true).indices_after(epoch, 4), UsageError);
+}
+
+}  // namespace
+}  // namespace dlaunch::data

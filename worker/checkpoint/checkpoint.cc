@@ -33,25 +33,6 @@ uint32_t crc32_of(const uint8_t* data, size_t n) {
   return static_cast<uint32_t>(crc32_z(crc32_z(0L, Z_NULL, 0), data, n));
 }
 
-class Writer {
- public:
-  void u32(uint32_t v) { put(v); }
-  void u64(uint64_t v) { put(v); }
-  void raw(const void* p, size_t n) {
-    const auto* b = static_cast<const uint8_t*>(p);
-    out.insert(out.end(), b, b + n);
-  }
-  std::vector<uint8_t> out;
-
- private:
-  template <typename T>
-  void put(T v) {
-    uint8_t b[sizeof(T)];
-    store_le<T>(b, v);
-    raw(b, sizeof(T));
-  }
-};
-
 // Bounds-checked cursor: every read says what it was reading when the bytes ran out.
 class Reader {
  public:
@@ -186,30 +167,44 @@ const std::vector<float>* Checkpoint::find(const std::string& name) const {
 }
 
 std::vector<uint8_t> encode_checkpoint(const Checkpoint& ckpt) {
-  Writer payload;
-  std::string meta = ckpt.meta.dump();
-  payload.u32(static_cast<uint32_t>(meta.size()));
-  payload.raw(meta.data(), meta.size());
-  payload.u32(static_cast<uint32_t>(ckpt.arrays.size()));
+  // Sized once and filled in place: flash copies encode the whole state every few steps, and
+  // growing a vector four bytes at a time cost ~10 ns per value (a 85 MiB state took ~0.9 s).
+  const std::string meta = ckpt.meta.dump();
+  size_t payload_size = 4 + meta.size() + 4;
+  for (const auto& [name, values] : ckpt.arrays) payload_size += 4 + name.size() + 8 + 4 * values.size();
+  std::vector<uint8_t> out(kHeaderSize + payload_size);
+  uint8_t* p = out.data() + kHeaderSize;
+  auto put_bytes = [&p](const void* src, size_t n) {
+    if (n > 0) std::memcpy(p, src, n);
+    p += n;
+  };
+  auto put_u32 = [&p](uint32_t v) {
+    store_le<uint32_t>(p, v);
+    p += 4;
+  };
+  put_u32(static_cast<uint32_t>(meta.size()));
+  put_bytes(meta.data(), meta.size());
+  put_u32(static_cast<uint32_t>(ckpt.arrays.size()));
   for (const auto& [name, values] : ckpt.arrays) {
-    payload.u32(static_cast<uint32_t>(name.size()));
-    payload.raw(name.data(), name.size());
-    payload.u64(values.size());
+    put_u32(static_cast<uint32_t>(name.size()));
+    put_bytes(name.data(), name.size());
+    store_le<uint64_t>(p, values.size());
+    p += 8;
     for (float v : values) {
       uint32_t bits;
       std::memcpy(&bits, &v, sizeof bits);
-      payload.u32(bits);
+      put_u32(bits);
     }
   }
-  Writer file;
-  file.raw(kCheckpointMagic, sizeof kCheckpointMagic);
-  file.u32(kCheckpointVersion);
-  file.u32(0);
-  file.u64(payload.out.size());
-  file.u32(crc32_of(payload.out.data(), payload.out.size()));
-  file.u32(crc32_of(file.out.data(), file.out.size()));
-  file.raw(payload.out.data(), payload.out.size());
-  return std::move(file.out);
+  DL_CHECK(p == out.data() + out.size()) << payload_size;
+  uint8_t* h = out.data();
+  std::memcpy(h, kCheckpointMagic, sizeof kCheckpointMagic);
+  store_le<uint32_t>(h + 8, kCheckpointVersion);
+  store_le<uint32_t>(h + 12, 0);
+  store_le<uint64_t>(h + 16, payload_size);
+  store_le<uint32_t>(h + 24, crc32_of(h + kHeaderSize, payload_size));
+  store_le<uint32_t>(h + 28, crc32_of(h, 28));
+  return out;
 }
 
 Checkpoint decode_checkpoint(const std::vector<uint8_t>& bytes, const std::string& source) {
@@ -287,7 +282,12 @@ Checkpoint decode_checkpoint(const std::vector<uint8_t>& bytes, const std::strin
 }
 
 void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
-  std::vector<uint8_t> bytes = encode_checkpoint(ckpt);
+  write_checkpoint_bytes(path, encode_checkpoint(ckpt), Durability::kFsync);
+}
+
+void write_checkpoint_bytes(const std::string& path, const std::vector<uint8_t>& bytes,
+                            Durability durability) {
+  const bool sync = durability == Durability::kFsync;
   fs::path target(path);
   fs::path tmp = target;
   tmp += fmt::format(".tmp.{}", ::getpid());
@@ -295,7 +295,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
   if (fd < 0) throw SystemError(errno_message("creating checkpoint " + tmp.string(), errno));
   try {
     write_all(fd, bytes.data(), bytes.size(), tmp.string());
-    if (::fsync(fd) != 0) throw SystemError(errno_message("fsync of " + tmp.string(), errno));
+    if (sync && ::fsync(fd) != 0) throw SystemError(errno_message("fsync of " + tmp.string(), errno));
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -307,7 +307,7 @@ void write_checkpoint(const std::string& path, const Checkpoint& ckpt) {
     ::unlink(tmp.c_str());
     throw SystemError(errno_message("renaming " + tmp.string() + " to " + path, err));
   }
-  fsync_dir(target.parent_path());
+  if (sync) fsync_dir(target.parent_path());
 }
 
 Checkpoint read_checkpoint(const std::string& path) {

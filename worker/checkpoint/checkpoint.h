@@ -58,6 +58,12 @@ std::vector<uint8_t> encode_checkpoint(const Checkpoint& ckpt);
 Checkpoint decode_checkpoint(const std::vector<uint8_t>& bytes, const std::string& source);
 
 void write_checkpoint(const std::string& path, const Checkpoint& ckpt);
+// kFsync: as write_checkpoint (survives a crash of the host). kMemory: the same temporary file
+// and rename (a reader never sees a torn file) without the fsyncs, for a memory file system
+// where they buy nothing (the flash directory, flash_checkpoint.h).
+enum class Durability { kFsync, kMemory };
+void write_checkpoint_bytes(const std::string& path, const std::vector<uint8_t>& bytes,
+                            Durability durability);
 Checkpoint read_checkpoint(const std::string& path);
 
 // "checkpoint_epoch_0007.dtck": the state after 7 complete epochs.

@@ -59,6 +59,26 @@ std::vector<int64_t> DistributedSampler::global_indices(int64_t epoch) const {
   return idx;
 }
 
+std::vector<int64_t> DistributedSampler::indices_after(int64_t epoch, int64_t seen) const {
+  if (drop_last_ || seen < 0 || seen >= dataset_size_) {
+    throw UsageError(fmt::format("distributed sampler: cannot continue an epoch after {} of {} "
+                                 "samples{}",
+                                 seen, dataset_size_, drop_last_ ? " with drop_last" : ""));
+  }
+  std::vector<int64_t> all = global_indices(epoch);
+  all.resize(dataset_size_);  // the permutation, without this world's padding
+  std::vector<int64_t> rest(all.begin() + seen, all.end());
+  for (size_t k = 0; rest.size() % static_cast<size_t>(world_size_) != 0; ++k) {
+    rest.push_back(all[k % all.size()]);
+  }
+  std::vector<int64_t> mine;
+  mine.reserve(rest.size() / world_size_);
+  for (size_t i = static_cast<size_t>(rank_); i < rest.size(); i += static_cast<size_t>(world_size_)) {
+    mine.push_back(rest[i]);
+  }
+  return mine;
+}
+
 std::vector<int64_t> DistributedSampler::indices(int64_t epoch) const {
   std::vector<int64_t> all = global_indices(epoch);
   std::vector<int64_t> mine;

@@ -26,6 +26,13 @@ class DistributedSampler {
   std::vector<int64_t> indices(int64_t epoch) const;
   // The whole padded (or cut) list before sharding; rank r's shard is every world_size-th entry.
   std::vector<int64_t> global_indices(int64_t epoch) const;
+  // The rest of an epoch of which the first `seen` entries of the permutation were trained (by
+  // any world size: after s steps of batch b on W ranks, the ranks together took exactly the
+  // first s * b * W entries): permutation[seen, n), padded by repeating the permutation from its
+  // start to a multiple of world_size, this rank taking every world_size-th entry. With seen = 0
+  // it is indices(epoch); with seen = s * b * world_size it is indices(epoch) without its first
+  // s * b entries, padding included. Without drop_last only (UsageError otherwise); 0 <= seen < n.
+  std::vector<int64_t> indices_after(int64_t epoch, int64_t seen) const;
 
   int64_t num_samples() const { return num_samples_; }  // per rank
   int64_t total_size() const { return total_size_; }    // num_samples * world_size

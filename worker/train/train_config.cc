@@ -159,6 +159,12 @@ const std::vector<Flag>& flags() {
          c.max_steps = s;
        },
        [](const TrainConfig& c) { return std::to_string(c.max_steps); }},
+      {"flash_every",
+       "keep the training state in dlaunch's flash directory (DLAUNCH_FLASH_DIR) every N steps, "
+       "so a restarted worker loses at most N steps (0: off)",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) { c.flash_every = positive_int(f, v, 0); },
+       [](const TrainConfig& c) { return std::to_string(c.flash_every); }},
       {"no_augment", "turn off random crop + flip (never applied to MNIST)", true,
        [](TrainConfig& c, auto& f, auto& v) { c.no_augment = parse_bool(v, f); },
        [](const TrainConfig& c) { return fmt_bool(c.no_augment); }},

@@ -42,6 +42,9 @@ struct TrainConfig {
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (device.h in train/: what is refused)
   int log_every = 20;           // steps; 0 = epoch lines only
   int64_t max_steps = 0;        // 0 = no limit
+  // Steps between flash copies of the training state into DLAUNCH_FLASH_DIR (dlaunch's flash
+  // directory; none without it). 0 = off.
+  int64_t flash_every = 20;
   bool no_augment = false;
   bool skip_bad_images = false;  // imagefolder: skip images that fail to decode (counted)
   // Test knobs, not flags: dtrain's main fills them from DTRAIN_LIMIT_TRAIN_SAMPLES and

@@ -16,9 +16,11 @@
 #include "common/log.h"
 #include "kernels/backend.h"
 #include "worker/checkpoint/checkpoint.h"
+#include "worker/checkpoint/flash_checkpoint.h"
 #include "worker/data/batch_loader.h"
 #include "worker/data/dataset.h"
 #include "worker/data/distributed_sampler.h"
+#include "worker/data/split_cache.h"
 #include "worker/ddp/data_parallel.h"
 #include "worker/metrics/metrics_log.h"
 #include "worker/metrics/progress_bar.h"
@@ -170,6 +172,7 @@ class Trainer {
   // Rank 0: which checkpoint to resume from (nullopt: a fresh start), after clearing leftovers;
   // refuses an --output_dir whose checkpoints this run must not mix with.
   std::optional<ckpt::LoadedCheckpoint> choose_checkpoint();
+  std::optional<ckpt::LoadedCheckpoint> choose_disk_checkpoint();
   void overwrite_output_dir();
   void train_epoch(int64_t epoch);
   // Every rank: whether any rank received a stop signal (the largest signal number, 0: none).
@@ -180,6 +183,14 @@ class Trainer {
   // the epoch's all-reduced totals so far. Returns the path written ("" on ranks other than 0).
   std::string save_checkpoint(int64_t epochs_done, int64_t epoch_step = 0,
                               const double* epoch_totals = nullptr);
+  ckpt::Checkpoint build_checkpoint(int64_t epochs_done, int64_t epoch_step,
+                                    const double* epoch_totals);
+  // --flash_every: after step `epoch_step` of epoch `epoch` (0-based), every rank all-reduces the
+  // epoch's totals so far; each node's local rank 0 writes the state to the flash directory.
+  void save_flash(int64_t epoch, int64_t epoch_step, const double* epoch_totals);
+  // Writes `bytes` to the flash copy; a failure (ENOSPC beyond --flash_limit) turns flash
+  // copies off with one warning: training goes on with disk checkpoints.
+  void write_flash(const std::string& name, const std::vector<uint8_t>& bytes);
   void to_tensor(const data::Batch& b);
 
   const TrainConfig& c_;
@@ -203,11 +214,20 @@ class Trainer {
   std::string run_id_;  // rank 0: the identity written into every checkpoint of this run
   // Resuming inside an epoch: the steps of it already done and its totals so far.
   int64_t resume_epoch_step_ = 0;
+  // Resuming inside an epoch trained by another world or batch size: how many entries of the
+  // epoch's permutation were trained (a prefix, distributed_sampler.h). And, for the epoch in
+  // progress, that prefix when it began here (0: it began at its start), for its checkpoints.
+  int64_t resume_seen_ = 0;
+  int64_t epoch_seen_before_ = 0;
   double resume_totals_[3] = {0, 0, 0};
   // The cost of agreeing on stop signals: all-reduces and the seconds they took.
   int64_t stop_checks_ = 0;
   double stop_check_secs_ = 0;
   TrainSummary summary_;
+  std::unique_ptr<ckpt::FlashWriter> flash_;  // null: no flash copies on this rank
+  int64_t flash_writes_ = 0;  // mid-epoch flash copies and the seconds they took (all ranks)
+  double flash_secs_ = 0;
+  ckpt::BackgroundPersister persister_;     // rank 0's disk checkpoints, off this thread
 };
 
 void Trainer::load_data() {
@@ -215,7 +235,17 @@ void Trainer::load_data() {
   folder.skip_bad_images = c_.skip_bad_images;
   folder.threads = kernels::host_threads();
   const auto start = Clock::now();
-  data::DatasetSplits splits = data::load_splits(c_.dataset, c_.data_dir, c_.seed, folder);
+  // A worker restarted by dlaunch finds the data its predecessor loaded in the flash directory.
+  const std::string cache_dir = c_.flash_every > 0 ? env_.flash_dir : std::string();
+  const std::string cache_key = data::split_cache_key(c_.dataset, c_.data_dir, c_.seed, folder);
+  std::optional<data::DatasetSplits> cached;
+  if (!cache_dir.empty()) cached = data::read_split_cache(cache_dir, cache_key);
+  data::DatasetSplits splits =
+      cached ? std::move(*cached) : data::load_splits(c_.dataset, c_.data_dir, c_.seed, folder);
+  if (!cache_dir.empty() && !cached && env_.local_rank == 0) {
+    data::write_split_cache(cache_dir, cache_key, splits);
+  }
+  if (cached && rank0_) log_info("data: taken from the flash directory (loaded by an earlier attempt)");
   if (rank0_ && c_.dataset == "imagefolder") {
     log_info("data: imagefolder {}: decoded {} + {} images of {}x{} in {:.2f} s on {} threads",
              c_.data_dir, splits.train.size(), splits.test.size(), splits.train.width,
@@ -285,6 +315,13 @@ void Trainer::overwrite_output_dir() {
 }
 
 std::optional<ckpt::LoadedCheckpoint> Trainer::choose_checkpoint() {
+  std::optional<ckpt::LoadedCheckpoint> disk = choose_disk_checkpoint();
+  // A restarted worker of this job finds the flash copy its predecessor left (--flash_every).
+  if (c_.resume != "auto" || c_.overwrite || !flash_) return disk;
+  return ckpt::newest_with_flash(std::move(disk), flash_->dir());
+}
+
+std::optional<ckpt::LoadedCheckpoint> Trainer::choose_disk_checkpoint() {
   for (const std::string& path : ckpt::remove_stale_temporaries(c_.output_dir)) {
     log_info("removed {}, left by a checkpoint write that was interrupted", path);
   }
@@ -442,8 +479,19 @@ int Trainer::agree_stop() {
 void Trainer::train_epoch(int64_t epoch) {
   data::DistributedSampler sampler(train_set_.size(), pg_.size(), pg_.rank(), /*shuffle=*/true,
                                    c_.seed, /*drop_last=*/false);
-  std::vector<int64_t> indices = sampler.indices(epoch);
+  // After a re-form at another world size, the rest of the epoch's samples, shared anew.
+  const int64_t seen_before = epoch_seen_before_ = std::exchange(resume_seen_, 0);
+  std::vector<int64_t> indices =
+      seen_before > 0 ? sampler.indices_after(epoch, seen_before) : sampler.indices(epoch);
   const int64_t steps = (static_cast<int64_t>(indices.size()) + c_.batch_size - 1) / c_.batch_size;
+  // Where step i of this epoch stands in it, for the learning-rate schedule.
+  const double n_train = static_cast<double>(train_set_.size());
+  auto fraction = [&](int64_t i) {
+    if (seen_before == 0) return static_cast<double>(i) / static_cast<double>(steps);
+    return (static_cast<double>(seen_before) +
+            static_cast<double>(i) / static_cast<double>(steps) * (n_train - static_cast<double>(seen_before))) /
+           n_train;
+  };
   // Resuming inside this epoch: the sampler's order is a pure function of (seed, epoch), so
   // skipping the batches already trained continues exactly where the stop happened.
   const int64_t skip = std::min(resume_epoch_step_, steps);
@@ -460,10 +508,10 @@ void Trainer::train_epoch(int64_t epoch) {
   const double resumed_images = epoch_tot[2];
   resume_epoch_step_ = 0;
   std::fill(resume_totals_, resume_totals_ + 3, 0.0);
-  double lr = lr_at(schedule_, static_cast<double>(epoch) + static_cast<double>(skip) / steps);
+  double lr = lr_at(schedule_, static_cast<double>(epoch) + fraction(skip));
   int64_t i = skip;
   while (auto batch = loader.next()) {
-    double progress = static_cast<double>(epoch) + static_cast<double>(i) / steps;
+    double progress = static_cast<double>(epoch) + fraction(i);
     lr = lr_at(schedule_, progress);
     to_tensor(*batch);
     ddp::StepResult r = dp_->train_step(images_, batch->labels.data());
@@ -491,7 +539,7 @@ void Trainer::train_epoch(int64_t epoch) {
       if (rank0_) {
         metrics_->write({{"kind", "step"},
                          {"epoch", epoch + 1},
-                         {"epoch_progress", static_cast<double>(epoch) + static_cast<double>(i) / steps},
+                         {"epoch_progress", static_cast<double>(epoch) + fraction(i)},
                          {"step", global_step_},
                          {"loss", w[0] / w[2]},
                          {"train_accuracy", w[1] / w[2]},
@@ -506,6 +554,9 @@ void Trainer::train_epoch(int64_t epoch) {
       progress_.update(epoch + 1, i, steps, r.loss,
                        (epoch_tot[2] - resumed_images) * pg_.size() /
                            std::max(seconds_since(epoch_start), 1e-9));
+    }
+    if (c_.flash_every > 0 && global_step_ % c_.flash_every == 0 && i < steps) {
+      save_flash(epoch, i, epoch_tot);
     }
     // After the step's logging, so the metrics show the step the worker died after.
     if (global_step_ == fault_.fail_at_step && pg_.rank() == fault_.fail_rank) {
@@ -610,6 +661,48 @@ std::pair<double, double> Trainer::evaluate() {
 std::string Trainer::save_checkpoint(int64_t epochs_done, int64_t epoch_step,
                                      const double* epoch_totals) {
   if (!rank0_) return "";
+  const std::string name = epoch_step > 0
+                               ? ckpt::partial_checkpoint_file_name(epochs_done, global_step_)
+                               : ckpt::checkpoint_file_name(epochs_done);
+  std::string path = (fs::path(c_.output_dir) / name).string();
+  // Encoded once: the flash copy now, the disk file from the same bytes on the persister's
+  // thread (fsync and pruning off the training thread).
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(
+      ckpt::encode_checkpoint(build_checkpoint(epochs_done, epoch_step, epoch_totals)));
+  if (flash_) write_flash(name, *bytes);
+  persister_.submit(bytes, path, [dir = c_.output_dir, run = run_id_] {
+    ckpt::prune_checkpoints(dir, kCheckpointsKept, run);
+  });
+  return path;
+}
+
+void Trainer::save_flash(int64_t epoch, int64_t epoch_step, const double* epoch_totals) {
+  // Summed over the ranks (rank 0 carries a resumed epoch's totals), as a stop's checkpoint.
+  double tot[3] = {epoch_totals[0], epoch_totals[1], epoch_totals[2]};
+  pg_.allreduce(tot, 3, comm::ReduceOp::kSum);
+  if (!flash_) return;
+  // The copy's own cost (the all-reduce above mostly waits for the slowest rank, which the next
+  // gradient all-reduce would wait for anyway).
+  const auto t0 = Clock::now();
+  write_flash(ckpt::partial_checkpoint_file_name(epoch, global_step_),
+              ckpt::encode_checkpoint(build_checkpoint(epoch, epoch_step, tot)));
+  flash_secs_ += seconds_since(t0);
+  ++flash_writes_;
+}
+
+void Trainer::write_flash(const std::string& name, const std::vector<uint8_t>& bytes) {
+  try {
+    flash_->write(name, bytes);
+  } catch (const SystemError& e) {
+    log_warning("flash copies are off from step {} on: {} (raise dlaunch's --flash_limit; disk "
+                "checkpoints go on)",
+                global_step_, e.what());
+    flash_.reset();
+  }
+}
+
+ckpt::Checkpoint Trainer::build_checkpoint(int64_t epochs_done, int64_t epoch_step,
+                                           const double* epoch_totals) {
   ckpt::Checkpoint ck;
   ck.meta = {{"format", "dtrain"},
              {"run_id", run_id_},
@@ -627,6 +720,8 @@ std::string Trainer::save_checkpoint(int64_t epochs_done, int64_t epoch_step,
              {"rng", {{"seed", c_.seed}, {"kind", "splitmix64 counter-based"}}}};
   if (epoch_step > 0) {
     ck.meta["epoch_step"] = epoch_step;
+    // The epoch began here after a prefix trained by another world: epoch_step counts from there.
+    if (epoch_seen_before_ > 0) ck.meta["epoch_seen_before"] = epoch_seen_before_;
     ck.meta["epoch_totals"] = {epoch_totals[0], epoch_totals[1], epoch_totals[2]};
   }
   // The last evaluation, so a run that resumes with nothing left to train can still report it.
@@ -642,14 +737,7 @@ std::string Trainer::save_checkpoint(int64_t epochs_done, int64_t epoch_step,
     ck.add("buffer." + names[i], buffers[i]->to_host());
   }
   ck.add("optimizer.state", optimizer_->state());
-  const std::string name = epoch_step > 0
-                               ? ckpt::partial_checkpoint_file_name(epochs_done, global_step_)
-                               : ckpt::checkpoint_file_name(epochs_done);
-  std::string path = (fs::path(c_.output_dir) / name).string();
-  ckpt::write_checkpoint(path, ck);
-  ckpt::prune_checkpoints(c_.output_dir, kCheckpointsKept, run_id_);
-  log_debug("wrote {}", path);
-  return path;
+  return ck;
 }
 
 TrainSummary Trainer::run() {
@@ -663,6 +751,15 @@ TrainSummary Trainer::run() {
   }
   load_data();
   build_model();
+  // Every node's local rank 0 keeps a flash copy (rank 0's node may not be the one that hosts
+  // rank 0 after a re-rendezvous); rank 0 reads its node's copy when resuming.
+  if (c_.flash_every > 0 && env_.local_rank == 0 && !env_.flash_dir.empty()) {
+    try {
+      flash_ = std::make_unique<ckpt::FlashWriter>(env_.flash_dir);
+    } catch (const SystemError& e) {
+      log_warning("no flash copies: {}", e.what());
+    }
+  }
   int64_t start_epoch = 0;
   if (auto meta = resume()) {
     start_epoch = meta->value("epoch", int64_t{0});
@@ -672,21 +769,25 @@ TrainSummary Trainer::run() {
     summary_.test_accuracy = meta->value("test_accuracy", std::nan(""));
     const int64_t epoch_step = meta->value("epoch_step", int64_t{0});
     if (epoch_step > 0) {
-      // The steps done inside the epoch index this world's and batch size's shards: with others
-      // the same step number means other samples, so the epoch is redone from its start.
+      // The steps done inside the epoch index the shards of the world and batch size that did
+      // them: the same world skips as many of its batches; another one (or an epoch that began
+      // after such a change) goes on with the samples of the permutation not trained yet.
       const int64_t world = meta->value("world_size", int64_t{0});
       const int64_t batch = meta->value("batch_size", int64_t{0});
-      if (world == pg_.size() && batch == c_.batch_size) {
+      const int64_t seen_before = meta->value("epoch_seen_before", int64_t{0});
+      const json totals = meta->value("epoch_totals", json::array({0, 0, 0}));
+      for (size_t k = 0; k < 3 && k < totals.size(); ++k) resume_totals_[k] = totals[k].get<double>();
+      if (seen_before == 0 && world == pg_.size() && batch == c_.batch_size) {
         resume_epoch_step_ = epoch_step;
-        const json totals = meta->value("epoch_totals", json::array({0, 0, 0}));
-        for (size_t k = 0; k < 3 && k < totals.size(); ++k) resume_totals_[k] = totals[k].get<double>();
       } else {
-        global_step_ -= epoch_step;
+        // The ranks that trained took a prefix of the epoch's permutation (padding aside):
+        // the rest is shared among this world (distributed_sampler.h), no sample twice.
+        resume_seen_ = std::min<int64_t>(seen_before + epoch_step * batch * world, train_set_.size() - 1);
         if (rank0_) {
-          log_warning("the checkpoint stopped after step {} of epoch {} with {} worker(s) of batch "
-                      "{}; now {} of batch {}: the epoch starts over (its samples are sharded "
-                      "differently)",
-                      epoch_step, start_epoch + 1, world, batch, pg_.size(), c_.batch_size);
+          log_info("the checkpoint stopped inside epoch {} with {} worker(s) of batch {}; now {} "
+                   "of batch {}: the epoch goes on with the {} of its {} samples not trained yet",
+                   start_epoch + 1, world, batch, pg_.size(), c_.batch_size,
+                   train_set_.size() - resume_seen_, train_set_.size());
         }
       }
     }
@@ -746,6 +847,12 @@ TrainSummary Trainer::run() {
               1e6 * stop_check_secs_ / static_cast<double>(stop_checks_));
   }
   summary_.steps = global_step_;
+  persister_.wait();  // the checkpoints handed to the background writer are on disk
+  if (rank0_ && flash_writes_ > 0) {
+    log_info("flash copies: {} mid-epoch writes{}, {:.2f} ms each on average", flash_writes_,
+             flash_ ? " to " + flash_->dir() : std::string(" (turned off on the way)"),
+             1e3 * flash_secs_ / static_cast<double>(flash_writes_));
+  }
   if (rank0_) {
     std::string svg = (fs::path(c_.output_dir) / "curves.svg").string();
     metrics::write_curves_svg(svg, metrics::read_metrics(metrics_->path()),
