@@ -12,8 +12,8 @@
 #include "common/version.h"
 #include "launcher/agent.h"
 #include "launcher/cli.h"
-#include "launcher/job_control.h"
 #include "launcher/flash_dir.h"
+#include "launcher/job_control.h"
 #include "launcher/job_services.h"
 #include "launcher/launch_config.h"
 #include "launcher/posix_process_context.h"
@@ -21,6 +21,36 @@
 #include "launcher/python_hooks.h"
 #include "launcher/slurm_launch.h"
 #include "rendezvous/job_token.h"
+
+namespace {
+
+// The job's flash directory (DLAUNCH_FLASH_DIR), made before any worker starts and gone after
+// the agent, or by the orphan guard after a SIGKILL. None when --flash_limit is 0 or it cannot be
+// made: workers then run as before (dtrain keeps disk checkpoints only).
+dlaunch::FlashDir open_flash_dir(const dlaunch::LaunchConfig& cfg,
+                                 dlaunch::PosixProcessContext& procs) {
+  using namespace dlaunch;
+  FlashDir flash;
+  if (cfg.flash_limit <= 0) return flash;
+  try {
+    flash = FlashDir::create(kFlashBase, cfg.run_id, cfg.flash_limit);
+  } catch (const SystemError& e) {
+    log_warning("{}; the workers get no DLAUNCH_FLASH_DIR", e.what());
+    return flash;
+  }
+  if (!procs.remove_on_agent_death(flash.path())) {
+    log_warning("the orphan guard cannot take the flash directory {}: it would be left behind if "
+                "dlaunch were killed",
+                flash.path());
+  }
+  log_info("flash directory {} ({}; --flash_limit {} MiB{})", flash.path(),
+           flash.enforced() ? "a tmpfs of its own" : "a plain directory in " + std::string(kFlashBase),
+           cfg.flash_limit >> 20,
+           flash.enforced() ? "" : ", not enforced: dlaunch may not mount here");
+  return flash;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace dlaunch;
@@ -92,28 +122,8 @@ int main(int argc, char** argv) {
     opts.base_env = current_environment();
     opts.cpus = host.cpus;
     opts.python_hooks_dir = python_hooks_dir();
-    // Before any worker starts, gone after the agent (or by the orphan guard after a SIGKILL).
-    FlashDir flash;
-    if (cfg.flash_limit > 0) {
-      try {
-        flash = FlashDir::create(kFlashBase, cfg.run_id, cfg.flash_limit);
-      } catch (const SystemError& e) {
-        // Workers run as before without one (dtrain then keeps only disk checkpoints).
-        log_warning("{}; the workers get no DLAUNCH_FLASH_DIR", e.what());
-      }
-    }
-    if (!flash.path().empty()) {
-      if (!procs.remove_on_agent_death(flash.path())) {
-        log_warning("the orphan guard cannot take the flash directory {}: it would be left "
-                    "behind if dlaunch were killed",
-                    flash.path());
-      }
-      opts.flash_dir = flash.path();
-      log_info("flash directory {} ({}; --flash_limit {} MiB{})", flash.path(),
-               flash.enforced() ? "a tmpfs of its own" : "a plain directory in " + std::string(kFlashBase),
-               cfg.flash_limit >> 20,
-               flash.enforced() ? "" : ", not enforced: dlaunch may not mount here");
-    }
+    FlashDir flash = open_flash_dir(cfg, procs);
+    opts.flash_dir = flash.path();
     int code;
     {
       Agent agent(cfg, procs, io, opts);
