@@ -222,6 +222,10 @@ struct Agent::Impl {
             "--redirects/--tee without --log_dir: the workers' output files go to {} "
             "and stay there after the job; give --log_dir to choose the place",
             run_dir);
+      } else if (!procs.remove_on_agent_death(run_dir)) {
+        // A failed job keeps it and says where (finish_now); an agent killed outright cannot
+        // say, so the orphan guard removes it rather than leave litter in $TMPDIR.
+        log_debug("the orphan guard cannot take {}: it stays if dlaunch is killed", run_dir);
       }
     }
     start_monitor();

@@ -55,9 +55,11 @@ class PosixProcessContext final : public ProcessContext {
   std::vector<std::string> signal_leftovers(int signal, std::function<void()> on_gone) override;
   std::vector<std::string> live_leftovers() override;
 
-  // The orphan guard removes `path` (the job's flash directory) if the agent dies without a
-  // clean exit (orphan_guard.h). False when the guard cannot take it.
-  bool remove_on_agent_death(const std::string& path) { return guard_.remove_on_death(path); }
+  // The orphan guard removes `path` (the job's flash directory, a temporary run directory) if
+  // the agent dies without a clean exit (orphan_guard.h). False when the guard cannot take it.
+  bool remove_on_agent_death(const std::string& path) override {
+    return guard_.remove_on_death(path);
+  }
 
   // How many times this context has read /proc to find descendants (tests, benchmarks).
   int64_t proc_scans() const { return proc_scans_; }

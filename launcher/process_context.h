@@ -89,6 +89,13 @@ class ProcessContext {
 
   // One letter from /proc/<pid>/stat (R, S, D, Z, T...), or "" when the process is gone.
   virtual std::string process_state(int pid) = 0;
+
+  // Asks that `path` (a directory of the job's) be removed if the agent dies without a clean
+  // exit (SIGKILL, OOM killer); false when that cannot be arranged. Default: cannot.
+  virtual bool remove_on_agent_death(const std::string& path) {
+    (void)path;
+    return false;
+  }
 };
 
 }  // namespace dlaunch

@@ -151,5 +151,29 @@ TEST(FlashDirJob, RemovedWhenTheAgentIsSigkilled) {
       << flash << " outlived a SIGKILLed agent";
 }
 
+// Without --log_dir the workers' files go to a temporary run directory, removed at a clean end
+// and kept (and named) after a failure; an agent killed outright can do neither, so the orphan
+// guard removes it (a chaos soak found 25 of them left in $TMPDIR).
+TEST(FlashDirJob, TemporaryRunDirectoryGoesWithASigkilledAgent) {
+  TempDir tmp, dir;
+  std::vector<std::string> argv = sh_job({"--nproc_per_node", "1"},
+                                         "touch " + dir.file("ready") + "; exec sleep 300");
+  argv.insert(argv.begin() + 1, "TMPDIR=" + tmp.path());
+  Subprocess p(argv);
+  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ready")); }, 30s)) << p.err();
+  auto run_dirs = [&] {
+    int n = 0;
+    for (const auto& e : fs::directory_iterator(tmp.path())) {
+      n += e.path().filename().string().rfind("dlaunch_", 0) == 0;
+    }
+    return n;
+  };
+  ASSERT_EQ(run_dirs(), 1) << "the run directory is made under $TMPDIR";
+  p.signal(SIGKILL);
+  ASSERT_TRUE(p.wait(30s));
+  EXPECT_TRUE(wait_until([&] { return run_dirs() == 0; }, 20s))
+      << "a temporary run directory outlived a SIGKILLed agent";
+}
+
 }  // namespace
 }  // namespace dlaunch::testing
