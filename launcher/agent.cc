@@ -901,7 +901,24 @@ struct Agent::Impl {
                                   w.global_rank, opts.host, to_seconds(cfg.hang_timeout),
                                   w.hang_where.empty() ? "" : " in ", w.hang_where));
     }
+    kill_silent_workers();
     stop_group(SIGTERM);
+  }
+
+  // Workers silent for longer than --hang_timeout get SIGKILL at once, before the others'
+  // SIGTERM: stuck (or stopped) they cannot act on SIGTERM, their stacks are already taken, and
+  // waiting --shutdown_grace for them only delays the restart. Their peers, blocked in a
+  // collective with them, then fail at once as the sockets close.
+  void kill_silent_workers() {
+    const TimePoint now = opts.clock->now();
+    for (auto& w : group->workers()) {
+      if (!w.running() || w.pid <= 0) continue;
+      auto beat = opts.last_beat(w.heartbeat_file);
+      if (w.hung || WorkerGroup::is_hung(w.started, beat, now, cfg.hang_timeout,
+                                         cfg.hang_timeout_from_start)) {
+        procs.signal_group(w.pid, SIGKILL);
+      }
+    }
   }
 
   // ---- stopping -------------------------------------------------------------------------------

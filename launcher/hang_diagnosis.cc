@@ -28,10 +28,18 @@ bool collective_python_frame(const PyFrame& f) {
 }
 
 // Native code that waits for peers: c10d (process groups, DDP's Reducer, the TCPStore), gloo,
-// NCCL. eu-stack and gdb print demangled C++ names.
-bool collective_native_frame(const std::string& f) {
+// NCCL, and dtrain's own process groups and gradient reducer (its main thread waits for the
+// comm thread there, in a futex, not in gloo; the rest of its training step is compute). eu-stack and gdb print demangled C++ names.
+// Only the function's own name counts, not its argument list: dtrain's run_training(...,
+// dlaunch::comm::ProcessGroup&, ...) is on every rank's stack, stuck or not.
+bool collective_native_frame(const std::string& frame) {
+  std::string f = frame;
+  const std::string anonymous = "(anonymous namespace)";
+  for (size_t at; (at = f.find(anonymous)) != std::string::npos;) f.erase(at, anonymous.size());
+  f = f.substr(0, f.find('('));
   return contains(f, "c10d::") || contains(f, "gloo::") || contains(f, "nccl") ||
-         contains(f, "NCCL");
+         contains(f, "NCCL") || contains(f, "dlaunch::comm::") ||
+         contains(f, "dlaunch::ddp::GradReducer::");
 }
 
 // Interpreter and library files: the frame that says where a script is stuck is the innermost
@@ -130,6 +138,10 @@ HangFinding diagnose_hang(const std::string& py_dump, const std::string& native,
 
 std::optional<size_t> pick_hang_root(const std::vector<HangFinding>& findings) {
   if (findings.empty()) return std::nullopt;
+  // A stopped process cannot be a victim that will move once its peer does.
+  for (size_t i = 0; i < findings.size(); ++i) {
+    if (findings[i].stopped) return i;
+  }
   // A rank whose stacks show it elsewhere beats one with no stacks at all (nothing known).
   for (bool need_stacks : {true, false}) {
     for (size_t i = 0; i < findings.size(); ++i) {

@@ -33,6 +33,8 @@ std::vector<PyThreadStack> parse_faulthandler_dump(const std::string& text);
 std::vector<std::string> native_thread_frames(const std::string& text, int tid);
 
 struct HangFinding {
+  bool stopped = false;        // the process is stopped (SIGSTOP, Ctrl-Z, a debugger): stuck
+                               // whatever its stack shows
   bool in_collective = false;  // waiting for peers: a victim
   bool have_python = false;    // a Python stack was read
   bool have_native = false;    // a native stack of the main thread was read
@@ -48,8 +50,8 @@ struct HangFinding {
 HangFinding diagnose_hang(const std::string& py_dump, const std::string& native, int pid);
 
 // The index of the root cause among `findings` (one per hung worker, in local rank order): the
-// first whose stacks show it outside a collective, else the first without stacks, else the
-// first. nullopt for an empty list.
+// first stopped one, else the first whose stacks show it outside a collective, else the first
+// without stacks, else the first. nullopt for an empty list.
 std::optional<size_t> pick_hang_root(const std::vector<HangFinding>& findings);
 
 }  // namespace dlaunch

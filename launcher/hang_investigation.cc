@@ -28,8 +28,9 @@ std::string read_all(const std::string& path) {
 }  // namespace
 
 struct HangInvestigation::Impl {
-  Impl(ProcessContext& p, boost::asio::io_context& io) : capture(p, io), timer(io) {}
+  Impl(ProcessContext& p, boost::asio::io_context& io) : procs(p), capture(p, io), timer(io) {}
 
+  ProcessContext& procs;
   StackCaptureRun capture;
   boost::asio::steady_timer timer;
   // Bumped by start() and cancel(): a callback of an older investigation is ignored.
@@ -85,6 +86,12 @@ struct HangInvestigation::Impl {
                           : std::string();
         std::string native = read_all(r.target.log_dir + "/stack.txt");
         r.finding = diagnose_hang(py, native, r.target.pid);
+        // Stopped ("T"; "t" while a debugger traces it): its stack says where it was stopped.
+        std::string state = procs.process_state(r.target.pid);
+        if (state == "T" || state == "t") {
+          r.finding.stopped = true;
+          r.finding.where = "stopped (SIGSTOP, Ctrl-Z or a debugger) at " + r.finding.where;
+        }
       }
       ++run;
       auto done = std::move(on_done);

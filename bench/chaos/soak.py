@@ -539,24 +539,29 @@ def final_accuracy(out):
     return acc
 
 
-def run_to_end(job):
+def run_to_end(job, progress=None):
     t = time.time()
     job.start_all()
     while job.alive():
-        time.sleep(0.2)
+        if progress:
+            progress.read()
+        time.sleep(0.05)
     if any(rc != 0 for rc in job.exit_codes.values()):
         raise RuntimeError(f"the fault-free run failed: {job.exit_codes}; see {job.workdir}/agent*.log")
     return time.time() - t
 
 
 def reference_run(args, net, workdir):
-    """The same job with no faults: its accuracy and duration. With --epochs 0, a 40-step run
-    first says how many epochs fit in --duration."""
+    """The same job with no faults: its accuracy and duration. With --epochs 0, a 60-step run
+    first times steps 20 to 60 (start-up excluded) to say how many epochs fill --duration."""
     if args.epochs == 0:
         args.epochs = 1000
         probe = Job(args, net, os.path.join(workdir, "probe"), free_port(), f"probe{args.seed}",
-                    ["--max_steps", "40"])
-        per_step = run_to_end(probe) / 40
+                    ["--max_steps", "60"])
+        seen = Progress(os.path.join(probe.out, "metrics.jsonl"))
+        run_to_end(probe, seen)
+        at = {step: t for t, step, _ in seen.steps}
+        per_step = (at[60] - at[20]) / 40
         steps_per_epoch = 5000 // (args.batch_size * net.hosts)
         args.epochs = max(1, int(args.duration / (per_step * steps_per_epoch)))
     log(f"reference run (no faults): {args.epochs} epochs")

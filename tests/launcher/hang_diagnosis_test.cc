@@ -103,6 +103,38 @@ TEST(HangDiagnosis, DdpVictimWaitsInACollectiveAndTheStuckRankDoesNot) {
   EXPECT_EQ(pick_hang_root({stuck, victim}), 0u);
 }
 
+// dtrain (C++, no Python): the victim's main thread waits for its comm thread in
+// dlaunch::comm (a futex, not gloo); the stuck rank is in compute. Both stacks hold
+// run_training(..., dlaunch::comm::ProcessGroup&, ...): an argument type must not count.
+const char kDtrainVictim[] = R"(PID 26121 - process
+TID 26121:
+#0  0x00007f16a271f829 syscall
+#1  0x00007f16a28d1c09 std::__atomic_futex_unsigned_base::_M_futex_wait_until(unsigned int*, unsigned int, bool, std::chrono::duration<long, std::ratio<1l, 1l> >, std::chrono::duration<long, std::ratio<1l, 1000000000l> >)
+#2  0x00005641d9741664 dlaunch::comm::(anonymous namespace)::FutureWork::wait()
+#3  0x00005641d9722502 dlaunch::ddp::GradReducer::finish()
+#4  0x00005641d96e4a0e dlaunch::train::run_training(dlaunch::train::TrainConfig const&, dlaunch::WorkerEnv const&, dlaunch::comm::ProcessGroup&, dlaunch::kernels::Backend&, dlaunch::train::FaultInjection const&)
+#5  0x00005641d96bdad0 main
+)";
+const char kDtrainStuck[] = R"(PID 26122 - process
+TID 26122:
+#0  0x00005641d9800000 dlaunch::kernels::cpu::conv2d_forward(float const*, float*)
+#1  0x00005641d96f4bf3 dlaunch::ddp::DataParallel::train_step(dlaunch::Tensor const&, int const*)
+#2  0x00005641d96e4a0e dlaunch::train::run_training(dlaunch::train::TrainConfig const&, dlaunch::WorkerEnv const&, dlaunch::comm::ProcessGroup&, dlaunch::kernels::Backend&, dlaunch::train::FaultInjection const&)
+#3  0x00005641d96bdad0 main
+)";
+
+TEST(HangDiagnosis, DtrainVictimWaitsForItsCommThreadAndTheStuckRankComputes) {
+  HangFinding victim = diagnose_hang("", kDtrainVictim, 26121);
+  HangFinding stuck = diagnose_hang("", kDtrainStuck, 26122);
+  EXPECT_TRUE(victim.in_collective) << victim.where;
+  EXPECT_FALSE(stuck.in_collective) << stuck.where;
+  EXPECT_EQ(pick_hang_root({victim, stuck}), 1u);
+  // A stopped process is the root even when it was stopped inside a collective.
+  HangFinding stopped = victim;
+  stopped.stopped = true;
+  EXPECT_EQ(pick_hang_root({stuck, stopped}), 1u);
+}
+
 TEST(HangDiagnosis, PythonFramesAloneShowACollective) {
   const char dump[] =
       "Current thread 0x1 (most recent call first):\n"
