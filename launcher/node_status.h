@@ -31,7 +31,7 @@ struct WorkerStatus {
   int64_t global_rank = 0;
   int64_t local_rank = 0;
   int pid = -1;
-  // "init", "running", "succeeded", "failed", "hung", "stopped" (worker_state_label).
+  // "init", "running", "succeeded", "failed", "hung", "stopped" (worker_status() below).
   std::string state;
   double start_time = 0;  // Unix seconds; 0: not started
   int64_t restarts = 0;   // of the worker group so far (TORCHELASTIC_RESTART_COUNT)
