@@ -14,7 +14,8 @@ faulted: with the c10d backend the store host is the job's single point of failu
 Faults, one at a time, each chosen by the seeded generator among --faults, after a random gap:
   worker_kill   SIGKILL of one dtrain worker (its agent restarts the group)
   worker_stop   SIGSTOP of one worker: a hang, found by --hang_timeout through the heartbeat
-  agent_kill    SIGKILL of an agent and its workers (node loss); the others re-form without it,
+  agent_kill    SIGKILL of an agent (node loss; its workers die with it, its orphan guard
+                cleans up); the others re-form without it,
                 and the node comes back (a new agent) once they have: a scale-up
   link_cut      (netns only) the host's link down for --cut_seconds, then up; its agent is
                 restarted if it gave up
@@ -194,7 +195,7 @@ class Job:
         self.start(0)
         deadline = time.time() + 30
         if self.args.backend == "c10d":  # the store host first, so it is the one that binds
-            while not port_listening(self.port) and time.time() < deadline:
+            while not port_listening(self.port, self.net.prefix(0)) and time.time() < deadline:
                 time.sleep(0.05)
         for i in range(1, self.net.hosts):
             self.start(i)
@@ -241,17 +242,23 @@ class Job:
         return sorted(self.agents)
 
 
-def port_listening(port):
+def port_listening(port, ns_prefix=()):
+    """Whether something listens on TCP `port`, in the network namespace `ns_prefix` enters
+    (ip netns exec ...) or in ours."""
     for name in ("/proc/net/tcp", "/proc/net/tcp6"):
         try:
-            with open(name) as f:
-                next(f)
-                for line in f:
-                    parts = line.split()
-                    if int(parts[1].rsplit(":", 1)[1], 16) == port and parts[3] == "0A":
-                        return True
+            if ns_prefix:
+                text = subprocess.run(list(ns_prefix) + ["cat", name], stdout=subprocess.PIPE,
+                                      stderr=subprocess.DEVNULL, text=True).stdout
+            else:
+                with open(name) as f:
+                    text = f.read()
         except OSError:
-            pass
+            continue
+        for line in text.splitlines()[1:]:
+            parts = line.split()
+            if len(parts) > 3 and int(parts[1].rsplit(":", 1)[1], 16) == port and parts[3] == "0A":
+                return True
     return False
 
 
@@ -478,13 +485,11 @@ def inject(kind, job, net, args, rng):
     elif kind == "agent_kill":
         if len(hosts) <= 2:  # --nnodes 2:4: one more loss would end the job, not test recovery
             return None
-        tree = [job.agents[h].pid] + children(job.agents[h].pid)
+        # The agent alone, as the OOM killer or a crash would: its workers die with it
+        # (PDEATHSIG) and its orphan guard cleans up (process groups, flash directory). Killing
+        # the guard as well (a kill -9 of the whole tree) leaves the flash tmpfs mounted.
         fault["time"] = time.time()
-        for pid in tree:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        job.agents[h].send_signal(signal.SIGKILL)
         fault["rejoin"] = lambda: None  # the node stays away until the others re-formed
     elif kind == "link_cut":
         if len(hosts) <= 2:
@@ -588,7 +593,7 @@ def leftovers(job, shm_before):
                if n.startswith("dlaunch") and (n.split("-")[2:3] and n.split("-")[2] in pids or job.run_id in n)]
     if shm_new:
         found.append(f"/dev/shm entries of the job left: {shm_new}")
-    if job.args.backend == "c10d" and port_listening(job.port):
+    if job.args.backend == "c10d" and port_listening(job.port, job.net.prefix(0)):
         found.append(f"the job's store port {job.port} still listens")
     return found
 
