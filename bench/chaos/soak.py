@@ -440,9 +440,9 @@ def main():
     if not args.keep and not problems:
         shutil.rmtree(workdir, ignore_errors=True)
     else:
-        log(f"work directory kept: {workdir}")
-    with open(os.path.join(os.getcwd(), "soak_summary.json") if args.keep else os.devnull, "w") as f:
-        json.dump(summary, f, indent=1)
+        with open(os.path.join(workdir, "summary.json"), "w") as f:
+            json.dump(summary, f, indent=1)
+        log(f"work directory kept: {workdir} (summary.json, agent logs)")
     return 1 if problems else 0
 
 
