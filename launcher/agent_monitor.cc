@@ -63,10 +63,12 @@ MonitorOptions monitor_options(const LaunchConfig& cfg, const AgentOptions& opts
   }
   if (m.path_env.empty()) m.path_env = "/usr/local/bin:/usr/bin:/bin";
   m.stack_capture_timeout = opts.stack_capture_timeout;
-  // Where `dlaunch status` finds the job's store: c10d's endpoint, else the master address and
-  // port (a single node's store may sit on a port picked at start: opts.master_port).
+  // Where `dlaunch status` finds the job's store: etcd or c10d's endpoint, else the master
+  // address and port (a single node's store may sit on a port picked at start: opts.master_port).
   std::string where;
-  if (cfg.rdzv_backend == "c10d" && !cfg.rdzv_endpoint.empty()) {
+  if (cfg.rdzv_backend == "etcd") {
+    where = "--rdzv_backend etcd --rdzv_endpoint " + cfg.rdzv_endpoint;
+  } else if (cfg.rdzv_backend == "c10d" && !cfg.rdzv_endpoint.empty()) {
     where = "--rdzv_endpoint " + cfg.rdzv_endpoint;
   } else {
     std::string addr = opts.master_addr.empty() ? cfg.master_addr : opts.master_addr;
@@ -74,9 +76,7 @@ MonitorOptions monitor_options(const LaunchConfig& cfg, const AgentOptions& opts
     where = fmt::format("{}--master_port {}",
                         addr == "127.0.0.1" ? "" : "--master_addr " + addr + " ", port);
   }
-  if (cfg.rdzv_backend != "etcd") {
-    m.status_command = fmt::format("dlaunch status {} --rdzv_id {}", where, cfg.run_id);
-  }
+  m.status_command = fmt::format("dlaunch status {} --rdzv_id {}", where, cfg.run_id);
   return m;
 }
 

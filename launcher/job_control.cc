@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <iostream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <thread>
@@ -19,6 +20,8 @@
 #include "launcher/http_client.h"
 #include "launcher/job_events.h"
 #include "launcher/node_status.h"
+#include "rendezvous/etcd_rendezvous.h"
+#include "rendezvous/etcd_store.h"
 #include "rendezvous/host_port.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/prefix_store.h"
@@ -30,6 +33,7 @@ namespace {
 
 struct Options {
   std::string command;
+  std::string rdzv_backend;  // "etcd": the agents published in etcd; else in a TCP store
   std::string rdzv_endpoint;
   std::string master_addr = "127.0.0.1";
   int64_t master_port = 29500;
@@ -42,8 +46,9 @@ struct Options {
 };
 
 const char* const kUsage =
-    "usage: dlaunch status|stop|restart|dump [--rdzv_endpoint HOST[:PORT] | --master_addr HOST "
-    "--master_port PORT] --rdzv_id ID [--token_file PATH] [--json] [--events] [--timeout S]";
+    "usage: dlaunch status|stop|restart|dump [[--rdzv_backend etcd] --rdzv_endpoint HOST[:PORT] "
+    "| --master_addr HOST --master_port PORT] --rdzv_id ID [--token_file PATH] [--json] "
+    "[--events] [--timeout S]";
 
 Options parse(const std::vector<std::string>& args) {
   Options o;
@@ -52,6 +57,7 @@ Options parse(const std::vector<std::string>& args) {
     auto v = get_env(name);
     return v ? *v : fallback;
   };
+  o.rdzv_backend = env_or("DLAUNCH_RDZV_BACKEND", env_or("PET_RDZV_BACKEND", ""));
   o.rdzv_endpoint = env_or("DLAUNCH_RDZV_ENDPOINT", env_or("PET_RDZV_ENDPOINT", ""));
   o.master_addr = env_or("DLAUNCH_MASTER_ADDR", env_or("MASTER_ADDR", o.master_addr));
   // In a worker's own environment MASTER_ADDR/MASTER_PORT and TORCHELASTIC_RUN_ID find its job.
@@ -71,7 +77,9 @@ Options parse(const std::vector<std::string>& args) {
       if (i + 1 >= args.size()) throw UsageError(fmt::format("{} needs a value", args[i]));
       return args[++i];
     };
-    if (a == "__rdzv_endpoint")
+    if (a == "__rdzv_backend")
+      o.rdzv_backend = value();
+    else if (a == "__rdzv_endpoint")
       o.rdzv_endpoint = value();
     else if (a == "__master_addr")
       o.master_addr = value();
@@ -107,6 +115,17 @@ Options parse(const std::vector<std::string>& args) {
       throw UsageError(fmt::format("--master_port '{}' is not a port number", port_text));
     }
   }
+  if (!o.rdzv_backend.empty() && o.rdzv_backend != "static" && o.rdzv_backend != "c10d" &&
+      o.rdzv_backend != "etcd") {
+    throw UsageError(fmt::format("--rdzv_backend '{}' is not one of static, c10d, etcd (the "
+                                 "job's own --rdzv_backend)",
+                                 o.rdzv_backend));
+  }
+  if (o.rdzv_backend == "etcd" && o.rdzv_endpoint.empty()) {
+    throw UsageError(
+        "--rdzv_backend etcd needs --rdzv_endpoint HOST:PORT, etcd's client URL as the job was "
+        "given it (e.g. 10.0.0.5:2379)");
+  }
   if ((o.events || o.json) && o.command != "status") {
     throw UsageError(
         fmt::format("--json and --events belong to 'dlaunch status', not '{}'", o.command));
@@ -120,8 +139,17 @@ struct Agent {
   int pid = 0;
 };
 
-// Every agent that published its endpoint, read from the job's store.
-std::vector<Agent> find_agents(const Options& o, std::string& where) {
+// The job's store (agent_monitor.h), where the agents published their endpoints: in etcd with
+// --rdzv_backend etcd (the rendezvous' result store lives there, etcd_rendezvous.h), else the
+// TCP store at the rendezvous endpoint or MASTER_ADDR:MASTER_PORT.
+std::unique_ptr<Store> open_job_store(const Options& o, std::string& where) {
+  auto limit = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.timeout));
+  if (o.rdzv_backend == "etcd") {
+    HostPort hp = parse_host_port(o.rdzv_endpoint, 2379, "--rdzv_endpoint");
+    where = "etcd at " + hp.to_string();
+    return std::make_unique<PrefixStore>(job_store_prefix(o.run_id),
+                                         open_etcd_run_store(hp.to_string(), o.run_id, limit));
+  }
   HostPort hp = o.rdzv_endpoint.empty()
                     ? HostPort{o.master_addr, static_cast<uint16_t>(o.master_port)}
                     : parse_host_port(o.rdzv_endpoint, 29400, "--rdzv_endpoint");
@@ -131,12 +159,19 @@ std::vector<Agent> find_agents(const Options& o, std::string& where) {
   c.port = hp.port;
   c.agent = true;
   c.token = load_job_token(o.token_file);
-  auto limit = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.timeout));
   c.connect_timeout = limit;
   c.timeout = limit;
   c.waiting_note_every = limit * 2;
-  PrefixStore store(job_store_prefix(o.run_id), std::make_shared<TcpStoreClient>(c));
-  int64_t n = store.add(kStatusAgentsKey, 0);
+  return std::make_unique<PrefixStore>(job_store_prefix(o.run_id),
+                                       std::make_shared<TcpStoreClient>(c));
+}
+
+// Every agent that published its endpoint, read from the job's store.
+std::vector<Agent> find_agents(const Options& o, std::string& where) {
+  std::unique_ptr<Store> job_store = open_job_store(o, where);
+  Store& store = *job_store;
+  // check() first: reading must not create the counter (in a shared etcd, for a mistyped id).
+  int64_t n = store.check({kStatusAgentsKey}) ? store.add(kStatusAgentsKey, 0) : 0;
   std::vector<std::string> keys;
   for (int64_t i = 0; i < n; ++i) keys.push_back(status_agent_key(i));
   std::vector<Agent> agents;
@@ -421,8 +456,9 @@ int run_job_control(const std::vector<std::string>& args) {
   } catch (const std::exception& e) {
     std::fprintf(stderr,
                  "dlaunch: error: cannot read the job's agents from its store at %s: %s; give "
-                 "the job's --rdzv_endpoint (or --master_addr/--master_port) and, with a job "
-                 "token, DLAUNCH_JOB_TOKEN or --token_file\n",
+                 "the job's --rdzv_endpoint (or --master_addr/--master_port; with an etcd "
+                 "rendezvous also --rdzv_backend etcd) and, with a job token, DLAUNCH_JOB_TOKEN "
+                 "or --token_file\n",
                  where.empty() ? "?" : where.c_str(), e.what());
     return 2;
   }

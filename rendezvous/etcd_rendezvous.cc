@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <mutex>
 #include <unordered_map>
@@ -28,6 +29,8 @@ std::shared_ptr<etcd::Client> make_client(const std::string& endpoint) {
   o.endpoint = endpoint;
   return std::make_shared<etcd::Client>(o);
 }
+
+std::string run_prefix(const std::string& run_id) { return "/dlaunch/" + run_id + "/"; }
 
 class LeaseLiveness final : public Liveness {
  public:
@@ -136,7 +139,7 @@ class EtcdRendezvous final : public RendezvousHandler {
     }
     token_ = params.token ? params.token : load_job_token(config_.token_file);
     const std::string endpoint = params.endpoint;
-    const std::string prefix = "/dlaunch/" + params.run_id + "/";
+    const std::string prefix = run_prefix(params.run_id);
     store_ = std::make_shared<EtcdStore>(make_client(endpoint), prefix);
     // Fail now, naming etcd, rather than inside the state machine.
     store_->client().range(prefix, "", true);
@@ -232,6 +235,18 @@ class EtcdRendezvous final : public RendezvousHandler {
 };
 
 }  // namespace
+
+std::shared_ptr<EtcdStore> open_etcd_run_store(const std::string& endpoint,
+                                               const std::string& run_id,
+                                               Duration request_timeout) {
+  etcd::ClientOptions o;
+  o.endpoint = endpoint;
+  o.connect_timeout = std::min(o.connect_timeout, request_timeout);
+  o.request_timeout = request_timeout;
+  auto store = std::make_shared<EtcdStore>(std::make_shared<etcd::Client>(o), run_prefix(run_id));
+  store->set_timeout(request_timeout);
+  return store;
+}
 
 int64_t lease_ttl_seconds(Duration window) {
   return std::max<int64_t>(2, static_cast<int64_t>(std::ceil(to_seconds(window))));

@@ -37,6 +37,16 @@
 
 namespace dlaunch {
 
+class EtcdStore;
+
+// The store over run `run_id`'s keys in the etcd at `endpoint` ("/dlaunch/<run_id>/"): what the
+// rendezvous runs on, and the base of its result's store (the job's store, under
+// "dlaunch/job/<run_id>/"). For readers outside the rendezvous, e.g. `dlaunch status`, which
+// finds the agents' status endpoints there. Does not connect yet.
+std::shared_ptr<EtcdStore> open_etcd_run_store(const std::string& endpoint,
+                                               const std::string& run_id,
+                                               Duration request_timeout);
+
 // The "etcd" factory for the backend registry.
 std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& params);
 

@@ -1,12 +1,14 @@
 // Real dlaunch agents with --rdzv_backend etcd against a real etcd 3.4 (label cluster): the
-// workers' contract across agents, and node loss (an agent SIGKILLed, its lease expires, the
-// others re-form and restart their workers with the smaller world).
+// workers' contract across agents, node loss (an agent SIGKILLed, its lease expires, the
+// others re-form and restart their workers with the smaller world), and `dlaunch status|
+// restart|stop` finding the agents through etcd.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <cstdlib>
 #include <fstream>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <set>
 #include <thread>
@@ -32,7 +34,8 @@ class EtcdDlaunchTest : public ::testing::Test {
 
   // One agent on its own loopback address (as its own "host"), TTL 2 s.
   std::unique_ptr<Subprocess> agent(int host, const std::string& nnodes, int nproc,
-                                    const std::vector<std::string>& worker) {
+                                    const std::vector<std::string>& worker,
+                                    const std::vector<std::string>& flags = {}) {
     std::vector<std::string> argv = {
         DLAUNCH_BIN,
         "--nnodes",
@@ -51,6 +54,7 @@ class EtcdDlaunchTest : public ::testing::Test {
         "127.0.0." + std::to_string(10 + host),
         "--no_python",
         "--no_slurm"};
+    argv.insert(argv.end(), flags.begin(), flags.end());
     argv.insert(argv.end(), worker.begin(), worker.end());
     return std::make_unique<Subprocess>(argv);
   }
@@ -151,6 +155,76 @@ TEST_F(EtcdDlaunchTest, KilledAgentWhosePeersFailDoesNotSpendTheRestartBudget) {
     EXPECT_NE(agents[i]->err().find("node 127.0.0.13 (node rank "), std::string::npos)
         << agents[i]->err();
   }
+}
+
+// Issue 13: `dlaunch status|restart|stop --rdzv_backend etcd` read the agents' status endpoints
+// from etcd (where the etcd rendezvous keeps the job's store) and steer the whole job.
+TEST_F(EtcdDlaunchTest, StatusRestartAndStopFindTheAgentsThroughEtcd) {
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int h = 1; h <= 2; ++h) {
+    agents.push_back(agent(h, "2", 2, {TEST_WORKER_BIN, "sleep"}, {"--max_restarts", "1"}));
+  }
+  const std::vector<std::string> where = {"--rdzv_backend", "etcd", "--rdzv_endpoint", endpoint_,
+                                          "--rdzv_id", run_id_};
+  auto control = [&](const std::string& command, std::vector<std::string> extra = {}) {
+    std::vector<std::string> argv = {DLAUNCH_BIN, command};
+    argv.insert(argv.end(), where.begin(), where.end());
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    return testing::run(argv);
+  };
+  // Every agent's /status, once both published their endpoints and run their workers at
+  // `attempt`.
+  auto status_of_both = [&](int attempt, nlohmann::json& j) {
+    testing::RunResult r = control("status", {"--json"});
+    if (r.exit.shell_code() != 0) return false;
+    j = nlohmann::json::parse(r.out);
+    if (j["agents"].size() != 2) return false;
+    for (const auto& a : j["agents"]) {
+      if (a["attempt"] != attempt || a["workers"].size() != 2) return false;
+      for (const auto& w : a["workers"]) {
+        if (w["state"] != "running") return false;
+      }
+    }
+    return true;
+  };
+  nlohmann::json j;
+  ASSERT_TRUE(testing::wait_until([&] { return status_of_both(0, j); }, 60s))
+      << j.dump() << agents[0]->err() << agents[1]->err();
+  std::set<int64_t> ranks;
+  std::set<std::string> addresses;
+  for (const auto& a : j["agents"]) {
+    addresses.insert(a["address"].get<std::string>());
+    for (const auto& w : a["workers"]) ranks.insert(w["rank"].get<int64_t>());
+  }
+  EXPECT_EQ(ranks, (std::set<int64_t>{0, 1, 2, 3})) << j.dump();
+  EXPECT_EQ(addresses.size(), 2u) << j.dump();
+  // The agents print the command that finds them.
+  EXPECT_NE(agents[0]->err().find("dlaunch status --rdzv_backend etcd --rdzv_endpoint " +
+                                  endpoint_ + " --rdzv_id " + run_id_),
+            std::string::npos)
+      << agents[0]->err();
+  testing::RunResult table = control("status");
+  EXPECT_EQ(table.exit.shell_code(), 0) << table.err;
+  EXPECT_NE(table.out.find("2 agent(s)"), std::string::npos) << table.out;
+
+  testing::RunResult restart = control("restart");
+  EXPECT_EQ(restart.exit.shell_code(), 0) << restart.out << restart.err;
+  EXPECT_TRUE(testing::wait_until([&] { return status_of_both(1, j); }, 60s))
+      << "every node restarts: " << j.dump();
+
+  testing::RunResult stop = control("stop");
+  EXPECT_EQ(stop.exit.shell_code(), 0) << stop.out << stop.err;
+  for (auto& a : agents) {
+    auto e = a->wait(60s);
+    ASSERT_TRUE(e) << a->err();
+    EXPECT_EQ(e->shell_code(), 143) << a->err();
+  }
+  // A run id nobody used: said so, exit 2.
+  testing::RunResult none = testing::run({DLAUNCH_BIN, "status", "--rdzv_backend", "etcd",
+                                          "--rdzv_endpoint", endpoint_, "--rdzv_id",
+                                          run_id_ + "-nobody"});
+  EXPECT_EQ(none.exit.shell_code(), 2) << none.err;
+  EXPECT_NE(none.err.find("no agent of job"), std::string::npos) << none.err;
 }
 
 size_t count_of(const std::string& text, const std::string& what) {
