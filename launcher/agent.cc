@@ -31,6 +31,7 @@
 #include "launcher/agent_monitor.h"
 #include "launcher/exit_barrier.h"
 #include "launcher/failure_report.h"
+#include "launcher/hang_exchange.h"
 #include "launcher/hang_investigation.h"
 #include "launcher/line_splitter.h"
 #include "launcher/log_router.h"
@@ -188,6 +189,7 @@ struct Agent::Impl {
   std::vector<std::string> earlier_failures;
   std::vector<std::string> stuck;
   std::optional<RendezvousResult> last_round;
+  std::optional<NodeHangVerdict> stuck_elsewhere;  // this generation's hang, stuck on another node
   std::thread rdzv_thread;
   // Timeline, status endpoint and control (agent_monitor.h); created by prepare().
   std::unique_ptr<AgentMonitor> monitor;
@@ -365,6 +367,7 @@ struct Agent::Impl {
 
   void begin_generation() {
     phase = Phase::kRendezvous;
+    stuck_elsewhere.reset();
     if (!opts.rendezvous) {
       RendezvousResult r;
       r.round = generation + 1;
@@ -433,6 +436,9 @@ struct Agent::Impl {
         log_warning("another node asked for a restart: {}", ev.reason);
         group->on_stop_requested("restart requested by another node: " + ev.reason);
         cause.record(StopKind::kPeerRestart);
+        // Mid-hang (another node saw it first): read the stacks and compare the verdicts first,
+        // which is bounded; end_hang stops the group.
+        if (phase == Phase::kCapturing) break;
         stop_group(SIGTERM);
         break;
       case RendezvousEvent::Kind::kShutdownRequested:
@@ -887,6 +893,7 @@ struct Agent::Impl {
   // tells the other nodes and stops the group.
   void blame_hang(const std::vector<int64_t>& suspects,
                   const std::vector<HangInvestigation::Result>& results) {
+    phase = Phase::kCapturing;  // until the verdict is final (end_hang); also without stacks
     HangVerdict v = judge_hang(suspects, results);
     for (const auto& r : results) {
       WorkerRecord& w = group->worker(r.target.local_rank);
@@ -895,11 +902,39 @@ struct Agent::Impl {
     }
     for (const auto& line : v.log) log_error("{}", line);
     group->blame_hang(v.root);
+    // Before stopping: compare with the other nodes, so a rank stuck on another node is named
+    // instead of a local victim (hang_exchange.h; at most kHangExchangeWait, off the loop).
     const WorkerRecord& w = group->worker(v.root);
+    HangExchangeRequest req{last_round ? last_round->round : 0,
+                            last_round ? last_round->group_world_size : 1,
+                            node_hang_verdict(v, last_round ? last_round->group_rank : 0,
+                                              opts.host, w.global_rank, w.pid, w.log_dir)};
+    const int64_t gen = generation;
+    start_hang_exchange(
+        last_round ? last_round->store : nullptr, req,
+        [g = gate](std::function<void()> f) { post_from_thread(g, std::move(f)); },
+        [this, gen](std::optional<NodeHangVerdict> root) {
+          if (gen == generation) end_hang(root);
+        });
+  }
+
+  // The hang's verdict is final: tell the other nodes and stop the group (unless a request from
+  // elsewhere stopped it meanwhile; the report still names the rank stuck elsewhere).
+  void end_hang(const std::optional<NodeHangVerdict>& elsewhere) {
+    stuck_elsewhere = elsewhere;
+    if (elsewhere) {
+      log_error("root cause of the hang: {}; the silent ranks here wait in a collective for it",
+                describe_remote_hang_root(*elsewhere));
+    }
+    if (phase != Phase::kCapturing) return;
+    const WorkerRecord& w = group->worker(group->root_cause().value_or(0));
     if (opts.rendezvous) {
-      report_to_peers(fmt::format("rank {} on {} hung (no heartbeat for {:.1f} s){}{}",
-                                  w.global_rank, opts.host, to_seconds(cfg.hang_timeout),
-                                  w.hang_where.empty() ? "" : " in ", w.hang_where));
+      report_to_peers(elsewhere ? fmt::format("the ranks on {} hung waiting for {}", opts.host,
+                                              describe_remote_hang_root(*elsewhere))
+                                : fmt::format("rank {} on {} hung (no heartbeat for {:.1f} s){}{}",
+                                              w.global_rank, opts.host,
+                                              to_seconds(cfg.hang_timeout),
+                                              w.hang_where.empty() ? "" : " in ", w.hang_where));
     }
     kill_silent_workers();
     stop_group(SIGTERM);
@@ -1124,7 +1159,10 @@ struct Agent::Impl {
   // The failure spends the budget, which lasts (decide()).
   void restart_counted(int64_t restart_count) {
     ++restarts_used;
-    if (auto root = group->root_cause()) {
+    if (stuck_elsewhere) {
+      earlier_failures.push_back(fmt::format("attempt {}: hung waiting for {}", group->attempt(),
+                                             describe_remote_hang_root(*stuck_elsewhere)));
+    } else if (auto root = group->root_cause()) {
       const WorkerRecord& w = group->worker(*root);
       earlier_failures.push_back(
           fmt::format("attempt {}: {}", group->attempt(), describe_end(w, cfg.hang_timeout)));
@@ -1154,6 +1192,7 @@ struct Agent::Impl {
     ctx.earlier = earlier_failures;
     ctx.stuck = stuck;
     ctx.events_file = monitor->events().path();
+    ctx.stuck_elsewhere = stuck_elsewhere;
     std::string report = format_failure_report(*group, ctx);
     ssize_t ignored = ::write(STDERR_FILENO, report.data(), report.size());
     (void)ignored;

@@ -126,7 +126,22 @@ std::string format_failure_report(const WorkerGroup& group, const ReportContext&
   if (!ctx.version.empty()) out += fmt::format("version: {}\n", ctx.version);
   out += rule + "\n";
   auto root = group.root_cause();
-  if (!root) {
+  if (ctx.stuck_elsewhere) {
+    const NodeHangVerdict& r = *ctx.stuck_elsewhere;
+    out += "Root cause (a rank stuck on another node; the ranks here waited for it):\n";
+    out += fmt::format("  host      : {} (node rank {})\n", r.host, r.node_rank);
+    out += fmt::format("  rank      : {} (local_rank: {})\n", r.rank, r.local_rank);
+    out += fmt::format("  hung      : no heartbeat for more than {:.1f} s (pid: {})\n",
+                       to_seconds(ctx.hang_timeout), r.pid);
+    if (!r.stacks_dir.empty()) {
+      out += fmt::format("  stacks    : {}/stack.txt (on {})\n", r.stacks_dir, r.host);
+    }
+    if (!r.where.empty()) out += fmt::format("  stuck in  : {}\n", r.where);
+    if (!r.python_stack.empty()) {
+      out += "  python    : (main thread, most recent call first)\n";
+      out += "  " + indent(r.python_stack, "  ") + "\n";
+    }
+  } else if (!root) {
     out += fmt::format("Root cause: {}\n", group.stop_reason().empty() ? "unknown" : group.stop_reason());
   } else {
     const WorkerRecord& w = group.workers()[static_cast<size_t>(*root)];
@@ -171,10 +186,12 @@ std::string format_failure_report(const WorkerGroup& group, const ReportContext&
     }
   }
   out += rule + "\n";
-  out += "Other workers (consequences of the first failure):\n";
+  out += ctx.stuck_elsewhere
+             ? "Workers on this node (its victims: they waited in a collective):\n"
+             : "Other workers (consequences of the first failure):\n";
   bool any = false;
   for (const auto& w : group.workers()) {
-    if (root && w.local_rank == *root) continue;
+    if (root && w.local_rank == *root && !ctx.stuck_elsewhere) continue;
     out += "  " + describe_end(w, ctx.hang_timeout) + "\n";
     any = true;
   }

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/hang_exchange.h"
 #include "launcher/worker_group.h"
 
 namespace dlaunch {
@@ -38,6 +39,9 @@ struct ReportContext {
   std::vector<std::string> stuck;
   // This node's timeline (job_events.h); empty: no line.
   std::string events_file;
+  // A hang whose stuck rank is on another node (hang_exchange.h): the report names that rank as
+  // the root cause and this node's workers as its victims.
+  std::optional<NodeHangVerdict> stuck_elsewhere;
 };
 
 // "2026-11-22_17:04:05.123" in local time.

@@ -154,7 +154,14 @@ HangVerdict judge_hang(const std::vector<int64_t>& suspects,
         f.where, r.target.log_dir, r.python_requested ? " and py_stack.txt" : ""));
     if (r.target.local_rank == v.root) root_result = &r;
   }
-  std::string line = fmt::format("root cause of the hang: local rank {}", v.root);
+  // Every silent rank here waits for a peer: the stuck one may be on another node, and the
+  // agent asks the others (hang_exchange.h) before it settles on this one.
+  const bool all_wait = v.root_finding.in_collective && !v.root_finding.stopped;
+  std::string line =
+      all_wait ? fmt::format("every silent rank here waits in a collective (the stuck rank may "
+                             "be on another node); naming local rank {} for now",
+                             v.root)
+               : fmt::format("root cause of the hang: local rank {}", v.root);
   if (root_result) {
     line +=
         fmt::format(" (rank {}, pid {})", root_result->target.global_rank, root_result->target.pid);

@@ -415,5 +415,50 @@ TEST(TorchCompat, HangInAnUnmodifiedDdpScriptIsCaughtAndBlamedOnTheStuckRank) {
   }
 }
 
+// (h) issue 13, across nodes: two agents (two "nodes" on this host, one worker each); rank 1,
+// on node 1, blocks forever. Node 0's rank only waits for it in DDP's all-reduce, so node 0
+// alone could only name its own victim: the nodes compare their verdicts through the job's
+// store (launcher/hang_exchange.h) and node 0's report names node 1's rank 1, where it is
+// stuck and its Python stack, and calls its own rank a victim.
+TEST(TorchCompat, HangOfARankOnAnotherNodeIsBlamedOnItByEveryNode) {
+  SKIP_WITHOUT_TORCH();
+  TempDir logs;
+  const std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (const char* rank : {"0", "1"}) {
+    agents.push_back(std::make_unique<Subprocess>(
+        agent_argv({"--nnodes", "2", "--node_rank", rank, "--master_addr", "127.0.0.1",
+                    "--master_port", port, "--nproc_per_node", "1", "--hang_timeout", "4",
+                    "--max_restarts", "0", "--shutdown_grace", "2", "--log_dir",
+                    logs.path() + "/node" + rank, "--rdzv_id", "xhang"},
+                   {kCompatDir + "/ddp_hang.py"}),
+        std::map<std::string, std::string>{{"COMPAT_HANG_RANK", "1"}}));
+  }
+  auto job = wait_all(agents, 1);
+  EXPECT_NE(job.out.find("rank 1: stuck now"), std::string::npos) << job.context;
+  for (size_t node = 0; node < agents.size(); ++node) {
+    const std::string err = agents[node]->err();
+    size_t report = err.rfind("Root cause");
+    ASSERT_NE(report, std::string::npos) << "node " << node << ":\n" << job.context;
+    const std::string summary = err.substr(report);
+    EXPECT_TRUE(std::regex_search(summary, std::regex(R"(rank\s*:\s*1 \(local_rank: 0\))")))
+        << "node " << node << ":\n" << summary;
+    EXPECT_TRUE(std::regex_search(
+        summary,
+        std::regex(R"(stuck in\s*:\s*wait_for_a_batch_that_never_comes \(ddp_hang.py:)")))
+        << "node " << node << ":\n" << summary;
+    EXPECT_NE(summary.find("line 22 in wait_for_a_batch_that_never_comes"), std::string::npos)
+        << "node " << node << ":\n" << summary;
+  }
+  const std::string node0 = agents[0]->err();
+  EXPECT_NE(node0.find("root cause of the hang: rank 1 on node 1"), std::string::npos) << node0;
+  size_t report = node0.rfind("Root cause");
+  ASSERT_NE(report, std::string::npos) << node0;
+  EXPECT_NE(node0.find("a rank stuck on another node", report), std::string::npos) << node0;
+  EXPECT_NE(node0.find("Workers on this node (its victims", report), std::string::npos) << node0;
+  EXPECT_NE(read_file(logs.path() + "/node0/xhang/attempt_0/0/py_stack.txt").find("in backward"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace dlaunch::testing

@@ -169,6 +169,50 @@ TEST(FailureReport, HangShowsWhereTheRootCauseWasAndItsPythonStack) {
       << r;
 }
 
+// Issue 13: the stuck rank is on another node (hang_exchange.h): it is the root cause, with its
+// node, stack location and Python stack, and every local worker is listed as its victim.
+TEST(FailureReport, HangStuckOnAnotherNodeNamesThatRankAndTheLocalVictims) {
+  std::vector<WorkerRecord> ws(1);
+  ws[0].global_rank = 0;
+  ws[0].log_dir = "/run/attempt_0/0";
+  WorkerGroup g(0, ws);
+  auto wall = std::chrono::system_clock::now();
+  g.on_started(0, 100, TimePoint{}, wall);
+  g.on_hung(0, TimePoint{}, wall);
+  g.worker(0).hang_where = "all_reduce (distributed_c10d.py:1536)";
+  g.on_exit(0, ExitStatus::killed(15), TimePoint{}, wall);
+  ReportContext ctx;
+  ctx.hang_timeout = std::chrono::seconds(3);
+  NodeHangVerdict stuck;
+  stuck.node_rank = 1;
+  stuck.host = "node-b";
+  stuck.stuck_here = true;
+  stuck.rank = 1;
+  stuck.local_rank = 0;
+  stuck.pid = 4242;
+  stuck.where = "load_batch (train.py:22)";
+  stuck.python_stack = "  File \"train.py\", line 22 in load_batch\n";
+  stuck.stacks_dir = "/run/attempt_0/0";
+  ctx.stuck_elsewhere = stuck;
+  std::string r = format_failure_report(g, ctx);
+  EXPECT_NE(r.find("Root cause (a rank stuck on another node; the ranks here waited for it):\n"
+                   "  host      : node-b (node rank 1)\n"
+                   "  rank      : 1 (local_rank: 0)\n"
+                   "  hung      : no heartbeat for more than 3.0 s (pid: 4242)\n"
+                   "  stacks    : /run/attempt_0/0/stack.txt (on node-b)\n"
+                   "  stuck in  : load_batch (train.py:22)\n"
+                   "  python    : (main thread, most recent call first)\n"
+                   "    File \"train.py\", line 22 in load_batch\n"),
+            std::string::npos)
+      << r;
+  EXPECT_NE(r.find("Workers on this node (its victims: they waited in a collective):\n"
+                   "  rank 0 (local_rank 0, pid 100): hung: no heartbeat for more than 3.0 s "
+                   "(--hang_timeout), in all_reduce (distributed_c10d.py:1536)"),
+            std::string::npos)
+      << r;
+  EXPECT_EQ(r.find("Root cause (first observed failure)"), std::string::npos) << r;
+}
+
 TEST(StackCapture, PrefersEuStackThenGdbThenNothing) {
   char dir[] = "/tmp/dlaunch_tools_XXXXXX";
   ASSERT_NE(mkdtemp(dir), nullptr);
