@@ -47,16 +47,26 @@ def real():
         assert mtime() == after, "beat again within 100 ms"
 
 
+# PyTorch 2.x's API as torch/optim/optimizer.py defines it (2.0 through 2.8 alike): a module-level
+# register_optimizer_step_post_hook(hook) -> RemovableHandle that stores the hook in the
+# _global_optimizer_post_hooks OrderedDict, and every optimizer's step calls each of them as
+# hook(optimizer, args, kwargs) after the step (profile_hook_step's wrapper).
 FAKE_OPTIMIZER = '''
-_hooks = []
-def register_optimizer_step_post_hook(hook):
-    _hooks.append(hook)
+from collections import OrderedDict
+_global_optimizer_post_hooks = OrderedDict()
+class RemovableHandle:
+    def __init__(self, hooks):
+        self.id = len(hooks)
 class Optimizer:
     def __init__(self, params, defaults):
         pass
-    def step(self):
-        for hook in _hooks:
-            hook(self, (), {})
+    def step(self, *args, **kwargs):
+        for post_hook in _global_optimizer_post_hooks.values():
+            post_hook(self, args, kwargs)
+def register_optimizer_step_post_hook(hook):
+    handle = RemovableHandle(_global_optimizer_post_hooks)
+    _global_optimizer_post_hooks[handle.id] = hook
+    return handle
 '''
 
 
@@ -71,7 +81,7 @@ def fake2():
     sys.path.insert(0, root)
     import torch.optim.optimizer as optimizer
 
-    assert len(optimizer._hooks) == 1, "the 2.x global hook was not registered"
+    assert len(optimizer._global_optimizer_post_hooks) == 1, "the 2.x global hook was not registered"
     assert optimizer.Optimizer.__init__.__qualname__ == "Optimizer.__init__", "wrapped on 2.x"
     before = mtime()
     time.sleep(0.15)
