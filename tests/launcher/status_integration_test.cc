@@ -356,10 +356,12 @@ TEST(StatusEndpoint, DumpAddsThePythonStacksOfPythonWorkers) {
   if (!file_exists("/usr/bin/python3")) GTEST_SKIP() << "no /usr/bin/python3";
   TempDir logs;
   std::string script = logs.path() + "/waiter.py";
+  const std::string in_user_code = logs.path() + "/in_user_code";
   {
     std::ofstream f(script);
     f << "import time\n"
          "def waiting_in_user_code():\n"
+         "    open('" << in_user_code << "', 'w').close()\n"
          "    while True:\n"
          "        time.sleep(0.05)\n"
          "waiting_in_user_code()\n";
@@ -380,6 +382,9 @@ TEST(StatusEndpoint, DumpAddsThePythonStacksOfPythonWorkers) {
   }
   ASSERT_NE(read_file(registered).find("dlaunch-python-stacks pid="), std::string::npos)
       << registered << ":\n" << read_file(registered) << agent.err();
+  // And until the script runs its own code: a dump during the interpreter's start-up shows the
+  // imports (seen on a loaded machine), not the function this test looks for.
+  ASSERT_TRUE(wait_until([&]() { return file_exists(in_user_code); }, 30s)) << agent.err();
   RunResult r = run({kDlaunch, "dump", "--master_port", port, "--rdzv_id", "st-pydump"});
   EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
   std::string dir_marker = "stacks of 1 worker(s) in ";
