@@ -82,7 +82,7 @@ std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
     char err[1024] = {};
     comm::ProcessGroup* pg =
         make(&store, static_cast<int>(env.rank), static_cast<int>(env.world_size),
-             device.cuda_device, collective_timeout.count(), err, sizeof err);
+             device.cuda_device, collective_timeout.count(), timeout.count(), err, sizeof err);
     if (pg == nullptr) throw ConnectionError(fmt::format("NCCL group: {}", err));
     return std::unique_ptr<comm::ProcessGroup>(pg);
   }
