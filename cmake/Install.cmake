@@ -8,6 +8,8 @@
 #   P/share/man/man1/dlaunch.1, dtrain.1         from --help, when help2man is installed
 #   P/share/bash-completion/completions/dlaunch  from the flag table (launcher/completion.h)
 #   P/share/dlaunch/python/sitecustomize.py      hooks for Python workers (launcher/python_hooks.h)
+#   P/lib/dlaunch/libdlaunch_cuda.so, libdlaunch_nccl.so  the GPU plugins (CUDA builds only),
+#                                                where dtrain looks second (common/plugin.h)
 # The package (cmake/Package.cmake) is this tree under /usr.
 include(GNUInstallDirs)
 
@@ -23,6 +25,32 @@ if(TARGET dtrain)
   install(TARGETS dtrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
   add_dependencies(dlaunch_installables dtrain)
 endif()
+
+# The GPU plugins, when this build has CUDA: dtrain dlopen()s them for --device cuda|auto
+# (kernels/cuda_plugin.h, worker/comm/nccl_plugin.h) and trains on the CPU when they or the CUDA
+# libraries they need are missing, so they add no dependency (cmake/Package.cmake). Installed as
+# P/lib/dlaunch/ (not the multiarch libdir: common/plugin.h looks in ../lib/dlaunch from dtrain).
+# Their RUNPATH names the CUDA library directories of this build (cuDNN and NCCL live there
+# too), as the build tree's binaries have it; elsewhere ldconfig or LD_LIBRARY_PATH finds them.
+set(DLAUNCH_CUDA_LIBRARY_DIRS)
+foreach(_plugin dlaunch_cuda dlaunch_nccl)
+  if(TARGET ${_plugin})
+    foreach(_lib ${CUDAToolkit_LIBRARY_DIR} ${DLAUNCH_CUDNN_LIB} ${DLAUNCH_NCCL_LIB})
+      if(NOT IS_DIRECTORY "${_lib}")
+        get_filename_component(_lib "${_lib}" DIRECTORY)
+      endif()
+      list(APPEND DLAUNCH_CUDA_LIBRARY_DIRS "${_lib}")
+    endforeach()
+    install(TARGETS ${_plugin} LIBRARY DESTINATION lib/dlaunch)
+    add_dependencies(dlaunch_installables ${_plugin})
+  endif()
+endforeach()
+list(REMOVE_DUPLICATES DLAUNCH_CUDA_LIBRARY_DIRS)
+foreach(_plugin dlaunch_cuda dlaunch_nccl)
+  if(TARGET ${_plugin})
+    set_target_properties(${_plugin} PROPERTIES INSTALL_RPATH "${DLAUNCH_CUDA_LIBRARY_DIRS}")
+  endif()
+endforeach()
 
 # CMAKE_INSTALL_DOCDIR is share/doc/${PROJECT_NAME}: share/doc/dlaunch, Debian's place.
 file(GLOB _dlaunch_docs ${CMAKE_SOURCE_DIR}/docs/*.md)

@@ -3,12 +3,14 @@
 # binaries' NEEDED libraries, so installing it pulls exactly the runtime libraries (libfmt9,
 # libdnnl2, ...), never a -dev package; plus libssl3, which is loaded at run time.
 #
-# CUDA: the CUDA libraries here are not Debian packages (/usr/local/cuda), so no binary in the
-# package may need them: dpkg-shlibdeps would find no package to depend on and the build of the
-# package fails. dtrain links no CUDA library: its CUDA backend is the plugin libdlaunch_cuda.so
-# (kernels/cuda_plugin.h), loaded at run time for --device cuda|auto and built beside dtrain, but
-# not installed, so the package is built from the ordinary build. Shipping the plugin is a
-# separate dlaunch-cuda package's job (docs/install.md).
+# CUDA: the CUDA libraries here are not Debian packages (/usr/local/cuda), so nothing in the
+# package may depend on them. dtrain links no CUDA library; in a CUDA build the package also
+# holds the plugins libdlaunch_cuda.so and libdlaunch_nccl.so (cmake/Install.cmake), which need
+# libcudart, cuBLAS, cuDNN and NCCL. dpkg-shlibdeps is shown where those are
+# (CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS) and CPack runs it with --ignore-missing-info, so
+# they resolve but, belonging to no package, add nothing to Depends: the package installs on a
+# machine without CUDA, where dtrain finds the plugin unloadable and trains on the CPU (saying
+# why). The description says what a GPU needs.
 set(CPACK_GENERATOR DEB)
 set(CPACK_PACKAGE_NAME dlaunch)
 set(CPACK_PACKAGE_VERSION ${PROJECT_VERSION})
@@ -23,7 +25,10 @@ torchrun's environment contract and supervises them: restarts, hang detection,
 no orphans, one failure report. It runs unmodified PyTorch scripts written for
 torchrun, and under Slurm.
 .
-dtrain is the bundled data-parallel ResNet trainer (CPU build).")
+dtrain is the bundled data-parallel ResNet trainer. It trains on the CPU;
+when the package was built with CUDA it also holds GPU plugins
+(/usr/lib/dlaunch), used when NVIDIA's CUDA 13 runtime, cuBLAS, cuDNN 9 and
+NCCL 2 libraries (not Debian packages) and a GPU are present.")
 set(DLAUNCH_PACKAGE_MAINTAINER "dlaunch maintainers <dlaunch@localhost>" CACHE STRING
     "The Maintainer field of the Debian package")
 set(CPACK_DEBIAN_PACKAGE_MAINTAINER "${DLAUNCH_PACKAGE_MAINTAINER}")
@@ -34,6 +39,9 @@ set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # dpkg-shlibdeps sees NEEDED libraries only; libcrypto is dlopen()ed when a job token is used
 # (rendezvous/libcrypto.h), so its package is named here and merged with the computed list.
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libssl3")
+if(DLAUNCH_CUDA_LIBRARY_DIRS)
+  set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${DLAUNCH_CUDA_LIBRARY_DIRS})
+endif()
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)  # the symbols are most of the binaries' size
 set(CPACK_PACKAGE_DIRECTORY ${CMAKE_BINARY_DIR}/package)

@@ -27,6 +27,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/dtype.h"
+
 namespace dlaunch::kernels {
 
 struct ActShape {

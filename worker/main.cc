@@ -8,6 +8,7 @@
 // 128 + 15 after SIGTERM.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -85,9 +86,13 @@ int main(int argc, char** argv) {
     if (env.restart_count == 0) {
       fault.fail_at_step = get_env_int("DTRAIN_FAIL_AT_STEP").value_or(-1);
       fault.fail_rank = get_env_int("DTRAIN_FAIL_RANK").value_or(env.world_size - 1);
+      if (get_env("DTRAIN_FAIL_SIGNAL").value_or("KILL") == "STOP") fault.signal = SIGSTOP;
     }
-    auto timeout = std::chrono::seconds(get_env_int("DTRAIN_COMM_TIMEOUT_S").value_or(300));
-    auto pg = train::join_process_group(env, timeout, device);
+    const auto collective_timeout = std::chrono::milliseconds(
+        static_cast<int64_t>(std::ceil(config.collective_timeout * 1000)));
+    // Joining waits for ranks that start late (a slow node), whatever the collectives' limit.
+    const auto join_timeout = std::max<std::chrono::milliseconds>(collective_timeout, std::chrono::seconds(300));
+    auto pg = train::join_process_group(env, join_timeout, collective_timeout, device);
     train::TrainSummary s = train::run_training(config, env, *pg, *device.backend, fault);
     if (env.rank == 0) {
       std::string partial =

@@ -29,5 +29,12 @@ done
 ! grep -q '^FAIL' "$results" || fail "a check failed"
 # The bundled binaries resolve the bundled libraries, not the build machine's.
 tar -C "$tmp" -xzf "$tmp/bundle.tar.gz"
-ldd "$tmp/gpu_check/bin/dtrain" | grep -q "gpu_check/bin/../lib/libdnnl" || fail "dtrain does not load the bundled oneDNN"
+# Not `ldd | grep -q`: with pipefail, grep -q leaving at the first match can SIGPIPE ldd and
+# fail the pipeline although the line was there (seen once: "does not load the bundled oneDNN").
+libs=$(ldd "$tmp/gpu_check/bin/dtrain")
+[[ $libs == *"gpu_check/bin/../lib/libdnnl"* ]] || fail "dtrain does not load the bundled oneDNN:"$'\n'"$libs"
+# The new precision checks are in the bundle's test list (they skip here without a GPU).
+for t in backend_test worker_device_test; do
+  grep -q "^PASS $t " "$results" || fail "$t did not pass (its GPU cases skip here)"
+done
 echo "gpu_check.sh: bundle and run without a GPU as expected"

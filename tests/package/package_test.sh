@@ -5,7 +5,9 @@
 # job. Then its Depends is checked against the libraries the binaries need: every NEEDED library
 # is owned (dpkg -S) by a package that Depends names (directly, or as one of the alternatives of
 # a package it names, e.g. libopenblas0 -> libopenblas0-pthread), no -dev package, and nothing
-# from outside Debian (/usr/local/cuda).
+# from outside Debian (/usr/local/cuda). A CUDA build's package also holds the GPU plugins
+# (usr/lib/dlaunch/), which add nothing to Depends, and its dtrain --device auto trains on the CPU
+# where no GPU is usable.
 # Usage: package_test.sh <build dir> <project version> <expect man pages: ON|OFF>
 # Exit 77 (skipped) when the Debian tools are missing (scripts/setup.sh installs them).
 set -uo pipefail
@@ -82,6 +84,22 @@ fi
 # Depends against what the binaries need.
 depends=$(dpkg-deb -f "$deb" Depends)
 echo "Depends: $depends"
+
+# The GPU plugins of a CUDA build: shipped, but never a dependency (docs/install.md: CUDA), and
+# the unpacked dtrain loads them from ../lib/dlaunch and still trains on a machine without a GPU.
+if [[ -f $build/bin/libdlaunch_cuda.so ]]; then
+  for f in usr/lib/dlaunch/libdlaunch_cuda.so usr/lib/dlaunch/libdlaunch_nccl.so; do
+    [[ -f $root/$f ]] || fail "$f is not in the package (a CUDA build ships the plugins)"
+  done
+  [[ $depends =~ (cuda|cudnn|cublas|nccl) ]] && fail "Depends names a CUDA library: $depends"
+  if ! nvidia-smi -L >/dev/null 2>&1; then
+    out=$(cd "$tmp/run" && CUDA_VISIBLE_DEVICES= DTRAIN_LIMIT_TRAIN_SAMPLES=16 DTRAIN_LIMIT_TEST_SAMPLES=8 \
+      DLAUNCH_CONV_CACHE=off "$root/usr/bin/dtrain" --device auto --dataset synthetic --epochs 1 \
+      --max_steps 1 --batch_size 8 --width 4 --output_dir auto_out 2>&1)
+    [[ $out == *"device: cpu (--device auto: looked for a CUDA GPU"*"$root/usr/bin/../lib/dlaunch/libdlaunch_cuda.so"* ]] ||
+      fail "the unpacked dtrain --device auto did not say it trains on the CPU, with the packaged plugin:"$'\n'"$out"
+  fi
+fi
 # Package names in Depends, without versions and alternatives' bars.
 names=" $(echo "$depends" | tr ',|' '\n\n' | sed -E 's/\(.*\)//; s/^ +//; s/ +$//' | sort -u | tr '\n' ' ') "
 for n in $names; do

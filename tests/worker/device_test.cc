@@ -5,7 +5,9 @@
 // - with the environment as it is, --device cuda either trains on a GPU or fails the same way
 //   (this machine: no driver, so cudaGetDeviceCount's error is in the sentence);
 // - a plugin path that does not exist is named in the sentence;
-// - --precision other than fp32 is refused (exit 2) on the CPU, a value outside the list too;
+// - --precision bf16|fp16 trains (emulated on the CPU, and says so), a value outside the list is
+//   refused (exit 2); their loss curves stay within 2% of fp32's, and fp16's loss scale is in the
+//   checkpoint and resumed (older checkpoints without it still load);
 // - a checkpoint written on one device resumes on the other, and two ranks sharing one GPU with
 //   SyncBN train like one rank on the doubled batch (both skipped without a CUDA device).
 #include <gtest/gtest.h>
@@ -19,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "kernels/device.h"
+#include "worker/checkpoint/checkpoint.h"
 #include "tests/support/subprocess.h"
 
 namespace dlaunch {
@@ -113,15 +116,17 @@ TEST(DtrainDevice, AutoWithoutAGpuTrainsOnTheCpuAndSaysWhy) {
       << cpu.out << cpu.err;
 }
 
-TEST(DtrainDevice, PrecisionOtherThanFp32IsRefusedOnTheCpu) {
+TEST(DtrainDevice, PrecisionBf16AndFp16TrainEmulatedOnTheCpuAndSaySo) {
   TempDir dir;
   for (const char* p : {"bf16", "fp16"}) {
-    RunResult r = run_dtrain(dir, tiny({"--device=cpu", std::string("--precision=") + p}));
-    EXPECT_EQ(r.exit.shell_code(), 2) << r.out << r.err;
-    EXPECT_NE((r.out + r.err).find(std::string("--precision ") + p +
-                                   " is not available on the CPU: the CPU backend computes in fp32 only"),
+    RunResult r = run_dtrain(dir, tiny({"--device=cpu", "--overwrite", "--max_steps=2",
+                                        std::string("--precision=") + p}));
+    EXPECT_EQ(r.exit.shell_code(), 0) << r.out << r.err;
+    EXPECT_NE((r.out + r.err).find(std::string("precision ") + p + ": " + p +
+                                   " activations and conv/GEMM inputs, fp32 master weights"),
               std::string::npos)
         << r.out << r.err;
+    EXPECT_NE((r.out + r.err).find("emulated on the CPU"), std::string::npos) << r.out << r.err;
   }
   RunResult bad = run_dtrain(dir, tiny({"--precision=fp8"}));
   EXPECT_EQ(bad.exit.shell_code(), 2);
@@ -133,6 +138,24 @@ TEST(DtrainDevice, PrecisionOtherThanFp32IsRefusedOnTheCpu) {
   EXPECT_NE((bad_device.out + bad_device.err).find("--device=tpu is not allowed; expected one of: auto, cpu, cuda"),
             std::string::npos)
       << bad_device.out << bad_device.err;
+}
+
+// The "step" records of metrics.jsonl.
+std::vector<nlohmann::json> step_records(const std::string& metrics) {
+  std::vector<nlohmann::json> out;
+  std::ifstream in(metrics);
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_object() && j["kind"] == "step") out.push_back(j);
+  }
+  return out;
+}
+
+// The step losses of metrics.jsonl (global means over the ranks).
+std::vector<double> step_losses(const std::string& metrics) {
+  std::vector<double> out;
+  for (const auto& j : step_records(metrics)) out.push_back(j["loss"].get<double>());
+  return out;
 }
 
 bool have_cuda_device() {
@@ -161,18 +184,107 @@ TEST(DtrainDevice, CheckpointsMoveBetweenGpuAndCpu) {
   }
 }
 
-#ifdef DLAUNCH_BINARY
-// The step losses of metrics.jsonl (global means over the ranks).
-std::vector<double> step_losses(const std::string& metrics) {
-  std::vector<double> out;
-  std::ifstream in(metrics);
-  for (std::string line; std::getline(in, line);) {
-    nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_object() && j["kind"] == "step") out.push_back(j["loss"].get<double>());
+// 200 steps of the same run in fp32, bf16 and fp16 (synthetic data, width 8, batch 32, lr 0.01):
+// the mixed precision losses follow fp32's within 2% (the mean of each 50-step quarter) and the
+// curve goes down. At lr 0.05 and batch 16 the runs' trajectories drift apart chaotically: two
+// fp32 runs with different seeds differed by 5% there, and bf16 landed on either side of fp32
+// (measured: -5% and +8%), so that setting cannot test precision; here they stay within 1%. On the CPU the low precisions are emulated (kernels/dtype.h), so this checks the
+// precision logic (rounding points, loss scaling, skipped steps); on a GPU the same test runs
+// with --device cuda.
+void expect_precision_curves_follow_fp32(const std::string& device) {
+  auto curve = [&](const std::string& precision) {
+    TempDir dir;
+    RunResult r = run_dtrain(dir, {"--device=" + device, "--precision=" + precision, "--dataset=synthetic",
+                                   "--width=8", "--batch_size=32", "--epochs=2", "--max_steps=200",
+                                   "--log_every=10", "--eval_every=0", "--lr=0.01"},
+                             {{"DTRAIN_LIMIT_TRAIN_SAMPLES", "5000"}, {"DLAUNCH_CONV_ALGO", "direct"}});
+    EXPECT_EQ(r.exit.shell_code(), 0) << r.out << r.err;
+    // Every 10th step (the epoch's last step, 157, is logged too: left out).
+    std::vector<nlohmann::json> out;
+    for (const auto& j : step_records(dir.file("out") + "/metrics.jsonl")) {
+      if (j["step"].get<int64_t>() % 10 == 0) out.push_back(j);
+    }
+    return out;
+  };
+  const auto fp32 = curve("fp32");
+  ASSERT_EQ(fp32.size(), 20u);
+  auto quarter_mean = [](const std::vector<nlohmann::json>& recs, size_t q) {
+    double sum = 0;
+    for (size_t k = 5 * q; k < 5 * q + 5; ++k) sum += recs[k]["loss"].get<double>();
+    return sum / 5;
+  };
+  EXPECT_LT(quarter_mean(fp32, 3), 0.97 * quarter_mean(fp32, 0)) << "fp32 did not learn: the comparison means nothing";
+  for (const char* p : {"bf16", "fp16"}) {
+    const auto low = curve(p);
+    ASSERT_EQ(low.size(), 20u) << p;
+    for (size_t q = 0; q < 4; ++q) {
+      const double ref = quarter_mean(fp32, q), got = quarter_mean(low, q);
+      EXPECT_NEAR(got, ref, 0.02 * ref) << p << ", steps " << 50 * q + 1 << "-" << 50 * q + 50;
+    }
+    if (std::string(p) == "fp16") {
+      // The scaler ran: every record carries its scale, a power of two at most the initial one.
+      const double scale = low.back()["loss_scale"].get<double>();
+      EXPECT_LE(scale, 65536.0);
+      EXPECT_EQ(std::exp2(std::round(std::log2(scale))), scale);
+    } else {
+      EXPECT_FALSE(low.back().contains("loss_scale")) << "bf16 needs no loss scaling";
+    }
   }
-  return out;
 }
 
+TEST(DtrainDevice, PrecisionLossCurvesFollowFp32OnTheCpu) { expect_precision_curves_follow_fp32("cpu"); }
+
+TEST(DtrainDevice, PrecisionLossCurvesFollowFp32OnTheGpu) {
+  if (!have_cuda_device()) GTEST_SKIP() << "no CUDA device (or no CUDA plugin)";
+  expect_precision_curves_follow_fp32("cuda");
+}
+
+// fp16's loss scale is part of the checkpoint and goes on from there; a checkpoint from before
+// the scaler existed (no grad_scaler entry) still loads and starts from 65536.
+TEST(DtrainDevice, PrecisionFp16ScalerStateIsCheckpointedAndResumed) {
+  auto first_epoch = [&](TempDir& dir) {
+    RunResult a = run_dtrain(dir, {"--precision=fp16", "--device=cpu", "--width=4", "--batch_size=16",
+                                   "--epochs=1", "--log_every=1"});
+    ASSERT_EQ(a.exit.shell_code(), 0) << a.out << a.err;
+  };
+  auto resume_with = [&](TempDir& dir, const nlohmann::json& scaler) {
+    const std::string path = dir.file("out") + "/checkpoint_epoch_0001.dtck";
+    ckpt::Checkpoint ck = ckpt::read_checkpoint(path);
+    EXPECT_TRUE(ck.meta.contains("grad_scaler")) << ck.meta.dump();
+    const auto recs = step_records(dir.file("out") + "/metrics.jsonl");
+    EXPECT_EQ(ck.meta["grad_scaler"]["scale"].get<double>(), recs.back()["loss_scale"].get<double>());
+    if (scaler.is_null()) {
+      ck.meta.erase("grad_scaler");
+    } else {
+      ck.meta["grad_scaler"] = scaler;
+    }
+    ckpt::write_checkpoint(path, ck);
+    RunResult b = run_dtrain(dir, {"--precision=fp16", "--device=cpu", "--width=4", "--batch_size=16",
+                                   "--epochs=2", "--log_every=1"});
+    EXPECT_EQ(b.exit.shell_code(), 0) << b.out << b.err;
+    EXPECT_NE((b.out + b.err).find("resumed from"), std::string::npos) << b.out << b.err;
+    for (const auto& j : step_records(dir.file("out") + "/metrics.jsonl")) {
+      if (j["epoch"] == 2) return j["loss_scale"].get<double>();  // after the first step resumed
+    }
+    ADD_FAILURE() << "no step of epoch 2 in metrics.jsonl";
+    return 0.0;
+  };
+  {
+    TempDir dir;
+    first_epoch(dir);
+    // A scale no fresh start has this early: the resumed run took it (halved at most once).
+    const double after = resume_with(dir, {{"scale", 4.0}, {"growth_tracker", 3}});
+    EXPECT_TRUE(after == 4.0 || after == 2.0) << after;
+  }
+  {
+    TempDir dir;
+    first_epoch(dir);
+    const double after = resume_with(dir, nullptr);
+    EXPECT_GE(after, 32768.0) << "an old checkpoint starts from the initial scale";
+  }
+}
+
+#ifdef DLAUNCH_BINARY
 // Two ranks with SyncBN train exactly like one rank on the doubled batch: the same samples per
 // step (the sampler's shards of a step are the single rank's batch), the same augmentation (a
 // function of the sample), averaged gradients and global batch statistics. Without SyncBN the

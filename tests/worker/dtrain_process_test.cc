@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -519,6 +520,63 @@ TEST_F(DtrainProcessTest, KilledWorkerResumesUnderDlaunch) {
   // Training continued from the checkpoint: the loss after the restart is below the first
   // epoch's (a fresh model would start over near ln(10) = 2.3).
   EXPECT_LT(epochs[2]["loss"].get<double>(), epochs[0]["loss"].get<double>());
+}
+
+// --collective_timeout (issue 10, item 4): rank 1 SIGSTOPs itself after global step 10 (first
+// attempt only) and never answers again; with no hang timeout, nothing but the collective
+// timeout can end the job's wait. Rank 0 gives up on its next collective after 3 s with a message
+// naming it and the peer, exits 1, and dlaunch restarts the group (killing the stopped rank),
+// which resumes from the epoch-1 checkpoint and finishes. Without the timeout rank 0 would wait
+// 300 s (the default) and the test would time out.
+TEST_F(DtrainProcessTest, StoppedPeerEndsTheSurvivorAfterTheCollectiveTimeout) {
+  std::vector<std::string> args = {"--standalone", "--nproc_per_node=2", "--max_restarts=1",
+                                   "--hang_timeout=0", DTRAIN_BINARY, "--width=8",
+                                   "--batch_size=32", "--epochs=2", "--log_every=1",
+                                   "--flash_every=0", "--collective_timeout=3",
+                                   "--output_dir=" + (dir_ / "out").string()};
+  const std::string log_path = log("dlaunch.log");
+  Proc p = spawn_dlaunch(args,
+                         {{"DTRAIN_FAIL_AT_STEP", "10"},
+                          {"DTRAIN_FAIL_RANK", "1"},
+                          {"DTRAIN_FAIL_SIGNAL", "STOP"},
+                          {"DTRAIN_LIMIT_TRAIN_SAMPLES", "512"},
+                          {"DTRAIN_LIMIT_TEST_SAMPLES", "200"}},
+                         log_path);
+  // When the stop and the survivor's timeout appear in the log (polled while the job runs).
+  const std::string stopped = "fault injection: stopping rank 1 after step 10";
+  const std::string timed_out = "did not complete within the collective timeout (3000 ms";
+  std::optional<std::chrono::steady_clock::time_point> t_stop, t_timeout;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(240);
+  int status = 0;
+  bool exited = false;
+  while (!exited && std::chrono::steady_clock::now() < deadline) {
+    const std::string text = slurp(log_path);
+    const auto now = std::chrono::steady_clock::now();
+    if (!t_stop && text.find(stopped) != std::string::npos) t_stop = now;
+    if (!t_timeout && text.find(timed_out) != std::string::npos) t_timeout = now;
+    exited = ::waitpid(p.pid, &status, WNOHANG) != 0;
+    if (!exited) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  if (!exited) {
+    ::kill(p.pid, SIGKILL);
+    ::waitpid(p.pid, &status, 0);
+  }
+  const std::string text = slurp(log_path);
+  ASSERT_TRUE(exited) << "dlaunch still running after 240 s:\n" << text;
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << text;
+  ASSERT_TRUE(t_stop.has_value()) << text;
+  ASSERT_TRUE(t_timeout.has_value()) << text;
+  // 3 s of timeout plus generous slack for a loaded machine (not a speed assertion: without
+  // the timeout this is 300 s).
+  const double waited = std::chrono::duration<double>(*t_timeout - *t_stop).count();
+  EXPECT_LT(waited, 3 + 30.0) << text;
+  // The message names the collective and the peer; the agent restarted the group, which resumed.
+  EXPECT_NE(text.find("rank 0 of 2 did not complete within the collective timeout"), std::string::npos) << text;
+  EXPECT_NE(text.find("rank 1 is stuck or gone"), std::string::npos) << text;
+  EXPECT_NE(text.find("resumed from " + (dir_ / "out" / "checkpoint_epoch_0001.dtck").string()),
+            std::string::npos)
+      << text;
+  EXPECT_EQ(epoch_lines(dir_ / "out" / "metrics.jsonl").size(), 2u) << text;
 }
 
 // Issue 14: rank 1 is SIGKILLed after global step 11 (step 3 of epoch 2, 8 steps per epoch). With

@@ -14,10 +14,11 @@ extern "C" __attribute__((visibility("default"))) int dlaunch_nccl_plugin_abi() 
 
 extern "C" __attribute__((visibility("default"))) dlaunch::comm::ProcessGroup*
 dlaunch_nccl_make_group(dlaunch::Store* store, int rank, int size, int device, int64_t timeout_ms,
-                        char* why, size_t len) {
+                        int64_t init_timeout_ms, char* why, size_t len) {
   try {
     dlaunch::comm::NcclOptions options;
     options.timeout = std::chrono::milliseconds(timeout_ms);
+    options.init_timeout = std::chrono::milliseconds(init_timeout_ms);
     return dlaunch::comm::make_nccl_process_group(*store, rank, size, device, options).release();
   } catch (const std::exception& e) {
     if (why != nullptr && len > 0) std::snprintf(why, len, "%s", e.what());

@@ -17,13 +17,14 @@ class ProcessGroup;
 }  // namespace dlaunch
 
 extern "C" {
-constexpr int kNcclPluginAbi = 1;
+constexpr int kNcclPluginAbi = 2;
 using DlaunchNcclAbiFn = int (*)();
-// make_nccl_process_group(*store, rank, size, device, {timeout_ms}) (process_group_nccl.h: blocks
-// until every rank joined). The caller owns the result (delete it); nullptr with the reason in
+// make_nccl_process_group(*store, rank, size, device, {timeout_ms, init_timeout_ms})
+// (process_group_nccl.h: blocks until every rank joined, at most init_timeout_ms). The caller owns the result (delete it); nullptr with the reason in
 // `why` (NUL-terminated, at most len bytes) on failure, e.g. a TimeoutError fetching the id.
 using DlaunchNcclMakeGroupFn = dlaunch::comm::ProcessGroup* (*)(dlaunch::Store* store, int rank,
                                                                  int size, int device,
-                                                                 int64_t timeout_ms, char* why,
+                                                                 int64_t timeout_ms,
+                                                                 int64_t init_timeout_ms, char* why,
                                                                  size_t len);
 }

@@ -13,6 +13,8 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <chrono>
+#include <string>
 #include <cstring>
 
 #include "common/error.h"
@@ -23,23 +25,38 @@
 namespace dlaunch::comm {
 namespace {
 
-// gloo reports failures as its own exceptions; callers handle ours.
+// Who is asking, for error messages: with two ranks the peer a collective waits for is known.
+struct Caller {
+  int rank = 0, size = 1;
+  std::chrono::milliseconds timeout{0};
+  std::string peer() const {
+    return size == 2 ? fmt::format("rank {}", 1 - rank) : std::string("a peer rank");
+  }
+};
+
+// gloo reports failures as its own exceptions; callers handle ours, which name the collective,
+// this rank and (when known) the peer.
 template <typename Fn>
-void translate_gloo_errors(const char* what, Fn&& fn) {
+void translate_gloo_errors(const char* what, const Caller& who, Fn&& fn) {
   try {
     fn();
   } catch (const gloo::IoException& e) {
     std::string msg = e.what();
     if (msg.find("imed out") != std::string::npos || msg.find("imeout") != std::string::npos) {
-      throw TimeoutError(fmt::format("gloo {} timed out: {} (a peer rank is stuck or gone)", what, msg));
+      throw TimeoutError(fmt::format(
+          "gloo {} on rank {} of {} did not complete within the collective timeout ({} ms, "
+          "--collective_timeout): {} is stuck or gone ({}); this worker exits so the launcher "
+          "restarts the group",
+          what, who.rank, who.size, who.timeout.count(), who.peer(), msg));
     }
-    throw ConnectionError(fmt::format("gloo {} failed: {} (a peer rank probably exited)", what, msg));
+    throw ConnectionError(fmt::format("gloo {} on rank {} of {} failed: {} ({} probably exited)",
+                                      what, who.rank, who.size, msg, who.peer()));
   } catch (const gloo::Exception& e) {
-    throw ConnectionError(fmt::format("gloo {} failed: {}", what, e.what()));
+    throw ConnectionError(fmt::format("gloo {} on rank {} of {} failed: {}", what, who.rank, who.size, e.what()));
   } catch (const gloo::EnforceNotMet& e) {
     // gloo's internal checks derive from std::exception, not gloo::Exception; they too mean
     // this collective cannot go on, and the launcher should restart the group.
-    throw ConnectionError(fmt::format("gloo {} failed a check: {}", what, e.what()));
+    throw ConnectionError(fmt::format("gloo {} on rank {} of {} failed a check: {}", what, who.rank, who.size, e.what()));
   }
 }
 
@@ -50,7 +67,8 @@ void reduce_avg_scale(T* data, size_t count, int size) {
 }
 
 template <typename T>
-void gloo_allreduce(const std::shared_ptr<gloo::Context>& ctx, T* data, size_t count, ReduceOp op) {
+void gloo_allreduce(const std::shared_ptr<gloo::Context>& ctx, const Caller& who, T* data, size_t count,
+                    ReduceOp op) {
   if (count == 0) return;
   gloo::AllreduceOptions opts(ctx);
   opts.setOutput(data, count);
@@ -62,7 +80,7 @@ void gloo_allreduce(const std::shared_ptr<gloo::Context>& ctx, T* data, size_t c
         static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));
   }
   opts.setTag(1);
-  translate_gloo_errors("allreduce", [&] { gloo::allreduce(opts); });
+  translate_gloo_errors("allreduce", who, [&] { gloo::allreduce(opts); });
   if (op == ReduceOp::kAvg) reduce_avg_scale(data, count, ctx->size);
 }
 
@@ -71,15 +89,18 @@ std::shared_ptr<gloo::Context> connect(gloo::rendezvous::Store& store, const std
                                        std::shared_ptr<gloo::transport::Device>& device) {
   gloo::rendezvous::PrefixStore prefixed(prefix, store);
   auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  ctx->setTimeout(options.timeout);
-  translate_gloo_errors("connect", [&] { ctx->connectFullMesh(prefixed, device); });
+  const auto connect_timeout = options.connect_timeout.count() > 0 ? options.connect_timeout : options.timeout;
+  ctx->setTimeout(connect_timeout);
+  translate_gloo_errors("connect", Caller{rank, size, connect_timeout},
+                        [&] { ctx->connectFullMesh(prefixed, device); });
+  ctx->setTimeout(options.timeout);  // every collective from here on
   return ctx;
 }
 
 class GlooProcessGroup : public ProcessGroup {
  public:
   GlooProcessGroup(gloo::rendezvous::Store& store, int rank, int size, const GlooOptions& options)
-      : rank_(rank), size_(size) {
+      : rank_(rank), size_(size), who_{rank, size, options.timeout} {
     if (size < 1 || rank < 0 || rank >= size) {
       throw UsageError(fmt::format("gloo process group: rank {} of size {} is invalid", rank, size));
     }
@@ -89,7 +110,7 @@ class GlooProcessGroup : public ProcessGroup {
     } else {
       attr.hostname = options.hostname;
     }
-    translate_gloo_errors("device creation", [&] { device_ = gloo::transport::tcp::CreateDevice(attr); });
+    translate_gloo_errors("device creation", who_, [&] { device_ = gloo::transport::tcp::CreateDevice(attr); });
     sync_ = connect(store, "sync", rank, size, options, device_);
     async_ = connect(store, "async", rank, size, options, device_);
     // After sync_ is up: the bootstrap uses this group's gloo allgather/broadcast.
@@ -106,11 +127,11 @@ class GlooProcessGroup : public ProcessGroup {
   // the same count, so every rank picks the same path.
   void allreduce(float* data, size_t count, ReduceOp op) override {
     if (shm_ && ShmAllreduce::fits(count, sizeof(float))) return shm_->allreduce(data, count, op);
-    gloo_allreduce(sync_, data, count, op);
+    gloo_allreduce(sync_, who_, data, count, op);
   }
   void allreduce(double* data, size_t count, ReduceOp op) override {
     if (shm_ && ShmAllreduce::fits(count, sizeof(double))) return shm_->allreduce(data, count, op);
-    gloo_allreduce(sync_, data, count, op);
+    gloo_allreduce(sync_, who_, data, count, op);
   }
 
   bool uses_shared_memory() const { return shm_ != nullptr; }
@@ -121,7 +142,7 @@ class GlooProcessGroup : public ProcessGroup {
     opts.setOutput(static_cast<uint8_t*>(data), bytes);  // the root sends its output buffer
     opts.setRoot(root);
     opts.setTag(2);
-    translate_gloo_errors("broadcast", [&] { gloo::broadcast(opts); });
+    translate_gloo_errors("broadcast", who_, [&] { gloo::broadcast(opts); });
   }
 
   std::vector<std::vector<uint8_t>> allgather(const std::vector<uint8_t>& mine) override {
@@ -133,7 +154,7 @@ class GlooProcessGroup : public ProcessGroup {
       opts.setInput(&my_size, 1);
       opts.setOutput(sizes.data(), sizes.size());
       opts.setTag(3);
-      translate_gloo_errors("allgather", [&] { gloo::allgather(opts); });
+      translate_gloo_errors("allgather", who_, [&] { gloo::allgather(opts); });
     }
     uint64_t max_size = std::max<uint64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
     std::vector<uint8_t> in(max_size, 0), out(max_size * size_);
@@ -143,7 +164,7 @@ class GlooProcessGroup : public ProcessGroup {
       opts.setInput(in.data(), in.size());
       opts.setOutput(out.data(), out.size());
       opts.setTag(4);
-      translate_gloo_errors("allgather", [&] { gloo::allgather(opts); });
+      translate_gloo_errors("allgather", who_, [&] { gloo::allgather(opts); });
     }
     std::vector<std::vector<uint8_t>> result(size_);
     for (int r = 0; r < size_; ++r) {
@@ -156,16 +177,17 @@ class GlooProcessGroup : public ProcessGroup {
   void barrier() override {
     gloo::BarrierOptions opts(sync_);
     opts.setTag(5);
-    translate_gloo_errors("barrier", [&] { gloo::barrier(opts); });
+    translate_gloo_errors("barrier", who_, [&] { gloo::barrier(opts); });
   }
 
   std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op) override {
-    return comm_->submit([this, data, count, op] { gloo_allreduce(async_, data, count, op); });
+    return comm_->submit([this, data, count, op] { gloo_allreduce(async_, who_, data, count, op); });
   }
 
  private:
   int rank_;
   int size_;
+  Caller who_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::Context> sync_;
   std::shared_ptr<gloo::Context> async_;

@@ -33,7 +33,11 @@ namespace dlaunch::comm {
 struct GlooOptions {
   std::string hostname = "127.0.0.1";
   std::string iface;  // wins over hostname when set
+  // How long a collective (gloo's or the shared-memory all-reduce) waits for its peers before
+  // throwing TimeoutError naming it (dtrain's --collective_timeout).
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
+  // How long connecting the full mesh waits for every rank (0: `timeout`).
+  std::chrono::milliseconds connect_timeout{0};
 };
 
 // Bootstraps through a gloo store (HashStore/FileStore in tests, or the adapter below). The

@@ -209,9 +209,12 @@ class NcclProcessGroup : public ProcessGroup {
       }
       if (SteadyClock::now() >= deadline) {
         abort_comms();
-        throw TimeoutError(fmt::format("NCCL {} did not complete within {} ms (a peer rank is stuck or "
-                                       "gone); the communicators were aborted",
-                                       what, options_.timeout.count()));
+        throw TimeoutError(fmt::format(
+            "NCCL {} on rank {} of {} did not complete within the collective timeout ({} ms, "
+            "--collective_timeout): {} is stuck or gone; the communicators were aborted and this "
+            "worker exits so the launcher restarts the group",
+            what, rank_, size_, options_.timeout.count(),
+            size_ == 2 ? fmt::format("rank {}", 1 - rank_) : std::string("a peer rank")));
       }
       backoff.pause();
     }
@@ -229,12 +232,14 @@ class NcclProcessGroup : public ProcessGroup {
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
     config.blocking = 0;  // every call returns at once; we poll with a deadline
     const ncclResult_t r = ncclCommInitRankConfig(comm, size_, id, rank_, &config);
-    call(r, *comm, what);
+    call(r, *comm, what,
+         options_.init_timeout.count() > 0 ? options_.init_timeout : options_.timeout);
   }
 
   // A NCCL call on a non-blocking communicator may return ncclInProgress: the communicator must
   // reach ncclSuccess before the next NCCL call (NCCL's documentation), so wait for it.
-  void call(ncclResult_t r, ncclComm_t comm, const char* what) {
+  void call(ncclResult_t r, ncclComm_t comm, const char* what) { call(r, comm, what, options_.timeout); }
+  void call(ncclResult_t r, ncclComm_t comm, const char* what, std::chrono::milliseconds timeout) {
     if (r == ncclSuccess) return;
     if (r != ncclInProgress) {
       const std::string msg = nccl_message(r, comm, what);
@@ -242,7 +247,7 @@ class NcclProcessGroup : public ProcessGroup {
       if (r == ncclRemoteError || r == ncclSystemError) throw ConnectionError(msg);
       throw InternalError(msg);
     }
-    const auto deadline = SteadyClock::now() + options_.timeout;
+    const auto deadline = SteadyClock::now() + timeout;
     Backoff backoff;
     for (;;) {
       ncclResult_t state = ncclInProgress;
@@ -255,9 +260,9 @@ class NcclProcessGroup : public ProcessGroup {
       }
       if (SteadyClock::now() >= deadline) {
         abort_comms();
-        throw TimeoutError(fmt::format("NCCL {} did not complete within {} ms (is every rank running?); "
-                                       "the communicators were aborted",
-                                       what, options_.timeout.count()));
+        throw TimeoutError(fmt::format("NCCL {} on rank {} of {} did not complete within {} ms (is "
+                                       "every rank running?); the communicators were aborted",
+                                       what, rank_, size_, timeout.count()));
       }
       backoff.pause();
     }

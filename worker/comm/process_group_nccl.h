@@ -35,7 +35,11 @@
 namespace dlaunch::comm {
 
 struct NcclOptions {
+  // Each collective (dtrain's --collective_timeout).
   std::chrono::milliseconds timeout = std::chrono::seconds(300);
+  // Creating the communicators: every rank must arrive, and a GPU's first init takes seconds,
+  // so a short collective timeout must not cut it short (0: `timeout`).
+  std::chrono::milliseconds init_timeout{0};
   std::chrono::milliseconds shutdown_timeout = std::chrono::seconds(10);
   // cudaStream_t the model's kernels run on; nullptr = the legacy default stream.
   void* compute_stream = nullptr;

@@ -274,10 +274,12 @@ void ShmAllreduce::wait_for(unsigned buffer, uint32_t target) {
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       throw TimeoutError(fmt::format(
-          "shared-memory allreduce (call {}, rank {} of {}) timed out after {} ms: {} of {} ranks "
-          "arrived; a peer rank is stuck or gone (the group is unusable; restart the job)",
+          "shared-memory allreduce (call {}) on rank {} of {} did not complete within the "
+          "collective timeout ({} ms, --collective_timeout): {} of {} ranks arrived; {} is stuck "
+          "or gone (the group is unusable: this worker exits so the launcher restarts the group)",
           calls_, rank_, size_, timeout_.count(),
-          static_cast<int64_t>(size_) - static_cast<int32_t>(target - seen), size_));
+          static_cast<int64_t>(size_) - static_cast<int32_t>(target - seen), size_,
+          size_ == 2 ? fmt::format("rank {}", 1 - rank_) : std::string("a peer rank")));
     }
     if (now - last_check >= kSleepSlice) {
       last_check = now;

@@ -59,10 +59,13 @@ void DataParallel::broadcast_buffers() {
   for (Tensor* t : model_.buffers()) broadcast_tensor(pg_, *t);
 }
 
-StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels) {
+StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels, float loss_scale) {
   StepResult r;
   const Tensor& logits = model_.forward(images, /*training=*/true);
   r.loss = softmax_cross_entropy(logits, labels, &grad_logits_, &r.correct);
+  if (loss_scale != 1.0f) {
+    model_.backend().scale(grad_logits_.numel(), loss_scale, grad_logits_.data(), grad_logits_.data());
+  }
   reducer_.begin_step();
   model_.backward(grad_logits_);
   reducer_.finish();

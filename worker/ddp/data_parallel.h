@@ -37,8 +37,9 @@ class DataParallel {
   // BN running statistics from rank 0.
   void broadcast_buffers();
   // Forward, loss, backward with the bucketed allreduce; on return grads() hold the average
-  // over ranks of each rank's mean-loss gradient.
-  StepResult train_step(const Tensor& images, const int32_t* labels);
+  // over ranks of each rank's mean-loss gradient, times loss_scale (fp16's loss scaling:
+  // train/precision.h unscales them).
+  StepResult train_step(const Tensor& images, const int32_t* labels, float loss_scale = 1.0f);
   // Forward in eval mode; returns the summed loss over the batch.
   StepResult eval_step(const Tensor& images, const int32_t* labels);
 

@@ -9,6 +9,14 @@
 // Backward walks the blocks in reverse and, inside a block, finishes the downsample branch
 // before the main one, so gradients complete in the reverse of named_parameters() order, which
 // is the flat buffer's layout (see resnet.h).
+//
+// Mixed precision (ResNetConfig::precision bf16|fp16) is torch.autocast's recipe on fp32 storage:
+// the convolutions and the classifier read a rounded copy of the weights (low_params) and
+// rounded inputs, and every value a low-precision trainer would store is rounded where it is
+// written (store()): conv outputs, BN/ReLU outputs, the pooled features and logits in forward;
+// the gradients of activations and of conv/linear weights in backward. BN runs on those values
+// with fp32 parameters and double sums, and its parameter gradients stay fp32, as in autocast.
+// fp32 skips all of it (no extra op, no copy).
 #include "worker/model/resnet.h"
 
 #include <cmath>
@@ -84,7 +92,7 @@ struct ResNet::Impl {
 
   explicit Impl(kernels::Backend& b)
       : be(b), flat_params(b), flat_grads(b), images(b), pooled(b), logits(b), dpooled(b),
-        grad{Tensor(b), Tensor(b)}, tmp{Tensor(b), Tensor(b)} {}
+        grad{Tensor(b), Tensor(b)}, tmp{Tensor(b), Tensor(b)}, low_params(b), low_dlogits(b) {}
 
   kernels::Backend& be;
   ResNetConfig config;
@@ -109,6 +117,20 @@ struct ResNet::Impl {
   Tensor pooled, logits, dpooled;
   Tensor grad[2], tmp[2];  // backward scratch, sized to the largest activation
   bool have_training_forward = false;
+  Tensor low_params;  // bf16/fp16: the weights the convolutions and the classifier read
+  Tensor low_dlogits;  // bf16/fp16: the loss gradient as the classifier's backward reads it
+
+  bool low_precision() const { return config.precision != kernels::Dtype::kF32; }
+  // Rounds n values in place to the compute precision: what storing them in it would do.
+  void store(float* x, int64_t n) {
+    if (low_precision()) be.round_to_dtype(n, config.precision, x, x);
+  }
+  void store(Tensor& t) { store(t.data(), t.numel()); }
+  // The weights a convolution or GEMM multiplies with.
+  const float* w(int id) {
+    return (low_precision() ? low_params.data() : flat_params.data()) +
+           params[static_cast<size_t>(id)].offset;
+  }
 
   int add_param(std::string name, size_t count, bool no_decay) {
     params.push_back({std::move(name), count, 0, no_decay});
@@ -153,13 +175,26 @@ struct ResNet::Impl {
     const ConvShape s = c.shape(in);
     *out_shape = s.out();
     c.out.resize({s.n, s.c_out, s.h_out(), s.w_out()});
-    be.conv2d_forward(s, x, p(c.param), c.out.data());
+    be.conv2d_forward(s, x, w(c.param), c.out.data());
+    store(c.out);
   }
   void bn_forward(Bn& bn, const ActShape& s, const float* x, const float* residual, bool relu,
                   bool training) {
     bn.out.resize({s.n, s.c, s.h, s.w});
     bn.layer.bind(p(bn.weight), p(bn.bias), g(bn.weight), g(bn.bias));
     bn.layer.forward(s, x, residual, relu, training, sync, bn.out.data());
+    store(bn.out);
+  }
+  // Backward of a convolution: its weight gradient (final: reported ready) and, when dx is not
+  // null, its input gradient (added to dx when accumulate), both stored in the compute precision.
+  void conv_backward(const Conv& c, const ConvShape& s, const float* x, const float* dy, float* dx,
+                     bool accumulate = false) {
+    be.conv2d_backward_weights(s, x, dy, g(c.param));
+    store(g(c.param), s.weight_numel());
+    grad_ready(c.param);
+    if (dx == nullptr) return;
+    be.conv2d_backward_data(s, dy, w(c.param), dx, accumulate);
+    store(dx, s.in().numel());
   }
 };
 
@@ -266,6 +301,12 @@ const Tensor& ResNet::forward(const Tensor& images, bool training) {
       << images.shape_string();
   m.have_training_forward = false;
   m.images.copy_from(images);  // from the host when the batch was loaded there
+  m.store(m.images);
+  if (m.low_precision()) {
+    m.low_params.resize({m.flat_params.numel()});
+    m.be.round_to_dtype(m.flat_params.numel(), m.config.precision, m.flat_params.data(),
+                        m.low_params.data());
+  }
   const ActShape in{images.dim(0), images.dim(1), images.dim(2), images.dim(3), 1};
   m.conv_forward(m.stem, in, m.images.data(), &m.stem_shape);
   m.bn_forward(*m.stem_bn, m.stem_shape, m.stem.out.data(), nullptr, true, training);
@@ -292,9 +333,11 @@ const Tensor& ResNet::forward(const Tensor& images, bool training) {
 
   m.pooled.resize({xs.n, xs.c});
   m.be.global_avg_pool_forward(xs, x->data(), m.pooled.data());
+  m.store(m.pooled);
   m.logits.resize({xs.n, m.config.num_classes});
-  m.be.linear_forward(xs.n, m.fc_in, m.config.num_classes, m.pooled.data(), m.p(m.fc_weight),
-                      m.p(m.fc_bias), m.logits.data());
+  m.be.linear_forward(xs.n, m.fc_in, m.config.num_classes, m.pooled.data(), m.w(m.fc_weight),
+                      m.w(m.fc_bias), m.logits.data());
+  m.store(m.logits);
   m.have_training_forward = training;
   return m.logits;
 }
@@ -312,12 +355,22 @@ void ResNet::backward(const Tensor& grad_logits) {
   // Head.
   const ActShape last = m.blocks.back().out_shape;
   m.dpooled.resize({n, m.fc_in});
-  m.be.linear_backward(n, m.fc_in, classes, m.pooled.data(), m.p(m.fc_weight), grad_logits.data(),
+  const float* dlogits = grad_logits.data();
+  if (m.low_precision()) {  // the loss's fp32 gradient enters the classifier in its precision
+    m.low_dlogits.resize({n, classes});
+    m.be.round_to_dtype(n * classes, m.config.precision, dlogits, m.low_dlogits.data());
+    dlogits = m.low_dlogits.data();
+  }
+  m.be.linear_backward(n, m.fc_in, classes, m.pooled.data(), m.w(m.fc_weight), dlogits,
                        m.dpooled.data(), m.g(m.fc_weight), m.g(m.fc_bias));
+  m.store(m.g(m.fc_bias), classes);
+  m.store(m.g(m.fc_weight), classes * m.fc_in);
+  m.store(m.dpooled);
   m.grad_ready(m.fc_bias);
   m.grad_ready(m.fc_weight);
   int cur = 0;
   m.be.global_avg_pool_backward(last, m.dpooled.data(), m.grad[cur].data());
+  m.store(m.grad[cur].data(), last.numel());
 
   float* t0 = m.tmp[0].data();
   float* t1 = m.tmp[1].data();
@@ -330,37 +383,33 @@ void ResNet::backward(const Tensor& grad_logits) {
     if (blk.downsample) {
       const ConvShape cs = blk.convd.shape(blk.in_shape);
       blk.bnd->layer.backward(cs.out(), blk.convd.out.data(), dy, y, m.sync, t0);
+      m.store(t0, cs.out().numel());
       m.bn_ready(*blk.bnd);
-      m.be.conv2d_backward_weights(cs, x, t0, m.g(blk.convd.param));
-      m.grad_ready(blk.convd.param);
-      m.be.conv2d_backward_data(cs, t0, m.p(blk.convd.param), dx);
+      m.conv_backward(blk.convd, cs, x, t0, dx);
     }
     // Identity shortcut: bn2's backward also writes the masked gradient (what reaches the
     // shortcut) into dx, and conv1's backward-data adds the main path to it below.
     blk.bn2->layer.backward(blk.out_shape, blk.conv2.out.data(), dy, y, m.sync, t0,
                             blk.downsample ? nullptr : dx);
+    m.store(t0, blk.out_shape.numel());
     m.bn_ready(*blk.bn2);
     const ConvShape cs2 = blk.conv2.shape(blk.mid_shape);
-    m.be.conv2d_backward_weights(cs2, blk.bn1->out.data(), t0, m.g(blk.conv2.param));
-    m.grad_ready(blk.conv2.param);
-    m.be.conv2d_backward_data(cs2, t0, m.p(blk.conv2.param), t1);
+    m.conv_backward(blk.conv2, cs2, blk.bn1->out.data(), t0, t1);
     blk.bn1->layer.backward(blk.mid_shape, blk.conv1.out.data(), t1, blk.bn1->out.data(), m.sync, t1);
+    m.store(t1, blk.mid_shape.numel());
     m.bn_ready(*blk.bn1);
-    const ConvShape cs1 = blk.conv1.shape(blk.in_shape);
-    m.be.conv2d_backward_weights(cs1, x, t1, m.g(blk.conv1.param));
-    m.grad_ready(blk.conv1.param);
     // dx already holds the shortcut's gradient (downsample conv's or the identity's).
-    m.be.conv2d_backward_data(cs1, t1, m.p(blk.conv1.param), dx, /*accumulate=*/true);
+    m.conv_backward(blk.conv1, blk.conv1.shape(blk.in_shape), x, t1, dx, /*accumulate=*/true);
     cur = 1 - cur;
   }
 
   // Stem: the images need no gradient.
   m.stem_bn->layer.backward(m.stem_shape, m.stem.out.data(), m.grad[cur].data(),
                             m.stem_bn->out.data(), m.sync, t0);
+  m.store(t0, m.stem_shape.numel());
   m.bn_ready(*m.stem_bn);
   const ActShape in{m.images.dim(0), m.images.dim(1), m.images.dim(2), m.images.dim(3), 1};
-  m.be.conv2d_backward_weights(m.stem.shape(in), m.images.data(), t0, m.g(m.stem.param));
-  m.grad_ready(m.stem.param);
+  m.conv_backward(m.stem, m.stem.shape(in), m.images.data(), t0, /*dx=*/nullptr);
   DL_CHECK(m.next_ready == m.flat_grads.bytes() / sizeof(float))
       << "backward finished " << m.next_ready << " of " << m.flat_grads.numel() << " gradients";
 }

@@ -38,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/dtype.h"
 #include "worker/model/batch_norm_sync.h"
 #include "worker/model/param.h"
 #include "worker/tensor.h"
@@ -50,6 +51,10 @@ struct ResNetConfig {
   int in_channels = 3;
   int num_classes = 10;
   int image_size = 32;  // informational (checkpoint metadata); any H, W >= 8 is accepted
+  // --precision: bf16/fp16 round the conv/GEMM inputs and outputs, the activations and their
+  // gradients to that type where a low-precision trainer stores them (kernels/dtype.h); master
+  // weights, BN statistics and parameters, and the loss stay fp32.
+  kernels::Dtype precision = kernels::Dtype::kF32;
 };
 
 class ResNet {

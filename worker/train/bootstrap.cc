@@ -41,7 +41,7 @@ DlaunchNcclMakeGroupFn nccl_factory(std::string* why) {
 // Each rank adds its vote before counting itself in, and the last one in marks the count
 // complete, so the others wait on one key (Store::wait: TimeoutError after `timeout`) instead of
 // polling the store.
-bool all_ranks_can_use_nccl(Store& store, bool mine, int64_t world, std::chrono::seconds timeout) {
+bool all_ranks_can_use_nccl(Store& store, bool mine, int64_t world, std::chrono::milliseconds timeout) {
   if (mine) store.add("nccl_votes", 1);
   if (store.add("transport_votes", 1) == world) store.set("transport_voted", Bytes{1});
   store.wait({"transport_voted"}, timeout);
@@ -51,7 +51,8 @@ bool all_ranks_can_use_nccl(Store& store, bool mine, int64_t world, std::chrono:
 }  // namespace
 
 std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
-                                                       std::chrono::seconds timeout,
+                                                       std::chrono::milliseconds timeout,
+                                                       std::chrono::milliseconds collective_timeout,
                                                        const kernels::OpenedDevice& device) {
   if (env.world_size == 1) return comm::make_local_process_group();
   TcpStoreClientOptions opts;
@@ -81,9 +82,7 @@ std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
     char err[1024] = {};
     comm::ProcessGroup* pg =
         make(&store, static_cast<int>(env.rank), static_cast<int>(env.world_size),
-             device.cuda_device,
-             std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count(), err,
-             sizeof err);
+             device.cuda_device, collective_timeout.count(), timeout.count(), err, sizeof err);
     if (pg == nullptr) throw ConnectionError(fmt::format("NCCL group: {}", err));
     return std::unique_ptr<comm::ProcessGroup>(pg);
   }
@@ -93,7 +92,8 @@ std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
   }
 
   comm::GlooOptions gopts;
-  gopts.timeout = timeout;
+  gopts.connect_timeout = timeout;
+  gopts.timeout = collective_timeout;
   if (auto iface = get_env("GLOO_SOCKET_IFNAME")) {
     gopts.iface = *iface;
   } else if (env.local_world_size == env.world_size) {

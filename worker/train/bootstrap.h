@@ -10,8 +10,9 @@
 // otherwise (CPU ranks, ranks sharing a GPU, no plugin on some rank) everyone takes gloo, GPU
 // ranks staging gradients and SyncBN sums through the host and saying why in the log.
 //
-// Blocks until every rank joined or the timeout passes (TimeoutError); a missing store throws
-// ConnectionError naming the address.
+// Blocks until every rank joined or join_timeout passes (TimeoutError); a missing store throws
+// ConnectionError naming the address. The group's collectives then give up after
+// collective_timeout (--collective_timeout): TimeoutError naming the collective.
 #pragma once
 
 #include <chrono>
@@ -24,7 +25,8 @@
 namespace dlaunch::train {
 
 std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
-                                                       std::chrono::seconds timeout,
+                                                       std::chrono::milliseconds join_timeout,
+                                                       std::chrono::milliseconds collective_timeout,
                                                        const kernels::OpenedDevice& device);
 
 }  // namespace dlaunch::train

@@ -144,11 +144,22 @@ const std::vector<Flag>& flags() {
        false, [](TrainConfig& c, auto& f, auto& v) { c.device = choice(f, v, {"auto", "cpu", "cuda"}); },
        [](const TrainConfig& c) { return c.device; }},
       {"precision",
-       "fp32 | bf16 | fp16 (only fp32 is implemented: anything else is refused at start, see "
-       "docs/dtrain.md)",
+       "fp32 | bf16 | fp16: bf16/fp16 activations and conv/GEMM inputs with fp32 master weights, "
+       "fp16 with a dynamic loss scale (emulated on the CPU: for correctness, not speed)",
        false,
        [](TrainConfig& c, auto& f, auto& v) { c.precision = choice(f, v, {"fp32", "bf16", "fp16"}); },
        [](const TrainConfig& c) { return c.precision; }},
+      {"collective_timeout",
+       "seconds a collective (all-reduce, broadcast, ...) may wait for the other ranks before "
+       "this worker exits with an error naming it, so dlaunch restarts the group",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         c.collective_timeout = nonneg_double(f, v);
+         if (c.collective_timeout <= 0) {
+           throw UsageError(fmt::format("{}={} must be a number of seconds > 0", f, v));
+         }
+       },
+       [](const TrainConfig& c) { return fmt_double(c.collective_timeout); }},
       {"log_every", "write a metrics line every N steps (0: epochs only)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.log_every = positive_int(f, v, 0); },
        [](const TrainConfig& c) { return std::to_string(c.log_every); }},

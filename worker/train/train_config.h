@@ -39,7 +39,10 @@ struct TrainConfig {
   int eval_every = 1;           // epochs; 0 = only after the last epoch
   int threads = 0;              // 0 = OMP_NUM_THREADS, else cores / local world size
   std::string device = "auto";     // auto | cpu | cuda (kernels/device.h)
-  std::string precision = "fp32";  // fp32 | bf16 | fp16 (device.h in train/: what is refused)
+  std::string precision = "fp32";  // fp32 | bf16 | fp16 (train/precision.h)
+  // Seconds a collective may take before the worker gives up on it (exit 1, naming it) so the
+  // agent restarts the group; joining the group waits max(this, 300 s).
+  double collective_timeout = 300;
   int log_every = 20;           // steps; 0 = epoch lines only
   int64_t max_steps = 0;        // 0 = no limit
   // Steps between flash copies of the training state into DLAUNCH_FLASH_DIR (dlaunch's flash

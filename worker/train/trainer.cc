@@ -28,6 +28,7 @@
 #include "worker/model/resnet.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/optim/optimizer.h"
+#include "worker/train/precision.h"
 #include "worker/train/stop_signal.h"
 #include "worker/train/worker_runtime.h"
 
@@ -83,7 +84,8 @@ json config_json(const TrainConfig& c) {
           {"optimizer", c.optimizer}, {"momentum", c.momentum},
           {"nesterov", c.nesterov},   {"weight_decay", c.weight_decay},
           {"scale_lr", c.scale_lr},   {"sync_bn", c.sync_bn},
-          {"seed", c.seed},           {"augment", c.augment()}};
+          {"seed", c.seed},           {"augment", c.augment()},
+          {"precision", c.precision}};
 }
 
 // Every setting that keeps a checkpoint from being continued by this run, named as the flag a
@@ -204,6 +206,7 @@ class Trainer {
   std::unique_ptr<ResNet> model_;
   std::unique_ptr<ddp::DataParallel> dp_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<MixedPrecision> precision_;  // --precision: rounding, fp16's loss scale
   LrSchedule schedule_;
   std::unique_ptr<metrics::MetricsLog> metrics_;
   metrics::ProgressBar progress_{false};
@@ -270,6 +273,8 @@ void Trainer::build_model() {
   mc.in_channels = static_cast<int>(train_set_.channels);
   mc.num_classes = static_cast<int>(train_set_.num_classes);
   mc.image_size = static_cast<int>(train_set_.height);
+  DL_CHECK(kernels::parse_dtype(c_.precision, &mc.precision)) << c_.precision;  // train_config checked
+  precision_ = std::make_unique<MixedPrecision>(mc.precision, backend_);
   model_ = std::make_unique<ResNet>(mc, c_.seed, backend_);
   dp_ = std::make_unique<ddp::DataParallel>(*model_, pg_, c_.sync_bn);
 
@@ -290,6 +295,7 @@ void Trainer::build_model() {
              c_.depth(), c_.width, model_->num_params(), dp_->reducer().buckets().size(),
              pg_.size(), pg_.backend(), c_.sync_bn ? "on" : "off", kernels::host_threads(),
              backend_.name());
+    log_info("{}", precision_->describe());
   }
 }
 
@@ -457,6 +463,8 @@ std::optional<json> Trainer::resume() {
   broadcast_floats(pg_, state);
   const json& meta = decision["meta"];
   optimizer_->load_state(std::move(state), meta.value("optimizer_steps", int64_t{0}));
+  // fp16's loss scale goes on where it was (checkpoints from before it existed start afresh).
+  precision_->load_state_json(meta.value("grad_scaler", json()));
   summary_.resumed = true;
   summary_.resumed_from = decision["resume"];
   return meta;
@@ -514,9 +522,11 @@ void Trainer::train_epoch(int64_t epoch) {
     double progress = static_cast<double>(epoch) + fraction(i);
     lr = lr_at(schedule_, progress);
     to_tensor(*batch);
-    ddp::StepResult r = dp_->train_step(images_, batch->labels.data());
-    optimizer_->step(model_->params(), model_->grads(), model_->num_params(),
-                     static_cast<float>(lr), model_->param_info());
+    ddp::StepResult r = dp_->train_step(images_, batch->labels.data(), precision_->loss_scale());
+    if (precision_->finish_step(model_->grads(), model_->num_params())) {
+      optimizer_->step(model_->params(), model_->grads(), model_->num_params(),
+                       static_cast<float>(lr), model_->param_info());
+    }
     ++global_step_;
     ++i;
     heartbeat();
@@ -537,15 +547,20 @@ void Trainer::train_epoch(int64_t epoch) {
       double secs = seconds_since(window_start);
       double ips = secs > 0 ? w[2] / secs : 0;
       if (rank0_) {
-        metrics_->write({{"kind", "step"},
-                         {"epoch", epoch + 1},
-                         {"epoch_progress", static_cast<double>(epoch) + fraction(i)},
-                         {"step", global_step_},
-                         {"loss", w[0] / w[2]},
-                         {"train_accuracy", w[1] / w[2]},
-                         {"lr", lr},
-                         {"images_per_s", ips},
-                         {"world_size", pg_.size()}});
+        json rec = {{"kind", "step"},
+                    {"epoch", epoch + 1},
+                    {"epoch_progress", static_cast<double>(epoch) + fraction(i)},
+                    {"step", global_step_},
+                    {"loss", w[0] / w[2]},
+                    {"train_accuracy", w[1] / w[2]},
+                    {"lr", lr},
+                    {"images_per_s", ips},
+                    {"world_size", pg_.size()}};
+        if (precision_->loss_scaling()) {  // fp16: the scale after this step, the skips so far
+          rec["loss_scale"] = precision_->loss_scale();
+          rec["skipped_steps"] = precision_->skipped_steps();
+        }
+        metrics_->write(rec);
       }
       window[0] = window[1] = window[2] = 0;
       window_start = Clock::now();
@@ -560,9 +575,9 @@ void Trainer::train_epoch(int64_t epoch) {
     }
     // After the step's logging, so the metrics show the step the worker died after.
     if (global_step_ == fault_.fail_at_step && pg_.rank() == fault_.fail_rank) {
-      log_warning("fault injection: killing rank {} after step {} (DTRAIN_FAIL_AT_STEP)", pg_.rank(),
-                  global_step_);
-      std::raise(SIGKILL);
+      log_warning("fault injection: {} rank {} after step {} (DTRAIN_FAIL_AT_STEP)",
+                  fault_.signal == SIGSTOP ? "stopping" : "killing", pg_.rank(), global_step_);
+      std::raise(fault_.signal);
     }
     if (stop_signal_ != 0 || (c_.max_steps > 0 && global_step_ >= c_.max_steps)) {
       stop_ = true;
@@ -737,6 +752,7 @@ ckpt::Checkpoint Trainer::build_checkpoint(int64_t epochs_done, int64_t epoch_st
     ck.add("buffer." + names[i], buffers[i]->to_host());
   }
   ck.add("optimizer.state", optimizer_->state());
+  if (precision_->loss_scaling()) ck.meta["grad_scaler"] = precision_->state_json();
   return ck;
 }
 
@@ -848,6 +864,10 @@ TrainSummary Trainer::run() {
   }
   summary_.steps = global_step_;
   persister_.wait();  // the checkpoints handed to the background writer are on disk
+  if (rank0_ && precision_->loss_scaling()) {
+    log_info("fp16 loss scale {:g}; {} optimizer step(s) skipped for inf/NaN gradients", precision_->loss_scale(),
+             precision_->skipped_steps());
+  }
   if (rank0_ && flash_writes_ > 0) {
     log_info("flash copies: {} mid-epoch writes{}, {:.2f} ms each on average", flash_writes_,
              flash_ ? " to " + flash_->dir() : std::string(" (turned off on the way)"),

@@ -14,6 +14,7 @@
 // --resume PATH that is corrupt), TimeoutError/ConnectionError (a peer died).
 #pragma once
 
+#include <csignal>
 #include <cstdint>
 #include <string>
 
@@ -43,11 +44,12 @@ struct TrainSummary {
 };
 
 // Test-only fault injection, read from the environment by dtrain's main: on the first attempt
-// (TORCHELASTIC_RESTART_COUNT=0) rank `fail_rank` SIGKILLs itself right after global step
-// `fail_at_step`. -1: off.
+// (TORCHELASTIC_RESTART_COUNT=0) rank `fail_rank` raises `signal` right after global step
+// `fail_at_step`: SIGKILL (dies) or SIGSTOP (hangs, for --collective_timeout). -1: off.
 struct FaultInjection {
   int64_t fail_at_step = -1;
   int64_t fail_rank = 0;
+  int signal = SIGKILL;
 };
 
 // Trains on `backend` (kernels/device.h picks it): the model, its gradients and the optimizer
