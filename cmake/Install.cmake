@@ -19,10 +19,8 @@ add_custom_target(dlaunch_installables)
 
 install(TARGETS dlaunch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 add_dependencies(dlaunch_installables dlaunch dlaunch_completion)
-if(TARGET dtrain)
-  install(TARGETS dtrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-  add_dependencies(dlaunch_installables dtrain)
-endif()
+install(TARGETS dtrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+add_dependencies(dlaunch_installables dtrain)
 
 # CMAKE_INSTALL_DOCDIR is share/doc/${PROJECT_NAME}: share/doc/dlaunch, Debian's place.
 file(GLOB _dlaunch_docs ${CMAKE_SOURCE_DIR}/docs/*.md)
