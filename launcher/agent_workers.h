@@ -11,7 +11,7 @@
 
 #include "launcher/log_router.h"
 #include "launcher/partial_line_timer.h"
-#include "launcher/process_context.h"
+#include "launcher/process/process_context.h"
 #include "launcher/worker_environment.h"
 
 namespace dlaunch {

@@ -16,8 +16,8 @@
 
 #include "common/env.h"
 #include "common/error.h"
-#include "launcher/slurm_env.h"
-#include "launcher/slurm_launch.h"
+#include "launcher/slurm/slurm_env.h"
+#include "launcher/slurm/slurm_launch.h"
 #include "rendezvous/host_port.h"
 #include "rendezvous/rendezvous_registry.h"
 

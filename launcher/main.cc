@@ -19,10 +19,10 @@
 #include "launcher/job_control.h"
 #include "launcher/job_services.h"
 #include "launcher/launch_config.h"
-#include "launcher/posix_process_context.h"
+#include "launcher/process/posix_process_context.h"
 #include "launcher/program_check.h"
 #include "launcher/python_hooks.h"
-#include "launcher/slurm_launch.h"
+#include "launcher/slurm/slurm_launch.h"
 #include "rendezvous/job_token.h"
 
 namespace {

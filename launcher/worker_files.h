@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "launcher/launch_config.h"
-#include "launcher/process_context.h"
+#include "launcher/process/process_context.h"
 #include "launcher/worker_group.h"
 
 namespace dlaunch {

@@ -33,8 +33,8 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/orphan_guard.h"
-#include "launcher/process_context.h"
+#include "launcher/process/orphan_guard.h"
+#include "launcher/process/process_context.h"
 
 namespace boost::asio {
 class io_context;

@@ -1,4 +1,4 @@
-#include "launcher/posix_process_context.h"
+#include "launcher/process/posix_process_context.h"
 
 #include <dirent.h>
 #include <fcntl.h>
