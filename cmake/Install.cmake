@@ -21,10 +21,8 @@ add_custom_target(dlaunch_installables)
 
 install(TARGETS dlaunch RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
 add_dependencies(dlaunch_installables dlaunch dlaunch_completion)
-if(TARGET dtrain)
-  install(TARGETS dtrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-  add_dependencies(dlaunch_installables dtrain)
-endif()
+install(TARGETS dtrain RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+add_dependencies(dlaunch_installables dtrain)
 
 # The GPU plugins, when this build has CUDA: dtrain dlopen()s them for --device cuda|auto
 # (kernels/cuda_plugin.h, worker/comm/nccl_plugin.h) and trains on the CPU when they or the CUDA

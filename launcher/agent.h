@@ -40,7 +40,7 @@
 
 #include "common/clock.h"
 #include "launcher/launch_config.h"
-#include "launcher/process_context.h"
+#include "launcher/process/process_context.h"
 
 namespace boost::asio {
 class io_context;

@@ -31,7 +31,7 @@
 #include "common/clock.h"
 #include "launcher/job_events.h"
 #include "launcher/node_status.h"
-#include "launcher/process_context.h"
+#include "launcher/process/process_context.h"
 
 namespace boost::asio {
 class io_context;

@@ -89,7 +89,7 @@ std::vector<FlagSpec> make_specs() {
            "K/M/G suffix, a percentage of RAM, or 0 for none"),
       flag("dry_run", 0, false, "false", "",
            "print the resolved configuration and where each value came from; start nothing"),
-      // Slurm (launcher/slurm_launch.h, docs/slurm.md).
+      // Slurm (launcher/slurm/slurm_launch.h, docs/slurm.md).
       flag("slurm", 0, false, "false", "",
            "require Slurm: take nnodes, node_rank, master_addr/port, rdzv_id and GPUs from "
            "SLURM_* (done anyway when SLURM_JOB_ID is set) and fail outside a Slurm job"),

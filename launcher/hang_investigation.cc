@@ -130,10 +130,10 @@ HangVerdict judge_hang(const std::vector<int64_t>& suspects,
   HangVerdict v;
   if (suspects.empty()) return v;
   std::vector<HangFinding> findings;
-  for (int64_t lr : suspects) {
+  for (int64_t local_rank : suspects) {
     HangFinding f;
     for (const auto& r : results) {
-      if (r.target.local_rank == lr) f = r.finding;
+      if (r.target.local_rank == local_rank) f = r.finding;
     }
     findings.push_back(f);
   }

@@ -15,7 +15,7 @@
 
 #include "common/clock.h"
 #include "launcher/hang_diagnosis.h"
-#include "launcher/process_context.h"
+#include "launcher/process/process_context.h"
 
 namespace boost::asio {
 class io_context;

@@ -8,6 +8,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "common/error.h"
 #include "rendezvous/host_port.h"
@@ -25,6 +26,10 @@ int remaining_ms(HttpClock::time_point deadline) {
 
 struct Fd {
   int fd = -1;
+  Fd() = default;
+  Fd(Fd&& other) noexcept : fd(std::exchange(other.fd, -1)) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
   ~Fd() {
     if (fd >= 0) ::close(fd);
   }
@@ -41,14 +46,10 @@ void wait_for(int fd, short events, HttpClock::time_point deadline, const std::s
   }
 }
 
-}  // namespace
+using HttpDeadline = HttpClock::time_point;
 
-HttpReply http_request(const std::string& address, const std::string& method,
-                       const std::string& target, const std::map<std::string, std::string>& headers,
-                       const std::string& body, Duration timeout) {
-  const auto deadline = HttpClock::now() + std::chrono::duration_cast<HttpClock::duration>(timeout);
-  HostPort hp = parse_host_port(address, 80, "address");
-  const std::string what = fmt::format("{} {}", method, "http://" + address + target);
+// A non-blocking socket connected to `hp` by `deadline`.
+Fd connect_to(const HostPort& hp, HttpDeadline deadline, const std::string& what) {
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   hints.ai_flags = AI_NUMERICSERV;
@@ -76,31 +77,36 @@ HttpReply http_request(const std::string& address, const std::string& method,
     ::getsockopt(sock.fd, SOL_SOCKET, SO_ERROR, &err, &len);
     if (err != 0) throw ConnectionError(what + ": cannot connect: " + std::strerror(err));
   }
-  std::string req =
-      fmt::format("{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", method, target, address);
-  for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
-  req += fmt::format("Content-Length: {}\r\n\r\n", body.size()) + body;
+  return sock;
+}
+
+void send_all(int fd, const std::string& data, HttpDeadline deadline, const std::string& what) {
   size_t sent = 0;
-  while (sent < req.size()) {
-    ssize_t n = ::send(sock.fd, req.data() + sent, req.size() - sent, MSG_NOSIGNAL);
+  while (sent < data.size()) {
+    ssize_t n = ::send(fd, data.data() + sent, data.size() - sent, MSG_NOSIGNAL);
     if (n > 0) {
       sent += static_cast<size_t>(n);
     } else if (n < 0 && (errno == EAGAIN || errno == EINTR)) {
-      wait_for(sock.fd, POLLOUT, deadline, what);
+      wait_for(fd, POLLOUT, deadline, what);
     } else {
       throw ConnectionError(what + ": send: " + std::strerror(errno));
     }
   }
+}
+
+// The raw answer: until the server closes, or the body has Content-Length bytes. Sets
+// `header_end` (the offset of the blank line; npos: none) and `content_length` (npos: none).
+std::string receive_answer(int fd, HttpDeadline deadline, const std::string& what,
+                           size_t& header_end, size_t& content_length) {
   std::string in;
   char buf[16384];
-  size_t header_end = std::string::npos;
-  size_t content_length = std::string::npos;
+  header_end = content_length = std::string::npos;
   while (true) {
     if (header_end != std::string::npos && content_length != std::string::npos &&
         in.size() >= header_end + 4 + content_length) {
       break;
     }
-    ssize_t n = ::recv(sock.fd, buf, sizeof(buf), 0);
+    ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
     if (n > 0) {
       in.append(buf, static_cast<size_t>(n));
       if (header_end == std::string::npos) {
@@ -115,11 +121,16 @@ HttpReply http_request(const std::string& address, const std::string& method,
     } else if (n == 0) {
       break;
     } else if (errno == EAGAIN || errno == EINTR) {
-      wait_for(sock.fd, POLLIN, deadline, what);
+      wait_for(fd, POLLIN, deadline, what);
     } else {
       throw ConnectionError(what + ": recv: " + std::strerror(errno));
     }
   }
+  return in;
+}
+
+HttpReply parse_answer(const std::string& in, size_t header_end, size_t content_length,
+                       const std::string& what) {
   if (in.empty()) {
     throw ConnectionError(what + ": the connection closed before an answer (the server ended?)");
   }
@@ -147,6 +158,26 @@ HttpReply http_request(const std::string& address, const std::string& method,
     reply.body.resize(content_length);
   }
   return reply;
+}
+
+}  // namespace
+
+HttpReply http_request(const std::string& address, const std::string& method,
+                       const std::string& target, const std::map<std::string, std::string>& headers,
+                       const std::string& body, Duration timeout) {
+  const auto deadline = HttpClock::now() + std::chrono::duration_cast<HttpClock::duration>(timeout);
+  HostPort hp = parse_host_port(address, 80, "address");
+  const std::string what = fmt::format("{} {}", method, "http://" + address + target);
+  Fd sock = connect_to(hp, deadline, what);
+  std::string req =
+      fmt::format("{} {} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n", method, target, address);
+  for (const auto& [k, v] : headers) req += k + ": " + v + "\r\n";
+  req += fmt::format("Content-Length: {}\r\n\r\n", body.size()) + body;
+  send_all(sock.fd, req, deadline, what);
+  size_t header_end = std::string::npos;
+  size_t content_length = std::string::npos;
+  std::string in = receive_answer(sock.fd, deadline, what, header_end, content_length);
+  return parse_answer(in, header_end, content_length, what);
 }
 
 }  // namespace dlaunch

@@ -16,8 +16,8 @@
 
 #include "common/env.h"
 #include "common/error.h"
-#include "launcher/slurm_env.h"
-#include "launcher/slurm_launch.h"
+#include "launcher/slurm/slurm_env.h"
+#include "launcher/slurm/slurm_launch.h"
 #include "rendezvous/host_port.h"
 #include "rendezvous/rendezvous_registry.h"
 
@@ -518,26 +518,31 @@ std::string LaunchConfig::describe() const {
   return out;
 }
 
-LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const HostInfo& host) {
-  LaunchConfig cfg;
-  Resolver r(cli, env, cfg);
+namespace {
 
+// The flags that later checks quote: what the user wrote and where it came from.
+struct QuotedFlags {
+  Raw nnodes, node_rank, port, backend, run_id, redirects, tee, ranks_filter;
+};
+
+// The nodes, the rendezvous and the restart policy.
+void read_job_flags(Resolver& r, const HostInfo& host, LaunchConfig& cfg, QuotedFlags& q) {
   cfg.dry_run = r.boolean("dry_run");
   cfg.standalone = r.boolean("standalone");
-  Raw nnodes = r.raw("nnodes");
-  resolve_nnodes(nnodes, cfg);
+  q.nnodes = r.raw("nnodes");
+  resolve_nnodes(q.nnodes, cfg);
   cfg.nproc_per_node = resolve_nproc(r.raw("nproc_per_node"), host);
-  Raw node_rank = r.raw("node_rank");
-  cfg.node_rank_given = node_rank.given();
+  q.node_rank = r.raw("node_rank");
+  cfg.node_rank_given = q.node_rank.given();
   cfg.node_rank = r.integer("node_rank", 0, 1 << 20);
   cfg.master_addr = r.str("master_addr");
-  Raw port = r.raw("master_port");
+  q.port = r.raw("master_port");
   cfg.master_port = r.integer("master_port", 0, 65535);
-  Raw backend = r.raw("rdzv_backend");
-  cfg.rdzv_backend = backend.text;
+  q.backend = r.raw("rdzv_backend");
+  cfg.rdzv_backend = q.backend.text;
   cfg.rdzv_endpoint = r.str("rdzv_endpoint");
-  Raw run_id = r.raw("rdzv_id");
-  cfg.run_id = run_id.text;
+  q.run_id = r.raw("rdzv_id");
+  cfg.run_id = q.run_id.text;
   Raw rdzv_conf = r.raw("rdzv_conf");
   cfg.rdzv_conf = parse_rdzv_conf(rdzv_conf);
   check_rdzv_conf(cfg.rdzv_conf, rdzv_conf);
@@ -561,6 +566,10 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
         role.text));
   }
   cfg.role = role.text;
+}
+
+// Supervision, the program and its output, Slurm.
+void read_worker_flags(Resolver& r, LaunchConfig& cfg, QuotedFlags& q) {
   cfg.hang_timeout = from_seconds(r.seconds("hang_timeout", true));
   cfg.hang_timeout_from_start = r.boolean("hang_timeout_from_start");
   cfg.no_python_hooks = r.boolean("no_python_hooks");
@@ -580,14 +589,13 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   }
   cfg.python = python.text;
   cfg.append_local_rank = r.boolean("append_local_rank_arg");
-  bool use_env = r.boolean("use_env");
-  cfg.use_env = use_env;
+  cfg.use_env = r.boolean("use_env");
   cfg.log_dir = r.str("log_dir");
-  Raw redirects = r.raw("redirects");
-  cfg.redirects = parse_std_spec(redirects.text, redirects.what);
-  Raw tee = r.raw("tee");
-  cfg.tee = parse_std_spec(tee.text, tee.what);
-  Raw ranks_filter = r.raw("local_ranks_filter");
+  q.redirects = r.raw("redirects");
+  cfg.redirects = parse_std_spec(q.redirects.text, q.redirects.what);
+  q.tee = r.raw("tee");
+  cfg.tee = parse_std_spec(q.tee.text, q.tee.what);
+  q.ranks_filter = r.raw("local_ranks_filter");
   r.raw("help");
   cfg.slurm = r.boolean("slurm");
   cfg.no_slurm = r.boolean("no_slurm");
@@ -599,14 +607,16 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
         "task per worker)",
         slurm_mode.what, slurm_mode.text));
   }
+}
 
-  // Combinations.
+// Flags that exclude each other; an elastic node range picks c10d unless a backend was named.
+void check_combinations(LaunchConfig& cfg, const QuotedFlags& q) {
   if (cfg.module && cfg.no_python) {
     throw UsageError(
         "--module and --no_python were both given; -m runs the program as a Python module, so "
         "drop one of them");
   }
-  if (cfg.append_local_rank && use_env) {
+  if (cfg.append_local_rank && cfg.use_env) {
     throw UsageError(
         "--append_local_rank_arg and --use_env were both given; --use_env means the script reads "
         "LOCAL_RANK from the environment, so drop --append_local_rank_arg");
@@ -615,69 +625,86 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
     throw UsageError(fmt::format(
         "{}='etcd-v2' is torchrun's backend for etcd's v2 API, which dlaunch does not speak; use "
         "--rdzv_backend etcd (etcd's v3 API, etcd 3.4 or newer)",
-        backend.what));
+        q.backend.what));
   }
   static const std::set<std::string> kBackends = {"static", "c10d", "etcd"};
   if (!kBackends.count(cfg.rdzv_backend)) {
     throw UsageError(fmt::format("{}='{}' is not allowed; expected static, c10d or etcd",
-                                 backend.what, cfg.rdzv_backend));
+                                 q.backend.what, cfg.rdzv_backend));
   }
   if (cfg.min_nodes != cfg.max_nodes) {
-    if (!backend.given()) {
+    if (!q.backend.given()) {
       cfg.rdzv_backend = "c10d";
-      cfg.origin["rdzv_backend"] = nnodes.origin + " (a MIN:MAX range)";
+      cfg.origin["rdzv_backend"] = q.nnodes.origin + " (a MIN:MAX range)";
     } else if (cfg.rdzv_backend == "static") {
       throw UsageError(fmt::format(
           "{}='{}' asks for an elastic node range, which the static backend cannot do; use "
           "--rdzv_backend c10d or a fixed --nnodes",
-          nnodes.what, nnodes.text));
+          q.nnodes.what, q.nnodes.text));
     }
   }
   if (cfg.rdzv_backend == "static" && cfg.node_rank >= cfg.max_nodes) {
     throw UsageError(fmt::format(
-        "{}={} is not allowed with --nnodes={}; node ranks are 0 to {}", node_rank.what,
+        "{}={} is not allowed with --nnodes={}; node ranks are 0 to {}", q.node_rank.what,
         cfg.node_rank, cfg.max_nodes, cfg.max_nodes - 1));
   }
-  if (cfg.standalone) {
-    if (cfg.max_nodes != 1) {
-      throw UsageError(fmt::format(
-          "--standalone is a single-node job but {}='{}'; drop --standalone to run on several "
-          "nodes",
-          nnodes.what, nnodes.text));
-    }
-    // torchrun: --standalone picks the store and a fresh run id by itself. An explicit --rdzv_id
-    // is honoured (handy to find the log directory); an explicit port too.
-    if (!run_id.given()) {
-      cfg.run_id = host.fresh_run_id.empty() ? random_run_id() : host.fresh_run_id;
-      cfg.origin["rdzv_id"] = "--standalone (random)";
-    }
-    if (!port.given()) {
-      cfg.master_port = 0;
-      cfg.origin["master_port"] = "--standalone (free port)";
-    }
-    cfg.rdzv_backend = "static";
-    cfg.origin["rdzv_backend"] = "--standalone";
+}
+
+// torchrun: --standalone picks the store and a fresh run id by itself. An explicit --rdzv_id is
+// honoured (handy to find the log directory); an explicit port too.
+void apply_standalone(LaunchConfig& cfg, const QuotedFlags& q, const HostInfo& host) {
+  if (cfg.max_nodes != 1) {
+    throw UsageError(fmt::format(
+        "--standalone is a single-node job but {}='{}'; drop --standalone to run on several "
+        "nodes",
+        q.nnodes.what, q.nnodes.text));
   }
+  if (!q.run_id.given()) {
+    cfg.run_id = host.fresh_run_id.empty() ? random_run_id() : host.fresh_run_id;
+    cfg.origin["rdzv_id"] = "--standalone (random)";
+  }
+  if (!q.port.given()) {
+    cfg.master_port = 0;
+    cfg.origin["master_port"] = "--standalone (free port)";
+  }
+  cfg.rdzv_backend = "static";
+  cfg.origin["rdzv_backend"] = "--standalone";
+}
+
+// The program, else dtrain beside dlaunch.
+void resolve_program(const CliArgs& cli, const HostInfo& host, LaunchConfig& cfg) {
+  cfg.program = cli.program;
+  cfg.program_args = cli.program_args;
+  if (!cfg.program.empty() || cli.help) return;
+  if (cfg.module || host.default_program.empty()) {
+    throw UsageError(fmt::format(
+        "no program was given{}; expected `dlaunch [options] program [args...]` (see dlaunch "
+        "--help)",
+        cfg.module ? " after -m (a module name)"
+                   : ", and dtrain, the default program, is not in dlaunch's directory"));
+  }
+  cfg.program = host.default_program;
+  cfg.origin["program"] = "default (dtrain beside dlaunch)";
+}
+
+}  // namespace
+
+LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const HostInfo& host) {
+  LaunchConfig cfg;
+  Resolver r(cli, env, cfg);
+  QuotedFlags q;
+  read_job_flags(r, host, cfg, q);
+  read_worker_flags(r, cfg, q);
+  check_combinations(cfg, q);
+  if (cfg.standalone) apply_standalone(cfg, q, host);
   // Slurm fills what the user left at its default (explicit flag > twin > SLURM_* > default).
   apply_slurm(cli, env, cfg);
   // Local ranks are checked against the final worker count (Slurm may have set it).
-  cfg.local_ranks_filter = parse_rank_list(ranks_filter, cfg.nproc_per_node);
-  check_std_ranks(cfg.redirects, redirects, cfg.nproc_per_node);
-  check_std_ranks(cfg.tee, tee, cfg.nproc_per_node);
-  check_endpoints(cfg, port);
-  cfg.program = cli.program;
-  cfg.program_args = cli.program_args;
-  if (cfg.program.empty() && !cli.help) {
-    if (cfg.module || host.default_program.empty()) {
-      throw UsageError(fmt::format(
-          "no program was given{}; expected `dlaunch [options] program [args...]` (see dlaunch "
-          "--help)",
-          cfg.module ? " after -m (a module name)"
-                     : ", and dtrain, the default program, is not in dlaunch's directory"));
-    }
-    cfg.program = host.default_program;
-    cfg.origin["program"] = "default (dtrain beside dlaunch)";
-  }
+  cfg.local_ranks_filter = parse_rank_list(q.ranks_filter, cfg.nproc_per_node);
+  check_std_ranks(cfg.redirects, q.redirects, cfg.nproc_per_node);
+  check_std_ranks(cfg.tee, q.tee, cfg.nproc_per_node);
+  check_endpoints(cfg, q.port);
+  resolve_program(cli, host, cfg);
   return cfg;
 }
 

@@ -34,7 +34,9 @@ std::shared_ptr<SharedConsole> make_shared_console(const LaunchConfig& cfg) {
   auto shared = std::make_shared<SharedConsole>();
   for (int stream : {1, 2}) {
     size_t shown = 0;
-    for (int64_t lr = 0; lr < cfg.nproc_per_node; ++lr) shown += cfg.console_shows(lr, stream);
+    for (int64_t local_rank = 0; local_rank < cfg.nproc_per_node; ++local_rank) {
+      shown += cfg.console_shows(local_rank, stream);
+    }
     if (shown >= 2) shared->fold[stream].emplace(cfg.role, shown);
   }
   return shared;

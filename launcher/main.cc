@@ -6,6 +6,9 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -16,10 +19,10 @@
 #include "launcher/job_control.h"
 #include "launcher/job_services.h"
 #include "launcher/launch_config.h"
-#include "launcher/posix_process_context.h"
+#include "launcher/process/posix_process_context.h"
 #include "launcher/program_check.h"
 #include "launcher/python_hooks.h"
-#include "launcher/slurm_launch.h"
+#include "launcher/slurm/slurm_launch.h"
 #include "rendezvous/job_token.h"
 
 namespace {
@@ -50,16 +53,11 @@ dlaunch::FlashDir open_flash_dir(const dlaunch::LaunchConfig& cfg,
   return flash;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// Parses and resolves the flags into `cfg`; an exit code when dlaunch is done already
+// (--version, --help, a usage error).
+std::optional<int> read_config(const std::vector<std::string>& args, dlaunch::LaunchConfig& cfg,
+                               dlaunch::HostInfo& host) {
   using namespace dlaunch;
-  std::vector<std::string> args(argv + 1, argv + argc);
-  // `dlaunch status|stop|restart|dump`: talk to a running job (job_control.h). A program of
-  // one of these names runs as ./status or after `--`.
-  if (!args.empty() && is_job_control_command(args[0])) return run_job_control(args);
-  LaunchConfig cfg;
-  HostInfo host;
   try {
     CliArgs cli = parse_cli(args);
     if (cli.values.count("version")) {
@@ -76,52 +74,46 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dlaunch: error: %s\n", e.what());
     return exit_codes::kUsage;
   }
-  if (cfg.dry_run) {
-    std::cout << cfg.describe();
-    return 0;
+  return std::nullopt;
+}
+
+// What the agent gets from the job's services and this host.
+dlaunch::AgentOptions agent_options(const dlaunch::LaunchConfig& cfg,
+                                    const dlaunch::HostInfo& host,
+                                    const dlaunch::JobServices& services) {
+  using namespace dlaunch;
+  AgentOptions opts;
+  opts.host = host.hostname;
+  opts.version = version_text("dlaunch");
+  if (!opts.version.empty() && opts.version.back() == '\n') opts.version.pop_back();
+  opts.rendezvous = services.rendezvous;
+  opts.use_agent_store = services.use_agent_store;
+  opts.hosts_store = services.server != nullptr;
+  if (services.server && !services.rendezvous) {
+    opts.master_addr = services.master_addr;
+    opts.master_port = services.master_port;
   }
-  // A program that cannot run fails every attempt the same way: say so now, spend no restart.
-  if (auto problem = check_program(cfg, current_program_check_env())) {
-    std::fprintf(stderr, "dlaunch: error: %s\n", problem->c_str());
-    return exit_codes::kUsage;
-  }
-  if (cfg.slurm_mode == "task") {
-    // One Slurm task per worker: no agent; become the worker (returns only by throwing).
-    try {
-      exec_slurm_task(cfg);
-    } catch (const UsageError& e) {
-      std::fprintf(stderr, "dlaunch: error: %s\n", e.what());
-      return exit_codes::kUsage;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "dlaunch: error: %s\n", e.what());
-      return exit_codes::kUsage;
-    }
-  }
+  opts.store_server = services.server;
+  opts.status_endpoint = true;
+  auto token_file = cfg.rdzv_conf.find("token_file");
+  opts.job_token = load_job_token(token_file == cfg.rdzv_conf.end() ? "" : token_file->second);
+  opts.base_env = current_environment();
+  opts.cpus = host.cpus;
+  opts.python_hooks_dir = python_hooks_dir();
+  return opts;
+}
+
+// The job on this node: its store and rendezvous, the flash directory, the agent.
+int run_agent(const dlaunch::LaunchConfig& cfg, const dlaunch::HostInfo& host) {
+  using namespace dlaunch;
   try {
     boost::asio::io_context io;
     // The process context first: it forks the orphan guard while we are single-threaded (the
     // store server starts a thread).
     PosixProcessContext procs(io);
-    AgentOptions opts;
-    opts.host = host.hostname;
-    opts.version = version_text("dlaunch");
-    if (!opts.version.empty() && opts.version.back() == '\n') opts.version.pop_back();
     JobServices services =
-        start_job_services(cfg, opts.host, std::string(version()) + "+" + git_commit());
-    opts.rendezvous = services.rendezvous;
-    opts.use_agent_store = services.use_agent_store;
-    opts.hosts_store = services.server != nullptr;
-    if (services.server && !services.rendezvous) {
-      opts.master_addr = services.master_addr;
-      opts.master_port = services.master_port;
-    }
-    opts.store_server = services.server;
-    opts.status_endpoint = true;
-    auto token_file = cfg.rdzv_conf.find("token_file");
-    opts.job_token = load_job_token(token_file == cfg.rdzv_conf.end() ? "" : token_file->second);
-    opts.base_env = current_environment();
-    opts.cpus = host.cpus;
-    opts.python_hooks_dir = python_hooks_dir();
+        start_job_services(cfg, host.hostname, std::string(version()) + "+" + git_commit());
+    AgentOptions opts = agent_options(cfg, host, services);
     FlashDir flash = open_flash_dir(cfg, procs);
     opts.flash_dir = flash.path();
     int code;
@@ -142,4 +134,36 @@ int main(int argc, char** argv) {
     log_error("{}", e.what());
     return exit_codes::kWorkersFailed;
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace dlaunch;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  // `dlaunch status|stop|restart|dump`: talk to a running job (job_control.h). A program of
+  // one of these names runs as ./status or after `--`.
+  if (!args.empty() && is_job_control_command(args[0])) return run_job_control(args);
+  LaunchConfig cfg;
+  HostInfo host;
+  if (auto code = read_config(args, cfg, host)) return *code;
+  if (cfg.dry_run) {
+    std::cout << cfg.describe();
+    return 0;
+  }
+  // A program that cannot run fails every attempt the same way: say so now, spend no restart.
+  if (auto problem = check_program(cfg, current_program_check_env())) {
+    std::fprintf(stderr, "dlaunch: error: %s\n", problem->c_str());
+    return exit_codes::kUsage;
+  }
+  if (cfg.slurm_mode == "task") {
+    // One Slurm task per worker: no agent; become the worker (returns only by throwing).
+    try {
+      exec_slurm_task(cfg);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dlaunch: error: %s\n", e.what());
+      return exit_codes::kUsage;
+    }
+  }
+  return run_agent(cfg, host);
 }

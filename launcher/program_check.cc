@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "launcher/cli.h"
-#include "launcher/posix_process_context.h"
+#include "launcher/process/posix_process_context.h"
 
 extern char** environ;
 

@@ -1,6 +1,6 @@
 #include "launcher/stack_capture.h"
 
-#include "launcher/posix_process_context.h"
+#include "launcher/process/posix_process_context.h"
 
 namespace dlaunch {
 

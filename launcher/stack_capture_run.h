@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/clock.h"
-#include "launcher/process_context.h"
+#include "launcher/process/process_context.h"
 
 namespace boost::asio {
 class io_context;

@@ -1,5 +1,7 @@
 #include "launcher/worker_group.h"
 
+#include <utility>
+
 #include "common/error.h"
 
 namespace dlaunch {
@@ -25,6 +27,10 @@ WorkerGroup::WorkerGroup(int64_t attempt, std::vector<WorkerRecord> workers)
 }
 
 WorkerRecord& WorkerGroup::worker(int64_t local_rank) {
+  return const_cast<WorkerRecord&>(std::as_const(*this).worker(local_rank));
+}
+
+const WorkerRecord& WorkerGroup::worker(int64_t local_rank) const {
   DL_CHECK(local_rank >= 0 && local_rank < static_cast<int64_t>(workers_.size()))
       << "local_rank=" << local_rank << " size=" << workers_.size();
   return workers_[static_cast<size_t>(local_rank)];

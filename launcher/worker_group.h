@@ -69,6 +69,7 @@ class WorkerGroup {
   std::vector<WorkerRecord>& workers() { return workers_; }
   const std::vector<WorkerRecord>& workers() const { return workers_; }
   WorkerRecord& worker(int64_t local_rank);
+  const WorkerRecord& worker(int64_t local_rank) const;
 
   void on_started(int64_t local_rank, int pid, TimePoint now,
                   std::chrono::system_clock::time_point wall);

@@ -2,7 +2,8 @@
 # Installs what dlaunch needs from Debian's archive (apt-get only; nothing else is reachable).
 #   scripts/setup.sh          build and run dependencies
 #   scripts/setup.sh --test   plus what the tests use: PyTorch, Pillow, Slurm, munge, etcd, gdb, iproute2,
-#                             prometheus (scrapes the agents' /metrics in a test)
+#                             prometheus (scrapes the agents' /metrics in a test), universal-ctags
+#                             (scripts/long_functions.sh)
 #   scripts/setup.sh --bench  plus what the benchmarks use (hyperfine, clang for the fuzzer,
 #                             torchvision + Pillow for the image loading peer)
 #   scripts/setup.sh --gpu-bundle  plus what scripts/gpu_check.sh --bundle uses (patchelf)
@@ -20,7 +21,7 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --test)
-      packages+=(python3-torch python3-pil gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client patchelf prometheus)
+      packages+=(python3-torch python3-pil gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client patchelf prometheus universal-ctags)
       ;;
     --bench)
       packages+=(python3-torch python3-torchvision python3-pil hyperfine clang libclang-rt-14-dev time python3-etcd)

@@ -482,54 +482,51 @@ std::optional<Variant> variant_from_name(const std::string& name) {
   return std::nullopt;
 }
 
-// Picks the pass's implementation on first use (under the pass's lock, so concurrent first
-// calls autotune once). Returns true when `out` already holds this call's result (the winner
-// ran last among the trials), so the caller need not run it again.
-bool choose(ConvEntry& e, PassState& ps, Pass pass, const float* a, const float* b, float* out) {
-  const ConvShape& s = e.shape;
-  const auto cands = candidates(s, pass);
-  const Policy pol = policy();
-  if (pol != Policy::kAutotune) {
-    Variant want = pol == Policy::kAuto ? Variant::kAuto : pol == Policy::kTwin ? Variant::kTwin : Variant::kDirect;
-    if (std::find(cands.begin(), cands.end(), want) == cands.end()) want = Variant::kDirect;
-    try {
-      ps.impl = make(e, pass, want);
-    } catch (const dnnl::error&) {
-      want = Variant::kDirect;  // e.g. no twin primitive for a 3-channel input
-      ps.impl = make(e, pass, want);
-    }
-    ps.variant = want;
-    return false;
+// DLAUNCH_CONV_ALGO names the variant (direct where the named one does not exist for the shape).
+void choose_fixed(ConvEntry& e, PassState& ps, Pass pass, const std::vector<Variant>& cands,
+                  Policy pol) {
+  Variant want = pol == Policy::kAuto ? Variant::kAuto : pol == Policy::kTwin ? Variant::kTwin : Variant::kDirect;
+  if (std::find(cands.begin(), cands.end(), want) == cands.end()) want = Variant::kDirect;
+  try {
+    ps.impl = make(e, pass, want);
+  } catch (const dnnl::error&) {
+    want = Variant::kDirect;  // e.g. no twin primitive for a 3-channel input
+    ps.impl = make(e, pass, want);
   }
-  const auto start = std::chrono::steady_clock::now();
-  const std::string key = choice_key(s, pass);
+  ps.variant = want;
+}
+
+// The variant an earlier run chose for this shape and pass (the choice file); false when there
+// is none or it cannot be built here.
+bool reuse_known_choice(ConvEntry& e, PassState& ps, Pass pass, const std::vector<Variant>& cands,
+                        const std::string& key) {
   std::optional<std::string> known;
   {
     std::lock_guard<std::mutex> lock(choices_mu());
     known = choices().lookup(key);
   }
-  if (known) {
-    const auto v = variant_from_name(*known);
-    if (v && std::find(cands.begin(), cands.end(), *v) != cands.end()) {
-      try {
-        ps.impl = make(e, pass, *v);
-        ps.variant = *v;
-        ++counters().reused;
-        return false;
-      } catch (const dnnl::error&) {
-        // Recorded for a shape where it cannot be built here after all: tune.
-      }
-    }
+  if (!known) return false;
+  const auto v = variant_from_name(*known);
+  if (!v || std::find(cands.begin(), cands.end(), *v) == cands.end()) return false;
+  try {
+    ps.impl = make(e, pass, *v);
+    ps.variant = *v;
+    ++counters().reused;
+    return true;
+  } catch (const dnnl::error&) {
+    return false;  // recorded for a shape where it cannot be built here after all: tune
   }
-  // Trial runs of the accumulating pass must not add to dx more than once: keep the original
-  // and restore it before every run.
-  std::vector<float> original;
-  if (pass == Pass::kBackwardDataAcc) original.assign(out, out + s.in().numel());
-  struct Trial {
-    Variant variant;
-    std::unique_ptr<Impl> impl;
-    double best = 1e300;
-  };
+}
+
+struct Trial {
+  Variant variant;
+  std::unique_ptr<Impl> impl;
+  double best = 1e300;
+};
+
+// Every candidate that exists for the shape, without oneDNN's reference kernels when a JIT one
+// exists.
+std::vector<Trial> make_trials(ConvEntry& e, Pass pass, const std::vector<Variant>& cands) {
   std::vector<Trial> trials;
   for (Variant v : cands) {
     try {
@@ -545,35 +542,65 @@ bool choose(ConvEntry& e, PassState& ps, Pass pass, const float* a, const float*
   const auto is_ref = [](const Trial& t) { return t.impl->name.rfind("ref", 0) == 0; };
   if (!std::all_of(trials.begin(), trials.end(), is_ref))
     trials.erase(std::remove_if(trials.begin(), trials.end(), is_ref), trials.end());
+  return trials;
+}
+
+// Times the trials in interleaved rounds, dropping the slow ones after each. Returns the index
+// of the trial that ran last (its output is in `out`) and adds the runs to `runs`. `original`:
+// dx before the first run, restored before each (the accumulating pass); empty otherwise.
+size_t run_trials(ConvEntry& e, Pass pass, std::vector<Trial>& trials, const float* a,
+                  const float* b, float* out, const std::vector<float>& original, int& runs) {
   size_t last_run = trials.size();
-  int runs = 0;
   if (trials.size() == 1) {
     // Nothing to compare: its run is this call's result.
     execute(e, pass, trials[0].variant, *trials[0].impl, a, b, out);
-    last_run = 0;
     runs = 1;
-  } else {
-    std::vector<size_t> alive(trials.size());
-    for (size_t i = 0; i < alive.size(); ++i) alive[i] = i;
-    for (int round = 0; round < kMaxRounds && (round == 0 || alive.size() > 1); ++round) {
-      for (size_t i : alive) {
-        if (!original.empty()) std::copy(original.begin(), original.end(), out);
-        const double t0 = team_cpu_seconds();
-        execute(e, pass, trials[i].variant, *trials[i].impl, a, b, out);
-        trials[i].best = std::min(trials[i].best, team_cpu_seconds() - t0);
-        last_run = i;
-        ++runs;
-      }
-      double best = 1e300;
-      for (size_t i : alive) best = std::min(best, trials[i].best);
-      std::vector<size_t> keep;
-      for (size_t i : alive)
-        if (trials[i].best <= kKeepFactor[round] * best) keep.push_back(i);
-      // The likely winner runs last in the next round, so its output is the one left in `out`.
-      std::sort(keep.begin(), keep.end(), [&](size_t x, size_t y) { return trials[x].best > trials[y].best; });
-      alive = std::move(keep);
-    }
+    return 0;
   }
+  std::vector<size_t> alive(trials.size());
+  for (size_t i = 0; i < alive.size(); ++i) alive[i] = i;
+  for (int round = 0; round < kMaxRounds && (round == 0 || alive.size() > 1); ++round) {
+    for (size_t i : alive) {
+      if (!original.empty()) std::copy(original.begin(), original.end(), out);
+      const double t0 = team_cpu_seconds();
+      execute(e, pass, trials[i].variant, *trials[i].impl, a, b, out);
+      trials[i].best = std::min(trials[i].best, team_cpu_seconds() - t0);
+      last_run = i;
+      ++runs;
+    }
+    double best = 1e300;
+    for (size_t i : alive) best = std::min(best, trials[i].best);
+    std::vector<size_t> keep;
+    for (size_t i : alive)
+      if (trials[i].best <= kKeepFactor[round] * best) keep.push_back(i);
+    // The likely winner runs last in the next round, so its output is the one left in `out`.
+    std::sort(keep.begin(), keep.end(), [&](size_t x, size_t y) { return trials[x].best > trials[y].best; });
+    alive = std::move(keep);
+  }
+  return last_run;
+}
+
+// Picks the pass's implementation on first use (under the pass's lock, so concurrent first
+// calls autotune once). Returns true when `out` already holds this call's result (the winner
+// ran last among the trials), so the caller need not run it again.
+bool choose(ConvEntry& e, PassState& ps, Pass pass, const float* a, const float* b, float* out) {
+  const ConvShape& s = e.shape;
+  const auto cands = candidates(s, pass);
+  const Policy pol = policy();
+  if (pol != Policy::kAutotune) {
+    choose_fixed(e, ps, pass, cands, pol);
+    return false;
+  }
+  const auto start = std::chrono::steady_clock::now();
+  const std::string key = choice_key(s, pass);
+  if (reuse_known_choice(e, ps, pass, cands, key)) return false;
+  // Trial runs of the accumulating pass must not add to dx more than once: keep the original
+  // and restore it before every run.
+  std::vector<float> original;
+  if (pass == Pass::kBackwardDataAcc) original.assign(out, out + s.in().numel());
+  std::vector<Trial> trials = make_trials(e, pass, cands);
+  int runs = 0;
+  const size_t last_run = run_trials(e, pass, trials, a, b, out, original, runs);
   size_t win = 0;
   for (size_t i = 1; i < trials.size(); ++i)
     if (trials[i].best < trials[win].best) win = i;

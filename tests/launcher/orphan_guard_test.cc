@@ -1,5 +1,5 @@
 // The orphan guard as a real process: stop() ends it promptly, also when the guard cannot run.
-#include "launcher/orphan_guard.h"
+#include "launcher/process/orphan_guard.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include "launcher/posix_process_context.h"
+#include "launcher/process/posix_process_context.h"
 
 namespace dlaunch {
 namespace {

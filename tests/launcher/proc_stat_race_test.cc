@@ -15,7 +15,7 @@
 #include <string>
 #include <thread>
 
-#include "launcher/posix_process_context.h"
+#include "launcher/process/posix_process_context.h"
 
 namespace dlaunch {
 namespace {

@@ -1,4 +1,4 @@
-#include "launcher/slurm_env.h"
+#include "launcher/slurm/slurm_env.h"
 
 #include <gtest/gtest.h>
 

@@ -158,6 +158,61 @@ struct ResNet::Impl {
     return bn;
   }
 
+  // Offsets in reverse registration order: the order backward completes them.
+  void lay_out_params() {
+    size_t offset = 0;
+    for (size_t i = params.size(); i-- > 0;) {
+      params[i].offset = offset;
+      offset += params[i].count;
+    }
+    for (size_t i = params.size(); i-- > 0;)
+      infos.push_back({params[i].name, params[i].offset, params[i].count, params[i].no_decay});
+    flat_params.resize({static_cast<int64_t>(offset)});
+    flat_grads.resize({static_cast<int64_t>(offset)});
+  }
+
+  // Initialisation in registration order, like torchvision's ResNet.__init__ loop, computed on
+  // the host and copied to the backend once.
+  void initialise(uint64_t seed) {
+    const size_t offset = static_cast<size_t>(flat_params.numel());
+    std::vector<float> init(offset, 0.0f);
+    auto host = [&](int id) { return init.data() + params[static_cast<size_t>(id)].offset; };
+    InitRng rng(seed);
+    auto init_conv = [&](const Conv& c) {
+      const double std = std::sqrt(2.0 / static_cast<double>(c.c_out * c.kernel * c.kernel));
+      float* wp = host(c.param);
+      for (size_t i = 0; i < params[static_cast<size_t>(c.param)].count; ++i)
+        wp[i] = static_cast<float>(rng.normal() * std);
+    };
+    auto init_bn = [&](const Bn& bn) {
+      const size_t c = params[static_cast<size_t>(bn.weight)].count;
+      std::fill(host(bn.weight), host(bn.weight) + c, 1.0f);
+      std::fill(host(bn.bias), host(bn.bias) + c, 0.0f);
+    };
+    init_conv(stem);
+    init_bn(*stem_bn);
+    for (auto& blk : blocks) {
+      init_conv(blk.conv1);
+      init_bn(*blk.bn1);
+      init_conv(blk.conv2);
+      init_bn(*blk.bn2);
+      if (blk.downsample) {
+        init_conv(blk.convd);
+        init_bn(*blk.bnd);
+      }
+    }
+    // nn.Linear default: weight ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform with a = sqrt(5)),
+    // bias ~ U(-1/sqrt(in), 1/sqrt(in)).
+    const double bound = 1.0 / std::sqrt(static_cast<double>(fc_in));
+    float* fw = host(fc_weight);
+    for (size_t i = 0; i < params[static_cast<size_t>(fc_weight)].count; ++i)
+      fw[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+    float* fb = host(fc_bias);
+    for (int i = 0; i < config.num_classes; ++i)
+      fb[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
+    flat_params.copy_from_host(init.data());
+  }
+
   // Called after a parameter's gradient is final; enforces the documented order.
   void grad_ready(int id) {
     const Param& prm = params[static_cast<size_t>(id)];
@@ -240,55 +295,8 @@ ResNet::ResNet(const ResNetConfig& config, uint64_t seed, kernels::Backend& back
   m.fc_weight = m.add_param("fc.weight", static_cast<size_t>(config.num_classes * c_in), false);
   m.fc_bias = m.add_param("fc.bias", static_cast<size_t>(config.num_classes), true);
 
-  // Offsets in reverse registration order: the order backward completes them.
-  size_t offset = 0;
-  for (size_t i = m.params.size(); i-- > 0;) {
-    m.params[i].offset = offset;
-    offset += m.params[i].count;
-  }
-  for (size_t i = m.params.size(); i-- > 0;)
-    m.infos.push_back({m.params[i].name, m.params[i].offset, m.params[i].count, m.params[i].no_decay});
-  m.flat_params.resize({static_cast<int64_t>(offset)});
-  m.flat_grads.resize({static_cast<int64_t>(offset)});
-
-  // Initialisation in registration order, like torchvision's ResNet.__init__ loop, computed on
-  // the host and copied to the backend once.
-  std::vector<float> init(offset, 0.0f);
-  auto host = [&](int id) { return init.data() + m.params[static_cast<size_t>(id)].offset; };
-  InitRng rng(seed);
-  auto init_conv = [&](const Impl::Conv& c) {
-    const double std = std::sqrt(2.0 / static_cast<double>(c.c_out * c.kernel * c.kernel));
-    float* wp = host(c.param);
-    for (size_t i = 0; i < m.params[static_cast<size_t>(c.param)].count; ++i)
-      wp[i] = static_cast<float>(rng.normal() * std);
-  };
-  auto init_bn = [&](const Impl::Bn& bn) {
-    const size_t c = m.params[static_cast<size_t>(bn.weight)].count;
-    std::fill(host(bn.weight), host(bn.weight) + c, 1.0f);
-    std::fill(host(bn.bias), host(bn.bias) + c, 0.0f);
-  };
-  init_conv(m.stem);
-  init_bn(*m.stem_bn);
-  for (auto& blk : m.blocks) {
-    init_conv(blk.conv1);
-    init_bn(*blk.bn1);
-    init_conv(blk.conv2);
-    init_bn(*blk.bn2);
-    if (blk.downsample) {
-      init_conv(blk.convd);
-      init_bn(*blk.bnd);
-    }
-  }
-  // nn.Linear default: weight ~ U(-1/sqrt(in), 1/sqrt(in)) (kaiming_uniform with a = sqrt(5)),
-  // bias ~ U(-1/sqrt(in), 1/sqrt(in)).
-  const double bound = 1.0 / std::sqrt(static_cast<double>(c_in));
-  float* fw = host(m.fc_weight);
-  for (size_t i = 0; i < m.params[static_cast<size_t>(m.fc_weight)].count; ++i)
-    fw[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
-  float* fb = host(m.fc_bias);
-  for (int i = 0; i < config.num_classes; ++i)
-    fb[i] = static_cast<float>((2.0 * rng.uniform() - 1.0) * bound);
-  m.flat_params.copy_from_host(init.data());
+  m.lay_out_params();
+  m.initialise(seed);
 }
 
 ResNet::~ResNet() = default;

@@ -159,6 +159,40 @@ void broadcast_floats(comm::ProcessGroup& pg, std::vector<float>& v) {
   pg.broadcast(v.data(), n * sizeof(float), 0);
 }
 
+// One epoch while it trains (Trainer::train_epoch): where it stands and its running totals.
+struct EpochRun {
+  int64_t epoch = 0;        // 0-based
+  int64_t steps = 0;        // this rank's steps in the whole epoch
+  int64_t seen_before = 0;  // the epoch's samples trained before a re-form (0: none)
+  double n_train = 0;       // the training set's size
+  int64_t step = 0;         // steps done, counting those skipped on a resume
+  double learning_rate = 0;
+  // [loss * n, correct, n] for the epoch and for the current logging window. Rank 0 carries a
+  // resumed epoch's totals so far (already summed over the ranks that trained them).
+  double totals[3] = {0, 0, 0};
+  double window[3] = {0, 0, 0};
+  double resumed_images = 0;
+  Clock::time_point start = Clock::now();
+  Clock::time_point window_start = start;
+
+  // Where step i of this epoch stands in it, for the learning-rate schedule.
+  double fraction(int64_t i) const {
+    if (seen_before == 0) return static_cast<double>(i) / static_cast<double>(steps);
+    return (static_cast<double>(seen_before) +
+            static_cast<double>(i) / static_cast<double>(steps) *
+                (n_train - static_cast<double>(seen_before))) /
+           n_train;
+  }
+  bool complete() const { return step == steps; }
+};
+
+// An epoch's figures over every rank.
+struct EpochFigures {
+  double loss = 0;
+  double accuracy = 0;
+  double images_per_s = 0;
+};
+
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
@@ -171,12 +205,31 @@ class Trainer {
   void load_data();
   void build_model();
   std::optional<json> resume();  // the checkpoint's meta when resuming
+  // Takes the position a resumed checkpoint's meta records; returns the epoch to start with.
+  int64_t continue_from(const json& meta);
+  void continue_inside_epoch(const json& meta, int64_t start_epoch, int64_t epoch_step);
+  void open_metrics();  // rank 0
+  void log_autotuning();
+  // After the last epoch: checkpoints on disk, the figures logged, the curves drawn.
+  void finish_run();
   // Rank 0: which checkpoint to resume from (nullopt: a fresh start), after clearing leftovers;
   // refuses an --output_dir whose checkpoints this run must not mix with.
   std::optional<ckpt::LoadedCheckpoint> choose_checkpoint();
   std::optional<ckpt::LoadedCheckpoint> choose_disk_checkpoint();
   void overwrite_output_dir();
   void train_epoch(int64_t epoch);
+  // The epoch's sample indices for this rank, less those already trained before a resume.
+  std::vector<int64_t> epoch_indices(EpochRun& run);
+  // One optimizer step on `batch`, its figures added to the epoch's totals.
+  ddp::StepResult train_step(EpochRun& run, const data::Batch& batch);
+  // After a step: the logging window, the progress bar, a flash copy, fault injection.
+  void after_step(EpochRun& run, const ddp::StepResult& r);
+  void log_window(EpochRun& run);
+  void finish_epoch(EpochRun& run);
+  // A stop signal ended the epoch: a checkpoint inside it, no evaluation.
+  void finish_stopped_epoch(EpochRun& run, const EpochFigures& f);
+  void report_epoch(const EpochRun& run, const EpochFigures& f,
+                    const std::optional<std::pair<double, double>>& test, double epoch_secs);
   // Every rank: whether any rank received a stop signal (the largest signal number, 0: none).
   // One all-reduce of one number.
   int agree_stop();
@@ -485,173 +538,199 @@ int Trainer::agree_stop() {
 }
 
 void Trainer::train_epoch(int64_t epoch) {
-  data::DistributedSampler sampler(train_set_.size(), pg_.size(), pg_.rank(), /*shuffle=*/true,
-                                   c_.seed, /*drop_last=*/false);
-  // After a re-form at another world size, the rest of the epoch's samples, shared anew.
-  const int64_t seen_before = epoch_seen_before_ = std::exchange(resume_seen_, 0);
-  std::vector<int64_t> indices =
-      seen_before > 0 ? sampler.indices_after(epoch, seen_before) : sampler.indices(epoch);
-  const int64_t steps = (static_cast<int64_t>(indices.size()) + c_.batch_size - 1) / c_.batch_size;
-  // Where step i of this epoch stands in it, for the learning-rate schedule.
-  const double n_train = static_cast<double>(train_set_.size());
-  auto fraction = [&](int64_t i) {
-    if (seen_before == 0) return static_cast<double>(i) / static_cast<double>(steps);
-    return (static_cast<double>(seen_before) +
-            static_cast<double>(i) / static_cast<double>(steps) * (n_train - static_cast<double>(seen_before))) /
-           n_train;
-  };
-  // Resuming inside this epoch: the sampler's order is a pure function of (seed, epoch), so
-  // skipping the batches already trained continues exactly where the stop happened.
-  const int64_t skip = std::min(resume_epoch_step_, steps);
-  indices.erase(indices.begin(), indices.begin() + std::min<int64_t>(skip * c_.batch_size,
-                                                                     static_cast<int64_t>(indices.size())));
+  EpochRun run;
+  run.epoch = epoch;
+  std::vector<int64_t> indices = epoch_indices(run);
   data::BatchLoader loader(train_set_, std::move(indices), c_.batch_size, c_.augment(), c_.seed,
                            epoch);
-  auto epoch_start = Clock::now();
-  auto window_start = epoch_start;
-  // [loss * n, correct, n] for the epoch and for the current logging window. Rank 0 carries a
-  // resumed epoch's totals so far (already summed over the ranks that trained them).
-  double epoch_tot[3] = {0, 0, 0}, window[3] = {0, 0, 0};
-  if (rank0_) std::copy(resume_totals_, resume_totals_ + 3, epoch_tot);
-  const double resumed_images = epoch_tot[2];
+  run.start = run.window_start = Clock::now();
+  if (rank0_) std::copy(resume_totals_, resume_totals_ + 3, run.totals);
+  run.resumed_images = run.totals[2];
   resume_epoch_step_ = 0;
   std::fill(resume_totals_, resume_totals_ + 3, 0.0);
-  double lr = lr_at(schedule_, static_cast<double>(epoch) + fraction(skip));
-  int64_t i = skip;
+  run.learning_rate = lr_at(schedule_, static_cast<double>(epoch) + run.fraction(run.step));
   while (auto batch = loader.next()) {
-    double progress = static_cast<double>(epoch) + fraction(i);
-    lr = lr_at(schedule_, progress);
-    to_tensor(*batch);
-    ddp::StepResult r = dp_->train_step(images_, batch->labels.data(), precision_->loss_scale());
-    if (precision_->finish_step(model_->grads(), model_->num_params())) {
-      optimizer_->step(model_->params(), model_->grads(), model_->num_params(),
-                       static_cast<float>(lr), model_->param_info());
-    }
-    ++global_step_;
-    ++i;
-    heartbeat();
-    // Every rank learns of a signal any rank got, after the same step: the checkpoint below is
-    // then the state of every rank.
-    if (global_step_ % c_.stop_check_every == 0) stop_signal_ = agree_stop();
-    double n = static_cast<double>(batch->size);
-    for (double* acc : {epoch_tot, window}) {
-      acc[0] += r.loss * n;
-      acc[1] += r.correct;
-      acc[2] += n;
-    }
-    bool last = (i == steps) || (c_.max_steps > 0 && global_step_ >= c_.max_steps) ||
-                stop_signal_ != 0;
-    if (c_.log_every > 0 && (global_step_ % c_.log_every == 0 || last)) {
-      double w[3] = {window[0], window[1], window[2]};
-      pg_.allreduce(w, 3, comm::ReduceOp::kSum);
-      double secs = seconds_since(window_start);
-      double ips = secs > 0 ? w[2] / secs : 0;
-      if (rank0_) {
-        json rec = {{"kind", "step"},
-                    {"epoch", epoch + 1},
-                    {"epoch_progress", static_cast<double>(epoch) + fraction(i)},
-                    {"step", global_step_},
-                    {"loss", w[0] / w[2]},
-                    {"train_accuracy", w[1] / w[2]},
-                    {"lr", lr},
-                    {"images_per_s", ips},
-                    {"world_size", pg_.size()}};
-        if (precision_->loss_scaling()) {  // fp16: the scale after this step, the skips so far
-          rec["loss_scale"] = precision_->loss_scale();
-          rec["skipped_steps"] = precision_->skipped_steps();
-        }
-        metrics_->write(rec);
-      }
-      window[0] = window[1] = window[2] = 0;
-      window_start = Clock::now();
-    }
-    if (rank0_) {
-      progress_.update(epoch + 1, i, steps, r.loss,
-                       (epoch_tot[2] - resumed_images) * pg_.size() /
-                           std::max(seconds_since(epoch_start), 1e-9));
-    }
-    if (c_.flash_every > 0 && global_step_ % c_.flash_every == 0 && i < steps) {
-      save_flash(epoch, i, epoch_tot);
-    }
-    // After the step's logging, so the metrics show the step the worker died after.
-    if (global_step_ == fault_.fail_at_step && pg_.rank() == fault_.fail_rank) {
-      log_warning("fault injection: {} rank {} after step {} (DTRAIN_FAIL_AT_STEP)",
-                  fault_.signal == SIGSTOP ? "stopping" : "killing", pg_.rank(), global_step_);
-      std::raise(fault_.signal);
-    }
+    ddp::StepResult r = train_step(run, *batch);
+    after_step(run, r);
     if (stop_signal_ != 0 || (c_.max_steps > 0 && global_step_ >= c_.max_steps)) {
       stop_ = true;
       break;
     }
   }
-  double train_secs = seconds_since(epoch_start);
-  // Rank 0's resumed totals are counted once: the others add zeros for them.
-  pg_.allreduce(epoch_tot, 3, comm::ReduceOp::kSum);
-  double train_loss = epoch_tot[0] / epoch_tot[2], train_acc = epoch_tot[1] / epoch_tot[2];
-  double ips = (epoch_tot[2] - resumed_images) / train_secs;
+  finish_epoch(run);
+}
 
-  if (stop_signal_ != 0) {
-    // Preemption: no evaluation (the grace period is short); the checkpoint records the step
-    // inside the epoch so the requeued run continues from there.
-    progress_.clear();
-    dp_->broadcast_buffers();  // rank 0's running statistics for the checkpoint
-    summary_.partial_epoch = epoch + 1;
-    summary_.partial_epoch_steps = i;
-    summary_.partial_epoch_of = steps;
-    if (rank0_) {
-      fmt::print("epoch {:>3}/{}  stopped by {} after step {} of {}  train loss {:.4f} acc {:6.2f}% "
-                 "so far\n",
-                 epoch + 1, c_.epochs, stop_signal_name(stop_signal_), i, steps, train_loss,
-                 100 * train_acc);
-      std::fflush(stdout);
-    }
-    summary_.stop_signal = stop_signal_;
-    summary_.stop_checkpoint = save_checkpoint(epoch, i, epoch_tot);
-    return;
+std::vector<int64_t> Trainer::epoch_indices(EpochRun& run) {
+  data::DistributedSampler sampler(train_set_.size(), pg_.size(), pg_.rank(), /*shuffle=*/true,
+                                   c_.seed, /*drop_last=*/false);
+  // After a re-form at another world size, the rest of the epoch's samples, shared anew.
+  run.seen_before = epoch_seen_before_ = std::exchange(resume_seen_, 0);
+  std::vector<int64_t> indices = run.seen_before > 0
+                                     ? sampler.indices_after(run.epoch, run.seen_before)
+                                     : sampler.indices(run.epoch);
+  run.steps = (static_cast<int64_t>(indices.size()) + c_.batch_size - 1) / c_.batch_size;
+  run.n_train = static_cast<double>(train_set_.size());
+  // Resuming inside this epoch: the sampler's order is a pure function of (seed, epoch), so
+  // skipping the batches already trained continues exactly where the stop happened.
+  run.step = std::min(resume_epoch_step_, run.steps);
+  indices.erase(indices.begin(),
+                indices.begin() + std::min<int64_t>(run.step * c_.batch_size,
+                                                    static_cast<int64_t>(indices.size())));
+  return indices;
+}
+
+ddp::StepResult Trainer::train_step(EpochRun& run, const data::Batch& batch) {
+  run.learning_rate = lr_at(schedule_, static_cast<double>(run.epoch) + run.fraction(run.step));
+  to_tensor(batch);
+  ddp::StepResult r = dp_->train_step(images_, batch.labels.data(), precision_->loss_scale());
+  if (precision_->finish_step(model_->grads(), model_->num_params())) {
+    optimizer_->step(model_->params(), model_->grads(), model_->num_params(),
+                     static_cast<float>(run.learning_rate), model_->param_info());
   }
+  ++global_step_;
+  ++run.step;
+  heartbeat();
+  // Every rank learns of a signal any rank got, after the same step: the checkpoint below is
+  // then the state of every rank.
+  if (global_step_ % c_.stop_check_every == 0) stop_signal_ = agree_stop();
+  double n = static_cast<double>(batch.size);
+  for (double* acc : {run.totals, run.window}) {
+    acc[0] += r.loss * n;
+    acc[1] += r.correct;
+    acc[2] += n;
+  }
+  return r;
+}
 
-  bool last_epoch = epoch + 1 == c_.epochs || stop_;
-  bool do_eval = last_epoch || (c_.eval_every > 0 && (epoch + 1) % c_.eval_every == 0);
-  dp_->broadcast_buffers();  // rank 0's running statistics for eval and the checkpoint
-  std::optional<std::pair<double, double>> test;
-  if (do_eval) test = evaluate();
-  double epoch_secs = seconds_since(epoch_start);
-  progress_.clear();
-  const bool complete = i == steps;
+void Trainer::after_step(EpochRun& run, const ddp::StepResult& r) {
+  bool last = run.complete() || (c_.max_steps > 0 && global_step_ >= c_.max_steps) ||
+              stop_signal_ != 0;
+  if (c_.log_every > 0 && (global_step_ % c_.log_every == 0 || last)) log_window(run);
   if (rank0_) {
-    std::string test_part = test ? fmt::format("test loss {:.4f} acc {:6.2f}%", test->first, 100 * test->second)
-                                 : std::string("test -");
-    // A --max_steps stop inside the epoch says so: its figures cover only the steps done.
-    std::string partial = complete ? std::string()
-                                   : fmt::format(" (partial: {} of {} steps, --max_steps)", i, steps);
-    fmt::print("epoch {:>3}/{}{}  train loss {:.4f} acc {:6.2f}%  {}  {:.0f} img/s  lr {:.5f}  {:.1f} s\n",
-               epoch + 1, c_.epochs, partial, train_loss, 100 * train_acc, test_part, ips, lr,
-               epoch_secs);
-    std::fflush(stdout);
-    json rec = {{"kind", "epoch"},       {"epoch", epoch + 1},  {"step", global_step_},
-                {"loss", train_loss},    {"train_accuracy", train_acc}, {"lr", lr},
-                {"images_per_s", ips},   {"world_size", pg_.size()}, {"epoch_time_s", epoch_secs},
-                {"complete", complete},  {"epoch_steps", i},    {"epoch_steps_total", steps}};
-    if (test) {
-      rec["test_loss"] = test->first;
-      rec["test_accuracy"] = test->second;
+    progress_.update(run.epoch + 1, run.step, run.steps, r.loss,
+                     (run.totals[2] - run.resumed_images) * pg_.size() /
+                         std::max(seconds_since(run.start), 1e-9));
+  }
+  if (c_.flash_every > 0 && global_step_ % c_.flash_every == 0 && run.step < run.steps) {
+    save_flash(run.epoch, run.step, run.totals);
+  }
+  // After the step's logging, so the metrics show the step the worker died after.
+  if (global_step_ == fault_.fail_at_step && pg_.rank() == fault_.fail_rank) {
+    log_warning("fault injection: {} rank {} after step {} (DTRAIN_FAIL_AT_STEP)",
+                fault_.signal == SIGSTOP ? "stopping" : "killing", pg_.rank(), global_step_);
+    std::raise(fault_.signal);
+  }
+}
+
+void Trainer::log_window(EpochRun& run) {
+  double w[3] = {run.window[0], run.window[1], run.window[2]};
+  pg_.allreduce(w, 3, comm::ReduceOp::kSum);
+  double secs = seconds_since(run.window_start);
+  double ips = secs > 0 ? w[2] / secs : 0;
+  if (rank0_) {
+    json rec = {{"kind", "step"},
+                {"epoch", run.epoch + 1},
+                {"epoch_progress", static_cast<double>(run.epoch) + run.fraction(run.step)},
+                {"step", global_step_},
+                {"loss", w[0] / w[2]},
+                {"train_accuracy", w[1] / w[2]},
+                {"lr", run.learning_rate},
+                {"images_per_s", ips},
+                {"world_size", pg_.size()}};
+    if (precision_->loss_scaling()) {  // fp16: the scale after this step, the skips so far
+      rec["loss_scale"] = precision_->loss_scale();
+      rec["skipped_steps"] = precision_->skipped_steps();
     }
     metrics_->write(rec);
   }
+  run.window[0] = run.window[1] = run.window[2] = 0;
+  run.window_start = Clock::now();
+}
+
+void Trainer::finish_epoch(EpochRun& run) {
+  double train_secs = seconds_since(run.start);
+  // Rank 0's resumed totals are counted once: the others add zeros for them.
+  pg_.allreduce(run.totals, 3, comm::ReduceOp::kSum);
+  EpochFigures f;
+  f.loss = run.totals[0] / run.totals[2];
+  f.accuracy = run.totals[1] / run.totals[2];
+  f.images_per_s = (run.totals[2] - run.resumed_images) / train_secs;
+  if (stop_signal_ != 0) return finish_stopped_epoch(run, f);
+
+  bool last_epoch = run.epoch + 1 == c_.epochs || stop_;
+  bool do_eval = last_epoch || (c_.eval_every > 0 && (run.epoch + 1) % c_.eval_every == 0);
+  dp_->broadcast_buffers();  // rank 0's running statistics for eval and the checkpoint
+  std::optional<std::pair<double, double>> test;
+  if (do_eval) test = evaluate();
+  double epoch_secs = seconds_since(run.start);
+  progress_.clear();
+  if (rank0_) report_epoch(run, f, test, epoch_secs);
   if (test) {
     summary_.test_loss = test->first;
     summary_.test_accuracy = test->second;
   }
   // A checkpoint marks a completed epoch; a --max_steps stop in mid-epoch writes none.
-  if (complete) {
-    summary_.epochs_done = epoch + 1;
+  if (run.complete()) {
+    summary_.epochs_done = run.epoch + 1;
     summary_.partial_epoch = summary_.partial_epoch_steps = summary_.partial_epoch_of = 0;
-    save_checkpoint(epoch + 1);
+    save_checkpoint(run.epoch + 1);
   } else {
-    summary_.partial_epoch = epoch + 1;
-    summary_.partial_epoch_steps = i;
-    summary_.partial_epoch_of = steps;
+    summary_.partial_epoch = run.epoch + 1;
+    summary_.partial_epoch_steps = run.step;
+    summary_.partial_epoch_of = run.steps;
   }
+}
+
+// Preemption: no evaluation (the grace period is short); the checkpoint records the step inside
+// the epoch so the requeued run continues from there.
+void Trainer::finish_stopped_epoch(EpochRun& run, const EpochFigures& f) {
+  progress_.clear();
+  dp_->broadcast_buffers();  // rank 0's running statistics for the checkpoint
+  summary_.partial_epoch = run.epoch + 1;
+  summary_.partial_epoch_steps = run.step;
+  summary_.partial_epoch_of = run.steps;
+  if (rank0_) {
+    fmt::print("epoch {:>3}/{}  stopped by {} after step {} of {}  train loss {:.4f} acc {:6.2f}% "
+               "so far\n",
+               run.epoch + 1, c_.epochs, stop_signal_name(stop_signal_), run.step, run.steps,
+               f.loss, 100 * f.accuracy);
+    std::fflush(stdout);
+  }
+  summary_.stop_signal = stop_signal_;
+  summary_.stop_checkpoint = save_checkpoint(run.epoch, run.step, run.totals);
+}
+
+// Rank 0: the epoch's line on stdout and its record in the metrics.
+void Trainer::report_epoch(const EpochRun& run, const EpochFigures& f,
+                           const std::optional<std::pair<double, double>>& test,
+                           double epoch_secs) {
+  std::string test_part = test ? fmt::format("test loss {:.4f} acc {:6.2f}%", test->first, 100 * test->second)
+                               : std::string("test -");
+  // A --max_steps stop inside the epoch says so: its figures cover only the steps done.
+  std::string partial =
+      run.complete() ? std::string()
+                     : fmt::format(" (partial: {} of {} steps, --max_steps)", run.step, run.steps);
+  fmt::print("epoch {:>3}/{}{}  train loss {:.4f} acc {:6.2f}%  {}  {:.0f} img/s  lr {:.5f}  {:.1f} s\n",
+             run.epoch + 1, c_.epochs, partial, f.loss, 100 * f.accuracy, test_part,
+             f.images_per_s, run.learning_rate, epoch_secs);
+  std::fflush(stdout);
+  json rec = {{"kind", "epoch"},
+              {"epoch", run.epoch + 1},
+              {"step", global_step_},
+              {"loss", f.loss},
+              {"train_accuracy", f.accuracy},
+              {"lr", run.learning_rate},
+              {"images_per_s", f.images_per_s},
+              {"world_size", pg_.size()},
+              {"epoch_time_s", epoch_secs},
+              {"complete", run.complete()},
+              {"epoch_steps", run.step},
+              {"epoch_steps_total", run.steps}};
+  if (test) {
+    rec["test_loss"] = test->first;
+    rec["test_accuracy"] = test->second;
+  }
+  metrics_->write(rec);
 }
 
 std::pair<double, double> Trainer::evaluate() {
@@ -777,87 +856,101 @@ TrainSummary Trainer::run() {
     }
   }
   int64_t start_epoch = 0;
-  if (auto meta = resume()) {
-    start_epoch = meta->value("epoch", int64_t{0});
-    global_step_ = meta->value("step", int64_t{0});
-    summary_.epochs_done = start_epoch;
-    summary_.test_loss = meta->value("test_loss", std::nan(""));
-    summary_.test_accuracy = meta->value("test_accuracy", std::nan(""));
-    const int64_t epoch_step = meta->value("epoch_step", int64_t{0});
-    if (epoch_step > 0) {
-      // The steps done inside the epoch index the shards of the world and batch size that did
-      // them: the same world skips as many of its batches; another one (or an epoch that began
-      // after such a change) goes on with the samples of the permutation not trained yet.
-      const int64_t world = meta->value("world_size", int64_t{0});
-      const int64_t batch = meta->value("batch_size", int64_t{0});
-      const int64_t seen_before = meta->value("epoch_seen_before", int64_t{0});
-      const json totals = meta->value("epoch_totals", json::array({0, 0, 0}));
-      for (size_t k = 0; k < 3 && k < totals.size(); ++k) resume_totals_[k] = totals[k].get<double>();
-      if (seen_before == 0 && world == pg_.size() && batch == c_.batch_size) {
-        resume_epoch_step_ = epoch_step;
-      } else {
-        // The ranks that trained took a prefix of the epoch's permutation (padding aside):
-        // the rest is shared among this world (distributed_sampler.h), no sample twice.
-        resume_seen_ = std::min<int64_t>(seen_before + epoch_step * batch * world, train_set_.size() - 1);
-        if (rank0_) {
-          log_info("the checkpoint stopped inside epoch {} with {} worker(s) of batch {}; now {} "
-                   "of batch {}: the epoch goes on with the {} of its {} samples not trained yet",
-                   start_epoch + 1, world, batch, pg_.size(), c_.batch_size,
-                   train_set_.size() - resume_seen_, train_set_.size());
-        }
-      }
-    }
-    if (rank0_) {
-      log_info("resumed from {}: {} epochs and {} steps done{} (saved by a world of {}, now {})",
-               summary_.resumed_from, start_epoch, global_step_,
-               resume_epoch_step_ > 0
-                   ? fmt::format(", continuing epoch {} after its step {}", start_epoch + 1,
-                                 resume_epoch_step_)
-                   : std::string(),
-               meta->value("world_size", 0), pg_.size());
-    }
-  }
-  if (rank0_) {
-    metrics_ = std::make_unique<metrics::MetricsLog>((fs::path(c_.output_dir) / "metrics.jsonl").string());
-    if (c_.dataset == "imagefolder") {
-      // What was read, for a later look at a run: the bad images skipped are named here too.
-      json skipped = json::array();
-      for (const auto* ds : {&train_set_, &test_set_}) {
-        for (const auto& f : ds->skipped_bad_images) skipped.push_back(f);
-      }
-      metrics_->write({{"kind", "data"},
-                       {"data_dir", c_.data_dir},
-                       {"classes", train_set_.classes},
-                       {"train_images", train_set_.size()},
-                       {"test_images", test_set_.size()},
-                       {"ignored_files", train_set_.ignored_files + test_set_.ignored_files},
-                       {"skipped_bad_images", skipped.size()},
-                       {"skipped_bad_image_files", skipped}});
-    }
-    // Under dlaunch stdout is a pipe; DLAUNCH_CONSOLE_TTY says it ends on a terminal anyway.
-    progress_ = metrics::ProgressBar(metrics::stdout_is_terminal() || env_.console_tty);
-  }
+  if (auto meta = resume()) start_epoch = continue_from(*meta);
+  if (rank0_) open_metrics();
   heartbeat();
   // From here a stop signal is honoured at the next step boundary (before, there is nothing
   // new to save and it ends the process as it always did).
   arm_stop_signals(true);
   for (int64_t epoch = start_epoch; epoch < c_.epochs && !stop_; ++epoch) {
     train_epoch(epoch);
-    if (epoch == start_epoch && rank0_) {
-      // The first epoch pays for choosing the convolution algorithms; say how much, so a slow
-      // first epoch is not mistaken for the training speed.
-      const kernels::ConvAutotuneStats t = backend_.conv_autotune_stats();
-      if (t.tuned + t.reused > 0) {
-        log_info("convolution autotuning: {} passes tuned in {:.1f} s ({} trial runs), {} taken from "
-                 "earlier choices{}",
-                 t.tuned, t.seconds, t.trial_runs, t.reused,
-                 t.cache_path.empty() ? std::string(" (no cache file)") : " and " + t.cache_path);
-      }
-    }
+    if (epoch == start_epoch && rank0_) log_autotuning();
   }
   if (start_epoch >= c_.epochs && rank0_) {
     log_info("nothing to train: the checkpoint already has {} of {} epochs", start_epoch, c_.epochs);
   }
+  finish_run();
+  return summary_;
+}
+
+int64_t Trainer::continue_from(const json& meta) {
+  const int64_t start_epoch = meta.value("epoch", int64_t{0});
+  global_step_ = meta.value("step", int64_t{0});
+  summary_.epochs_done = start_epoch;
+  summary_.test_loss = meta.value("test_loss", std::nan(""));
+  summary_.test_accuracy = meta.value("test_accuracy", std::nan(""));
+  const int64_t epoch_step = meta.value("epoch_step", int64_t{0});
+  if (epoch_step > 0) continue_inside_epoch(meta, start_epoch, epoch_step);
+  if (rank0_) {
+    log_info("resumed from {}: {} epochs and {} steps done{} (saved by a world of {}, now {})",
+             summary_.resumed_from, start_epoch, global_step_,
+             resume_epoch_step_ > 0
+                 ? fmt::format(", continuing epoch {} after its step {}", start_epoch + 1,
+                               resume_epoch_step_)
+                 : std::string(),
+             meta.value("world_size", 0), pg_.size());
+  }
+  return start_epoch;
+}
+
+// The steps done inside the epoch index the shards of the world and batch size that did them:
+// the same world skips as many of its batches; another one (or an epoch that began after such a
+// change) goes on with the samples of the permutation not trained yet.
+void Trainer::continue_inside_epoch(const json& meta, int64_t start_epoch, int64_t epoch_step) {
+  const int64_t world = meta.value("world_size", int64_t{0});
+  const int64_t batch = meta.value("batch_size", int64_t{0});
+  const int64_t seen_before = meta.value("epoch_seen_before", int64_t{0});
+  const json totals = meta.value("epoch_totals", json::array({0, 0, 0}));
+  for (size_t k = 0; k < 3 && k < totals.size(); ++k) resume_totals_[k] = totals[k].get<double>();
+  if (seen_before == 0 && world == pg_.size() && batch == c_.batch_size) {
+    resume_epoch_step_ = epoch_step;
+    return;
+  }
+  // The ranks that trained took a prefix of the epoch's permutation (padding aside): the rest
+  // is shared among this world (distributed_sampler.h), no sample twice.
+  resume_seen_ = std::min<int64_t>(seen_before + epoch_step * batch * world, train_set_.size() - 1);
+  if (rank0_) {
+    log_info("the checkpoint stopped inside epoch {} with {} worker(s) of batch {}; now {} "
+             "of batch {}: the epoch goes on with the {} of its {} samples not trained yet",
+             start_epoch + 1, world, batch, pg_.size(), c_.batch_size,
+             train_set_.size() - resume_seen_, train_set_.size());
+  }
+}
+
+void Trainer::open_metrics() {
+  metrics_ = std::make_unique<metrics::MetricsLog>((fs::path(c_.output_dir) / "metrics.jsonl").string());
+  if (c_.dataset == "imagefolder") {
+    // What was read, for a later look at a run: the bad images skipped are named here too.
+    json skipped = json::array();
+    for (const auto* ds : {&train_set_, &test_set_}) {
+      for (const auto& f : ds->skipped_bad_images) skipped.push_back(f);
+    }
+    metrics_->write({{"kind", "data"},
+                     {"data_dir", c_.data_dir},
+                     {"classes", train_set_.classes},
+                     {"train_images", train_set_.size()},
+                     {"test_images", test_set_.size()},
+                     {"ignored_files", train_set_.ignored_files + test_set_.ignored_files},
+                     {"skipped_bad_images", skipped.size()},
+                     {"skipped_bad_image_files", skipped}});
+  }
+  // Under dlaunch stdout is a pipe; DLAUNCH_CONSOLE_TTY says it ends on a terminal anyway.
+  progress_ = metrics::ProgressBar(metrics::stdout_is_terminal() || env_.console_tty);
+}
+
+// The first epoch pays for choosing the convolution algorithms; say how much, so a slow first
+// epoch is not mistaken for the training speed.
+void Trainer::log_autotuning() {
+  const kernels::ConvAutotuneStats t = backend_.conv_autotune_stats();
+  if (t.tuned + t.reused > 0) {
+    log_info("convolution autotuning: {} passes tuned in {:.1f} s ({} trial runs), {} taken from "
+             "earlier choices{}",
+             t.tuned, t.seconds, t.trial_runs, t.reused,
+             t.cache_path.empty() ? std::string(" (no cache file)") : " and " + t.cache_path);
+  }
+}
+
+void Trainer::finish_run() {
   if (rank0_ && stop_checks_ > 0) {
     log_debug("stop-signal agreement: {} all-reduces, {:.1f} us each on average", stop_checks_,
               1e6 * stop_check_secs_ / static_cast<double>(stop_checks_));
@@ -880,7 +973,6 @@ TrainSummary Trainer::run() {
                                           c_.width, c_.dataset, pg_.size()));
     log_info("wrote {} and {}", metrics_->path(), svg);
   }
-  return summary_;
 }
 
 }  // namespace

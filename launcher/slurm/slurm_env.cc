@@ -1,4 +1,4 @@
-#include "launcher/slurm_env.h"
+#include "launcher/slurm/slurm_env.h"
 
 #include <fmt/format.h>
 
@@ -7,7 +7,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
-#include "launcher/hostlist.h"
+#include "launcher/slurm/hostlist.h"
 
 extern char** environ;
 

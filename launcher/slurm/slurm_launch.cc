@@ -1,4 +1,4 @@
-#include "launcher/slurm_launch.h"
+#include "launcher/slurm/slurm_launch.h"
 
 #include <fmt/format.h>
 #include <unistd.h>
@@ -9,7 +9,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "launcher/slurm_env.h"
+#include "launcher/slurm/slurm_env.h"
 
 namespace dlaunch {
 namespace {

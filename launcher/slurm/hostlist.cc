@@ -1,4 +1,4 @@
-#include "launcher/hostlist.h"
+#include "launcher/slurm/hostlist.h"
 
 #include <fmt/format.h>
 

@@ -33,8 +33,8 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/orphan_guard.h"
-#include "launcher/process_context.h"
+#include "launcher/process/orphan_guard.h"
+#include "launcher/process/process_context.h"
 
 namespace boost::asio {
 class io_context;
@@ -77,6 +77,12 @@ class PosixProcessContext final : public ProcessContext {
   // One /proc pass: every descendant of the agent except tracked children (and what they
   // started) and the guard, as (pid, parent pid seen); parents before their children.
   std::vector<std::pair<int, int>> untracked_descendants();
+  // The steps of kill_orphans: wait for the dead workers' groups to empty, kill (and wait for)
+  // descendants outside them, forget the groups that are empty.
+  void drain_dead_groups(std::chrono::steady_clock::time_point deadline);
+  void kill_untracked(std::chrono::steady_clock::time_point deadline, std::map<int, int>& killed,
+                      std::set<int>& gone);
+  void release_dead_groups();
 
   boost::asio::io_context& io_;
   OrphanGuard guard_;

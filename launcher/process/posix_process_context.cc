@@ -1,4 +1,4 @@
-#include "launcher/posix_process_context.h"
+#include "launcher/process/posix_process_context.h"
 
 #include <dirent.h>
 #include <fcntl.h>
@@ -17,8 +17,10 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <set>
 #include <thread>
+#include <utility>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -185,6 +187,115 @@ PosixProcessContext::~PosixProcessContext() {
   forget_leftovers();
 }
 
+namespace {
+
+// argv and envp for execve, built before fork: after it the child makes only async-signal-safe
+// calls. Not copyable: the pointers point into the strings.
+class ExecImage {
+ public:
+  ExecImage(const SpawnRequest& request, std::string program_path)
+      : path(std::move(program_path)), argv_strings_(request.argv) {
+    env_strings_.reserve(request.env.size());
+    for (const auto& [k, v] : request.env) env_strings_.push_back(k + "=" + v);
+    for (auto& s : env_strings_) envp_.push_back(s.data());
+    envp_.push_back(nullptr);
+    for (auto& s : argv_strings_) argv_.push_back(s.data());
+    argv_.push_back(nullptr);
+  }
+  ExecImage(const ExecImage&) = delete;
+  ExecImage& operator=(const ExecImage&) = delete;
+
+  const std::string path;
+  char* const* argv() const { return argv_.data(); }
+  char* const* envp() const { return envp_.data(); }
+
+ private:
+  std::vector<std::string> argv_strings_;
+  std::vector<std::string> env_strings_;
+  std::vector<char*> argv_;
+  std::vector<char*> envp_;
+};
+
+// A worker's pipes: stdout and stderr (when captured) and the exec-status pipe, whose write end
+// closes on a successful exec and carries errno otherwise. Whatever is still held is closed when
+// this goes, on the error paths too.
+struct SpawnPipes {
+  int out[2] = {-1, -1};
+  int err[2] = {-1, -1};
+  int exec[2] = {-1, -1};
+
+  explicit SpawnPipes(bool capture_output) {
+    if (pipe2(exec, O_CLOEXEC) != 0 ||
+        (capture_output && (pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0))) {
+      int error = errno;
+      close_all();
+      throw SystemError(errno_message("pipe2 for a worker", error));
+    }
+  }
+  ~SpawnPipes() { close_all(); }
+  SpawnPipes(const SpawnPipes&) = delete;
+  SpawnPipes& operator=(const SpawnPipes&) = delete;
+
+  void close_all() {
+    for (int* p : {out, err, exec}) {
+      close_fd(p[0]);
+      close_fd(p[1]);
+    }
+  }
+};
+
+// The child between fork and exec: only async-signal-safe calls.
+[[noreturn]] void exec_child(const ExecImage& image, const SpawnPipes& pipes, pid_t parent,
+                             bool capture_output) {
+  for (int s = 1; s < NSIG; ++s) {
+    struct sigaction sa;
+    if (sigaction(s, nullptr, &sa) != 0) continue;
+    bool handled = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr
+                                              : (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN);
+    if (handled || s == SIGPIPE) ::signal(s, SIG_DFL);
+  }
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  int err = 0;
+  if (getppid() != parent) _exit(127);  // the agent died before the prctl took effect
+  // Under Yama ptrace_scope 1, let the agent's own helpers (eu-stack/gdb for hung workers)
+  // attach. Fails harmlessly (EINVAL) without Yama.
+  prctl(PR_SET_PTRACER, parent, 0, 0, 0);
+  if (capture_output) {
+    if (dup2(pipes.out[1], 1) < 0 || dup2(pipes.err[1], 2) < 0) {
+      err = errno;
+      (void)!write(pipes.exec[1], &err, sizeof(err));
+      _exit(127);
+    }
+  }
+  // Only 0, 1, 2 survive exec; the exec pipe's write end closes on success, telling the agent.
+  close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  execve(image.path.c_str(), image.argv(), image.envp());
+  err = errno;
+  (void)!write(pipes.exec[1], &err, sizeof(err));
+  _exit(127);
+}
+
+// Block every signal across fork so no agent handler runs in the child (asio's handler would
+// write to the agent's signal pipe); the child resets dispositions and unblocks before exec.
+pid_t fork_child(const ExecImage& image, const SpawnPipes& pipes, bool capture_output) {
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);
+  pid_t parent = getpid();
+  pid_t pid = fork();
+  if (pid == 0) exec_child(image, pipes, parent, capture_output);
+  int fork_err = errno;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (pid < 0) throw SystemError(errno_message("fork", fork_err));
+  return pid;
+}
+
+}  // namespace
+
 int PosixProcessContext::spawn(const SpawnRequest& request, ProcessCallbacks callbacks) {
   DL_CHECK(!request.argv.empty()) << "spawn with an empty argv";
   std::string path_env = "/usr/local/bin:/usr/bin:/bin";
@@ -198,87 +309,17 @@ int PosixProcessContext::spawn(const SpawnRequest& request, ProcessCallbacks cal
         "program '{}' was not found in PATH ({}); give its full path or fix PATH", name,
         path_env));
   }
-
-  // Everything the child needs is built before fork: after it, only async-signal-safe calls.
-  std::vector<std::string> env_strings;
-  env_strings.reserve(request.env.size());
-  for (const auto& [k, v] : request.env) env_strings.push_back(k + "=" + v);
-  std::vector<char*> envp;
-  for (auto& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_strings = request.argv;
-  std::vector<char*> argv;
-  for (auto& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
-
-  int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, exec_pipe[2] = {-1, -1};
-  auto cleanup = [&]() {
-    for (int* p : {out_pipe, err_pipe, exec_pipe}) {
-      close_fd(p[0]);
-      close_fd(p[1]);
-    }
-  };
-  if (pipe2(exec_pipe, O_CLOEXEC) != 0 ||
-      (request.capture_output &&
-       (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0))) {
-    int err = errno;
-    cleanup();
-    throw SystemError(errno_message("pipe2 for a worker", err));
-  }
-
-  // Block every signal across fork so no agent handler runs in the child (asio's handler would
-  // write to the agent's signal pipe); the child resets dispositions and unblocks before exec.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid == 0) {
-    for (int s = 1; s < NSIG; ++s) {
-      struct sigaction sa;
-      if (sigaction(s, nullptr, &sa) != 0) continue;
-      bool handled = (sa.sa_flags & SA_SIGINFO) ? sa.sa_sigaction != nullptr
-                                                : (sa.sa_handler != SIG_DFL && sa.sa_handler != SIG_IGN);
-      if (handled || s == SIGPIPE) ::signal(s, SIG_DFL);
-    }
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    int err = 0;
-    if (getppid() != parent) _exit(127);  // the agent died before the prctl took effect
-    // Under Yama ptrace_scope 1, let the agent's own helpers (eu-stack/gdb for hung workers)
-    // attach. Fails harmlessly (EINVAL) without Yama.
-    prctl(PR_SET_PTRACER, parent, 0, 0, 0);
-    if (request.capture_output) {
-      if (dup2(out_pipe[1], 1) < 0 || dup2(err_pipe[1], 2) < 0) {
-        err = errno;
-        (void)!write(exec_pipe[1], &err, sizeof(err));
-        _exit(127);
-      }
-    }
-    // Only 0, 1, 2 survive exec; exec_pipe[1] closes on success, telling the agent so.
-    close_range(3, ~0U, CLOSE_RANGE_CLOEXEC);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    execve(path.c_str(), argv.data(), envp.data());
-    err = errno;
-    (void)!write(exec_pipe[1], &err, sizeof(err));
-    _exit(127);
-  }
-  int fork_err = errno;
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (pid < 0) {
-    cleanup();
-    throw SystemError(errno_message("fork", fork_err));
-  }
+  const ExecImage image(request, path);
+  SpawnPipes pipes(request.capture_output);
+  pid_t pid = fork_child(image, pipes, request.capture_output);
   // Both sides set the group so it exists before either relies on it (EACCES after exec is fine).
   setpgid(pid, pid);
-  close_fd(out_pipe[1]);
-  close_fd(err_pipe[1]);
-  close_fd(exec_pipe[1]);
+  close_fd(pipes.out[1]);
+  close_fd(pipes.err[1]);
+  close_fd(pipes.exec[1]);
   // Do not wait for the exec here: the next worker is forked at once and the children exec in
   // parallel. A failed exec leaves its errno in the pipe; on_pidfd_ready reads it at the exit.
-  fcntl(exec_pipe[0], F_SETFL, O_NONBLOCK);
+  fcntl(pipes.exec[0], F_SETFL, O_NONBLOCK);
 
   int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));
   if (pidfd < 0) {
@@ -286,7 +327,6 @@ int PosixProcessContext::spawn(const SpawnRequest& request, ProcessCallbacks cal
     ::kill(pid, SIGKILL);
     while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
     }
-    cleanup();
     throw SystemError(errno_message("pidfd_open", err));
   }
   guard_.add_group(pid);
@@ -294,14 +334,12 @@ int PosixProcessContext::spawn(const SpawnRequest& request, ProcessCallbacks cal
   auto child = std::make_shared<Child>(io_);
   child->pid = pid;
   child->path = path;
-  child->exec_fd = exec_pipe[0];
-  exec_pipe[0] = -1;
+  child->exec_fd = std::exchange(pipes.exec[0], -1);
   child->callbacks = std::move(callbacks);
   child->pidfd.assign(pidfd);
   if (request.capture_output) {
-    child->out.assign(out_pipe[0]);
-    child->err.assign(err_pipe[0]);
-    out_pipe[0] = err_pipe[0] = -1;
+    child->out.assign(std::exchange(pipes.out[0], -1));
+    child->err.assign(std::exchange(pipes.err[0], -1));
     child->out.non_blocking(true);
     child->err.non_blocking(true);
     start_read(child, 1);
@@ -460,99 +498,52 @@ std::vector<std::pair<int, int>> PosixProcessContext::untracked_descendants() {
   return todo;
 }
 
-std::vector<std::string> PosixProcessContext::kill_orphans(Duration timeout) {
-  using std::chrono::steady_clock;
-  const auto start = steady_clock::now();
-  const auto deadline = start + timeout;
-  // A bounded clean-up after the group has stopped, not exit monitoring: short sleeps keep the
-  // waits below from spinning while the kernel tears processes down.
-  auto pause = [] { std::this_thread::sleep_for(std::chrono::milliseconds(1)); };
+namespace {
 
-  // 1. The caller has SIGKILLed the workers' groups. A member's children are reparented to us
-  //    when it exits, so wait (for half the bound at most) until the groups of reaped workers
-  //    are empty: then one look finds every orphan. Members reparented to us become our
-  //    zombies; P_PGID reaps exactly those (no worker we track leads or sits in such a group).
-  const auto drain_deadline = start + timeout / 2;
+using SteadyTime = std::chrono::steady_clock::time_point;
+
+// A bounded clean-up after the group has stopped, not exit monitoring: short sleeps keep the
+// waits of kill_orphans from spinning while the kernel tears processes down.
+void pause_briefly() { std::this_thread::sleep_for(std::chrono::milliseconds(1)); }
+
+// Waits until every process in `killed` (pid -> pidfd) has exited and, if ours, been reaped,
+// adding each to `gone`; up to `deadline`.
+void wait_killed(const std::map<int, int>& killed, std::set<int>& gone, SteadyTime deadline) {
+  const int self = getpid();
   while (true) {
-    bool busy = false;
-    for (int pg : dead_groups_) {
-      if (lingering_groups_.count(pg)) continue;
-      siginfo_t info;
+    for (const auto& [pid, fd] : killed) {
+      if (gone.count(pid)) continue;
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 0) != 1) continue;
+      pid_t r;
       do {
-        std::memset(&info, 0, sizeof(info));
-      } while (waitid(P_PGID, static_cast<id_t>(pg), &info, WEXITED | WNOHANG) == 0 &&
-               info.si_pid != 0);
-      if (::killpg(pg, 0) == 0) busy = true;
+        r = waitpid(pid, nullptr, WNOHANG);
+      } while (r < 0 && errno == EINTR);
+      // A killed process whose parent (killed too) has not finished dying is that parent's
+      // zombie, not yet ours: marked gone then, it came to us a moment later and stayed a
+      // zombie after the sweep (OrphanSweep.OrphanTreeOutsideTheGroupIsKilledAtTeardown
+      // failed about 1 run in 20). Wait for it unless another, live process is its parent.
+      if (r == 0) continue;
+      if (r < 0 && errno == ECHILD) {
+        int ppid = 0;
+        if (read_stat(pid, nullptr, &ppid) && (ppid == self || killed.count(ppid))) continue;
+      }
+      gone.insert(pid);
     }
-    if (!busy || steady_clock::now() >= drain_deadline) break;
-    pause();
+    if (gone.size() == killed.size() || std::chrono::steady_clock::now() >= deadline) break;
+    pause_briefly();
   }
+}
 
-  // 2. Orphans that left the workers' groups (setsid, a daemon) are our children now. The
-  //    kernel says whether we have any child at all; only then is /proc read, once (plus once
-  //    more after a kill, for anything forked while we looked). With many agents on one host,
-  //    reading every process's stat on each teardown was the agents' main cost
-  //    (docs/benchmarks.md, "Agents at scale").
-  //    Each one is pinned with a pidfd and checked to still have the parent the scan saw (or
-  //    us, its parent having died since) before it is signalled, so a pid that was freed and
-  //    reused after the scan is never hit; the pidfd also says when it has exited.
+}  // namespace
+
+std::vector<std::string> PosixProcessContext::kill_orphans(Duration timeout) {
+  const auto start = std::chrono::steady_clock::now();
+  drain_dead_groups(start + timeout / 2);
   std::map<int, int> killed;  // pid -> pidfd
   std::set<int> gone;
-  const int self = getpid();
-  if (may_have_untracked_children()) {
-    while (true) {
-      bool found_new = false;
-      for (const auto& [pid, parent] : untracked_descendants()) {
-        if (killed.count(pid)) continue;
-        int fd = pin_descendant(pid, parent);
-        if (fd < 0) continue;
-        log_info("killing orphaned descendant pid {}", pid);
-        ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
-        killed[pid] = fd;
-        found_new = true;
-      }
-      // Until each has exited; our children (now, or once their parent died) are reaped.
-      while (true) {
-        for (const auto& [pid, fd] : killed) {
-          if (gone.count(pid)) continue;
-          pollfd p{fd, POLLIN, 0};
-          if (::poll(&p, 1, 0) != 1) continue;
-          pid_t r;
-          do {
-            r = waitpid(pid, nullptr, WNOHANG);
-          } while (r < 0 && errno == EINTR);
-          // A killed process whose parent (killed too) has not finished dying is that parent's
-          // zombie, not yet ours: marked gone then, it came to us a moment later and stayed a
-          // zombie after the sweep (OrphanSweep.OrphanTreeOutsideTheGroupIsKilledAtTeardown
-          // failed about 1 run in 20). Wait for it unless another, live process is its parent.
-          if (r == 0) continue;
-          if (r < 0 && errno == ECHILD) {
-            int ppid = 0;
-            if (read_stat(pid, nullptr, &ppid) && (ppid == self || killed.count(ppid))) continue;
-          }
-          gone.insert(pid);
-        }
-        if (gone.size() == killed.size() || steady_clock::now() >= deadline) break;
-        pause();
-      }
-      if (!found_new || steady_clock::now() >= deadline) break;
-    }
-  }
-
-  // A group whose members are all gone leaves the guard's list, so its id can never hit an
-  // unrelated process group that reuses it later. One that is not empty by now (a member in D
-  // state) is not waited for again by later teardowns.
-  std::vector<int> live;
-  for (int pg : dead_groups_) {
-    if (::killpg(pg, 0) != 0 && errno == ESRCH) {
-      guard_.remove_group(pg);
-      lingering_groups_.erase(pg);
-    } else {
-      live.push_back(pg);
-      lingering_groups_.insert(pg);
-    }
-  }
-  dead_groups_ = live;
+  if (may_have_untracked_children()) kill_untracked(start + timeout, killed, gone);
+  release_dead_groups();
   // Whatever signal_leftovers() pinned was killed above (or is reported below); its watches
   // end here, so on_gone can no longer run.
   forget_leftovers();
@@ -565,6 +556,70 @@ std::vector<std::string> PosixProcessContext::kill_orphans(Duration timeout) {
     ::close(fd);
   }
   return out;
+}
+
+// The caller has SIGKILLed the workers' groups. A member's children are reparented to us when
+// it exits, so wait (for half the bound at most) until the groups of reaped workers are empty:
+// then one look finds every orphan. Members reparented to us become our zombies; P_PGID reaps
+// exactly those (no worker we track leads or sits in such a group).
+void PosixProcessContext::drain_dead_groups(std::chrono::steady_clock::time_point deadline) {
+  while (true) {
+    bool busy = false;
+    for (int pg : dead_groups_) {
+      if (lingering_groups_.count(pg)) continue;
+      siginfo_t info;
+      do {
+        std::memset(&info, 0, sizeof(info));
+      } while (waitid(P_PGID, static_cast<id_t>(pg), &info, WEXITED | WNOHANG) == 0 &&
+               info.si_pid != 0);
+      if (::killpg(pg, 0) == 0) busy = true;
+    }
+    if (!busy || std::chrono::steady_clock::now() >= deadline) break;
+    pause_briefly();
+  }
+}
+
+// Orphans that left the workers' groups (setsid, a daemon) are our children now. The kernel says
+// whether we have any child at all; only then is /proc read, once (plus once more after a kill,
+// for anything forked while we looked). With many agents on one host, reading every process's
+// stat on each teardown was the agents' main cost (docs/benchmarks.md, "Agents at scale").
+// Each one is pinned with a pidfd and checked to still have the parent the scan saw (or us, its
+// parent having died since) before it is signalled, so a pid that was freed and reused after the
+// scan is never hit; the pidfd also says when it has exited.
+void PosixProcessContext::kill_untracked(std::chrono::steady_clock::time_point deadline,
+                                         std::map<int, int>& killed, std::set<int>& gone) {
+  while (true) {
+    bool found_new = false;
+    for (const auto& [pid, parent] : untracked_descendants()) {
+      if (killed.count(pid)) continue;
+      int fd = pin_descendant(pid, parent);
+      if (fd < 0) continue;
+      log_info("killing orphaned descendant pid {}", pid);
+      ::syscall(SYS_pidfd_send_signal, fd, SIGKILL, nullptr, 0);
+      killed[pid] = fd;
+      found_new = true;
+    }
+    // Until each has exited; our children (now, or once their parent died) are reaped.
+    wait_killed(killed, gone, deadline);
+    if (!found_new || std::chrono::steady_clock::now() >= deadline) break;
+  }
+}
+
+// A group whose members are all gone leaves the guard's list, so its id can never hit an
+// unrelated process group that reuses it later. One that is not empty by now (a member in D
+// state) is not waited for again by later teardowns.
+void PosixProcessContext::release_dead_groups() {
+  std::vector<int> live;
+  for (int pg : dead_groups_) {
+    if (::killpg(pg, 0) != 0 && errno == ESRCH) {
+      guard_.remove_group(pg);
+      lingering_groups_.erase(pg);
+    } else {
+      live.push_back(pg);
+      lingering_groups_.insert(pg);
+    }
+  }
+  dead_groups_ = live;
 }
 
 namespace {

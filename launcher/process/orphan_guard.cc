@@ -1,4 +1,4 @@
-#include "launcher/orphan_guard.h"
+#include "launcher/process/orphan_guard.h"
 
 #include <fcntl.h>
 #include <poll.h>

@@ -1,0 +1,180 @@
+#include "launcher/agent_hangs.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+
+#include <algorithm>
+
+#include "common/log.h"
+#include "launcher/agent_core.h"
+#include "launcher/stack_capture.h"
+
+namespace dlaunch {
+
+HangWatch::HangWatch(AgentCore& agent)
+    : agent_(agent), timer_(agent.io), probe_(agent.procs, agent.io) {}
+
+void HangWatch::arm() {
+  AgentCore& a = agent_;
+  // At most 500 ms: a hang is seen within --hang_timeout + 0.5 s, also for long timeouts.
+  Duration period = std::clamp<Duration>(a.cfg.hang_timeout / 4, std::chrono::milliseconds(10),
+                                         std::chrono::milliseconds(500));
+  timer_.expires_after(period);
+  const int64_t gen = a.generation;
+  timer_.async_wait([this, gen](const boost::system::error_code& ec) {
+    if (ec || gen != agent_.generation || agent_.phase != AgentPhase::kRunning) return;
+    check();
+    if (agent_.phase == AgentPhase::kRunning) arm();
+  });
+}
+
+void HangWatch::cancel() {
+  timer_.cancel();
+  probe_.cancel();
+}
+
+void HangWatch::check() {
+  AgentCore& a = agent_;
+  TimePoint now = a.opts.clock->now();
+  // Suspects: silent for half the timeout. The rank that got stuck and the ranks that then
+  // block in a collective go silent within a step of each other, in either order, so the
+  // stuck one may not be over the timeout yet when its first victim is.
+  std::vector<int64_t> hung, suspects;
+  for (auto& w : a.group->workers()) {
+    if (!w.running()) continue;
+    auto beat = a.opts.last_beat(w.heartbeat_file);
+    bool from_start = a.cfg.hang_timeout_from_start;
+    if (WorkerGroup::is_hung(w.started, beat, now, a.cfg.hang_timeout, from_start)) {
+      hung.push_back(w.local_rank);
+    } else if (WorkerGroup::is_hung(w.started, beat, now, a.cfg.hang_timeout / 2, from_start)) {
+      suspects.push_back(w.local_rank);
+    }
+  }
+  if (hung.empty()) return;
+  // The hung first: without stacks to tell, the first hung one is named.
+  suspects.insert(suspects.begin(), hung.begin(), hung.end());
+  // The first by index stands as the root cause until the stacks tell who is stuck and who
+  // waits for it in a collective (investigate).
+  a.group->on_hung(hung.front(), now, std::chrono::system_clock::now());
+  log_hung(hung);
+  investigate(suspects);
+}
+
+void HangWatch::log_hung(const std::vector<int64_t>& hung) {
+  AgentCore& a = agent_;
+  for (int64_t local_rank : hung) {
+    const WorkerRecord& w = a.group->worker(local_rank);
+    a.monitor->events().emit("hang_detected",
+                             {{"rank", w.global_rank},
+                              {"local_rank", w.local_rank},
+                              {"pid", w.pid},
+                              {"hang_timeout_seconds", to_seconds(a.cfg.hang_timeout)}});
+    log_error("local rank {} (rank {}, pid {}) is hung: its heartbeat file {} was not touched "
+              "for more than {:.1f} s (--hang_timeout)",
+              w.local_rank, w.global_rank, w.pid, w.heartbeat_file,
+              to_seconds(a.cfg.hang_timeout));
+  }
+}
+
+HangInvestigation::Options HangWatch::capture_options() const {
+  HangInvestigation::Options o;
+  for (const auto& [k, v] : agent_.opts.base_env) {
+    if (k == "PATH") o.path_env = v;
+  }
+  if (o.path_env.empty()) o.path_env = "/usr/local/bin:/usr/bin:/bin";
+  o.env = agent_.opts.base_env;
+  o.timeout = agent_.opts.stack_capture_timeout;
+  return o;
+}
+
+void HangWatch::investigate(const std::vector<int64_t>& suspects) {
+  AgentCore& a = agent_;
+  if (!a.opts.capture_stacks) return blame(suspects, {});
+  HangInvestigation::Options o = capture_options();
+  if (stack_capture_command(0, o.path_env).empty()) {
+    log_warning("no native stacks of the hung workers: neither eu-stack (elfutils) nor gdb is "
+                "installed; install one of them to get stacks (see docs/troubleshooting.md)");
+  }
+  // Every silent worker, victims too: their stacks show what they wait for. Workers that still
+  // beat are not part of the hang (and each native capture takes a while: gdb, seconds).
+  std::vector<HangInvestigation::Target> targets;
+  for (int64_t local_rank : suspects) {
+    const WorkerRecord& w = a.group->worker(local_rank);
+    targets.push_back({w.local_rank, w.global_rank, w.pid, w.log_dir});
+  }
+  a.phase = AgentPhase::kCapturing;
+  const int64_t gen = a.generation;
+  probe_.start(std::move(targets), std::move(o),
+               [this, gen, suspects](std::vector<HangInvestigation::Result> results) {
+                 if (gen != agent_.generation || agent_.phase != AgentPhase::kCapturing) return;
+                 blame(suspects, results);
+               });
+}
+
+void HangWatch::blame(const std::vector<int64_t>& suspects,
+                      const std::vector<HangInvestigation::Result>& results) {
+  AgentCore& a = agent_;
+  a.phase = AgentPhase::kCapturing;  // until the verdict is final (end()); also without stacks
+  HangVerdict v = judge_hang(suspects, results);
+  for (const auto& r : results) {
+    WorkerRecord& w = a.group->worker(r.target.local_rank);
+    w.hang_where = r.finding.where;
+    w.python_stack = r.finding.python_stack;
+  }
+  for (const auto& line : v.log) log_error("{}", line);
+  a.group->blame_hang(v.root);
+  // Before stopping: compare with the other nodes, so a rank stuck on another node is named
+  // instead of a local victim (hang_exchange.h; at most kHangExchangeWait, off the loop).
+  const WorkerRecord& w = a.group->worker(v.root);
+  const auto& round = a.last_round;
+  HangExchangeRequest req{round ? round->round : 0, round ? round->group_world_size : 1,
+                          node_hang_verdict(v, round ? round->group_rank : 0, a.opts.host,
+                                            w.global_rank, w.pid, w.log_dir)};
+  const int64_t gen = a.generation;
+  start_hang_exchange(
+      round ? round->store : nullptr, req,
+      [g = a.gate](std::function<void()> f) { post_from_thread(g, std::move(f)); },
+      [this, gen](std::optional<NodeHangVerdict> root) {
+        if (gen == agent_.generation) end(root);
+      });
+}
+
+void HangWatch::end(const std::optional<NodeHangVerdict>& elsewhere) {
+  AgentCore& a = agent_;
+  a.stuck_elsewhere = elsewhere;
+  if (elsewhere) {
+    log_error("root cause of the hang: {}; the silent ranks here wait in a collective for it",
+              describe_remote_hang_root(*elsewhere));
+  }
+  if (a.phase != AgentPhase::kCapturing) return;
+  const WorkerRecord& w = a.group->worker(a.group->root_cause().value_or(0));
+  if (a.opts.rendezvous) {
+    a.rendezvous.report_to_peers(
+        elsewhere ? fmt::format("the ranks on {} hung waiting for {}", a.opts.host,
+                                describe_remote_hang_root(*elsewhere))
+                  : fmt::format("rank {} on {} hung (no heartbeat for {:.1f} s){}{}",
+                                w.global_rank, a.opts.host, to_seconds(a.cfg.hang_timeout),
+                                w.hang_where.empty() ? "" : " in ", w.hang_where));
+  }
+  kill_silent_workers();
+  a.stop_group(SIGTERM);
+}
+
+// Workers silent for longer than --hang_timeout get SIGKILL at once, before the others'
+// SIGTERM: stuck (or stopped) they cannot act on SIGTERM, their stacks are already taken, and
+// waiting --shutdown_grace for them only delays the restart. Their peers, blocked in a
+// collective with them, then fail at once as the sockets close.
+void HangWatch::kill_silent_workers() {
+  AgentCore& a = agent_;
+  const TimePoint now = a.opts.clock->now();
+  for (auto& w : a.group->workers()) {
+    if (!w.running() || w.pid <= 0) continue;
+    auto beat = a.opts.last_beat(w.heartbeat_file);
+    if (w.hung || WorkerGroup::is_hung(w.started, beat, now, a.cfg.hang_timeout,
+                                       a.cfg.hang_timeout_from_start)) {
+      a.procs.signal_group(w.pid, SIGKILL);
+    }
+  }
+}
+
+}  // namespace dlaunch

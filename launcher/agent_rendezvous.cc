@@ -1,0 +1,231 @@
+#include "launcher/agent_rendezvous.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+
+#include "common/log.h"
+#include "launcher/agent_core.h"
+
+namespace dlaunch {
+namespace {
+
+const char* rendezvous_event_name(RendezvousEvent::Kind kind) {
+  switch (kind) {
+    case RendezvousEvent::Kind::kMembershipChanged:
+      return "membership_changed";
+    case RendezvousEvent::Kind::kRestartRequested:
+      return "restart_requested";
+    case RendezvousEvent::Kind::kShutdownRequested:
+      return "shutdown_requested";
+    case RendezvousEvent::Kind::kStoreLost:
+      return "store_lost";
+  }
+  return "rendezvous_event";
+}
+
+}  // namespace
+
+void RendezvousLoop::begin_generation() {
+  AgentCore& a = agent_;
+  a.phase = AgentPhase::kRendezvous;
+  a.stuck_elsewhere.reset();
+  if (!a.opts.rendezvous) {
+    RendezvousResult r;
+    r.round = a.generation + 1;
+    r.group_rank = 0;
+    r.group_world_size = 1;
+    r.local_world_sizes = {a.cfg.nproc_per_node};
+    r.hosts = {a.opts.host};
+    r.master_addr = a.cfg.master_addr;
+    r.master_port = a.master_port;
+    r.restart_count = a.restarts_used;
+    a.workers.start(r);
+    return;
+  }
+  // next_rendezvous() blocks: run it off the loop, then come back to spawn on the loop thread.
+  a.monitor->events().emit("rendezvous_opened", {{"restarts", a.restarts_used}});
+  if (round_thread_.joinable()) round_thread_.join();
+  auto handler = a.opts.rendezvous;
+  auto g = a.gate;
+  round_thread_ = std::thread([this, handler, g]() {
+    try {
+      RendezvousResult r = handler->next_rendezvous();
+      post_from_thread(g, [this, r]() { on_round_done(r); });
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      post_from_thread(g, [this, msg]() { on_round_failed(msg); });
+    }
+  });
+}
+
+void RendezvousLoop::on_round_done(const RendezvousResult& r) {
+  AgentCore& a = agent_;
+  if (a.phase == AgentPhase::kDone) return;
+  a.monitor->events().emit("rendezvous_closed", {{"round", r.round},
+                                                 {"node_rank", r.group_rank},
+                                                 {"nodes", r.group_world_size},
+                                                 {"members", r.hosts},
+                                                 {"restart_count", r.restart_count}});
+  a.monitor->publish([store = r.store]() { return store; });
+  auto g = a.gate;
+  a.opts.rendezvous->watch([this, g](const RendezvousEvent& ev) {
+    post_from_thread(g, [this, ev]() { on_event(ev); });
+  });
+  a.workers.start(r);
+}
+
+void RendezvousLoop::on_round_failed(const std::string& msg) {
+  AgentCore& a = agent_;
+  if (a.phase == AgentPhase::kDone) return;
+  log_error("rendezvous failed: {}", msg);
+  a.monitor->events().emit("rendezvous_failed", {{"error", msg}});
+  a.finish(exit_codes::kWorkersFailed);
+}
+
+void RendezvousLoop::on_event(const RendezvousEvent& ev) {
+  AgentCore& a = agent_;
+  a.monitor->events().emit(rendezvous_event_name(ev.kind), {{"reason", ev.reason}});
+  if (ev.kind == RendezvousEvent::Kind::kStoreLost) return on_store_lost(ev.reason);
+  if (a.phase == AgentPhase::kExitBarrier) return on_event_after_success(ev);
+  if (a.phase != AgentPhase::kRunning && a.phase != AgentPhase::kCapturing) return;
+  switch (ev.kind) {
+    case RendezvousEvent::Kind::kMembershipChanged:
+      log_warning("membership changed: {}; restarting the workers (not counted as a restart)",
+                  ev.reason);
+      a.cause.record(StopKind::kMembershipChange);
+      a.group->on_stop_requested("membership changed: " + ev.reason);
+      a.stop_group(SIGTERM);
+      break;
+    case RendezvousEvent::Kind::kRestartRequested:
+      log_warning("another node asked for a restart: {}", ev.reason);
+      a.group->on_stop_requested("restart requested by another node: " + ev.reason);
+      a.cause.record(StopKind::kPeerRestart);
+      // Mid-hang (another node saw it first): read the stacks and compare the verdicts first,
+      // which is bounded; HangWatch::end stops the group.
+      if (a.phase == AgentPhase::kCapturing) break;
+      a.stop_group(SIGTERM);
+      break;
+    case RendezvousEvent::Kind::kShutdownRequested:
+      log_info("the job is shutting down: {}", ev.reason);
+      a.group->on_stop_requested("shutdown requested: " + ev.reason);
+      a.cause.record(StopKind::kPeerShutdown);
+      a.stop_group(SIGTERM);
+      break;
+    case RendezvousEvent::Kind::kStoreLost:
+      break;  // on_store_lost
+  }
+}
+
+// No round can form again, so stop the workers and exit with the handler's sentence. In the
+// rendezvous phase the round itself fails with that sentence; while a failure is being settled,
+// the verdict carries it.
+void RendezvousLoop::on_store_lost(const std::string& reason) {
+  AgentCore& a = agent_;
+  if (a.phase == AgentPhase::kDone || !a.store_lost.empty()) return;
+  a.store_lost = reason;
+  a.cause.record(StopKind::kStoreLost);
+  if (a.phase == AgentPhase::kExitBarrier) {
+    log_error("{}", reason);
+    return a.finish_now(exit_codes::kWorkersFailed);
+  }
+  if (a.phase == AgentPhase::kRunning || a.phase == AgentPhase::kCapturing) {
+    a.group->on_stop_requested(reason);
+    a.stop_group(SIGTERM);
+  }
+}
+
+// A failure elsewhere restarts everyone (the job-wide budget permitting), a closed rendezvous
+// means the job failed elsewhere.
+void RendezvousLoop::on_event_after_success(const RendezvousEvent& ev) {
+  if (ev.kind == RendezvousEvent::Kind::kRestartRequested) {
+    // A node lost makes the others' workers fail: that rejoin is free (settle_failure).
+    return settle_failure([this, ev](const FailureVerdict& v) {
+      if (v.kind == FailureVerdict::Kind::kNodeLost) {
+        log_warning("{}; rejoining the remaining nodes (not counted as a restart)", v.reason);
+        return begin_generation();
+      }
+      rejoin_after_success(ev);
+    });
+  }
+  if (ev.kind == RendezvousEvent::Kind::kShutdownRequested) {
+    log_error("the job was closed by another node while this node waited: {}", ev.reason);
+    return agent_.finish_now(exit_codes::kWorkersFailed);
+  }
+}
+
+void RendezvousLoop::rejoin_after_success(const RendezvousEvent& ev) {
+  AgentCore& a = agent_;
+  if (a.restart_count() < a.cfg.max_restarts) {
+    log_warning("another node failed after this node's workers finished ({}); rejoining "
+                "for the job-wide restart",
+                ev.reason);
+    ++a.restarts_used;
+    a.earlier_failures.push_back(fmt::format("attempt {}: {}", a.group->attempt(), ev.reason));
+    return begin_generation();
+  }
+  log_error("another node failed ({}) and the restart budget ({}) is spent", ev.reason,
+            a.cfg.max_restarts);
+  a.finish_now(exit_codes::kWorkersFailed);
+}
+
+void RendezvousLoop::settle_failure(std::function<void(const FailureVerdict&)> then) {
+  if (settle_thread_.joinable()) settle_thread_.join();
+  settling_ = true;
+  auto handler = agent_.opts.rendezvous;
+  auto g = agent_.gate;
+  const int64_t gen = agent_.generation;
+  std::thread report = std::move(report_thread_);
+  settle_thread_ = std::thread([this, handler, g, gen, then, report = std::move(report)]() mutable {
+    if (report.joinable()) report.join();  // this node's own failure is published first
+    FailureVerdict v;
+    try {
+      v = handler->settle_failure();
+    } catch (const std::exception& e) {
+      log_warning("could not find out whether a node was lost ({}); counting the failure",
+                  e.what());
+    }
+    post_from_thread(g, [this, gen, v, then]() { on_verdict(gen, v, then); });
+  });
+}
+
+void RendezvousLoop::on_verdict(int64_t gen, const FailureVerdict& v,
+                                const std::function<void(const FailureVerdict&)>& then) {
+  AgentCore& a = agent_;
+  if (gen != a.generation || a.phase == AgentPhase::kDone || !settling_) return;
+  settling_ = false;
+  if (a.cause.is(StopKind::kPreempted) && a.phase != AgentPhase::kExitBarrier) {
+    return a.decide();  // exits 75
+  }
+  if (v.kind == FailureVerdict::Kind::kStoreLost) {
+    a.store_lost = v.reason;
+    a.cause.record(StopKind::kStoreLost);
+    log_error("{}", v.reason);
+    return a.finish(exit_codes::kWorkersFailed);
+  }
+  then(v);
+}
+
+void RendezvousLoop::report_to_peers(const std::string& report) {
+  // Nobody to tell; the sentence is printed once, in decide().
+  if (!agent_.store_lost.empty()) return;
+  if (report_thread_.joinable()) report_thread_.detach();  // an earlier one, long done
+  auto handler = agent_.opts.rendezvous;
+  report_thread_ = std::thread([handler, report]() {
+    try {
+      handler->request_restart(report);
+    } catch (const std::exception& e) {
+      log_warning("could not tell the other nodes about the failure: {}", e.what());
+    }
+  });
+}
+
+void RendezvousLoop::detach_threads() {
+  // A round still blocked in next_rendezvous (the agent was stopped during it) holds its own
+  // reference to the handler and can no longer post (the gate is closed). Likewise a failure
+  // verdict still awaited (bounded by the keep-alive window) and a report on its way.
+  if (round_thread_.joinable()) round_thread_.detach();
+  if (settle_thread_.joinable()) settle_thread_.detach();
+  if (report_thread_.joinable()) report_thread_.detach();
+}
+
+}  // namespace dlaunch

@@ -1,0 +1,118 @@
+#include "launcher/agent_signals.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+
+#include "common/log.h"
+#include "launcher/agent_core.h"
+
+namespace dlaunch {
+
+AgentSignals::AgentSignals(AgentCore& agent) : agent_(agent), signals_(agent.io) {}
+
+void AgentSignals::install() {
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD}) {
+    // A signal our caller ignored (nohup: SIGHUP) stays ignored, here and, as nothing handles
+    // it, in the workers (spawn() resets only handled signals). SIGCHLD is ours.
+    struct sigaction sa {};
+    if (s != SIGCHLD && sigaction(s, nullptr, &sa) == 0 && !(sa.sa_flags & SA_SIGINFO) &&
+        sa.sa_handler == SIG_IGN) {
+      log_info(
+          "{} is ignored (as the caller, e.g. nohup, set it): dlaunch and its workers "
+          "keep ignoring it",
+          signal_name(s));
+      continue;
+    }
+    signals_.add(s);
+  }
+  wait();
+}
+
+void AgentSignals::cancel() {
+  boost::system::error_code ignored;
+  signals_.cancel(ignored);
+}
+
+void AgentSignals::wait() {
+  signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    on_signal(sig);
+    wait();
+  });
+}
+
+void AgentSignals::forward(int sig) {
+  if (!agent_.group) return;
+  for (auto& w : agent_.group->workers()) {
+    if (w.running()) agent_.procs.signal_group(w.pid, sig);
+  }
+}
+
+void AgentSignals::on_signal(int sig) {
+  AgentCore& a = agent_;
+  if (sig == SIGCHLD) {
+    a.procs.reap_orphan_zombies();
+    return;
+  }
+  if (a.phase == AgentPhase::kDone) return;
+  a.monitor->events().emit("signal_received", {{"signal", signal_name(sig)}});
+  const bool user_signal = sig == SIGUSR1 || sig == SIGUSR2;
+  if (a.phase == AgentPhase::kExitBarrier) {
+    // Only the exit barrier is left: a terminating signal ends the wait.
+    if (!user_signal) a.finish_now(exit_codes::kSignalBase + sig);
+    return;
+  }
+  if (a.rendezvous.settling() && !user_signal) {
+    // The workers are stopped and only a failure's verdict is awaited: do not wait for it.
+    a.cause.record_signal(sig);
+    a.rendezvous.interrupt_settling();
+    log_warning("received {} while settling a failure; stopping", signal_name(sig));
+    return a.finish_now(exit_codes::kSignalBase + sig);
+  }
+  if (user_signal) return on_user_signal(sig);
+  if (a.cause.signal != 0 && a.phase == AgentPhase::kStopping) {
+    log_warning("received {} again {:.1f} s after the stop signal; killing the workers now",
+                signal_name(sig), to_seconds(a.opts.clock->now() - a.stopper.stop_started()));
+    a.stopper.kill_now();
+    return;
+  }
+  stop_job(sig);
+}
+
+void AgentSignals::on_user_signal(int sig) {
+  AgentCore& a = agent_;
+  log_info("received {}; forwarding it to every worker", signal_name(sig));
+  forward(sig);
+  if (sig == SIGUSR1 && !a.cause.is(StopKind::kPreempted)) {
+    a.cause.record(StopKind::kPreempted);
+    log_warning("SIGUSR1 is the preemption notice: when the workers stop, dlaunch exits "
+                "with {} (requeue) and does not restart them",
+                exit_codes::kPreempted);
+  }
+}
+
+void AgentSignals::stop_job(int sig) {
+  AgentCore& a = agent_;
+  a.cause.record_signal(sig);
+  log_warning("received {}; forwarding it to every worker and stopping the job",
+              signal_name(sig));
+  switch (a.phase) {
+    case AgentPhase::kRendezvous:
+      a.finish(exit_codes::kSignalBase + sig);
+      return;
+    case AgentPhase::kRunning:
+    case AgentPhase::kCapturing:
+      a.group->on_stop_requested(fmt::format("dlaunch received {}", signal_name(sig)));
+      a.phase = AgentPhase::kRunning;  // a capture in progress is abandoned
+      a.stop_group(sig);
+      return;
+    case AgentPhase::kStopping:
+      forward(sig);
+      return;
+    case AgentPhase::kExitBarrier:
+    case AgentPhase::kDone:
+      return;
+  }
+}
+
+}  // namespace dlaunch

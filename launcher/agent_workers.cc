@@ -1,0 +1,181 @@
+#include "launcher/agent_workers.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "launcher/agent_core.h"
+#include "launcher/line_splitter.h"
+#include "launcher/python_hooks.h"
+
+namespace dlaunch {
+
+WorkerSupervisor::WorkerSupervisor(AgentCore& agent)
+    : agent_(agent),
+      console_is_terminal_(::isatty(STDOUT_FILENO) == 1),
+      partial_lines_(agent.io, *agent.opts.clock) {}
+
+void WorkerSupervisor::prepare() { omp_threads_ = default_omp_threads(agent_.cfg, agent_.opts); }
+
+void WorkerSupervisor::start(const RendezvousResult& r) {
+  AgentCore& a = agent_;
+  ++a.generation;
+  a.last_round = r;
+  a.cause.new_generation();
+  const WorkerPlacement place = place_workers(r, a.cfg.nproc_per_node);
+  auto records = a.files.make_attempt(a.generation, place.first_rank, a.cfg.nproc_per_node);
+  if (!records) return a.finish(exit_codes::kWorkersFailed);
+  a.group = std::make_unique<WorkerGroup>(a.generation, std::move(*records));
+  outputs_.assign(static_cast<size_t>(a.cfg.nproc_per_node), nullptr);
+  log_info("attempt {}: starting {} worker(s), global ranks {}-{} of {} (node {} of {}), "
+           "restart count {}/{}",
+           a.generation, a.cfg.nproc_per_node, place.first_rank,
+           place.first_rank + a.cfg.nproc_per_node - 1, place.world, r.group_rank,
+           r.group_world_size, r.restart_count, a.cfg.max_restarts);
+  a.phase = AgentPhase::kRunning;
+  auto console = make_shared_console(a.cfg);  // --log_fold
+  for (int64_t local_rank = 0; local_rank < a.cfg.nproc_per_node; ++local_rank) {
+    if (!spawn(r, place, local_rank, console)) return;
+  }
+  if (a.cfg.hang_timeout.count() > 0) a.hangs.arm();
+}
+
+bool WorkerSupervisor::spawn(const RendezvousResult& r, WorkerPlacement place,
+                             int64_t local_rank, const std::shared_ptr<SharedConsole>& console) {
+  AgentCore& a = agent_;
+  WorkerRecord& w = a.group->worker(local_rank);
+  WorkerEnvInputs inputs{&a.cfg, &a.opts, omp_threads_, console_is_terminal_, a.generation};
+  SpawnRequest req;
+  req.argv = a.cfg.worker_argv(local_rank);
+  req.env = full_worker_env(worker_contract(inputs, r, place, local_rank, w.log_dir),
+                            a.opts.base_env);
+  if (!a.cfg.no_python_hooks && !a.opts.python_hooks_dir.empty()) {
+    add_python_hooks_env(req.env, a.opts.python_hooks_dir, w.log_dir + "/py_stack.txt");
+  }
+  try {
+    auto out = std::make_shared<WorkerOutput>(a.cfg, local_rank, w.log_dir, console);
+    outputs_[static_cast<size_t>(local_rank)] = out;
+    int pid = a.procs.spawn(req, callbacks(local_rank, out));
+    a.group->on_started(local_rank, pid, a.opts.clock->now(), std::chrono::system_clock::now());
+    a.monitor->events().emit("worker_started", {{"rank", w.global_rank},
+                                                {"local_rank", local_rank},
+                                                {"pid", pid},
+                                                {"attempt", a.generation}});
+    log_debug("local rank {} started as pid {}", local_rank, pid);
+    return true;
+  } catch (const SpawnError& e) {
+    log_spawn_error(e.what());
+    a.cause.record(StopKind::kUsage);
+    a.group->on_spawn_failed(e.what());
+  } catch (const Error& e) {
+    log_error("cannot start local rank {}: {}", local_rank, e.what());
+    a.group->on_spawn_failed(e.what());
+  }
+  a.stop_group(SIGTERM);
+  return false;
+}
+
+ProcessCallbacks WorkerSupervisor::callbacks(int64_t local_rank,
+                                             const std::shared_ptr<WorkerOutput>& out) {
+  const int64_t gen = agent_.generation;
+  auto tail = std::make_shared<LineSplitter>();
+  auto add_tail = [this, gen, local_rank](std::string_view line) {
+    if (gen == agent_.generation && agent_.group) {
+      agent_.group->add_stderr_line(local_rank, std::string(line));
+    }
+  };
+  ProcessCallbacks cb;
+  cb.on_output = [this, out, tail, add_tail](int stream, std::string_view bytes) {
+    out->write(stream, bytes, agent_.opts.clock->now());
+    if (stream == 2) tail->feed(bytes, add_tail);
+    if (out->next_due()) partial_lines_.watch(out);
+  };
+  cb.on_exit = [this, gen, local_rank, out, tail, add_tail](const ExitStatus& st) {
+    out->finish();
+    if (out->next_due()) partial_lines_.watch(out);  // lines held by --log_fold
+    tail->flush(add_tail);
+    on_exit(gen, local_rank, st);
+  };
+  cb.on_exec_failed = [this, gen, local_rank](const std::string& message) {
+    on_exec_failed(gen, local_rank, message);
+  };
+  return cb;
+}
+
+void WorkerSupervisor::on_exit(int64_t gen, int64_t local_rank, const ExitStatus& st) {
+  AgentCore& a = agent_;
+  // An abandoned worker of an earlier generation.
+  if (gen != a.generation || !a.group) return;
+  bool was_final = a.group->final();
+  a.group->on_exit(local_rank, st, a.opts.clock->now(), std::chrono::system_clock::now());
+  const WorkerRecord& w = a.group->worker(local_rank);
+  a.monitor->events().emit("worker_exited",
+                           {{"rank", w.global_rank},
+                            {"local_rank", local_rank},
+                            {"pid", w.pid},
+                            st.signaled ? EventFields::value_type{"signal", signal_name(st.code)}
+                                        : EventFields::value_type{"exit_code", st.code},
+                            {"attempt", a.generation}});
+  if (!was_final && a.group->state() == GroupState::kFailed) {
+    log_error("local rank {} (rank {}, pid {}) failed: {}; stopping the other workers",
+              local_rank, w.global_rank, w.pid, st.describe());
+    if (a.opts.rendezvous) {
+      a.rendezvous.report_to_peers(fmt::format("rank {} on {} failed: {}", w.global_rank,
+                                               a.opts.host, st.describe()));
+    }
+    a.stop_group(SIGTERM);
+    return;
+  }
+  log_debug("local rank {} (pid {}) exited: {}", local_rank, w.pid, st.describe());
+  if (a.group->state() == GroupState::kSucceeded && a.phase == AgentPhase::kRunning) {
+    return on_success();
+  }
+  if (a.phase == AgentPhase::kStopping && a.group->all_exited()) a.group_stopped();
+}
+
+void WorkerSupervisor::on_success() {
+  AgentCore& a = agent_;
+  // After a preemption notice a worker that checkpointed and exited 0 (dtrain) finished
+  // nothing: say what happened; decide() reports the preemption.
+  if (a.cause.is(StopKind::kPreempted)) {
+    log_info("all {} worker(s) stopped cleanly after the preemption notice",
+             a.cfg.nproc_per_node);
+  } else {
+    log_info("all {} worker(s) finished successfully", a.cfg.nproc_per_node);
+  }
+  a.phase = AgentPhase::kStopping;
+  a.stopper.stop_leftovers();
+}
+
+void WorkerSupervisor::on_exec_failed(int64_t gen, int64_t local_rank,
+                                      const std::string& message) {
+  AgentCore& a = agent_;
+  if (gen != a.generation || !a.group) return;
+  a.cause.record(StopKind::kUsage);
+  if (!exec_failure_logged_) {
+    exec_failure_logged_ = true;
+    log_spawn_error(message);
+  }
+  bool was_final = a.group->final();
+  a.group->on_exit(local_rank, ExitStatus::exited(127), a.opts.clock->now(),
+                   std::chrono::system_clock::now());
+  if (!was_final) {
+    a.stop_group(SIGTERM);
+  } else if (a.phase == AgentPhase::kStopping && a.group->all_exited()) {
+    a.group_stopped();
+  }
+}
+
+void WorkerSupervisor::log_spawn_error(const std::string& message) {
+  if (agent_.cfg.runs_python()) {
+    log_error("{} (the interpreter for .py programs and -m; choose it with --python, e.g. "
+              "--python /usr/bin/python3 for Debian's PyTorch)",
+              message);
+  } else {
+    log_error("{}", message);
+  }
+}
+
+}  // namespace dlaunch

@@ -1,0 +1,99 @@
+#include "launcher/worker_files.h"
+
+#include <fmt/format.h>
+#include <stdlib.h>
+
+#include <cerrno>
+#include <filesystem>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "launcher/agent.h"
+#include "launcher/log_router.h"
+#include "launcher/run_dir.h"
+
+namespace dlaunch {
+namespace fs = std::filesystem;
+
+void WorkerFiles::open(const LaunchConfig& cfg, ProcessContext& procs) {
+  if (!cfg.log_dir.empty()) {
+    // This run's own directory: never one another job (or an earlier run) writes into.
+    RunDir dir = create_run_dir(cfg.log_dir, cfg.run_id, run_id_named_by_user(cfg));
+    path_ = dir.path;
+    if (!dir.note.empty()) log_warning("{}", dir.note);
+    log_info("worker logs go to {}", path_);
+    return;
+  }
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = fmt::format("{}/dlaunch_{}_XXXXXX", tmp && *tmp ? tmp : "/tmp", cfg.run_id);
+  std::vector<char> buf(templ.begin(), templ.end());
+  buf.push_back('\0');
+  if (!::mkdtemp(buf.data())) {
+    throw SystemError(errno_message("cannot create a directory from " + templ, errno));
+  }
+  path_ = buf.data();
+  temp_ = true;
+  // -r/-t output exists only in these files: deleting them on success would lose it.
+  for (int64_t local_rank = 0; local_rank < cfg.nproc_per_node; ++local_rank) {
+    keep_temp_ |= writes_file(cfg, local_rank, 1) || writes_file(cfg, local_rank, 2);
+  }
+  if (keep_temp_) {
+    log_warning(
+        "--redirects/--tee without --log_dir: the workers' output files go to {} "
+        "and stay there after the job; give --log_dir to choose the place",
+        path_);
+  } else if (!procs.remove_on_agent_death(path_)) {
+    // A failed job keeps it and says where (close); an agent killed outright cannot say, so
+    // the orphan guard removes it rather than leave litter in $TMPDIR.
+    log_debug("the orphan guard cannot take {}: it stays if dlaunch is killed", path_);
+  }
+}
+
+std::optional<std::vector<WorkerRecord>> WorkerFiles::make_attempt(int64_t generation,
+                                                                   int64_t first_rank,
+                                                                   int64_t nproc) {
+  std::string attempt_dir = fmt::format("{}/attempt_{}", path_, generation);
+  std::error_code ec;
+  // Never replace an attempt directory. The run directory is this run's own (open()), so one
+  // that exists was written by someone else: stop rather than delete or mix into it.
+  if (!fs::create_directory(attempt_dir, ec)) {
+    std::string why =
+        ec ? ec.message() : "it already exists (another process writes into " + path_ + ")";
+    log_error("cannot create {}: {}; not replacing it: give this job its own --log_dir (or "
+              "--rdzv_id)",
+              attempt_dir, why);
+    return std::nullopt;
+  }
+  std::vector<WorkerRecord> records;
+  for (int64_t local_rank = 0; local_rank < nproc; ++local_rank) {
+    WorkerRecord w;
+    w.local_rank = local_rank;
+    w.global_rank = first_rank + local_rank;
+    w.log_dir = fmt::format("{}/{}", attempt_dir, local_rank);
+    fs::create_directories(w.log_dir, ec);
+    if (ec) {
+      log_error("cannot create {}: {}", w.log_dir, ec.message());
+      return std::nullopt;
+    }
+    w.error_file = w.log_dir + "/error.json";
+    w.heartbeat_file = w.log_dir + "/heartbeat";
+    records.push_back(std::move(w));
+  }
+  return records;
+}
+
+void WorkerFiles::close(int exit_code) {
+  if (!temp_) return;
+  // Kept when it may explain something (error files, stacks); not for success or a program
+  // that never started.
+  if (keep_temp_ && exit_code != exit_codes::kUsage) {
+    log_info("worker output files (--redirects/--tee) are kept in {}", path_);
+  } else if (exit_code == exit_codes::kSuccess || exit_code == exit_codes::kUsage) {
+    std::error_code ec;
+    fs::remove_all(path_, ec);
+  } else {
+    log_info("worker files (error files, heartbeats, stacks) are kept in {}", path_);
+  }
+}
+
+}  // namespace dlaunch

@@ -1,0 +1,42 @@
+// The files of this run's workers: --log_dir's run directory (run_dir.h), or, without --log_dir,
+// a temporary one under $TMPDIR that a success deletes unless it holds -r/-t output; under it
+// attempt_<n>/<local rank>/ per generation (error file, heartbeat, stacks, output).
+// Loop thread only; nothing here blocks beyond the file system.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/launch_config.h"
+#include "launcher/process/process_context.h"
+#include "launcher/worker_group.h"
+
+namespace dlaunch {
+
+class WorkerFiles {
+ public:
+  // Makes the run directory. Throws SystemError when the temporary one cannot be made, what
+  // create_run_dir throws for --log_dir.
+  void open(const LaunchConfig& cfg, ProcessContext& procs);
+
+  const std::string& path() const { return path_; }
+
+  // The records of generation `generation`'s workers, global ranks from `first_rank`, with their
+  // directories made; nullopt after logging why a directory cannot be made (an attempt directory
+  // is never replaced: one that exists was written by someone else).
+  std::optional<std::vector<WorkerRecord>> make_attempt(int64_t generation, int64_t first_rank,
+                                                        int64_t nproc);
+
+  // The job ended with `exit_code`: a temporary directory is deleted after a success or a
+  // program that never started, else kept and named in the log.
+  void close(int exit_code);
+
+ private:
+  std::string path_;
+  bool temp_ = false;
+  bool keep_temp_ = false;  // it holds redirected/teed output: never deleted
+};
+
+}  // namespace dlaunch
