@@ -5,7 +5,8 @@
 //
 // Lifetime: created before the first worker starts, kept across worker restarts and new
 // rendezvous rounds, removed when the agent ends (the destructor), and by the orphan guard when
-// the agent is killed without cleaning up (main.cc hands the path to the guard).
+// the agent is killed without cleaning up (main.cc hands the path to the guard), and by the next
+// dlaunch on the host when the agent and the guard die together (flash_sweep.h).
 //
 // Where and how big: a fresh <base>/dlaunch_flash_<run id>_<random> (base /dev/shm). Where the
 // agent may mount (CAP_SYS_ADMIN, e.g. root), it mounts a tmpfs of its own there with

@@ -13,6 +13,7 @@
 #include "launcher/agent.h"
 #include "launcher/cli.h"
 #include "launcher/flash_dir.h"
+#include "launcher/flash_sweep.h"
 #include "launcher/job_control.h"
 #include "launcher/job_services.h"
 #include "launcher/launch_config.h"
@@ -31,6 +32,9 @@ dlaunch::FlashDir open_flash_dir(const dlaunch::LaunchConfig& cfg,
                                  dlaunch::PosixProcessContext& procs) {
   using namespace dlaunch;
   FlashDir flash;
+  // Before making ours: the directories of jobs whose agent and guard were killed together
+  // would otherwise hold their memory until reboot.
+  sweep_stale_flash_dirs(kFlashBase);
   if (cfg.flash_limit <= 0) return flash;
   try {
     flash = FlashDir::create(kFlashBase, cfg.run_id, cfg.flash_limit);
@@ -38,6 +42,7 @@ dlaunch::FlashDir open_flash_dir(const dlaunch::LaunchConfig& cfg,
     log_warning("{}; the workers get no DLAUNCH_FLASH_DIR", e.what());
     return flash;
   }
+  write_flash_owner(flash.path(), ::getpid(), procs.guard_pid(), cfg.run_id);
   if (!procs.remove_on_agent_death(flash.path())) {
     log_warning("the orphan guard cannot take the flash directory {}: it would be left behind if "
                 "dlaunch were killed",
