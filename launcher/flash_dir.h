@@ -20,6 +20,8 @@
 // directory cannot be made; remove() never throws (failures are logged).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -31,8 +33,10 @@ inline constexpr const char kFlashBase[] = "/dev/shm";
 class FlashDir {
  public:
   // `limit_bytes` > 0. `run_id` goes into the name (characters other than [A-Za-z0-9._-] are
-  // replaced by '_').
-  static FlashDir create(const std::string& base, const std::string& run_id, int64_t limit_bytes);
+  // replaced by '_'). With `guard_pid` > 0 the directory gets an owner record naming this
+  // process and its orphan guard (flash_sweep.h), so a later dlaunch can sweep it if both die.
+  static FlashDir create(const std::string& base, const std::string& run_id, int64_t limit_bytes,
+                         pid_t guard_pid = 0);
 
   FlashDir() = default;
   ~FlashDir();  // remove()

@@ -4,16 +4,19 @@
 // of its own keeps its memory until reboot. The next dlaunch on the host sweeps them.
 //
 // How a directory is known to be stale: the agent writes an owner record into its flash
-// directory right after making it (write_flash_owner): its pid, its orphan guard's pid, each with
-// the process's start time (so a pid the kernel reused is not taken for the owner), and the pid
-// namespace they live in. A directory is swept only when all of this holds:
+// directory as it makes it (FlashDir::create calls write_flash_owner, beneath the tmpfs and in
+// it, for sweepers in other mount namespaces and in ours): its pid, its orphan guard's pid,
+// each with the process's start time (so a pid the kernel reused is not taken for the owner),
+// and the pid namespace they live in. A directory is swept only when all of this holds:
 //   - its name is dlaunch_flash_*, it is a real directory (not a link) owned by this user;
 //   - its owner record is readable and was written in this pid namespace (elsewhere the pids
 //     mean nothing to us);
 //   - neither the agent nor the guard is alive (no such pid, a zombie, or another process
 //     under that pid).
 // A directory without an owner record (made by an older dlaunch, or one still being made) is
-// left alone. A mounted one is unmounted (lazily) before its contents are deleted.
+// left alone. A mounted one is unmounted (lazily) before its contents are deleted. A tmpfs
+// mounted in another mount namespace is not ours to see: it goes when that namespace does (with
+// its last process); what is swept here is the directory beneath it.
 //
 // Threading: call from one thread at start-up. Blocks on the file system only; never throws
 // (each failure is logged and that directory is skipped).

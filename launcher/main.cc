@@ -37,12 +37,11 @@ dlaunch::FlashDir open_flash_dir(const dlaunch::LaunchConfig& cfg,
   sweep_stale_flash_dirs(kFlashBase);
   if (cfg.flash_limit <= 0) return flash;
   try {
-    flash = FlashDir::create(kFlashBase, cfg.run_id, cfg.flash_limit);
+    flash = FlashDir::create(kFlashBase, cfg.run_id, cfg.flash_limit, procs.guard_pid());
   } catch (const SystemError& e) {
     log_warning("{}; the workers get no DLAUNCH_FLASH_DIR", e.what());
     return flash;
   }
-  write_flash_owner(flash.path(), ::getpid(), procs.guard_pid(), cfg.run_id);
   if (!procs.remove_on_agent_death(flash.path())) {
     log_warning("the orphan guard cannot take the flash directory {}: it would be left behind if "
                 "dlaunch were killed",
