@@ -219,12 +219,18 @@ TEST(FlashSweep, RemovesOnlyDirectoriesWhoseOwnersAreGone) {
 
 // The real thing: a job's agent and orphan guard SIGKILLed together leave the flash directory
 // (mounted, where dlaunch may mount); the next dlaunch on the host removes it and says so.
-TEST(FlashDirJob, LeftByAKilledAgentAndGuardIsSweptAtTheNextStart) {
+// `prefix` runs the first job in a mount namespace of its own (as `ip netns exec` does): its
+// tmpfs is then not visible here, only the directory beneath it.
+void sweep_after_agent_and_guard_die(const std::vector<std::string>& prefix) {
   TempDir dir;
-  Subprocess p(sh_job({"--nproc_per_node", "1"},
-                      "echo \"$DLAUNCH_FLASH_DIR\" > " + dir.file("flash") +
-                          "; echo x > \"$DLAUNCH_FLASH_DIR/rank0\"; touch " + dir.file("ready") +
-                          "; exec sleep 300"));
+  std::vector<std::string> argv = prefix;
+  for (auto& a : sh_job({"--nproc_per_node", "1"},
+                        "echo \"$DLAUNCH_FLASH_DIR\" > " + dir.file("flash") +
+                            "; echo x > \"$DLAUNCH_FLASH_DIR/rank0\"; touch " + dir.file("ready") +
+                            "; exec sleep 300")) {
+    argv.push_back(a);
+  }
+  Subprocess p(argv);
   ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ready")); }, 30s)) << p.err();
   const std::string flash = trim(read_file(dir.file("flash")));
   ASSERT_EQ(flash.rfind(std::string(kFlashBase) + "/dlaunch_flash_", 0), 0u) << flash;
@@ -251,13 +257,28 @@ TEST(FlashDirJob, LeftByAKilledAgentAndGuardIsSweptAtTheNextStart) {
   ASSERT_TRUE(wait_until([&] { return dead(guard); }, 10s)) << "the guard did not die";
   p.signal(SIGKILL);
   ASSERT_TRUE(p.wait(30s));
-  ASSERT_TRUE(fs::exists(flash + "/rank0")) << "nothing should have removed it yet";
+  ASSERT_TRUE(fs::exists(flash)) << "nothing should have removed it yet";
 
   auto r = run(sh_job({"--flash_limit", "0"}, "true"), {}, 60s);
   ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
   EXPECT_FALSE(fs::exists(flash)) << flash << " was not swept; dlaunch said:\n" << r.err;
   EXPECT_NE(r.err.find("removed the stale flash directory " + flash), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("pid " + std::to_string(agent)), std::string::npos) << r.err;
+}
+
+TEST(FlashDirJob, LeftByAKilledAgentAndGuardIsSweptAtTheNextStart) {
+  sweep_after_agent_and_guard_die({});
+}
+
+TEST(FlashDirJob, LeftInAnotherMountNamespaceIsSweptToo) {
+  const std::vector<std::string> unshare = {"/usr/bin/unshare", "--mount", "--propagation",
+                                            "private"};
+  std::vector<std::string> probe = unshare;
+  probe.push_back("true");
+  if (!file_exists(unshare[0]) || run(probe, {}, 30s).exit.shell_code() != 0) {
+    GTEST_SKIP() << "cannot make a mount namespace here (needs root and util-linux's unshare)";
+  }
+  sweep_after_agent_and_guard_die(unshare);
 }
 
 }  // namespace
