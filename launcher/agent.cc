@@ -901,15 +901,17 @@ struct Agent::Impl {
                                   w.global_rank, opts.host, to_seconds(cfg.hang_timeout),
                                   w.hang_where.empty() ? "" : " in ", w.hang_where));
     }
-    kill_silent_workers();
     stop_group(SIGTERM);
   }
 
   // Workers silent for longer than --hang_timeout get SIGKILL at once, before the others'
   // SIGTERM: stuck (or stopped) they cannot act on SIGTERM, their stacks are already taken, and
   // waiting --shutdown_grace for them only delays the restart. Their peers, blocked in a
-  // collective with them, then fail at once as the sockets close.
+  // collective with them, then fail at once as the sockets close. Every stop does this
+  // (stop_group): a peer's restart request can come while this node still takes its own hung
+  // workers' stacks (a chaos soak: a SIGSTOPped worker then got --shutdown_grace).
   void kill_silent_workers() {
+    if (cfg.hang_timeout.count() <= 0) return;
     const TimePoint now = opts.clock->now();
     for (auto& w : group->workers()) {
       if (!w.running() || w.pid <= 0) continue;
@@ -933,6 +935,7 @@ struct Agent::Impl {
       return;
     }
     stop_started = opts.clock->now();
+    kill_silent_workers();
     for (auto& w : group->workers()) {
       if (w.running()) procs.signal_group(w.pid, first);
     }
