@@ -134,6 +134,23 @@ def exe_name(pid):
         return ""
 
 
+def environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            pairs = [kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv]
+        return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+    except OSError:
+        return {}
+
+
+def parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def process_state(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -151,6 +168,7 @@ class Job:
         os.makedirs(workdir, exist_ok=True)
         self.out = os.path.join(workdir, "out")
         self.agents = {}  # host index -> Popen
+        self.log_dirs = {}  # host index -> --log_dir of its current agent
         self.exit_codes = {}
         self.pids_seen = set()
         self.starts = 0
@@ -177,11 +195,12 @@ class Job:
             "--rdzv_id", self.run_id, "--rdzv_conf", conf, "--max_restarts", "1000",
             "--hang_timeout", str(self.args.hang_timeout),
             "--local_addr", self.net.address(i),
-            "--log_dir", os.path.join(self.workdir, "logs", f"host{i}_{self.starts}"),
+            "--log_dir", self.log_dirs[i],
         ] + self.dtrain_args()
 
     def start(self, i):
         self.starts += 1
+        self.log_dirs[i] = os.path.join(self.workdir, "logs", f"host{i}_{self.starts}")
         log_path = os.path.join(self.workdir, f"agent{i}.log")
         f = open(log_path, "ab")
         f.write(f"\n===== start {self.starts} at {time.strftime('%H:%M:%S')} =====\n".encode())
@@ -218,6 +237,53 @@ class Job:
         # By executable, not argv: the agent's own forks (its orphan guard) carry the agent's
         # argv, which names dtrain too.
         return [c for c in children(p.pid) if exe_name(c) == "dtrain" and process_state(c) not in ("Z", "gone")]
+
+    def newest_attempt(self, i):
+        """The agent's newest attempt: its highest <log_dir>/<run_id>/attempt_<n> (made before
+        that attempt's workers start), or None before the first."""
+        root, found = self.log_dirs.get(i), []
+        try:
+            for run in os.listdir(root):
+                for d in os.listdir(os.path.join(root, run)):
+                    if d.startswith("attempt_") and d[8:].isdigit():
+                        found.append(int(d[8:]))
+        except (OSError, TypeError):
+            pass
+        return max(found) if found else None
+
+    def training_group(self):
+        """{host: worker pids} of the worker group training now, each checked in /proc: a dtrain
+        started by the agent itself (not a grandchild, not the agent's own fork), running or
+        sleeping (not stopped, not dying), of the agent's newest attempt (DLAUNCH_ATTEMPT), and
+        all of one group: every live agent has workers and their WORLD_SIZE is the number of
+        them. None while the job is between groups (a group being torn down or replaced, an
+        agent still joining): a fault aimed then may hit a process that no longer trains."""
+        group = {}
+        for i, p in self.agents.items():
+            ws = [w for w in self.workers(i) if exe_name(parent(w)) == "dlaunch"]
+            attempt = self.newest_attempt(i)
+            if not ws or attempt is None:
+                return None
+            for w in ws:
+                env = environ(w)
+                if process_state(w) not in ("R", "S", "D") or env.get("DLAUNCH_ATTEMPT") != str(attempt):
+                    return None
+            group[i] = sorted(ws)
+        n = sum(len(ws) for ws in group.values())
+        if {environ(w).get("WORLD_SIZE") for ws in group.values() for w in ws} != {str(n)}:
+            return None
+        return group
+
+    def settled_group(self, progress, timeout=5.0):
+        """training_group(), confirmed by rank 0 logging a step while it stayed the same; None
+        when it does not within `timeout`."""
+        before, step = self.training_group(), progress.last_step()
+        deadline = time.time() + timeout
+        while before and time.time() < deadline:
+            if progress.last_step() > step:
+                return before if self.training_group() == before else None
+            time.sleep(0.05)
+        return None
 
     def all_workers(self):
         return {w for i in self.agents for w in self.workers(i)}
@@ -397,7 +463,7 @@ def main():
         while time.time() - t0 < args.duration and job.alive():
             time.sleep(rng.expovariate(1.0 / args.gap))
             step_before, old_workers = progress.last_step(), job.all_workers()
-            fault = inject(rng.choice(kinds), job, net, args, rng)
+            fault = inject(rng.choice(kinds), job, net, args, rng, progress)
             if fault is None:
                 continue
             fault["step_before"] = step_before
@@ -467,7 +533,7 @@ def job_term(job, progress, args, summary, problems):
     finish_fault(term, got, summary, problems)
 
 
-def inject(kind, job, net, args, rng):
+def inject(kind, job, net, args, rng, progress):
     """Injects one fault; returns its record, or None when nothing could take it now."""
     hosts = job.alive()
     faultable = [h for h in hosts if h != 0 or args.backend == "etcd"]
@@ -476,18 +542,24 @@ def inject(kind, job, net, args, rng):
     h = rng.choice(faultable)
     fault = {"kind": kind, "host": h}
     if kind in ("worker_kill", "worker_stop"):
-        workers = job.workers(h)
-        if not workers:
+        # A worker of the group training now, never one of a group being replaced: stopping
+        # that (an earlier soak did, twice) lets training go on and counts a recovery that
+        # never was.
+        group = job.settled_group(progress)
+        if group is None or h not in group:
+            log(f"no {kind} now: the job is between worker groups")
             return None
-        pid = rng.choice(workers)
+        pid = rng.choice(group[h])
         fault["time"] = time.time()
         os.kill(pid, signal.SIGKILL if kind == "worker_kill" else signal.SIGSTOP)
+        fault["pid"] = pid
     elif kind == "agent_kill":
         if len(hosts) <= 2:  # --nnodes 2:4: one more loss would end the job, not test recovery
             return None
         # The agent alone, as the OOM killer or a crash would: its workers die with it
         # (PDEATHSIG) and its orphan guard cleans up (process groups, flash directory). Killing
-        # the guard as well (a kill -9 of the whole tree) leaves the flash tmpfs mounted.
+        # the guard as well (a kill -9 of the whole tree) leaves the flash tmpfs mounted until
+        # the next dlaunch sweeps it, which the leftover check would count against the job.
         fault["time"] = time.time()
         job.agents[h].send_signal(signal.SIGKILL)
         fault["rejoin"] = lambda: None  # the node stays away until the others re-formed
