@@ -410,7 +410,8 @@ def main():
     ap.add_argument("--etcd_endpoint", default="127.0.0.1:2379")
     ap.add_argument("--faults", default="worker_kill,worker_stop,agent_kill,link_cut")
     ap.add_argument("--gap", type=float, default=8.0, help="mean seconds between a recovery and the next fault")
-    ap.add_argument("--epochs", type=int, default=0, help="0: as many as the fault-free run fits in --duration")
+    ap.add_argument("--epochs", type=int, default=0, help="0: as many as a fault-free run fits in --fill x --duration")
+    ap.add_argument("--fill", type=float, default=1.0, help="with --epochs 0: the share of --duration to size for")
     ap.add_argument("--width", type=int, default=8)
     ap.add_argument("--batch_size", type=int, default=32)
     ap.add_argument("--hang_timeout", type=float, default=6)
@@ -440,11 +441,11 @@ def main():
     net.setup()
     try:
         reference_acc = None
+        if args.epochs == 0:
+            size_epochs(args, net, workdir)
         if not args.no_reference:
-            reference_acc, ref_secs, _ = reference_run(args, net, workdir)
+            reference_acc, ref_secs = reference_run(args, net, workdir)
             summary["reference"] = {"test_accuracy": reference_acc, "seconds": ref_secs, "epochs": args.epochs}
-        elif args.epochs == 0:
-            args.epochs = 3
         port = free_port()
         job = Job(args, net, os.path.join(workdir, "soak"), port, f"soak{args.seed}")
         progress = Progress(os.path.join(job.out, "metrics.jsonl"))
@@ -628,25 +629,30 @@ def run_to_end(job, progress=None):
     return time.time() - t
 
 
+def size_epochs(args, net, workdir):
+    """--epochs 0: a 60-step run times steps 20 to 60 (start-up excluded) to say how many epochs
+    fill --fill x --duration without faults (faults slow the job: below 1, it ends near
+    --duration rather than training on long after the final SIGTERM)."""
+    args.epochs = 1000
+    probe = Job(args, net, os.path.join(workdir, "probe"), free_port(), f"probe{args.seed}",
+                ["--max_steps", "60"])
+    seen = Progress(os.path.join(probe.out, "metrics.jsonl"))
+    run_to_end(probe, seen)
+    at = {step: t for t, step, _ in seen.steps}
+    per_step = (at[60] - at[20]) / 40
+    steps_per_epoch = 5000 // (args.batch_size * net.hosts)
+    args.epochs = max(1, int(args.fill * args.duration / (per_step * steps_per_epoch)))
+    log(f"{per_step:.3f} s per step without faults: {args.epochs} epochs")
+
+
 def reference_run(args, net, workdir):
-    """The same job with no faults: its accuracy and duration. With --epochs 0, a 60-step run
-    first times steps 20 to 60 (start-up excluded) to say how many epochs fill --duration."""
-    if args.epochs == 0:
-        args.epochs = 1000
-        probe = Job(args, net, os.path.join(workdir, "probe"), free_port(), f"probe{args.seed}",
-                    ["--max_steps", "60"])
-        seen = Progress(os.path.join(probe.out, "metrics.jsonl"))
-        run_to_end(probe, seen)
-        at = {step: t for t, step, _ in seen.steps}
-        per_step = (at[60] - at[20]) / 40
-        steps_per_epoch = 5000 // (args.batch_size * net.hosts)
-        args.epochs = max(1, int(args.duration / (per_step * steps_per_epoch)))
+    """The same job with no faults: its accuracy and duration."""
     log(f"reference run (no faults): {args.epochs} epochs")
     job = Job(args, net, os.path.join(workdir, "reference"), free_port(), f"ref{args.seed}")
     secs = run_to_end(job)
     acc = final_accuracy(job.out)
     log(f"reference: test accuracy {acc}, {secs:.1f} s")
-    return acc, round(secs, 1), args.epochs
+    return acc, round(secs, 1)
 
 
 def leftovers(job, shm_before):
