@@ -203,6 +203,9 @@ def recovery(args):
             log = f"{tmp}/dlaunch.log" if args.timeline else None
             ours.append(kill_and_watch(cmd, env, f"{tmp}/dtrain/metrics.jsonl", kill_after, log=log))
             if args.timeline:
+                steps = step_lines(f"{tmp}/dtrain/metrics.jsonl")[1:kill_after]
+                step_ms = statistics.median(1e3 * args.batch_size * 2 / j["images_per_s"] for j in steps)
+                print(f"    median step before the kill: {step_ms:.0f} ms")
                 print_timeline(log, ours[-1][2], ours[-1][3])
             if args.no_peer:
                 print(f"  run {run + 1}: dlaunch+dtrain {ours[-1][0]:.2f} s, {ours[-1][1]} steps lost",
