@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
 
 #include "common/error.h"
@@ -54,6 +56,19 @@ const CudaPlugin& cuda_plugin() {
   return plugin;
 }
 
+// The NVIDIA driver's device nodes (Linux; /dev/dxg: WSL). Without any of them the CUDA runtime
+// can only answer "no device", and loading it to hear that costs 0.2-0.3 s of every worker's
+// start on a loaded host, which a restarted worker pays again (issue 14: recovery within 1 s).
+// An explicit DLAUNCH_CUDA_PLUGIN still loads the plugin whatever is here.
+bool no_gpu_driver_here() {
+  const char* explicit_plugin = std::getenv("DLAUNCH_CUDA_PLUGIN");
+  if (explicit_plugin != nullptr && *explicit_plugin != '\0') return false;
+  for (const char* node : {"/dev/nvidiactl", "/dev/nvidia0", "/dev/dxg"}) {
+    if (::access(node, F_OK) == 0) return false;
+  }
+  return true;
+}
+
 std::string visible_devices_text() {
   const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
   return v == nullptr ? std::string("CUDA_VISIBLE_DEVICES unset")
@@ -72,23 +87,25 @@ DeviceRequest parse_device_request(const std::string& text) {
 OpenedDevice open_device(DeviceRequest request, int64_t local_rank) {
   if (request == DeviceRequest::kCpu) return {&cpu_backend(), "cpu (--device cpu)", -1, 0};
   const char* flag = request == DeviceRequest::kAuto ? "--device auto" : "--device cuda";
-  const CudaPlugin& plugin = cuda_plugin();
   std::string none;  // why there is no usable GPU
   int count = 0;
-  if (!plugin.error.empty()) {
-    none = plugin.error;
+  const CudaPlugin* plugin = nullptr;
+  if (no_gpu_driver_here()) {
+    none = "found no NVIDIA driver (no /dev/nvidiactl, /dev/nvidia0 or /dev/dxg)";
+  } else if (plugin = &cuda_plugin(); !plugin->error.empty()) {
+    none = plugin->error;
   } else {
     char why[512] = {};
-    count = plugin.device_count(why, sizeof why);
+    count = plugin->device_count(why, sizeof why);
     if (count <= 0) {
-      none = fmt::format("found no device through the CUDA runtime ({}, {}): {}", plugin.path,
+      none = fmt::format("found no device through the CUDA runtime ({}, {}): {}", plugin->path,
                          visible_devices_text(), why);
     }
   }
   if (none.empty()) {
     const int device = static_cast<int>(local_rank % count);
     char why[512] = {};
-    Backend* backend = plugin.open(device, why, sizeof why);
+    Backend* backend = plugin->open(device, why, sizeof why);
     if (backend != nullptr) {
       std::string shared =
           local_rank >= count

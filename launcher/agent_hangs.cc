@@ -156,16 +156,18 @@ void HangWatch::end(const std::optional<NodeHangVerdict>& elsewhere) {
                                 w.global_rank, a.opts.host, to_seconds(a.cfg.hang_timeout),
                                 w.hang_where.empty() ? "" : " in ", w.hang_where));
   }
-  kill_silent_workers();
   a.stop_group(SIGTERM);
 }
 
 // Workers silent for longer than --hang_timeout get SIGKILL at once, before the others'
 // SIGTERM: stuck (or stopped) they cannot act on SIGTERM, their stacks are already taken, and
 // waiting --shutdown_grace for them only delays the restart. Their peers, blocked in a
-// collective with them, then fail at once as the sockets close.
+// collective with them, then fail at once as the sockets close. Every stop does this
+// (GroupStopper::stop): a peer's restart request can come while this node still takes its own
+// hung workers' stacks (a chaos soak: a SIGSTOPped worker then got --shutdown_grace).
 void HangWatch::kill_silent_workers() {
   AgentCore& a = agent_;
+  if (a.cfg.hang_timeout.count() <= 0) return;
   const TimePoint now = a.opts.clock->now();
   for (auto& w : a.group->workers()) {
     if (!w.running() || w.pid <= 0) continue;

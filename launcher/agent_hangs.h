@@ -26,6 +26,9 @@ class HangWatch {
   void stop_checks() { timer_.cancel(); }
   // The job ends: no more checks and no capture in progress.
   void cancel();
+  // SIGKILL for the workers silent past --hang_timeout; every stop of the group starts with it
+  // (GroupStopper::stop).
+  void kill_silent_workers();
 
  private:
   AgentCore& agent_;
@@ -43,7 +46,6 @@ class HangWatch {
   // The hang's verdict is final: tell the other nodes and stop the group (unless a request from
   // elsewhere stopped it meanwhile; the report still names the rank stuck elsewhere).
   void end(const std::optional<NodeHangVerdict>& elsewhere);
-  void kill_silent_workers();
 };
 
 }  // namespace dlaunch

@@ -32,6 +32,7 @@ void GroupStopper::after(boost::asio::steady_timer& timer, Duration delay,
 void GroupStopper::stop(int first) {
   AgentCore& a = agent_;
   stop_started_ = a.opts.clock->now();
+  a.hangs.kill_silent_workers();
   for (auto& w : a.group->workers()) {
     if (w.running()) a.procs.signal_group(w.pid, first);
   }

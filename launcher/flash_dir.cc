@@ -17,12 +17,13 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "launcher/flash_sweep.h"
 
 namespace dlaunch {
 namespace fs = std::filesystem;
 
 FlashDir FlashDir::create(const std::string& base, const std::string& run_id,
-                          int64_t limit_bytes) {
+                          int64_t limit_bytes, pid_t guard_pid) {
   DL_CHECK(limit_bytes > 0) << limit_bytes;
   std::string name = "dlaunch_flash_";
   for (char c : run_id) {
@@ -41,10 +42,15 @@ FlashDir FlashDir::create(const std::string& base, const std::string& run_id,
   FlashDir d;
   d.path_ = buf.data();
   d.limit_ = limit_bytes;
+  // The owner record goes in twice: under the mount point and inside the tmpfs. A sweeper in
+  // another mount namespace (`ip netns exec` makes one per command) sees only the directory
+  // beneath; one in ours sees only the tmpfs.
+  if (guard_pid > 0) write_flash_owner(d.path_, ::getpid(), guard_pid, run_id);
   // A tmpfs of its own is what makes the limit real. MS_NOSUID|MS_NODEV: it holds data only.
   std::string opts = fmt::format("size={},mode=0700", limit_bytes);
   if (::mount("dlaunch_flash", d.path_.c_str(), "tmpfs", MS_NOSUID | MS_NODEV, opts.c_str()) == 0) {
     d.mounted_ = true;
+    if (guard_pid > 0) write_flash_owner(d.path_, ::getpid(), guard_pid, run_id);
   } else {
     log_debug("flash directory {}: no tmpfs of its own ({}); the limit is not enforced", d.path_,
               std::strerror(errno));

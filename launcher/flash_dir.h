@@ -5,7 +5,8 @@
 //
 // Lifetime: created before the first worker starts, kept across worker restarts and new
 // rendezvous rounds, removed when the agent ends (the destructor), and by the orphan guard when
-// the agent is killed without cleaning up (main.cc hands the path to the guard).
+// the agent is killed without cleaning up (main.cc hands the path to the guard), and by the next
+// dlaunch on the host when the agent and the guard die together (flash_sweep.h).
 //
 // Where and how big: a fresh <base>/dlaunch_flash_<run id>_<random> (base /dev/shm). Where the
 // agent may mount (CAP_SYS_ADMIN, e.g. root), it mounts a tmpfs of its own there with
@@ -19,6 +20,8 @@
 // directory cannot be made; remove() never throws (failures are logged).
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <string>
 
@@ -30,8 +33,10 @@ inline constexpr const char kFlashBase[] = "/dev/shm";
 class FlashDir {
  public:
   // `limit_bytes` > 0. `run_id` goes into the name (characters other than [A-Za-z0-9._-] are
-  // replaced by '_').
-  static FlashDir create(const std::string& base, const std::string& run_id, int64_t limit_bytes);
+  // replaced by '_'). With `guard_pid` > 0 the directory gets an owner record naming this
+  // process and its orphan guard (flash_sweep.h), so a later dlaunch can sweep it if both die.
+  static FlashDir create(const std::string& base, const std::string& run_id, int64_t limit_bytes,
+                         pid_t guard_pid = 0);
 
   FlashDir() = default;
   ~FlashDir();  // remove()

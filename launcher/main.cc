@@ -16,6 +16,7 @@
 #include "launcher/agent.h"
 #include "launcher/cli.h"
 #include "launcher/flash_dir.h"
+#include "launcher/flash_sweep.h"
 #include "launcher/job_control.h"
 #include "launcher/job_services.h"
 #include "launcher/launch_config.h"
@@ -34,9 +35,12 @@ dlaunch::FlashDir open_flash_dir(const dlaunch::LaunchConfig& cfg,
                                  dlaunch::PosixProcessContext& procs) {
   using namespace dlaunch;
   FlashDir flash;
+  // Before making ours: the directories of jobs whose agent and guard were killed together
+  // would otherwise hold their memory until reboot.
+  sweep_stale_flash_dirs(kFlashBase);
   if (cfg.flash_limit <= 0) return flash;
   try {
-    flash = FlashDir::create(kFlashBase, cfg.run_id, cfg.flash_limit);
+    flash = FlashDir::create(kFlashBase, cfg.run_id, cfg.flash_limit, procs.guard_pid());
   } catch (const SystemError& e) {
     log_warning("{}; the workers get no DLAUNCH_FLASH_DIR", e.what());
     return flash;

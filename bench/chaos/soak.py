@@ -134,6 +134,23 @@ def exe_name(pid):
         return ""
 
 
+def environ(pid):
+    try:
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            pairs = [kv.split(b"=", 1) for kv in f.read().split(b"\0") if b"=" in kv]
+        return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
+    except OSError:
+        return {}
+
+
+def parent(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1])
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
 def process_state(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -151,6 +168,7 @@ class Job:
         os.makedirs(workdir, exist_ok=True)
         self.out = os.path.join(workdir, "out")
         self.agents = {}  # host index -> Popen
+        self.log_dirs = {}  # host index -> --log_dir of its current agent
         self.exit_codes = {}
         self.pids_seen = set()
         self.starts = 0
@@ -177,11 +195,12 @@ class Job:
             "--rdzv_id", self.run_id, "--rdzv_conf", conf, "--max_restarts", "1000",
             "--hang_timeout", str(self.args.hang_timeout),
             "--local_addr", self.net.address(i),
-            "--log_dir", os.path.join(self.workdir, "logs", f"host{i}_{self.starts}"),
+            "--log_dir", self.log_dirs[i],
         ] + self.dtrain_args()
 
     def start(self, i):
         self.starts += 1
+        self.log_dirs[i] = os.path.join(self.workdir, "logs", f"host{i}_{self.starts}")
         log_path = os.path.join(self.workdir, f"agent{i}.log")
         f = open(log_path, "ab")
         f.write(f"\n===== start {self.starts} at {time.strftime('%H:%M:%S')} =====\n".encode())
@@ -218,6 +237,53 @@ class Job:
         # By executable, not argv: the agent's own forks (its orphan guard) carry the agent's
         # argv, which names dtrain too.
         return [c for c in children(p.pid) if exe_name(c) == "dtrain" and process_state(c) not in ("Z", "gone")]
+
+    def newest_attempt(self, i):
+        """The agent's newest attempt: its highest <log_dir>/<run_id>/attempt_<n> (made before
+        that attempt's workers start), or None before the first."""
+        root, found = self.log_dirs.get(i), []
+        try:
+            for run in os.listdir(root):
+                for d in os.listdir(os.path.join(root, run)):
+                    if d.startswith("attempt_") and d[8:].isdigit():
+                        found.append(int(d[8:]))
+        except (OSError, TypeError):
+            pass
+        return max(found) if found else None
+
+    def training_group(self):
+        """{host: worker pids} of the worker group training now, each checked in /proc: a dtrain
+        started by the agent itself (not a grandchild, not the agent's own fork), running or
+        sleeping (not stopped, not dying), of the agent's newest attempt (DLAUNCH_ATTEMPT), and
+        all of one group: every live agent has workers and their WORLD_SIZE is the number of
+        them. None while the job is between groups (a group being torn down or replaced, an
+        agent still joining): a fault aimed then may hit a process that no longer trains."""
+        group = {}
+        for i, p in self.agents.items():
+            ws = [w for w in self.workers(i) if exe_name(parent(w)) == "dlaunch"]
+            attempt = self.newest_attempt(i)
+            if not ws or attempt is None:
+                return None
+            for w in ws:
+                env = environ(w)
+                if process_state(w) not in ("R", "S", "D") or env.get("DLAUNCH_ATTEMPT") != str(attempt):
+                    return None
+            group[i] = sorted(ws)
+        n = sum(len(ws) for ws in group.values())
+        if {environ(w).get("WORLD_SIZE") for ws in group.values() for w in ws} != {str(n)}:
+            return None
+        return group
+
+    def settled_group(self, progress, timeout=5.0):
+        """training_group(), confirmed by rank 0 logging a step while it stayed the same; None
+        when it does not within `timeout`."""
+        before, step = self.training_group(), progress.last_step()
+        deadline = time.time() + timeout
+        while before and time.time() < deadline:
+            if progress.last_step() > step:
+                return before if self.training_group() == before else None
+            time.sleep(0.05)
+        return None
 
     def all_workers(self):
         return {w for i in self.agents for w in self.workers(i)}
@@ -344,7 +410,8 @@ def main():
     ap.add_argument("--etcd_endpoint", default="127.0.0.1:2379")
     ap.add_argument("--faults", default="worker_kill,worker_stop,agent_kill,link_cut")
     ap.add_argument("--gap", type=float, default=8.0, help="mean seconds between a recovery and the next fault")
-    ap.add_argument("--epochs", type=int, default=0, help="0: as many as the fault-free run fits in --duration")
+    ap.add_argument("--epochs", type=int, default=0, help="0: as many as a fault-free run fits in --fill x --duration")
+    ap.add_argument("--fill", type=float, default=1.0, help="with --epochs 0: the share of --duration to size for")
     ap.add_argument("--width", type=int, default=8)
     ap.add_argument("--batch_size", type=int, default=32)
     ap.add_argument("--hang_timeout", type=float, default=6)
@@ -374,11 +441,11 @@ def main():
     net.setup()
     try:
         reference_acc = None
+        if args.epochs == 0:
+            size_epochs(args, net, workdir)
         if not args.no_reference:
-            reference_acc, ref_secs, _ = reference_run(args, net, workdir)
+            reference_acc, ref_secs = reference_run(args, net, workdir)
             summary["reference"] = {"test_accuracy": reference_acc, "seconds": ref_secs, "epochs": args.epochs}
-        elif args.epochs == 0:
-            args.epochs = 3
         port = free_port()
         job = Job(args, net, os.path.join(workdir, "soak"), port, f"soak{args.seed}")
         progress = Progress(os.path.join(job.out, "metrics.jsonl"))
@@ -397,7 +464,7 @@ def main():
         while time.time() - t0 < args.duration and job.alive():
             time.sleep(rng.expovariate(1.0 / args.gap))
             step_before, old_workers = progress.last_step(), job.all_workers()
-            fault = inject(rng.choice(kinds), job, net, args, rng)
+            fault = inject(rng.choice(kinds), job, net, args, rng, progress)
             if fault is None:
                 continue
             fault["step_before"] = step_before
@@ -467,7 +534,7 @@ def job_term(job, progress, args, summary, problems):
     finish_fault(term, got, summary, problems)
 
 
-def inject(kind, job, net, args, rng):
+def inject(kind, job, net, args, rng, progress):
     """Injects one fault; returns its record, or None when nothing could take it now."""
     hosts = job.alive()
     faultable = [h for h in hosts if h != 0 or args.backend == "etcd"]
@@ -476,18 +543,24 @@ def inject(kind, job, net, args, rng):
     h = rng.choice(faultable)
     fault = {"kind": kind, "host": h}
     if kind in ("worker_kill", "worker_stop"):
-        workers = job.workers(h)
-        if not workers:
+        # A worker of the group training now, never one of a group being replaced: stopping
+        # that (an earlier soak did, twice) lets training go on and counts a recovery that
+        # never was.
+        group = job.settled_group(progress)
+        if group is None or h not in group:
+            log(f"no {kind} now: the job is between worker groups")
             return None
-        pid = rng.choice(workers)
+        pid = rng.choice(group[h])
         fault["time"] = time.time()
         os.kill(pid, signal.SIGKILL if kind == "worker_kill" else signal.SIGSTOP)
+        fault["pid"] = pid
     elif kind == "agent_kill":
         if len(hosts) <= 2:  # --nnodes 2:4: one more loss would end the job, not test recovery
             return None
         # The agent alone, as the OOM killer or a crash would: its workers die with it
         # (PDEATHSIG) and its orphan guard cleans up (process groups, flash directory). Killing
-        # the guard as well (a kill -9 of the whole tree) leaves the flash tmpfs mounted.
+        # the guard as well (a kill -9 of the whole tree) leaves the flash tmpfs mounted until
+        # the next dlaunch sweeps it, which the leftover check would count against the job.
         fault["time"] = time.time()
         job.agents[h].send_signal(signal.SIGKILL)
         fault["rejoin"] = lambda: None  # the node stays away until the others re-formed
@@ -556,25 +629,30 @@ def run_to_end(job, progress=None):
     return time.time() - t
 
 
+def size_epochs(args, net, workdir):
+    """--epochs 0: a 60-step run times steps 20 to 60 (start-up excluded) to say how many epochs
+    fill --fill x --duration without faults (faults slow the job: below 1, it ends near
+    --duration rather than training on long after the final SIGTERM)."""
+    args.epochs = 1000
+    probe = Job(args, net, os.path.join(workdir, "probe"), free_port(), f"probe{args.seed}",
+                ["--max_steps", "60"])
+    seen = Progress(os.path.join(probe.out, "metrics.jsonl"))
+    run_to_end(probe, seen)
+    at = {step: t for t, step, _ in seen.steps}
+    per_step = (at[60] - at[20]) / 40
+    steps_per_epoch = 5000 // (args.batch_size * net.hosts)
+    args.epochs = max(1, int(args.fill * args.duration / (per_step * steps_per_epoch)))
+    log(f"{per_step:.3f} s per step without faults: {args.epochs} epochs")
+
+
 def reference_run(args, net, workdir):
-    """The same job with no faults: its accuracy and duration. With --epochs 0, a 60-step run
-    first times steps 20 to 60 (start-up excluded) to say how many epochs fill --duration."""
-    if args.epochs == 0:
-        args.epochs = 1000
-        probe = Job(args, net, os.path.join(workdir, "probe"), free_port(), f"probe{args.seed}",
-                    ["--max_steps", "60"])
-        seen = Progress(os.path.join(probe.out, "metrics.jsonl"))
-        run_to_end(probe, seen)
-        at = {step: t for t, step, _ in seen.steps}
-        per_step = (at[60] - at[20]) / 40
-        steps_per_epoch = 5000 // (args.batch_size * net.hosts)
-        args.epochs = max(1, int(args.duration / (per_step * steps_per_epoch)))
+    """The same job with no faults: its accuracy and duration."""
     log(f"reference run (no faults): {args.epochs} epochs")
     job = Job(args, net, os.path.join(workdir, "reference"), free_port(), f"ref{args.seed}")
     secs = run_to_end(job)
     acc = final_accuracy(job.out)
     log(f"reference: test accuracy {acc}, {secs:.1f} s")
-    return acc, round(secs, 1), args.epochs
+    return acc, round(secs, 1)
 
 
 def leftovers(job, shm_before):

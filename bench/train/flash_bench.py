@@ -8,10 +8,14 @@ recovery  a worker SIGKILLed in the middle of epoch 2: seconds from the kill to 
           logged, and the steps lost, for dlaunch + dtrain (--flash_every, the default unless
           given) and for torchrun + a PyTorch script with per-epoch checkpoints
           (torch_epoch_ckpt.py, the usual practice), the same network, batch and epoch length.
-          Medians of --runs; prints ours, the peer's and the ratio.
+          Every run, then the distribution (min, median, max) of --runs; ours, the peer's and
+          the ratio of the medians. --timeline also prints, for each of our runs, every log
+          line of dlaunch and dtrain (debug level) from the kill to the next step, with its
+          offset from the kill: where the time goes.
 
   /usr/bin/python3 bench/train/flash_bench.py cost --widths 16,64
   /usr/bin/python3 bench/train/flash_bench.py recovery --runs 3
+  /usr/bin/python3 bench/train/flash_bench.py recovery --runs 1 --no_peer --timeline
 
 The build is ./build (--build). torchrun is Debian's python3-torch 1.13 (/usr/bin/python3).
 """
@@ -113,11 +117,15 @@ def worker_pid(parent, local_rank):
     return None
 
 
-def kill_and_watch(cmd, env, metrics, kill_after_step, timeout=600):
+def kill_and_watch(cmd, env, metrics, kill_after_step, timeout=600, log=None):
     """Starts the job, SIGKILLs local rank 1 once step `kill_after_step` is logged, and returns
-    (seconds from the kill to the next step logged, steps lost)."""
-    job = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    (seconds from the kill to the next step logged, steps lost, kill time, next-step time).
+    The job's output goes to the file `log` when given."""
+    out = open(log, "w") if log else subprocess.DEVNULL
+    job = subprocess.Popen(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if log else subprocess.DEVNULL,
                            start_new_session=True)
+    if log:
+        out.close()
     try:
         deadline = time.time() + timeout
         while True:
@@ -139,7 +147,7 @@ def kill_and_watch(cmd, env, metrics, kill_after_step, timeout=600):
             if len(lines) > before:
                 t_next = time.time()
                 first = lines[before]["step"]
-                return t_next - t_kill, last - (first - 1)
+                return t_next - t_kill, last - (first - 1), t_kill, t_next
             if job.poll() is not None or time.time() > deadline:
                 raise RuntimeError("no step logged after the kill")
             time.sleep(0.002)
@@ -147,6 +155,31 @@ def kill_and_watch(cmd, env, metrics, kill_after_step, timeout=600):
         if job.poll() is None:
             os.killpg(job.pid, signal.SIGKILL)
         job.wait()
+
+
+LOG_TIME = re.compile(r"^(?:\[\w+\]:)?\[(?:dlaunch|dtrain rank \d+) (\d\d):(\d\d):(\d\d)\.(\d{3}) \w\] ")
+
+
+def print_timeline(log, t_kill, t_next):
+    """Every time-stamped line of the job's log between the kill and the next step, as its
+    offset from the kill in milliseconds (the log's clock is local time of day)."""
+    day = time.localtime(t_kill)
+    midnight = time.mktime((day.tm_year, day.tm_mon, day.tm_mday, 0, 0, 0, 0, 0, -1))
+    print(f"    timeline (ms after the kill; next step seen at {1e3 * (t_next - t_kill):.0f}):")
+    with open(log, errors="replace") as f:
+        for line in f:
+            m = LOG_TIME.match(line)
+            if not m:
+                continue
+            h, mi, s, ms = (int(g) for g in m.groups())
+            t = midnight + h * 3600 + mi * 60 + s + ms / 1e3
+            if t_kill - 0.001 <= t <= t_next:
+                print(f"    {1e3 * (t - t_kill):6.0f}  {line.strip()[:150]}")
+
+
+def spread(xs):
+    xs = sorted(xs)
+    return f"min {xs[0]:.2f}, median {statistics.median(xs):.2f}, max {xs[-1]:.2f}"
 
 
 def recovery(args):
@@ -165,7 +198,19 @@ def recovery(args):
             env = env_with({"DTRAIN_LIMIT_TRAIN_SAMPLES": str(args.samples),
                             "DTRAIN_LIMIT_TEST_SAMPLES": "64", "OMP_NUM_THREADS": "1",
                             "DLAUNCH_CONV_ALGO": "direct", "DLAUNCH_CONV_CACHE": "off"})
-            ours.append(kill_and_watch(cmd, env, f"{tmp}/dtrain/metrics.jsonl", kill_after))
+            if args.timeline:
+                env["DLAUNCH_LOG_LEVEL"] = "debug"
+            log = f"{tmp}/dlaunch.log" if args.timeline else None
+            ours.append(kill_and_watch(cmd, env, f"{tmp}/dtrain/metrics.jsonl", kill_after, log=log))
+            if args.timeline:
+                steps = step_lines(f"{tmp}/dtrain/metrics.jsonl")[1:kill_after]
+                step_ms = statistics.median(1e3 * args.batch_size * 2 / j["images_per_s"] for j in steps)
+                print(f"    median step before the kill: {step_ms:.0f} ms")
+                print_timeline(log, ours[-1][2], ours[-1][3])
+            if args.no_peer:
+                print(f"  run {run + 1}: dlaunch+dtrain {ours[-1][0]:.2f} s, {ours[-1][1]} steps lost",
+                      flush=True)
+                continue
             os.makedirs(f"{tmp}/torch")
             cmd = ["/usr/bin/python3", "-m", "torch.distributed.run", "--standalone",
                    "--nproc_per_node", "2", "--max_restarts", "1", "-r", "1", "-t", "1",
@@ -180,11 +225,15 @@ def recovery(args):
             shutil.rmtree(tmp, ignore_errors=True)
     med = lambda xs, k: statistics.median(x[k] for x in xs)  # noqa: E731
     print(f"worker SIGKILLed after step {kill_after} (epoch 2 of {steps_per_epoch} steps), width "
-          f"{args.width}, batch {args.batch_size} x 2 workers, medians of {args.runs}:")
-    print(f"  kill -> next step logged: dlaunch+dtrain {med(ours, 0):.2f} s, torchrun+PyTorch "
-          f"{med(peer, 0):.2f} s, ratio {med(peer, 0) / med(ours, 0):.1f}x")
-    print(f"  steps lost: dlaunch+dtrain {med(ours, 1):g} (worst {max(x[1] for x in ours)}), "
-          f"torchrun+PyTorch {med(peer, 1):g} (worst {max(x[1] for x in peer)})")
+          f"{args.width}, batch {args.batch_size} x 2 workers, {args.runs} runs "
+          f"(load average {os.getloadavg()[0]:.1f} at the end):")
+    print(f"  kill -> next step logged, s: dlaunch+dtrain {spread([x[0] for x in ours])}; "
+          f"within 1 s in {sum(x[0] <= 1.0 for x in ours)} of {len(ours)}")
+    print(f"  steps lost: dlaunch+dtrain {med(ours, 1):g} (worst {max(x[1] for x in ours)})")
+    if peer:
+        print(f"  kill -> next step logged, s: torchrun+PyTorch {spread([x[0] for x in peer])}; "
+              f"ratio of the medians {med(peer, 0) / med(ours, 0):.1f}x")
+        print(f"  steps lost: torchrun+PyTorch {med(peer, 1):g} (worst {max(x[1] for x in peer)})")
 
 
 def main():
@@ -202,6 +251,8 @@ def main():
     r.add_argument("--batch_size", type=int, default=32)
     r.add_argument("--samples", type=int, default=2048)
     r.add_argument("--flash_every", type=int, default=None)
+    r.add_argument("--timeline", action="store_true", help="print where our recovery's time goes")
+    r.add_argument("--no_peer", action="store_true", help="skip torchrun (e.g. with --timeline)")
     args = p.parse_args()
     args.build = os.path.abspath(args.build)
     cost(args) if args.what == "cost" else recovery(args)

@@ -60,6 +60,8 @@ class PosixProcessContext final : public ProcessContext {
   bool remove_on_agent_death(const std::string& path) override {
     return guard_.remove_on_death(path);
   }
+  // The orphan guard's pid (the flash directory's owner record names it: flash_sweep.h).
+  pid_t guard_pid() const { return guard_.pid(); }
 
   // How many times this context has read /proc to find descendants (tests, benchmarks).
   int64_t proc_scans() const { return proc_scans_; }

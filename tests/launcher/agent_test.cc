@@ -8,6 +8,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
 #include <future>
@@ -475,6 +476,50 @@ TEST(AgentRendezvous, RanksComeFromTheRoundAndEventsRestart) {
   EXPECT_EQ(env_of(procs.spawned[4], "DLAUNCH_ATTEMPT"), "2");
   EXPECT_TRUE(rdzv->shut_down);
   EXPECT_FALSE(rdzv->closed);
+}
+
+// A peer's restart request that comes while this node's own workers are silent past
+// --hang_timeout (in a chaos soak: while the agent still took their stacks) kills them at once:
+// stopped or stuck in a collective, they cannot act on SIGTERM, and waiting --shutdown_grace
+// for them only kept this node out of the next round.
+TEST(AgentRendezvous, SilentWorkersGetSigkillAtOnceWhenAPeerAsksForARestart) {
+  asio::io_context io;
+  FakeProcessContext procs(io);
+  auto rdzv = std::make_shared<FakeRendezvous>();
+  FakeClock clock;
+  procs.script = [&](int64_t lr, int64_t attempt) {
+    if (attempt > 0) return Behaviour{ExitStatus::exited(0)};
+    if (lr == 1) {
+      // On the loop thread once both have started, before the hang check's first look.
+      asio::post(io, [&clock, rdzv]() {
+        clock.advance(5s);
+        std::thread([rdzv]() {
+          rdzv->fire(RendezvousEvent::Kind::kRestartRequested, "rank 0 on a hung", true);
+        }).detach();
+      });
+    }
+    Behaviour b;
+    b.ignore_sigterm = true;  // as a SIGSTOPped process does
+    return b;
+  };
+  auto opts = options();
+  opts.rendezvous = rdzv;
+  opts.use_agent_store = true;
+  opts.clock = &clock;
+  opts.last_beat = [](const std::string&) -> std::optional<TimePoint> { return std::nullopt; };
+  auto cfg = config(2, 1);
+  cfg.hang_timeout = 1s;
+  cfg.hang_timeout_from_start = true;  // the workers never beat
+  cfg.shutdown_grace = 30s;
+  Agent agent(cfg, procs, io, opts);
+  EXPECT_EQ(agent.run(), exit_codes::kSuccess);
+  ASSERT_EQ(procs.spawned.size(), 4u);
+  for (int pid : {1000, 1001}) {  // attempt 0's workers: SIGKILL first, no grace
+    auto first = std::find_if(procs.signals.begin(), procs.signals.end(),
+                              [pid](const auto& s) { return s.first == pid; });
+    ASSERT_NE(first, procs.signals.end()) << pid;
+    EXPECT_EQ(first->second, SIGKILL) << "pid " << pid << " got signal " << first->second << " first";
+  }
 }
 
 TEST(AgentRendezvous, LocalFailureIsPushedToTheOtherNodes) {

@@ -1,6 +1,7 @@
 // The job's flash directory (launcher/flash_dir.h): the size parser, the directory itself, and
 // the real dlaunch binary giving it to workers, keeping it across a restart, removing it at the
-// end and (through the orphan guard) after a SIGKILL of the agent. Workers are /bin/sh scripts.
+// end and (through the orphan guard) after a SIGKILL of the agent, and the next dlaunch sweeping
+// one whose agent and guard were killed together (flash_sweep.h). Workers are /bin/sh scripts.
 #include "launcher/flash_dir.h"
 
 #include <fcntl.h>
@@ -9,11 +10,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "common/error.h"
+#include "launcher/flash_sweep.h"
 #include "tests/support/subprocess.h"
 
 namespace dlaunch::testing {
@@ -173,6 +178,107 @@ TEST(FlashDirJob, TemporaryRunDirectoryGoesWithASigkilledAgent) {
   ASSERT_TRUE(p.wait(30s));
   EXPECT_TRUE(wait_until([&] { return run_dirs() == 0; }, 20s))
       << "a temporary run directory outlived a SIGKILLed agent";
+}
+
+// The owner record decides: a directory whose owner lives stays, one whose recorded owner is
+// gone (or whose pid now names another process) goes, one without a record stays.
+TEST(FlashSweep, RemovesOnlyDirectoriesWhoseOwnersAreGone) {
+  TempDir base;
+  auto make = [&](const std::string& name) {
+    std::string d = base.file("dlaunch_flash_" + name);
+    fs::create_directories(d + "/dtrain");
+    write_zeros(d + "/dtrain/state", 4096);
+    return d;
+  };
+  const std::string live = make("live_a"), reused = make("reused_b"), bare = make("bare_c");
+  const std::string other = base.file("not_flash");
+  fs::create_directories(other);
+  ASSERT_TRUE(write_flash_owner(live, ::getpid(), ::getpid(), "live run"));
+  ASSERT_TRUE(write_flash_owner(reused, ::getpid(), ::getpid(), "reused"));
+  ASSERT_TRUE(write_flash_owner(other, ::getpid(), ::getpid(), "other"));
+  // Our pid with another start time: what a pid reused after the owner died looks like.
+  std::string record = read_file(reused + "/" + kFlashOwnerFile);
+  for (const char* key : {"\nagent ", "\nguard "}) {
+    size_t at = record.find(key);
+    ASSERT_NE(at, std::string::npos) << record;
+    size_t start = record.find(' ', at + std::strlen(key)) + 1;
+    record.insert(start, "9");  // a start time that is not our process's
+  }
+  {
+    std::ofstream(reused + "/" + kFlashOwnerFile, std::ios::trunc) << record;
+  }
+  EXPECT_NE(read_file(live + "/" + kFlashOwnerFile).find("run live_run"), std::string::npos);
+
+  auto removed = sweep_stale_flash_dirs(base.path());
+  EXPECT_EQ(removed, std::vector<std::string>{reused});
+  EXPECT_FALSE(fs::exists(reused));
+  EXPECT_TRUE(fs::exists(live + "/dtrain/state")) << "a live owner's directory was touched";
+  EXPECT_TRUE(fs::exists(bare + "/dtrain/state")) << "a directory without a record was touched";
+  EXPECT_TRUE(fs::exists(other)) << "only dlaunch_flash_* directories are swept";
+}
+
+// The real thing: a job's agent and orphan guard SIGKILLed together leave the flash directory
+// (mounted, where dlaunch may mount); the next dlaunch on the host removes it and says so.
+// `prefix` runs the first job in a mount namespace of its own (as `ip netns exec` does): its
+// tmpfs is then not visible here, only the directory beneath it.
+void sweep_after_agent_and_guard_die(const std::vector<std::string>& prefix) {
+  TempDir dir;
+  std::vector<std::string> argv = prefix;
+  for (auto& a : sh_job({"--nproc_per_node", "1"},
+                        "echo \"$DLAUNCH_FLASH_DIR\" > " + dir.file("flash") +
+                            "; echo x > \"$DLAUNCH_FLASH_DIR/rank0\"; touch " + dir.file("ready") +
+                            "; exec sleep 300")) {
+    argv.push_back(a);
+  }
+  Subprocess p(argv);
+  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ready")); }, 30s)) << p.err();
+  const std::string flash = trim(read_file(dir.file("flash")));
+  ASSERT_EQ(flash.rfind(std::string(kFlashBase) + "/dlaunch_flash_", 0), 0u) << flash;
+  // The owner record names the agent and its guard.
+  std::istringstream record(read_file(flash + "/" + kFlashOwnerFile));
+  std::string line, key;
+  pid_t agent = 0, guard = 0;
+  while (std::getline(record, line)) {
+    std::istringstream words(line);
+    words >> key;
+    if (key == "agent") words >> agent;
+    if (key == "guard") words >> guard;
+  }
+  ASSERT_EQ(agent, p.pid()) << read_file(flash + "/" + kFlashOwnerFile);
+  ASSERT_GT(guard, 0);
+  // The guard first, so nothing is left to clean up after the agent.
+  ASSERT_EQ(::kill(guard, SIGKILL), 0);
+  // Dead once gone or a zombie: the agent never reaps its guard before its own clean exit.
+  auto dead = [](pid_t pid) {
+    std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    size_t close = stat.rfind(')');
+    return close == std::string::npos || stat.compare(close, 3, ") Z") == 0;
+  };
+  ASSERT_TRUE(wait_until([&] { return dead(guard); }, 10s)) << "the guard did not die";
+  p.signal(SIGKILL);
+  ASSERT_TRUE(p.wait(30s));
+  ASSERT_TRUE(fs::exists(flash)) << "nothing should have removed it yet";
+
+  auto r = run(sh_job({"--flash_limit", "0"}, "true"), {}, 60s);
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_FALSE(fs::exists(flash)) << flash << " was not swept; dlaunch said:\n" << r.err;
+  EXPECT_NE(r.err.find("removed the stale flash directory " + flash), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("pid " + std::to_string(agent)), std::string::npos) << r.err;
+}
+
+TEST(FlashDirJob, LeftByAKilledAgentAndGuardIsSweptAtTheNextStart) {
+  sweep_after_agent_and_guard_die({});
+}
+
+TEST(FlashDirJob, LeftInAnotherMountNamespaceIsSweptToo) {
+  const std::vector<std::string> unshare = {"/usr/bin/unshare", "--mount", "--propagation",
+                                            "private"};
+  std::vector<std::string> probe = unshare;
+  probe.push_back("true");
+  if (!file_exists(unshare[0]) || run(probe, {}, 30s).exit.shell_code() != 0) {
+    GTEST_SKIP() << "cannot make a mount namespace here (needs root and util-linux's unshare)";
+  }
+  sweep_after_agent_and_guard_die(unshare);
 }
 
 }  // namespace

@@ -110,6 +110,10 @@ TEST(DtrainDevice, AutoWithoutAGpuTrainsOnTheCpuAndSaysWhy) {
   EXPECT_NE((r.out + r.err).find("device: cpu (--device auto: looked for a CUDA GPU and found"),
             std::string::npos)
       << r.out << r.err;
+  // No driver here: the CUDA runtime is not even loaded (it would only say "no device").
+  if (!fs::exists("/dev/nvidiactl") && !fs::exists("/dev/nvidia0") && !fs::exists("/dev/dxg")) {
+    EXPECT_NE((r.out + r.err).find("found no NVIDIA driver"), std::string::npos) << r.out << r.err;
+  }
   RunResult cpu = run_dtrain(dir, tiny({"--device=cpu", "--overwrite", "--max_steps=1"}));
   ASSERT_EQ(cpu.exit.shell_code(), 0) << cpu.out << cpu.err;
   EXPECT_NE((cpu.out + cpu.err).find("device: cpu (--device cpu)"), std::string::npos)

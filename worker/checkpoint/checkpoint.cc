@@ -16,6 +16,7 @@
 #include <tuple>
 
 #include "common/byte_order.h"
+#include "common/file_bytes.h"
 #include "common/log.h"
 
 namespace dlaunch::ckpt {
@@ -311,11 +312,10 @@ void write_checkpoint_bytes(const std::string& path, const std::vector<uint8_t>&
 }
 
 Checkpoint read_checkpoint(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw CheckpointError(errno_message("cannot open checkpoint " + path, errno));
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) throw CheckpointError("reading checkpoint " + path + " failed");
-  return decode_checkpoint(bytes, path);
+  int err = 0;
+  std::optional<std::vector<uint8_t>> bytes = read_file_bytes(path, &err);
+  if (!bytes) throw CheckpointError(errno_message("cannot read checkpoint " + path, err));
+  return decode_checkpoint(*bytes, path);
 }
 
 std::string checkpoint_file_name(int64_t epoch) {

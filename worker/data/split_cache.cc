@@ -10,12 +10,12 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <functional>
 #include <iterator>
 #include <vector>
 
 #include "common/byte_order.h"
+#include "common/file_bytes.h"
 #include "common/log.h"
 
 namespace dlaunch::data {
@@ -86,9 +86,9 @@ std::string split_cache_key(const std::string& dataset, const std::string& data_
 
 std::optional<DatasetSplits> read_split_cache(const std::string& dir, const std::string& key) {
   const std::string path = file_for(dir, key);
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::vector<uint8_t> in((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::optional<std::vector<uint8_t>> read = read_file_bytes(path);
+  if (!read) return std::nullopt;
+  const std::vector<uint8_t>& in = *read;
   auto bad = [&](const char* why) -> std::optional<DatasetSplits> {
     log_warning("ignoring the data copy {} in the flash directory: {}; loading the data again",
                 path, why);
