@@ -136,7 +136,9 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
             if (store_->check({k})) ids.push_back(NodeDescriptor::decode(store_->get(k)).id);
           }
         }
-        view_.running_round_dead = !ids.empty() && waiting_liveness->dead(ids).size() == ids.size();
+        // Gone, not only dead: nodes that left cleanly (the whole job was stopped, and is now
+        // started again with the same run id) will not open the next round either.
+        view_.running_round_dead = !ids.empty() && waiting_liveness->gone(ids).size() == ids.size();
       }
       just_joined = false;
       JoinDecision d = decide_join(state, view_, limits_, now);

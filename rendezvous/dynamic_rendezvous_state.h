@@ -48,7 +48,7 @@ struct DynamicNodeView {
   int64_t arrival_index = 0;   // 1-based, in joined_round
   int64_t arrivals = 0;        // the latest arrival count seen for joined_round
   TimePoint arrivals_changed_at{};
-  bool running_round_dead = false;  // every participant of the running round is dead
+  bool running_round_dead = false;  // every participant of the running round died or left
 };
 
 struct DynamicLimits {

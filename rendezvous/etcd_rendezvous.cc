@@ -61,6 +61,23 @@ class LeaseLiveness final : public Liveness {
   }
 
   std::vector<std::string> dead(const std::vector<std::string>& node_ids) override {
+    return absent(node_ids, false);
+  }
+
+  std::vector<std::string> gone(const std::vector<std::string>& node_ids) override {
+    return absent(node_ids, true);
+  }
+
+  void leave() override {
+    store_->set(store_key("left/" + self_), to_bytes("1"));
+    if (lease_ != 0) store_->client().lease_revoke(lease_);  // deletes the alive key at once
+    lease_ = 0;
+  }
+
+ private:
+  // The nodes whose lease expired (or that never took one within the window); those that left
+  // cleanly too when `left_counts`.
+  std::vector<std::string> absent(const std::vector<std::string>& node_ids, bool left_counts) {
     std::vector<std::string> result;
     const TimePoint now = clock_.now();
     for (size_t start = 0; start < node_ids.size(); start += kNodesPerTxn) {
@@ -85,7 +102,9 @@ class LeaseLiveness final : public Liveness {
         auto& seen = seen_[ids[i]];
         if (alive) {
           seen = {true, TimePoint::max()};
-        } else if (!left) {
+        } else if (left) {
+          if (left_counts) result.push_back(ids[i]);
+        } else {
           // Never seen alive: a node that just joined may not have beaten yet; give it the
           // window before calling it dead, as the store liveness does.
           if (seen.first_missing == TimePoint::max()) seen.first_missing = now;
@@ -96,13 +115,6 @@ class LeaseLiveness final : public Liveness {
     return result;
   }
 
-  void leave() override {
-    store_->set(store_key("left/" + self_), to_bytes("1"));
-    if (lease_ != 0) store_->client().lease_revoke(lease_);  // deletes the alive key at once
-    lease_ = 0;
-  }
-
- private:
   // The Store-level key (EtcdStore adds its own prefix).
   std::string store_key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
   // The etcd key.

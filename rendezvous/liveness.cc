@@ -16,10 +16,26 @@ class StoreLiveness final : public Liveness {
   void beat() override { store_->add(prefix_ + "/hb/" + self_, 1); }
 
   std::vector<std::string> dead(const std::vector<std::string>& node_ids) override {
+    return absent(node_ids, false);
+  }
+
+  std::vector<std::string> gone(const std::vector<std::string>& node_ids) override {
+    return absent(node_ids, true);
+  }
+
+  void leave() override { store_->set(prefix_ + "/left/" + self_, to_bytes("1")); }
+
+ private:
+  // The nodes silent for the window; those that left cleanly too when `left_counts`.
+  std::vector<std::string> absent(const std::vector<std::string>& node_ids, bool left_counts) {
     std::vector<std::string> result;
     auto now = clock_.now();
     for (const auto& id : node_ids) {
       if (id == self_) continue;
+      if (left_counts && has_left(id)) {
+        result.push_back(id);
+        continue;
+      }
       // add(0) reads the counter without blocking, creating it at 0 for a node that never beat.
       int64_t count = store_->add(prefix_ + "/hb/" + id, 0);
       auto it = seen_.find(id);
@@ -27,16 +43,15 @@ class StoreLiveness final : public Liveness {
         seen_[id] = {count, now};
         continue;
       }
-      if (now - it->second.changed_at >= window_ && !store_->check({prefix_ + "/left/" + id})) {
+      // (With left_counts, has_left(id) was false just now.)
+      if (now - it->second.changed_at >= window_ && (left_counts || !has_left(id))) {
         result.push_back(id);
       }
     }
     return result;
   }
+  bool has_left(const std::string& id) { return store_->check({prefix_ + "/left/" + id}); }
 
-  void leave() override { store_->set(prefix_ + "/left/" + self_, to_bytes("1")); }
-
- private:
   struct Seen {
     int64_t count;
     TimePoint changed_at;

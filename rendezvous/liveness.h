@@ -29,6 +29,13 @@ class Liveness {
   virtual std::vector<std::string> dead(const std::vector<std::string>& node_ids) = 0;
   // This node leaves on purpose (job done); observers stop watching it.
   virtual void leave() = 0;
+  // Which of `node_ids` will not act any more: dead as above, or left cleanly. A node waiting
+  // for a running round to end asks this: a round whose nodes all left (the whole job was
+  // SIGTERMed, then started again with the same run id) has nobody to open the next round, as
+  // one whose nodes all died. A liveness that cannot tell who left answers dead().
+  virtual std::vector<std::string> gone(const std::vector<std::string>& node_ids) {
+    return dead(node_ids);
+  }
 };
 
 // Makes the liveness of `self_id`; `window` = keep_alive_interval x keep_alive_max_attempt.
