@@ -11,6 +11,7 @@
 #include "rendezvous/job_token.h"
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/round_table.h"
+#include "rendezvous/store_ledger.h"
 #include "rendezvous/tcp_store_client.h"
 #include "rendezvous/version_mix.h"
 #include "rendezvous/worker_namespace.h"
@@ -30,13 +31,6 @@ const std::string kDoneReopened = "reopened";
 Duration share_of(Duration d, const std::string& salt) {
   return d * static_cast<int64_t>(std::hash<std::string>{}(salt) % 1000) / 1000;
 }
-
-// How often a waiting node re-reads the arrival count while a round forms. Wake-up keys make
-// most waits end early; this bounds the last-call measurement error.
-Duration poll_interval(const RendezvousConfig& c) {
-  auto p = c.last_call_timeout / 5;
-  return std::clamp<Duration>(p, std::chrono::milliseconds(10), std::chrono::milliseconds(250));
-}
 }  // namespace
 
 DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params)
@@ -47,7 +41,8 @@ DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params,
     : params_(params),
       config_(RendezvousConfig::parse(params.config)),
       clock_(params.clock ? *params.clock : steady_clock()),
-      ledger_(std::move(ledger)) {
+      ledger_(std::move(ledger)),
+      store_dies_with_host_(!ledger_) {
   if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
     throw UsageError("--nnodes " + std::to_string(params_.min_nodes) + ":" +
                      std::to_string(params_.max_nodes) +
@@ -60,13 +55,22 @@ DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params,
   open_store_ = detail::store_opener(params_, config_, store_);
   watcher_ = std::make_unique<EventWatcher>(open_store_, prefix_, node_id_,
                                             std::chrono::seconds(1));
-  store_dies_with_host_ = !ledger_;
+  if (!ledger_) {
+    ledger_ = std::make_shared<StoreRoundLedger>(store_, prefix_, config_.keep_alive_interval,
+                                                 clock_);
+  }
+}
+
+std::unique_ptr<Liveness> DynamicRendezvous::make_liveness(std::shared_ptr<Store> store) const {
+  // The backend's liveness (etcd: leases), else heartbeats through the store.
+  const auto& factory = params_.liveness ? params_.liveness : LivenessFactory(make_store_liveness);
+  return factory(std::move(store), prefix_, node_id_, keep_alive_window(), clock_);
 }
 
 DynamicRendezvous::~DynamicRendezvous() { shutdown(); }
 
 std::string DynamicRendezvous::round_key(int64_t round, const std::string& suffix) const {
-  return prefix_ + "/round/" + std::to_string(round) + "/" + suffix;
+  return ledger_round_key(prefix_, round, suffix);
 }
 
 std::optional<DynamicState> DynamicRendezvous::read_state() {
@@ -80,210 +84,172 @@ std::optional<DynamicState> DynamicRendezvous::read_state() {
 
 RendezvousResult DynamicRendezvous::next_rendezvous() {
   start_keep_alive();
-  auto start = clock_.now();
-  auto deadline = start + config_.join_timeout;
+  JoinAttempt attempt;
+  attempt.deadline = clock_.now() + config_.join_timeout;
   view_.running_round_dead = false;
-  bool announced_waiting = false;
-  TimePoint last_dead_check{};
-  std::unique_ptr<Liveness> waiting_liveness;  // only while waiting for a full round to end
-  std::optional<DynamicState> state;
-  // This node just joined: `state` (OPEN, as it was) and the arrival count its join returned
-  // are news enough to decide again without reading them (two requests per node and round).
-  bool just_joined = false;
-  int64_t released_round = -1;  // the round whose "done" this node saw set
   while (true) {
     if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
     try {
-      if (!just_joined) state = read_state();
-      auto now = clock_.now();
-      if (!just_joined && state && state->status == DynamicState::Status::kOpen &&
-          view_.joined_round == state->round) {
-        if (ledger_) {
-          auto count = ledger_->arrivals(state->round, now);
-          if (count.arrivals != view_.arrivals) {
-            view_.arrivals = count.arrivals;
-            view_.arrivals_changed_at = count.changed_at;
-          }
-        } else {
-          int64_t arrivals = store_->add(round_key(state->round, "arrivals"), 0);
-          if (arrivals != view_.arrivals) {
-            view_.arrivals = arrivals;
-            view_.arrivals_changed_at = now;
-          }
-        }
-      }
-      if (state && state->status == DynamicState::Status::kComplete &&
-          view_.joined_round == state->round && view_.arrival_index > state->participants &&
-          now - last_dead_check >= config_.keep_alive_interval) {
-        // Waiting for the next round. Normally a running node opens it once told; if every node
-        // of the running round is gone, nobody will: find out (once per keep-alive interval).
-        last_dead_check = now;
-        if (!waiting_liveness) {
-          // The backend's liveness (etcd: leases), as the keep-alive thread uses.
-          auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
-          waiting_liveness = params_.liveness
-                                 ? params_.liveness(store_, prefix_, node_id_, window, clock_)
-                                 : make_store_liveness(store_, prefix_, node_id_, window, clock_);
-        }
-        std::vector<std::string> ids;
-        if (ledger_) {
-          for (const auto& p : ledger_->participants(state->round, state->participants)) {
-            ids.push_back(p.id);
-          }
-        } else {
-          for (int64_t i = 1; i <= state->participants; ++i) {
-            auto k = round_key(state->round, "node/" + std::to_string(i));
-            if (store_->check({k})) ids.push_back(NodeDescriptor::decode(store_->get(k)).id);
-          }
-        }
-        // Gone, not only dead: nodes that left cleanly (the whole job was stopped, and is now
-        // started again with the same run id) will not open the next round either.
-        view_.running_round_dead = !ids.empty() && waiting_liveness->gone(ids).size() == ids.size();
-      }
-      just_joined = false;
-      JoinDecision d = decide_join(state, view_, limits_, now);
-      log_debug("rendezvous {}: round {} step {}", params_.run_id, state ? state->round : -1,
-                join_step_name(d.step));
-      switch (d.step) {
-        case JoinStep::kClosed:
-          throw StateError("rendezvous '" + params_.run_id +
-                           "' is closed: the job finished or failed on another node; no new round "
-                           "will start");
-        case JoinStep::kCreate:
-          store_->compare_set(key("state"), Bytes(), d.next.encode());
-          continue;
-        case JoinStep::kJoin: {
-          int64_t r = state->round;
-          NodeDescriptor me{node_id_, params_.host, params_.local_world_size,
-                            params_.node_rank ? *params_.node_rank : -1};
-          {
-            std::lock_guard<std::mutex> lock(mutex_);
-            me.previous_rank = my_rank_;
-          }
-          me.version = params_.version;
-          int64_t index;
-          if (ledger_) {
-            index = ledger_->join(r, me);
-          } else {
-            index = store_->add(round_key(r, "arrivals"), 1);
-            store_->set(round_key(r, "node/" + std::to_string(index)), me.encode());
-          }
-          view_.joined_round = r;
-          view_.arrival_index = index;
-          view_.arrivals = index;
-          view_.arrivals_changed_at = now;
-          announced_waiting = false;
-          just_joined = true;
-          continue;  // decide at once: complete at MAX, or announce ourselves to a running round
-        }
-        case JoinStep::kComplete:
-          // compare_set returns the value now stored, so every node that tried it sees
-          // COMPLETE(r, n), not only the one that wrote it (hundreds at 2,048 nodes): one add
-          // picks the closer among them.
-          if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
-                  d.next.encode() &&
-              store_->add(round_key(state->round, "closer"), 1) == 1) {
-            release_round(d.next, deadline);
-          }
-          continue;
-        case JoinStep::kOpenNext:
-          if (store_->compare_set(key("state"), state->encode(), d.next.encode()) ==
-              d.next.encode()) {
-            store_->set(round_key(state->round, "superseded"), to_bytes("1"));
-          }
-          continue;
-        case JoinStep::kDone:
-          if (auto result = finish_round(*state, released_round == state->round, deadline)) {
-            return *result;
-          }
-          // Not in this round: join the next one (already open when the round was given up;
-          // else as a late arrival, once it opens).
-          view_.arrival_index = std::numeric_limits<int64_t>::max();
-          continue;
-        case JoinStep::kWaitNextRound:
-          if (!announced_waiting) {
-            announced_waiting = true;
-            if (state->participants < limits_.max_nodes) {
-              publish_event(*store_, prefix_, state->round,
-                            {RendezvousEvent::Kind::kMembershipChanged, node_id_,
-                             "node " + params_.host + " is waiting to join"});
-            }
-          }
-          break;
-        case JoinStep::kWait:
-          break;
-      }
-      if (now >= deadline) {
-        int64_t arrivals = view_.arrivals;
-        throw TimeoutError(
-            "rendezvous '" + params_.run_id + "': join_timeout (" +
-            fmt::format("{:g}", to_seconds(config_.join_timeout)) + " s) passed with " +
-            std::to_string(arrivals) + " node(s) in round " +
-            std::to_string(state ? state->round : 0) + ", fewer than --nnodes MIN=" +
-            std::to_string(limits_.min_nodes) +
-            (d.step == JoinStep::kWaitNextRound ? " (this node waits for a full round to restart)"
-                                                : "") +
-            (job_token_refusals() > 0
-                 ? fmt::format("; this node's store refused {} client(s) for a job token that "
-                               "differs from its own: give every node the same "
-                               "DLAUNCH_JOB_TOKEN",
-                               job_token_refusals())
-                 : std::string()) +
-            "; check that the other agents run with the same --rdzv_id and --rdzv_endpoint " +
-            params_.endpoint);
-      }
-      if (ledger_) {
-        // No polling: the ledger returns when the decision may change; a waiting late arrival
-        // still looks at the running round's liveness once per keep-alive interval.
-        if (d.step == JoinStep::kWaitNextRound) {
-          TimePoint until = std::min(deadline, now + config_.keep_alive_interval);
-          ledger_->wait(state->round, round_key(state->round, "superseded"), nullptr, until);
-        } else {
-          ledger_->wait(state->round, round_key(state->round, "done"), &limits_,
-                        std::min(deadline, d.wake_at));
-        }
-        continue;
-      }
-      // Sleep until something may have changed: the store wakes every node at once when the
-      // round's wake-up key is set ("done" when it completes, "superseded" when the next one
-      // opens). Only the first arrival polls the count to measure the last call; the others
-      // would be N pollers (16,384 x 5 reads/s). They look again once per keep-alive interval,
-      // at most once a second, so a first arrival that died costs at most that. (Longer
-      // slices, 5 s, made 512 real agents on one host come up 1.4 s later in agents_bench:
-      // the waiting call holds its connection for the whole slice; not yet understood.)
-      const bool measures_last_call = d.step == JoinStep::kWait && view_.arrival_index == 1;
-      Duration sleep = measures_last_call
-                           ? poll_interval(config_)
-                           : std::min<Duration>(config_.keep_alive_interval, std::chrono::seconds(1));
-      if (measures_last_call && d.wake_at != TimePoint::max()) {
-        sleep = std::min<Duration>(sleep, std::max<Duration>(d.wake_at - now, Duration(0)));
-      }
-      sleep = std::min<Duration>(sleep, deadline - now);
-      std::string wake_key = round_key(state->round, d.step == JoinStep::kWaitNextRound
-                                                         ? "superseded"
-                                                         : "done");
-      try {
-        if (sleep > Duration::zero()) {
-          store_->wait({wake_key}, sleep);
-          if (d.step != JoinStep::kWaitNextRound) released_round = state->round;
-        }
-      } catch (const TimeoutError&) {
-      }
+      if (auto result = join_step(attempt)) return *result;
       continue;
     } catch (const ClosedError& e) {  // also StoreInterruptedError (store loss declared)
-      if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
-      if (clock_.now() >= deadline) throw;
-      log_debug("rendezvous {}: {}; retrying", params_.run_id, e.what());
+      retry_or_rethrow(attempt.deadline, e);
     } catch (const ConnectionError& e) {
       // A reconnect failed (within seconds): the keep-alive decides whether the store is gone.
-      if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
-      if (clock_.now() >= deadline) throw;
-      log_debug("rendezvous {}: {}; retrying", params_.run_id, e.what());
+      retry_or_rethrow(attempt.deadline, e);
     }
     // Retry soon, or at once when the keep-alive declares the store lost.
     std::unique_lock<std::mutex> lock(mutex_);
     wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return !store_lost_.empty(); });
   }
+}
+
+void DynamicRendezvous::retry_or_rethrow(TimePoint deadline, const Error& e) {
+  if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+  if (clock_.now() >= deadline) throw;  // the exception being handled (a caller's catch)
+  log_debug("rendezvous {}: {}; retrying", params_.run_id, e.what());
+}
+
+std::optional<RendezvousResult> DynamicRendezvous::join_step(JoinAttempt& a) {
+  if (!a.just_joined) a.state = read_state();
+  auto now = clock_.now();
+  if (!a.just_joined) refresh_arrivals(a.state, now);
+  a.just_joined = false;
+  check_running_round_gone(a, now);
+  JoinDecision d = decide_join(a.state, view_, limits_, now);
+  log_debug("rendezvous {}: round {} step {}", params_.run_id, a.state ? a.state->round : -1,
+            join_step_name(d.step));
+  if (!act(d, a, now)) return std::move(a.result);  // a result, or decide again at once
+  if (now >= a.deadline) throw_join_timeout(a, d);
+  const int64_t round = a.state->round;
+  if (d.step == JoinStep::kWaitNextRound) {
+    // A late arrival: woken when the next round opens, and meanwhile looks at the running
+    // round's nodes once per keep-alive interval (check_running_round_gone).
+    ledger_->wait(round, round_key(round, "superseded"), nullptr,
+                  std::min(a.deadline, now + config_.keep_alive_interval));
+  } else {
+    ledger_->wait(round, round_key(round, "done"), &limits_, a.deadline);
+  }
+  return std::nullopt;
+}
+
+void DynamicRendezvous::refresh_arrivals(const std::optional<DynamicState>& state,
+                                         TimePoint now) {
+  if (!state || state->status != DynamicState::Status::kOpen ||
+      view_.joined_round != state->round) {
+    return;
+  }
+  auto count = ledger_->arrivals(state->round, now);
+  if (count.arrivals != view_.arrivals) {
+    view_.arrivals = count.arrivals;
+    view_.arrivals_changed_at = count.changed_at;
+  }
+}
+
+void DynamicRendezvous::check_running_round_gone(JoinAttempt& a, TimePoint now) {
+  const auto& s = a.state;
+  if (!s || s->status != DynamicState::Status::kComplete || view_.joined_round != s->round ||
+      view_.arrival_index <= s->participants ||
+      now - a.last_gone_check < config_.keep_alive_interval) {
+    return;
+  }
+  // Waiting for the next round. Normally a running node opens it once told; if every node of
+  // the running round is gone, nobody will: find out (once per keep-alive interval).
+  a.last_gone_check = now;
+  if (!a.waiting_liveness) a.waiting_liveness = make_liveness(store_);
+  std::vector<std::string> ids;
+  for (const auto& node : ledger_->described(s->round, s->participants, now).nodes) {
+    ids.push_back(node.id);
+  }
+  // Gone, not only dead: nodes that left cleanly (the whole job was stopped, and is now
+  // started again with the same run id) will not open the next round either.
+  view_.running_round_dead = !ids.empty() && a.waiting_liveness->gone(ids).size() == ids.size();
+}
+
+bool DynamicRendezvous::act(const JoinDecision& d, JoinAttempt& a, TimePoint now) {
+  switch (d.step) {
+    case JoinStep::kClosed:
+      throw StateError(fmt::format(
+          "rendezvous '{}' is closed: the job finished or failed on another node; no new round "
+          "will start",
+          params_.run_id));
+    case JoinStep::kCreate:
+      store_->compare_set(key("state"), Bytes(), d.next.encode());
+      return false;
+    case JoinStep::kJoin:
+      join_round(a.state->round, now);
+      a.announced_waiting = false;
+      a.just_joined = true;  // decide at once: complete at MAX, or announce ourselves
+      return false;
+    case JoinStep::kComplete:
+      // compare_set returns the value now stored, so every node that tried it sees
+      // COMPLETE(r, n), not only the one that wrote it (hundreds at 2,048 nodes): one add
+      // picks the closer among them.
+      if (store_->compare_set(key("state"), a.state->encode(), d.next.encode()) ==
+              d.next.encode() &&
+          store_->add(round_key(a.state->round, "closer"), 1) == 1) {
+        release_round(d.next, a.deadline);
+      }
+      return false;
+    case JoinStep::kOpenNext:
+      if (store_->compare_set(key("state"), a.state->encode(), d.next.encode()) ==
+          d.next.encode()) {
+        store_->set(round_key(a.state->round, "superseded"), to_bytes("1"));
+      }
+      return false;
+    case JoinStep::kDone:
+      a.result = finish_round(*a.state, a.deadline);
+      // Not in this round: join the next one (already open when the round was given up; else
+      // as a late arrival, once it opens).
+      if (!a.result) view_.arrival_index = std::numeric_limits<int64_t>::max();
+      return false;
+    case JoinStep::kWaitNextRound:
+      if (!a.announced_waiting) {
+        a.announced_waiting = true;
+        if (a.state->participants < limits_.max_nodes) {
+          publish_event(*store_, prefix_, a.state->round,
+                        {RendezvousEvent::Kind::kMembershipChanged, node_id_,
+                         fmt::format("node {} is waiting to join", params_.host)});
+        }
+      }
+      return true;
+    case JoinStep::kWait:
+      return true;
+  }
+  return true;
+}
+
+void DynamicRendezvous::join_round(int64_t round, TimePoint now) {
+  NodeDescriptor me{node_id_, params_.host, params_.local_world_size,
+                    params_.node_rank ? *params_.node_rank : -1};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    me.previous_rank = my_rank_;
+  }
+  me.version = params_.version;
+  int64_t index = ledger_->join(round, me);
+  view_.joined_round = round;
+  view_.arrival_index = index;
+  view_.arrivals = index;
+  view_.arrivals_changed_at = now;
+}
+
+void DynamicRendezvous::throw_join_timeout(const JoinAttempt& a, const JoinDecision& d) {
+  std::string token_hint;
+  if (job_token_refusals() > 0) {
+    token_hint = fmt::format(
+        "; this node's store refused {} client(s) for a job token that differs from its own: "
+        "give every node the same DLAUNCH_JOB_TOKEN",
+        job_token_refusals());
+  }
+  throw TimeoutError(fmt::format(
+      "rendezvous '{}': join_timeout ({:g} s) passed with {} node(s) in round {}, fewer than "
+      "--nnodes MIN={}{}{}; check that the other agents run with the same --rdzv_id and "
+      "--rdzv_endpoint {}",
+      params_.run_id, to_seconds(config_.join_timeout), view_.arrivals,
+      a.state ? a.state->round : 0, limits_.min_nodes,
+      d.step == JoinStep::kWaitNextRound ? " (this node waits for a full round to restart)" : "",
+      token_hint, params_.endpoint));
 }
 
 void DynamicRendezvous::begin_worker_namespace(int64_t round) {
@@ -292,41 +258,16 @@ void DynamicRendezvous::begin_worker_namespace(int64_t round) {
   dlaunch::begin_worker_namespace(*tcp, worker_namespace(params_.run_id, round));
 }
 
-DynamicRendezvous::Participants DynamicRendezvous::read_participants(int64_t round, int64_t n,
-                                                                    TimePoint wait_until) {
-  Participants p;
-  if (ledger_) {  // a ledger's join is atomic: every arrival is described
-    p.nodes = ledger_->participants(round, n);
-    for (int64_t i = 1; i <= n; ++i) p.indexes.push_back(i);
-    return p;
-  }
-  std::vector<std::string> keys;
-  for (int64_t i = 1; i <= n; ++i) keys.push_back(round_key(round, fmt::format("node/{}", i)));
-  // An arrival counted but not yet described (its agent just added itself) is a moment away;
-  // one that died between the two steps is not: wait until `wait_until`, then go on without it.
-  bool all = true;
-  try {
-    store_->wait(keys, std::max<Duration>(wait_until - clock_.now(), std::chrono::milliseconds(1)));
-  } catch (const TimeoutError&) {
-    all = false;
-  }
-  std::vector<std::string> present;
-  for (int64_t i = 1; i <= n; ++i) {
-    // One request per arrival, only when some never described itself (rare).
-    if (all || store_->check({keys[i - 1]})) {
-      present.push_back(keys[i - 1]);
-      p.indexes.push_back(i);
-    }
-  }
-  if (present.empty()) return p;
-  for (const auto& v : store_->multi_get(present)) p.nodes.push_back(NodeDescriptor::decode(v));
-  if (!all) {
+RoundLedger::Described DynamicRendezvous::read_participants(int64_t round, int64_t n,
+                                                           TimePoint wait_until) {
+  auto arrivals = ledger_->described(round, n, wait_until);
+  if (static_cast<int64_t>(arrivals.nodes.size()) < n) {
     log_warning("rendezvous '{}' round {}: {} of {} node(s) counted themselves in but never "
                 "described themselves within the keep-alive window (they died while joining); "
                 "the round goes on without them",
-                params_.run_id, round, n - static_cast<int64_t>(p.nodes.size()), n);
+                params_.run_id, round, n - static_cast<int64_t>(arrivals.nodes.size()), n);
   }
-  return p;
+  return arrivals;
 }
 
 void DynamicRendezvous::release_round(const DynamicState& complete, TimePoint deadline) {
@@ -384,8 +325,7 @@ bool DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint 
   return true;
 }
 
-Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, bool released,
-                                          TimePoint deadline) {
+Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, TimePoint deadline) {
   const std::string done_key = round_key(state.round, "done");
   while (true) {
     // The closer publishes the table and sets "done" within moments. One that died between
@@ -395,13 +335,7 @@ Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, bool releas
     auto now = clock_.now();
     auto until = std::min(deadline, now + keep_alive_window());
     try {
-      if (ledger_) return ledger_->wait_key(state.round, done_key, until);
-      // A WAIT that times out is cancelled on the wire and keeps the connection (a get that
-      // timed out would drop it: N reconnects at once). Known set: read it at once.
-      if (!released) {
-        store_->wait({done_key}, std::max<Duration>(until - now, std::chrono::milliseconds(1)));
-      }
-      return store_->get(done_key);
+      return ledger_->wait_key(state.round, done_key, until);
     } catch (const TimeoutError&) {
       if (clock_.now() >= deadline) {
         throw TimeoutError(fmt::format(
@@ -420,11 +354,10 @@ Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, bool releas
 }
 
 std::optional<RendezvousResult> DynamicRendezvous::finish_round(const DynamicState& state,
-                                                                bool released,
                                                                 TimePoint deadline) {
   // The completing node starts the round's worker namespace and then sets "done": wait for it,
   // so no worker of this round starts before.
-  Bytes done = wait_for_release(state, released, deadline);
+  Bytes done = wait_for_release(state, deadline);
   if (done == to_bytes(kDoneReopened)) {
     log_info("rendezvous '{}' round {} had fewer than --nnodes MIN={} live nodes; joining the "
              "next round",
@@ -630,8 +563,7 @@ int64_t DynamicRendezvous::num_nodes_waiting() {
   if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
   auto state = read_state();
   if (!state || state->status != DynamicState::Status::kComplete) return 0;
-  int64_t arrivals = ledger_ ? ledger_->arrivals(state->round, clock_.now()).arrivals
-                             : store_->add(round_key(state->round, "arrivals"), 0);
+  int64_t arrivals = ledger_->arrivals(state->round, clock_.now()).arrivals;
   return std::max<int64_t>(0, arrivals - state->participants);
 }
 
@@ -752,9 +684,7 @@ bool DynamicRendezvous::keep_alive_step() {
   try {
     if (!ka.store) {
       ka.store = open_store_();
-      ka.liveness = params_.liveness
-                        ? params_.liveness(ka.store, prefix_, node_id_, window, clock_)
-                        : make_store_liveness(ka.store, prefix_, node_id_, window, clock_);
+      ka.liveness = make_liveness(ka.store);
       std::lock_guard<std::mutex> lock(mutex_);
       keep_alive_store_ = ka.store;
       if (stopping_) return false;
@@ -794,7 +724,7 @@ bool DynamicRendezvous::keep_alive_step() {
     ka.last_contact = clock_.now();
     if (ka.in_trouble) {
       log_info("rendezvous keep-alive: {}{} reachable again after {:.1f} s",
-               ledger_ ? "etcd at " : "the store at ", params_.endpoint, to_seconds(silent));
+               store_dies_with_host_ ? "the store at " : "etcd at ", params_.endpoint, to_seconds(silent));
       ka.in_trouble = false;
     }
     std::lock_guard<std::mutex> lock(mutex_);

@@ -1,8 +1,8 @@
 // The c10d-style elastic rendezvous (--rdzv_backend c10d, --nnodes MIN:MAX): the executor that
 // does the I/O for the pure state machine in dynamic_rendezvous_state.h. Written only against
-// the Store interface (compare_set on one state record, add for arrivals, wait for wake-ups)
-// and the Liveness interface, so it runs over the TCP store and over etcd alike. A backend may
-// add a RoundLedger (dynamic_rendezvous_ledger.h) for arrivals and waiting; etcd does.
+// the Store interface (compare_set on one state record), a RoundLedger for arrivals and waiting
+// (dynamic_rendezvous_ledger.h: over the store by default, etcd brings its own) and the
+// Liveness interface, so it runs over the TCP store and over etcd alike, on one code path.
 //
 // Keys, under "dlaunch/rdzv/<run_id>":
 //   state                      the record (compare_set only)
@@ -55,8 +55,8 @@ class DynamicRendezvous final : public RendezvousHandler {
  public:
   // Connects to the store (or uses params.store). Throws UsageError for a bad node range.
   explicit DynamicRendezvous(const RendezvousParams& params);
-  // The same with a RoundLedger (dynamic_rendezvous_ledger.h) for arrivals and waiting instead
-  // of the store's counter and polling (the etcd backend). nullptr: as above.
+  // The same with the backend's RoundLedger (dynamic_rendezvous_ledger.h) for arrivals and
+  // waiting instead of the store's counter and polling (the etcd backend). nullptr: as above.
   DynamicRendezvous(const RendezvousParams& params, std::shared_ptr<RoundLedger> ledger);
   // The store prefix of run `run_id`'s rendezvous keys ("dlaunch/rdzv/<run_id>").
   static std::string key_prefix(const std::string& run_id) { return "dlaunch/rdzv/" + run_id; }
@@ -92,21 +92,45 @@ class DynamicRendezvous final : public RendezvousHandler {
     return prefix_ + "/tables/" + std::to_string(round) + "/" + suffix;
   }
   std::optional<DynamicState> read_state();
+
+  // One next_rendezvous() call's way through the join state machine (decide_join), a step at
+  // a time: read what changed, decide, act, and wait for news when there is nothing to do.
+  struct JoinAttempt {
+    TimePoint deadline;  // the join timeout
+    std::optional<DynamicState> state;
+    // This node just joined: `state` (OPEN, as it was) and the arrival count its join returned
+    // are news enough to decide again without reading them (two requests per node and round).
+    bool just_joined = false;
+    bool announced_waiting = false;  // as a late arrival, to the running round
+    TimePoint last_gone_check{};
+    std::unique_ptr<Liveness> waiting_liveness;  // only while waiting for a full round to end
+    std::optional<RendezvousResult> result;      // this node's round formed
+  };
+  // One step; the result once this node's round formed.
+  std::optional<RendezvousResult> join_step(JoinAttempt& a);
+  // Inside a catch handler of a store error: rethrows it when the store was declared lost or
+  // the join timeout passed; else logs it (the caller retries).
+  void retry_or_rethrow(TimePoint deadline, const Error& e);
+  // The arrival count of the round this node joined, while that round is open.
+  void refresh_arrivals(const std::optional<DynamicState>& state, TimePoint now);
+  // A late arrival waiting for a full round to end: are all its nodes gone (dead or left)?
+  // Once per keep-alive interval; sets view_.running_round_dead.
+  void check_running_round_gone(JoinAttempt& a, TimePoint now);
+  // Carries out the decision; true when nothing is left to do but wait for news.
+  bool act(const JoinDecision& d, JoinAttempt& a, TimePoint now);
+  void join_round(int64_t round, TimePoint now);
+  [[noreturn]] void throw_join_timeout(const JoinAttempt& a, const JoinDecision& d);
+  // The backend's liveness (RendezvousParams::liveness) over `store`.
+  std::unique_ptr<Liveness> make_liveness(std::shared_ptr<Store> store) const;
+
   // nullopt: the round formed without this node (it described itself too late).
-  // `released`: this node already saw the round's "done" set.
-  std::optional<RendezvousResult> finish_round(const DynamicState& state, bool released,
-                                               TimePoint deadline);
+  std::optional<RendezvousResult> finish_round(const DynamicState& state, TimePoint deadline);
   // Blocks until the round is released ("done"); returns its value. Takes over the release
   // when the closer did not within the keep-alive window.
-  Bytes wait_for_release(const DynamicState& state, bool released, TimePoint deadline);
-  struct Participants {
-    std::vector<NodeDescriptor> nodes;  // in arrival order
-    std::vector<int64_t> indexes;       // their arrival indexes (a node that never described
-                                        // itself is left out)
-  };
+  Bytes wait_for_release(const DynamicState& state, TimePoint deadline);
   // Descriptors of arrivals 1..n of `round` (O(N): the closing node only); waits for missing
-  // ones until `wait_until`, then leaves them out.
-  Participants read_participants(int64_t round, int64_t n, TimePoint wait_until);
+  // ones until `wait_until`, then leaves them out, saying so.
+  RoundLedger::Described read_participants(int64_t round, int64_t n, TimePoint wait_until);
   Duration keep_alive_window() const {
     return config_.keep_alive_interval * config_.keep_alive_max_attempt;
   }
@@ -149,7 +173,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::string node_id_;
   DynamicNodeView view_;
   std::unique_ptr<EventWatcher> watcher_;
-  std::shared_ptr<RoundLedger> ledger_;  // nullptr: store arrivals and polling
+  std::shared_ptr<RoundLedger> ledger_;  // the backend's, else a StoreRoundLedger
 
   // Shared with the keep-alive thread.
   std::mutex mutex_;
@@ -177,8 +201,8 @@ class DynamicRendezvous final : public RendezvousHandler {
     TimePoint last_contact{};
     bool in_trouble = false;
   } keep_alive_state_;
-  // c10d: the store is hosted by one agent and dies with it (etcd, with a ledger, outlives any
-  // agent: an outage there is waited out).
+  // c10d: the store is hosted by one agent and dies with it. A backend that brings its own
+  // ledger (etcd) keeps its store outside any agent: an outage there is waited out.
   bool store_dies_with_host_ = true;
   std::string store_lost_;  // non-empty once the store was declared lost
   std::function<void(const RendezvousEvent&)> on_event_;  // watch()'s callback

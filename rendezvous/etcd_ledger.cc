@@ -29,10 +29,6 @@ EtcdRoundLedger::EtcdRoundLedger(std::shared_ptr<EtcdStore> store, std::string p
 
 EtcdRoundLedger::~EtcdRoundLedger() = default;
 
-std::string EtcdRoundLedger::round_key(int64_t round, const std::string& suffix) const {
-  return prefix_ + "/round/" + std::to_string(round) + "/" + suffix;
-}
-
 int64_t EtcdRoundLedger::join(int64_t round, const NodeDescriptor& me) {
   auto& client = store_->client();
   const std::string key = full(join_prefix(round) + me.id);
@@ -126,6 +122,13 @@ std::vector<NodeDescriptor> EtcdRoundLedger::participants(int64_t round, int64_t
   std::vector<NodeDescriptor> out;
   for (const auto& kv : kvs) out.push_back(NodeDescriptor::decode(to_bytes(kv.value)));
   return out;
+}
+
+RoundLedger::Described EtcdRoundLedger::described(int64_t round, int64_t n, TimePoint) {
+  Described d;
+  d.nodes = participants(round, n);
+  for (int64_t i = 1; i <= n; ++i) d.indexes.push_back(i);
+  return d;
 }
 
 void EtcdRoundLedger::pump(int64_t round, TimePoint until) {

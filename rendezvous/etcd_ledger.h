@@ -42,13 +42,18 @@ class EtcdRoundLedger final : public RoundLedger {
 
   int64_t join(int64_t round, const NodeDescriptor& me) override;
   Count arrivals(int64_t round, TimePoint now) override;
-  std::vector<NodeDescriptor> participants(int64_t round, int64_t n) override;
+  // Every arrival is described (the join is atomic): `wait_until` does not matter.
+  Described described(int64_t round, int64_t n, TimePoint wait_until) override;
   void wait(int64_t round, const std::string& wake_key, const DynamicLimits* limits,
             TimePoint until) override;
   Bytes wait_key(int64_t round, const std::string& key, TimePoint deadline) override;
 
   // The store key under round `round`'s prefix, e.g. round_key(3, "done").
-  std::string round_key(int64_t round, const std::string& suffix) const;
+  std::string round_key(int64_t round, const std::string& suffix) const {
+    return ledger_round_key(prefix_, round, suffix);
+  }
+  // Descriptors of arrivals 1..n in index order. Throws StateError when fewer exist.
+  std::vector<NodeDescriptor> participants(int64_t round, int64_t n);
 
  private:
   std::string join_prefix(int64_t round) const { return round_key(round, "join/"); }
