@@ -12,7 +12,6 @@
 #include "rendezvous/prefix_store.h"
 #include "rendezvous/round_table.h"
 #include "rendezvous/store_ledger.h"
-#include "rendezvous/tcp_store_client.h"
 #include "rendezvous/version_mix.h"
 #include "rendezvous/worker_namespace.h"
 
@@ -253,9 +252,10 @@ void DynamicRendezvous::throw_join_timeout(const JoinAttempt& a, const JoinDecis
 }
 
 void DynamicRendezvous::begin_worker_namespace(int64_t round) {
-  auto* tcp = dynamic_cast<TcpStoreClient*>(store_.get());
-  if (!tcp) return;  // etcd: the workers' store is the group-rank-0 agent's (etcd_rendezvous.cc)
-  dlaunch::begin_worker_namespace(*tcp, worker_namespace(params_.run_id, round));
+  // Workers meet in this store when it is a dlaunch TCP store (the only kind that scopes their
+  // keys); etcd's workers meet in the group-rank-0 agent's TCP store (etcd_rendezvous.cc), and
+  // an in-memory store (tests) has no workers.
+  dlaunch::begin_worker_namespace(*store_, worker_namespace(params_.run_id, round));
 }
 
 RoundLedger::Described DynamicRendezvous::read_participants(int64_t round, int64_t n,

@@ -43,6 +43,10 @@ void PrefixStore::wait(const std::vector<std::string>& keys, Duration timeout) {
 
 bool PrefixStore::delete_key(const std::string& key) { return base_->delete_key(full(key)); }
 
+int64_t PrefixStore::delete_prefix(const std::string& prefix) {
+  return base_->delete_prefix(full(prefix));
+}
+
 int64_t PrefixStore::num_keys() { return base_->num_keys(); }
 
 std::vector<Bytes> PrefixStore::multi_get(const std::vector<std::string>& keys) {

@@ -1,5 +1,7 @@
 #include "rendezvous/store.h"
 
+#include <fmt/format.h>
+
 #include "common/error.h"
 
 namespace dlaunch {
@@ -15,11 +17,18 @@ std::vector<Bytes> Store::multi_get(const std::vector<std::string>& keys) {
 
 void Store::multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) {
   if (keys.size() != values.size()) {
-    throw UsageError("Store::multi_set: expected as many values as keys, got " +
-                     std::to_string(keys.size()) + " keys and " + std::to_string(values.size()) +
-                     " values");
+    throw UsageError(fmt::format(
+        "Store::multi_set: expected as many values as keys, got {} keys and {} values",
+        keys.size(), values.size()));
   }
   for (size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
+}
+
+int64_t Store::delete_prefix(const std::string& prefix) {
+  throw StateError(fmt::format(
+      "this store cannot delete keys by prefix ('{}'): only a dlaunch TCP store can; ask "
+      "can_delete_prefix() first",
+      prefix));
 }
 
 }  // namespace dlaunch

@@ -66,6 +66,15 @@ class Store {
   virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys);
   virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
 
+  // Optional: deleting every key under a prefix in one request. A dlaunch TCP store client has
+  // it (the op is dlaunch's own: its server runs it), as has a prefix store over one; PyTorch's
+  // protocol, etcd here and the in-memory store do not. The per-round namespace of workers'
+  // keys (worker_namespace.h) needs it, so it is kept where workers meet.
+  virtual bool can_delete_prefix() const { return false; }
+  // Deletes every key starting with `prefix`; returns how many. Throws StateError where
+  // can_delete_prefix() is false.
+  virtual int64_t delete_prefix(const std::string& prefix);
+
   // Ends a call blocked in get/wait on another thread, which then throws StoreInterruptedError;
   // later calls work as before. Where the backend cannot, or no call is blocked, it does
   // nothing, so a caller that must stop a thread repeats it until the thread is out (see

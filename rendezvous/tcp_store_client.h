@@ -81,7 +81,8 @@ class TcpStoreClient final : public Store {
   // Round trip to the server; returns true when it echoed the nonce.
   bool ping();
   // Deletes every key starting with `prefix` (dlaunch servers only); returns how many.
-  int64_t delete_prefix(const std::string& prefix);
+  bool can_delete_prefix() const override { return true; }
+  int64_t delete_prefix(const std::string& prefix) override;
 
   // Ends the call in progress on another thread, if any, within milliseconds: it throws
   // StoreInterruptedError (also while connecting or backing off between connect attempts),

@@ -2,7 +2,7 @@
 
 #include <fmt/format.h>
 
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store.h"
 
 namespace dlaunch {
 
@@ -10,12 +10,14 @@ std::string worker_namespace(const std::string& run_id, int64_t round) {
   return fmt::format("dlaunch/workers/{}/round_{}/", run_id, round);
 }
 
-void begin_worker_namespace(TcpStoreClient& store, const std::string& ns) {
+bool begin_worker_namespace(Store& store, const std::string& ns) {
+  if (!store.can_delete_prefix()) return false;
   if (store.check({kWorkerNamespaceKey})) {
     std::string old = to_string(store.get(kWorkerNamespaceKey));
     if (!old.empty() && old != ns) store.delete_prefix(old);
   }
   store.set(kWorkerNamespaceKey, to_bytes(ns));
+  return true;
 }
 
 }  // namespace dlaunch

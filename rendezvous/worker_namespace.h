@@ -19,7 +19,7 @@
 
 namespace dlaunch {
 
-class TcpStoreClient;
+class Store;
 
 inline constexpr char kWorkerNamespaceKey[] = "dlaunch/worker_namespace";
 
@@ -27,7 +27,9 @@ inline constexpr char kWorkerNamespaceKey[] = "dlaunch/worker_namespace";
 std::string worker_namespace(const std::string& run_id, int64_t round);
 
 // Deletes the keys of the namespace in force, then makes `ns` the one new worker connections
-// get. Blocks for three store round trips; throws what the client throws.
-void begin_worker_namespace(TcpStoreClient& store, const std::string& ns);
+// get. Only a store that can delete by prefix (Store::can_delete_prefix: a dlaunch TCP store)
+// hosts worker namespaces: on any other store this does nothing and returns false. Blocks for
+// three store round trips; throws what the store throws.
+bool begin_worker_namespace(Store& store, const std::string& ns);
 
 }  // namespace dlaunch
