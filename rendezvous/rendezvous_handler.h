@@ -22,6 +22,8 @@
 
 namespace dlaunch {
 
+class TcpStoreServer;
+
 // What one completed round agreed on.
 struct RendezvousResult {
   int64_t round = 0;             // increases by one per completed round, job-wide
@@ -107,6 +109,15 @@ class RendezvousHandler {
   virtual bool is_closed() = 0;
   // Leaves the rendezvous cleanly (stops keep-alives, releases leases). Idempotent.
   virtual void shutdown() = 0;
+
+  // The job's store server this agent hosts, when its backend's factory decided it does
+  // (RendezvousParams::host_store, store_host.h); null otherwise. The handler keeps it running
+  // until the handler is destroyed, after shutdown().
+  std::shared_ptr<TcpStoreServer> hosted_store() const { return hosted_store_; }
+  void keep_hosted_store(std::shared_ptr<TcpStoreServer> server) { hosted_store_ = std::move(server); }
+
+ private:
+  std::shared_ptr<TcpStoreServer> hosted_store_;
 };
 
 }  // namespace dlaunch

@@ -19,7 +19,9 @@
 #include "rendezvous/host_port.h"
 #include "rendezvous/job_token.h"
 #include "rendezvous/static_rendezvous.h"
+#include "rendezvous/store_host.h"
 #include "rendezvous/tcp_store_client.h"
+#include "rendezvous/tcp_store_server.h"
 
 namespace dlaunch {
 
@@ -106,17 +108,44 @@ std::mutex& registry_mutex() {
   return m;
 }
 
+// static: node rank 0 hosts the store on the endpoint; it must (nobody else will).
+std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams& p) {
+  std::shared_ptr<TcpStoreServer> server;
+  if (p.host_store && p.node_rank == 0) {
+    server = host_job_store(
+        parse_host_port(p.endpoint, 29500, "--rdzv_endpoint"), p.token,
+        "pass a free --master_port (node 0 publishes it to nobody else, so every node needs the "
+        "same value)");
+  }
+  auto handler = std::make_unique<StaticRendezvous>(p);
+  handler->keep_hosted_store(std::move(server));
+  return handler;
+}
+
+// c10d: torchrun's rule: the agent that can bind the endpoint hosts the store; the rest connect.
+std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& p) {
+  std::shared_ptr<TcpStoreServer> server;
+  RendezvousParams params = p;
+  if (p.host_store) {
+    HostPort where = parse_host_port(p.endpoint, 29400, "--rdzv_endpoint");
+    server = try_host_job_store(where, p.token);
+    // Port 0 (torchrun's --standalone spelling): join the store on the port it was given.
+    if (server && where.port == 0) {
+      where.port = server->port();
+      params.endpoint = where.to_string();
+    }
+  }
+  auto handler = std::make_unique<DynamicRendezvous>(params);
+  handler->keep_hosted_store(std::move(server));
+  return handler;
+}
+
 std::map<std::string, RendezvousFactory>& registry() {
   static std::map<std::string, RendezvousFactory> r = {
-      {"static",
-       [](const RendezvousParams& p) -> std::unique_ptr<RendezvousHandler> {
-         return std::make_unique<StaticRendezvous>(p);
-       }},
-      {"c10d",
-       [](const RendezvousParams& p) -> std::unique_ptr<RendezvousHandler> {
-         return std::make_unique<DynamicRendezvous>(p);
-       }},
-      {"etcd", make_etcd_rendezvous},  // rendezvous/etcd_rendezvous.h
+      {"static", make_static_rendezvous},
+      {"c10d", make_c10d_rendezvous},
+      // etcd keeps the rendezvous: no agent hosts a store for it (etcd_rendezvous.h).
+      {"etcd", make_etcd_rendezvous},
   };
   return r;
 }

@@ -7,9 +7,10 @@
 //   auto handler = create_rendezvous_handler(p);   // connects to the store (TcpStoreClient)
 //   RendezvousResult r = handler->next_rendezvous();
 //
-// The agent that hosts the store (node rank 0 for static, the owner of --rdzv_endpoint for
-// c10d) starts a TcpStoreServer first; every agent, the host included, then passes `endpoint`
-// (or its own `store`). create_rendezvous_handler never starts a server.
+// Who hosts the job's store is the backend's decision, made in its factory when the agent asks
+// (`host_store`, store_host.h): static, node rank 0 on the endpoint; c10d, the agent that binds
+// --rdzv_endpoint first; etcd, none. The handler then owns the server (hosted_store()). Without
+// `host_store` (tests, benchmarks that run their own server) no server is started.
 #pragma once
 
 #include <functional>
@@ -69,6 +70,9 @@ struct RendezvousParams {
   LivenessFactory liveness;
   // The clock for timeouts and keep-alives (tests pass a fake one); null: the real clock.
   const Clock* clock = nullptr;
+  // This agent hosts the job's store if its backend says so (see the top of this file); an
+  // endpoint with port 0 (c10d) then becomes the port the server got.
+  bool host_store = false;
 };
 
 using RendezvousFactory =

@@ -60,6 +60,45 @@ std::vector<RendezvousResult> meet(std::vector<std::unique_ptr<RendezvousHandler
   return results;
 }
 
+// Who hosts the job's store is the backend factory's decision when the agent asks
+// (host_store): c10d, the first agent that binds the endpoint (port 0: a free port, which it
+// then joins on); static, node rank 0 only.
+TEST_F(RendezvousTest, TheBackendDecidesWhichAgentHostsTheStore) {
+  auto first = params("c10d", 2, 2, "a");
+  first.endpoint = "127.0.0.1:0";
+  first.host_store = true;
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  hs.push_back(create_rendezvous_handler(first));
+  auto server = hs[0]->hosted_store();
+  ASSERT_NE(server, nullptr);
+  auto second = params("c10d", 2, 2, "b");
+  second.endpoint = "127.0.0.1:" + std::to_string(server->port());
+  second.host_store = true;  // the port is held: this one joins as a client
+  hs.push_back(create_rendezvous_handler(second));
+  EXPECT_EQ(hs[1]->hosted_store(), nullptr);
+  auto rs = meet(hs);
+  EXPECT_EQ(rs[0].master_port, server->port());
+  EXPECT_EQ(rs[1].master_port, server->port());
+  for (auto& h : hs) h->shutdown();
+
+  auto rank1 = params("static", 2, 2, "b");
+  rank1.endpoint = "127.0.0.1:" + std::to_string(free_port_for_test());
+  rank1.node_rank = 1;
+  rank1.host_store = true;
+  auto rank0 = rank1;
+  rank0.node_rank = 0;
+  std::vector<std::unique_ptr<RendezvousHandler>> statics;
+  statics.push_back(create_rendezvous_handler(rank0));
+  statics.push_back(create_rendezvous_handler(rank1));
+  ASSERT_NE(statics[0]->hosted_store(), nullptr);
+  EXPECT_EQ(statics[1]->hosted_store(), nullptr);
+  auto ss = meet(statics);
+  EXPECT_EQ(ss[1].group_world_size, 2);
+  // Without host_store (the default) no factory starts a server.
+  auto plain = params("c10d", 1, 1, "c");
+  EXPECT_EQ(create_rendezvous_handler(plain)->hosted_store(), nullptr);
+}
+
 TEST_F(RendezvousTest, StaticRanksFollowNodeRankWithUnevenWorkersPerNode) {
   std::vector<std::unique_ptr<RendezvousHandler>> hs;
   const int64_t lws[] = {2, 3, 1};
