@@ -353,6 +353,36 @@ Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, TimePoint d
   }
 }
 
+DynamicRendezvous::Place DynamicRendezvous::read_my_place(const DynamicState& state,
+                                                          const Bytes& done, TimePoint deadline) {
+  Place place;
+  if (done == to_bytes(kDoneWithTable)) {
+    // Three small keys in one request, whatever the round's size (round_table.h).
+    auto values = store_->multi_get(
+        {table_key(state.round, "table"),
+         table_key(state.round, fmt::format("assign/{}", view_.arrival_index)),
+         key("restart_count")});
+    place.table = RoundTable::decode(values[0]);
+    place.me = RankAssignment::decode(values[1]);
+    try {
+      place.restart_count = std::stoll(to_string(values[2]));
+    } catch (const std::logic_error&) {
+      throw ProtocolError(fmt::format("rendezvous '{}': restart_count holds '{}', not a count",
+                                      params_.run_id, to_string(values[2])));
+    }
+    return place;
+  }
+  // Closed by an agent of an older build, which writes no table: every node reads all.
+  auto arrivals = read_participants(state.round, state.participants, deadline);
+  auto by_rank = assign_ranks(arrivals.nodes);
+  place.table = RoundTable::make(arrivals.nodes, by_rank);
+  auto all = RankAssignment::make(arrivals.nodes, by_rank);
+  for (size_t i = 0; i < arrivals.indexes.size(); ++i) {
+    if (arrivals.indexes[i] == view_.arrival_index) place.me = all[i];
+  }
+  return place;
+}
+
 std::optional<RendezvousResult> DynamicRendezvous::finish_round(const DynamicState& state,
                                                                 TimePoint deadline) {
   // The completing node starts the round's worker namespace and then sets "done": wait for it,
@@ -364,33 +394,7 @@ std::optional<RendezvousResult> DynamicRendezvous::finish_round(const DynamicSta
              params_.run_id, state.round, limits_.min_nodes);
     return std::nullopt;
   }
-  // Three small keys in one request, whatever the round's size (round_table.h).
-  RoundTable table;
-  RankAssignment me;
-  int64_t restart_count = -1;
-  if (done == to_bytes(kDoneWithTable)) {
-    auto values = store_->multi_get(
-        {table_key(state.round, "table"),
-         table_key(state.round, fmt::format("assign/{}", view_.arrival_index)),
-         key("restart_count")});
-    table = RoundTable::decode(values[0]);
-    me = RankAssignment::decode(values[1]);
-    try {
-      restart_count = std::stoll(to_string(values[2]));
-    } catch (const std::logic_error&) {
-      throw ProtocolError(fmt::format("rendezvous '{}': restart_count holds '{}', not a count",
-                                      params_.run_id, to_string(values[2])));
-    }
-  } else {
-    // Closed by an agent of an older build, which writes no table: every node reads all.
-    auto arrivals = read_participants(state.round, state.participants, deadline);
-    auto by_rank = assign_ranks(arrivals.nodes);
-    table = RoundTable::make(arrivals.nodes, by_rank);
-    auto all = RankAssignment::make(arrivals.nodes, by_rank);
-    for (size_t i = 0; i < arrivals.indexes.size(); ++i) {
-      if (arrivals.indexes[i] == view_.arrival_index) me = all[i];
-    }
-  }
+  auto [table, me, restart_count] = read_my_place(state, done, deadline);
   const int64_t n = table.participants;
   if (me.rank < 0) {
     // Counted in, but so late describing itself that the closer went on without it: this
@@ -663,7 +667,6 @@ std::vector<NodeRef> DynamicRendezvous::watched_nodes(int64_t reported_round) {
 
 bool DynamicRendezvous::keep_alive_step() {
   auto& ka = keep_alive_state_;
-  auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
   int64_t round;
   std::vector<NodeRef> watched;
   {
@@ -681,76 +684,111 @@ bool DynamicRendezvous::keep_alive_step() {
     round = running_round_;
     watched = watched_nodes(ka.reported_round);
   }
+  // Nothing may escape: on the keep-alive thread an exception would end the agent
+  // (std::terminate) without a word. A store error is retried; anything else is reported and
+  // retried the same way (meanwhile this node cannot prove it is alive, and the others see it).
   try {
-    if (!ka.store) {
-      ka.store = open_store_();
-      ka.liveness = make_liveness(ka.store);
-      std::lock_guard<std::mutex> lock(mutex_);
-      keep_alive_store_ = ka.store;
-      if (stopping_) return false;
-    }
-    auto now = clock_.now();
-    if (!ka.beaten || now - ka.last_beat >= config_.keep_alive_interval) {
-      ka.liveness->beat();
-      // The second beat comes up to one interval early, at a phase drawn from the node id, so
-      // the beats of N agents started together spread over the interval (never later: the
-      // window is counted from the last beat).
-      Duration early =
-          ka.beaten ? Duration::zero() : share_of(config_.keep_alive_interval, node_id_ + "/beat");
-      ka.last_beat = now - early;
-      ka.beaten = true;
-    }
-    if (!watched.empty()) {
-      std::vector<std::string> ids;
-      for (const auto& w : watched) ids.push_back(w.id);
-      auto dead = ka.liveness->dead(ids);
-      if (!dead.empty()) {
-        std::string who;
-        for (const auto& w : watched) {
-          if (std::find(dead.begin(), dead.end(), w.id) == dead.end()) continue;
-          who += fmt::format("{}node {} (node rank {})", who.empty() ? "" : ", ", w.host, w.rank);
-        }
-        std::string reason =
-            fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(window));
-        log_warning("rendezvous '{}' round {}: {}", params_.run_id, round, reason);
-        // The verdict first: nodes whose workers already failed wait for it (settle_failure).
-        write_verdict(*ka.store, round, "L|" + reason);
-        publish_event(*ka.store, prefix_, round,
-                      {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
-        ka.reported_round = round;
-      }
-    }
-    auto silent = clock_.now() - ka.last_contact;
-    ka.last_contact = clock_.now();
-    if (ka.in_trouble) {
-      log_info("rendezvous keep-alive: {}{} reachable again after {:.1f} s",
-               store_dies_with_host_ ? "the store at " : "etcd at ", params_.endpoint, to_seconds(silent));
-      ka.in_trouble = false;
-    }
-    std::lock_guard<std::mutex> lock(mutex_);
-    keep_alive_healthy_ = true;
+    if (!ka.store && !open_keep_alive_store()) return false;
+    beat_when_due();
+    if (!watched.empty()) report_lost_neighbours(watched, round);
+    store_answered();
   } catch (const Error& e) {
-    ka.store.reset();
-    ka.liveness.reset();
-    auto now = clock_.now();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      keep_alive_store_.reset();
-      keep_alive_healthy_ = false;
-      if (stopping_) return false;  // shutdown() interrupted the call
-    }
-    if (!ka.in_trouble) {
-      ka.in_trouble = true;
-      log_warning("rendezvous keep-alive: {}; retrying{}", e.what(),
-                  store_dies_with_host_
-                      ? fmt::format(" (the store counts as lost after {:g} s)", to_seconds(window))
-                      : std::string(" quietly until it answers"));
-    } else {
-      log_debug("rendezvous keep-alive: {}; retrying", e.what());
-    }
-    if (store_dies_with_host_ && now - ka.last_contact >= window) {
-      declare_store_lost(now - ka.last_contact);
-    }
+    return keep_alive_failed(e.what(), false);
+  } catch (const std::exception& e) {
+    return keep_alive_failed(e.what(), true);
+  } catch (...) {
+    return keep_alive_failed("an exception of unknown type", true);
+  }
+  return true;
+}
+
+bool DynamicRendezvous::open_keep_alive_store() {
+  auto& ka = keep_alive_state_;
+  ka.store = open_store_();
+  ka.liveness = make_liveness(ka.store);
+  std::lock_guard<std::mutex> lock(mutex_);
+  keep_alive_store_ = ka.store;
+  return !stopping_;
+}
+
+void DynamicRendezvous::beat_when_due() {
+  auto& ka = keep_alive_state_;
+  auto now = clock_.now();
+  if (ka.beaten && now - ka.last_beat < config_.keep_alive_interval) return;
+  ka.liveness->beat();
+  // The second beat comes up to one interval early, at a phase drawn from the node id, so the
+  // beats of N agents started together spread over the interval (never later: the window is
+  // counted from the last beat).
+  Duration early =
+      ka.beaten ? Duration::zero() : share_of(config_.keep_alive_interval, node_id_ + "/beat");
+  ka.last_beat = now - early;
+  ka.beaten = true;
+}
+
+void DynamicRendezvous::report_lost_neighbours(const std::vector<NodeRef>& watched,
+                                               int64_t round) {
+  auto& ka = keep_alive_state_;
+  std::vector<std::string> ids;
+  for (const auto& w : watched) ids.push_back(w.id);
+  auto dead = ka.liveness->dead(ids);
+  if (dead.empty()) return;
+  std::string who;
+  for (const auto& w : watched) {
+    if (std::find(dead.begin(), dead.end(), w.id) == dead.end()) continue;
+    who += fmt::format("{}node {} (node rank {})", who.empty() ? "" : ", ", w.host, w.rank);
+  }
+  std::string reason =
+      fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(keep_alive_window()));
+  log_warning("rendezvous '{}' round {}: {}", params_.run_id, round, reason);
+  // The verdict first: nodes whose workers already failed wait for it (settle_failure).
+  write_verdict(*ka.store, round, "L|" + reason);
+  publish_event(*ka.store, prefix_, round,
+                {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
+  ka.reported_round = round;
+}
+
+void DynamicRendezvous::store_answered() {
+  auto& ka = keep_alive_state_;
+  auto silent = clock_.now() - ka.last_contact;
+  ka.last_contact = clock_.now();
+  if (ka.in_trouble) {
+    log_info("rendezvous keep-alive: {}{} reachable again after {:.1f} s",
+             store_dies_with_host_ ? "the store at " : "etcd at ", params_.endpoint,
+             to_seconds(silent));
+    ka.in_trouble = false;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  keep_alive_healthy_ = true;
+}
+
+bool DynamicRendezvous::keep_alive_failed(const std::string& what, bool unexpected) {
+  auto& ka = keep_alive_state_;
+  ka.store.reset();
+  ka.liveness.reset();
+  auto now = clock_.now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    keep_alive_store_.reset();
+    keep_alive_healthy_ = false;
+    if (stopping_) return false;  // shutdown() interrupted the call
+  }
+  const auto window = keep_alive_window();
+  if (unexpected) {
+    // Not a store error: a defect. Said every time, not once, so it is not missed.
+    log_error("rendezvous keep-alive: unexpected error ({}); this is a bug in dlaunch, please "
+              "report it; retrying",
+              what);
+  } else if (!ka.in_trouble) {
+    log_warning("rendezvous keep-alive: {}; retrying{}", what,
+                store_dies_with_host_
+                    ? fmt::format(" (the store counts as lost after {:g} s)", to_seconds(window))
+                    : std::string(" quietly until it answers"));
+  } else {
+    log_debug("rendezvous keep-alive: {}; retrying", what);
+  }
+  ka.in_trouble = true;
+  if (store_dies_with_host_ && now - ka.last_contact >= window) {
+    declare_store_lost(now - ka.last_contact);
   }
   return true;
 }

@@ -125,6 +125,14 @@ class DynamicRendezvous final : public RendezvousHandler {
 
   // nullopt: the round formed without this node (it described itself too late).
   std::optional<RendezvousResult> finish_round(const DynamicState& state, TimePoint deadline);
+  // This node's place in a released round: the closer's table and assignment (`done` says the
+  // closer wrote them), else computed from every descriptor (an older closer).
+  struct Place {
+    RoundTable table;
+    RankAssignment me;         // rank -1: the round formed without this node
+    int64_t restart_count = -1;  // -1: not read yet
+  };
+  Place read_my_place(const DynamicState& state, const Bytes& done, TimePoint deadline);
   // Blocks until the round is released ("done"); returns its value. Takes over the release
   // when the closer did not within the keep-alive window.
   Bytes wait_for_release(const DynamicState& state, TimePoint deadline);
@@ -146,7 +154,16 @@ class DynamicRendezvous final : public RendezvousHandler {
   // for free (keep-alive thread).
   void announce_leaving(Store& store);
   void keep_alive_loop();
-  // One beat (when due) and one look at the watched neighbours; false once stopping.
+  // Parts of keep_alive_step(), on the keep-alive thread (or its external driver):
+  bool open_keep_alive_store();  // false when shutdown() began meanwhile
+  void beat_when_due();
+  // Reports the watched neighbours that are dead: the round's verdict, then the event.
+  void report_lost_neighbours(const std::vector<NodeRef>& watched, int64_t round);
+  void store_answered();  // says so once after trouble
+  // After a failed step: drops the connection, says so (once for store trouble, every time for
+  // an unexpected exception), declares the store lost after the window (c10d); false once
+  // stopping.
+  bool keep_alive_failed(const std::string& what, bool unexpected);
   void keep_alive_finish();  // marks this node as left when the store answers
   std::vector<NodeRef> watched_nodes(int64_t reported_round);  // mutex_ held
   void start_keep_alive();

@@ -26,17 +26,17 @@ StaticRendezvous::StaticRendezvous(const RendezvousParams& params)
       config_(RendezvousConfig::parse(params.config)),
       clock_(params.clock ? *params.clock : steady_clock()) {
   if (params_.min_nodes != params_.max_nodes) {
-    throw UsageError("static rendezvous needs a fixed node count, got --nnodes " +
-                     std::to_string(params_.min_nodes) + ":" + std::to_string(params_.max_nodes) +
-                     "; use --rdzv_backend c10d for an elastic range");
+    throw UsageError(fmt::format(
+        "static rendezvous needs a fixed node count, got --nnodes {}:{}; use --rdzv_backend "
+        "c10d for an elastic range",
+        params_.min_nodes, params_.max_nodes));
   }
   if (!params_.node_rank) {
     throw UsageError("static rendezvous needs --node_rank (or SLURM_NODEID) on every node");
   }
   if (*params_.node_rank < 0 || *params_.node_rank >= params_.max_nodes) {
-    throw UsageError("--node_rank " + std::to_string(*params_.node_rank) + " is outside 0.." +
-                     std::to_string(params_.max_nodes - 1) + " for --nnodes " +
-                     std::to_string(params_.max_nodes));
+    throw UsageError(fmt::format("--node_rank {} is outside 0..{} for --nnodes {}",
+                                 *params_.node_rank, params_.max_nodes - 1, params_.max_nodes));
   }
   node_id_ = detail::make_node_id(params_.host);
   store_ = detail::connect_store(params_, config_);
@@ -67,7 +67,8 @@ StaticRendezvous::Record StaticRendezvous::decode(const Bytes& b) {
       if (k == "nnodes") r.nnodes = std::stoll(v);
       if (k == "lws") r.local_world_size = std::stoll(v);
     } catch (const std::exception&) {
-      throw ProtocolError("static rendezvous: malformed node record '" + to_string(b) + "'");
+      throw ProtocolError(
+          fmt::format("static rendezvous: malformed node record '{}'", to_string(b)));
     }
     if (k == "run_id") r.run_id = v;
     if (k == "host") r.host = v;
@@ -91,27 +92,30 @@ std::string agent(const R& r) {
   size_t pid =
       last == std::string::npos || last == 0 ? std::string::npos : r.id.rfind('-', last - 1);
   if (pid == std::string::npos) return r.host;
-  return r.host + " (pid " + r.id.substr(pid + 1, last - pid - 1) + ")";
+  return fmt::format("{} (pid {})", r.host, r.id.substr(pid + 1, last - pid - 1));
 }
 
-std::string describe(const char* what, const std::string& host, const std::string& value) {
-  return std::string(what) + " " + value + " on " + host;
+template <typename V>
+std::string describe(const char* what, const std::string& host, const V& value) {
+  return fmt::format("{} {} on {}", what, value, host);
 }
 
 // One message for a mismatch between two records, or "".
 template <typename R>
 std::string mismatch(const R& a, const R& b) {
   if (a.run_id != b.run_id) {
-    return "two jobs share one store: " + describe("run id", a.host, "'" + a.run_id + "'") +
-           " vs " + describe("run id", b.host, "'" + b.run_id + "'") +
-           "; give each job its own --master_port (or the same --rdzv_id on every node)";
+    return fmt::format(
+        "two jobs share one store: {} vs {}; give each job its own --master_port (or the same "
+        "--rdzv_id on every node)",
+        describe("run id", a.host, fmt::format("'{}'", a.run_id)),
+        describe("run id", b.host, fmt::format("'{}'", b.run_id)));
   }
   if (a.nnodes != b.nnodes) {
-    return "nodes disagree on the node count: " +
-           describe("--nnodes", a.host, std::to_string(a.nnodes)) + " (node rank " +
-           std::to_string(a.rank) + ") vs " +
-           describe("--nnodes", b.host, std::to_string(b.nnodes)) + " (node rank " +
-           std::to_string(b.rank) + "); pass the same --nnodes to every node";
+    return fmt::format(
+        "nodes disagree on the node count: {} (node rank {}) vs {} (node rank {}); pass the "
+        "same --nnodes to every node",
+        describe("--nnodes", a.host, a.nnodes), a.rank, describe("--nnodes", b.host, b.nnodes),
+        b.rank);
   }
   return "";
 }
@@ -133,7 +137,7 @@ void StaticRendezvous::fail_conflict(int64_t round, const std::string& message) 
   // Tell the nodes that cannot see the conflict themselves (they wait for ranks that never come).
   store_->compare_set(prefix_ + "/round/" + std::to_string(round) + "/error", Bytes(),
                       to_bytes(message));
-  throw StateError("static rendezvous failed: " + message);
+  throw StateError(fmt::format("static rendezvous failed: {}", message));
 }
 
 RendezvousResult StaticRendezvous::next_rendezvous() {
@@ -151,9 +155,10 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
     Record other = decode(current);
     std::string m = mismatch(mine, other);
     if (m.empty()) {
-      m = "node rank " + std::to_string(me) + " is claimed by two agents: " + agent(other) +
-          " and " + agent(mine) + " (run id '" + mine.run_id + "'); give every node a distinct "
-          "--node_rank in 0.." + std::to_string(n - 1);
+      m = fmt::format(
+          "node rank {} is claimed by two agents: {} and {} (run id '{}'); give every node a "
+          "distinct --node_rank in 0..{}",
+          me, agent(other), agent(mine), mine.run_id, n - 1);
     }
     fail_conflict(round, m);
   }
@@ -164,7 +169,6 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
   // WAIT names one key instead of N (N agents x N keys is what makes 1,000 agents slow).
   std::string round_prefix = prefix_ + "/round/" + std::to_string(round);
   std::string all_key = round_prefix + "/all";
-  std::string table_key = round_prefix + "/table";
   if (store_->add(round_prefix + "/joined", 1) == n) {
     // This node completed the count: it checks every record against its own once and writes
     // the round's table, so the others read one key instead of all N (issue 16).
@@ -174,43 +178,15 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
   Duration slice = std::chrono::seconds(1);
   while (true) {
     auto now = clock_.now();
-    if (now >= deadline) {
-      std::vector<int64_t> missing;
-      std::string joined;
-      for (int64_t k = 0; k < n; ++k) {
-        if (!store_->check({keys[k]})) {
-          missing.push_back(k);
-        } else if (joined.size() < 400) {
-          joined += (joined.empty() ? "" : ", ") + std::to_string(k) + " on " +
-                    decode(store_->get(keys[k])).host;
-        }
-      }
-      std::string m;
-      for (size_t i = 0; i < missing.size() && i < 20; ++i) {
-        m += (i ? ", " : "") + std::to_string(missing[i]);
-      }
-      if (missing.size() > 20) m += ", ...";
-      int64_t refused = job_token_refusals();
-      throw TimeoutError(
-          "static rendezvous: after " + fmt::format("{:g}", to_seconds(config_.join_timeout)) +
-          " s (join_timeout) " + std::to_string(missing.size()) + " of " + std::to_string(n) +
-          " nodes never joined (missing node ranks: " + m + "; joined: " + joined +
-          (refused > 0 ? fmt::format("; this node's store refused {} client(s) for a job token "
-                                     "that differs from its own",
-                                     refused)
-                       : std::string()) +
-          "); check that every node runs dlaunch with --nnodes " + std::to_string(n) +
-          ", a distinct --node_rank and the same --master_addr/--master_port (" +
-          params_.endpoint + ")" +
-          (refused > 0 ? ", and give every node the same DLAUNCH_JOB_TOKEN" : ""));
-    }
+    if (now >= deadline) throw_join_timeout(keys);
     try {
       store_->wait({all_key}, std::min<Duration>(slice, deadline - now));
       break;
     } catch (const TimeoutError&) {
     }
     if (store_->check({error_key})) {
-      throw StateError("static rendezvous failed: " + to_string(store_->get(error_key)));
+      throw StateError(
+          fmt::format("static rendezvous failed: {}", to_string(store_->get(error_key))));
     }
     if (me == 0) {
       std::string m = find_conflict(round, mine);
@@ -219,17 +195,28 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
     slice = std::min<Duration>(slice * 2, std::chrono::seconds(30));
   }
 
+  return read_result(round, mine, keys, deadline);
+}
+
+RendezvousResult StaticRendezvous::read_result(int64_t round, const Record& mine,
+                                               const std::vector<std::string>& keys,
+                                               TimePoint deadline) {
+  const int64_t n = static_cast<int64_t>(keys.size());
+  const int64_t me = mine.rank;
+  const std::string round_prefix = prefix_ + "/round/" + std::to_string(round);
+  const std::string error_key = round_prefix + "/error";
   RendezvousResult result;
   result.round = round;
   result.group_rank = me;
   result.group_world_size = n;
   std::vector<std::pair<std::string, std::string>> builds;
-  Bytes all = store_->get(all_key);
+  Bytes all = store_->get(round_prefix + "/all");
   if (all == to_bytes(kAllWithError)) {
-    throw StateError("static rendezvous failed: " + to_string(store_->get(error_key)));
+    throw StateError(
+          fmt::format("static rendezvous failed: {}", to_string(store_->get(error_key))));
   }
   if (all == to_bytes(kAllWithTable)) {
-    RoundTable table = RoundTable::decode(store_->get(table_key));
+    RoundTable table = RoundTable::decode(store_->get(round_prefix + "/table"));
     if (table.participants != n) {
       throw ProtocolError(fmt::format(
           "static rendezvous: the round's table lists {} nodes, this node expects --nnodes {}; "
@@ -264,6 +251,38 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
     builds.emplace_back(r.host, r.version);
   }
   return finish(round, std::move(result), builds);
+}
+
+void StaticRendezvous::throw_join_timeout(const std::vector<std::string>& keys) {
+  const int64_t n = static_cast<int64_t>(keys.size());
+  std::vector<int64_t> missing;
+  std::string joined;
+  for (int64_t k = 0; k < n; ++k) {
+    if (!store_->check({keys[k]})) {
+      missing.push_back(k);
+    } else if (joined.size() < 400) {
+      joined += fmt::format("{}{} on {}", joined.empty() ? "" : ", ", k,
+                            decode(store_->get(keys[k])).host);
+    }
+  }
+  std::string m;
+  for (size_t i = 0; i < missing.size() && i < 20; ++i) {
+    m += fmt::format("{}{}", i ? ", " : "", missing[i]);
+  }
+  if (missing.size() > 20) m += ", ...";
+  const int64_t refused = job_token_refusals();
+  std::string refused_hint;
+  if (refused > 0) {
+    refused_hint = fmt::format(
+        "; this node's store refused {} client(s) for a job token that differs from its own",
+        refused);
+  }
+  throw TimeoutError(fmt::format(
+      "static rendezvous: after {:g} s (join_timeout) {} of {} nodes never joined (missing node "
+      "ranks: {}; joined: {}{}); check that every node runs dlaunch with --nnodes {}, a distinct "
+      "--node_rank and the same --master_addr/--master_port ({}){}",
+      to_seconds(config_.join_timeout), missing.size(), n, m, joined, refused_hint, n,
+      params_.endpoint, refused > 0 ? ", and give every node the same DLAUNCH_JOB_TOKEN" : ""));
 }
 
 void StaticRendezvous::close_round(int64_t round, const Record& mine,

@@ -51,6 +51,12 @@ class StaticRendezvous final : public RendezvousHandler {
   // writes the round's table (rendezvous/round_table.h) or the conflict, and releases "all".
   void close_round(int64_t round, const Record& mine, const std::vector<std::string>& keys,
                    TimePoint deadline);
+  // After "all" was set: the round's table (or every record, from an older closer) read into
+  // the result.
+  RendezvousResult read_result(int64_t round, const Record& mine,
+                               const std::vector<std::string>& keys, TimePoint deadline);
+  // The join timeout passed: which ranks joined and which never did, and what to check.
+  [[noreturn]] void throw_join_timeout(const std::vector<std::string>& keys);
   // The result's common part: version mix, master, restart count, store.
   RendezvousResult finish(int64_t round, RendezvousResult result,
                           const std::vector<std::pair<std::string, std::string>>& builds);

@@ -316,6 +316,50 @@ LivenessFactory freezable(std::shared_ptr<Freezer> f) {
   };
 }
 
+// Nothing escapes the keep-alive thread (an escape would std::terminate the agent): a
+// liveness that throws something other than a store error is reported as a bug, and the
+// keep-alive goes on beating once it stops.
+TEST_F(RendezvousTest, KeepAliveThreadReportsAnUnexpectedExceptionAndGoesOn) {
+  auto throws = std::make_shared<std::atomic<int>>(2);
+  auto beats = std::make_shared<std::atomic<int>>(0);
+  auto p = params("c10d", 1, 1, "h");
+  p.config["keep_alive_interval"] = "0.1";
+  p.liveness = [throws, beats](std::shared_ptr<Store> store, const std::string& prefix,
+                               const std::string& self, Duration window,
+                               const Clock& clock) -> std::unique_ptr<Liveness> {
+    struct L : Liveness {
+      std::unique_ptr<Liveness> inner;
+      std::shared_ptr<std::atomic<int>> throws, beats;
+      void beat() override {
+        if ((*throws)-- > 0) throw std::logic_error("boom");
+        inner->beat();
+        ++*beats;
+      }
+      std::vector<std::string> dead(const std::vector<std::string>& ids) override {
+        return inner->dead(ids);
+      }
+      void leave() override { inner->leave(); }
+    };
+    auto l = std::make_unique<L>();
+    l->inner = make_store_liveness(store, prefix, self, window, clock);
+    l->throws = throws;
+    l->beats = beats;
+    return l;
+  };
+  ::testing::internal::CaptureStderr();
+  auto h = create_rendezvous_handler(p);
+  h->next_rendezvous();
+  bool beat = false;
+  for (int i = 0; i < 200 && !beat; ++i) {
+    std::this_thread::sleep_for(50ms);
+    beat = *beats > 0;
+  }
+  h->shutdown();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(beat) << err;
+  EXPECT_NE(err.find("rendezvous keep-alive: unexpected error (boom)"), std::string::npos) << err;
+}
+
 struct EventLog {
   std::mutex m;
   std::condition_variable cv;
