@@ -43,9 +43,8 @@ DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params,
       ledger_(std::move(ledger)),
       store_dies_with_host_(!ledger_) {
   if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
-    throw UsageError("--nnodes " + std::to_string(params_.min_nodes) + ":" +
-                     std::to_string(params_.max_nodes) +
-                     " is not a valid range; expected 1 <= MIN <= MAX");
+    throw UsageError(fmt::format("--nnodes {}:{} is not a valid range; expected 1 <= MIN <= MAX",
+                                 params_.min_nodes, params_.max_nodes));
   }
   limits_ = {params_.min_nodes, params_.max_nodes, config_.last_call_timeout};
   prefix_ = key_prefix(params_.run_id);

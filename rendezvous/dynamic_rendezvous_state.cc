@@ -1,5 +1,7 @@
 #include "rendezvous/dynamic_rendezvous_state.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <sstream>
 
@@ -39,8 +41,10 @@ std::optional<DynamicState> DynamicState::decode(const Bytes& value) {
       throw std::invalid_argument("status");
     }
   } catch (const std::exception&) {
-    throw ProtocolError("dynamic rendezvous: malformed state record '" + text +
-                        "'; is another program using this store's rendezvous keys?");
+    throw ProtocolError(fmt::format(
+        "dynamic rendezvous: malformed state record '{}'; is another program using this "
+        "store's rendezvous keys?",
+        text));
   }
   return s;
 }
@@ -139,7 +143,7 @@ NodeDescriptor NodeDescriptor::decode(const Bytes& value) {
   size_t c = s.rfind('|');
   size_t b = c == std::string::npos || c == 0 ? std::string::npos : s.rfind('|', c - 1);
   if (a == std::string::npos || b == std::string::npos || a >= b) {
-    throw ProtocolError("dynamic rendezvous: malformed node descriptor '" + s + "'");
+    throw ProtocolError(fmt::format("dynamic rendezvous: malformed node descriptor '{}'", s));
   }
   d.id = s.substr(0, a);
   d.host = s.substr(a + 1, b - a - 1);
@@ -155,7 +159,7 @@ NodeDescriptor NodeDescriptor::decode(const Bytes& value) {
     d.rank_hint = std::stoll(ranks.substr(0, comma));
     if (comma != std::string::npos) d.previous_rank = std::stoll(ranks.substr(comma + 1));
   } catch (const std::exception&) {
-    throw ProtocolError("dynamic rendezvous: malformed node descriptor '" + s + "'");
+    throw ProtocolError(fmt::format("dynamic rendezvous: malformed node descriptor '{}'", s));
   }
   return d;
 }

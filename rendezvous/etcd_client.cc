@@ -284,7 +284,7 @@ struct Watch::Impl {
             "etcd at {} cancelled the watch{}{}", endpoint,
             m.compact_revision > 0 ? fmt::format(": revision {} was compacted", m.compact_revision)
                                    : "",
-            m.cancel_reason.empty() ? "" : ": " + m.cancel_reason));
+            m.cancel_reason.empty() ? "" : fmt::format(": {}", m.cancel_reason)));
       }
       created = created || m.created;
       if (!m.events.empty()) ready.push_back(std::move(m));

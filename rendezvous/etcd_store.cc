@@ -62,8 +62,8 @@ class EtcdStore::PrefixWatch {
       if (it != puts_.end() && it->second.revision > after) return it->second.value;
       if (!error_.empty()) throw ConnectionError(error_);
       if (interrupts_ != interrupts_at_start) {
-        throw StoreInterruptedError("etcd store: the wait for key '" + key +
-                                    "' was interrupted by another thread");
+        throw StoreInterruptedError(fmt::format(
+            "etcd store: the wait for key '{}' was interrupted by another thread", key));
       }
       if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
         it = puts_.find(key);

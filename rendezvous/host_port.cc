@@ -1,5 +1,7 @@
 #include "rendezvous/host_port.h"
 
+#include <fmt/format.h>
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -27,12 +29,13 @@ HostPort parse_host_port(const std::string& text, uint16_t default_port, const s
   if (!text.empty() && text[0] == '[') {
     size_t close = text.find(']');
     if (close == std::string::npos) {
-      throw UsageError(what + ": '" + text + "' opens '[' without ']'; write [v6addr]:port");
+      throw UsageError(
+          fmt::format("{}: '{}' opens '[' without ']'; write [v6addr]:port", what, text));
     }
     hp.host = text.substr(1, close - 1);
     if (close + 1 < text.size()) {
       if (text[close + 1] != ':') {
-        throw UsageError(what + ": expected ':' after ']' in '" + text + "'");
+        throw UsageError(fmt::format("{}: expected ':' after ']' in '{}'", what, text));
       }
       port_text = text.substr(close + 2);
     }
@@ -49,12 +52,12 @@ HostPort parse_host_port(const std::string& text, uint16_t default_port, const s
     }
   }
   if (hp.host.empty()) {
-    throw UsageError(what + ": no host in '" + text + "'; expected host:port");
+    throw UsageError(fmt::format("{}: no host in '{}'; expected host:port", what, text));
   }
   if (!port_text.empty()) {
-    int64_t port = parse_int(port_text, what + " port");
+    int64_t port = parse_int(port_text, fmt::format("{} port", what));
     if (port < 0 || port > 65535) {
-      throw UsageError(what + ": port " + port_text + " is outside 0-65535");
+      throw UsageError(fmt::format("{}: port {} is outside 0-65535", what, port_text));
     }
     hp.port = static_cast<uint16_t>(port);
   }
@@ -68,8 +71,9 @@ std::string local_address_towards(const std::string& host, uint16_t port) {
   addrinfo* found = nullptr;
   std::string port_text = std::to_string(port);
   if (int rc = ::getaddrinfo(host.c_str(), port_text.c_str(), &hints, &found); rc != 0) {
-    throw ConnectionError("cannot resolve '" + host + "' to find this host's address towards it: " +
-                          ::gai_strerror(rc));
+    throw ConnectionError(fmt::format(
+        "cannot resolve '{}' to find this host's address towards it: {}", host,
+        ::gai_strerror(rc)));
   }
   std::string reason = "no address";
   for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
@@ -92,8 +96,10 @@ std::string local_address_towards(const std::string& host, uint16_t port) {
     ::close(fd);
   }
   ::freeaddrinfo(found);
-  throw ConnectionError("no route from this host to '" + host + "' (" + reason +
-                        "); check the network, or set GLOO_SOCKET_IFNAME to the interface to use");
+  throw ConnectionError(fmt::format(
+      "no route from this host to '{}' ({}); check the network, or set GLOO_SOCKET_IFNAME to the "
+      "interface to use",
+      host, reason));
 }
 
 }  // namespace dlaunch

@@ -37,8 +37,8 @@ void InMemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,
     for (const auto& k : keys) {
       if (!table_.contains(k)) missing.push_back(k);
     }
-    throw TimeoutError("in-memory store: waited " + fmt::format("{:g}", to_seconds(timeout)) +
-                       " s for key(s) " + join_keys(missing) + " that nobody set");
+    throw TimeoutError(fmt::format("in-memory store: waited {:g} s for key(s) {} that nobody set",
+                                   to_seconds(timeout), join_keys(missing)));
   }
 }
 

@@ -64,15 +64,17 @@ std::optional<std::string> load_job_token(const std::string& token_file) {
   if (token_file.empty()) return std::nullopt;
   std::ifstream in(token_file);
   if (!in) {
-    throw UsageError("cannot read the job token file '" + token_file +
-                     "'; check the path given in --rdzv_conf token_file= and its permissions");
+    throw UsageError(fmt::format(
+        "cannot read the job token file '{}'; check the path given in --rdzv_conf token_file= "
+        "and its permissions",
+        token_file));
   }
   std::string line;
   std::getline(in, line);
   std::string token = trim(line);
   if (token.empty()) {
-    throw UsageError("the job token file '" + token_file +
-                     "' is empty; write the token on its first line");
+    throw UsageError(fmt::format(
+        "the job token file '{}' is empty; write the token on its first line", token_file));
   }
   return token;
 }

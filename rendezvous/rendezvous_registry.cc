@@ -46,8 +46,8 @@ int64_t RendezvousResult::global_rank_base() const {
 namespace {
 
 Duration parse_seconds(const std::string& key, const std::string& value) {
-  double s = parse_double(value, "--rdzv_conf " + key);
-  if (s < 0) throw UsageError("--rdzv_conf " + key + "=" + value + ": expected seconds >= 0");
+  double s = parse_double(value, fmt::format("--rdzv_conf {}", key));
+  if (s < 0) throw UsageError(fmt::format("--rdzv_conf {}={}: expected seconds >= 0", key, value));
   return from_seconds(s);
 }
 
@@ -64,7 +64,8 @@ std::map<std::string, std::string> RendezvousConfig::split(const std::string& te
     if (item.empty()) continue;
     size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0) {
-      throw UsageError("--rdzv_conf: '" + item + "' is not key=value (e.g. join_timeout=900)");
+      throw UsageError(
+          fmt::format("--rdzv_conf: '{}' is not key=value (e.g. join_timeout=900)", item));
     }
     out[item.substr(0, eq)] = item.substr(eq + 1);
   }
@@ -81,12 +82,13 @@ RendezvousConfig RendezvousConfig::parse(const std::map<std::string, std::string
     } else if (key == "keep_alive_interval") {
       c.keep_alive_interval = parse_seconds(key, value);
       if (c.keep_alive_interval <= Duration::zero()) {
-        throw UsageError("--rdzv_conf keep_alive_interval=" + value + ": expected seconds > 0");
+        throw UsageError(
+            fmt::format("--rdzv_conf keep_alive_interval={}: expected seconds > 0", value));
       }
     } else if (key == "keep_alive_max_attempt") {
       c.keep_alive_max_attempt = parse_int(value, "--rdzv_conf keep_alive_max_attempt");
       if (c.keep_alive_max_attempt < 1) {
-        throw UsageError("--rdzv_conf keep_alive_max_attempt=" + value + ": expected >= 1");
+        throw UsageError(fmt::format("--rdzv_conf keep_alive_max_attempt={}: expected >= 1", value));
       }
     } else if (key == "close_timeout") {
       c.close_timeout = parse_seconds(key, value);
@@ -159,16 +161,16 @@ void register_rendezvous_backend(const std::string& name, RendezvousFactory fact
 
 std::unique_ptr<RendezvousHandler> create_rendezvous_handler(const RendezvousParams& params) {
   RendezvousFactory factory;
-  std::string known;
+  std::vector<std::string> known;
   {
     std::lock_guard<std::mutex> lock(registry_mutex());
     auto it = registry().find(params.backend);
     if (it != registry().end()) factory = it->second;
-    for (const auto& [name, f] : registry()) known += (known.empty() ? "" : ", ") + name;
+    for (const auto& [name, f] : registry()) known.push_back(name);
   }
   if (!factory) {
-    throw UsageError("--rdzv_backend " + params.backend + " is not known; expected one of: " +
-                     known);
+    throw UsageError(fmt::format("--rdzv_backend {} is not known; expected one of: {}",
+                                 params.backend, fmt::join(known, ", ")));
   }
   return factory(params);
 }

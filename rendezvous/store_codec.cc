@@ -1,5 +1,7 @@
 #include "rendezvous/store_codec.h"
 
+#include <fmt/format.h>
+
 #include "common/byte_order.h"
 #include "common/error.h"
 
@@ -134,8 +136,7 @@ class Reader {
   bool count(uint64_t* n) {
     if (!u64(n)) return false;
     if (*n > limits_.max_keys) {
-      return fail("key count " + std::to_string(*n) + " over the limit of " +
-                  std::to_string(limits_.max_keys));
+      return fail(fmt::format("key count {} over the limit of {}", *n, limits_.max_keys));
     }
     return true;
   }
@@ -166,8 +167,7 @@ class Reader {
   bool sized(uint64_t limit, const char* what, const uint8_t** at, uint64_t* n) {
     if (!u64(n)) return false;
     if (*n > limit) {
-      return fail(std::string(what) + " of " + std::to_string(*n) + " bytes over the limit of " +
-                  std::to_string(limit));
+      return fail(fmt::format("{} of {} bytes over the limit of {}", what, *n, limit));
     }
     if (!have(*n)) return false;
     *at = data_ + pos_;
@@ -176,8 +176,8 @@ class Reader {
   }
   bool have(uint64_t n) {
     if (n > limits_.max_frame_bytes || pos_ + n > limits_.max_frame_bytes) {
-      return fail("request larger than the frame limit of " +
-                  std::to_string(limits_.max_frame_bytes) + " bytes");
+      return fail(
+          fmt::format("request larger than the frame limit of {} bytes", limits_.max_frame_bytes));
     }
     return size_ - pos_ >= n;
   }
@@ -351,9 +351,8 @@ uint8_t opcode(Dialect dialect, Op op) {
   const OpRow& r = row(op);
   int16_t code = dialect == Dialect::kTorch113 ? r.code113 : r.code2;
   if (code == kNoCode) {
-    throw UsageError(std::string("the PyTorch ") +
-                     (dialect == Dialect::kTorch113 ? "1.13" : "2.x") + " dialect has no " +
-                     r.name);
+    throw UsageError(fmt::format("the PyTorch {} dialect has no {}",
+                                 dialect == Dialect::kTorch113 ? "1.13" : "2.x", r.name));
   }
   return static_cast<uint8_t>(code);
 }

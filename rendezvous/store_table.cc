@@ -1,5 +1,7 @@
 #include "rendezvous/store_table.h"
 
+#include <fmt/format.h>
+
 #include <charconv>
 
 #include "common/error.h"
@@ -12,9 +14,10 @@ int64_t parse_counter(const Bytes& value, const std::string& key) {
   const char* end = begin + value.size();
   auto [ptr, ec] = std::from_chars(begin, end, result);
   if (value.empty() || ec != std::errc() || ptr != end) {
-    throw ProtocolError("store key '" + key + "' holds '" + to_string(value) +
-                        "', expected a decimal counter written by add(); do not mix set() and "
-                        "add() on one key");
+    throw ProtocolError(fmt::format(
+        "store key '{}' holds '{}', expected a decimal counter written by add(); do not mix "
+        "set() and add() on one key",
+        key, to_string(value)));
   }
   return result;
 }
@@ -24,9 +27,10 @@ int64_t add_to_counter(const Bytes* current, int64_t delta, const std::string& k
   int64_t base = parse_counter(*current, key);
   int64_t sum = 0;
   if (__builtin_add_overflow(base, delta, &sum)) {
-    throw ProtocolError("add(" + std::to_string(delta) + ") to store key '" + key + "' holding " +
-                        std::to_string(base) +
-                        " leaves the int64 range; reset the counter or add smaller steps");
+    throw ProtocolError(fmt::format(
+        "add({}) to store key '{}' holding {} leaves the int64 range; reset the counter or add "
+        "smaller steps",
+        delta, key, base));
   }
   return sum;
 }

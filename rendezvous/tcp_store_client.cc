@@ -111,8 +111,8 @@ bool TcpStoreClient::interrupted() {
 
 void TcpStoreClient::throw_closed(const std::string& message) {
   if (interrupted()) {
-    throw StoreInterruptedError("store " + endpoint() +
-                                ": the call was interrupted by another thread (interrupt())");
+    throw StoreInterruptedError(fmt::format(
+        "store {}: the call was interrupted by another thread (interrupt())", endpoint()));
   }
   throw ClosedError(message);
 }
@@ -177,11 +177,11 @@ void TcpStoreClient::ensure_connected() {
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
   if (interrupted()) throw_closed("");
-  throw ConnectionError("cannot reach the store at " + endpoint() + " within " +
-                        fmt::format("{:g}", to_seconds(bound)) + " s (last error: " + last_error +
-                        "); check that the agent hosting it (node rank 0, or the owner of "
-                        "--rdzv_endpoint) is running, that the address and port are right, "
-                        "and that no firewall blocks the port");
+  throw ConnectionError(fmt::format(
+      "cannot reach the store at {} within {:g} s (last error: {}); check that the agent "
+      "hosting it (node rank 0, or the owner of --rdzv_endpoint) is running, that the address "
+      "and port are right, and that no firewall blocks the port",
+      endpoint(), to_seconds(bound), last_error));
 }
 
 void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
@@ -193,7 +193,7 @@ void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
   std::string port = std::to_string(options_.port);
   int rc = getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &res);
   if (rc != 0) {
-    throw ConnectionError("cannot resolve '" + options_.host + "': " + gai_strerror(rc));
+    throw ConnectionError(fmt::format("cannot resolve '{}': {}", options_.host, gai_strerror(rc)));
   }
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> free_res(res, freeaddrinfo);
   std::string error = "no address";
@@ -257,8 +257,8 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
     echoed = load_le<uint32_t>(buf);
     if (echoed != nonce) {
       drop();
-      throw StateError("the service at " + endpoint() +
-                       " is not a dlaunch/PyTorch store (bad PING reply)");
+      throw StateError(fmt::format(
+          "the service at {} is not a dlaunch/PyTorch store (bad PING reply)", endpoint()));
     }
     return;
   }
@@ -273,17 +273,19 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
   recv_exact(proof.data(), proof.size(), deadline, "AUTH_BEGIN", "");
   if (mode != 1) {
     drop();
-    throw StateError("the store at " + endpoint() +
-                     " does not use a job token but this process has one (DLAUNCH_JOB_TOKEN): "
-                     "it may be another job's store on the same port; check --master_port / "
-                     "--rdzv_endpoint, or unset the token on every node");
+    throw StateError(fmt::format(
+        "the store at {} does not use a job token but this process has one "
+        "(DLAUNCH_JOB_TOKEN): it may be another job's store on the same port; check "
+        "--master_port / --rdzv_endpoint, or unset the token on every node",
+        endpoint()));
   }
   auto expected = server_proof(*options_.token, begin.digest, server_nonce);
   if (!constant_time_equal(expected.data(), proof.data(), proof.size())) {
     drop();
-    throw StateError("the store at " + endpoint() +
-                     " does not know this job's token: it is another job's store, or the "
-                     "nodes were given different DLAUNCH_JOB_TOKEN values");
+    throw StateError(fmt::format(
+        "the store at {} does not know this job's token: it is another job's store, or the "
+        "nodes were given different DLAUNCH_JOB_TOKEN values",
+        endpoint()));
   }
   Request answer;
   answer.op = Op::kAuthProof;
@@ -296,9 +298,10 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
     if (recv_u8(deadline, "AUTH_PROOF") != 0) throw ClosedError("refused");
     if (options_.agent) recv_u8(deadline, "DECLARE_AGENT");
   } catch (const ClosedError&) {
-    throw StateError("the store at " + endpoint() +
-                     " refused this process's job token; give every node the same "
-                     "DLAUNCH_JOB_TOKEN");
+    throw StateError(fmt::format(
+        "the store at {} refused this process's job token; give every node the same "
+        "DLAUNCH_JOB_TOKEN",
+        endpoint()));
   }
 }
 
@@ -349,8 +352,8 @@ void TcpStoreClient::recv_exact(void* dst, size_t n, SteadyTime::time_point dead
     int left = remaining_ms(deadline);
     if (left <= 0) {
       drop();  // the server forgets a parked request when its connection closes
-      throw TimeoutError(std::string("store ") + endpoint() + ": " + what +
-                         (key.empty() ? "" : " '" + key + "'") + " got no answer in time");
+      throw TimeoutError(fmt::format("store {}: {}{} got no answer in time", endpoint(), what,
+                                     key.empty() ? "" : fmt::format(" '{}'", key)));
     }
     // One blocking recv() per reply rather than poll() + recv(): SO_RCVTIMEO bounds it. It is
     // re-armed only when it would overshoot the deadline noticeably or is far too short, so a
@@ -414,8 +417,8 @@ Bytes TcpStoreClient::recv_bytes(SteadyTime::time_point deadline, const char* wh
   uint64_t n = load_le<uint64_t>(buf);
   if (n > wire::Limits().max_frame_bytes) {
     drop();
-    throw ProtocolError("store " + endpoint() + ": reply of " + std::to_string(n) +
-                        " bytes to " + what + " is over the frame limit");
+    throw ProtocolError(fmt::format("store {}: reply of {} bytes to {} is over the frame limit",
+                                    endpoint(), n, what));
   }
   Bytes value(n);
   if (n) recv_exact(value.data(), n, deadline, what, key);
@@ -456,8 +459,8 @@ Bytes TcpStoreClient::get(const std::string& key) {
   try {
     return recv_bytes(deadline_after(timeout()), "GET", key);
   } catch (const TimeoutError&) {
-    throw TimeoutError("store " + endpoint() + ": key '" + key + "' did not appear within " +
-                       fmt::format("{:g}", to_seconds(timeout())) + " s");
+    throw TimeoutError(fmt::format("store {}: key '{}' did not appear within {:g} s", endpoint(),
+                                   key, to_seconds(timeout())));
   }
 }
 
@@ -486,8 +489,8 @@ bool TcpStoreClient::check(const std::vector<std::string>& keys) {
   uint8_t r = recv_u8(deadline_after(timeout()), "CHECK");
   if (r != wire::kCheckReady && r != wire::kCheckNotReady) {
     drop();
-    throw ProtocolError("store " + endpoint() + ": CHECK answered " + std::to_string(r) +
-                        ", expected 0 (ready) or 1 (not ready)");
+    throw ProtocolError(fmt::format(
+        "store {}: CHECK answered {}, expected 0 (ready) or 1 (not ready)", endpoint(), r));
   }
   return r == wire::kCheckReady;
 }
@@ -525,18 +528,18 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, Duration timeout
     if (raced) r = recv_u8(answer_deadline, "CANCEL_WAIT");
     if (r != wire::kWaitCanceled) {
       drop();
-      throw ProtocolError("store " + endpoint() + ": CANCEL_WAIT answered " + std::to_string(r) +
-                          ", expected WAIT_CANCELED (1)");
+      throw ProtocolError(fmt::format(
+          "store {}: CANCEL_WAIT answered {}, expected WAIT_CANCELED (1)", endpoint(), r));
     }
     if (raced) return;
-    throw TimeoutError("store " + endpoint() + ": key(s) " + describe_keys(keys) +
-                       " did not appear within " + fmt::format("{:g}", to_seconds(timeout)) + " s");
+    throw TimeoutError(fmt::format("store {}: key(s) {} did not appear within {:g} s",
+                                   endpoint(), describe_keys(keys), to_seconds(timeout)));
   }
   uint8_t r = recv_u8(answer_deadline, "WAIT");
   if (r != wire::kStopWaiting) {
     drop();
-    throw ProtocolError("store " + endpoint() + ": WAIT answered " + std::to_string(r) +
-                        ", expected STOP_WAITING (0)");
+    throw ProtocolError(fmt::format("store {}: WAIT answered {}, expected STOP_WAITING (0)",
+                                    endpoint(), r));
   }
 }
 
@@ -566,9 +569,8 @@ std::vector<Bytes> TcpStoreClient::multi_get(const std::vector<std::string>& key
       values.push_back(recv_bytes(deadline, "MULTI_GET", keys[i]));
     }
   } catch (const TimeoutError&) {
-    throw TimeoutError("store " + endpoint() + ": key(s) " + describe_keys(keys) +
-                       " did not all appear within " + fmt::format("{:g}", to_seconds(timeout())) +
-                       " s");
+    throw TimeoutError(fmt::format("store {}: key(s) {} did not all appear within {:g} s",
+                                   endpoint(), describe_keys(keys), to_seconds(timeout())));
   }
   return values;
 }

@@ -1,5 +1,7 @@
 #include "rendezvous/tcp_store_server.h"
 
+#include <fmt/format.h>
+
 #include <sys/resource.h>
 
 #include <cerrno>
@@ -90,8 +92,10 @@ uint16_t TcpStoreServer::start() {
     auto results = resolver.resolve(o.host, std::to_string(o.port),
                                     tcp::resolver::numeric_service, ec);
     if (ec || results.empty()) {
-      throw UsageError("store server: cannot resolve the bind address '" + o.host +
-                       "': " + ec.message() + "; pass an IP address of this machine");
+      throw UsageError(fmt::format(
+          "store server: cannot resolve the bind address '{}': {}; pass an IP address of this "
+          "machine",
+          o.host, ec.message()));
     }
     address = results.begin()->endpoint().address();
   }
@@ -100,23 +104,29 @@ uint16_t TcpStoreServer::start() {
                       ":" + std::to_string(o.port);
   auto& acc = impl_->acceptor;
   acc.open(endpoint.protocol(), ec);
-  if (ec) throw SystemError("store server: cannot open a socket for " + where + ": " + ec.message());
+  if (ec) {
+    throw SystemError(
+        fmt::format("store server: cannot open a socket for {}: {}", where, ec.message()));
+  }
   acc.set_option(tcp::acceptor::reuse_address(true), ec);
   acc.bind(endpoint, ec);
   if (ec == asio::error::address_in_use) {
-    throw AddressInUseError("store server: port " + std::to_string(o.port) + " on " +
-                            address.to_string() +
-                            " is already in use by another process (another job or a stale "
-                            "agent); pick another port, or 0 to let dlaunch choose one");
+    throw AddressInUseError(fmt::format(
+        "store server: port {} on {} is already in use by another process (another job or a "
+        "stale agent); pick another port, or 0 to let dlaunch choose one",
+        o.port, address.to_string()));
   }
   if (ec.value() == EADDRNOTAVAIL) {
-    throw UsageError("store server: " + address.to_string() +
-                     " is not an address of this machine; pass one of its own addresses "
-                     "(--local_addr) to bind the store");
+    throw UsageError(fmt::format(
+        "store server: {} is not an address of this machine; pass one of its own addresses "
+        "(--local_addr) to bind the store",
+        address.to_string()));
   }
-  if (ec) throw SystemError("store server: cannot bind " + where + ": " + ec.message());
+  if (ec) throw SystemError(fmt::format("store server: cannot bind {}: {}", where, ec.message()));
   acc.listen(o.backlog, ec);
-  if (ec) throw SystemError("store server: cannot listen on " + where + ": " + ec.message());
+  if (ec) {
+    throw SystemError(fmt::format("store server: cannot listen on {}: {}", where, ec.message()));
+  }
   impl_->bound_port = acc.local_endpoint().port();
   impl_->started = true;
   impl_->accept_next();
