@@ -32,7 +32,7 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # dlaunch_0.1.0_amd64.deb
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # dpkg-shlibdeps sees NEEDED libraries only; libcrypto is dlopen()ed when a job token is used
-# (rendezvous/libcrypto.h), so its package is named here and merged with the computed list.
+# (rendezvous/tcp/libcrypto.h), so its package is named here and merged with the computed list.
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libssl3")
 set(CPACK_PACKAGING_INSTALL_PREFIX /usr)
 set(CPACK_STRIP_FILES ON)  # the symbols are most of the binaries' size

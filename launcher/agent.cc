@@ -39,8 +39,8 @@
 #include "launcher/run_dir.h"
 #include "launcher/stack_capture.h"
 #include "launcher/worker_group.h"
-#include "rendezvous/rendezvous_handler.h"
-#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/handlers/rendezvous_handler.h"
+#include "rendezvous/tcp/tcp_store_server.h"
 
 extern char** environ;
 

@@ -10,7 +10,7 @@
 #include <cstring>
 
 #include "common/error.h"
-#include "rendezvous/host_port.h"
+#include "rendezvous/tcp/host_port.h"
 
 namespace dlaunch {
 

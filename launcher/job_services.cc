@@ -6,10 +6,10 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/worker_env.h"
-#include "rendezvous/host_port.h"
-#include "rendezvous/rendezvous_registry.h"
-#include "rendezvous/store_host.h"
-#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/tcp/host_port.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
+#include "rendezvous/tcp/store_host.h"
+#include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch {
 
@@ -51,7 +51,7 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
   p.version = version;
   // The endpoints and ports were checked by resolve_config (check_endpoints in
   // launch_config.cc), so a --dry_run refuses what a run would. Whether this agent hosts the
-  // store is the backend's decision (rendezvous/store_host.h).
+  // store is the backend's decision (rendezvous/tcp/store_host.h).
   p.host_store = true;
   if (cfg.rdzv_backend == "static") {
     HostPort hp = cfg.rdzv_endpoint.empty()
@@ -72,7 +72,7 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
     log_info("hosting the job's store on {}:{}", s.server->host(), s.server->port());
   }
   // etcd: the group-rank-0 agent hosts the workers' TCP store each round
-  // (rendezvous/etcd_rendezvous.h), so workers join an agent store there too.
+  // (rendezvous/etcd/etcd_rendezvous.h), so workers join an agent store there too.
   s.use_agent_store = cfg.rdzv_backend != "etcd-v2";
   return s;
 }

@@ -20,7 +20,7 @@
 #include "launcher/program_check.h"
 #include "launcher/python_hooks.h"
 #include "launcher/slurm_launch.h"
-#include "rendezvous/job_token.h"
+#include "rendezvous/tcp/job_token.h"
 
 namespace {
 

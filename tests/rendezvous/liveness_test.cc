@@ -1,10 +1,10 @@
 // Store liveness with a scripted clock: a node is dead only after its counter stood still for
 // the whole window on the observer's clock, and never after it left cleanly.
-#include "rendezvous/liveness.h"
+#include "rendezvous/handlers/liveness.h"
 
 #include <gtest/gtest.h>
 
-#include "rendezvous/in_memory_store.h"
+#include "rendezvous/store/in_memory_store.h"
 
 namespace dlaunch {
 namespace {

@@ -6,13 +6,13 @@
 #include <thread>
 
 #include "common/error.h"
-#include "rendezvous/dynamic_rendezvous_state.h"
-#include "rendezvous/job_token.h"
-#include "rendezvous/rendezvous_events.h"
-#include "rendezvous/rendezvous_registry.h"
-#include "rendezvous/tcp_store_client.h"
-#include "rendezvous/tcp_store_server.h"
-#include "rendezvous/worker_namespace.h"
+#include "rendezvous/handlers/dynamic_rendezvous_state.h"
+#include "rendezvous/tcp/job_token.h"
+#include "rendezvous/handlers/rendezvous_events.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
+#include "rendezvous/tcp/tcp_store_client.h"
+#include "rendezvous/tcp/tcp_store_server.h"
+#include "rendezvous/tcp/worker_namespace.h"
 
 namespace dlaunch {
 namespace {

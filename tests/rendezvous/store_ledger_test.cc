@@ -1,13 +1,13 @@
 // StoreRoundLedger over the in-memory store: the c10d rendezvous' arrivals, descriptors and
 // waits, as DynamicRendezvous drives them (key layout: round/<r>/arrivals, round/<r>/node/<i>).
-#include "rendezvous/store_ledger.h"
+#include "rendezvous/handlers/store_ledger.h"
 
 #include <gtest/gtest.h>
 
 #include <thread>
 
 #include "common/error.h"
-#include "rendezvous/in_memory_store.h"
+#include "rendezvous/store/in_memory_store.h"
 
 namespace dlaunch {
 namespace {

@@ -1,8 +1,8 @@
 // The TCP store server on loopback: raw clients speaking each PyTorch dialect byte by byte,
 // malformed frames, thousands of connections, the job token, binding rules, and a real
 // PyTorch 1.13 client.
-#include "rendezvous/tcp_store_server.h"
-#include "rendezvous/worker_namespace.h"
+#include "rendezvous/tcp/tcp_store_server.h"
+#include "rendezvous/tcp/worker_namespace.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -18,9 +18,9 @@
 #include <thread>
 
 #include "common/byte_order.h"
-#include "rendezvous/in_memory_store.h"
-#include "rendezvous/prefix_store.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store/in_memory_store.h"
+#include "rendezvous/store/prefix_store.h"
+#include "rendezvous/tcp/tcp_store_client.h"
 
 namespace dlaunch {
 namespace {
