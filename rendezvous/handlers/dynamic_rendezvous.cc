@@ -509,8 +509,15 @@ void DynamicRendezvous::ack_failure() {
 bool DynamicRendezvous::write_verdict(Store& store, int64_t round, const std::string& verdict) {
   // compare_set returns the value now stored: two writers of the same text would both see
   // their own value and both count as the first. The writer's node id makes each value unique.
+  // But this node may try twice (its ack completed the count, then its settle_failure passed
+  // its deadline under load before it saw the verdict, or two of its threads at once): it would
+  // see its own value again and charge the budget twice. So its tries are one at a time, and a
+  // round it already wrote is not written again.
+  std::lock_guard<std::mutex> lock(verdict_mutex_);
+  if (round <= verdict_round_) return false;
   Bytes mine = to_bytes(verdict + "|" + node_id_);
   if (store.compare_set(round_key(round, "verdict"), Bytes(), mine) != mine) return false;
+  verdict_round_ = round;
   // Exactly one writer per round: the one that charges the job-wide budget.
   if (verdict == "C") store.add(key("restart_count"), 1);
   return true;

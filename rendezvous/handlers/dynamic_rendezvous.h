@@ -224,6 +224,8 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::string store_lost_;  // non-empty once the store was declared lost
   std::function<void(const RendezvousEvent&)> on_event_;  // watch()'s callback
   int64_t acked_round_ = -1;
+  std::mutex verdict_mutex_;  // write_verdict's tries, one at a time
+  int64_t verdict_round_ = -1;  // the last round whose verdict this node wrote
   bool version_mix_warned_ = false;  // once per agent, not every round (next_rendezvous' thread)
 };
 
