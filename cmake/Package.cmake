@@ -37,7 +37,7 @@ set(CPACK_DEBIAN_PACKAGE_PRIORITY optional)
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)  # dlaunch_0.1.0_amd64.deb
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
 # dpkg-shlibdeps sees NEEDED libraries only; libcrypto is dlopen()ed when a job token is used
-# (rendezvous/libcrypto.h), so its package is named here and merged with the computed list.
+# (rendezvous/tcp/libcrypto.h), so its package is named here and merged with the computed list.
 set(CPACK_DEBIAN_PACKAGE_DEPENDS "libssl3")
 if(DLAUNCH_CUDA_LIBRARY_DIRS)
   set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS_PRIVATE_DIRS ${DLAUNCH_CUDA_LIBRARY_DIRS})

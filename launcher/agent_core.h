@@ -32,7 +32,7 @@
 #include "launcher/post_gate.h"
 #include "launcher/worker_files.h"
 #include "launcher/worker_group.h"
-#include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/handlers/rendezvous_handler.h"
 
 namespace dlaunch {
 

@@ -21,8 +21,8 @@
 #include "launcher/stack_capture.h"
 #include "launcher/stack_capture_run.h"
 #include "launcher/status_server.h"
-#include "rendezvous/store.h"
-#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/store/store.h"
+#include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch {
 

@@ -11,7 +11,7 @@
 // Control and the job token: when the job has a token, a control request must carry a proof
 // of it, bound to a one-use nonce the agent issued for that action (GET /control/nonce?action=
 // stop, 30 s to use it): X-Dlaunch-Nonce (the agent's nonce), X-Dlaunch-Client-Nonce and
-// X-Dlaunch-Proof = client_proof(token, client nonce, agent nonce) (rendezvous/job_token.h),
+// X-Dlaunch-Proof = client_proof(token, client nonce, agent nonce) (rendezvous/tcp/job_token.h),
 // all hex. The token never crosses the wire and a captured request cannot be replayed. A
 // request without a valid proof gets 403 and a warning in the agent's log. Without a token,
 // whoever reaches the endpoint may use it: it binds loopback or the advertised address only.
@@ -113,7 +113,7 @@ class AgentMonitor {
 inline constexpr const char kStatusAgentsKey[] = "status/agents";
 std::string status_agent_key(int64_t index);
 // The job's store: the TCP store at the job's endpoint under this prefix, where the static and
-// c10d rendezvous put their result's store (rendezvous/static_rendezvous.cc,
+// c10d rendezvous put their result's store (rendezvous/handlers/static_rendezvous.cc,
 // dynamic_rendezvous.cc), and where a single-node agent publishes its endpoint too.
 std::string job_store_prefix(const std::string& run_id);
 

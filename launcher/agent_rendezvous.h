@@ -9,7 +9,7 @@
 #include <string>
 #include <thread>
 
-#include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/handlers/rendezvous_handler.h"
 
 namespace dlaunch {
 

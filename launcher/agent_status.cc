@@ -8,7 +8,7 @@
 
 #include "common/log.h"
 #include "launcher/agent_core.h"
-#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch {
 

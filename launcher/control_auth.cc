@@ -1,6 +1,6 @@
 #include "launcher/control_auth.h"
 
-#include "rendezvous/job_token.h"
+#include "rendezvous/tcp/job_token.h"
 
 namespace dlaunch {
 

@@ -1,7 +1,7 @@
 // Proof of the job token for the agents' control endpoints (agent_monitor.h), on both sides:
 // the agent issues one-use nonces bound to an action and checks proofs; `dlaunch stop|restart|
 // dump` (job_control.h) computes them. The HMAC is the store handshake's own
-// (rendezvous/job_token.h), so the token never crosses the wire.
+// (rendezvous/tcp/job_token.h), so the token never crosses the wire.
 //
 // Not thread-safe (the agent uses it from its loop thread); never blocks; never throws but for
 // SystemError from the random source.
@@ -12,7 +12,7 @@
 #include <optional>
 #include <string>
 
-#include "rendezvous/store_codec.h"
+#include "rendezvous/tcp/store_codec.h"
 
 namespace dlaunch {
 

@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "common/clock.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace dlaunch {
 

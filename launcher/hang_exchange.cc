@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "common/log.h"
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace dlaunch {
 

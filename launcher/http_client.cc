@@ -11,7 +11,7 @@
 #include <utility>
 
 #include "common/error.h"
-#include "rendezvous/host_port.h"
+#include "rendezvous/tcp/host_port.h"
 
 namespace dlaunch {
 

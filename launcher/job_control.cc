@@ -20,12 +20,12 @@
 #include "launcher/http_client.h"
 #include "launcher/job_events.h"
 #include "launcher/node_status.h"
-#include "rendezvous/etcd_rendezvous.h"
-#include "rendezvous/etcd_store.h"
-#include "rendezvous/host_port.h"
-#include "rendezvous/job_token.h"
-#include "rendezvous/prefix_store.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/etcd/etcd_rendezvous.h"
+#include "rendezvous/etcd/etcd_store.h"
+#include "rendezvous/tcp/host_port.h"
+#include "rendezvous/tcp/job_token.h"
+#include "rendezvous/store/prefix_store.h"
+#include "rendezvous/tcp/tcp_store_client.h"
 
 namespace dlaunch {
 

@@ -6,59 +6,23 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/worker_env.h"
-#include "rendezvous/host_port.h"
-#include "rendezvous/rendezvous_registry.h"
-#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/tcp/host_port.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
+#include "rendezvous/tcp/store_host.h"
+#include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch {
-
-namespace {
-
-// Hosts the store on `hp`; returns null when another process (another agent of this job on
-// this host, or the endpoint is not an address of this host) should be the host instead.
-std::shared_ptr<TcpStoreServer> try_host(const HostPort& hp, bool must) {
-  TcpStoreServerOptions o;
-  o.host = hp.host;
-  o.port = hp.port;
-  o.token = get_env(env_names::kJobToken);
-  auto server = std::make_shared<TcpStoreServer>(o);
-  try {
-    server->start();
-    return server;
-  } catch (const AddressInUseError&) {
-    if (must) {
-      throw AddressInUseError(fmt::format(
-          "cannot host the job's store on {}: the port is in use (another job, or a stale "
-          "agent); pass a free --master_port (node 0 publishes it to nobody else, so every node "
-          "needs the same value)",
-          hp.to_string()));
-    }
-    return nullptr;
-  } catch (const Error& e) {
-    if (must) throw;
-    log_debug("not hosting the store on {}: {}", hp.to_string(), e.what());
-    return nullptr;
-  }
-}
-
-}  // namespace
 
 JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
                                const std::string& version) {
   JobServices s;
   if (cfg.max_nodes == 1 && cfg.rdzv_backend == "static") {
-    TcpStoreServerOptions o;
-    o.host = cfg.master_addr;
-    o.port = static_cast<uint16_t>(cfg.master_port);
-    o.token = get_env(env_names::kJobToken);
-    auto server = std::make_shared<TcpStoreServer>(o);
+    std::shared_ptr<TcpStoreServer> server;
     try {
-      server->start();
-    } catch (const AddressInUseError& e) {
-      throw AddressInUseError(fmt::format(
-          "cannot host the job's store on {}:{}: the port is in use (another job, or a stale "
-          "agent); pass a free --master_port, or --master_port 0 / --standalone to pick one",
-          cfg.master_addr, cfg.master_port));
+      server = host_job_store(
+          HostPort{cfg.master_addr, static_cast<uint16_t>(cfg.master_port)},
+          get_env(env_names::kJobToken),
+          "pass a free --master_port, or --master_port 0 / --standalone to pick one");
     } catch (const UsageError& e) {
       throw UsageError(fmt::format(
           "--master_addr={} cannot host this single-node job's store ({}); use 127.0.0.1 (the "
@@ -86,35 +50,29 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
   p.token = get_env(env_names::kJobToken);
   p.version = version;
   // The endpoints and ports were checked by resolve_config (check_endpoints in
-  // launch_config.cc), so a --dry_run refuses what a run would.
+  // launch_config.cc), so a --dry_run refuses what a run would. Whether this agent hosts the
+  // store is the backend's decision (rendezvous/tcp/store_host.h).
+  p.host_store = true;
   if (cfg.rdzv_backend == "static") {
     HostPort hp = cfg.rdzv_endpoint.empty()
                       ? HostPort{cfg.master_addr, static_cast<uint16_t>(cfg.master_port)}
                       : parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint");
     p.endpoint = hp.to_string();
     p.node_rank = cfg.node_rank;
-    if (cfg.node_rank == 0) s.server = try_host(hp, true);
   } else if (cfg.rdzv_backend == "c10d") {
-    HostPort hp = parse_host_port(cfg.rdzv_endpoint, 29400, "--rdzv_endpoint");
-    p.endpoint = hp.to_string();
+    p.endpoint = parse_host_port(cfg.rdzv_endpoint, 29400, "--rdzv_endpoint").to_string();
     if (cfg.node_rank_given) p.node_rank = cfg.node_rank;
-    // torchrun's rule: the agent that can bind the endpoint hosts the store; the rest connect.
-    s.server = try_host(hp, false);
-    // Port 0 (torchrun's --standalone spelling): join the store on the port it was given.
-    if (hp.port == 0 && s.server) {
-      hp.port = s.server->port();
-      p.endpoint = hp.to_string();
-    }
   } else {
     p.endpoint = cfg.rdzv_endpoint;
     if (cfg.node_rank_given) p.node_rank = cfg.node_rank;
   }
+  s.rendezvous = std::shared_ptr<RendezvousHandler>(create_rendezvous_handler(p));
+  s.server = s.rendezvous->hosted_store();
   if (s.server) {
     log_info("hosting the job's store on {}:{}", s.server->host(), s.server->port());
   }
-  s.rendezvous = std::shared_ptr<RendezvousHandler>(create_rendezvous_handler(p));
   // etcd: the group-rank-0 agent hosts the workers' TCP store each round
-  // (rendezvous/etcd_rendezvous.h), so workers join an agent store there too.
+  // (rendezvous/etcd/etcd_rendezvous.h), so workers join an agent store there too.
   s.use_agent_store = cfg.rdzv_backend != "etcd-v2";
   return s;
 }

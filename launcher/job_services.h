@@ -1,7 +1,7 @@
-// What an agent sets up before its first worker generation: the job's TCP store (hosted by
-// this agent when it is node 0 / the owner of the rendezvous endpoint) and, for several nodes,
-// the rendezvous handler. Kept apart from the agent so the agent logic stays testable with
-// fakes and this wiring stays small.
+// What an agent sets up before its first worker generation: for a single node, the job's TCP
+// store; for several nodes, the rendezvous handler, whose backend decides whether this agent
+// hosts the store (rendezvous/tcp/store_host.h). Kept apart from the agent so the agent logic stays
+// testable with fakes and this wiring stays small.
 //
 //   single node (--nnodes 1, --standalone): host the store on --master_addr:--master_port
 //     (0 = a free port); no rendezvous; workers get TORCHELASTIC_USE_AGENT_STORE=True.
@@ -9,6 +9,8 @@
 //     joins the static rendezvous through it.
 //   c10d (--nnodes MIN:MAX): the agent that can bind --rdzv_endpoint hosts the store there
 //     (torchrun's rule: try to bind, else be a client); every node joins through it.
+//   etcd: no agent hosts the rendezvous' store (etcd is); the group-rank-0 agent of each round
+//     hosts the workers' store (rendezvous/etcd/etcd_rendezvous.h).
 //
 // Blocks only to bind the server. Throws UsageError (bad endpoint/host), AddressInUseError (the
 // port is held by another process: the message says what to do), SystemError.
@@ -34,7 +36,7 @@ struct JobServices {
 };
 
 // `version`: this agent's build ("0.1.0+3467aab"), published at rendezvous so a job whose agents
-// run different builds warns (rendezvous/version_mix.h); empty: none.
+// run different builds warns (rendezvous/handlers/version_mix.h); empty: none.
 JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
                                const std::string& version = "");
 

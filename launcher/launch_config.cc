@@ -18,8 +18,8 @@
 #include "common/error.h"
 #include "launcher/slurm/slurm_env.h"
 #include "launcher/slurm/slurm_launch.h"
-#include "rendezvous/host_port.h"
-#include "rendezvous/rendezvous_registry.h"
+#include "rendezvous/tcp/host_port.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
 
 namespace dlaunch {
 namespace {
@@ -213,7 +213,7 @@ std::map<std::string, std::string> parse_rdzv_conf(const Raw& r) {
 // Every key is checked before anything starts, whatever the backend (a single-node job creates
 // no rendezvous, so nothing later would look): a typo must not silently fall back to a default.
 void check_rdzv_conf(const std::map<std::string, std::string>& conf, const Raw& r) {
-  // The keys RendezvousConfig::parse reads (rendezvous/rendezvous_registry.cc).
+  // The keys RendezvousConfig::parse reads (rendezvous/handlers/rendezvous_registry.cc).
   static const std::vector<std::string> kOurs = {"join_timeout",        "last_call_timeout",
                                                  "keep_alive_interval", "keep_alive_max_attempt",
                                                  "close_timeout",       "token_file"};

@@ -24,7 +24,7 @@
 #include "launcher/program_check.h"
 #include "launcher/python_hooks.h"
 #include "launcher/slurm/slurm_launch.h"
-#include "rendezvous/job_token.h"
+#include "rendezvous/tcp/job_token.h"
 
 namespace {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "rendezvous/store_stats.h"
+#include "rendezvous/tcp/store_stats.h"
 
 namespace dlaunch {
 

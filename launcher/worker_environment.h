@@ -10,7 +10,7 @@
 #include "common/worker_env.h"
 #include "launcher/agent.h"
 #include "launcher/launch_config.h"
-#include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/handlers/rendezvous_handler.h"
 
 namespace dlaunch {
 

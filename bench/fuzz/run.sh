@@ -12,8 +12,8 @@ mkdir -p "$out/corpus" "$out/crashes"
 command -v clang++ >/dev/null || { echo "run.sh: clang++ missing; run scripts/setup.sh --bench" >&2; exit 1; }
 flags=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -I.)
 if [[ ! -x $out/store_codec_fuzz || bench/fuzz/store_codec_fuzz.cc -nt $out/store_codec_fuzz ||
-      rendezvous/store_codec.cc -nt $out/store_codec_fuzz ]]; then
-  clang++ "${flags[@]}" bench/fuzz/store_codec_fuzz.cc rendezvous/store_codec.cc common/error.cc \
+      rendezvous/tcp/store_codec.cc -nt $out/store_codec_fuzz ]]; then
+  clang++ "${flags[@]}" bench/fuzz/store_codec_fuzz.cc rendezvous/tcp/store_codec.cc common/error.cc \
     -o "$out/store_codec_fuzz"
 fi
 # Seeds: one valid frame per opcode of each dialect (first byte picks the dialect).

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "rendezvous/store_codec.h"
+#include "rendezvous/tcp/store_codec.h"
 
 using namespace dlaunch;
 

@@ -51,10 +51,10 @@
 
 #include "bench/bench_support.h"
 #include "common/log.h"
-#include "rendezvous/dynamic_rendezvous.h"
-#include "rendezvous/rendezvous_events.h"
-#include "rendezvous/tcp_store_client.h"
-#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/handlers/dynamic_rendezvous.h"
+#include "rendezvous/handlers/rendezvous_events.h"
+#include "rendezvous/tcp/tcp_store_client.h"
+#include "rendezvous/tcp/tcp_store_server.h"
 
 using namespace dlaunch;
 using dlaunch::bench::mono_ns;

@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "common/log.h"
-#include "rendezvous/rendezvous_registry.h"
-#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
+#include "rendezvous/tcp/tcp_store_server.h"
 
 using namespace dlaunch;
 

@@ -28,8 +28,8 @@
 
 #include "common/byte_order.h"
 #include "bench/bench_support.h"
-#include "rendezvous/tcp_store_client.h"
-#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/tcp/tcp_store_client.h"
+#include "rendezvous/tcp/tcp_store_server.h"
 
 using namespace dlaunch;
 

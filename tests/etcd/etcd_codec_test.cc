@@ -1,6 +1,6 @@
 // The gateway's JSON, encoded and decoded without a server. The answers quoted here are what
 // etcd 3.4.23 (Debian 12) sent to curl for the same requests.
-#include "rendezvous/etcd_codec.h"
+#include "rendezvous/etcd/etcd_codec.h"
 
 #include <gtest/gtest.h>
 

@@ -32,10 +32,14 @@ class EtcdDlaunchTest : public ::testing::Test {
               ::testing::UnitTest::GetInstance()->current_test_info()->name();
   }
 
+  static constexpr const char* kFastConf =
+      "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4,join_timeout=60";
+
   // One agent on its own loopback address (as its own "host"), TTL 2 s.
   std::unique_ptr<Subprocess> agent(int host, const std::string& nnodes, int nproc,
                                     const std::vector<std::string>& worker,
-                                    const std::vector<std::string>& flags = {}) {
+                                    const std::vector<std::string>& flags = {},
+                                    const std::string& conf = kFastConf) {
     std::vector<std::string> argv = {
         DLAUNCH_BIN,
         "--nnodes",
@@ -49,7 +53,7 @@ class EtcdDlaunchTest : public ::testing::Test {
         "--rdzv_id",
         run_id_,
         "--rdzv_conf",
-        "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4,join_timeout=60",
+        conf,
         "--local_addr",
         "127.0.0." + std::to_string(10 + host),
         "--no_python",
@@ -225,6 +229,41 @@ TEST_F(EtcdDlaunchTest, StatusRestartAndStopFindTheAgentsThroughEtcd) {
                                           run_id_ + "-nobody"});
   EXPECT_EQ(none.exit.shell_code(), 2) << none.err;
   EXPECT_NE(none.err.find("no agent of job"), std::string::npos) << none.err;
+}
+
+// Issue 14: the whole job SIGTERMed (every agent leaves cleanly, revoking its lease) and started
+// again at once with the same run id. The new agents find the old round complete and wait for
+// its nodes to open the next one; nobody will, since they all left: the new agents must notice
+// that and form a round within a few keep-alive intervals, not wait for the join timeout.
+TEST_F(EtcdDlaunchTest, JobStoppedAndStartedAgainWithTheSameRunIdFormsANewRound) {
+  auto all_started = [](const std::vector<std::unique_ptr<Subprocess>>& agents) {
+    for (auto& p : agents) {
+      if (p->err().find("starting 1 worker(s)") == std::string::npos) return false;
+    }
+    return true;
+  };
+  std::vector<std::unique_ptr<Subprocess>> first;
+  for (int h = 1; h <= 2; ++h) first.push_back(agent(h, "2", 1, {TEST_WORKER_BIN, "sleep"}));
+  ASSERT_TRUE(testing::wait_until([&] { return all_started(first); }, 60s))
+      << first[0]->err() << first[1]->err();
+  for (auto& p : first) p->signal(SIGTERM);
+  for (auto& p : first) ASSERT_TRUE(p->wait(30s).has_value()) << p->err();
+  // A join timeout far beyond the wait below: a restart that only forms at the join timeout
+  // fails this test.
+  const std::string patient =
+      "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4,join_timeout=600";
+  std::vector<std::unique_ptr<Subprocess>> second;
+  for (int h = 1; h <= 2; ++h) {
+    second.push_back(agent(h, "2", 1, {TEST_WORKER_BIN, "sleep"}, {}, patient));
+  }
+  // TTL 2 s + a keep-alive interval + last call, and much slack for a loaded machine.
+  ASSERT_TRUE(testing::wait_until([&] { return all_started(second); }, 45s))
+      << second[0]->err() << second[1]->err();
+  for (auto& p : second) {
+    EXPECT_NE(p->err().find(" of 2 (node "), std::string::npos) << p->err();
+    p->signal(SIGTERM);
+  }
+  for (auto& p : second) EXPECT_TRUE(p->wait(30s).has_value());
 }
 
 size_t count_of(const std::string& text, const std::string& what) {

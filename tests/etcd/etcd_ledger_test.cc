@@ -1,6 +1,6 @@
 // EtcdRoundLedger against a real etcd 3.4 (label cluster): the join path of the etcd
 // rendezvous. Each "node" here is its own client, store and ledger, as separate agents have.
-#include "rendezvous/etcd_ledger.h"
+#include "rendezvous/etcd/etcd_ledger.h"
 
 #include <gtest/gtest.h>
 
@@ -12,7 +12,7 @@
 
 #include "common/error.h"
 #include "etcd_test_env.h"
-#include "rendezvous/etcd_rendezvous.h"
+#include "rendezvous/etcd/etcd_rendezvous.h"
 
 namespace dlaunch {
 namespace {

@@ -28,9 +28,9 @@
 
 #include "common/env.h"
 #include "common/error.h"
-#include "rendezvous/etcd_client.h"
-#include "rendezvous/rendezvous_registry.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/etcd/etcd_client.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
+#include "rendezvous/tcp/tcp_store_client.h"
 
 namespace {
 

@@ -1,7 +1,7 @@
 // EtcdStore against a real etcd 3.4 (label cluster): the Store contract every implementation
 // keeps (as tests/rendezvous/store_suite_test.cc checks for the others), plus what only etcd has:
 // leases, watches, prefixes per run.
-#include "rendezvous/etcd_store.h"
+#include "rendezvous/etcd/etcd_store.h"
 
 #include <gtest/gtest.h>
 

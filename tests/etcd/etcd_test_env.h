@@ -13,8 +13,8 @@
 #include <random>
 #include <string>
 
-#include "rendezvous/etcd_client.h"
-#include "rendezvous/etcd_store.h"
+#include "rendezvous/etcd/etcd_client.h"
+#include "rendezvous/etcd/etcd_store.h"
 
 namespace dlaunch::test {
 

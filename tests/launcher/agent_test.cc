@@ -17,8 +17,8 @@
 #include <mutex>
 #include <thread>
 
-#include "rendezvous/in_memory_store.h"
-#include "rendezvous/rendezvous_handler.h"
+#include "rendezvous/store/in_memory_store.h"
+#include "rendezvous/handlers/rendezvous_handler.h"
 
 namespace dlaunch {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "rendezvous/in_memory_store.h"
+#include "rendezvous/store/in_memory_store.h"
 
 namespace dlaunch {
 namespace {

@@ -7,7 +7,7 @@
 #include <chrono>
 #include <thread>
 
-#include "rendezvous/in_memory_store.h"
+#include "rendezvous/store/in_memory_store.h"
 
 namespace dlaunch {
 namespace {

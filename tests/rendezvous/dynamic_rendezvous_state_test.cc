@@ -1,10 +1,10 @@
 // The dynamic rendezvous state machine as pure functions, driven by a scripted clock.
-#include "rendezvous/dynamic_rendezvous_state.h"
+#include "rendezvous/handlers/dynamic_rendezvous_state.h"
 
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "rendezvous/version_mix.h"
+#include "rendezvous/handlers/version_mix.h"
 
 namespace dlaunch {
 namespace {

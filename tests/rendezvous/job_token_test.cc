@@ -1,4 +1,4 @@
-#include "rendezvous/job_token.h"
+#include "rendezvous/tcp/job_token.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

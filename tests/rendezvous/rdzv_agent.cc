@@ -11,9 +11,9 @@
 #include <string>
 
 #include "common/log.h"
-#include "rendezvous/host_port.h"
-#include "rendezvous/rendezvous_registry.h"
-#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/tcp/host_port.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
+#include "rendezvous/tcp/tcp_store_server.h"
 
 using namespace dlaunch;
 

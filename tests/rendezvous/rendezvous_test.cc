@@ -6,13 +6,13 @@
 #include <thread>
 
 #include "common/error.h"
-#include "rendezvous/dynamic_rendezvous_state.h"
-#include "rendezvous/job_token.h"
-#include "rendezvous/rendezvous_events.h"
-#include "rendezvous/rendezvous_registry.h"
-#include "rendezvous/tcp_store_client.h"
-#include "rendezvous/tcp_store_server.h"
-#include "rendezvous/worker_namespace.h"
+#include "rendezvous/handlers/dynamic_rendezvous_state.h"
+#include "rendezvous/tcp/job_token.h"
+#include "rendezvous/handlers/rendezvous_events.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
+#include "rendezvous/tcp/tcp_store_client.h"
+#include "rendezvous/tcp/tcp_store_server.h"
+#include "rendezvous/tcp/worker_namespace.h"
 
 namespace dlaunch {
 namespace {
@@ -58,6 +58,45 @@ std::vector<RendezvousResult> meet(std::vector<std::unique_ptr<RendezvousHandler
   std::vector<RendezvousResult> results;
   for (auto& f : futures) results.push_back(f.get());
   return results;
+}
+
+// Who hosts the job's store is the backend factory's decision when the agent asks
+// (host_store): c10d, the first agent that binds the endpoint (port 0: a free port, which it
+// then joins on); static, node rank 0 only.
+TEST_F(RendezvousTest, TheBackendDecidesWhichAgentHostsTheStore) {
+  auto first = params("c10d", 2, 2, "a");
+  first.endpoint = "127.0.0.1:0";
+  first.host_store = true;
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  hs.push_back(create_rendezvous_handler(first));
+  auto server = hs[0]->hosted_store();
+  ASSERT_NE(server, nullptr);
+  auto second = params("c10d", 2, 2, "b");
+  second.endpoint = "127.0.0.1:" + std::to_string(server->port());
+  second.host_store = true;  // the port is held: this one joins as a client
+  hs.push_back(create_rendezvous_handler(second));
+  EXPECT_EQ(hs[1]->hosted_store(), nullptr);
+  auto rs = meet(hs);
+  EXPECT_EQ(rs[0].master_port, server->port());
+  EXPECT_EQ(rs[1].master_port, server->port());
+  for (auto& h : hs) h->shutdown();
+
+  auto rank1 = params("static", 2, 2, "b");
+  rank1.endpoint = "127.0.0.1:" + std::to_string(free_port_for_test());
+  rank1.node_rank = 1;
+  rank1.host_store = true;
+  auto rank0 = rank1;
+  rank0.node_rank = 0;
+  std::vector<std::unique_ptr<RendezvousHandler>> statics;
+  statics.push_back(create_rendezvous_handler(rank0));
+  statics.push_back(create_rendezvous_handler(rank1));
+  ASSERT_NE(statics[0]->hosted_store(), nullptr);
+  EXPECT_EQ(statics[1]->hosted_store(), nullptr);
+  auto ss = meet(statics);
+  EXPECT_EQ(ss[1].group_world_size, 2);
+  // Without host_store (the default) no factory starts a server.
+  auto plain = params("c10d", 1, 1, "c");
+  EXPECT_EQ(create_rendezvous_handler(plain)->hosted_store(), nullptr);
 }
 
 TEST_F(RendezvousTest, StaticRanksFollowNodeRankWithUnevenWorkersPerNode) {
@@ -275,6 +314,50 @@ LivenessFactory freezable(std::shared_ptr<Freezer> f) {
     l->f = f;
     return l;
   };
+}
+
+// Nothing escapes the keep-alive thread (an escape would std::terminate the agent): a
+// liveness that throws something other than a store error is reported as a bug, and the
+// keep-alive goes on beating once it stops.
+TEST_F(RendezvousTest, KeepAliveThreadReportsAnUnexpectedExceptionAndGoesOn) {
+  auto throws = std::make_shared<std::atomic<int>>(2);
+  auto beats = std::make_shared<std::atomic<int>>(0);
+  auto p = params("c10d", 1, 1, "h");
+  p.config["keep_alive_interval"] = "0.1";
+  p.liveness = [throws, beats](std::shared_ptr<Store> store, const std::string& prefix,
+                               const std::string& self, Duration window,
+                               const Clock& clock) -> std::unique_ptr<Liveness> {
+    struct L : Liveness {
+      std::unique_ptr<Liveness> inner;
+      std::shared_ptr<std::atomic<int>> throws, beats;
+      void beat() override {
+        if ((*throws)-- > 0) throw std::logic_error("boom");
+        inner->beat();
+        ++*beats;
+      }
+      std::vector<std::string> dead(const std::vector<std::string>& ids) override {
+        return inner->dead(ids);
+      }
+      void leave() override { inner->leave(); }
+    };
+    auto l = std::make_unique<L>();
+    l->inner = make_store_liveness(store, prefix, self, window, clock);
+    l->throws = throws;
+    l->beats = beats;
+    return l;
+  };
+  ::testing::internal::CaptureStderr();
+  auto h = create_rendezvous_handler(p);
+  h->next_rendezvous();
+  bool beat = false;
+  for (int i = 0; i < 200 && !beat; ++i) {
+    std::this_thread::sleep_for(50ms);
+    beat = *beats > 0;
+  }
+  h->shutdown();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(beat) << err;
+  EXPECT_NE(err.find("rendezvous keep-alive: unexpected error (boom)"), std::string::npos) << err;
 }
 
 struct EventLog {

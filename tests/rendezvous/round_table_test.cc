@@ -1,6 +1,6 @@
-// The records the closing node of a dynamic round writes (rendezvous/round_table.h): what each
+// The records the closing node of a dynamic round writes (rendezvous/handlers/round_table.h): what each
 // node reads back must equal what it would compute from all N descriptors, in a fixed size.
-#include "rendezvous/round_table.h"
+#include "rendezvous/handlers/round_table.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The wire codec against byte sequences written out by hand from PyTorch's TCPStore source
 // layout (u8 opcode, u64 little-endian lengths, raw i64 for ADD), for both dialects.
-#include "rendezvous/store_codec.h"
+#include "rendezvous/tcp/store_codec.h"
 
 #include <gtest/gtest.h>
 

@@ -1,11 +1,11 @@
-// The store server's own counters (rendezvous/store_stats.h), read as the agent's /status reads
+// The store server's own counters (rendezvous/tcp/store_stats.h), read as the agent's /status reads
 // them: through a real server and a real client.
-#include "rendezvous/store_stats.h"
+#include "rendezvous/tcp/store_stats.h"
 
 #include <gtest/gtest.h>
 
-#include "rendezvous/tcp_store_client.h"
-#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/tcp/tcp_store_client.h"
+#include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch {
 namespace {

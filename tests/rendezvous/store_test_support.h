@@ -5,10 +5,10 @@
 #include <memory>
 #include <string>
 
-#include "rendezvous/in_memory_store.h"
-#include "rendezvous/prefix_store.h"
-#include "rendezvous/tcp_store_client.h"
-#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/store/in_memory_store.h"
+#include "rendezvous/store/prefix_store.h"
+#include "rendezvous/tcp/tcp_store_client.h"
+#include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch::test {
 

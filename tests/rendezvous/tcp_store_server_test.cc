@@ -1,8 +1,8 @@
 // The TCP store server on loopback: raw clients speaking each PyTorch dialect byte by byte,
 // malformed frames, thousands of connections, the job token, binding rules, and a real
 // PyTorch 1.13 client.
-#include "rendezvous/tcp_store_server.h"
-#include "rendezvous/worker_namespace.h"
+#include "rendezvous/tcp/tcp_store_server.h"
+#include "rendezvous/tcp/worker_namespace.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,9 @@
 #include <thread>
 
 #include "common/byte_order.h"
-#include "rendezvous/tcp_store_client.h"
+#include "rendezvous/store/in_memory_store.h"
+#include "rendezvous/store/prefix_store.h"
+#include "rendezvous/tcp/tcp_store_client.h"
 
 namespace dlaunch {
 namespace {
@@ -275,6 +277,28 @@ TEST_F(ServerTest, DeletePrefixExtensionRemovesOnlyMatchingKeys) {
   Raw torch113(port_);  // not part of the 1.13 dialect: 0xA2 is a bad opcode there
   torch113.send(cat({u8(0xA2), str("/")}));
   EXPECT_TRUE(torch113.closed_by_peer());
+}
+
+// Deleting by prefix is an optional Store capability: the TCP client has it, and a prefix store
+// over one passes it on (scoped); a store without it hosts no worker namespace.
+TEST_F(ServerTest, DeletePrefixIsACapabilityOfTheTcpStoreOnly) {
+  start();
+  std::shared_ptr<TcpStoreClient> c = client();
+  PrefixStore scoped("job", c);
+  EXPECT_TRUE(c->can_delete_prefix());
+  EXPECT_TRUE(scoped.can_delete_prefix());
+  scoped.set("a/1", {});
+  c->set("a/2", {});
+  EXPECT_EQ(scoped.delete_prefix("a/"), 1);
+  EXPECT_TRUE(c->check({"a/2"}));
+  InMemoryStore memory;
+  PrefixStore over_memory("job", std::make_shared<InMemoryStore>());
+  EXPECT_FALSE(memory.can_delete_prefix());
+  EXPECT_FALSE(over_memory.can_delete_prefix());
+  EXPECT_THROW(memory.delete_prefix("a/"), StateError);
+  EXPECT_FALSE(begin_worker_namespace(memory, "ns1/"));
+  EXPECT_FALSE(memory.check({kWorkerNamespaceKey}));
+  EXPECT_TRUE(begin_worker_namespace(*c, "ns1/"));
 }
 
 TEST_F(ServerTest, WorkerConnectionsGetTheNamespaceInForceAtTheirFirstKey) {

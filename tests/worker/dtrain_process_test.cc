@@ -23,7 +23,7 @@
 
 #include <turbojpeg.h>
 
-#include "rendezvous/tcp_store_server.h"
+#include "rendezvous/tcp/tcp_store_server.h"
 #include "tests/support/subprocess.h"
 #include "worker/checkpoint/checkpoint.h"
 

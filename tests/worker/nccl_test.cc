@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "common/error.h"
-#include "rendezvous/in_memory_store.h"
+#include "rendezvous/store/in_memory_store.h"
 #include "worker/comm/process_group_nccl.h"
 
 namespace dlaunch::comm {

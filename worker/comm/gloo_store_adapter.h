@@ -5,7 +5,7 @@
 
 #include <gloo/rendezvous/store.h>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 
 namespace dlaunch::comm {
 

@@ -29,7 +29,7 @@
 #include <chrono>
 #include <memory>
 
-#include "rendezvous/store.h"
+#include "rendezvous/store/store.h"
 #include "worker/comm/process_group.h"
 
 namespace dlaunch::comm {

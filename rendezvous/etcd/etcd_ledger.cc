@@ -1,0 +1,232 @@
+#include "rendezvous/etcd/etcd_ledger.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace dlaunch {
+namespace {
+
+std::string as_string(const Bytes& b) { return std::string(b.begin(), b.end()); }
+
+// The count-only range of every key under `prefix`.
+etcd::Op count_prefix(const std::string& prefix) {
+  auto op = etcd::Op::get_prefix(prefix);
+  op.count_only = true;
+  return op;
+}
+
+}  // namespace
+
+EtcdRoundLedger::EtcdRoundLedger(std::shared_ptr<EtcdStore> store, std::string prefix,
+                                 const Clock& clock)
+    : store_(std::move(store)), prefix_(std::move(prefix)), clock_(clock) {
+  DL_CHECK(store_ != nullptr);
+}
+
+EtcdRoundLedger::~EtcdRoundLedger() = default;
+
+int64_t EtcdRoundLedger::join(int64_t round, const NodeDescriptor& me) {
+  auto& client = store_->client();
+  const std::string key = full(join_prefix(round) + me.id);
+  const std::string joins = full(join_prefix(round));
+  auto t = client.txn({etcd::Compare::missing(key)},
+                      {etcd::Op::put(key, as_string(me.encode())), count_prefix(joins)},
+                      {etcd::Op::get(key)});
+  int64_t index = 0, count = 0, revision = t.revision;
+  if (t.succeeded) {
+    DL_CHECK(t.responses.size() == 2) << "etcd answered " << t.responses.size() << " of 2 ops";
+    index = count = t.responses[1].range.count;
+  } else {
+    // Our key is there already: an earlier attempt of this very join went through although
+    // its answer was lost. The index is the number of joins up to ours.
+    DL_CHECK(t.responses.size() == 1 && !t.responses[0].range.kvs.empty())
+        << "etcd's failed join transaction did not return the join key " << key;
+    // (etcd's "count" ignores max_create_revision, which filters only the keys returned.)
+    auto upto = etcd::Op::get_prefix(joins);
+    upto.max_create_revision = t.responses[0].range.kvs.front().create_revision;
+    auto c = client.txn({}, {upto, count_prefix(joins)}, {});
+    DL_CHECK(c.responses.size() == 2) << "etcd answered " << c.responses.size() << " of 2 ops";
+    index = static_cast<int64_t>(c.responses[0].range.kvs.size());
+    count = c.responses[1].range.count;
+    revision = c.revision;
+  }
+  DL_CHECK(index >= 1 && index <= count) << "arrival index " << index << " of " << count;
+  follow(round, revision, count);
+  return index;
+}
+
+void EtcdRoundLedger::follow(int64_t round, int64_t revision, int64_t count) {
+  watch_.reset();  // the previous round's; the next wait opens one for this round
+  std::lock_guard<std::mutex> lock(mutex_);
+  round_ = round;
+  revision_ = revision;
+  count_ = count;
+  changed_at_ = clock_.now();
+  keys_.clear();
+}
+
+void EtcdRoundLedger::resync(int64_t round) {
+  watch_.reset();
+  auto r = store_->client().range(full(round_key(round, "")),
+                                  etcd::prefix_end(full(round_key(round, ""))));
+  const std::string joins = full(join_prefix(round));
+  int64_t count = 0;
+  std::unordered_map<std::string, std::string> keys;
+  for (auto& kv : r.kvs) {
+    if (kv.key.rfind(joins, 0) == 0) {
+      ++count;
+    } else {
+      keys[kv.key] = std::move(kv.value);
+    }
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (round_ != round || count != count_) changed_at_ = clock_.now();
+  round_ = round;
+  revision_ = r.revision;
+  count_ = count;
+  keys_ = std::move(keys);
+}
+
+EtcdRoundLedger::Count EtcdRoundLedger::arrivals(int64_t round, TimePoint now) {
+  auto r = store_->client().range(full(join_prefix(round)),
+                                  etcd::prefix_end(full(join_prefix(round))), true);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (round != round_) return {r.count, now};
+  if (r.revision > revision_ && r.count != count_) {
+    // Newer than the watch got to: take it (the watch skips events up to this revision).
+    count_ = r.count;
+    revision_ = r.revision;
+    changed_at_ = now;
+  }
+  return {count_, changed_at_};
+}
+
+std::vector<NodeDescriptor> EtcdRoundLedger::participants(int64_t round, int64_t n) {
+  if (n <= 0) return {};
+  auto op = etcd::Op::get_prefix(full(join_prefix(round)));
+  op.sort_by_create = true;
+  op.limit = n;
+  auto t = store_->client().txn({}, {op}, {});
+  DL_CHECK(t.responses.size() == 1) << "etcd answered " << t.responses.size() << " of 1 op";
+  const auto& kvs = t.responses[0].range.kvs;
+  if (static_cast<int64_t>(kvs.size()) < n) {
+    throw StateError(fmt::format(
+        "etcd rendezvous round {}: expected {} join keys under '{}', found {}; were the run's "
+        "keys deleted while it ran (etcdctl del --prefix)?",
+        round, n, full(join_prefix(round)), kvs.size()));
+  }
+  std::vector<NodeDescriptor> out;
+  for (const auto& kv : kvs) out.push_back(NodeDescriptor::decode(to_bytes(kv.value)));
+  return out;
+}
+
+RoundLedger::Described EtcdRoundLedger::described(int64_t round, int64_t n, TimePoint) {
+  Described d;
+  d.nodes = participants(round, n);
+  for (int64_t i = 1; i <= n; ++i) d.indexes.push_back(i);
+  return d;
+}
+
+void EtcdRoundLedger::pump(int64_t round, TimePoint until) {
+  int64_t followed, from;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    followed = round_;
+    from = revision_;
+  }
+  if (followed != round) {
+    // Not the round this node joined (the rendezvous only waits on that one): read it afresh.
+    resync(round);
+    return;
+  }
+  const std::string round_prefix = full(round_key(round, ""));
+  try {
+    if (!watch_) {
+      watch_ = store_->client().watch(round_prefix, etcd::prefix_end(round_prefix), from + 1);
+    }
+    auto left = std::max<Duration>(until - clock_.now(), Duration::zero());
+    auto message = watch_->next(std::chrono::steady_clock::now() + left);
+    if (!message) return;
+    const std::string joins = full(join_prefix(round));
+    std::lock_guard<std::mutex> lock(mutex_);
+    const int64_t before = revision_;
+    bool grew = false;
+    for (auto& event : message->events) {
+      auto& kv = event.kv;
+      if (kv.key.rfind(joins, 0) == 0) {
+        // A new join key, unless arrivals() already counted it (its read was newer).
+        if (event.type == etcd::Event::Type::kPut && kv.create_revision == kv.mod_revision &&
+            kv.mod_revision > before) {
+          ++count_;
+          grew = true;
+        }
+      } else if (event.type == etcd::Event::Type::kPut) {
+        keys_[kv.key] = std::move(kv.value);
+      } else {
+        keys_.erase(kv.key);
+      }
+      revision_ = std::max(revision_, kv.mod_revision);
+    }
+    if (grew) changed_at_ = clock_.now();
+  } catch (const ProtocolError& e) {
+    // etcd cancelled the watch (e.g. our start revision was compacted): read the round again.
+    log_debug("etcd rendezvous: watch on {} cancelled ({}); re-reading the round", round_prefix,
+              e.what());
+    resync(round);
+  } catch (const ClosedError& e) {
+    // The stream ended (etcd restarted, a proxy closed it): the next pump reopens it from the
+    // last revision seen, so nothing is missed.
+    log_debug("etcd rendezvous: watch on {} closed ({}); reopening", round_prefix, e.what());
+    watch_.reset();
+  }
+}
+
+void EtcdRoundLedger::wait(int64_t round, const std::string& wake_key,
+                           const DynamicLimits* limits, TimePoint until) {
+  const std::string wake = full(wake_key);
+  while (true) {
+    TimePoint now = clock_.now();
+    TimePoint next = until;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (round_ == round) {
+        if (keys_.count(wake) != 0) return;
+        if (limits && count_ >= limits->max_nodes) return;
+        if (limits && count_ >= limits->min_nodes) {
+          TimePoint last_call = changed_at_ + limits->last_call_timeout;
+          if (now >= last_call) return;
+          next = std::min(next, last_call);
+        }
+      }
+    }
+    if (now >= until) return;
+    pump(round, next);
+  }
+}
+
+Bytes EtcdRoundLedger::wait_key(int64_t round, const std::string& key, TimePoint deadline) {
+  const std::string k = full(key);
+  DL_CHECK(k.rfind(full(round_key(round, "")), 0) == 0)
+      << "wait_key: " << key << " is not under round " << round;
+  while (true) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (round_ == round) {
+        if (auto it = keys_.find(k); it != keys_.end()) return to_bytes(it->second);
+      }
+    }
+    if (clock_.now() >= deadline) {
+      throw TimeoutError(fmt::format(
+          "etcd rendezvous: key '{}' did not appear in time; the node that should set it may "
+          "have died",
+          k));
+    }
+    pump(round, deadline);
+  }
+}
+
+}  // namespace dlaunch

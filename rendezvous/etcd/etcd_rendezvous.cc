@@ -1,0 +1,281 @@
+#include "rendezvous/etcd/etcd_rendezvous.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <mutex>
+#include <unordered_map>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "rendezvous/handlers/dynamic_rendezvous.h"
+#include "rendezvous/etcd/etcd_ledger.h"
+#include "rendezvous/etcd/etcd_store.h"
+#include "rendezvous/tcp/host_port.h"
+#include "rendezvous/tcp/job_token.h"
+#include "rendezvous/tcp/tcp_store_client.h"
+#include "rendezvous/tcp/tcp_store_server.h"
+#include "rendezvous/tcp/worker_namespace.h"
+
+namespace dlaunch {
+namespace {
+
+// count_only ranges per transaction: two per node (alive, left), under etcd's 128-op limit.
+constexpr size_t kNodesPerTxn = 50;
+
+std::shared_ptr<etcd::Client> make_client(const std::string& endpoint) {
+  etcd::ClientOptions o;
+  o.endpoint = endpoint;
+  return std::make_shared<etcd::Client>(o);
+}
+
+std::string run_prefix(const std::string& run_id) { return "/dlaunch/" + run_id + "/"; }
+
+class LeaseLiveness final : public Liveness {
+ public:
+  LeaseLiveness(std::shared_ptr<EtcdStore> store, std::string prefix, std::string self_id,
+                Duration window, const Clock& clock)
+      : store_(std::move(store)),
+        prefix_(std::move(prefix)),
+        self_(std::move(self_id)),
+        window_(window),
+        ttl_(lease_ttl_seconds(window)),
+        clock_(clock) {}
+
+  void beat() override {
+    auto& client = store_->client();
+    if (lease_ != 0 && !client.lease_keepalive(lease_)) {
+      log_warning(
+          "etcd lease {:x} of node {} had expired (this agent was silent for more than "
+          "{} s); taking a new one, the others re-form without this node meanwhile",
+          lease_, self_, ttl_);
+      lease_ = 0;
+    }
+    if (lease_ == 0) lease_ = client.lease_grant(ttl_).id;
+    // The alive key must carry *this* lease: put it when it is missing or bound to another
+    // (an expired) lease. One round trip when all is well.
+    const std::string key = full("alive/" + self_);
+    etcd::Compare mine;
+    mine.key = key;
+    mine.target = etcd::Compare::Target::kLease;
+    mine.number = lease_;
+    client.txn({mine}, {}, {etcd::Op::put(key, "1", lease_)});
+  }
+
+  std::vector<std::string> dead(const std::vector<std::string>& node_ids) override {
+    return absent(node_ids, false);
+  }
+
+  std::vector<std::string> gone(const std::vector<std::string>& node_ids) override {
+    return absent(node_ids, true);
+  }
+
+  void leave() override {
+    store_->set(store_key("left/" + self_), to_bytes("1"));
+    if (lease_ != 0) store_->client().lease_revoke(lease_);  // deletes the alive key at once
+    lease_ = 0;
+  }
+
+ private:
+  // The nodes whose lease expired (or that never took one within the window); those that left
+  // cleanly too when `left_counts`.
+  std::vector<std::string> absent(const std::vector<std::string>& node_ids, bool left_counts) {
+    std::vector<std::string> result;
+    const TimePoint now = clock_.now();
+    for (size_t start = 0; start < node_ids.size(); start += kNodesPerTxn) {
+      std::vector<std::string> ids;
+      std::vector<etcd::Op> ops;
+      for (size_t i = start; i < std::min(node_ids.size(), start + kNodesPerTxn); ++i) {
+        if (node_ids[i] == self_) continue;
+        ids.push_back(node_ids[i]);
+        for (const char* what : {"alive/", "left/"}) {
+          auto op = etcd::Op::get(full(what + node_ids[i]));
+          op.count_only = true;
+          ops.push_back(std::move(op));
+        }
+      }
+      if (ids.empty()) continue;
+      auto t = store_->client().txn({}, ops, {});
+      DL_CHECK(t.responses.size() == ops.size())
+          << "etcd answered " << t.responses.size() << " of " << ops.size() << " ranges";
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const bool alive = t.responses[2 * i].range.count > 0;
+        const bool left = t.responses[2 * i + 1].range.count > 0;
+        auto& seen = seen_[ids[i]];
+        if (alive) {
+          seen = {true, TimePoint::max()};
+        } else if (left) {
+          if (left_counts) result.push_back(ids[i]);
+        } else {
+          // Never seen alive: a node that just joined may not have beaten yet; give it the
+          // window before calling it dead, as the store liveness does.
+          if (seen.first_missing == TimePoint::max()) seen.first_missing = now;
+          if (seen.was_alive || now - seen.first_missing >= window_) result.push_back(ids[i]);
+        }
+      }
+    }
+    return result;
+  }
+
+  // The Store-level key (EtcdStore adds its own prefix).
+  std::string store_key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
+  // The etcd key.
+  std::string full(const std::string& suffix) const { return store_->prefix() + store_key(suffix); }
+
+  struct Seen {
+    bool was_alive = false;
+    TimePoint first_missing = TimePoint::max();
+  };
+
+  std::shared_ptr<EtcdStore> store_;
+  std::string prefix_, self_;
+  Duration window_;
+  int64_t ttl_;
+  const Clock& clock_;
+  int64_t lease_ = 0;
+  std::unordered_map<std::string, Seen> seen_;
+};
+
+// The dynamic rendezvous over etcd, plus the workers' TCP store on group rank 0.
+class EtcdRendezvous final : public RendezvousHandler {
+ public:
+  explicit EtcdRendezvous(const RendezvousParams& params)
+      : run_id_(params.run_id),
+        host_(params.host.empty() ? "127.0.0.1" : params.host),
+        config_(RendezvousConfig::parse(params.config)) {
+    if (params.endpoint.empty()) {
+      throw UsageError(
+          "--rdzv_backend etcd needs --rdzv_endpoint host:port of etcd's client URL (e.g. "
+          "10.0.0.5:2379)");
+    }
+    token_ = params.token ? params.token : load_job_token(config_.token_file);
+    const std::string endpoint = params.endpoint;
+    const std::string prefix = run_prefix(params.run_id);
+    store_ = std::make_shared<EtcdStore>(make_client(endpoint), prefix);
+    // Fail now, naming etcd, rather than inside the state machine.
+    store_->client().range(prefix, "", true);
+    RendezvousParams p = params;
+    p.backend = "etcd";
+    p.store = store_;
+    // Background threads get their own client (own connections), as with the TCP store.
+    p.open_store = [endpoint, prefix]() -> std::shared_ptr<Store> {
+      return std::make_shared<EtcdStore>(make_client(endpoint), prefix);
+    };
+    p.liveness = make_lease_liveness;
+    ledger_ = std::make_shared<EtcdRoundLedger>(
+        store_, DynamicRendezvous::key_prefix(params.run_id),
+        params.clock ? *params.clock : steady_clock());
+    inner_ = std::make_unique<DynamicRendezvous>(p, ledger_);
+  }
+
+  ~EtcdRendezvous() override { shutdown(); }
+
+  std::string backend() const override { return "etcd"; }
+  std::string run_id() const override { return run_id_; }
+
+  RendezvousResult next_rendezvous() override {
+    RendezvousResult r = inner_->next_rendezvous();
+    // Under the round's prefix, so the waiting nodes see it on the watch they already have.
+    const std::string key = ledger_->round_key(r.round, "workers_store");
+    std::string where;
+    if (r.group_rank == 0) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!server_) {
+        TcpStoreServerOptions o;
+        o.host = host_;
+        o.port = 0;
+        o.token = token_;
+        server_ = std::make_unique<TcpStoreServer>(o);
+        server_->start();
+        log_info("etcd rendezvous '{}': hosting the workers' store on {}", run_id_,
+                 HostPort{host_, server_->port()}.to_string());
+      }
+      where = HostPort{host_, server_->port()}.to_string();
+      // Before the address is published, so every worker of the round gets the round's
+      // namespace (the same server may serve several rounds).
+      TcpStoreClientOptions self;
+      self.host = host_;
+      self.port = server_->port();
+      self.token = token_;
+      self.agent = true;
+      TcpStoreClient client(self);
+      begin_worker_namespace(client, worker_namespace(run_id_, r.round));
+      store_->set(key, to_bytes(where));
+    } else {
+      try {
+        where = to_string(ledger_->wait_key(r.round, key, steady_clock().now() + config_.join_timeout));
+      } catch (const TimeoutError&) {
+        throw TimeoutError(fmt::format(
+            "etcd rendezvous '{}' round {}: node rank 0 ({}) never published the workers' store "
+            "address within join_timeout ({} s); it may have died right after the round",
+            run_id_, r.round, r.hosts.empty() ? "?" : r.hosts[0],
+            to_seconds(config_.join_timeout)));
+      }
+    }
+    HostPort hp = parse_host_port(where, 0, "the workers' store address in etcd");
+    r.master_addr = hp.host;
+    r.master_port = hp.port;
+    return r;
+  }
+
+  void watch(std::function<void(const RendezvousEvent&)> on_event) override {
+    inner_->watch(std::move(on_event));
+  }
+  void request_restart(const std::string& report) override { inner_->request_restart(report); }
+  FailureVerdict settle_failure() override { return inner_->settle_failure(); }
+  int64_t num_nodes_waiting() override { return inner_->num_nodes_waiting(); }
+  void set_closed() override { inner_->set_closed(); }
+  bool is_closed() override { return inner_->is_closed(); }
+
+  void shutdown() override {
+    if (inner_) inner_->shutdown();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (server_) server_->stop();
+  }
+
+ private:
+  std::string run_id_;
+  std::string host_;
+  RendezvousConfig config_;
+  std::optional<std::string> token_;
+  std::shared_ptr<EtcdStore> store_;
+  std::shared_ptr<EtcdRoundLedger> ledger_;
+  std::unique_ptr<DynamicRendezvous> inner_;
+  std::mutex mutex_;
+  std::unique_ptr<TcpStoreServer> server_;  // guarded by mutex_
+};
+
+}  // namespace
+
+std::shared_ptr<EtcdStore> open_etcd_run_store(const std::string& endpoint,
+                                               const std::string& run_id,
+                                               Duration request_timeout) {
+  etcd::ClientOptions o;
+  o.endpoint = endpoint;
+  o.connect_timeout = std::min(o.connect_timeout, request_timeout);
+  o.request_timeout = request_timeout;
+  auto store = std::make_shared<EtcdStore>(std::make_shared<etcd::Client>(o), run_prefix(run_id));
+  store->set_timeout(request_timeout);
+  return store;
+}
+
+int64_t lease_ttl_seconds(Duration window) {
+  return std::max<int64_t>(2, static_cast<int64_t>(std::ceil(to_seconds(window))));
+}
+
+std::unique_ptr<Liveness> make_lease_liveness(std::shared_ptr<Store> store,
+                                              const std::string& prefix, const std::string& self_id,
+                                              Duration window, const Clock& clock) {
+  auto etcd_store = std::dynamic_pointer_cast<EtcdStore>(store);
+  if (!etcd_store) {
+    throw UsageError("lease liveness needs an etcd store (--rdzv_backend etcd)");
+  }
+  return std::make_unique<LeaseLiveness>(std::move(etcd_store), prefix, self_id, window, clock);
+}
+
+std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& params) {
+  return std::make_unique<EtcdRendezvous>(params);
+}
+
+}  // namespace dlaunch

@@ -1,0 +1,64 @@
+// --rdzv_backend etcd --rdzv_endpoint host:2379: the c10d-style elastic rendezvous of
+// dynamic_rendezvous.h (the same state machine, so the same semantics: --nnodes MIN:MAX, last
+// call, node-rank hints, re-form on node loss, pushed restart/membership/shutdown events),
+// run over etcd instead of an agent's TCP store:
+//
+//   keys         everything of one run under "/dlaunch/<run_id>/" (EtcdStore's prefix), so
+//                runs sharing an etcd never meet; `etcdctl del --prefix /dlaunch/<run_id>/`
+//                removes a finished run
+//   state        changed only by compare-and-swap transactions (EtcdStore::compare_set)
+//   arrivals     a per-node join key "round/<r>/join/<node>", put in one transaction that also
+//                counts the round's join keys (the arrival index); order is create_revision
+//                order. No node retries a compare-and-swap to join (etcd_ledger.h)
+//   waiting      one watch per node on its round's keys (joins, "done", "superseded", the
+//                workers' store address) from the revision of its join: no polling
+//   liveness     a lease per agent (make_lease_liveness): its key "<rdzv>/alive/<node>" lives
+//                as long as the agent renews the lease every keep_alive_interval; when the
+//                agent dies (SIGKILL, partition), etcd expires the lease after its TTL, the key
+//                vanishes, and the neighbour watching it publishes "membership changed"
+//   workers      etcd does not speak PyTorch's TCPStore protocol, so after each round the
+//                group-rank-0 agent hosts a TcpStoreServer on its advertised host (a free
+//                port) and publishes host:port in etcd (round/<r>/workers_store); every node returns that address as
+//                MASTER_ADDR/MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True, as with c10d)
+//
+// Lease TTL = keep_alive_interval x keep_alive_max_attempt, at least 2 s (etcd's floor for a
+// one-member cluster with default timing). A dead node is seen within TTL + one
+// keep_alive_interval (the keep-alive thread checks once per interval).
+//
+// Blocking, threads and errors: as DynamicRendezvous; plus ConnectionError naming the etcd
+// endpoint when etcd cannot be reached, and the TcpStoreServer's errors on group rank 0.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "rendezvous/handlers/liveness.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
+
+namespace dlaunch {
+
+class EtcdStore;
+
+// The store over run `run_id`'s keys in the etcd at `endpoint` ("/dlaunch/<run_id>/"): what the
+// rendezvous runs on, and the base of its result's store (the job's store, under
+// "dlaunch/job/<run_id>/"). For readers outside the rendezvous, e.g. `dlaunch status`, which
+// finds the agents' status endpoints there. Does not connect yet.
+std::shared_ptr<EtcdStore> open_etcd_run_store(const std::string& endpoint,
+                                               const std::string& run_id,
+                                               Duration request_timeout);
+
+// The "etcd" factory for the backend registry.
+std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& params);
+
+// Lease-based liveness for the dynamic rendezvous (a LivenessFactory). `store` must be an
+// EtcdStore (throws UsageError otherwise). The lease is granted at the first beat(), so an
+// observer that only calls dead() holds none. beat() renews it, and grants a new one when etcd
+// already expired it (the node was declared dead meanwhile; it rejoins at the next round).
+std::unique_ptr<Liveness> make_lease_liveness(std::shared_ptr<Store> store,
+                                              const std::string& prefix, const std::string& self_id,
+                                              Duration window, const Clock& clock);
+
+// The TTL used for `window`: ceil(window) seconds, at least 2.
+int64_t lease_ttl_seconds(Duration window);
+
+}  // namespace dlaunch

@@ -1,0 +1,886 @@
+#include "rendezvous/handlers/dynamic_rendezvous.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "rendezvous/tcp/host_port.h"
+#include "rendezvous/tcp/job_token.h"
+#include "rendezvous/store/prefix_store.h"
+#include "rendezvous/handlers/round_table.h"
+#include "rendezvous/handlers/store_ledger.h"
+#include "rendezvous/handlers/version_mix.h"
+#include "rendezvous/tcp/worker_namespace.h"
+
+namespace dlaunch {
+
+namespace {
+// The value of round/<r>/done when the closer wrote the round's table (round_table.h); an
+// older build writes "1" and no table.
+const std::string kDoneWithTable = "2";
+// The value of round/<r>/done when the round was given up for too few live nodes and the
+// next one opened instead (release_round).
+const std::string kDoneReopened = "reopened";
+
+// A part of `d` in [0, d) drawn from `salt` (a node id holds a random nonce): spreads what N
+// agents started together would otherwise do in the same instant.
+Duration share_of(Duration d, const std::string& salt) {
+  return d * static_cast<int64_t>(std::hash<std::string>{}(salt) % 1000) / 1000;
+}
+}  // namespace
+
+DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params)
+    : DynamicRendezvous(params, nullptr) {}
+
+DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params,
+                                     std::shared_ptr<RoundLedger> ledger)
+    : params_(params),
+      config_(RendezvousConfig::parse(params.config)),
+      clock_(params.clock ? *params.clock : steady_clock()),
+      ledger_(std::move(ledger)),
+      store_dies_with_host_(!ledger_) {
+  if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
+    throw UsageError(fmt::format("--nnodes {}:{} is not a valid range; expected 1 <= MIN <= MAX",
+                                 params_.min_nodes, params_.max_nodes));
+  }
+  limits_ = {params_.min_nodes, params_.max_nodes, config_.last_call_timeout};
+  prefix_ = key_prefix(params_.run_id);
+  node_id_ = detail::make_node_id(params_.host);
+  store_ = detail::connect_store(params_, config_);
+  open_store_ = detail::store_opener(params_, config_, store_);
+  watcher_ = std::make_unique<EventWatcher>(open_store_, prefix_, node_id_,
+                                            std::chrono::seconds(1));
+  if (!ledger_) {
+    ledger_ = std::make_shared<StoreRoundLedger>(store_, prefix_, config_.keep_alive_interval,
+                                                 clock_);
+  }
+}
+
+std::unique_ptr<Liveness> DynamicRendezvous::make_liveness(std::shared_ptr<Store> store) const {
+  // The backend's liveness (etcd: leases), else heartbeats through the store.
+  const auto& factory = params_.liveness ? params_.liveness : LivenessFactory(make_store_liveness);
+  return factory(std::move(store), prefix_, node_id_, keep_alive_window(), clock_);
+}
+
+DynamicRendezvous::~DynamicRendezvous() { shutdown(); }
+
+std::string DynamicRendezvous::round_key(int64_t round, const std::string& suffix) const {
+  return ledger_round_key(prefix_, round, suffix);
+}
+
+std::optional<DynamicState> DynamicRendezvous::read_state() {
+  // compare_set with an expected value no record ever has: returns the current record, or our
+  // impossible `expected` when there is none. One round trip, never blocks, never writes.
+  static const Bytes kProbe = to_bytes("\x01probe");
+  Bytes v = store_->compare_set(key("state"), kProbe, kProbe);
+  if (v == kProbe) return std::nullopt;
+  return DynamicState::decode(v);
+}
+
+RendezvousResult DynamicRendezvous::next_rendezvous() {
+  start_keep_alive();
+  JoinAttempt attempt;
+  attempt.deadline = clock_.now() + config_.join_timeout;
+  view_.running_round_dead = false;
+  while (true) {
+    if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+    try {
+      if (auto result = join_step(attempt)) return *result;
+      continue;
+    } catch (const ClosedError& e) {  // also StoreInterruptedError (store loss declared)
+      retry_or_rethrow(attempt.deadline, e);
+    } catch (const ConnectionError& e) {
+      // A reconnect failed (within seconds): the keep-alive decides whether the store is gone.
+      retry_or_rethrow(attempt.deadline, e);
+    }
+    // Retry soon, or at once when the keep-alive declares the store lost.
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return !store_lost_.empty(); });
+  }
+}
+
+void DynamicRendezvous::retry_or_rethrow(TimePoint deadline, const Error& e) {
+  if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+  if (clock_.now() >= deadline) throw;  // the exception being handled (a caller's catch)
+  log_debug("rendezvous {}: {}; retrying", params_.run_id, e.what());
+}
+
+std::optional<RendezvousResult> DynamicRendezvous::join_step(JoinAttempt& a) {
+  if (!a.just_joined) a.state = read_state();
+  auto now = clock_.now();
+  if (!a.just_joined) refresh_arrivals(a.state, now);
+  a.just_joined = false;
+  check_running_round_gone(a, now);
+  JoinDecision d = decide_join(a.state, view_, limits_, now);
+  log_debug("rendezvous {}: round {} step {}", params_.run_id, a.state ? a.state->round : -1,
+            join_step_name(d.step));
+  if (!act(d, a, now)) return std::move(a.result);  // a result, or decide again at once
+  if (now >= a.deadline) throw_join_timeout(a, d);
+  const int64_t round = a.state->round;
+  if (d.step == JoinStep::kWaitNextRound) {
+    // A late arrival: woken when the next round opens, and meanwhile looks at the running
+    // round's nodes once per keep-alive interval (check_running_round_gone).
+    ledger_->wait(round, round_key(round, "superseded"), nullptr,
+                  std::min(a.deadline, now + config_.keep_alive_interval));
+  } else {
+    ledger_->wait(round, round_key(round, "done"), &limits_, a.deadline);
+  }
+  return std::nullopt;
+}
+
+void DynamicRendezvous::refresh_arrivals(const std::optional<DynamicState>& state,
+                                         TimePoint now) {
+  if (!state || state->status != DynamicState::Status::kOpen ||
+      view_.joined_round != state->round) {
+    return;
+  }
+  auto count = ledger_->arrivals(state->round, now);
+  if (count.arrivals != view_.arrivals) {
+    view_.arrivals = count.arrivals;
+    view_.arrivals_changed_at = count.changed_at;
+  }
+}
+
+void DynamicRendezvous::check_running_round_gone(JoinAttempt& a, TimePoint now) {
+  const auto& s = a.state;
+  if (!s || s->status != DynamicState::Status::kComplete || view_.joined_round != s->round ||
+      view_.arrival_index <= s->participants ||
+      now - a.last_gone_check < config_.keep_alive_interval) {
+    return;
+  }
+  // Waiting for the next round. Normally a running node opens it once told; if every node of
+  // the running round is gone, nobody will: find out (once per keep-alive interval).
+  a.last_gone_check = now;
+  if (!a.waiting_liveness) a.waiting_liveness = make_liveness(store_);
+  std::vector<std::string> ids;
+  for (const auto& node : ledger_->described(s->round, s->participants, now).nodes) {
+    ids.push_back(node.id);
+  }
+  // Gone, not only dead: nodes that left cleanly (the whole job was stopped, and is now
+  // started again with the same run id) will not open the next round either.
+  view_.running_round_dead = !ids.empty() && a.waiting_liveness->gone(ids).size() == ids.size();
+}
+
+bool DynamicRendezvous::act(const JoinDecision& d, JoinAttempt& a, TimePoint now) {
+  switch (d.step) {
+    case JoinStep::kClosed:
+      throw StateError(fmt::format(
+          "rendezvous '{}' is closed: the job finished or failed on another node; no new round "
+          "will start",
+          params_.run_id));
+    case JoinStep::kCreate:
+      store_->compare_set(key("state"), Bytes(), d.next.encode());
+      return false;
+    case JoinStep::kJoin:
+      join_round(a.state->round, now);
+      a.announced_waiting = false;
+      a.just_joined = true;  // decide at once: complete at MAX, or announce ourselves
+      return false;
+    case JoinStep::kComplete:
+      // compare_set returns the value now stored, so every node that tried it sees
+      // COMPLETE(r, n), not only the one that wrote it (hundreds at 2,048 nodes): one add
+      // picks the closer among them.
+      if (store_->compare_set(key("state"), a.state->encode(), d.next.encode()) ==
+              d.next.encode() &&
+          store_->add(round_key(a.state->round, "closer"), 1) == 1) {
+        release_round(d.next, a.deadline);
+      }
+      return false;
+    case JoinStep::kOpenNext:
+      if (store_->compare_set(key("state"), a.state->encode(), d.next.encode()) ==
+          d.next.encode()) {
+        store_->set(round_key(a.state->round, "superseded"), to_bytes("1"));
+      }
+      return false;
+    case JoinStep::kDone:
+      a.result = finish_round(*a.state, a.deadline);
+      // Not in this round: join the next one (already open when the round was given up; else
+      // as a late arrival, once it opens).
+      if (!a.result) view_.arrival_index = std::numeric_limits<int64_t>::max();
+      return false;
+    case JoinStep::kWaitNextRound:
+      if (!a.announced_waiting) {
+        a.announced_waiting = true;
+        if (a.state->participants < limits_.max_nodes) {
+          publish_event(*store_, prefix_, a.state->round,
+                        {RendezvousEvent::Kind::kMembershipChanged, node_id_,
+                         fmt::format("node {} is waiting to join", params_.host)});
+        }
+      }
+      return true;
+    case JoinStep::kWait:
+      return true;
+  }
+  return true;
+}
+
+void DynamicRendezvous::join_round(int64_t round, TimePoint now) {
+  NodeDescriptor me{node_id_, params_.host, params_.local_world_size,
+                    params_.node_rank ? *params_.node_rank : -1};
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    me.previous_rank = my_rank_;
+  }
+  me.version = params_.version;
+  int64_t index = ledger_->join(round, me);
+  view_.joined_round = round;
+  view_.arrival_index = index;
+  view_.arrivals = index;
+  view_.arrivals_changed_at = now;
+}
+
+void DynamicRendezvous::throw_join_timeout(const JoinAttempt& a, const JoinDecision& d) {
+  std::string token_hint;
+  if (job_token_refusals() > 0) {
+    token_hint = fmt::format(
+        "; this node's store refused {} client(s) for a job token that differs from its own: "
+        "give every node the same DLAUNCH_JOB_TOKEN",
+        job_token_refusals());
+  }
+  throw TimeoutError(fmt::format(
+      "rendezvous '{}': join_timeout ({:g} s) passed with {} node(s) in round {}, fewer than "
+      "--nnodes MIN={}{}{}; check that the other agents run with the same --rdzv_id and "
+      "--rdzv_endpoint {}",
+      params_.run_id, to_seconds(config_.join_timeout), view_.arrivals,
+      a.state ? a.state->round : 0, limits_.min_nodes,
+      d.step == JoinStep::kWaitNextRound ? " (this node waits for a full round to restart)" : "",
+      token_hint, params_.endpoint));
+}
+
+void DynamicRendezvous::begin_worker_namespace(int64_t round) {
+  // Workers meet in this store when it is a dlaunch TCP store (the only kind that scopes their
+  // keys); etcd's workers meet in the group-rank-0 agent's TCP store (etcd_rendezvous.cc), and
+  // an in-memory store (tests) has no workers.
+  dlaunch::begin_worker_namespace(*store_, worker_namespace(params_.run_id, round));
+}
+
+RoundLedger::Described DynamicRendezvous::read_participants(int64_t round, int64_t n,
+                                                           TimePoint wait_until) {
+  auto arrivals = ledger_->described(round, n, wait_until);
+  if (static_cast<int64_t>(arrivals.nodes.size()) < n) {
+    log_warning("rendezvous '{}' round {}: {} of {} node(s) counted themselves in but never "
+                "described themselves within the keep-alive window (they died while joining); "
+                "the round goes on without them",
+                params_.run_id, round, n - static_cast<int64_t>(arrivals.nodes.size()), n);
+  }
+  return arrivals;
+}
+
+void DynamicRendezvous::release_round(const DynamicState& complete, TimePoint deadline) {
+  const int64_t round = complete.round;
+  // This node closed the round: it reads the N descriptors once and writes what each node
+  // needs, so nobody else reads them (round_table.h).
+  if (!publish_round_table(round, complete.participants, deadline)) {
+    // Nodes that never described themselves left fewer than MIN: no round with these nodes.
+    // Open the next one and tell the participants to join it.
+    DynamicState next{round + 1, DynamicState::Status::kOpen, 0};
+    store_->compare_set(key("state"), complete.encode(), next.encode());
+    store_->set(round_key(round, "superseded"), to_bytes("1"));
+    store_->set(round_key(round, "done"), to_bytes(kDoneReopened));
+    return;
+  }
+  // Before anyone is released, so every worker of this round gets its namespace; the previous
+  // round's keys go (every participant stopped its workers before joining).
+  begin_worker_namespace(round);
+  store_->set(round_key(round, "done"), to_bytes(kDoneWithTable));
+  log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id, round,
+            complete.participants);
+}
+
+bool DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint deadline) {
+  // A node that counted itself in and died before describing itself costs at most the
+  // keep-alive window, not the join timeout (issue 16): the round goes on without it.
+  auto wait_until = std::min(deadline, clock_.now() + keep_alive_window());
+  auto arrivals = read_participants(round, n, wait_until);
+  if (static_cast<int64_t>(arrivals.nodes.size()) < limits_.min_nodes) {
+    log_warning("rendezvous '{}' round {}: only {} of its {} node(s) described themselves, fewer "
+                "than --nnodes MIN={}; opening the next round for them",
+                params_.run_id, round, arrivals.nodes.size(), n, limits_.min_nodes);
+    return false;
+  }
+  auto by_rank = assign_ranks(arrivals.nodes);
+  auto assignments = RankAssignment::make(arrivals.nodes, by_rank);
+  std::vector<std::string> keys;
+  std::vector<Bytes> values;
+  keys.reserve(n + 1);
+  values.reserve(n + 1);
+  size_t next = 0;
+  for (int64_t index = 1; index <= n; ++index) {
+    keys.push_back(table_key(round, fmt::format("assign/{}", index)));
+    if (next < arrivals.indexes.size() && arrivals.indexes[next] == index) {
+      values.push_back(assignments[next++].encode());
+    } else {
+      values.push_back(RankAssignment{}.encode());  // rank -1: not in this round
+    }
+  }
+  keys.push_back(table_key(round, "table"));
+  values.push_back(RoundTable::make(arrivals.nodes, by_rank).encode());
+  store_->multi_set(keys, values);
+  // Read with the table in one request by every node (finish_round), so it must exist.
+  store_->add(key("restart_count"), 0);
+  return true;
+}
+
+Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, TimePoint deadline) {
+  const std::string done_key = round_key(state.round, "done");
+  while (true) {
+    // The closer publishes the table and sets "done" within moments. One that died between
+    // fixing the round and releasing it costs at most the keep-alive window: then the first
+    // node to claim the takeover does the closer's work (the same table: assign_ranks is a
+    // function of the descriptors), instead of everyone waiting for the join timeout.
+    auto now = clock_.now();
+    auto until = std::min(deadline, now + keep_alive_window());
+    try {
+      return ledger_->wait_key(state.round, done_key, until);
+    } catch (const TimeoutError&) {
+      if (clock_.now() >= deadline) {
+        throw TimeoutError(fmt::format(
+            "rendezvous '{}' round {} was marked complete but nobody released it within the "
+            "join timeout; start again",
+            params_.run_id, state.round));
+      }
+    }
+    if (store_->add(round_key(state.round, "takeover"), 1) == 1) {
+      log_warning("rendezvous '{}' round {}: the node that closed the round did not release it "
+                  "within the keep-alive window (it died); this node releases it",
+                  params_.run_id, state.round);
+      release_round(state, deadline);
+    }
+  }
+}
+
+DynamicRendezvous::Place DynamicRendezvous::read_my_place(const DynamicState& state,
+                                                          const Bytes& done, TimePoint deadline) {
+  Place place;
+  if (done == to_bytes(kDoneWithTable)) {
+    // Three small keys in one request, whatever the round's size (round_table.h).
+    auto values = store_->multi_get(
+        {table_key(state.round, "table"),
+         table_key(state.round, fmt::format("assign/{}", view_.arrival_index)),
+         key("restart_count")});
+    place.table = RoundTable::decode(values[0]);
+    place.me = RankAssignment::decode(values[1]);
+    try {
+      place.restart_count = std::stoll(to_string(values[2]));
+    } catch (const std::logic_error&) {
+      throw ProtocolError(fmt::format("rendezvous '{}': restart_count holds '{}', not a count",
+                                      params_.run_id, to_string(values[2])));
+    }
+    return place;
+  }
+  // Closed by an agent of an older build, which writes no table: every node reads all.
+  auto arrivals = read_participants(state.round, state.participants, deadline);
+  auto by_rank = assign_ranks(arrivals.nodes);
+  place.table = RoundTable::make(arrivals.nodes, by_rank);
+  auto all = RankAssignment::make(arrivals.nodes, by_rank);
+  for (size_t i = 0; i < arrivals.indexes.size(); ++i) {
+    if (arrivals.indexes[i] == view_.arrival_index) place.me = all[i];
+  }
+  return place;
+}
+
+std::optional<RendezvousResult> DynamicRendezvous::finish_round(const DynamicState& state,
+                                                                TimePoint deadline) {
+  // The completing node starts the round's worker namespace and then sets "done": wait for it,
+  // so no worker of this round starts before.
+  Bytes done = wait_for_release(state, deadline);
+  if (done == to_bytes(kDoneReopened)) {
+    log_info("rendezvous '{}' round {} had fewer than --nnodes MIN={} live nodes; joining the "
+             "next round",
+             params_.run_id, state.round, limits_.min_nodes);
+    return std::nullopt;
+  }
+  auto [table, me, restart_count] = read_my_place(state, done, deadline);
+  const int64_t n = table.participants;
+  if (me.rank < 0) {
+    // Counted in, but so late describing itself that the closer went on without it: this
+    // node waits for the next round like a late arrival.
+    log_warning("rendezvous '{}' round {} formed without this node (it described itself after "
+                "the keep-alive window); it joins the next round",
+                params_.run_id, state.round);
+    return std::nullopt;
+  }
+  if (n > state.participants || me.rank >= n) {
+    throw ProtocolError(fmt::format(
+        "rendezvous '{}' round {}: the round's table says {} node(s) and rank {} for this node, "
+        "but the round has {} node(s); the store holds records of another job or build",
+        params_.run_id, state.round, n, me.rank, state.participants));
+  }
+  if (!version_mix_warned_) {
+    std::string mix = describe_version_mix(params_.version, table.host_builds());
+    if (!mix.empty()) {
+      log_warning("{}", mix);
+      version_mix_warned_ = true;
+    }
+  }
+
+  RendezvousResult result;
+  result.round = state.round;
+  result.group_world_size = n;
+  result.group_rank = me.rank;
+  result.local_world_sizes = table.local_world_sizes();
+  result.hosts = table.hosts;
+  if (result.hosts.empty()) {
+    // A large round lists no hosts: this node's own and its neighbours' are known.
+    result.hosts.assign(n, "");
+    result.hosts[me.rank] = params_.host;
+    for (const auto& w : me.watched) result.hosts[w.rank] = w.host;
+  }
+  HostPort master = parse_host_port(params_.endpoint.empty() ? "127.0.0.1" : params_.endpoint,
+                                    29400, "--rdzv_endpoint");
+  result.master_addr = master.host;
+  result.master_port = master.port;
+  result.restart_count = restart_count >= 0 ? restart_count : store_->add(key("restart_count"), 0);
+  result.store = std::make_shared<PrefixStore>("dlaunch/job/" + params_.run_id, store_);
+  view_.last_round = state.round;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    running_round_ = state.round;
+    running_n_ = n;
+    watched_ = std::move(me.watched);
+    my_rank_ = result.group_rank;
+  }
+  log_info("rendezvous '{}' round {} complete: node rank {} of {} (world size {})",
+           params_.run_id, state.round, result.group_rank, n, result.world_size());
+  return result;
+}
+
+void DynamicRendezvous::watch(std::function<void(const RendezvousEvent&)> on_event) {
+  int64_t round;
+  std::string lost;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    round = running_round_;
+    on_event_ = on_event;
+    lost = store_lost_;
+  }
+  DL_CHECK(round >= 0) << "watch() before next_rendezvous()";
+  if (!lost.empty()) {
+    // Declared between the round and this call: nobody was told yet.
+    if (on_event) on_event(RendezvousEvent{RendezvousEvent::Kind::kStoreLost, lost});
+    return;
+  }
+  // A restart event means a worker failed somewhere: count this node in at once (it is alive),
+  // so the verdict does not wait for this node's agent to stop its workers.
+  watcher_->watch(round, [this, on_event](const RendezvousEvent& e) {
+    if (e.kind == RendezvousEvent::Kind::kRestartRequested) {
+      try {
+        ack_failure();
+      } catch (const Error& err) {
+        log_debug("rendezvous {}: could not count this node in after a failure: {}",
+                  params_.run_id, err.what());
+      }
+    }
+    if (on_event) on_event(e);
+  });
+}
+
+void DynamicRendezvous::request_restart(const std::string& report) {
+  DL_CHECK(view_.last_round >= 0) << "request_restart() before next_rendezvous()";
+  if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+  // The budget is charged by the verdict (settle_failure), not here: a node lost a moment ago
+  // makes its peers' workers fail before anyone can tell.
+  publish_event(*store_, prefix_, view_.last_round,
+                {RendezvousEvent::Kind::kRestartRequested, node_id_, report});
+  ack_failure();
+}
+
+void DynamicRendezvous::ack_failure() {
+  int64_t round, n;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!store_lost_.empty()) throw ConnectionError(store_lost_);
+    if (running_round_ < 0 || acked_round_ == running_round_) return;
+    round = running_round_;
+    n = running_n_;
+    // Claimed before the add: the watcher (a restart event) and the failure report may ack at
+    // the same time, and a node counted twice would pass for a dead one's ack. Not retried when
+    // the add fails (it may have counted): a missing ack only delays the verdict.
+    acked_round_ = round;
+  }
+  int64_t acks = store_->add(round_key(round, "acks"), 1);
+  // Every participant is alive and saw the failure: a real worker failure.
+  if (acks == n) write_verdict(*store_, round, "C");
+}
+
+bool DynamicRendezvous::write_verdict(Store& store, int64_t round, const std::string& verdict) {
+  // compare_set returns the value now stored: two writers of the same text would both see
+  // their own value and both count as the first. The writer's node id makes each value unique.
+  // But this node may try twice (its ack completed the count, then its settle_failure passed
+  // its deadline under load before it saw the verdict, or two of its threads at once): it would
+  // see its own value again and charge the budget twice. So its tries are one at a time, and a
+  // round it already wrote is not written again.
+  std::lock_guard<std::mutex> lock(verdict_mutex_);
+  if (round <= verdict_round_) return false;
+  Bytes mine = to_bytes(verdict + "|" + node_id_);
+  if (store.compare_set(round_key(round, "verdict"), Bytes(), mine) != mine) return false;
+  verdict_round_ = round;
+  // Exactly one writer per round: the one that charges the job-wide budget.
+  if (verdict == "C") store.add(key("restart_count"), 1);
+  return true;
+}
+
+FailureVerdict DynamicRendezvous::settle_failure() {
+  int64_t round;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    round = running_round_;
+  }
+  DL_CHECK(round >= 0) << "settle_failure() before next_rendezvous()";
+  auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  // The keep-alive observer of a dead node rules within the window of the node's last beat
+  // (plus its check period); past that, with no verdict, the failure is charged.
+  auto deadline = clock_.now() + window + 2 * config_.keep_alive_interval;
+  const std::string verdict_key = round_key(round, "verdict");
+  bool acked = false;
+  while (true) {
+    if (auto lost = store_lost(); !lost.empty()) {
+      return {FailureVerdict::Kind::kStoreLost, lost};
+    }
+    try {
+      if (!acked) {
+        ack_failure();
+        acked = true;
+      }
+      auto now = clock_.now();
+      if (now >= deadline) write_verdict(*store_, round, "C");
+      Duration slice = std::clamp<Duration>(deadline - now, std::chrono::milliseconds(1),
+                                            std::chrono::milliseconds(500));
+      try {
+        store_->wait({verdict_key}, slice);
+      } catch (const TimeoutError&) {
+        continue;
+      }
+      std::string v = to_string(store_->get(verdict_key));
+      if (v.size() > 2 && v[0] == 'L') {  // "L|<reason>|<writer's node id>"
+        return {FailureVerdict::Kind::kNodeLost, v.substr(2, v.rfind('|') - 2)};
+      }
+      return {FailureVerdict::Kind::kCharged, ""};
+    } catch (const ClosedError& e) {
+      log_debug("rendezvous {}: settling the failure: {}", params_.run_id, e.what());
+    } catch (const ConnectionError& e) {
+      log_debug("rendezvous {}: settling the failure: {}", params_.run_id, e.what());
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return !store_lost_.empty(); });
+  }
+}
+
+int64_t DynamicRendezvous::num_nodes_waiting() {
+  if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+  auto state = read_state();
+  if (!state || state->status != DynamicState::Status::kComplete) return 0;
+  int64_t arrivals = ledger_->arrivals(state->round, clock_.now()).arrivals;
+  return std::max<int64_t>(0, arrivals - state->participants);
+}
+
+void DynamicRendezvous::set_closed() {
+  // Nothing to close when the store is gone; a store that just died costs one bounded
+  // reconnect (kStoreReconnectTimeout), never the join timeout.
+  if (auto lost = store_lost(); !lost.empty()) {
+    log_debug("rendezvous {}: not closing it, the store is gone", params_.run_id);
+    return;
+  }
+  while (true) {
+    auto state = read_state();
+    DynamicState closed = state.value_or(DynamicState{});
+    if (state && state->status == DynamicState::Status::kClosed) break;
+    closed.status = DynamicState::Status::kClosed;
+    Bytes expected = state ? state->encode() : Bytes();
+    if (store_->compare_set(key("state"), expected, closed.encode()) == closed.encode()) {
+      publish_event(*store_, prefix_, closed.round,
+                    {RendezvousEvent::Kind::kShutdownRequested, node_id_, "rendezvous closed"});
+      // Wake nodes waiting for the round to complete or for the next one.
+      store_->set(round_key(closed.round, "done"), to_bytes("1"));
+      store_->set(round_key(closed.round, "superseded"), to_bytes("1"));
+      break;
+    }
+  }
+}
+
+bool DynamicRendezvous::is_closed() {
+  if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+  auto state = read_state();
+  return state && state->status == DynamicState::Status::kClosed;
+}
+
+std::string DynamicRendezvous::store_lost() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return store_lost_;
+}
+
+void DynamicRendezvous::throw_store_lost(const std::string& why) { throw ConnectionError(why); }
+
+void DynamicRendezvous::declare_store_lost(Duration silent) {
+  std::string reason = fmt::format(
+      "the agent hosting the c10d store at {} (--rdzv_endpoint) has not answered for {:.1f} s: "
+      "it died or was cut off, and since that store is the job's single point of failure the "
+      "job cannot go on; start it again, or use --rdzv_backend etcd, whose store outlives any "
+      "agent",
+      params_.endpoint, to_seconds(silent));
+  std::function<void(const RendezvousEvent&)> on_event;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!store_lost_.empty()) return;
+    store_lost_ = reason;
+    on_event = on_event_;
+  }
+  wake_.notify_all();
+  // End a call blocked on the dead store (a round, a restart request, a settle).
+  store_->interrupt();
+  if (on_event) on_event(RendezvousEvent{RendezvousEvent::Kind::kStoreLost, reason});
+}
+
+void DynamicRendezvous::start_keep_alive() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (keep_alive_.joinable() || stopping_ || external_keep_alive_) return;
+  keep_alive_ = std::thread([this] { keep_alive_loop(); });
+}
+
+void DynamicRendezvous::keep_alive_loop() {
+  // Beat once per interval, but look at the neighbours four times as often: a silent node is
+  // then reported within a quarter interval of its window passing, not up to a whole one.
+  Duration tick = std::max<Duration>(config_.keep_alive_interval / 4, std::chrono::milliseconds(50));
+  // Agents of a job start together; unstaggered, N of them would beat and look at their
+  // neighbours in the same instant every tick. The first step runs at once; the next one
+  // after a fraction of a tick drawn from the node id (random per agent process).
+  bool first = true;
+  while (keep_alive_step()) {
+    Duration wait = tick;
+    if (first) {
+      first = false;
+      wait = tick + share_of(tick, node_id_ + "/tick");
+    }
+    std::unique_lock<std::mutex> lock(mutex_);
+    wake_.wait_for(lock, wait, [&] { return stopping_; });
+  }
+  keep_alive_finish();
+}
+
+void DynamicRendezvous::drive_keep_alive_externally() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  DL_CHECK(!keep_alive_.joinable()) << "drive_keep_alive_externally() after the first round";
+  external_keep_alive_ = true;
+}
+
+std::vector<NodeRef> DynamicRendezvous::watched_nodes(int64_t reported_round) {
+  if (running_round_ < 0 || running_round_ == reported_round) return {};
+  return watched_;
+}
+
+bool DynamicRendezvous::keep_alive_step() {
+  auto& ka = keep_alive_state_;
+  int64_t round;
+  std::vector<NodeRef> watched;
+  {
+    std::unique_lock<std::mutex> lock(mutex_);
+    if (stopping_) return false;
+    if (!store_lost_.empty()) {
+      if (external_keep_alive_) return false;
+      wake_.wait(lock, [&] { return stopping_; });
+      return false;
+    }
+    if (!ka.started) {
+      ka.started = true;
+      ka.last_contact = clock_.now();
+    }
+    round = running_round_;
+    watched = watched_nodes(ka.reported_round);
+  }
+  // Nothing may escape: on the keep-alive thread an exception would end the agent
+  // (std::terminate) without a word. A store error is retried; anything else is reported and
+  // retried the same way (meanwhile this node cannot prove it is alive, and the others see it).
+  try {
+    if (!ka.store && !open_keep_alive_store()) return false;
+    beat_when_due();
+    if (!watched.empty()) report_lost_neighbours(watched, round);
+    store_answered();
+  } catch (const Error& e) {
+    return keep_alive_failed(e.what(), false);
+  } catch (const std::exception& e) {
+    return keep_alive_failed(e.what(), true);
+  } catch (...) {
+    return keep_alive_failed("an exception of unknown type", true);
+  }
+  return true;
+}
+
+bool DynamicRendezvous::open_keep_alive_store() {
+  auto& ka = keep_alive_state_;
+  ka.store = open_store_();
+  ka.liveness = make_liveness(ka.store);
+  std::lock_guard<std::mutex> lock(mutex_);
+  keep_alive_store_ = ka.store;
+  return !stopping_;
+}
+
+void DynamicRendezvous::beat_when_due() {
+  auto& ka = keep_alive_state_;
+  auto now = clock_.now();
+  if (ka.beaten && now - ka.last_beat < config_.keep_alive_interval) return;
+  ka.liveness->beat();
+  // The second beat comes up to one interval early, at a phase drawn from the node id, so the
+  // beats of N agents started together spread over the interval (never later: the window is
+  // counted from the last beat).
+  Duration early =
+      ka.beaten ? Duration::zero() : share_of(config_.keep_alive_interval, node_id_ + "/beat");
+  ka.last_beat = now - early;
+  ka.beaten = true;
+}
+
+void DynamicRendezvous::report_lost_neighbours(const std::vector<NodeRef>& watched,
+                                               int64_t round) {
+  auto& ka = keep_alive_state_;
+  std::vector<std::string> ids;
+  for (const auto& w : watched) ids.push_back(w.id);
+  auto dead = ka.liveness->dead(ids);
+  if (dead.empty()) return;
+  std::string who;
+  for (const auto& w : watched) {
+    if (std::find(dead.begin(), dead.end(), w.id) == dead.end()) continue;
+    who += fmt::format("{}node {} (node rank {})", who.empty() ? "" : ", ", w.host, w.rank);
+  }
+  std::string reason =
+      fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(keep_alive_window()));
+  log_warning("rendezvous '{}' round {}: {}", params_.run_id, round, reason);
+  // The verdict first: nodes whose workers already failed wait for it (settle_failure).
+  write_verdict(*ka.store, round, "L|" + reason);
+  publish_event(*ka.store, prefix_, round,
+                {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
+  ka.reported_round = round;
+}
+
+void DynamicRendezvous::store_answered() {
+  auto& ka = keep_alive_state_;
+  auto silent = clock_.now() - ka.last_contact;
+  ka.last_contact = clock_.now();
+  if (ka.in_trouble) {
+    log_info("rendezvous keep-alive: {}{} reachable again after {:.1f} s",
+             store_dies_with_host_ ? "the store at " : "etcd at ", params_.endpoint,
+             to_seconds(silent));
+    ka.in_trouble = false;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  keep_alive_healthy_ = true;
+}
+
+bool DynamicRendezvous::keep_alive_failed(const std::string& what, bool unexpected) {
+  auto& ka = keep_alive_state_;
+  ka.store.reset();
+  ka.liveness.reset();
+  auto now = clock_.now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    keep_alive_store_.reset();
+    keep_alive_healthy_ = false;
+    if (stopping_) return false;  // shutdown() interrupted the call
+  }
+  const auto window = keep_alive_window();
+  if (unexpected) {
+    // Not a store error: a defect. Said every time, not once, so it is not missed.
+    log_error("rendezvous keep-alive: unexpected error ({}); this is a bug in dlaunch, please "
+              "report it; retrying",
+              what);
+  } else if (!ka.in_trouble) {
+    log_warning("rendezvous keep-alive: {}; retrying{}", what,
+                store_dies_with_host_
+                    ? fmt::format(" (the store counts as lost after {:g} s)", to_seconds(window))
+                    : std::string(" quietly until it answers"));
+  } else {
+    log_debug("rendezvous keep-alive: {}; retrying", what);
+  }
+  ka.in_trouble = true;
+  if (store_dies_with_host_ && now - ka.last_contact >= window) {
+    declare_store_lost(now - ka.last_contact);
+  }
+  return true;
+}
+
+void DynamicRendezvous::keep_alive_finish() {
+  auto& ka = keep_alive_state_;
+  bool healthy;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    healthy = keep_alive_healthy_ && store_lost_.empty();
+  }
+  // A store that does not answer cannot be told; the others' keep-alive reports this node.
+  if (ka.liveness && healthy) {
+    try {
+      ka.liveness->leave();
+      announce_leaving(*ka.store);
+    } catch (const Error& e) {
+      log_debug("rendezvous keep-alive: could not mark this node as left: {}", e.what());
+    }
+  }
+  ka.liveness.reset();
+  ka.store.reset();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    keep_alive_store_.reset();
+    keep_alive_exited_ = true;
+  }
+  wake_.notify_all();
+}
+
+void DynamicRendezvous::announce_leaving(Store& store) {
+  int64_t round, rank;
+  size_t nodes;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    round = running_round_;
+    rank = my_rank_;
+    nodes = static_cast<size_t>(running_n_);
+  }
+  if (round < 0 || nodes < 2) return;
+  // A node stopped while its round runs (SIGTERM to one agent: a scale-down) is a membership
+  // change for the others, not their failure: the verdict lets the failures their workers see
+  // next be settled free at once, instead of charged when no keep-alive verdict comes (a node
+  // that left is not reported as lost). After a success every node has passed the exit
+  // barrier, and after a failure the rendezvous is closed or the verdict already written: the
+  // event is ignored then, and the first verdict of a round holds.
+  std::string reason = fmt::format("node {} (node rank {}) left", params_.host, rank);
+  write_verdict(store, round, "L|" + reason);
+  publish_event(store, prefix_, round, {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
+}
+
+void DynamicRendezvous::shutdown() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  if (keep_alive_.joinable()) {
+    // A healthy thread finishes its call and marks this node as left (etcd: revokes its lease)
+    // within a round trip or two; one retrying a dead store is interrupted at once (repeatedly:
+    // it may be between calls). Either way well within the agent's shutdown grace.
+    auto patience = std::chrono::steady_clock::now() + std::chrono::seconds(2);
+    while (true) {
+      std::shared_ptr<Store> store;
+      bool healthy;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        store = keep_alive_store_;
+        healthy = keep_alive_healthy_ && store_lost_.empty();
+      }
+      if (store && (!healthy || std::chrono::steady_clock::now() >= patience)) store->interrupt();
+      std::unique_lock<std::mutex> lock(mutex_);
+      if (wake_.wait_for(lock, std::chrono::milliseconds(10), [&] { return keep_alive_exited_; })) {
+        break;
+      }
+    }
+    keep_alive_.join();
+  } else if (external_keep_alive_) {
+    bool finished;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished = keep_alive_exited_;
+    }
+    if (!finished) keep_alive_finish();
+  }
+  if (watcher_) watcher_->stop();
+}
+
+}  // namespace dlaunch

@@ -1,0 +1,105 @@
+// Creating rendezvous handlers: the parameters every backend gets, the --rdzv_conf options, and
+// a registry from --rdzv_backend names ("static", "c10d", "etcd") to factories.
+//
+//   RendezvousParams p;
+//   p.backend = "c10d"; p.run_id = "job1"; p.min_nodes = 2; p.max_nodes = 4;
+//   p.endpoint = "10.0.0.1:29400"; p.host = "10.0.0.2"; p.local_world_size = 8;
+//   auto handler = create_rendezvous_handler(p);   // connects to the store (TcpStoreClient)
+//   RendezvousResult r = handler->next_rendezvous();
+//
+// Who hosts the job's store is the backend's decision, made in its factory when the agent asks
+// (`host_store`, store_host.h): static, node rank 0 on the endpoint; c10d, the agent that binds
+// --rdzv_endpoint first; etcd, none. The handler then owns the server (hosted_store()). Without
+// `host_store` (tests, benchmarks that run their own server) no server is started.
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/clock.h"
+#include "rendezvous/handlers/liveness.h"
+#include "rendezvous/handlers/rendezvous_handler.h"
+#include "rendezvous/store/store.h"
+
+namespace dlaunch {
+
+// --rdzv_conf key=value options, with torchrun's defaults where torchrun has them.
+struct RendezvousConfig {
+  Duration join_timeout = std::chrono::seconds(600);
+  Duration last_call_timeout = std::chrono::seconds(1);
+  Duration keep_alive_interval = std::chrono::seconds(5);
+  int64_t keep_alive_max_attempt = 3;
+  Duration close_timeout = std::chrono::seconds(30);
+  std::string token_file;  // job token file (DLAUNCH_JOB_TOKEN wins when set)
+
+  // Parses the map; throws UsageError naming the key and value on a bad number. Unknown keys
+  // are logged and ignored (torchrun passes some we have no use for).
+  static RendezvousConfig parse(const std::map<std::string, std::string>& conf);
+  // "a=1,b=2" -> map (the --rdzv_conf syntax); throws UsageError on an item without '='.
+  static std::map<std::string, std::string> split(const std::string& text);
+};
+
+struct RendezvousParams {
+  std::string backend = "static";
+  std::string run_id = "none";
+  int64_t min_nodes = 1;
+  int64_t max_nodes = 1;
+  // The store's "host:port" ("[v6]:port" works): --master_addr:--master_port for static,
+  // --rdzv_endpoint for c10d. Used to connect when `store` is null, and as MASTER_ADDR/PORT.
+  std::string endpoint;
+  std::optional<int64_t> node_rank;  // --node_rank or SLURM_NODEID: required for static
+  int64_t local_world_size = 1;
+  std::string host;  // this node's address as others should see it (messages, rank table)
+  std::map<std::string, std::string> config;  // --rdzv_conf
+  // The job token for the store connections this handler opens (nullopt: none).
+  std::optional<std::string> token;
+  // This agent's build, "0.1.0+3467aab", published at rendezvous so agents of one job running
+  // different builds warn (version_mix.h). Empty: publish nothing, check nothing.
+  std::string version;
+  // A store to use instead of connecting to `endpoint`. The handler's background threads (event
+  // watcher, keep-alive) need their own connections: `open_store` makes one; when null they
+  // connect to `endpoint` themselves, or share `store` when there is no endpoint (in-memory).
+  std::shared_ptr<Store> store;
+  std::function<std::shared_ptr<Store>()> open_store;
+  // Liveness backend for the dynamic handler (keep-alive heartbeats); null: heartbeats through
+  // the store (make_store_liveness). The etcd backend plugs leases in here.
+  LivenessFactory liveness;
+  // The clock for timeouts and keep-alives (tests pass a fake one); null: the real clock.
+  const Clock* clock = nullptr;
+  // This agent hosts the job's store if its backend says so (see the top of this file); an
+  // endpoint with port 0 (c10d) then becomes the port the server got.
+  bool host_store = false;
+};
+
+using RendezvousFactory =
+    std::function<std::unique_ptr<RendezvousHandler>(const RendezvousParams&)>;
+
+// Adds or replaces a backend. Thread-safe.
+void register_rendezvous_backend(const std::string& name, RendezvousFactory factory);
+// The handler for params.backend; throws UsageError for an unknown backend or invalid params,
+// ConnectionError when the store endpoint cannot be reached within the join timeout.
+std::unique_ptr<RendezvousHandler> create_rendezvous_handler(const RendezvousParams& params);
+
+namespace detail {
+// How long a TCP store client of the rendezvous tries to connect again after it lost a
+// connection that worked (per attempt of a background thread, likewise).
+inline constexpr Duration kStoreReconnectTimeout = std::chrono::seconds(2);
+// The store a handler uses, connecting to params.endpoint if needed (shared by backends).
+// Connecting gives up after the join timeout.
+std::shared_ptr<Store> connect_store(const RendezvousParams& params, const RendezvousConfig& config);
+// A fresh connection for a background thread (see RendezvousParams::open_store). It connects
+// at its first call (so interrupt() can end the connect) within kStoreReconnectTimeout, and its
+// replies are bounded by the keep-alive window (at least 5 s), not the join timeout: the
+// threads are joined by shutdown(), which must stay quick when the store host is gone.
+std::function<std::shared_ptr<Store>()> store_opener(const RendezvousParams& params,
+                                                     const RendezvousConfig& config,
+                                                     std::shared_ptr<Store> main_store);
+// A node id unique to this agent process: "<host>-<pid>-<random>".
+std::string make_node_id(const std::string& host);
+}  // namespace detail
+
+}  // namespace dlaunch

@@ -1,0 +1,120 @@
+#include "rendezvous/handlers/store_ledger.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/error.h"
+
+namespace dlaunch {
+namespace {
+
+// How often the first arrival re-reads the count while a round forms: wake-up keys end most
+// waits early; this bounds the last-call measurement error.
+Duration poll_interval(Duration last_call_timeout) {
+  return std::clamp<Duration>(last_call_timeout / 5, std::chrono::milliseconds(10),
+                              std::chrono::milliseconds(250));
+}
+
+}  // namespace
+
+StoreRoundLedger::StoreRoundLedger(std::shared_ptr<Store> store, std::string prefix,
+                                   Duration keep_alive_interval, const Clock& clock)
+    : store_(std::move(store)),
+      prefix_(std::move(prefix)),
+      keep_alive_interval_(keep_alive_interval),
+      clock_(clock) {
+  DL_CHECK(store_ != nullptr);
+}
+
+int64_t StoreRoundLedger::join(int64_t round, const NodeDescriptor& me) {
+  int64_t index = store_->add(key(round, "arrivals"), 1);
+  store_->set(key(round, fmt::format("node/{}", index)), me.encode());
+  std::lock_guard<std::mutex> lock(mutex_);
+  round_ = round;
+  index_ = count_ = index;
+  changed_at_ = clock_.now();
+  set_keys_.clear();
+  return index;
+}
+
+RoundLedger::Count StoreRoundLedger::arrivals(int64_t round, TimePoint now) {
+  int64_t count = store_->add(key(round, "arrivals"), 0);
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (round != round_) return {count, now};
+  if (count != count_) {
+    count_ = count;
+    changed_at_ = now;
+  }
+  return {count_, changed_at_};
+}
+
+RoundLedger::Described StoreRoundLedger::described(int64_t round, int64_t n,
+                                                   TimePoint wait_until) {
+  Described d;
+  if (n <= 0) return d;
+  std::vector<std::string> keys;
+  for (int64_t i = 1; i <= n; ++i) keys.push_back(key(round, fmt::format("node/{}", i)));
+  // An arrival counted but not yet described (its agent just added itself) is a moment away;
+  // one that died between the two steps is not: wait until `wait_until`, then go on without it.
+  bool all = true;
+  try {
+    store_->wait(keys, std::max<Duration>(wait_until - clock_.now(), std::chrono::milliseconds(1)));
+  } catch (const TimeoutError&) {
+    all = false;
+  }
+  std::vector<std::string> present;
+  for (int64_t i = 1; i <= n; ++i) {
+    // One request per arrival, only when some never described itself (rare).
+    if (all || store_->check({keys[i - 1]})) {
+      present.push_back(keys[i - 1]);
+      d.indexes.push_back(i);
+    }
+  }
+  if (present.empty()) return d;
+  for (const auto& v : store_->multi_get(present)) d.nodes.push_back(NodeDescriptor::decode(v));
+  return d;
+}
+
+void StoreRoundLedger::wait(int64_t round, const std::string& wake_key,
+                            const DynamicLimits* limits, TimePoint until) {
+  const TimePoint now = clock_.now();
+  Duration sleep = std::min<Duration>(keep_alive_interval_, std::chrono::seconds(1));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    // Only the first arrival of a forming round measures the last call (see the header).
+    if (limits && round == round_ && index_ == 1) {
+      sleep = poll_interval(limits->last_call_timeout);
+      if (count_ >= limits->min_nodes) {
+        TimePoint last_call = changed_at_ + limits->last_call_timeout;
+        sleep = std::min<Duration>(sleep, std::max<Duration>(last_call - now, Duration(0)));
+      }
+    }
+  }
+  sleep = std::min<Duration>(sleep, until - now);
+  if (sleep <= Duration::zero()) return;
+  try {
+    store_->wait({wake_key}, sleep);
+  } catch (const TimeoutError&) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (round == round_) set_keys_.insert(wake_key);
+}
+
+Bytes StoreRoundLedger::wait_key(int64_t round, const std::string& key, TimePoint deadline) {
+  bool known_set;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    known_set = round == round_ && set_keys_.count(key) != 0;
+  }
+  // A WAIT that times out is cancelled on the wire and keeps the connection (a get that timed
+  // out would drop it: N reconnects at once). A key known to be set is read at once.
+  if (!known_set) {
+    auto left = std::max<Duration>(deadline - clock_.now(), std::chrono::milliseconds(1));
+    store_->wait({key}, left);
+  }
+  return store_->get(key);
+}
+
+}  // namespace dlaunch

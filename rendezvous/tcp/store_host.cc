@@ -1,0 +1,50 @@
+#include "rendezvous/tcp/store_host.h"
+
+#include <fmt/format.h>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "rendezvous/tcp/tcp_store_server.h"
+
+namespace dlaunch {
+namespace {
+
+std::shared_ptr<TcpStoreServer> make_server(const HostPort& where,
+                                            const std::optional<std::string>& token) {
+  TcpStoreServerOptions o;
+  o.host = where.host;
+  o.port = where.port;
+  o.token = token;
+  return std::make_shared<TcpStoreServer>(o);
+}
+
+}  // namespace
+
+std::shared_ptr<TcpStoreServer> host_job_store(const HostPort& where,
+                                               const std::optional<std::string>& token,
+                                               const std::string& in_use_hint) {
+  auto server = make_server(where, token);
+  try {
+    server->start();
+  } catch (const AddressInUseError&) {
+    throw AddressInUseError(fmt::format(
+        "cannot host the job's store on {}: the port is in use (another job, or a stale agent); "
+        "{}",
+        where.to_string(), in_use_hint));
+  }
+  return server;
+}
+
+std::shared_ptr<TcpStoreServer> try_host_job_store(const HostPort& where,
+                                                   const std::optional<std::string>& token) {
+  auto server = make_server(where, token);
+  try {
+    server->start();
+    return server;
+  } catch (const Error& e) {
+    log_debug("not hosting the store on {}: {}", where.to_string(), e.what());
+    return nullptr;
+  }
+}
+
+}  // namespace dlaunch

@@ -1,0 +1,32 @@
+// Hosting the job's TCP store: the server an agent starts for the other agents (and PyTorch
+// workers) to meet in. Which agent hosts it is each backend's decision, made in its factory
+// (rendezvous_registry.cc): static, node rank 0 on the endpoint; c10d, whichever agent binds
+// --rdzv_endpoint first (torchrun's rule); etcd, nobody (etcd keeps the rendezvous, and the
+// group-rank-0 agent of each round hosts the workers' store: etcd_rendezvous.h).
+//
+// Blocks only to bind. Throws AddressInUseError (the message says what to do), UsageError (not
+// an address of this host), SystemError.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "rendezvous/tcp/host_port.h"
+
+namespace dlaunch {
+
+class TcpStoreServer;
+
+// Starts the store on `where` (port 0: a free one) with `token` (nullopt: none). `in_use_hint`
+// says what to do when the port is held ("pass a free --master_port ...").
+std::shared_ptr<TcpStoreServer> host_job_store(const HostPort& where,
+                                               const std::optional<std::string>& token,
+                                               const std::string& in_use_hint);
+
+// The same, but null when this agent cannot bind `where` (the port is held: another agent of
+// the job hosts it; or the address is not this host's): the agent joins as a client.
+std::shared_ptr<TcpStoreServer> try_host_job_store(const HostPort& where,
+                                                   const std::optional<std::string>& token);
+
+}  // namespace dlaunch

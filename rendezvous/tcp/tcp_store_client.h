@@ -1,0 +1,141 @@
+// A blocking Store client for the job's TcpStoreServer. It speaks the PyTorch 2.x dialect
+// (VALIDATE first) plus dlaunch's job-token handshake, so it also works against PyTorch's own
+// 2.x TCPStore server when no token is used.
+//
+// Blocking and timeouts: the constructor connects, retrying refused/unreachable attempts with
+// backoff until connect_timeout passes (ConnectionError naming host:port and what to check).
+// Every request waits for its reply at most timeout() (get/wait/multi_get: for the keys to
+// appear; others: for the server to answer), then throws TimeoutError. A timed-out wait() is
+// cancelled on the wire (CANCEL_WAIT) and keeps the connection, so waiting in short slices is
+// cheap; any other timeout drops the connection (the server forgets the parked request) and the
+// next call reconnects.
+// Errors: ClosedError when the server closes the connection mid-request (the server or its
+// agent died); ConnectionError when a reconnect fails; ProtocolError on a malformed reply;
+// StateError when the job token is refused or the server is not this job's.
+// Thread-safe: one request at a time per client (a mutex); use one client per thread that
+// blocks in get/wait while others must go on. interrupt() is the one call that does not wait
+// for that mutex: another thread uses it to end a blocked call at once (a watcher's stop()).
+//
+// Cost per request: one send() of the whole frame and, for requests with a reply, usually one
+// blocking recv() (SO_RCVTIMEO bounds it; no poll() first). One-key requests (set, get, add,
+// compare_set, delete_key, append) allocate nothing once the buffers have grown, except the
+// value they return.
+#pragma once
+
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <string>
+
+#include "common/error.h"
+#include "rendezvous/store/store.h"
+#include "rendezvous/tcp/store_codec.h"
+
+namespace dlaunch {
+
+
+struct TcpStoreClientOptions {
+  std::string host = "127.0.0.1";
+  uint16_t port = 0;
+  Duration connect_timeout = std::chrono::seconds(60);
+  // Bound for connecting again after a connection that once worked was lost (the server died,
+  // or a timeout dropped the connection); nullopt: connect_timeout. A store that answered
+  // before and is gone for this long is not starting up, it is gone: callers that must not
+  // hang on a dead store host (the rendezvous) keep this to a few seconds.
+  std::optional<Duration> reconnect_timeout;
+  // Do not connect in the constructor but at the first call, so the client exists (and
+  // interrupt() can end its connect) before any I/O: for background threads that a shutdown
+  // must be able to stop at once.
+  bool lazy_connect = false;
+  // While the first connect keeps failing (the host is not up yet: a node started before node
+  // 0), say so this often, so a waiting node is not silent for the whole join timeout.
+  Duration waiting_note_every = std::chrono::seconds(30);
+  Duration timeout = Store::kDefaultTimeout;
+  std::optional<std::string> token;  // the job token; nullopt: connect without one
+  // true: declare this connection an agent's (dlaunch's DECLARE_AGENT, which only dlaunch's
+  // server knows), so it sees the store unscoped; false: like PyTorch's clients, its keys go to
+  // the worker namespace of its round (rendezvous/tcp/worker_namespace.h).
+  bool agent = false;
+};
+
+class TcpStoreClient final : public Store {
+ public:
+  explicit TcpStoreClient(TcpStoreClientOptions options);
+  ~TcpStoreClient() override;
+  TcpStoreClient(const TcpStoreClient&) = delete;
+  TcpStoreClient& operator=(const TcpStoreClient&) = delete;
+
+  void set(const std::string& key, const Bytes& value) override;
+  Bytes get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
+  bool check(const std::vector<std::string>& keys) override;
+  void wait(const std::vector<std::string>& keys, Duration timeout) override;
+  using Store::wait;
+  bool delete_key(const std::string& key) override;
+  int64_t num_keys() override;
+  std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override;
+  void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  // Appends to the value at `key` (PyTorch 2.x APPEND).
+  void append(const std::string& key, const Bytes& value);
+  // Round trip to the server; returns true when it echoed the nonce.
+  bool ping();
+  // Deletes every key starting with `prefix` (dlaunch servers only); returns how many.
+  bool can_delete_prefix() const override { return true; }
+  int64_t delete_prefix(const std::string& prefix) override;
+
+  // Ends the call in progress on another thread, if any, within milliseconds: it throws
+  // StoreInterruptedError (also while connecting or backing off between connect attempts),
+  // and its connection is dropped, so the next call reconnects. Does nothing when no call is
+  // in progress. Safe from any thread; never blocks on I/O; never throws.
+  void interrupt() override;
+
+  const TcpStoreClientOptions& options() const { return options_; }
+  std::string endpoint() const;
+
+ private:
+  class CallScope;
+  // All run with mutex_ held.
+  void ensure_connected();
+  void connect_once(std::chrono::steady_clock::time_point deadline);
+  void handshake(std::chrono::steady_clock::time_point deadline);
+  void send_request(const wire::Request& request);
+  // Frames a one-key request straight into wbuf_ (no Request, no copy of the value), after
+  // connecting if needed: the 2.x opcode of `op`, then `key`. The caller appends the op's
+  // other arguments (the layout encode_request writes) and calls send_framed(op). Blocks while
+  // connecting; throws what ensure_connected throws.
+  Bytes& begin_request(wire::Op op, const std::string& key);
+  // Sends wbuf_; throws what send_raw throws.
+  void send_framed(wire::Op op);
+  void send_raw(const Bytes& bytes, const char* what);
+  void recv_exact(void* dst, size_t n, std::chrono::steady_clock::time_point deadline,
+                  const char* what, const std::string& key);
+  uint8_t recv_u8(std::chrono::steady_clock::time_point deadline, const char* what,
+                  const std::string& key = "");
+  int64_t recv_i64(std::chrono::steady_clock::time_point deadline, const char* what,
+                   const std::string& key = "");
+  Bytes recv_bytes(std::chrono::steady_clock::time_point deadline, const char* what,
+                   const std::string& key = "");
+  void drop();
+  void set_fd(int fd);
+  bool interrupted();
+  [[noreturn]] void throw_closed(const std::string& message);
+  void set_recv_timeout(int ms);
+
+  TcpStoreClientOptions options_;
+  std::mutex mutex_;  // one request at a time; held for the whole call
+  // Guards fd_ (its value, not I/O on it), busy_ and interrupted_; never held across I/O, so
+  // interrupt() can take it while a call blocks.
+  std::mutex state_mutex_;
+  std::condition_variable interrupted_cv_;
+  int fd_ = -1;
+  bool busy_ = false;         // a call is in progress
+  bool interrupted_ = false;  // interrupt() hit the call in progress
+  int recv_timeout_ms_ = 0;   // SO_RCVTIMEO now set on fd_ (0: none)
+  bool connected_once_ = false;  // a connection succeeded: later connects use reconnect_timeout
+  Bytes wbuf_;                // the request being sent (reused)
+  Bytes rbuf_;                // received bytes: [rpos_, rend_) not yet consumed
+  size_t rpos_ = 0, rend_ = 0;
+};
+
+}  // namespace dlaunch

@@ -1,0 +1,301 @@
+#include "rendezvous/tcp/tcp_store_connection.h"
+
+#include "common/log.h"
+#include "rendezvous/tcp/job_token.h"
+
+namespace dlaunch {
+
+namespace asio = boost::asio;
+using asio::ip::tcp;
+using wire::Op;
+using wire::Request;
+
+// ---- the manager --------------------------------------------------------------------------
+
+void TcpStoreConnectionManager::start(tcp::socket socket) {
+  boost::system::error_code ignore;
+  socket.set_option(tcp::no_delay(true), ignore);
+  auto conn = std::make_shared<TcpStoreConnection>(*this, std::move(socket));
+  connections_.insert(conn);
+  open_.store(connections_.size(), std::memory_order_relaxed);
+  conn->start();
+}
+
+void TcpStoreConnectionManager::remove(const TcpStoreConnectionPtr& c) {
+  connections_.erase(c);
+  open_.store(connections_.size(), std::memory_order_relaxed);
+}
+
+void TcpStoreConnectionManager::stop_all() {
+  auto conns = connections_;
+  for (auto& c : conns) c->close();
+  state.forget_clients();
+}
+
+void TcpStoreConnectionManager::complain(const std::string& message) {
+  auto now = std::chrono::steady_clock::now();
+  if (now - last_complaint_ < std::chrono::seconds(1)) {
+    ++suppressed_complaints_;
+    return;
+  }
+  last_complaint_ = now;
+  if (suppressed_complaints_ > 0) {
+    log_warning("store server: {} ({} similar messages suppressed)", message,
+                suppressed_complaints_);
+    suppressed_complaints_ = 0;
+  } else {
+    log_warning("store server: {}", message);
+  }
+}
+
+// ---- I/O ----------------------------------------------------------------------------------
+
+TcpStoreConnection::TcpStoreConnection(TcpStoreConnectionManager& manager, tcp::socket socket)
+    : manager_(manager), socket_(std::move(socket)) {
+  boost::system::error_code ignore;
+  auto ep = socket_.remote_endpoint(ignore);
+  peer_address_ = ep.address();
+  peer_ = ep.address().is_v6() ? "[" + ep.address().to_string() + "]:" + std::to_string(ep.port())
+                               : ep.address().to_string() + ":" + std::to_string(ep.port());
+  admitted_ = !manager_.options.token.has_value();
+}
+
+void TcpStoreConnection::start() {
+  start_read();
+}
+
+void TcpStoreConnection::start_read() {
+  if (closed || reading_) return;
+  // A parked client may send CANCEL_WAIT, so keep reading, but do not buffer without bound.
+  if (in_.size() - in_begin_ > manager_.options.limits.max_frame_bytes) {
+    manager_.complain("client " + peer_ + " sent more than a frame while blocked; closing it");
+    close();
+    return;
+  }
+  // Read into a separate buffer: process() may run (posted) while this read is pending.
+  size_t chunk = in_.size() - in_begin_ > 4096 ? 65536 : 4096;
+  if (rbuf_.size() != chunk) rbuf_.resize(chunk);
+  reading_ = true;
+  socket_.async_read_some(asio::buffer(rbuf_.data(), chunk),
+                          [c = self()](const boost::system::error_code& ec, size_t n) {
+                            c->reading_ = false;
+                            if (c->closed) return;
+                            if (ec) {
+                              c->close();
+                              return;
+                            }
+                            if (c->in_.empty()) {
+                              // The common case: nothing pending. Swap buffers, no copy.
+                              c->rbuf_.resize(n);
+                              c->in_.swap(c->rbuf_);
+                            } else {
+                              c->in_.insert(c->in_.end(), c->rbuf_.begin(),
+                                            c->rbuf_.begin() + static_cast<std::ptrdiff_t>(n));
+                            }
+                            c->process();
+                            c->start_read();
+                          });
+}
+
+// Replies are appended to `out` in place, then replied() is called: it writes at once, or at
+// the end of process() when this connection is being processed, so all the replies to one
+// read go out in one write.
+void TcpStoreConnection::replied() {
+  if (closed) {
+    out.clear();
+    return;
+  }
+  // A client that sends requests but never reads the replies must not grow our memory.
+  if (out.size() > manager_.options.limits.max_frame_bytes) {
+    manager_.complain("client " + peer_ + " does not read its replies; closing it");
+    close();
+    return;
+  }
+  if (!in_process_) flush();
+}
+
+void TcpStoreConnection::send(const Bytes& bytes) {
+  if (closed) return;
+  out.insert(out.end(), bytes.begin(), bytes.end());
+  replied();
+}
+
+void TcpStoreConnection::flush() {
+  if (writing_ || out.empty() || closed) return;
+  out_writing_.swap(out);
+  out.clear();
+  writing_ = true;
+  asio::async_write(socket_, asio::buffer(out_writing_),
+                    [c = self()](const boost::system::error_code& ec, size_t) {
+                      c->writing_ = false;
+                      c->out_writing_.clear();
+                      // Keep small buffers for the next replies, not a big one's memory
+                      // (10,000 connections x one large MULTI_GET each would add up).
+                      if (c->out_writing_.capacity() > (1u << 20)) Bytes().swap(c->out_writing_);
+                      if (ec) {
+                        c->close();
+                        return;
+                      }
+                      c->flush();
+                    });
+}
+
+void TcpStoreConnection::close() {
+  if (closed) return;
+  closed = true;
+  if (auth_begun_ && !authenticated_) {  // a client checks our proof first, then leaves
+    note_job_token_refusal();
+    manager_.complain("refused client " + peer_ + ": " +
+                      (manager_.options.token ? "its job token differs from this store's"
+                                              : "it has a job token, this store none") +
+                      " (give every node the same DLAUNCH_JOB_TOKEN)");
+  }
+  manager_.state.drop(*this);
+  boost::system::error_code ignore;
+  socket_.shutdown(tcp::socket::shutdown_both, ignore);
+  socket_.close(ignore);
+  out.clear();
+  manager_.remove(self());
+}
+
+void TcpStoreConnection::bad_frame(const std::string& why) {
+  manager_.complain("closing client " + peer_ + ": " + why);
+  close();
+}
+
+// ---- decoding -----------------------------------------------------------------------------
+
+void TcpStoreConnection::process() {
+  in_process_ = true;
+  process_frames();
+  in_process_ = false;
+  if (!closed) flush();
+  // Compact the input buffer.
+  if (in_begin_ > 0) {
+    in_.erase(in_.begin(), in_.begin() + static_cast<std::ptrdiff_t>(in_begin_));
+    in_begin_ = 0;
+    if (in_.empty() && in_.capacity() > 65536) Bytes().swap(in_);
+  }
+}
+
+// Decodes and handles every complete frame in in_.
+void TcpStoreConnection::process_frames() {
+  Request& q = manager_.scratch;
+  const wire::Limits& limits = manager_.options.limits;
+  while (!closed) {
+    const uint8_t* data = in_.data() + in_begin_;
+    size_t size = in_.size() - in_begin_;
+    if (!dialect_known_) {
+      auto d = wire::detect_dialect(data, size, limits);
+      if (d.status == wire::Status::kNeedMore) break;
+      if (d.status == wire::Status::kBad) return bad_frame(d.error);
+      dialect_known_ = true;
+      dialect_ = d.dialect;
+      in_begin_ += d.consumed;
+      continue;
+    }
+    auto r = wire::decode_request(dialect_, data, size, limits, &q);
+    if (r.status == wire::Status::kNeedMore) break;
+    if (r.status == wire::Status::kBad) return bad_frame(r.error);
+    if (parked()) {
+      // Only CANCEL_WAIT may overtake a parked request; anything else waits its turn.
+      if (q.op != Op::kCancelWait) break;
+      in_begin_ += r.consumed;
+      manager_.state.cancel_wait(*this);
+      replied();
+      continue;
+    }
+    in_begin_ += r.consumed;
+    handle(q);
+  }
+}
+
+// Resume decoding after the parked request completed; posted, so a set that wakes many
+// clients does not recurse into their handlers.
+void TcpStoreConnection::resumed() {
+  if (process_posted_) return;
+  process_posted_ = true;
+  asio::post(manager_.ctx, [c = self()] {
+    c->process_posted_ = false;
+    if (c->closed) return;
+    c->process();
+    c->start_read();
+  });
+}
+
+// ---- requests -----------------------------------------------------------------------------
+
+void TcpStoreConnection::handle_auth(const Request& q) {
+  const auto& token = manager_.options.token;
+  if (q.op == Op::kAuthBegin) {
+    if (dialect_ != wire::Dialect::kTorch2 || auth_begun_)
+      return bad_frame("unexpected AUTH_BEGIN");
+    auth_begun_ = true;
+    client_nonce_ = q.digest;
+    Bytes reply;
+    if (!token) {
+      wire::put_u8(reply, 0);
+      wire::Digest zero{};
+      wire::put_raw(reply, zero.data(), zero.size());
+      wire::put_raw(reply, zero.data(), zero.size());
+    } else {
+      server_nonce_ = random_nonce();
+      auto proof = server_proof(*token, client_nonce_, server_nonce_);
+      wire::put_u8(reply, 1);
+      wire::put_raw(reply, server_nonce_.data(), server_nonce_.size());
+      wire::put_raw(reply, proof.data(), proof.size());
+    }
+    return send(reply);
+  }
+  // AUTH_PROOF.
+  if (!auth_begun_ || !token || authenticated_) return bad_frame("unexpected AUTH_PROOF");
+  auto expected = client_proof(*token, client_nonce_, server_nonce_);
+  if (!constant_time_equal(expected.data(), q.digest.data(), expected.size())) {
+    manager_.complain("refused client " + peer_ + ": wrong job token (check DLAUNCH_JOB_TOKEN)");
+    auth_begun_ = false;  // logged
+    note_job_token_refusal();
+    return close();
+  }
+  authenticated_ = true;
+  admitted_ = true;
+  manager_.agent_hosts.insert(peer_address_);
+  Bytes reply;
+  wire::put_u8(reply, 0);
+  send(reply);
+}
+
+// Whether this client may use the store; closes it (logged) when not.
+bool TcpStoreConnection::admit(const Request& q) {
+  const auto& o = manager_.options;
+  if (o.admit_unauthenticated_from_agent_hosts && manager_.agent_hosts.count(peer_address_)) {
+    admitted_ = true;
+    return true;
+  }
+  manager_.complain("refused client " + peer_ + " (" + wire::op_name(q.op) +
+                    "): this store requires the job token and the client did not prove it" +
+                    (o.admit_unauthenticated_from_agent_hosts
+                         ? " (nor does it connect from an agent's host)"
+                         : ""));
+  close();
+  return false;
+}
+
+// `q` is the reused scratch request: the state may take its buffers.
+void TcpStoreConnection::handle(Request& q) {
+  if (q.op == Op::kAuthBegin || q.op == Op::kAuthProof) return handle_auth(q);
+  if (!admitted_ && !admit(q)) return;
+  std::string error;
+  const auto began = std::chrono::steady_clock::now();
+  const auto handled = manager_.state.handle(*this, q, error);
+  manager_.stats.record(std::chrono::steady_clock::now() - began, manager_.state.num_keys());
+  switch (handled) {
+    case TcpStoreState::Handled::kReplied:
+      return replied();
+    case TcpStoreState::Handled::kQuiet:
+      return;
+    case TcpStoreState::Handled::kBadRequest:
+      return bad_frame(error);
+  }
+}
+
+}  // namespace dlaunch

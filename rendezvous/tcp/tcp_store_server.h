@@ -1,0 +1,81 @@
+// The job's TCP store server, hosted inside an agent. It speaks PyTorch's TCPStore protocol in
+// both dialects (1.13 and 2.x, told apart per connection) plus dlaunch's job-token handshake,
+// so agents, dtrain workers and unmodified PyTorch workers share one store.
+//
+// Threading: the server runs its own Asio io_context on its own thread, event-driven (no
+// thread per client): the agent's loop thread may block in rendezvous while the server must
+// keep answering. All methods here are thread-safe.
+//
+// Behaviour: binds exactly the given address (no reverse DNS; "[v6]" literals work); port 0
+// picks a free port. SO_REUSEADDR so a restarted agent can rebind at once, but a port held by
+// a live listener fails with AddressInUseError. TCP_NODELAY, listen backlog 4096, accepts in a
+// loop, and raises the soft RLIMIT_NOFILE to the hard limit so 10,000+ clients fit. GET, WAIT
+// and MULTI_GET on missing keys are parked per key and answered when a set/add/compare_set/
+// append creates them. A malformed or oversized frame closes that connection only (logged,
+// rate-limited). stop() closes every connection; clients blocked on it see the close.
+//
+// Job token: when `token` is set, a client must prove it (see rendezvous/tcp/job_token.h) before
+// any store operation. PyTorch clients cannot; with admit_unauthenticated_from_agent_hosts
+// they are served when they connect from an address where an authenticated client already
+// connected from (an agent's host). docs/rendezvous.md explains the threat model.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "common/error.h"
+#include "rendezvous/tcp/store_codec.h"
+#include "rendezvous/tcp/store_stats.h"
+
+namespace dlaunch {
+
+// The port is held by another listening socket (another job, or a stale agent).
+class AddressInUseError : public SystemError {
+ public:
+  using SystemError::SystemError;
+};
+
+struct TcpStoreServerOptions {
+  std::string host = "127.0.0.1";  // address to bind; "0.0.0.0" or "::" only when asked
+  uint16_t port = 0;               // 0: pick a free port
+  std::optional<std::string> token;
+  bool admit_unauthenticated_from_agent_hosts = true;
+  wire::Limits limits;
+  int backlog = 4096;
+};
+
+class TcpStoreServer {
+ public:
+  explicit TcpStoreServer(TcpStoreServerOptions options);
+  ~TcpStoreServer();  // stop()
+  TcpStoreServer(const TcpStoreServer&) = delete;
+  TcpStoreServer& operator=(const TcpStoreServer&) = delete;
+
+  // Binds, listens and starts the server thread; returns the port actually bound. Throws
+  // AddressInUseError, SystemError (bind/listen failed: the message names address and port),
+  // UsageError (the host is not an address of this machine or does not resolve).
+  uint16_t start();
+  // Closes the listener and every connection and joins the thread. Idempotent; never throws.
+  void stop();
+
+  uint16_t port() const;
+  const std::string& host() const;
+  // Connections open right now (approximate while clients come and go).
+  size_t num_connections() const;
+  // Requests served, their latency, keys and connections (for the agent's /status).
+  StoreStatsSnapshot stats() const;
+  // Writes of the hosting process itself (the agent publishing its status endpoint), without a
+  // client connection: run on the server thread; block until done (at most 5 s). Keys are
+  // unscoped (as an agent's connection sees them). Throws ClosedError when the server is not
+  // running, ProtocolError as Store::add.
+  int64_t add_local(const std::string& key, int64_t delta);
+  void set_local(const std::string& key, const Bytes& value);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace dlaunch

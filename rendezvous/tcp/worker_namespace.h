@@ -1,0 +1,35 @@
+// Workers' keys in a dlaunch TCP store live in a namespace of their rendezvous round.
+//
+// Why: an elastic job keeps one store across rounds, and a membership change keeps
+// TORCHELASTIC_RESTART_COUNT (hence PyTorch's "/worker/attempt_<n>/" and dtrain's
+// "dtrain/attempt_<n>/" prefixes, spelled "//worker/..." on the wire by PyTorch 1.13), so a new
+// round's workers read the previous round's addresses. Deleting known prefixes missed
+// spellings; a namespace per round cannot.
+//
+// How: the node that completes a round calls begin_worker_namespace() before it releases any
+// node, so every worker of the round connects after it. The server gives each connection that
+// did not declare itself an agent's (PyTorch's, dtrain's) the namespace current at its first key
+// operation and prepends it to every key it sends. Agents' connections (TcpStoreClient's
+// default) see the store unscoped. Without a namespace set (static rendezvous, a store used
+// outside dlaunch) nothing is prepended. One job per store: the namespace is store-wide.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace dlaunch {
+
+class Store;
+
+inline constexpr char kWorkerNamespaceKey[] = "dlaunch/worker_namespace";
+
+// "dlaunch/workers/<run_id>/round_<round>/".
+std::string worker_namespace(const std::string& run_id, int64_t round);
+
+// Deletes the keys of the namespace in force, then makes `ns` the one new worker connections
+// get. Only a store that can delete by prefix (Store::can_delete_prefix: a dlaunch TCP store)
+// hosts worker namespaces: on any other store this does nothing and returns false. Blocks for
+// three store round trips; throws what the store throws.
+bool begin_worker_namespace(Store& store, const std::string& ns);
+
+}  // namespace dlaunch
