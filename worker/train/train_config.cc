@@ -50,7 +50,7 @@ std::string fmt_double(double d) { return fmt::format("{}", d); }
 
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> kFlags = {
-      {"model", "network: resnet18 | resnet34 (CIFAR stem: 3x3 conv, no max-pool)", false,
+      {"model", "network: resnet18 | resnet34 (the first layer: --stem)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.model = choice(f, v, {"resnet18", "resnet34"}); },
        [](const TrainConfig& c) { return c.model; }},
       {"width", "base channels (layer widths w, 2w, 4w, 8w)", false,
@@ -173,6 +173,25 @@ const std::vector<Flag>& flags() {
        "stopping",
        true, [](TrainConfig& c, auto& f, auto& v) { c.skip_bad_images = parse_bool(v, f); },
        [](const TrainConfig& c) { return fmt_bool(c.skip_bad_images); }},
+      {"image_size",
+       "imagefolder: train and test on S x S images, resized by torchvision's transforms "
+       "(RandomResizedCrop + flip for training, Resize + CenterCrop for testing) unless every "
+       "image already is S x S (0: the images' own size; they must then share one)",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         c.image_size = positive_int(f, v, 0);
+         if (c.image_size > 0 && c.image_size < 8)  // the network's smallest input
+           throw UsageError(fmt::format("{}={} is too small; expected 0 (the images' own size) or "
+                                        "at least 8 pixels", f, v));
+       },
+       [](const TrainConfig& c) { return std::to_string(c.image_size); }},
+      {"stem",
+       "first layer: auto (imagenet for images of 64 pixels or more, else cifar) | imagenet "
+       "(7x7 conv stride 2 + 3x3 max-pool stride 2, torchvision's) | cifar (3x3 conv, no "
+       "max-pool)",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) { c.stem = choice(f, v, {"auto", "imagenet", "cifar"}); },
+       [](const TrainConfig& c) { return c.stem; }},
   };
   return kFlags;
 }
