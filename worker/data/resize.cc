@@ -13,7 +13,7 @@ constexpr int kPrecisionBits = 32 - 8 - 2;
 
 struct Coeffs {
   int64_t ksize = 0;
-  std::vector<int64_t> bounds;  // per output: first input index, number of inputs
+  std::vector<int64_t> bounds;   // per output: first input index, number of inputs
   std::vector<int32_t> weights;  // per output: ksize fixed-point weights
 };
 
@@ -26,7 +26,7 @@ double bilinear_filter(double x) {
 Coeffs precompute_coeffs(int64_t in_size, int64_t out_size) {
   const double scale = static_cast<double>(in_size) / static_cast<double>(out_size);
   const double filterscale = std::max(scale, 1.0);  // widen the filter when shrinking
-  const double support = 1.0 * filterscale;          // bilinear support is 1
+  const double support = 1.0 * filterscale;         // bilinear support is 1
   Coeffs c;
   c.ksize = static_cast<int64_t>(std::ceil(support)) * 2 + 1;
   c.bounds.resize(2 * out_size);
@@ -49,8 +49,8 @@ Coeffs precompute_coeffs(int64_t in_size, int64_t out_size) {
     for (int64_t x = 0; x < xmax; ++x) {
       const double w = ww != 0.0 ? k[x] / ww : k[x];
       // normalize_coeffs_8bpc: round half away from zero to 22 fractional bits.
-      c.weights[xx * c.ksize + x] = static_cast<int32_t>(
-          w < 0 ? -0.5 + w * (1 << kPrecisionBits) : 0.5 + w * (1 << kPrecisionBits));
+      c.weights[xx * c.ksize + x] = static_cast<int32_t>(w < 0 ? -0.5 + w * (1 << kPrecisionBits)
+                                                               : 0.5 + w * (1 << kPrecisionBits));
     }
     c.bounds[2 * xx] = xmin;
     c.bounds[2 * xx + 1] = xmax;
@@ -105,7 +105,8 @@ void resize_bilinear(const PlaneView& src, int64_t out_rows, int64_t out_cols, u
     const int32_t* k = cv.weights.data() + yy * cv.ksize;
     for (int64_t xx = 0; xx < mid.cols; ++xx) {
       int64_t acc = 1 << (kPrecisionBits - 1);
-      for (int64_t y = 0; y < ymax; ++y) acc += mid.data[(ymin + y) * mid.stride + xx] * int64_t{k[y]};
+      for (int64_t y = 0; y < ymax; ++y)
+        acc += mid.data[(ymin + y) * mid.stride + xx] * int64_t{k[y]};
       dst[yy * mid.cols + xx] = clip8(acc);
     }
   }

@@ -75,8 +75,8 @@ void eval_pixels(const ImageDataset& ds, int64_t index, int64_t size, uint8_t* o
   const ResizedCenterCrop g = resized_center_crop(h, w, size);
   std::vector<uint8_t> resized(g.resized_h * g.resized_w);
   for (int64_t c = 0; c < ds.channels; ++c) {
-    resize_bilinear(plane_of(ds, index, c, {0, 0, h, w}), g.resized_h, g.resized_w,
-                    resized.data(), scratch);
+    resize_bilinear(plane_of(ds, index, c, {0, 0, h, w}), g.resized_h, g.resized_w, resized.data(),
+                    scratch);
     for (int64_t y = 0; y < size; ++y)
       std::copy_n(resized.data() + (g.crop.top + y) * g.resized_w + g.crop.left, size,
                   out + (c * size + y) * size);

@@ -78,8 +78,10 @@ CropBox random_resized_crop_box(int64_t image_h, int64_t image_w, Uniform&& unif
     const auto h = static_cast<int64_t>(std::nearbyint(std::sqrt(target_area / aspect)));
     if (0 < w && w <= image_w && 0 < h && h <= image_h) {
       // torch.randint(0, n + 1): uniform over [0, n].
-      const auto top = std::min<int64_t>(static_cast<int64_t>(uniform() * (image_h - h + 1)), image_h - h);
-      const auto left = std::min<int64_t>(static_cast<int64_t>(uniform() * (image_w - w + 1)), image_w - w);
+      const auto top =
+          std::min<int64_t>(static_cast<int64_t>(uniform() * (image_h - h + 1)), image_h - h);
+      const auto left =
+          std::min<int64_t>(static_cast<int64_t>(uniform() * (image_w - w + 1)), image_w - w);
       return {top, left, h, w};
     }
   }
