@@ -165,7 +165,10 @@ const std::vector<Flag>& flags() {
        false,
        [](TrainConfig& c, auto& f, auto& v) { c.flash_every = positive_int(f, v, 0); },
        [](const TrainConfig& c) { return std::to_string(c.flash_every); }},
-      {"no_augment", "turn off random crop + flip (never applied to MNIST)", true,
+      {"no_augment",
+       "turn off random crop + flip (never applied to MNIST; with --image_size resampling, "
+       "training uses the test transform)",
+       true,
        [](TrainConfig& c, auto& f, auto& v) { c.no_augment = parse_bool(v, f); },
        [](const TrainConfig& c) { return fmt_bool(c.no_augment); }},
       {"skip_bad_images",
