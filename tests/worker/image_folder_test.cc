@@ -18,6 +18,7 @@
 #include <sstream>
 
 #include "worker/data/dataset.h"
+#include "worker/data/batch_loader.h"
 #include "worker/data/image_decode.h"
 #include "worker/data/transforms.h"
 
@@ -581,6 +582,58 @@ TEST(ImageFolderTest, ImageSizeChoosesBetweenKeepingAndResampling) {
   truncate(t, 2);
   EXPECT_EQ(t.stored.size(), 2u);
   EXPECT_EQ(t.pixels.size(), size_t{2} * 3 * 16 * 16);
+}
+
+
+// Over max_decoded_bytes a split keeps its JPEG bytes and decodes per batch, on its decode
+// threads: the batches are the same as from the decoded split (one size, CIFAR pipeline; and
+// mixed sizes through the --image_size transforms), and so are the statistics.
+TEST(ImageFolderTest, LargeSplitsDecodePerEpochToTheSameBatches) {
+  TempDir dir;
+  auto files = small_folder("", "test", 16);
+  write_tree(dir.path() / "one_size", files);
+  files["train/dog/z.jpg"] = make_jpeg(40, 28, 9);
+  files["test/dog/w.jpg"] = make_jpeg(23, 37, 10);
+  write_tree(dir.path() / "mixed", files);
+  for (const auto& [folder, image_size] :
+       std::vector<std::pair<std::string, int64_t>>{{"one_size", 0}, {"mixed", 24}}) {
+    SCOPED_TRACE(folder);
+    ImageFolderOptions kept;
+    kept.image_size = image_size;
+    kept.threads = 2;
+    ImageFolderOptions per_epoch = kept;
+    per_epoch.max_decoded_bytes = 3 * 16 * 16 * 2;  // room for two images of the smallest size
+    const auto path = (dir.path() / folder).string();
+    const DatasetSplits a = load_image_folder(path, kept);
+    const DatasetSplits b = load_image_folder(path, per_epoch);
+    ASSERT_FALSE(a.train.decodes_per_epoch());
+    ASSERT_TRUE(b.train.decodes_per_epoch());
+    EXPECT_TRUE(b.train.pixels.empty());
+    EXPECT_EQ(b.train.decode_threads, 2);
+    EXPECT_EQ(b.train.encoded_offsets.size(), static_cast<size_t>(b.train.size()) + 1);
+    EXPECT_EQ(b.train.mean, a.train.mean);
+    EXPECT_EQ(b.train.stddev, a.train.stddev);
+    EXPECT_EQ(b.train.sources, a.train.sources);
+    EXPECT_EQ(b.train.height, a.train.height);
+    std::vector<int64_t> all(static_cast<size_t>(a.train.size()));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(all.size() - 1 - i);
+    for (const bool augment : {true, false}) {
+      const Batch x = make_batch(a.train, all, augment, 3, 1);
+      const Batch y = make_batch(b.train, all, augment, 3, 1);
+      EXPECT_EQ(x.images, y.images) << "augment " << augment;
+      EXPECT_EQ(x.labels, y.labels);
+    }
+    std::vector<int64_t> test_all(static_cast<size_t>(a.test.size()));
+    for (size_t i = 0; i < test_all.size(); ++i) test_all[i] = static_cast<int64_t>(i);
+    EXPECT_EQ(make_batch(a.test, test_all, false, 3, 1).images,
+              make_batch(b.test, test_all, false, 3, 1).images);
+    // Truncation keeps the encoded layout consistent.
+    ImageDataset t = b.train;
+    truncate(t, 2);
+    EXPECT_EQ(t.encoded_offsets.size(), 3u);
+    EXPECT_EQ(static_cast<int64_t>(t.encoded.size()), t.encoded_offsets.back());
+    EXPECT_EQ(make_batch(t, {1, 0}, true, 3, 1).images, make_batch(a.train, {1, 0}, true, 3, 1).images);
+  }
 }
 
 }  // namespace

@@ -39,6 +39,13 @@ struct ImageDataset {
   // asked for, each keeps its own size (stored[i], planar CHW at pixels[stored[i].offset]) and
   // batches get torchvision's resizing transforms (transforms.h) to height x width.
   std::vector<StoredImage> stored;
+  // Image folders whose decoded images would take more than ImageFolderOptions::max_decoded_bytes:
+  // the images stay encoded (their JPEG/PNG bytes back to back in `encoded`, image i at
+  // [encoded_offsets[i], encoded_offsets[i + 1])) and are decoded again each epoch when a batch
+  // is assembled, on `decode_threads` threads; `pixels` stays empty.
+  std::vector<uint8_t> encoded;
+  std::vector<int64_t> encoded_offsets;
+  int decode_threads = 1;
   std::vector<uint8_t> labels;  // one per image, < num_classes
   // Per-channel mean and standard deviation on the [0, 1] scale, used to normalise.
   std::vector<float> mean;
@@ -55,6 +62,8 @@ struct ImageDataset {
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
   int64_t image_elems() const { return channels * height * width; }  // of a batch's image
   bool resampled() const { return !stored.empty(); }
+  bool decodes_per_epoch() const { return !encoded_offsets.empty(); }
+  // The decoded image; not for datasets that decode per epoch (transforms.h: image_pixels).
   const uint8_t* image(int64_t i) const {
     return pixels.data() + (resampled() ? stored[i].offset : i * image_elems());
   }
@@ -86,6 +95,9 @@ struct ImageFolderOptions {
   // torchvision's transforms unless every image already is S x S.
   int64_t image_size = 0;
   int threads = 0;               // decode threads; 0 = the machine's cores
+  // Above this many bytes of decoded images (width * height * 3 summed over a split), the split
+  // keeps its images encoded and decodes them per epoch (ImageDataset::encoded). 0: no limit.
+  int64_t max_decoded_bytes = 0;
 };
 
 struct DatasetSplits {

@@ -159,18 +159,27 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
   const bool any_size = options.image_size > 0;
   std::vector<std::vector<uint8_t>> odd(any_size ? n : 0);
   std::vector<StoredImage> sizes(any_size ? n : 0);
-  std::atomic<size_t> odd_count{0};
+  std::atomic<bool> sizes_differ{false};
+  // Over options.max_decoded_bytes the decode pass still checks every image and measures the
+  // statistics, but keeps no pixels: the split keeps the encoded bytes instead (decodes per
+  // epoch). A split of one size knows its decoded size from the first image; mixed sizes add up
+  // as they decode.
+  const int64_t limit = options.max_decoded_bytes;
+  const int64_t first_elems = ds.image_elems();
+  std::atomic<bool> over_limit{limit > 0 && static_cast<int64_t>(n) * first_elems > limit};
+  std::atomic<int64_t> odd_bytes{0};
+  int threads = 1;
   std::mutex sums_mu;
   std::array<double, 3> sum{}, sum_sq{};
   double pixel_count = 0;
   if (first_good < n) {
-    const int64_t elems = ds.image_elems();
-    ds.pixels.resize(n * static_cast<size_t>(elems));
+    const int64_t elems = first_elems;
+    if (!over_limit) ds.pixels.resize(n * static_cast<size_t>(elems));
     std::atomic<size_t> next{first_good};
     auto work = [&] {
       ImageDecoder decoder;
       DecodedImage img;
-      std::vector<uint8_t> buf;
+      std::vector<uint8_t> buf, not_kept;
       std::array<uint64_t, 3> s{}, sq{};
       uint64_t pixels_seen = 0;
       for (size_t i; !stop.load(std::memory_order_relaxed) && (i = next.fetch_add(1)) < n;) {
@@ -186,17 +195,27 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
           continue;
         }
         uint8_t* out = nullptr;
-        if (img.width == ds.width && img.height == ds.height) {
-          out = ds.pixels.data() + i * elems;
-        } else if (any_size) {
-          odd[i].resize(static_cast<size_t>(3 * img.width * img.height));
-          out = odd[i].data();
-          ++odd_count;
-        } else {
+        const bool same = img.width == ds.width && img.height == ds.height;
+        const int64_t bytes = int64_t{3} * img.width * img.height;
+        if (!same && !any_size) {
           for (size_t m = mismatch.load(); i < m && !mismatch.compare_exchange_weak(m, i);) {
           }
           stop = true;
           continue;
+        }
+        if (!same) sizes_differ = true;
+        if (!same && !over_limit && limit > 0 &&
+            static_cast<int64_t>(n) * elems + odd_bytes.fetch_add(bytes) + bytes > limit) {
+          over_limit = true;
+        }
+        if (over_limit) {
+          not_kept.resize(static_cast<size_t>(bytes));
+          out = not_kept.data();
+        } else if (same) {
+          out = ds.pixels.data() + i * elems;
+        } else {
+          odd[i].resize(static_cast<size_t>(bytes));
+          out = odd[i].data();
         }
         if (any_size) sizes[i] = {0, static_cast<int32_t>(img.height), static_cast<int32_t>(img.width)};
         const int64_t plane = static_cast<int64_t>(img.height) * img.width;
@@ -227,7 +246,7 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
         sum_sq[c] += static_cast<double>(sq[c]);
       }
     };
-    int threads = options.threads > 0 ? options.threads
+    threads = options.threads > 0 ? options.threads
                                       : static_cast<int>(std::thread::hardware_concurrency());
     threads = std::max(1, std::min<int>(threads, static_cast<int>(n - first_good)));
     std::vector<std::thread> pool;
@@ -256,11 +275,29 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
   }
   // Keep the images that decoded, in order: at one size (the first's), or, when --image_size
   // asks for another size or they differ, each at its own (ImageDataset::stored).
-  const bool resample = any_size && (odd_count > 0 || ds.height != options.image_size ||
+  const bool resample = any_size && (sizes_differ || ds.height != options.image_size ||
                                      ds.width != options.image_size);
+  const bool per_epoch = over_limit;
+  if (per_epoch) {
+    std::vector<uint8_t>().swap(ds.pixels);
+    std::vector<std::vector<uint8_t>>().swap(odd);
+    ds.encoded_offsets.push_back(0);
+    std::vector<uint8_t> buf;
+    for (size_t i = 0; i < n; ++i) {
+      if (!ok[i]) continue;
+      const auto& b = bytes_of(*split.items[i].file, buf);
+      ds.encoded.insert(ds.encoded.end(), b.begin(), b.end());
+      ds.encoded_offsets.push_back(static_cast<int64_t>(ds.encoded.size()));
+    }
+    ds.decode_threads = threads;
+  }
   size_t kept = 0;
   const size_t elems = static_cast<size_t>(ds.image_elems());
-  if (resample) {
+  if (resample && per_epoch) {
+    for (size_t i = 0; i < n; ++i)
+      if (ok[i]) ds.stored.push_back(sizes[i]);  // sizes only: the pixels are decoded per epoch
+    ds.height = ds.width = options.image_size;
+  } else if (resample) {
     std::vector<uint8_t> packed;
     size_t bytes = 0;
     for (size_t i = 0; i < n; ++i)
@@ -282,13 +319,13 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
   }
   for (size_t i = 0; i < n; ++i) {
     if (!ok[i]) continue;
-    if (!resample && kept != i)
+    if (!resample && !per_epoch && kept != i)
       std::copy_n(ds.pixels.begin() + i * elems, elems, ds.pixels.begin() + kept * elems);
     ds.labels.push_back(split.items[i].label);
     ds.sources.push_back(split.items[i].file->path);
     ++kept;
   }
-  if (!resample) ds.pixels.resize(kept * elems);
+  if (!resample && !per_epoch) ds.pixels.resize(kept * elems);
   if (kept == 0) {
     throw DataError(
         fmt::format("no image of {}/ in --data_dir={} decodes ({} skipped as bad, the "

@@ -96,7 +96,8 @@ std::string split_cache_key(const std::string& dataset, const std::string& data_
               {"data_dir", dataset == "synthetic" ? std::string() : (ec ? data_dir : abs.string())},
               {"seed", seed},
               {"skip_bad_images", options.skip_bad_images},
-              {"image_size", options.image_size}}
+              {"image_size", options.image_size},
+              {"max_decoded_bytes", options.max_decoded_bytes}}
       .dump();
 }
 

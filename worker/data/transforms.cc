@@ -1,5 +1,8 @@
 #include "worker/data/transforms.h"
 
+#include <fmt/format.h>
+
+#include "worker/data/image_decode.h"
 #include "worker/data/random.h"
 #include "worker/data/resize.h"
 
@@ -15,12 +18,33 @@ void normalise(const ImageDataset& ds, const uint8_t* planes, int64_t h, int64_t
   }
 }
 
-PlaneView plane_of(const ImageDataset& ds, int64_t index, int64_t c, const CropBox& box) {
-  const int64_t h = ds.stored_height(index), w = ds.stored_width(index);
-  return {ds.image(index) + c * h * w + box.top * w + box.left, box.height, box.width, w};
+PlaneView plane_of(const uint8_t* image, int64_t h, int64_t w, int64_t c, const CropBox& box) {
+  return {image + c * h * w + box.top * w + box.left, box.height, box.width, w};
 }
 
 }  // namespace
+
+const uint8_t* image_pixels(const ImageDataset& ds, int64_t index) {
+  if (!ds.decodes_per_epoch()) return ds.image(index);
+  thread_local ImageDecoder decoder;
+  thread_local DecodedImage decoded;
+  thread_local std::vector<uint8_t> planar;
+  const int64_t begin = ds.encoded_offsets[index], end = ds.encoded_offsets[index + 1];
+  std::string error;
+  if (!decoder.decode(ds.encoded.data() + begin, static_cast<size_t>(end - begin), decoded,
+                      error)) {
+    // It decoded when the split was loaded; the bytes are ours and in memory.
+    throw DataError(fmt::format("image {} of {} ({}) decoded at start but not now: {}", index,
+                                ds.name, ds.sources[index], error));
+  }
+  const int64_t plane = int64_t{decoded.width} * decoded.height;
+  DL_CHECK(decoded.height == ds.stored_height(index) && decoded.width == ds.stored_width(index))
+      << ds.sources[index] << " is " << decoded.width << "x" << decoded.height;
+  planar.resize(3 * plane);
+  for (int64_t c = 0; c < 3; ++c)
+    for (int64_t p = 0; p < plane; ++p) planar[c * plane + p] = decoded.rgb[3 * p + c];
+  return planar.data();
+}
 
 AugmentParams draw_augment(uint64_t seed, int64_t epoch, int64_t sample_index) {
   SplitMix rng(hash_combine(hash_combine(seed, static_cast<uint64_t>(epoch) + 0xA06ull),
@@ -65,8 +89,10 @@ ResizedCenterCrop resized_center_crop(int64_t image_h, int64_t image_w, int64_t 
 
 void resized_crop_pixels(const ImageDataset& ds, int64_t index, const CropBox& box, int64_t size,
                          uint8_t* out, std::vector<uint8_t>& scratch) {
+  const uint8_t* image = image_pixels(ds, index);
+  const int64_t h = ds.stored_height(index), w = ds.stored_width(index);
   for (int64_t c = 0; c < ds.channels; ++c)
-    resize_bilinear(plane_of(ds, index, c, box), size, size, out + c * size * size, scratch);
+    resize_bilinear(plane_of(image, h, w, c, box), size, size, out + c * size * size, scratch);
 }
 
 void eval_pixels(const ImageDataset& ds, int64_t index, int64_t size, uint8_t* out,
@@ -74,9 +100,10 @@ void eval_pixels(const ImageDataset& ds, int64_t index, int64_t size, uint8_t* o
   const int64_t h = ds.stored_height(index), w = ds.stored_width(index);
   const ResizedCenterCrop g = resized_center_crop(h, w, size);
   std::vector<uint8_t> resized(g.resized_h * g.resized_w);
+  const uint8_t* image = image_pixels(ds, index);
   for (int64_t c = 0; c < ds.channels; ++c) {
-    resize_bilinear(plane_of(ds, index, c, {0, 0, h, w}), g.resized_h, g.resized_w, resized.data(),
-                    scratch);
+    resize_bilinear(plane_of(image, h, w, c, {0, 0, h, w}), g.resized_h, g.resized_w,
+                    resized.data(), scratch);
     for (int64_t y = 0; y < size; ++y)
       std::copy_n(resized.data() + (g.crop.top + y) * g.resized_w + g.crop.left, size,
                   out + (c * size + y) * size);
@@ -105,7 +132,7 @@ void load_image(const ImageDataset& ds, int64_t index, bool augment, uint64_t se
     normalise(ds, planes.data(), s, s, out);
     return;
   }
-  const uint8_t* src = ds.image(index);
+  const uint8_t* src = image_pixels(ds, index);
   const int64_t h = ds.height, w = ds.width;
   AugmentParams a;
   if (augment) a = draw_augment(seed, epoch, index);

@@ -56,6 +56,11 @@ AugmentParams draw_augment(uint64_t seed, int64_t epoch, int64_t sample_index);
 
 // Writes image `index` of `ds`, normalised per channel, into out[0 .. image_elems). With
 // `augment` the crop/flip of draw_augment(seed, epoch, index) is applied.
+// Image `index`'s pixels, planar CHW at its stored size: ds.image(index), or, for a dataset
+// that decodes per epoch, decoded now into a buffer of the calling thread (valid until the
+// thread's next call). Throws DataError if the bytes no longer decode.
+const uint8_t* image_pixels(const ImageDataset& ds, int64_t index);
+
 // For a resampled dataset `augment` picks the training transform, else the test one.
 void load_image(const ImageDataset& ds, int64_t index, bool augment, uint64_t seed, int64_t epoch,
                 float* out);
