@@ -90,6 +90,9 @@ TEST(TrainConfig, BadValuesSayWhatIsAllowed) {
   EXPECT_NE(message({"--stem=resnet"}).find("auto, imagenet, cifar"), std::string::npos)
       << message({"--stem=resnet"});
   EXPECT_EQ(parse({"--image-size=224", "--stem=imagenet"}).image_size, 224);
+  EXPECT_NE(message({"--max_decoded_mib=-1"}).find("negative; expected MiB >= 0"), std::string::npos);
+  EXPECT_EQ(parse({"--max-decoded-mib=0"}).max_decoded_mib, 0);
+  EXPECT_EQ(parse({}).max_decoded_mib, 4096);
 }
 
 TEST(Metrics, WritesReadsAndSkipsTornLines) {

@@ -188,6 +188,18 @@ const std::vector<Flag>& flags() {
                                         "at least 8 pixels", f, v));
        },
        [](const TrainConfig& c) { return std::to_string(c.image_size); }},
+      {"max_decoded_mib",
+       "imagefolder: a split whose decoded images would take more MiB than this (per worker) "
+       "keeps them encoded and decodes them each epoch on the loader threads (0: always keep "
+       "them decoded)",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         const int64_t mib = parse_int(v, f);
+         if (mib < 0)
+           throw UsageError(fmt::format("{}={} is negative; expected MiB >= 0", f, v));
+         c.max_decoded_mib = mib;
+       },
+       [](const TrainConfig& c) { return std::to_string(c.max_decoded_mib); }},
       {"stem",
        "first layer: auto (imagenet for images of 64 pixels or more, else cifar) | imagenet "
        "(7x7 conv stride 2 + 3x3 max-pool stride 2, torchvision's) | cifar (3x3 conv, no "

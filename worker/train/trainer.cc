@@ -238,6 +238,7 @@ void Trainer::load_data() {
   folder.skip_bad_images = c_.skip_bad_images;
   folder.threads = kernels::host_threads();
   folder.image_size = c_.image_size;
+  folder.max_decoded_bytes = c_.max_decoded_mib << 20;
   if (c_.image_size > 0 && c_.dataset != "imagefolder") {
     throw UsageError(fmt::format("--image_size={} applies to --dataset=imagefolder only, not "
                                  "--dataset={} (whose images have a fixed size); drop it",
@@ -251,17 +252,30 @@ void Trainer::load_data() {
   if (!cache_dir.empty()) cached = data::read_split_cache(cache_dir, cache_key);
   data::DatasetSplits splits =
       cached ? std::move(*cached) : data::load_splits(c_.dataset, c_.data_dir, c_.seed, folder);
-  if (!cache_dir.empty() && !cached && env_.local_rank == 0) {
+  // Sets decoded per epoch are too large to copy into the flash directory.
+  if (!cache_dir.empty() && !cached && env_.local_rank == 0 &&
+      !splits.train.decodes_per_epoch() && !splits.test.decodes_per_epoch()) {
     data::write_split_cache(cache_dir, cache_key, splits);
   }
   if (cached && rank0_) log_info("data: taken from the flash directory (loaded by an earlier attempt)");
   if (rank0_ && c_.dataset == "imagefolder") {
-    log_info("data: imagefolder {}: decoded {} + {} images in {:.2f} s on {} threads, kept in "
-             "memory as uint8: {:.1f} MiB",
+    log_info("data: imagefolder {}: decoded {} + {} images in {:.2f} s on {} threads, kept "
+             "decoded in memory (uint8): {:.1f} MiB",
              c_.data_dir, splits.train.size(), splits.test.size(), seconds_since(start),
              folder.threads,
              static_cast<double>(splits.train.pixels.size() + splits.test.pixels.size()) / (1 << 20));
     for (const data::ImageDataset* ds : {&splits.train, &splits.test}) {
+      if (ds->decodes_per_epoch()) {
+        // The bound: the encoded bytes, plus the batches in flight (the one being assembled and
+        // BatchLoader's two ahead) as floats, plus a decoded image per decode thread.
+        const double batches = 3.0 * c_.batch_size * ds->image_elems() * sizeof(float);
+        log_info("data: {}: decoded it would take more than --max_decoded_mib={}: kept encoded "
+                 "({:.1f} MiB) and decoded each epoch by {} loader threads; memory bound {:.1f} "
+                 "MiB plus one decoded image per thread",
+                 ds->name, c_.max_decoded_mib, static_cast<double>(ds->encoded.size()) / (1 << 20),
+                 ds->decode_threads,
+                 (static_cast<double>(ds->encoded.size()) + batches) / (1 << 20));
+      }
       if (ds->resampled()) {
         log_info("data: {}: images of their own sizes, {} to {}x{} (--image_size)", ds->name,
                  ds == &splits.train && c_.augment()
