@@ -51,6 +51,15 @@ struct ConvShape {
   int64_t weight_numel() const { return c_out * c_in * kernel * kernel; }
 };
 
+// Max pooling, square window, symmetric padding; input and output share the layout `in.cblock`.
+struct PoolShape {
+  ActShape in;
+  int64_t kernel = 3, stride = 2, pad = 1;
+  int64_t h_out() const { return (in.h + 2 * pad - kernel) / stride + 1; }
+  int64_t w_out() const { return (in.w + 2 * pad - kernel) / stride + 1; }
+  ActShape out() const { return {in.n, in.c, h_out(), w_out(), in.cblock}; }
+};
+
 // What the convolutions' autotuner did in this process so far (DLAUNCH_CONV_ALGO=autotune): passes
 // tuned by trial runs, passes whose choice came from the choice cache (this process's earlier
 // choices for another batch size, or the per-host file at cache_path; empty: none), the trial

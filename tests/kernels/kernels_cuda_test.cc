@@ -167,6 +167,22 @@ TEST_F(Cuda, ElementwisePoolLayout) {
   expect_close(gplain.host(), plain, 0, "reorder");
 }
 
+// The max-pool of the ImageNet stem, in the plain and a blocked layout: the same winners.
+TEST_F(Cuda, MaxPoolForwardAndBackward) {
+  for (const ActShape& in : {ActShape{2, 3, 9, 7, 1}, ActShape{2, 32, 8, 8, 16}}) {
+    const kernels::PoolShape s{in, 3, 2, 1};
+    const auto x = random_vector(in.numel(), 63), dy = random_vector(s.out().numel(), 64);
+    std::vector<float> y(s.out().numel()), dx(in.numel());
+    cpu::max_pool_forward(s, x.data(), y.data());
+    cpu::max_pool_backward(s, x.data(), dy.data(), dx.data());
+    Dev<float> gx(x), gdy(dy), gy(y.size()), gdx(dx.size());
+    gpu::max_pool_forward(s, gx.get(), gy.get());
+    gpu::max_pool_backward(s, gx.get(), gdy.get(), gdx.get());
+    expect_close(gy.host(), y, 0, "max pool");
+    expect_close(gdx.host(), dx, 1e-6, "max pool backward");
+  }
+}
+
 TEST_F(Cuda, LinearLossOptimizers) {
   const int64_t n = 6, in = 9, out = 4;
   const auto x = random_vector(n * in, 12), w = random_vector(out * in, 13), bias = random_vector(out, 14),

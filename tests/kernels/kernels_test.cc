@@ -438,6 +438,57 @@ TEST(GlobalAvgPool, ForwardAndGradient) {
   }
 }
 
+// torch.nn.MaxPool2d(3, 2, 1) (the ImageNet stem's) and other windows, in every layout: values
+// against a naive loop over NCHW indices, the gradient by finite differences, ties to the first.
+TEST(MaxPool, ForwardMatchesNaiveAndGradientMatchesFiniteDifferences) {
+  struct Case {
+    ActShape in;
+    int64_t kernel, stride, pad;
+  };
+  for (const Case& cs : {Case{{2, 3, 7, 6, 1}, 3, 2, 1}, Case{{2, 16, 5, 5, 8}, 3, 2, 1},
+                         Case{{1, 32, 8, 9, 16}, 3, 2, 1}, Case{{2, 4, 6, 6, 1}, 2, 2, 0},
+                         Case{{1, 2, 5, 4, 1}, 3, 1, 1}}) {
+    const kernels::PoolShape s{cs.in, cs.kernel, cs.stride, cs.pad};
+    const ActShape o = s.out();
+    SCOPED_TRACE(::testing::Message() << "in " << s.in.n << "x" << s.in.c << "x" << s.in.h << "x"
+                                      << s.in.w << " block " << s.in.cblock << " k " << s.kernel
+                                      << " s " << s.stride << " p " << s.pad);
+    EXPECT_EQ(o.h, (s.in.h + 2 * s.pad - s.kernel) / s.stride + 1);
+    auto x = random_vector(s.in.numel(), 61);
+    const auto r = random_vector(o.numel(), 62);
+    std::vector<float> y(o.numel()), dx(x.size());
+    cpu::max_pool_forward(s, x.data(), y.data());
+    for (int64_t n = 0; n < o.n; ++n)
+      for (int64_t c = 0; c < o.c; ++c)
+        for (int64_t oy = 0; oy < o.h; ++oy)
+          for (int64_t ox = 0; ox < o.w; ++ox) {
+            float best = -INFINITY;
+            for (int64_t ky = 0; ky < s.kernel; ++ky)
+              for (int64_t kx = 0; kx < s.kernel; ++kx) {
+                const int64_t iy = oy * s.stride - s.pad + ky, ix = ox * s.stride - s.pad + kx;
+                if (iy >= 0 && iy < s.in.h && ix >= 0 && ix < s.in.w)
+                  best = std::max(best, x[at(s.in, n, c, iy, ix)]);
+              }
+            ASSERT_EQ(y[at(o, n, c, oy, ox)], best) << n << " " << c << " " << oy << " " << ox;
+          }
+    cpu::max_pool_backward(s, x.data(), r.data(), dx.data());
+    // A small step: the winner of a window must not change between x - eps and x + eps.
+    expect_gradient("maxpool", x, dx, [&] {
+      cpu::max_pool_forward(s, x.data(), y.data());
+      return dot(r, y);
+    }, 1e-4, 1e-3, 1e-3, 256);
+  }
+  // Equal values: the first pixel of each window inside the image (row-major) takes the whole
+  // gradient, like PyTorch. The 2x2 windows of a 4x4 image start at rows/columns -1 and 1.
+  const kernels::PoolShape s{{1, 1, 4, 4, 1}, 3, 2, 1};
+  const std::vector<float> x(16, 1.0f), dy = {1, 2, 3, 4};
+  std::vector<float> dx(16);
+  cpu::max_pool_backward(s, x.data(), dy.data(), dx.data());
+  const std::vector<float> first_of_each_window = {1, 2, 0, 0, 3, 4, 0, 0,
+                                                   0, 0, 0, 0, 0, 0, 0, 0};
+  EXPECT_EQ(dx, first_of_each_window);
+}
+
 TEST(Linear, Gradients) {
   const int64_t n = 5, in = 7, out = 3;
   auto x = random_vector(n * in, 61), w = random_vector(out * in, 62), b = random_vector(out, 63);

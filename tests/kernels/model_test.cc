@@ -59,6 +59,15 @@ TEST(ResNet, ParameterLayoutMatchesTorchvisionCifarResNet18) {
   EXPECT_EQ(net.buffers().size(), net.buffer_names().size());
   EXPECT_EQ(net.buffer_names().front(), "bn1.running_mean");
 
+  // The ImageNet stem: exactly torchvision's resnet18(num_classes=10), the same names.
+  ResNetConfig imagenet;
+  imagenet.stem = ResNetStem::kImageNet;
+  ResNet tv(imagenet, 1);
+  EXPECT_EQ(tv.num_params(), 11181642u);
+  EXPECT_EQ(tv.param_info().back().name, "conv1.weight");
+  EXPECT_EQ(tv.param_info().back().count, 64u * 3u * 7u * 7u);
+  EXPECT_EQ(tv.buffer_names(), net.buffer_names());
+
   ResNet deep(ResNetConfig{34, 8, 3, 10, 32}, 1);
   size_t blocks = 0;
   for (const auto& p : deep.param_info())
@@ -109,17 +118,24 @@ double train_loss(ResNet& net, const Tensor& images, const std::vector<int32_t>&
 
 TEST(ResNet, EndToEndGradientMatchesFiniteDifferences) {
   // Width 4 runs NCHW everywhere, width 16 the nChw16c (AVX-512) or nChw8c path; one input
-  // channel (MNIST) changes only the stem.
+  // channel (MNIST) changes only the stem. The ImageNet stem (7x7 stride 2 + max-pool) on 32x32
+  // images leaves layer1 8x8, like the CIFAR stem's 16x16 inputs at layer2.
   struct Case {
     int width, in_channels;
+    ResNetStem stem;
+    int64_t image_size;
   };
-  for (const Case& cs : {Case{4, 3}, Case{4, 1}, Case{16, 3}}) {
+  for (const Case& cs : {Case{4, 3, ResNetStem::kCifar, 16}, Case{4, 1, ResNetStem::kCifar, 16},
+                         Case{16, 3, ResNetStem::kCifar, 16}, Case{4, 3, ResNetStem::kImageNet, 32},
+                         Case{16, 3, ResNetStem::kImageNet, 32}}) {
     const int in_channels = cs.in_channels;
-    SCOPED_TRACE("width " + std::to_string(cs.width) + " in_channels " + std::to_string(in_channels));
-    ResNetConfig cfg{18, cs.width, in_channels, 5, 16};
+    SCOPED_TRACE("width " + std::to_string(cs.width) + " in_channels " +
+                 std::to_string(in_channels) +
+                 (cs.stem == ResNetStem::kImageNet ? " imagenet stem" : " cifar stem"));
+    ResNetConfig cfg{18, cs.width, in_channels, 5, static_cast<int>(cs.image_size), cs.stem};
     ResNet net(cfg, 7);
     const int64_t batch = 8;
-    const Tensor images = random_images(batch, in_channels, 16, 8);
+    const Tensor images = random_images(batch, in_channels, cs.image_size, 8);
     const auto labels = labels_for(batch, 5);
     Tensor grad;
     net.forward(images, true);

@@ -85,6 +85,14 @@ TEST(TrainConfig, BadValuesSayWhatIsAllowed) {
   EXPECT_NE(message({"stray"}).find("unexpected argument"), std::string::npos);
   EXPECT_NE(message({"--nesterov", "--momentum=0"}).find("momentum"), std::string::npos);
   EXPECT_NE(message({"--epochs=2", "--warmup_epochs=2"}).find("below"), std::string::npos);
+  EXPECT_NE(message({"--image_size=4"}).find("expected 0 (the images' own size) or at least 8"),
+            std::string::npos);
+  EXPECT_NE(message({"--stem=resnet"}).find("auto, imagenet, cifar"), std::string::npos)
+      << message({"--stem=resnet"});
+  EXPECT_EQ(parse({"--image-size=224", "--stem=imagenet"}).image_size, 224);
+  EXPECT_NE(message({"--max_decoded_mib=-1"}).find("negative; expected MiB >= 0"), std::string::npos);
+  EXPECT_EQ(parse({"--max-decoded-mib=0"}).max_decoded_mib, 0);
+  EXPECT_EQ(parse({}).max_decoded_mib, 4096);
 }
 
 TEST(Metrics, WritesReadsAndSkipsTornLines) {

@@ -807,14 +807,14 @@ TEST_F(DtrainProcessTest, Cifar10Smoke) {
   EXPECT_GT(epochs[0]["test_accuracy"].get<double>(), 0.20) << slurp(p.log);
 }
 
-// A 16x16 JPEG (TurboJPEG) whose colour depends on `seed`.
-std::vector<uint8_t> tiny_jpeg(int seed) {
-  std::vector<uint8_t> rgb(16 * 16 * 3);
+// A w x h (16x16) JPEG (TurboJPEG) whose colour depends on `seed`.
+std::vector<uint8_t> tiny_jpeg(int seed, int w = 16, int h = 16) {
+  std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);
   for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = static_cast<uint8_t>(seed * 50 + (i % 3) * 60 + i / 48);
   tjhandle tj = tjInitCompress();
   unsigned char* out = nullptr;
   unsigned long size = 0;
-  EXPECT_EQ(tjCompress2(tj, rgb.data(), 16, 0, 16, TJPF_RGB, &out, &size, TJSAMP_444, 90, 0), 0);
+  EXPECT_EQ(tjCompress2(tj, rgb.data(), w, 0, h, TJPF_RGB, &out, &size, TJSAMP_444, 90, 0), 0);
   std::vector<uint8_t> jpeg(out, out + size);
   tjFree(out);
   tjDestroy(tj);
@@ -913,6 +913,41 @@ TEST_F(DtrainProcessTest, ImageFolderBadDataExitCodes) {
   auto [empty_rc, empty_log] = run(data.string(), "empty");
   EXPECT_EQ(empty_rc, 2) << empty_log;
   EXPECT_NE(empty_log.find("class folder train/cow"), std::string::npos) << empty_log;
+}
+
+// Images of two sizes: refused (exit 2) without --image_size, with a sentence asking for it;
+// trained with --image_size 64, which resamples every image and (auto) picks the ImageNet stem.
+TEST_F(DtrainProcessTest, ImageFolderOfMixedSizesNeedsImageSize) {
+  const fs::path data = dir_ / "images";
+  write_image_folder(data, {"ant", "bee"});
+  const auto jpeg = tiny_jpeg(1, 40, 28);
+  std::ofstream(data / "train" / "ant" / "wide.jpg", std::ios::binary)
+      .write(reinterpret_cast<const char*>(jpeg.data()), static_cast<std::streamsize>(jpeg.size()));
+  auto run = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--dataset=imagefolder", "--data_dir=" + data.string(),
+                                  "--batch_size=8", "--epochs=1",
+                                  "--output_dir=" + (dir_ / name).string()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    Proc p = spawn_dtrain(a, {}, log(name + ".log"));
+    const int rc = wait_for(p);
+    return std::make_pair(rc, slurp(p.log));
+  };
+  auto [refused_rc, refused_log] = run("refused", {});
+  EXPECT_EQ(refused_rc, 2) << refused_log;
+  EXPECT_NE(refused_log.find("is 40x28; pass --image_size S"), std::string::npos) << refused_log;
+  auto [rc, out] = run("sized", {"--image_size=64"});
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("imagefolder-train: images of their own sizes, RandomResizedCrop(scale "
+                     "0.08-1, ratio 3/4-4/3) + flip to 64x64"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("imagefolder-test: images of their own sizes, Resize(73) + CenterCrop to 64x64"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("imagenet stem (7x7 conv stride 2 + 3x3 max-pool stride 2; --stem auto"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(epoch_lines(dir_ / "sized" / "metrics.jsonl").size(), 1u);
 }
 
 // The real archive trains: 150 steps on the full 50,000 images lift test accuracy well above

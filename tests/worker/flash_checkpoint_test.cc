@@ -124,6 +124,25 @@ TEST(SplitCache, RoundTripsTheSplitsAndIgnoresADamagedCopy) {
     f.put('\x5a');
   }
   EXPECT_FALSE(data::read_split_cache(flash.path(), key).has_value());
+
+  // A resampled split (--image_size, images at their own sizes) keeps each image's place and
+  // size; --image_size is part of the key.
+  data::ImageFolderOptions sized;
+  sized.image_size = 64;
+  const std::string sized_key = data::split_cache_key("synthetic", "data", 7, sized);
+  EXPECT_NE(sized_key, key);
+  data::DatasetSplits r = data::load_splits("synthetic", "data", 7);
+  for (int64_t i = 0; i < r.train.size(); ++i) r.train.stored.push_back({i * 3 * 32 * 32, 32, 32});
+  r.train.height = r.train.width = 64;
+  data::write_split_cache(flash.path(), sized_key, r);
+  back = data::read_split_cache(flash.path(), sized_key);
+  ASSERT_TRUE(back.has_value());
+  ASSERT_EQ(back->train.stored.size(), static_cast<size_t>(r.train.size()));
+  EXPECT_EQ(back->train.stored[5].offset, 5 * 3 * 32 * 32);
+  EXPECT_EQ(back->train.stored[5].height, 32);
+  EXPECT_EQ(back->train.height, 64);
+  EXPECT_EQ(back->train.pixels, r.train.pixels);
+  EXPECT_FALSE(back->test.resampled());
 }
 
 }  // namespace

@@ -18,7 +18,9 @@
 #include <sstream>
 
 #include "worker/data/dataset.h"
+#include "worker/data/batch_loader.h"
 #include "worker/data/image_decode.h"
+#include "worker/data/transforms.h"
 
 namespace dlaunch::data {
 namespace {
@@ -281,7 +283,8 @@ TEST(ImageFolderTest, LayoutProblemsAreOneSentenceUsageErrors) {
   auto sizes = files;
   sizes["train/dog/z.jpg"] = make_jpeg(20, 16, 9);
   e = refuse("sizes.tgz", sizes);
-  EXPECT_NE(e.find("differ in size: train/cat/a.JPG is 16x16 but train/dog/z.jpg is 20x16"),
+  EXPECT_NE(e.find("differ in size: train/cat/a.JPG is 16x16 but train/dog/z.jpg is 20x16; "
+                   "pass --image_size S"),
             std::string::npos)
       << e;
 
@@ -406,6 +409,231 @@ TEST(ImageFolderTest, CifarJpegArchiveMatchesPillowPixelForPixel) {
   }
   EXPECT_EQ(compared, 60000);
   EXPECT_EQ(differ, 0) << "images whose pixels differ from Pillow's; the first: " << first_diff;
+}
+
+
+// --image_size: images of several sizes (odd ones, much larger and smaller than S) through
+// torchvision's test transform, Resize(int(S * 256 / 224)) + CenterCrop(S), and through the
+// resize of a RandomResizedCrop box, against the same steps in Pillow 9.4 (pillow_images.py
+// transform). Stated tolerance: at most 1 (of 255) per value, and we expect and check exactly 0
+// differing values, since resize.cc follows Pillow's fixed-point arithmetic.
+TEST(ImageResizeTest, ResizeCenterCropAndResizedCropMatchPillow) {
+  if (!have_pillow()) GTEST_SKIP() << "python3-pil is not importable by " << kPython;
+  TempDir dir;
+  const std::vector<std::pair<int, int>> sizes = {{37, 23}, {64, 48}, {300, 200}, {20, 31},
+                                                  {33, 33}, {100, 260}, {257, 255}};
+  std::map<std::string, std::pair<int, int>> files;  // name -> (width, height)
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const auto [w, h] = sizes[k];
+    const std::string name = "im" + std::to_string(w) + "x" + std::to_string(h) + ".jpg";
+    const auto jpeg = make_jpeg(w, h, static_cast<int>(k) + 20);
+    write_file(dir.path() / "tree" / "train" / (k % 2 ? "b" : "a") / name, jpeg);
+    write_file(dir.path() / "flat" / name, jpeg);
+    files[name] = {w, h};
+  }
+  write_file(dir.path() / "tree" / "test" / "a" / "t.jpg", make_jpeg(50, 70, 40));
+  write_file(dir.path() / "tree" / "test" / "b" / "u.jpg", make_jpeg(70, 50, 41));
+  int64_t compared = 0, differing = 0, worst = 0;
+  for (const int64_t size : {16, 32, 64, 224}) {
+    SCOPED_TRACE("--image_size " + std::to_string(size));
+    const fs::path listing = dir.path() / ("boxes" + std::to_string(size) + ".txt");
+    const std::string cmd = std::string(kPython) + " " + PILLOW_SCRIPT + " transform " +
+                            (dir.path() / "flat").string() + " " + std::to_string(size) + " > " +
+                            listing.string();
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+    ImageFolderOptions options;
+    options.image_size = size;
+    const DatasetSplits s = load_image_folder((dir.path() / "tree").string(), options);
+    ASSERT_TRUE(s.train.resampled());
+    ASSERT_EQ(s.train.height, size);
+    ASSERT_EQ(s.test.width, size);
+    std::map<std::string, CropBox> boxes;
+    std::ifstream in(listing);
+    std::string name;
+    for (CropBox b; in >> name >> b.top >> b.left >> b.height >> b.width;) boxes[name] = b;
+    ASSERT_EQ(boxes.size(), files.size());
+    std::vector<uint8_t> out(3 * size * size), scratch;
+    for (int64_t i = 0; i < s.train.size(); ++i) {
+      name = fs::path(s.train.sources[i]).filename().string();
+      ASSERT_EQ(s.train.stored_width(i), files.at(name).first) << name;
+      ASSERT_EQ(s.train.stored_height(i), files.at(name).second) << name;
+      // Our planar CHW against Pillow's HWC.
+      auto compare = [&](const char* what, const std::string& suffix) {
+        const auto ref = slurp(dir.path() / "flat" / (name + suffix));
+        ASSERT_EQ(ref.size(), out.size()) << what << " " << name;
+        for (int64_t p = 0; p < size * size; ++p)
+          for (int c = 0; c < 3; ++c) {
+            const int d = std::abs(int(out[c * size * size + p]) - int(ref[p * 3 + c]));
+            ASSERT_LE(d, 1) << what << " " << name << " pixel " << p << " channel " << c;
+            worst = std::max<int64_t>(worst, d);
+            differing += d != 0;
+            ++compared;
+          }
+      };
+      eval_pixels(s.train, i, size, out.data(), scratch);
+      compare("Resize + CenterCrop", ".eval");
+      resized_crop_pixels(s.train, i, boxes.at(name), size, out.data(), scratch);
+      compare("resized crop", ".crop");
+    }
+  }
+  EXPECT_EQ(compared, int64_t{2 * 3} * 7 * (16 * 16 + 32 * 32 + 64 * 64 + 224 * 224));
+  EXPECT_EQ(differing, 0) << "of " << compared << " values, at most " << worst << " apart";
+}
+
+// torchvision's RandomResizedCrop.get_params semantics, seeded per (seed, epoch, sample).
+TEST(ImageTransformsTest, RandomResizedCropDrawsTorchvisionsRanges) {
+  bool flip = false;
+  int64_t flips = 0, draws = 0;
+  double area_sum = 0;
+  for (const auto& [h, w] : std::vector<std::pair<int64_t, int64_t>>{{1000, 1000}, {200, 300},
+                                                                       {31, 20}}) {
+    for (int64_t index = 0; index < 4000; ++index) {
+      const CropBox b = draw_resized_crop(5, index % 3, index, h, w, &flip);
+      ASSERT_GE(b.top, 0);
+      ASSERT_GE(b.left, 0);
+      ASSERT_LE(b.top + b.height, h);
+      ASSERT_LE(b.left + b.width, w);
+      // Sides are rounded from the drawn area and ratio: allow half a pixel on each.
+      const double ratio_hi = (b.width + 0.5) / (b.height - 0.5), ratio_lo = (b.width - 0.5) / (b.height + 0.5);
+      EXPECT_TRUE(ratio_hi >= 3.0 / 4.0 && ratio_lo <= 4.0 / 3.0) << b.width << "x" << b.height;
+      const double area = double(b.width) * b.height / double(h * w);
+      EXPECT_GE((b.width + 0.5) * (b.height + 0.5) / double(h * w), 0.08);
+      EXPECT_LE(area, 1.0);
+      // A pure function of its arguments: any rank draws the same crop.
+      bool again = false;
+      const CropBox c = draw_resized_crop(5, index % 3, index, h, w, &again);
+      EXPECT_TRUE(c.top == b.top && c.left == b.left && c.height == b.height &&
+                  c.width == b.width && again == flip);
+      if (h == 1000) {
+        area_sum += area;
+        flips += flip;
+        ++draws;
+      }
+    }
+  }
+  // Area fraction ~ U(0.08, 1) (mean 0.54), but the large draws that do not fit a square at
+  // their ratio are redrawn: torchvision's procedure gives a mean of 0.478 here (a simulation of
+  // get_params in Python, 200,000 draws).
+  EXPECT_NEAR(area_sum / draws, 0.478, 0.02);
+  EXPECT_NEAR(double(flips) / draws, 0.5, 0.04);
+  // Different epochs crop differently.
+  bool ignored;
+  int64_t same = 0;
+  for (int64_t index = 0; index < 100; ++index) {
+    const CropBox a = draw_resized_crop(5, 0, index, 500, 500, &ignored);
+    const CropBox b = draw_resized_crop(5, 1, index, 500, 500, &ignored);
+    same += a.top == b.top && a.left == b.left && a.height == b.height;
+  }
+  EXPECT_LT(same, 5);
+  // No try fits a 1000x10 strip (every allowed crop of >= 8% of it is taller than 10 pixels): the
+  // fallback is the centre, cut to the widest allowed ratio, h = 10, w = round(10 * 4/3) = 13.
+  const CropBox wide = draw_resized_crop(1, 0, 0, 10, 1000, &ignored);
+  EXPECT_EQ(wide.height, 10);
+  EXPECT_EQ(wide.width, 13);
+  EXPECT_EQ(wide.top, 0);
+  EXPECT_EQ(wide.left, (1000 - 13) / 2);
+  const CropBox tall = draw_resized_crop(1, 0, 0, 1000, 10, &ignored);
+  EXPECT_EQ(tall.width, 10);
+  EXPECT_EQ(tall.height, 13);
+  EXPECT_EQ(tall.top, (1000 - 13) / 2);
+  // The test transform's sizes as torchvision computes them.
+  EXPECT_EQ(eval_resize_size(224), 256);
+  EXPECT_EQ(eval_resize_size(32), 36);
+  const ResizedCenterCrop g = resized_center_crop(375, 500, 224);
+  EXPECT_EQ(g.resized_h, 256);
+  EXPECT_EQ(g.resized_w, 341);  // int(256 * 500 / 375) = int(341.33)
+  EXPECT_EQ(g.crop.top, 16);
+  EXPECT_EQ(g.crop.left, 58);  // round(58.5) = 58, half to even as Python's round
+}
+
+// --image_size on images that share a size: the same size keeps the CIFAR pipeline (no
+// resampling); another size resamples; batches come out S x S, normalised, deterministic.
+TEST(ImageFolderTest, ImageSizeChoosesBetweenKeepingAndResampling) {
+  TempDir dir;
+  write_tree(dir.path() / "folder", small_folder("", "test", 16));
+  ImageFolderOptions same;
+  same.image_size = 16;
+  const DatasetSplits kept = load_image_folder((dir.path() / "folder").string(), same);
+  EXPECT_FALSE(kept.train.resampled());
+  EXPECT_EQ(kept.train.pixels, load_image_folder((dir.path() / "folder").string(), {}).train.pixels);
+  ImageFolderOptions other;
+  other.image_size = 24;
+  const DatasetSplits s = load_image_folder((dir.path() / "folder").string(), other);
+  ASSERT_TRUE(s.train.resampled());
+  EXPECT_EQ(s.train.height, 24);
+  EXPECT_EQ(s.train.stored_height(0), 16);
+  EXPECT_EQ(s.train.image_elems(), 3 * 24 * 24);
+  EXPECT_EQ(s.train.pixels.size(), size_t{5} * 3 * 16 * 16);
+  // The statistics are those of the stored pixels, as without --image_size.
+  EXPECT_EQ(s.train.mean, kept.train.mean);
+  std::vector<float> a(3 * 24 * 24), b(a.size()), e(a.size());
+  load_image(s.train, 1, true, 7, 2, a.data());
+  load_image(s.train, 1, true, 7, 2, b.data());
+  EXPECT_EQ(a, b);
+  load_image(s.test, 0, false, 7, 2, e.data());
+  std::vector<uint8_t> raw(a.size()), scratch;
+  eval_pixels(s.test, 0, 24, raw.data(), scratch);
+  for (size_t i = 0; i < raw.size(); ++i) {
+    const int64_t c = static_cast<int64_t>(i) / (24 * 24);
+    ASSERT_NEAR(e[i], (raw[i] / 255.0f - s.test.mean[c]) / s.test.stddev[c], 1e-5) << i;
+  }
+  // Truncation keeps the layout consistent.
+  ImageDataset t = s.train;
+  truncate(t, 2);
+  EXPECT_EQ(t.stored.size(), 2u);
+  EXPECT_EQ(t.pixels.size(), size_t{2} * 3 * 16 * 16);
+}
+
+
+// Over max_decoded_bytes a split keeps its JPEG bytes and decodes per batch, on its decode
+// threads: the batches are the same as from the decoded split (one size, CIFAR pipeline; and
+// mixed sizes through the --image_size transforms), and so are the statistics.
+TEST(ImageFolderTest, LargeSplitsDecodePerEpochToTheSameBatches) {
+  TempDir dir;
+  auto files = small_folder("", "test", 16);
+  write_tree(dir.path() / "one_size", files);
+  files["train/dog/z.jpg"] = make_jpeg(40, 28, 9);
+  files["test/dog/w.jpg"] = make_jpeg(23, 37, 10);
+  write_tree(dir.path() / "mixed", files);
+  for (const auto& [folder, image_size] :
+       std::vector<std::pair<std::string, int64_t>>{{"one_size", 0}, {"mixed", 24}}) {
+    SCOPED_TRACE(folder);
+    ImageFolderOptions kept;
+    kept.image_size = image_size;
+    kept.threads = 2;
+    ImageFolderOptions per_epoch = kept;
+    per_epoch.max_decoded_bytes = 3 * 16 * 16 * 2;  // room for two images of the smallest size
+    const auto path = (dir.path() / folder).string();
+    const DatasetSplits a = load_image_folder(path, kept);
+    const DatasetSplits b = load_image_folder(path, per_epoch);
+    ASSERT_FALSE(a.train.decodes_per_epoch());
+    ASSERT_TRUE(b.train.decodes_per_epoch());
+    EXPECT_TRUE(b.train.pixels.empty());
+    EXPECT_EQ(b.train.decode_threads, 2);
+    EXPECT_EQ(b.train.encoded_offsets.size(), static_cast<size_t>(b.train.size()) + 1);
+    EXPECT_EQ(b.train.mean, a.train.mean);
+    EXPECT_EQ(b.train.stddev, a.train.stddev);
+    EXPECT_EQ(b.train.sources, a.train.sources);
+    EXPECT_EQ(b.train.height, a.train.height);
+    std::vector<int64_t> all(static_cast<size_t>(a.train.size()));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int64_t>(all.size() - 1 - i);
+    for (const bool augment : {true, false}) {
+      const Batch x = make_batch(a.train, all, augment, 3, 1);
+      const Batch y = make_batch(b.train, all, augment, 3, 1);
+      EXPECT_EQ(x.images, y.images) << "augment " << augment;
+      EXPECT_EQ(x.labels, y.labels);
+    }
+    std::vector<int64_t> test_all(static_cast<size_t>(a.test.size()));
+    for (size_t i = 0; i < test_all.size(); ++i) test_all[i] = static_cast<int64_t>(i);
+    EXPECT_EQ(make_batch(a.test, test_all, false, 3, 1).images,
+              make_batch(b.test, test_all, false, 3, 1).images);
+    // Truncation keeps the encoded layout consistent.
+    ImageDataset t = b.train;
+    truncate(t, 2);
+    EXPECT_EQ(t.encoded_offsets.size(), 3u);
+    EXPECT_EQ(static_cast<int64_t>(t.encoded.size()), t.encoded_offsets.back());
+    EXPECT_EQ(make_batch(t, {1, 0}, true, 3, 1).images, make_batch(a.train, {1, 0}, true, 3, 1).images);
+  }
 }
 
 }  // namespace

@@ -6,6 +6,11 @@ Image.open(f).convert("RGB"), makes of an image file.
                                    <name>.rgb beside it: Pillow's RGB bytes (HWC) of the file
   pillow_images.py crc ARCHIVE OUT for every .jpg/.jpeg/.png member of a tar archive, a line
                                    "<member> <width> <height> <crc32 of Pillow's RGB bytes>"
+  pillow_images.py transform DIR S for every .jpg in DIR, what torchvision 0.14's transforms do to
+                                   it on a PIL image (RGB bytes, HWC): <name>.eval =
+                                   CenterCrop(S)(Resize(int(S * 256 / 224))(im)), <name>.crop =
+                                   resized_crop(im, crop_box(h, w), (S, S)); prints
+                                   "<name> <top> <left> <height> <width>" (the crop box)
 """
 import io
 import random
@@ -94,5 +99,38 @@ def crc(archive, out):
                 f.write(f"{member.name} {rgb.width} {rgb.height} {zlib.crc32(rgb.tobytes())}\n")
 
 
+def crop_box(h, w):
+    """An off-centre crop, the same formula as image_folder_test.cc's."""
+    return h // 5, w // 7, h // 2 + 1, 2 * w // 3
+
+
+def transform(directory, size):
+    """torchvision.transforms.functional on PIL images, written out (torchvision is not
+    installed everywhere): resize = Image.resize((w, h), BILINEAR), crop = Image.crop."""
+    import os
+    size = int(size)
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".jpg"):
+            continue
+        with Image.open(f"{directory}/{name}") as im:
+            im = im.convert("RGB")
+        w, h = im.size
+        # Resize(int) of the shorter side: torchvision's _compute_resized_output_size.
+        to = int(size * 256 / 224)
+        short, long = (w, h) if w <= h else (h, w)
+        new_short, new_long = to, int(to * long / short)
+        new_w, new_h = (new_short, new_long) if w <= h else (new_long, new_short)
+        resized = im.resize((new_w, new_h), Image.BILINEAR)
+        top = int(round((new_h - size) / 2.0))
+        left = int(round((new_w - size) / 2.0))
+        with open(f"{directory}/{name}.eval", "wb") as f:
+            f.write(resized.crop((left, top, left + size, top + size)).tobytes())
+        t, l, ch, cw = crop_box(h, w)
+        crop = im.crop((l, t, l + cw, t + ch)).resize((size, size), Image.BILINEAR)
+        with open(f"{directory}/{name}.crop", "wb") as f:
+            f.write(crop.tobytes())
+        print(name, t, l, ch, cw)
+
+
 if __name__ == "__main__":
-    {"make": make, "crc": crc}[sys.argv[1]](*sys.argv[2:])
+    {"make": make, "crc": crc, "transform": transform}[sys.argv[1]](*sys.argv[2:])

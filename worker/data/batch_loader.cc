@@ -1,6 +1,8 @@
 #include "worker/data/batch_loader.h"
 
 #include <algorithm>
+#include <exception>
+#include <thread>
 
 #include "worker/data/transforms.h"
 
@@ -12,10 +14,34 @@ Batch make_batch(const ImageDataset& ds, const std::vector<int64_t>& indices, bo
   b.size = static_cast<int64_t>(indices.size());
   b.images.resize(b.size * ds.image_elems());
   b.labels.resize(b.size);
-  for (int64_t i = 0; i < b.size; ++i) {
-    load_image(ds, indices[i], augment, seed, epoch, b.images.data() + i * ds.image_elems());
-    b.labels[i] = ds.labels[indices[i]];
+  auto load = [&](int64_t first, int64_t step) {
+    for (int64_t i = first; i < b.size; i += step)
+      load_image(ds, indices[i], augment, seed, epoch, b.images.data() + i * ds.image_elems());
+  };
+  // A dataset that decodes per epoch spends most of a batch in the decoder: share the images
+  // among its decode threads (each has its own decoder, see image_pixels).
+  const int threads =
+      ds.decodes_per_epoch() ? static_cast<int>(std::min<int64_t>(ds.decode_threads, b.size)) : 1;
+  std::vector<std::thread> helpers;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(std::max(threads, 1)));
+  for (int t = 1; t < threads; ++t) {
+    helpers.emplace_back([&, t] {
+      try {
+        load(t, threads);
+      } catch (...) {
+        errors[static_cast<size_t>(t)] = std::current_exception();
+      }
+    });
   }
+  try {
+    load(0, std::max(threads, 1));
+  } catch (...) {
+    errors[0] = std::current_exception();
+  }
+  for (auto& h : helpers) h.join();
+  for (const auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (int64_t i = 0; i < b.size; ++i) b.labels[i] = ds.labels[indices[i]];
   return b;
 }
 

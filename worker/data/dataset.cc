@@ -7,7 +7,13 @@ namespace dlaunch::data {
 void truncate(ImageDataset& ds, int64_t n) {
   if (n <= 0 || n >= ds.size()) return;
   ds.labels.resize(n);
-  ds.pixels.resize(n * ds.image_elems());
+  if (ds.decodes_per_epoch()) {
+    ds.encoded.resize(ds.encoded_offsets[n]);
+    ds.encoded_offsets.resize(n + 1);
+  } else {
+    ds.pixels.resize(ds.resampled() ? ds.stored[n].offset : n * ds.image_elems());
+  }
+  if (ds.resampled()) ds.stored.resize(n);
   if (static_cast<int64_t>(ds.sources.size()) > n) ds.sources.resize(n);
 }
 

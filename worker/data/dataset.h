@@ -22,13 +22,30 @@ class DataError : public Error {
   using Error::Error;
 };
 
+// Where an image of a resampled dataset lies in `pixels`, and its own size.
+struct StoredImage {
+  int64_t offset = 0;
+  int32_t height = 0, width = 0;
+};
+
 struct ImageDataset {
   std::string name;  // "cifar10-train", "mnist-test", ...
   int64_t channels = 0;
-  int64_t height = 0;
+  int64_t height = 0;  // of every image, and of the batches
   int64_t width = 0;
   int64_t num_classes = 10;
   std::vector<uint8_t> pixels;  // size() * channels * height * width, planar CHW per image
+  // Image folders with --image_size: when the images differ in size, or their size is not the one
+  // asked for, each keeps its own size (stored[i], planar CHW at pixels[stored[i].offset]) and
+  // batches get torchvision's resizing transforms (transforms.h) to height x width.
+  std::vector<StoredImage> stored;
+  // Image folders whose decoded images would take more than ImageFolderOptions::max_decoded_bytes:
+  // the images stay encoded (their JPEG/PNG bytes back to back in `encoded`, image i at
+  // [encoded_offsets[i], encoded_offsets[i + 1])) and are decoded again each epoch when a batch
+  // is assembled, on `decode_threads` threads; `pixels` stays empty.
+  std::vector<uint8_t> encoded;
+  std::vector<int64_t> encoded_offsets;
+  int decode_threads = 1;
   std::vector<uint8_t> labels;  // one per image, < num_classes
   // Per-channel mean and standard deviation on the [0, 1] scale, used to normalise.
   std::vector<float> mean;
@@ -43,8 +60,15 @@ struct ImageDataset {
   std::string ignored_example;
 
   int64_t size() const { return static_cast<int64_t>(labels.size()); }
-  int64_t image_elems() const { return channels * height * width; }
-  const uint8_t* image(int64_t i) const { return pixels.data() + i * image_elems(); }
+  int64_t image_elems() const { return channels * height * width; }  // of a batch's image
+  bool resampled() const { return !stored.empty(); }
+  bool decodes_per_epoch() const { return !encoded_offsets.empty(); }
+  // The decoded image; not for datasets that decode per epoch (transforms.h: image_pixels).
+  const uint8_t* image(int64_t i) const {
+    return pixels.data() + (resampled() ? stored[i].offset : i * image_elems());
+  }
+  int64_t stored_height(int64_t i) const { return resampled() ? stored[i].height : height; }
+  int64_t stored_width(int64_t i) const { return resampled() ? stored[i].width : width; }
 };
 
 // The standard normalisation constants (torchvision recipes).
@@ -67,7 +91,13 @@ ImageDataset make_synthetic(uint64_t seed, bool train);
 
 struct ImageFolderOptions {
   bool skip_bad_images = false;  // skip (and count) images that fail to decode, instead of stopping
+  // --image_size: 0 = the images' own size (they must share one); S = S x S batches, resized by
+  // torchvision's transforms unless every image already is S x S.
+  int64_t image_size = 0;
   int threads = 0;               // decode threads; 0 = the machine's cores
+  // Above this many bytes of decoded images (width * height * 3 summed over a split), the split
+  // keeps its images encoded and decodes them per epoch (ImageDataset::encoded). 0: no limit.
+  int64_t max_decoded_bytes = 0;
 };
 
 struct DatasetSplits {
@@ -80,10 +110,12 @@ struct DatasetSplits {
 // sub-folder per class. Classes are the sorted sub-folder names of train/ (test/ must have the
 // same), labels their index; .jpg/.jpeg/.png files (any case, at any depth below the class
 // folder) are images, other files are ignored and counted. Images are decoded to RGB as Pillow's
-// convert("RGB") does (image_decode.h) on `threads` threads and must all be of one size.
+// convert("RGB") does (image_decode.h) on `threads` threads and must all be of one size unless
+// options.image_size is set (then they are kept at their own sizes: ImageDataset::stored).
 // Normalisation: per-channel mean and standard deviation of the training split (both splits use
 // them). Throws UsageError (exit 2) for a layout problem (no train/, no test/, an empty class
-// folder, class lists that differ, images of different sizes, a path that is not a folder or a
+// folder, class lists that differ, images of different sizes without --image_size, a path that
+// is not a folder or a
 // tar archive), DataError for an image that does not decode (unless skip_bad_images) or a
 // damaged archive: each names the file (and the archive member).
 DatasetSplits load_image_folder(const std::string& path, const ImageFolderOptions& options);

@@ -154,17 +154,34 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
   std::vector<char> ok(n, 0);
   std::atomic<size_t> mismatch{n};  // lowest index of an image of another size
   std::atomic<bool> stop{false};
+  // With --image_size, images of another size than the first wait here (planar CHW) until the
+  // split is put together in its resampled layout.
+  const bool any_size = options.image_size > 0;
+  std::vector<std::vector<uint8_t>> odd(any_size ? n : 0);
+  std::vector<StoredImage> sizes(any_size ? n : 0);
+  std::atomic<bool> sizes_differ{false};
+  // Over options.max_decoded_bytes the decode pass still checks every image and measures the
+  // statistics, but keeps no pixels: the split keeps the encoded bytes instead (decodes per
+  // epoch). A split of one size knows its decoded size from the first image; mixed sizes add up
+  // as they decode.
+  const int64_t limit = options.max_decoded_bytes;
+  const int64_t first_elems = ds.image_elems();
+  std::atomic<bool> over_limit{limit > 0 && static_cast<int64_t>(n) * first_elems > limit};
+  std::atomic<int64_t> odd_bytes{0};
+  int threads = 1;
   std::mutex sums_mu;
   std::array<double, 3> sum{}, sum_sq{};
+  double pixel_count = 0;
   if (first_good < n) {
-    const int64_t elems = ds.image_elems(), plane = ds.height * ds.width;
-    ds.pixels.resize(n * static_cast<size_t>(elems));
+    const int64_t elems = first_elems;
+    if (!over_limit) ds.pixels.resize(n * static_cast<size_t>(elems));
     std::atomic<size_t> next{first_good};
     auto work = [&] {
       ImageDecoder decoder;
       DecodedImage img;
-      std::vector<uint8_t> buf;
+      std::vector<uint8_t> buf, not_kept;
       std::array<uint64_t, 3> s{}, sq{};
+      uint64_t pixels_seen = 0;
       for (size_t i; !stop.load(std::memory_order_relaxed) && (i = next.fetch_add(1)) < n;) {
         try {
           const auto& b = bytes_of(*split.items[i].file, buf);
@@ -177,13 +194,32 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
           if (!options.skip_bad_images) stop = true;
           continue;
         }
-        if (img.width != ds.width || img.height != ds.height) {
+        uint8_t* out = nullptr;
+        const bool same = img.width == ds.width && img.height == ds.height;
+        const int64_t bytes = int64_t{3} * img.width * img.height;
+        if (!same && !any_size) {
           for (size_t m = mismatch.load(); i < m && !mismatch.compare_exchange_weak(m, i);) {
           }
           stop = true;
           continue;
         }
-        uint8_t* out = ds.pixels.data() + i * elems;
+        if (!same) sizes_differ = true;
+        if (!same && !over_limit && limit > 0 &&
+            static_cast<int64_t>(n) * elems + odd_bytes.fetch_add(bytes) + bytes > limit) {
+          over_limit = true;
+        }
+        if (over_limit) {
+          not_kept.resize(static_cast<size_t>(bytes));
+          out = not_kept.data();
+        } else if (same) {
+          out = ds.pixels.data() + i * elems;
+        } else {
+          odd[i].resize(static_cast<size_t>(bytes));
+          out = odd[i].data();
+        }
+        if (any_size) sizes[i] = {0, static_cast<int32_t>(img.height), static_cast<int32_t>(img.width)};
+        const int64_t plane = static_cast<int64_t>(img.height) * img.width;
+        pixels_seen += static_cast<uint64_t>(plane);
         for (int c = 0; c < 3; ++c) {
           uint8_t* dst = out + c * plane;
           const uint8_t* src = img.rgb.data() + c;
@@ -204,12 +240,13 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
         ok[i] = 1;
       }
       std::lock_guard<std::mutex> lock(sums_mu);
+      pixel_count += static_cast<double>(pixels_seen);
       for (int c = 0; c < 3; ++c) {
         sum[c] += static_cast<double>(s[c]);
         sum_sq[c] += static_cast<double>(sq[c]);
       }
     };
-    int threads = options.threads > 0 ? options.threads
+    threads = options.threads > 0 ? options.threads
                                       : static_cast<int>(std::thread::hardware_concurrency());
     threads = std::max(1, std::min<int>(threads, static_cast<int>(n - first_good)));
     std::vector<std::thread> pool;
@@ -226,29 +263,69 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
     const auto& bytes = bytes_of(b, buf);
     first_decoder.decode(bytes.data(), bytes.size(), other, ignored);
     throw UsageError(fmt::format(
-        "images in --data_dir={} differ in size: {} is {}x{} but {} is {}x{}; dtrain trains on "
-        "images of one size for now (--image_size with RandomResizedCrop is not implemented yet): "
-        "resize them all to one size first (for example ImageMagick's mogrify -resize {}x{}!)",
-        tree.root, a.path, ds.width, ds.height, b.path, other.width, other.height, ds.width,
-        ds.height));
+        "images in --data_dir={} differ in size: {} is {}x{} but {} is {}x{}; pass --image_size "
+        "S to train on S x S crops of them (torchvision's RandomResizedCrop for training, Resize "
+        "+ CenterCrop for testing), for example --image_size 224",
+        tree.root, a.path, ds.width, ds.height, b.path, other.width, other.height));
   }
   for (size_t i = 0; i < n; ++i) {
     if (errors[i].empty()) continue;
     if (!options.skip_bad_images) throw bad_image(i);
     ds.skipped_bad_images.push_back(fmt::format("{} ({})", split.items[i].file->path, errors[i]));
   }
-  // Keep the images that decoded, in order.
+  // Keep the images that decoded, in order: at one size (the first's), or, when --image_size
+  // asks for another size or they differ, each at its own (ImageDataset::stored).
+  const bool resample = any_size && (sizes_differ || ds.height != options.image_size ||
+                                     ds.width != options.image_size);
+  const bool per_epoch = over_limit;
+  if (per_epoch) {
+    std::vector<uint8_t>().swap(ds.pixels);
+    std::vector<std::vector<uint8_t>>().swap(odd);
+    ds.encoded_offsets.push_back(0);
+    std::vector<uint8_t> buf;
+    for (size_t i = 0; i < n; ++i) {
+      if (!ok[i]) continue;
+      const auto& b = bytes_of(*split.items[i].file, buf);
+      ds.encoded.insert(ds.encoded.end(), b.begin(), b.end());
+      ds.encoded_offsets.push_back(static_cast<int64_t>(ds.encoded.size()));
+    }
+    ds.decode_threads = threads;
+  }
   size_t kept = 0;
   const size_t elems = static_cast<size_t>(ds.image_elems());
+  if (resample && per_epoch) {
+    for (size_t i = 0; i < n; ++i)
+      if (ok[i]) ds.stored.push_back(sizes[i]);  // sizes only: the pixels are decoded per epoch
+    ds.height = ds.width = options.image_size;
+  } else if (resample) {
+    std::vector<uint8_t> packed;
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; ++i)
+      if (ok[i]) bytes += 3 * static_cast<size_t>(sizes[i].height) * sizes[i].width;
+    packed.reserve(bytes);
+    for (size_t i = 0; i < n; ++i) {
+      if (!ok[i]) continue;
+      sizes[i].offset = static_cast<int64_t>(packed.size());
+      if (odd[i].empty()) {
+        packed.insert(packed.end(), ds.pixels.begin() + i * elems, ds.pixels.begin() + (i + 1) * elems);
+      } else {
+        packed.insert(packed.end(), odd[i].begin(), odd[i].end());
+        std::vector<uint8_t>().swap(odd[i]);
+      }
+      ds.stored.push_back(sizes[i]);
+    }
+    ds.pixels = std::move(packed);
+    ds.height = ds.width = options.image_size;
+  }
   for (size_t i = 0; i < n; ++i) {
     if (!ok[i]) continue;
-    if (kept != i)
+    if (!resample && !per_epoch && kept != i)
       std::copy_n(ds.pixels.begin() + i * elems, elems, ds.pixels.begin() + kept * elems);
     ds.labels.push_back(split.items[i].label);
     ds.sources.push_back(split.items[i].file->path);
     ++kept;
   }
-  ds.pixels.resize(kept * elems);
+  if (!resample && !per_epoch) ds.pixels.resize(kept * elems);
   if (kept == 0) {
     throw DataError(
         fmt::format("no image of {}/ in --data_dir={} decodes ({} skipped as bad, the "
@@ -256,7 +333,7 @@ ImageDataset decode_split(const FileTree& tree, const Split& split, const std::s
                     split.dir, tree.root, ds.skipped_bad_images.size(),
                     ds.skipped_bad_images.empty() ? "-" : ds.skipped_bad_images[0]));
   }
-  const double count = static_cast<double>(kept) * static_cast<double>(ds.height * ds.width);
+  const double count = pixel_count;
   for (int c = 0; c < 3; ++c) {
     const double mean = sum[c] / count / 255.0;
     const double var = std::max(0.0, sum_sq[c] / count / (255.0 * 255.0) - mean * mean);
@@ -306,7 +383,7 @@ DatasetSplits load_image_folder(const std::string& path, const ImageFolderOption
   if (out.train.height != out.test.height || out.train.width != out.test.width) {
     throw UsageError(
         fmt::format("--data_dir={}: the images of {}/ are {}x{} but those of {}/ are "
-                    "{}x{} ({}); resize them to one size first",
+                    "{}x{} ({}); pass --image_size S to train and test on S x S crops",
                     path, train.dir, out.train.width, out.train.height, test.dir, out.test.width,
                     out.test.height, out.test.sources.front()));
   }

@@ -31,7 +31,16 @@ std::string file_for(const std::string& dir, const std::string& key) {
 }
 
 json fields(const ImageDataset& d) {
-  return {{"name", d.name},          {"channels", d.channels},   {"height", d.height},
+  // Resampled datasets: each image's offset and size, as three flat arrays.
+  std::vector<int64_t> offsets;
+  std::vector<int32_t> heights, widths;
+  for (const StoredImage& im : d.stored) {
+    offsets.push_back(im.offset);
+    heights.push_back(im.height);
+    widths.push_back(im.width);
+  }
+  return {{"stored_offsets", offsets}, {"stored_heights", heights}, {"stored_widths", widths},
+          {"name", d.name},          {"channels", d.channels},   {"height", d.height},
           {"width", d.width},        {"num_classes", d.num_classes}, {"mean", d.mean},
           {"stddev", d.stddev},      {"classes", d.classes},     {"sources", d.sources},
           {"skipped_bad_images", d.skipped_bad_images}, {"ignored_files", d.ignored_files},
@@ -51,6 +60,12 @@ void set_fields(const json& j, ImageDataset& d) {
   d.skipped_bad_images = j.at("skipped_bad_images").get<std::vector<std::string>>();
   d.ignored_files = j.at("ignored_files");
   d.ignored_example = j.at("ignored_example");
+  const auto offsets = j.at("stored_offsets").get<std::vector<int64_t>>();
+  const auto heights = j.at("stored_heights").get<std::vector<int32_t>>();
+  const auto widths = j.at("stored_widths").get<std::vector<int32_t>>();
+  if (heights.size() != offsets.size() || widths.size() != offsets.size())
+    throw json::other_error::create(501, "stored image arrays of different lengths", nullptr);
+  for (size_t i = 0; i < offsets.size(); ++i) d.stored.push_back({offsets[i], heights[i], widths[i]});
 }
 
 void put_block(std::vector<uint8_t>& out, const std::vector<uint8_t>& v) {
@@ -80,7 +95,9 @@ std::string split_cache_key(const std::string& dataset, const std::string& data_
   return json{{"dataset", dataset},
               {"data_dir", dataset == "synthetic" ? std::string() : (ec ? data_dir : abs.string())},
               {"seed", seed},
-              {"skip_bad_images", options.skip_bad_images}}
+              {"skip_bad_images", options.skip_bad_images},
+              {"image_size", options.image_size},
+              {"max_decoded_bytes", options.max_decoded_bytes}}
       .dump();
 }
 
@@ -114,7 +131,15 @@ std::optional<DatasetSplits> read_split_cache(const std::string& dir, const std:
       if (!take_block(in, pos, end, d->pixels) || !take_block(in, pos, end, d->labels)) {
         return bad("truncated pixels or labels");
       }
-      if (static_cast<int64_t>(d->pixels.size()) != d->size() * d->image_elems()) {
+      const bool consistent =
+          d->resampled()
+              ? static_cast<int64_t>(d->stored.size()) == d->size() &&
+                    (d->stored.empty() ||
+                     d->stored.back().offset + d->channels * d->stored.back().height *
+                                                   d->stored.back().width ==
+                         static_cast<int64_t>(d->pixels.size()))
+              : static_cast<int64_t>(d->pixels.size()) == d->size() * d->image_elems();
+      if (!consistent) {
         return bad("pixel and label counts disagree");
       }
     }

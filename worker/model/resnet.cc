@@ -91,8 +91,9 @@ struct ResNet::Impl {
   };
 
   explicit Impl(kernels::Backend& b)
-      : be(b), flat_params(b), flat_grads(b), images(b), pooled(b), logits(b), dpooled(b),
-        grad{Tensor(b), Tensor(b)}, tmp{Tensor(b), Tensor(b)}, low_params(b), low_dlogits(b) {}
+      : be(b), flat_params(b), flat_grads(b), images(b), pooled_stem(b), pooled(b), logits(b),
+        dpooled(b), grad{Tensor(b), Tensor(b)}, tmp{Tensor(b), Tensor(b)}, low_params(b),
+        low_dlogits(b) {}
 
   kernels::Backend& be;
   ResNetConfig config;
@@ -111,6 +112,9 @@ struct ResNet::Impl {
   Conv stem;
   std::unique_ptr<Bn> stem_bn;
   ActShape stem_shape;
+  // ImageNet stem only: the max-pool after stem_bn and its output (layer1's input).
+  kernels::PoolShape stem_pool;
+  Tensor pooled_stem;
   std::vector<Block> blocks;
   int fc_weight = -1, fc_bias = -1;
   int64_t fc_in = 0;
@@ -267,7 +271,9 @@ ResNet::ResNet(const ResNetConfig& config, uint64_t seed, kernels::Backend& back
   const int64_t w = config.width;
   m.cblock = backend.preferred_cblock(w);
   // Registration follows torchvision's named_parameters() order.
-  m.make_conv(m.stem, "conv1", config.in_channels, w, 3, 1, /*in_cblock=*/1);  // NCHW images
+  const bool imagenet = config.stem == ResNetStem::kImageNet;
+  m.make_conv(m.stem, "conv1", config.in_channels, w, imagenet ? 7 : 3, imagenet ? 2 : 1,
+              /*in_cblock=*/1);  // NCHW images
   m.stem_bn = m.make_bn("bn1", w);
   const int counts18[4] = {2, 2, 2, 2}, counts34[4] = {3, 4, 6, 3};
   const int* counts = config.depth == 18 ? counts18 : counts34;
@@ -321,6 +327,13 @@ const Tensor& ResNet::forward(const Tensor& images, bool training) {
 
   const Tensor* x = &m.stem_bn->out;
   ActShape xs = m.stem_shape;
+  if (m.config.stem == ResNetStem::kImageNet) {
+    m.stem_pool = kernels::PoolShape{xs, 3, 2, 1};
+    xs = m.stem_pool.out();
+    m.pooled_stem.resize({xs.n, xs.c, xs.h, xs.w});
+    m.be.max_pool_forward(m.stem_pool, x->data(), m.pooled_stem.data());
+    x = &m.pooled_stem;
+  }
   for (auto& blk : m.blocks) {
     blk.in = x;
     blk.in_shape = xs;
@@ -411,7 +424,14 @@ void ResNet::backward(const Tensor& grad_logits) {
     cur = 1 - cur;
   }
 
-  // Stem: the images need no gradient.
+  // Stem: the images need no gradient. The max-pool's input (stem_bn's output) is the largest
+  // activation, so grad[] has room for its gradient.
+  if (m.config.stem == ResNetStem::kImageNet) {
+    m.be.max_pool_backward(m.stem_pool, m.stem_bn->out.data(), m.grad[cur].data(),
+                           m.grad[1 - cur].data());
+    cur = 1 - cur;
+    m.store(m.grad[cur].data(), m.stem_shape.numel());  // overlapping windows sum gradients
+  }
   m.stem_bn->layer.backward(m.stem_shape, m.stem.out.data(), m.grad[cur].data(),
                             m.stem_bn->out.data(), m.sync, t0);
   m.store(t0, m.stem_shape.numel());

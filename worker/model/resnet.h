@@ -1,4 +1,5 @@
-// ResNet-18/34 for small images (CIFAR stem: 3x3 conv stride 1, no max-pool), BasicBlocks with
+// ResNet-18/34 with the CIFAR stem (3x3 conv stride 1, no max-pool: small images) or torchvision's
+// ImageNet stem (7x7 conv stride 2 pad 3, BN, ReLU, 3x3 max-pool stride 2 pad 1), BasicBlocks with
 // widths w, 2w, 4w, 8w, global average pooling and a linear classifier; initialised like
 // torchvision (Kaiming-normal fan_out/relu convs, BN weight 1 bias 0, PyTorch's default Linear
 // init), deterministically from the seed. MNIST works with in_channels 1 (any H, W >= 8 works:
@@ -45,6 +46,10 @@
 
 namespace dlaunch {
 
+// The first layer: kCifar keeps the input resolution (32x32 images), kImageNet divides it by 4
+// before layer1 (torchvision's resnet18 for 224x224 images).
+enum class ResNetStem { kCifar, kImageNet };
+
 struct ResNetConfig {
   int depth = 18;  // 18 | 34
   int width = 64;  // channels of the stem and layer1; layers 2-4 use 2w, 4w, 8w
@@ -55,6 +60,7 @@ struct ResNetConfig {
   // gradients to that type where a low-precision trainer stores them (kernels/dtype.h); master
   // weights, BN statistics and parameters, and the loss stay fp32.
   kernels::Dtype precision = kernels::Dtype::kF32;
+  ResNetStem stem = ResNetStem::kCifar;
 };
 
 class ResNet {

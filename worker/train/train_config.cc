@@ -50,7 +50,7 @@ std::string fmt_double(double d) { return fmt::format("{}", d); }
 
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> kFlags = {
-      {"model", "network: resnet18 | resnet34 (CIFAR stem: 3x3 conv, no max-pool)", false,
+      {"model", "network: resnet18 | resnet34 (the first layer: --stem)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.model = choice(f, v, {"resnet18", "resnet34"}); },
        [](const TrainConfig& c) { return c.model; }},
       {"width", "base channels (layer widths w, 2w, 4w, 8w)", false,
@@ -176,7 +176,10 @@ const std::vector<Flag>& flags() {
        false,
        [](TrainConfig& c, auto& f, auto& v) { c.flash_every = positive_int(f, v, 0); },
        [](const TrainConfig& c) { return std::to_string(c.flash_every); }},
-      {"no_augment", "turn off random crop + flip (never applied to MNIST)", true,
+      {"no_augment",
+       "turn off random crop + flip (never applied to MNIST; with --image_size resampling, "
+       "training uses the test transform)",
+       true,
        [](TrainConfig& c, auto& f, auto& v) { c.no_augment = parse_bool(v, f); },
        [](const TrainConfig& c) { return fmt_bool(c.no_augment); }},
       {"skip_bad_images",
@@ -184,6 +187,37 @@ const std::vector<Flag>& flags() {
        "stopping",
        true, [](TrainConfig& c, auto& f, auto& v) { c.skip_bad_images = parse_bool(v, f); },
        [](const TrainConfig& c) { return fmt_bool(c.skip_bad_images); }},
+      {"image_size",
+       "imagefolder: train and test on S x S images, resized by torchvision's transforms "
+       "(RandomResizedCrop + flip for training, Resize + CenterCrop for testing) unless every "
+       "image already is S x S (0: the images' own size; they must then share one)",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         c.image_size = positive_int(f, v, 0);
+         if (c.image_size > 0 && c.image_size < 8)  // the network's smallest input
+           throw UsageError(fmt::format("{}={} is too small; expected 0 (the images' own size) or "
+                                        "at least 8 pixels", f, v));
+       },
+       [](const TrainConfig& c) { return std::to_string(c.image_size); }},
+      {"max_decoded_mib",
+       "imagefolder: a split whose decoded images would take more MiB than this (per worker) "
+       "keeps them encoded and decodes them each epoch on the loader threads (0: always keep "
+       "them decoded)",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         const int64_t mib = parse_int(v, f);
+         if (mib < 0)
+           throw UsageError(fmt::format("{}={} is negative; expected MiB >= 0", f, v));
+         c.max_decoded_mib = mib;
+       },
+       [](const TrainConfig& c) { return std::to_string(c.max_decoded_mib); }},
+      {"stem",
+       "first layer: auto (imagenet for images of 64 pixels or more, else cifar) | imagenet "
+       "(7x7 conv stride 2 + 3x3 max-pool stride 2, torchvision's) | cifar (3x3 conv, no "
+       "max-pool)",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) { c.stem = choice(f, v, {"auto", "imagenet", "cifar"}); },
+       [](const TrainConfig& c) { return c.stem; }},
   };
   return kFlags;
 }

@@ -50,6 +50,9 @@ struct TrainConfig {
   int64_t flash_every = 20;
   bool no_augment = false;
   bool skip_bad_images = false;  // imagefolder: skip images that fail to decode (counted)
+  int64_t image_size = 0;        // imagefolder: 0 = the images' own size, else S x S (resized)
+  int64_t max_decoded_mib = 4096;  // imagefolder: larger splits decode per epoch (0: never)
+  std::string stem = "auto";     // auto (imagenet for images >= 64 pixels) | imagenet | cifar
   // Test knobs, not flags: dtrain's main fills them from DTRAIN_LIMIT_TRAIN_SAMPLES and
   // DTRAIN_LIMIT_TEST_SAMPLES so integration tests run whole epochs in seconds. 0 = everything.
   int64_t limit_train_samples = 0;

@@ -21,6 +21,7 @@
 #include "worker/data/dataset.h"
 #include "worker/data/distributed_sampler.h"
 #include "worker/data/split_cache.h"
+#include "worker/data/transforms.h"
 #include "worker/ddp/data_parallel.h"
 #include "worker/metrics/metrics_log.h"
 #include "worker/metrics/progress_bar.h"
@@ -40,6 +41,8 @@ using nlohmann::json;
 namespace {
 
 constexpr size_t kCheckpointsKept = 3;
+// --stem auto picks torchvision's ImageNet stem for images at least this large (see build_model).
+constexpr int64_t kImageNetStemFrom = 64;
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
@@ -290,6 +293,13 @@ void Trainer::load_data() {
   data::ImageFolderOptions folder;
   folder.skip_bad_images = c_.skip_bad_images;
   folder.threads = kernels::host_threads();
+  folder.image_size = c_.image_size;
+  folder.max_decoded_bytes = c_.max_decoded_mib << 20;
+  if (c_.image_size > 0 && c_.dataset != "imagefolder") {
+    throw UsageError(fmt::format("--image_size={} applies to --dataset=imagefolder only, not "
+                                 "--dataset={} (whose images have a fixed size); drop it",
+                                 c_.image_size, c_.dataset));
+  }
   const auto start = Clock::now();
   // A worker restarted by dlaunch finds the data its predecessor loaded in the flash directory.
   const std::string cache_dir = c_.flash_every > 0 ? env_.flash_dir : std::string();
@@ -298,14 +308,38 @@ void Trainer::load_data() {
   if (!cache_dir.empty()) cached = data::read_split_cache(cache_dir, cache_key);
   data::DatasetSplits splits =
       cached ? std::move(*cached) : data::load_splits(c_.dataset, c_.data_dir, c_.seed, folder);
-  if (!cache_dir.empty() && !cached && env_.local_rank == 0) {
+  // Sets decoded per epoch are too large to copy into the flash directory.
+  if (!cache_dir.empty() && !cached && env_.local_rank == 0 &&
+      !splits.train.decodes_per_epoch() && !splits.test.decodes_per_epoch()) {
     data::write_split_cache(cache_dir, cache_key, splits);
   }
   if (cached && rank0_) log_info("data: taken from the flash directory (loaded by an earlier attempt)");
   if (rank0_ && c_.dataset == "imagefolder") {
-    log_info("data: imagefolder {}: decoded {} + {} images of {}x{} in {:.2f} s on {} threads",
-             c_.data_dir, splits.train.size(), splits.test.size(), splits.train.width,
-             splits.train.height, seconds_since(start), folder.threads);
+    log_info("data: imagefolder {}: decoded {} + {} images in {:.2f} s on {} threads, kept "
+             "decoded in memory (uint8): {:.1f} MiB",
+             c_.data_dir, splits.train.size(), splits.test.size(), seconds_since(start),
+             folder.threads,
+             static_cast<double>(splits.train.pixels.size() + splits.test.pixels.size()) / (1 << 20));
+    for (const data::ImageDataset* ds : {&splits.train, &splits.test}) {
+      if (ds->decodes_per_epoch()) {
+        // The bound: the encoded bytes, plus the batches in flight (the one being assembled and
+        // BatchLoader's two ahead) as floats, plus a decoded image per decode thread.
+        const double batches = 3.0 * c_.batch_size * ds->image_elems() * sizeof(float);
+        log_info("data: {}: decoded it would take more than --max_decoded_mib={}: kept encoded "
+                 "({:.1f} MiB) and decoded each epoch by {} loader threads; memory bound {:.1f} "
+                 "MiB plus one decoded image per thread",
+                 ds->name, c_.max_decoded_mib, static_cast<double>(ds->encoded.size()) / (1 << 20),
+                 ds->decode_threads,
+                 (static_cast<double>(ds->encoded.size()) + batches) / (1 << 20));
+      }
+      if (ds->resampled()) {
+        log_info("data: {}: images of their own sizes, {} to {}x{} (--image_size)", ds->name,
+                 ds == &splits.train && c_.augment()
+                     ? "RandomResizedCrop(scale 0.08-1, ratio 3/4-4/3) + flip"
+                     : fmt::format("Resize({}) + CenterCrop", data::eval_resize_size(ds->height)),
+                 ds->width, ds->height);
+      }
+    }
     for (const std::string& line : data::describe_image_folder(splits)) log_info("data: {}", line);
   }
   train_set_ = std::move(splits.train);
@@ -328,6 +362,12 @@ void Trainer::build_model() {
   mc.image_size = static_cast<int>(train_set_.height);
   DL_CHECK(kernels::parse_dtype(c_.precision, &mc.precision)) << c_.precision;  // train_config checked
   precision_ = std::make_unique<MixedPrecision>(mc.precision, backend_);
+  // auto: torchvision's stem once the images are large enough that dividing them by 4 before
+  // layer1 leaves 16 pixels or more; below that the CIFAR stem keeps the resolution.
+  const bool imagenet_stem =
+      c_.stem == "imagenet" ||
+      (c_.stem == "auto" && std::min(train_set_.height, train_set_.width) >= kImageNetStemFrom);
+  mc.stem = imagenet_stem ? ResNetStem::kImageNet : ResNetStem::kCifar;
   model_ = std::make_unique<ResNet>(mc, c_.seed, backend_);
   dp_ = std::make_unique<ddp::DataParallel>(*model_, pg_, c_.sync_bn);
 
@@ -343,9 +383,13 @@ void Trainer::build_model() {
   schedule_.warmup_epochs = c_.warmup_epochs;
   schedule_.total_epochs = c_.epochs;
   if (rank0_) {
-    log_info("model: resnet{} width {}, {} parameters, {} gradient buckets; world size {} ({}), "
-             "SyncBN {}, {} threads per worker, on {}",
-             c_.depth(), c_.width, model_->num_params(), dp_->reducer().buckets().size(),
+    log_info("model: resnet{} width {}, {} stem ({}; {}), {} parameters, {} gradient buckets; world "
+             "size {} ({}), SyncBN {}, {} threads per worker, on {}",
+             c_.depth(), c_.width, imagenet_stem ? "imagenet" : "cifar",
+             imagenet_stem ? "7x7 conv stride 2 + 3x3 max-pool stride 2"
+                           : "3x3 conv stride 1, no max-pool",
+             c_.stem == "auto" ? "--stem auto by image size" : "--stem", model_->num_params(),
+             dp_->reducer().buckets().size(),
              pg_.size(), pg_.backend(), c_.sync_bn ? "on" : "off", kernels::host_threads(),
              backend_.name());
     log_info("{}", precision_->describe());
