@@ -96,7 +96,9 @@ class TcpStoreConnection final : public StoreSession {
   std::string peer_;  // "addr:port", for logs
   boost::asio::ip::address peer_address_;
   Bytes in_;    // received bytes; [in_begin_, in_.size()) not yet decoded
-  Bytes rbuf_;  // the buffer of the pending read
+  static constexpr size_t kSmallRead = 4096, kLargeRead = 65536;
+  std::unique_ptr<uint8_t[]> rbuf_;  // the buffer of the pending read, rbuf_size_ bytes
+  size_t rbuf_size_ = 0;
   size_t in_begin_ = 0;
   Bytes out_writing_;
   bool writing_ = false;
