@@ -212,6 +212,10 @@ void TcpStoreConnection::process_frames() {
 // Resume decoding after the parked request completed; posted, so a set that wakes many
 // clients does not recurse into their handlers.
 void TcpStoreConnection::resumed() {
+  // Nothing buffered behind the parked request, and the pending read will process what comes:
+  // nothing to do. The usual case: a set that wakes 16,384 waiters then costs 16,384 writes,
+  // not 16,384 posted handlers more.
+  if (in_begin_ == in_.size() && reading_) return;
   if (process_posted_) return;
   process_posted_ = true;
   asio::post(manager_.ctx, [c = self()] {

@@ -160,6 +160,29 @@ TEST_F(ServerTest, Torch113WaitIsParkedUntilAnotherClientSets) {
   EXPECT_EQ(waiter.recv(1), u8(0));
 }
 
+// Requests a client sent behind a parked WAIT (in the same write, or while it was parked) are
+// answered in order once the WAIT ends; the wake-up must not skip them.
+TEST_F(ServerTest, RequestsBehindAParkedWaitAreAnsweredWhenItEnds) {
+  start();
+  Raw waiter(port_), setter(port_);
+  setter.send(cat({u8(0), str("k"), str("v")}));
+  setter.send(cat({u8(2), str("k")}));  // GET, so the SET is known to be done
+  EXPECT_EQ(setter.recv(9), str("v"));
+  waiter.send(cat({u8(5), u64(1), str("a"), u8(2), str("k")}));  // WAIT a, GET k: one write
+  EXPECT_TRUE(waiter.silent(100));
+  waiter.send(cat({u8(2), str("k")}));  // arrives while the WAIT is parked
+  EXPECT_TRUE(waiter.silent(100));
+  setter.send(cat({u8(0), str("a"), str("1")}));
+  EXPECT_EQ(waiter.recv(1 + 9 + 9), cat({u8(0), str("v"), str("v")}));
+  // And a lone WAIT (nothing behind it) goes on to serve what comes after it.
+  waiter.send(cat({u8(5), u64(1), str("b")}));
+  EXPECT_TRUE(waiter.silent(100));
+  setter.send(cat({u8(0), str("b"), str("2")}));
+  EXPECT_EQ(waiter.recv(1), u8(0));
+  waiter.send(cat({u8(2), str("b")}));
+  EXPECT_EQ(waiter.recv(9), str("2"));
+}
+
 TEST_F(ServerTest, SpeaksTorch2ByteForByte) {
   start();
   Raw c(port_);
