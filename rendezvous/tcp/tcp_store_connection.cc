@@ -89,7 +89,7 @@ void TcpStoreConnection::start_read() {
                               c->close();
                               return;
                             }
-                            // A copy of the few bytes read into in_, which keeps its capacity.
+                            // Copied into in_, which keeps its capacity from request to request.
                             c->in_.insert(c->in_.end(), c->rbuf_.get(), c->rbuf_.get() + n);
                             c->process();
                             c->start_read();
