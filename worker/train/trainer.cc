@@ -264,11 +264,11 @@ class Trainer {
   bool rank0_;
 
   data::ImageDataset train_set_, test_set_;
-  std::unique_ptr<ResNet> model_;
+  std::unique_ptr<model::ResNet> model_;
   std::unique_ptr<ddp::DataParallel> dp_;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<MixedPrecision> precision_;  // --precision: rounding, fp16's loss scale
-  LrSchedule schedule_;
+  optim::LrSchedule schedule_;
   std::unique_ptr<metrics::MetricsLog> metrics_;
   metrics::ProgressBar progress_{false};
   Tensor images_;
@@ -359,7 +359,7 @@ void Trainer::load_data() {
 }
 
 void Trainer::build_model() {
-  ResNetConfig mc;
+  model::ResNetConfig mc;
   mc.depth = c_.depth();
   mc.width = c_.width;
   mc.in_channels = static_cast<int>(train_set_.channels);
@@ -372,18 +372,18 @@ void Trainer::build_model() {
   const bool imagenet_stem =
       c_.stem == "imagenet" ||
       (c_.stem == "auto" && std::min(train_set_.height, train_set_.width) >= kImageNetStemFrom);
-  mc.stem = imagenet_stem ? ResNetStem::kImageNet : ResNetStem::kCifar;
-  model_ = std::make_unique<ResNet>(mc, c_.seed, backend_);
+  mc.stem = imagenet_stem ? model::ResNetStem::kImageNet : model::ResNetStem::kCifar;
+  model_ = std::make_unique<model::ResNet>(mc, c_.seed, backend_);
   dp_ = std::make_unique<ddp::DataParallel>(*model_, pg_, c_.sync_bn);
 
-  OptimConfig oc;
-  oc.kind = parse_optim_kind(c_.optimizer);
+  optim::OptimConfig oc;
+  oc.kind = optim::parse_optim_kind(c_.optimizer);
   oc.momentum = c_.momentum;
   oc.nesterov = c_.nesterov;
   oc.weight_decay = c_.weight_decay;
-  optimizer_ = std::make_unique<Optimizer>(oc, backend_);
+  optimizer_ = std::make_unique<optim::Optimizer>(oc, backend_);
 
-  schedule_.kind = parse_lr_schedule(c_.lr_schedule);
+  schedule_.kind = optim::parse_lr_schedule(c_.lr_schedule);
   schedule_.base_lr = c_.lr * (c_.scale_lr ? pg_.size() : 1);
   schedule_.warmup_epochs = c_.warmup_epochs;
   schedule_.total_epochs = c_.epochs;
@@ -624,7 +624,7 @@ void Trainer::train_epoch(int64_t epoch) {
   run.resumed_images = run.totals[2];
   resume_epoch_step_ = 0;
   std::fill(resume_totals_, resume_totals_ + 3, 0.0);
-  run.learning_rate = lr_at(schedule_, static_cast<double>(epoch) + run.fraction(run.step));
+  run.learning_rate = optim::lr_at(schedule_, static_cast<double>(epoch) + run.fraction(run.step));
   while (auto batch = loader.next()) {
     ddp::StepResult r = train_step(run, *batch);
     after_step(run, r);
@@ -656,7 +656,8 @@ std::vector<int64_t> Trainer::epoch_indices(EpochRun& run) {
 }
 
 ddp::StepResult Trainer::train_step(EpochRun& run, const data::Batch& batch) {
-  run.learning_rate = lr_at(schedule_, static_cast<double>(run.epoch) + run.fraction(run.step));
+  run.learning_rate =
+      optim::lr_at(schedule_, static_cast<double>(run.epoch) + run.fraction(run.step));
   to_tensor(batch);
   ddp::StepResult r = dp_->train_step(images_, batch.labels.data(), precision_->loss_scale());
   if (precision_->finish_step(model_->grads(), model_->num_params())) {
