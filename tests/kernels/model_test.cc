@@ -20,6 +20,8 @@
 namespace dlaunch {
 namespace {
 
+using namespace dlaunch::model;
+
 using test::random_vector;
 
 Tensor random_images(int64_t n, int64_t c, int64_t hw, uint32_t seed) {
@@ -132,7 +134,8 @@ TEST(ResNet, EndToEndGradientMatchesFiniteDifferences) {
     SCOPED_TRACE("width " + std::to_string(cs.width) + " in_channels " +
                  std::to_string(in_channels) +
                  (cs.stem == ResNetStem::kImageNet ? " imagenet stem" : " cifar stem"));
-    ResNetConfig cfg{18, cs.width, in_channels, 5, static_cast<int>(cs.image_size), cs.stem};
+    ResNetConfig cfg{18, cs.width, in_channels, 5, static_cast<int>(cs.image_size),
+                     kernels::Dtype::kF32, cs.stem};
     ResNet net(cfg, 7);
     const int64_t batch = 8;
     const Tensor images = random_images(batch, in_channels, cs.image_size, 8);
@@ -410,6 +413,8 @@ TEST(ResNet, EvalUsesRunningStatisticsAndWorksForOneImage) {
 
 namespace dlaunch {
 namespace {
+
+using namespace dlaunch::model;
 
 TEST(Tensor, AlignedZeroedResizeKeepsCapacityCopyAndMove) {
   Tensor t({2, 3, 5});

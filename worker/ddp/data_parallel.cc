@@ -32,7 +32,8 @@ void broadcast_tensor(comm::ProcessGroup& pg, Tensor& t) {
 
 }  // namespace
 
-DataParallel::DataParallel(ResNet& model, comm::ProcessGroup& pg, bool sync_bn, size_t bucket_bytes)
+DataParallel::DataParallel(model::ResNet& model, comm::ProcessGroup& pg, bool sync_bn,
+                           size_t bucket_bytes)
     : model_(model),
       pg_(pg),
       reducer_(pg, model.grads(), model.param_info(), bucket_bytes, staging_for(model.backend(), pg)) {
@@ -62,7 +63,7 @@ void DataParallel::broadcast_buffers() {
 StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels, float loss_scale) {
   StepResult r;
   const Tensor& logits = model_.forward(images, /*training=*/true);
-  r.loss = softmax_cross_entropy(logits, labels, &grad_logits_, &r.correct);
+  r.loss = model::softmax_cross_entropy(logits, labels, &grad_logits_, &r.correct);
   if (loss_scale != 1.0f) {
     model_.backend().scale(grad_logits_.numel(), loss_scale, grad_logits_.data(), grad_logits_.data());
   }
@@ -75,7 +76,7 @@ StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels,
 StepResult DataParallel::eval_step(const Tensor& images, const int32_t* labels) {
   StepResult r;
   const Tensor& logits = model_.forward(images, /*training=*/false);
-  r.loss = softmax_cross_entropy(logits, labels, nullptr, &r.correct) *
+  r.loss = model::softmax_cross_entropy(logits, labels, nullptr, &r.correct) *
            static_cast<float>(images.dim(0));
   return r;
 }

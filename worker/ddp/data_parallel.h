@@ -28,7 +28,7 @@ class DataParallel {
  public:
   static constexpr size_t kDefaultBucketBytes = 1 << 20;
 
-  DataParallel(ResNet& model, comm::ProcessGroup& pg, bool sync_bn,
+  DataParallel(model::ResNet& model, comm::ProcessGroup& pg, bool sync_bn,
                size_t bucket_bytes = kDefaultBucketBytes);
   ~DataParallel();
 
@@ -43,11 +43,11 @@ class DataParallel {
   // Forward in eval mode; returns the summed loss over the batch.
   StepResult eval_step(const Tensor& images, const int32_t* labels);
 
-  ResNet& model() { return model_; }
+  model::ResNet& model() { return model_; }
   const GradReducer& reducer() const { return reducer_; }
 
  private:
-  ResNet& model_;
+  model::ResNet& model_;
   comm::ProcessGroup& pg_;
   GradReducer reducer_;
   std::unique_ptr<ProcessGroupBatchNormSync> bn_sync_;

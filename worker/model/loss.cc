@@ -2,7 +2,7 @@
 
 #include "common/error.h"
 
-namespace dlaunch {
+namespace dlaunch::model {
 
 float softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor* grad_logits,
                             int* correct) {
@@ -20,4 +20,4 @@ float softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor*
   return loss;
 }
 
-}  // namespace dlaunch
+}  // namespace dlaunch::model

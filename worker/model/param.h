@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <string>
 
-namespace dlaunch {
+namespace dlaunch::model {
 
 struct ParamInfo {
   std::string name;     // PyTorch-style, e.g. "layer2.0.downsample.1.weight"
@@ -13,4 +13,4 @@ struct ParamInfo {
   bool no_weight_decay = false;  // batch norm weight/bias and linear bias: optional exemption
 };
 
-}  // namespace dlaunch
+}  // namespace dlaunch::model

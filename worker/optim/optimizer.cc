@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 
-namespace dlaunch {
+namespace dlaunch::optim {
 
 OptimKind parse_optim_kind(const std::string& text) {
   if (text == "sgd") return OptimKind::kSgd;
@@ -26,7 +26,7 @@ Optimizer::Optimizer(const OptimConfig& config, kernels::Backend& backend)
 }
 
 void Optimizer::step(float* params, const float* grads, size_t n, float lr,
-                     const std::vector<ParamInfo>& infos) {
+                     const std::vector<model::ParamInfo>& infos) {
   if (lr < 0) throw UsageError("learning rate must be >= 0, got " + std::to_string(lr));
   const bool sgd = config_.kind == OptimKind::kSgd;
   const size_t state_size = sgd ? (config_.momentum != 0 ? n : 0) : 2 * n;
@@ -58,7 +58,7 @@ void Optimizer::step(float* params, const float* grads, size_t n, float lr,
     update(0, n, wd);
     return;
   }
-  for (const ParamInfo& info : infos) {
+  for (const model::ParamInfo& info : infos) {
     DL_CHECK(info.offset + info.count <= n) << info.name << " beyond " << n << " parameters";
     update(info.offset, info.count, info.no_weight_decay ? 0.0f : wd);
   }
@@ -75,4 +75,4 @@ void Optimizer::load_state(std::vector<float> state, int64_t step_count) {
   step_count_ = step_count;
 }
 
-}  // namespace dlaunch
+}  // namespace dlaunch::optim

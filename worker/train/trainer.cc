@@ -208,6 +208,11 @@ class Trainer {
   void load_data();
   void build_model();
   std::optional<json> resume();  // the checkpoint's meta when resuming
+  // Rank 0: refuses a checkpoint this run cannot continue (other settings, missing arrays).
+  void check_resumable(const ckpt::LoadedCheckpoint& loaded);
+  // Every rank: the model's parameters and buffers and the optimizer's state from rank 0's
+  // `ckpt` (empty on the other ranks), then the position and loss scale `meta` records.
+  void load_resumed_state(const ckpt::Checkpoint& ckpt, const json& meta);
   // Takes the position a resumed checkpoint's meta records; returns the epoch to start with.
   int64_t continue_from(const json& meta);
   void continue_inside_epoch(const json& meta, int64_t start_epoch, int64_t epoch_step);
@@ -259,11 +264,11 @@ class Trainer {
   bool rank0_;
 
   data::ImageDataset train_set_, test_set_;
-  std::unique_ptr<ResNet> model_;
+  std::unique_ptr<model::ResNet> model_;
   std::unique_ptr<ddp::DataParallel> dp_;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<MixedPrecision> precision_;  // --precision: rounding, fp16's loss scale
-  LrSchedule schedule_;
+  optim::LrSchedule schedule_;
   std::unique_ptr<metrics::MetricsLog> metrics_;
   metrics::ProgressBar progress_{false};
   Tensor images_;
@@ -354,7 +359,7 @@ void Trainer::load_data() {
 }
 
 void Trainer::build_model() {
-  ResNetConfig mc;
+  model::ResNetConfig mc;
   mc.depth = c_.depth();
   mc.width = c_.width;
   mc.in_channels = static_cast<int>(train_set_.channels);
@@ -367,18 +372,18 @@ void Trainer::build_model() {
   const bool imagenet_stem =
       c_.stem == "imagenet" ||
       (c_.stem == "auto" && std::min(train_set_.height, train_set_.width) >= kImageNetStemFrom);
-  mc.stem = imagenet_stem ? ResNetStem::kImageNet : ResNetStem::kCifar;
-  model_ = std::make_unique<ResNet>(mc, c_.seed, backend_);
+  mc.stem = imagenet_stem ? model::ResNetStem::kImageNet : model::ResNetStem::kCifar;
+  model_ = std::make_unique<model::ResNet>(mc, c_.seed, backend_);
   dp_ = std::make_unique<ddp::DataParallel>(*model_, pg_, c_.sync_bn);
 
-  OptimConfig oc;
-  oc.kind = parse_optim_kind(c_.optimizer);
+  optim::OptimConfig oc;
+  oc.kind = optim::parse_optim_kind(c_.optimizer);
   oc.momentum = c_.momentum;
   oc.nesterov = c_.nesterov;
   oc.weight_decay = c_.weight_decay;
-  optimizer_ = std::make_unique<Optimizer>(oc, backend_);
+  optimizer_ = std::make_unique<optim::Optimizer>(oc, backend_);
 
-  schedule_.kind = parse_lr_schedule(c_.lr_schedule);
+  schedule_.kind = optim::parse_lr_schedule(c_.lr_schedule);
   schedule_.base_lr = c_.lr * (c_.scale_lr ? pg_.size() : 1);
   schedule_.warmup_epochs = c_.warmup_epochs;
   schedule_.total_epochs = c_.epochs;
@@ -490,65 +495,31 @@ std::optional<ckpt::LoadedCheckpoint> Trainer::choose_disk_checkpoint() {
   return ckpt::LoadedCheckpoint{valid.front()->path, ckpt::read_checkpoint(valid.front()->path)};
 }
 
-// Rank 0 decides and reads; the others learn the outcome by broadcast, so a bad checkpoint
-// fails every rank with the same message instead of hanging the others in a collective.
-std::optional<json> Trainer::resume() {
-  // The phases of a restarted worker's resume are timed at debug level: they are on the path
-  // from a worker's death to the next step (docs/benchmarks.md, "Flash checkpoints").
-  const Clock::time_point t0 = Clock::now();
-  json decision = json::object();
-  ckpt::Checkpoint ckpt;
-  if (rank0_) {
-    try {
-      std::optional<ckpt::LoadedCheckpoint> loaded = choose_checkpoint();
-      if (loaded) {
-        std::string differ =
-            incompatible_settings(loaded->ckpt.meta, c_, model_signature(c_, train_set_));
-        if (!differ.empty()) {
-          throw UsageError(fmt::format(
-              "checkpoint {} cannot be continued by this run: {}. Resume with the checkpoint's "
-              "settings, or start a new run with --overwrite or another --output_dir",
-              loaded->path, differ));
-        }
-        if (loaded->ckpt.find("optimizer.state") == nullptr) {
-          throw ckpt::CheckpointError(
-              fmt::format("checkpoint {} has no 'optimizer.state' array", loaded->path));
-        }
-        // Every parameter and every buffer (BN running statistics): resuming with fresh
-        // statistics would evaluate with the wrong normalisation without a word.
-        std::vector<std::pair<std::string, size_t>> expected{{"params", model_->num_params()}};
-        const auto names = model_->buffer_names();
-        const auto buffers = model_->buffers();
-        for (size_t i = 0; i < buffers.size(); ++i) {
-          expected.emplace_back("buffer." + names[i], static_cast<size_t>(buffers[i]->numel()));
-        }
-        ckpt::require_arrays(loaded->ckpt, loaded->path, expected);
-        decision = {{"resume", loaded->path}, {"meta", loaded->ckpt.meta}};
-        run_id_ = loaded->ckpt.meta.value("run_id", std::string());
-        ckpt = std::move(loaded->ckpt);
-      }
-      if (run_id_.empty()) {
-        run_id_ = ckpt::new_run_id();
-        log_info("run id {} (recorded in every checkpoint of this run)", run_id_);
-      }
-    } catch (const UsageError& e) {
-      decision = {{"error", e.what()}, {"kind", "usage"}};
-    } catch (const Error& e) {
-      decision = {{"error", e.what()}, {"kind", "checkpoint"}};
-    }
+void Trainer::check_resumable(const ckpt::LoadedCheckpoint& loaded) {
+  std::string differ =
+      incompatible_settings(loaded.ckpt.meta, c_, model_signature(c_, train_set_));
+  if (!differ.empty()) {
+    throw UsageError(fmt::format(
+        "checkpoint {} cannot be continued by this run: {}. Resume with the checkpoint's "
+        "settings, or start a new run with --overwrite or another --output_dir",
+        loaded.path, differ));
   }
-  if (rank0_) log_debug("resume: chose and read the state in {:.0f} ms", 1e3 * seconds_since(t0));
-  decision = json::parse(broadcast_string(pg_, decision.dump()));
-  const Clock::time_point t_decided = Clock::now();
-  if (decision.contains("error")) {
-    std::string msg = decision["error"];
-    if (decision["kind"] == "usage") throw UsageError(msg);
-    throw ckpt::CheckpointError(msg);
+  if (loaded.ckpt.find("optimizer.state") == nullptr) {
+    throw ckpt::CheckpointError(
+        fmt::format("checkpoint {} has no 'optimizer.state' array", loaded.path));
   }
-  if (!decision.contains("resume")) {
-    dp_->broadcast_state();
-    return std::nullopt;
+  // Every parameter and every buffer (BN running statistics): resuming with fresh
+  // statistics would evaluate with the wrong normalisation without a word.
+  std::vector<std::pair<std::string, size_t>> expected{{"params", model_->num_params()}};
+  const auto names = model_->buffer_names();
+  const auto buffers = model_->buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    expected.emplace_back("buffer." + names[i], static_cast<size_t>(buffers[i]->numel()));
   }
+  ckpt::require_arrays(loaded.ckpt, loaded.path, expected);
+}
+
+void Trainer::load_resumed_state(const ckpt::Checkpoint& ckpt, const json& meta) {
   // Parameters, buffers and optimizer state from rank 0's checkpoint, in that order in one
   // broadcast: one per BN buffer cost a round trip each (0.5 s in all for ResNet-18 on a loaded
   // host, on the path of every restarted worker).
@@ -575,16 +546,57 @@ std::optional<json> Trainer::resume() {
   model_->params_tensor().copy_from_host(take(model_->num_params()));
   for (auto* b : buffers) b->copy_from_host(take(static_cast<size_t>(b->numel())));
   std::vector<float> state(all.begin() + static_cast<std::ptrdiff_t>(at), all.end());
-  const json& meta = decision["meta"];
   optimizer_->load_state(std::move(state), meta.value("optimizer_steps", int64_t{0}));
   // fp16's loss scale goes on where it was (checkpoints from before it existed start afresh).
   precision_->load_state_json(meta.value("grad_scaler", json()));
+}
+
+// Rank 0 decides and reads; the others learn the outcome by broadcast, so a bad checkpoint
+// fails every rank with the same message instead of hanging the others in a collective.
+std::optional<json> Trainer::resume() {
+  // The phases of a restarted worker's resume are timed at debug level: they are on the path
+  // from a worker's death to the next step (docs/benchmarks.md, "Flash checkpoints").
+  const Clock::time_point t0 = Clock::now();
+  json decision = json::object();
+  ckpt::Checkpoint ckpt;
+  if (rank0_) {
+    try {
+      std::optional<ckpt::LoadedCheckpoint> loaded = choose_checkpoint();
+      if (loaded) {
+        check_resumable(*loaded);
+        decision = {{"resume", loaded->path}, {"meta", loaded->ckpt.meta}};
+        run_id_ = loaded->ckpt.meta.value("run_id", std::string());
+        ckpt = std::move(loaded->ckpt);
+      }
+      if (run_id_.empty()) {
+        run_id_ = ckpt::new_run_id();
+        log_info("run id {} (recorded in every checkpoint of this run)", run_id_);
+      }
+    } catch (const UsageError& e) {
+      decision = {{"error", e.what()}, {"kind", "usage"}};
+    } catch (const Error& e) {
+      decision = {{"error", e.what()}, {"kind", "checkpoint"}};
+    }
+  }
+  if (rank0_) log_debug("resume: chose and read the state in {:.0f} ms", 1e3 * seconds_since(t0));
+  decision = json::parse(broadcast_string(pg_, decision.dump()));
+  const Clock::time_point t_decided = Clock::now();
+  if (decision.contains("error")) {
+    std::string msg = decision["error"];
+    if (decision["kind"] == "usage") throw UsageError(msg);
+    throw ckpt::CheckpointError(msg);
+  }
+  if (!decision.contains("resume")) {
+    dp_->broadcast_state();
+    return std::nullopt;
+  }
+  load_resumed_state(ckpt, decision["meta"]);
   log_debug("resume: decision agreed {:.0f} ms after this rank began; state broadcast in {:.0f} ms",
             1e3 * std::chrono::duration<double>(t_decided - t0).count(),
             1e3 * seconds_since(t_decided));
   summary_.resumed = true;
   summary_.resumed_from = decision["resume"];
-  return meta;
+  return decision["meta"];
 }
 
 void Trainer::to_tensor(const data::Batch& b) {
@@ -612,7 +624,7 @@ void Trainer::train_epoch(int64_t epoch) {
   run.resumed_images = run.totals[2];
   resume_epoch_step_ = 0;
   std::fill(resume_totals_, resume_totals_ + 3, 0.0);
-  run.learning_rate = lr_at(schedule_, static_cast<double>(epoch) + run.fraction(run.step));
+  run.learning_rate = optim::lr_at(schedule_, static_cast<double>(epoch) + run.fraction(run.step));
   while (auto batch = loader.next()) {
     ddp::StepResult r = train_step(run, *batch);
     after_step(run, r);
@@ -644,7 +656,8 @@ std::vector<int64_t> Trainer::epoch_indices(EpochRun& run) {
 }
 
 ddp::StepResult Trainer::train_step(EpochRun& run, const data::Batch& batch) {
-  run.learning_rate = lr_at(schedule_, static_cast<double>(run.epoch) + run.fraction(run.step));
+  run.learning_rate =
+      optim::lr_at(schedule_, static_cast<double>(run.epoch) + run.fraction(run.step));
   to_tensor(batch);
   ddp::StepResult r = dp_->train_step(images_, batch.labels.data(), precision_->loss_scale());
   if (precision_->finish_step(model_->grads(), model_->num_params())) {
