@@ -219,6 +219,10 @@ torch_ddp() {
   echo "$backend: $nproc ranks, identical parameters after DDP, all on the agent's store; $(grep -o 'loss [0-9.]* -> [0-9.]*' "$log" | head -n 1)"
 }
 
+have_torch() {
+  "$(python_bin)" -c 'import torch' 2>/dev/null
+}
+
 # Which optimizer hook dlaunch's sitecustomize takes with this PyTorch (python/dlaunch_hooks).
 optimizer_hook_kind() {
   "$(python_bin)" -c 'import torch, torch.optim.optimizer as o
@@ -235,7 +239,7 @@ print("torch", torch.__version__ + ":", "register_optimizer_step_post_hook" if h
 # machine the ranks' tail after their last optimizer step (barrier, teardown) took over 4 s, and a
 # tail longer than the timeout is a hang too.
 torch_hang() {
-  "$(python_bin)" -c 'import torch' 2>/dev/null || { echo "no PyTorch for $(python_bin)"; return 77; }
+  have_torch || { echo "no PyTorch for $(python_bin)"; return 77; }
   local work=$out/work/torch_hang timeout=8
   rm -rf "$work"
   mkdir -p "$work"
@@ -268,7 +272,7 @@ torch_hang() {
 # the job finishes and each file was seen with at least 10 distinct modification times (the hook
 # touches it at most every 100 ms, so every step here) and no rank was called hung.
 torch_heartbeat() {
-  "$(python_bin)" -c 'import torch' 2>/dev/null || { echo "no PyTorch for $(python_bin)"; return 77; }
+  have_torch || { echo "no PyTorch for $(python_bin)"; return 77; }
   local work=$out/work/torch_heartbeat
   rm -rf "$work"
   mkdir -p "$work"

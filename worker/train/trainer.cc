@@ -132,12 +132,13 @@ std::string incompatible_settings(const json& meta, const TrainConfig& c, const 
     if (!recorded && s.skip_when_absent) continue;
     const json theirs = recorded ? have[s.key] : s.assumed;
     if (theirs == want[s.key]) continue;
-    add(s.what,
-        recorded ? text(theirs)
-        : theirs.is_null()
-            ? std::string("absent")
-            : text(theirs) + " (assumed: the checkpoint is older than dtrain recording it)",
-        want[s.key]);
+    std::string shown = text(theirs);
+    if (!recorded) {
+      shown = theirs.is_null()
+                  ? "absent"
+                  : shown + " (assumed: the checkpoint is older than dtrain recording it)";
+    }
+    add(s.what, shown, want[s.key]);
   }
   const json config = meta.value("config", json::object());
   if (config.contains("seed") && config["seed"] != json(c.seed)) {
