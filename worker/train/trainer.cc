@@ -48,14 +48,22 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// What must match between a checkpoint and the run resuming from it.
-json model_signature(const TrainConfig& c, const data::ImageDataset& ds) {
-  json sig = {{"model", c.model},           {"width", c.width},
-          {"dataset", c.dataset},       {"in_channels", ds.channels},
-          {"num_classes", ds.num_classes}, {"optimizer", c.optimizer},
-          // SGD keeps momentum buffers only when --momentum is non-zero: resuming across that
-          // change would hand the optimizer a state of the wrong size.
-          {"momentum_buffers", c.optimizer != "sgd" || c.momentum != 0}};
+// What must match between a checkpoint and the run resuming from it. The stem changes the first
+// layer's shape; the image size leaves every shape alone (global pooling) but not what the
+// weights have learnt, so resuming at another size would train on quietly.
+json model_signature(const TrainConfig& c, const data::ImageDataset& ds,
+                     const model::ResNetConfig& mc) {
+  json sig = {{"model", c.model},
+              {"width", c.width},
+              {"dataset", c.dataset},
+              {"in_channels", ds.channels},
+              {"num_classes", ds.num_classes},
+              {"optimizer", c.optimizer},
+              // SGD keeps momentum buffers only when --momentum is non-zero: resuming across
+              // that change would hand the optimizer a state of the wrong size.
+              {"momentum_buffers", c.optimizer != "sgd" || c.momentum != 0},
+              {"stem", mc.stem == model::ResNetStem::kImageNet ? "imagenet" : "cifar"},
+              {"image_size", fmt::format("{}x{}", ds.height, ds.width)}};
   // Image folders: the class names fix what each label means. Another class list (a folder
   // added, renamed or missing) changes that even where the number of classes stays.
   if (!ds.classes.empty()) sig["classes"] = ds.classes;
@@ -96,27 +104,49 @@ json config_json(const TrainConfig& c) {
 // data, the sampler's order and the augmentation, so a run resumed with another seed is not the
 // run that was checkpointed).
 std::string incompatible_settings(const json& meta, const TrainConfig& c, const json& want) {
-  static const std::vector<std::pair<std::string, std::string>> kWhat = {
+  struct Setting {
+    std::string key, what;
+    // What a checkpoint written before the key was recorded had: null compares as "absent",
+    // and `skip_when_absent` leaves a setting that was never recorded unchecked.
+    json assumed;
+    bool skip_when_absent = false;
+  };
+  static const std::vector<Setting> kSettings = {
       {"model", "--model"},
       {"width", "--width"},
       {"dataset", "--dataset"},
       {"in_channels", "the dataset's image channels"},
       {"num_classes", "the dataset's number of classes"},
       {"optimizer", "--optimizer"},
-      {"momentum_buffers", "SGD momentum buffers (--momentum zero or not)"}};
+      {"momentum_buffers", "SGD momentum buffers (--momentum zero or not)"},
+      // The CIFAR stem was the only one for most of the time before the stem was recorded.
+      {"stem", "the ResNet stem (--stem; auto takes imagenet for images of 64 pixels and more)",
+       "cifar"},
+      // Unknown for older checkpoints; the shapes do not depend on it, so they still load.
+      {"image_size", "the image size (--image_size, else the images' own size)", json(), true}};
   const json have = meta.value("signature", json::object());
   std::string out;
-  auto add = [&](const std::string& what, const json& theirs, const json& ours) {
+  auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  auto add = [&](const std::string& what, const std::string& theirs, const json& ours) {
     out += fmt::format("{}{} is {} in the checkpoint but {} here", out.empty() ? "" : "; ", what,
-                       theirs.is_null() ? std::string("absent") : theirs.dump(), ours.dump());
+                       theirs, text(ours));
   };
-  for (const auto& [key, what] : kWhat) {
-    const json theirs = have.contains(key) ? have[key] : json();
-    if (theirs != want[key]) add(what, theirs, want[key]);
+  for (const auto& s : kSettings) {
+    const bool recorded = have.contains(s.key);
+    if (!recorded && s.skip_when_absent) continue;
+    const json theirs = recorded ? have[s.key] : s.assumed;
+    if (theirs == want[s.key]) continue;
+    std::string shown = text(theirs);
+    if (!recorded) {
+      shown = theirs.is_null()
+                  ? "absent"
+                  : shown + " (assumed: the checkpoint is older than dtrain recording it)";
+    }
+    add(s.what, shown, want[s.key]);
   }
   const json config = meta.value("config", json::object());
   if (config.contains("seed") && config["seed"] != json(c.seed)) {
-    add("--seed", config["seed"], json(c.seed));
+    add("--seed", text(config["seed"]), json(c.seed));
   }
   const std::string classes = class_list_difference(
       have, want.contains("classes") ? want["classes"].get<std::vector<std::string>>()
@@ -497,7 +527,8 @@ std::optional<ckpt::LoadedCheckpoint> Trainer::choose_disk_checkpoint() {
 
 void Trainer::check_resumable(const ckpt::LoadedCheckpoint& loaded) {
   std::string differ =
-      incompatible_settings(loaded.ckpt.meta, c_, model_signature(c_, train_set_));
+      incompatible_settings(loaded.ckpt.meta, c_,
+                            model_signature(c_, train_set_, model_->config()));
   if (!differ.empty()) {
     throw UsageError(fmt::format(
         "checkpoint {} cannot be continued by this run: {}. Resume with the checkpoint's "
@@ -882,7 +913,7 @@ ckpt::Checkpoint Trainer::build_checkpoint(int64_t epochs_done, int64_t epoch_st
              {"optimizer_steps", optimizer_->step_count()},
              {"world_size", pg_.size()},
              {"batch_size", c_.batch_size},
-             {"signature", model_signature(c_, train_set_)},
+             {"signature", model_signature(c_, train_set_, model_->config())},
              {"config", config_json(c_)},
              // The sampler and augmentation are pure functions of (seed, epoch, index): the
              // next epoch and the seed are their whole state, whatever the world size; inside
