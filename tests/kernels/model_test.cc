@@ -132,7 +132,8 @@ TEST(ResNet, EndToEndGradientMatchesFiniteDifferences) {
     SCOPED_TRACE("width " + std::to_string(cs.width) + " in_channels " +
                  std::to_string(in_channels) +
                  (cs.stem == ResNetStem::kImageNet ? " imagenet stem" : " cifar stem"));
-    ResNetConfig cfg{18, cs.width, in_channels, 5, static_cast<int>(cs.image_size), cs.stem};
+    ResNetConfig cfg{18, cs.width, in_channels, 5, static_cast<int>(cs.image_size),
+                     kernels::Dtype::kF32, cs.stem};
     ResNet net(cfg, 7);
     const int64_t batch = 8;
     const Tensor images = random_images(batch, in_channels, cs.image_size, 8);
