@@ -44,6 +44,16 @@ TEST(TrainConfig, SpellingsAndBooleans) {
   }
 }
 
+// The fast recipe's options (issue 11): off by default, so the default run does not change.
+TEST(TrainConfig, RecipeOptionsAreOffByDefaultAndParse) {
+  const train::TrainConfig defaults = parse({});
+  EXPECT_EQ(defaults.label_smoothing, 0.0);
+  EXPECT_DOUBLE_EQ(parse({"--label-smoothing=0.1"}).label_smoothing, 0.1);
+  EXPECT_THROW(parse({"--label_smoothing=1"}), UsageError);
+  EXPECT_THROW(parse({"--label_smoothing=-0.1"}), UsageError);
+  EXPECT_NE(train::train_usage().find("--label_smoothing"), std::string::npos);
+}
+
 TEST(TrainConfig, OverwriteStartsANewRunAndContradictsAResumePath) {
   EXPECT_TRUE(parse({"--overwrite"}).overwrite);
   EXPECT_NO_THROW(parse({"--overwrite", "--resume=none"}));

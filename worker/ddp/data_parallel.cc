@@ -1,5 +1,8 @@
 #include "worker/ddp/data_parallel.h"
 
+#include <fmt/format.h>
+
+#include "common/error.h"
 #include "worker/model/loss.h"
 
 namespace dlaunch::ddp {
@@ -59,10 +62,16 @@ void DataParallel::broadcast_buffers() {
   for (Tensor* t : model_.buffers()) broadcast_tensor(pg_, *t);
 }
 
+void DataParallel::set_label_smoothing(float eps) {
+  if (!(eps >= 0.0f && eps < 1.0f))
+    throw UsageError(fmt::format("label smoothing {} is outside [0, 1); expected e.g. 0.1", eps));
+  label_smoothing_ = eps;
+}
+
 StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels, float loss_scale) {
   StepResult r;
   const Tensor& logits = model_.forward(images, /*training=*/true);
-  r.loss = softmax_cross_entropy(logits, labels, &grad_logits_, &r.correct);
+  r.loss = softmax_cross_entropy(logits, labels, &grad_logits_, &r.correct, label_smoothing_);
   if (loss_scale != 1.0f) {
     model_.backend().scale(grad_logits_.numel(), loss_scale, grad_logits_.data(), grad_logits_.data());
   }

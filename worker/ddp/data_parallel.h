@@ -43,6 +43,10 @@ class DataParallel {
   // Forward in eval mode; returns the summed loss over the batch.
   StepResult eval_step(const Tensor& images, const int32_t* labels);
 
+  // Label smoothing for train_step's loss (softmax_cross_entropy's label_smoothing; eval_step
+  // keeps the plain loss). Throws UsageError outside [0, 1).
+  void set_label_smoothing(float eps);
+
   ResNet& model() { return model_; }
   const GradReducer& reducer() const { return reducer_; }
 
@@ -52,6 +56,7 @@ class DataParallel {
   GradReducer reducer_;
   std::unique_ptr<ProcessGroupBatchNormSync> bn_sync_;
   Tensor grad_logits_;
+  float label_smoothing_ = 0;
 };
 
 }  // namespace dlaunch::ddp

@@ -102,6 +102,17 @@ const std::vector<Flag>& flags() {
       {"weight_decay", "L2 penalty added to the gradient (PyTorch's weight_decay)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.weight_decay = nonneg_double(f, v); },
        [](const TrainConfig& c) { return fmt_double(c.weight_decay); }},
+      {"label_smoothing",
+       "train against (1 - EPS) * one-hot + EPS / classes (PyTorch's CrossEntropyLoss("
+       "label_smoothing=EPS)); the test loss stays plain cross-entropy",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         c.label_smoothing = nonneg_double(f, v);
+         if (c.label_smoothing >= 1)
+           throw UsageError(fmt::format("{}={} is not below 1; expected EPS in [0, 1), e.g. 0.1 "
+                                        "(0: off)", f, v));
+       },
+       [](const TrainConfig& c) { return fmt_double(c.label_smoothing); }},
       {"scale_lr", "multiply the learning rate by the world size", true,
        [](TrainConfig& c, auto& f, auto& v) { c.scale_lr = parse_bool(v, f); },
        [](const TrainConfig& c) { return fmt_bool(c.scale_lr); }},

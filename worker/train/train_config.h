@@ -30,6 +30,7 @@ struct TrainConfig {
   double momentum = 0.9;
   bool nesterov = false;
   double weight_decay = 5e-4;
+  double label_smoothing = 0;  // [0, 1): CrossEntropyLoss(label_smoothing=) in training
   bool scale_lr = false;
   bool sync_bn = false;
   uint64_t seed = 0;

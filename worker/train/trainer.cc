@@ -370,6 +370,7 @@ void Trainer::build_model() {
   mc.stem = imagenet_stem ? ResNetStem::kImageNet : ResNetStem::kCifar;
   model_ = std::make_unique<ResNet>(mc, c_.seed, backend_);
   dp_ = std::make_unique<ddp::DataParallel>(*model_, pg_, c_.sync_bn);
+  dp_->set_label_smoothing(static_cast<float>(c_.label_smoothing));
 
   OptimConfig oc;
   oc.kind = parse_optim_kind(c_.optimizer);
