@@ -38,6 +38,33 @@ TEST(Optimizer, SgdMomentumStateAndDecayExemption) {
   EXPECT_THROW(again.load_state({1.f}, 3), UsageError);
 }
 
+// torch.optim.SGD(lr=0.1, momentum=0.9, weight_decay=0.1, nesterov=True) from p = 1 with the
+// gradient 1 at every step, worked by hand: d = g + wd p; buf = first ? d : 0.9 buf + d;
+// p -= lr (d + 0.9 buf).
+TEST(Optimizer, NesterovStepsMatchAHandComputedTable) {
+  OptimConfig cfg;
+  cfg.momentum = 0.9;
+  cfg.nesterov = true;
+  cfg.weight_decay = 0.1;
+  Optimizer opt(cfg);
+  struct Row {
+    double buf, p;
+  };
+  const Row table[] = {
+      {1.1, 1 - 0.1 * (1.1 + 0.9 * 1.1)},                          // 0.791
+      {0.9 * 1.1 + 1.0791, 0.791 - 0.1 * (1.0791 + 0.9 * 2.0691)},  // 0.496871
+      {0.9 * 2.0691 + 1.0496871, 0.496871 - 0.1 * (1.0496871 + 0.9 * 2.9118771)},  // 0.1298334
+  };
+  std::vector<float> p = {1.f};
+  const std::vector<float> g = {1.f};
+  for (const Row& row : table) {
+    opt.step(p.data(), g.data(), 1, 0.1f, {});
+    EXPECT_NEAR(opt.state()[0], row.buf, 1e-5) << "step " << opt.step_count();
+    EXPECT_NEAR(p[0], row.p, 1e-5) << "step " << opt.step_count();
+  }
+  EXPECT_NEAR(p[0], 0.1298334, 1e-6);
+}
+
 TEST(Optimizer, AdamStateHoldsBothMoments) {
   OptimConfig cfg;
   cfg.kind = OptimKind::kAdam;
