@@ -65,6 +65,37 @@ TEST(Optimizer, NesterovStepsMatchAHandComputedTable) {
   EXPECT_NEAR(p[0], 0.1298334, 1e-6);
 }
 
+// Plain SGD (no momentum, so one step is p -= lr * (g + wd * p)) over a BN weight, a conv
+// weight and the fc bias, with --no_bn_weight_decay and --bn_lr_scale 4.
+TEST(Optimizer, BatchNormLearningRateScaleAndDecayExemption) {
+  OptimConfig cfg;
+  cfg.momentum = 0;
+  cfg.weight_decay = 0.5;
+  cfg.decay_bn_and_bias = false;
+  cfg.bn_lr_scale = 4;
+  Optimizer opt(cfg);
+  const std::vector<ParamInfo> infos = {{"bn1.weight", 0, 1, true, true},
+                                        {"conv1.weight", 1, 1, false, false},
+                                        {"fc.bias", 2, 1, true, false}};
+  std::vector<float> p = {1.f, 1.f, 1.f};
+  const std::vector<float> g = {1.f, 1.f, 1.f};
+  opt.step(p.data(), g.data(), 3, 0.1f, infos);
+  EXPECT_FLOAT_EQ(p[0], 1.f - 0.4f * 1.f);          // lr x 4, no decay
+  EXPECT_FLOAT_EQ(p[1], 1.f - 0.1f * (1.f + 0.5f));  // lr, decayed
+  EXPECT_FLOAT_EQ(p[2], 1.f - 0.1f * 1.f);          // lr, no decay (a bias)
+
+  // Decay on (PyTorch's default) with the scale: the BN weight is decayed at lr x 4.
+  cfg.decay_bn_and_bias = true;
+  Optimizer decayed(cfg);
+  std::vector<float> q = {1.f, 1.f, 1.f};
+  decayed.step(q.data(), g.data(), 3, 0.1f, infos);
+  EXPECT_FLOAT_EQ(q[0], 1.f - 0.4f * 1.5f);
+  EXPECT_FLOAT_EQ(q[2], 1.f - 0.1f * 1.5f);
+
+  cfg.bn_lr_scale = -1;
+  EXPECT_THROW(Optimizer{cfg}, UsageError);
+}
+
 TEST(Optimizer, AdamStateHoldsBothMoments) {
   OptimConfig cfg;
   cfg.kind = OptimKind::kAdam;

@@ -48,10 +48,16 @@ TEST(TrainConfig, SpellingsAndBooleans) {
 TEST(TrainConfig, RecipeOptionsAreOffByDefaultAndParse) {
   const train::TrainConfig defaults = parse({});
   EXPECT_EQ(defaults.label_smoothing, 0.0);
+  EXPECT_FALSE(defaults.no_bn_weight_decay);
+  EXPECT_EQ(defaults.bn_lr_scale, 1.0);
+  EXPECT_TRUE(parse({"--no-bn-weight-decay"}).no_bn_weight_decay);
+  EXPECT_DOUBLE_EQ(parse({"--bn_lr_scale", "4"}).bn_lr_scale, 4.0);
+  EXPECT_THROW(parse({"--bn_lr_scale=-1"}), UsageError);
   EXPECT_DOUBLE_EQ(parse({"--label-smoothing=0.1"}).label_smoothing, 0.1);
   EXPECT_THROW(parse({"--label_smoothing=1"}), UsageError);
   EXPECT_THROW(parse({"--label_smoothing=-0.1"}), UsageError);
-  EXPECT_NE(train::train_usage().find("--label_smoothing"), std::string::npos);
+  for (const char* flag : {"--label_smoothing", "--no_bn_weight_decay", "--bn_lr_scale"})
+    EXPECT_NE(train::train_usage().find(flag), std::string::npos) << flag;
 }
 
 TEST(TrainConfig, OverwriteStartsANewRunAndContradictsAResumePath) {

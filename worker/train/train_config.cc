@@ -102,6 +102,14 @@ const std::vector<Flag>& flags() {
       {"weight_decay", "L2 penalty added to the gradient (PyTorch's weight_decay)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.weight_decay = nonneg_double(f, v); },
        [](const TrainConfig& c) { return fmt_double(c.weight_decay); }},
+      {"no_bn_weight_decay",
+       "no weight decay for batch norm weights and biases and the classifier's bias (as "
+       "torchvision's recipes' norm_weight_decay=0)",
+       true, [](TrainConfig& c, auto& f, auto& v) { c.no_bn_weight_decay = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.no_bn_weight_decay); }},
+      {"bn_lr_scale", "learning rate of batch norm weights and biases = the schedule's x K", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.bn_lr_scale = nonneg_double(f, v); },
+       [](const TrainConfig& c) { return fmt_double(c.bn_lr_scale); }},
       {"label_smoothing",
        "train against (1 - EPS) * one-hot + EPS / classes (PyTorch's CrossEntropyLoss("
        "label_smoothing=EPS)); the test loss stays plain cross-entropy",

@@ -30,6 +30,8 @@ struct TrainConfig {
   double momentum = 0.9;
   bool nesterov = false;
   double weight_decay = 5e-4;
+  bool no_bn_weight_decay = false;  // no weight decay for BN weights/biases and the fc bias
+  double bn_lr_scale = 1;           // BN weights'/biases' learning rate x this
   double label_smoothing = 0;  // [0, 1): CrossEntropyLoss(label_smoothing=) in training
   bool scale_lr = false;
   bool sync_bn = false;

@@ -377,6 +377,8 @@ void Trainer::build_model() {
   oc.momentum = c_.momentum;
   oc.nesterov = c_.nesterov;
   oc.weight_decay = c_.weight_decay;
+  oc.decay_bn_and_bias = !c_.no_bn_weight_decay;
+  oc.bn_lr_scale = c_.bn_lr_scale;
   optimizer_ = std::make_unique<Optimizer>(oc, backend_);
 
   schedule_.kind = parse_lr_schedule(c_.lr_schedule);
