@@ -119,6 +119,20 @@ TEST(Optimizer, RejectsBadConfig) {
   EXPECT_EQ(parse_optim_kind("adam"), OptimKind::kAdam);
 }
 
+TEST(LrSchedule, TriangleRisesToThePeakAndFallsToZeroAtTheEnd) {
+  LrSchedule s;
+  s.kind = parse_lr_schedule("triangle");
+  s.base_lr = 0.4;
+  s.warmup_epochs = 2;
+  s.total_epochs = 10;
+  const double table[][2] = {{0, 0},     {1, 0.2},   {2, 0.4},  {4, 0.3},
+                             {6, 0.2},   {9, 0.05},  {10, 0},   {12, 0}};
+  for (const auto& row : table) EXPECT_NEAR(lr_at(s, row[0]), row[1], 1e-12) << "epoch " << row[0];
+  s.warmup_epochs = 0;  // a linear decay from the peak
+  EXPECT_NEAR(lr_at(s, 0), 0.4, 1e-12);
+  EXPECT_NEAR(lr_at(s, 7.5), 0.1, 1e-12);
+}
+
 TEST(LrSchedule, WarmupThenCosineStepConstant) {
   LrSchedule s;
   s.kind = LrScheduleKind::kCosine;

@@ -53,6 +53,8 @@ TEST(TrainConfig, RecipeOptionsAreOffByDefaultAndParse) {
   EXPECT_TRUE(parse({"--no-bn-weight-decay"}).no_bn_weight_decay);
   EXPECT_DOUBLE_EQ(parse({"--bn_lr_scale", "4"}).bn_lr_scale, 4.0);
   EXPECT_THROW(parse({"--bn_lr_scale=-1"}), UsageError);
+  EXPECT_EQ(defaults.lr_schedule, "cosine");
+  EXPECT_EQ(parse({"--lr-schedule=triangle"}).lr_schedule, "triangle");
   EXPECT_DOUBLE_EQ(parse({"--label-smoothing=0.1"}).label_smoothing, 0.1);
   EXPECT_THROW(parse({"--label_smoothing=1"}), UsageError);
   EXPECT_THROW(parse({"--label_smoothing=-0.1"}), UsageError);

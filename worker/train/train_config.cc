@@ -82,9 +82,12 @@ const std::vector<Flag>& flags() {
       {"lr", "base learning rate", false,
        [](TrainConfig& c, auto& f, auto& v) { c.lr = nonneg_double(f, v); },
        [](const TrainConfig& c) { return fmt_double(c.lr); }},
-      {"lr_schedule", "cosine | step (x0.1 every 30 epochs) | constant", false,
+      {"lr_schedule",
+       "cosine | step (x0.1 every 30 epochs) | constant | triangle (after the warm-up, linear "
+       "down to 0 at the last epoch)",
+       false,
        [](TrainConfig& c, auto& f, auto& v) {
-         c.lr_schedule = choice(f, v, {"cosine", "step", "constant"});
+         c.lr_schedule = choice(f, v, {"cosine", "step", "constant", "triangle"});
        },
        [](const TrainConfig& c) { return c.lr_schedule; }},
       {"warmup_epochs", "linear warm-up from 0 over this many epochs", false,

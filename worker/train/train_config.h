@@ -24,7 +24,7 @@ struct TrainConfig {
   int epochs = 3;
   int batch_size = 64;  // per worker
   double lr = 0.1;
-  std::string lr_schedule = "cosine";  // cosine | step | constant
+  std::string lr_schedule = "cosine";  // cosine | step | constant | triangle
   double warmup_epochs = 0;
   std::string optimizer = "sgd";  // sgd | adam
   double momentum = 0.9;
