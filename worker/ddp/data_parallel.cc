@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "worker/model/loss.h"
+#include "worker/model/tta.h"
 
 namespace dlaunch::ddp {
 
@@ -83,7 +84,9 @@ StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels,
 
 StepResult DataParallel::eval_step(const Tensor& images, const int32_t* labels) {
   StepResult r;
-  const Tensor& logits = model_.forward(images, /*training=*/false);
+  Tensor averaged;
+  if (tta_flip_) averaged = flip_tta_logits(model_, images);
+  const Tensor& logits = tta_flip_ ? averaged : model_.forward(images, /*training=*/false);
   r.loss = softmax_cross_entropy(logits, labels, nullptr, &r.correct) *
            static_cast<float>(images.dim(0));
   return r;

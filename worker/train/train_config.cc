@@ -113,6 +113,11 @@ const std::vector<Flag>& flags() {
       {"bn_lr_scale", "learning rate of batch norm weights and biases = the schedule's x K", false,
        [](TrainConfig& c, auto& f, auto& v) { c.bn_lr_scale = nonneg_double(f, v); },
        [](const TrainConfig& c) { return fmt_double(c.bn_lr_scale); }},
+      {"tta",
+       "test-time augmentation: none | flip (classify each test image by the mean of its "
+       "logits and its mirror image's; the reported test loss and accuracy use it)",
+       false, [](TrainConfig& c, auto& f, auto& v) { c.tta = choice(f, v, {"none", "flip"}); },
+       [](const TrainConfig& c) { return c.tta; }},
       {"label_smoothing",
        "train against (1 - EPS) * one-hot + EPS / classes (PyTorch's CrossEntropyLoss("
        "label_smoothing=EPS)); the test loss stays plain cross-entropy",

@@ -32,7 +32,8 @@ struct TrainConfig {
   double weight_decay = 5e-4;
   bool no_bn_weight_decay = false;  // no weight decay for BN weights/biases and the fc bias
   double bn_lr_scale = 1;           // BN weights'/biases' learning rate x this
-  double label_smoothing = 0;  // [0, 1): CrossEntropyLoss(label_smoothing=) in training
+  double label_smoothing = 0;
+  std::string tta = "none";    // none | flip: test-time augmentation in evaluation  // [0, 1): CrossEntropyLoss(label_smoothing=) in training
   bool scale_lr = false;
   bool sync_bn = false;
   uint64_t seed = 0;

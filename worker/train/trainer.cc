@@ -371,6 +371,7 @@ void Trainer::build_model() {
   model_ = std::make_unique<ResNet>(mc, c_.seed, backend_);
   dp_ = std::make_unique<ddp::DataParallel>(*model_, pg_, c_.sync_bn);
   dp_->set_label_smoothing(static_cast<float>(c_.label_smoothing));
+  dp_->set_tta_flip(c_.tta == "flip");
 
   OptimConfig oc;
   oc.kind = parse_optim_kind(c_.optimizer);
