@@ -113,6 +113,16 @@ const std::vector<Flag>& flags() {
       {"bn_lr_scale", "learning rate of batch norm weights and biases = the schedule's x K", false,
        [](TrainConfig& c, auto& f, auto& v) { c.bn_lr_scale = nonneg_double(f, v); },
        [](const TrainConfig& c) { return fmt_double(c.bn_lr_scale); }},
+      {"cutout",
+       "training augmentation: set a random SIZE x SIZE square of each image, wholly inside it, "
+       "to the mean pixel (airbench's cutout; 0: off)",
+       false, [](TrainConfig& c, auto& f, auto& v) { c.cutout = positive_int(f, v, 0); },
+       [](const TrainConfig& c) { return std::to_string(c.cutout); }},
+      {"alternating_flip",
+       "training augmentation: flip each image by a coin drawn once per run and invert it every "
+       "other epoch (airbench), instead of a coin per epoch",
+       true, [](TrainConfig& c, auto& f, auto& v) { c.alternating_flip = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.alternating_flip); }},
       {"tta",
        "test-time augmentation: none | flip (classify each test image by the mean of its "
        "logits and its mirror image's; the reported test loss and accuracy use it)",
@@ -296,6 +306,12 @@ TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help) {
     throw UsageError(fmt::format("--overwrite starts a new run but --resume={} asks to continue "
                                  "one; drop one of the two",
                                  c.resume));
+  }
+  if ((c.cutout > 0 || c.alternating_flip) && c.image_size > 0) {
+    throw UsageError(fmt::format("--cutout and --alternating_flip change the crop-and-flip "
+                                 "augmentation of images at their own size, but --image_size={} "
+                                 "resamples them; drop one of the two",
+                                 c.image_size));
   }
   if (c.warmup_epochs >= c.epochs && c.warmup_epochs > 0) {
     throw UsageError(fmt::format("--warmup_epochs={} must be below --epochs={}", c.warmup_epochs, c.epochs));

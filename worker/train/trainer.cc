@@ -610,7 +610,7 @@ void Trainer::train_epoch(int64_t epoch) {
   run.epoch = epoch;
   std::vector<int64_t> indices = epoch_indices(run);
   data::BatchLoader loader(train_set_, std::move(indices), c_.batch_size, c_.augment(), c_.seed,
-                           epoch);
+                           epoch, /*prefetch=*/2, {c_.cutout, c_.alternating_flip});
   run.start = run.window_start = Clock::now();
   if (rank0_) std::copy(resume_totals_, resume_totals_ + 3, run.totals);
   run.resumed_images = run.totals[2];
