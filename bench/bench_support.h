@@ -13,6 +13,9 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <sstream>
+#include <string>
+#include <vector>
 
 namespace dlaunch::bench {
 
@@ -28,6 +31,15 @@ inline double cpu_seconds(int who) {
   rusage ru{};
   getrusage(who, &ru);
   return ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + 1e-6 * (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+}
+
+// "2,8,32" -> {2, 8, 32}: the --agents style lists of the benchmarks.
+inline std::vector<int> parse_int_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream in(s);
+  std::string item;
+  while (std::getline(in, item, ',')) out.push_back(std::stoi(item));
+  return out;
 }
 
 using dlaunch::testing::free_port;  // one definition for tests and benchmarks

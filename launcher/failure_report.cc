@@ -117,6 +117,73 @@ std::string describe_end(const WorkerRecord& w, Duration hang_timeout) {
                      what);
 }
 
+// The root cause when it is a rank stuck on another node (its agent's verdict).
+std::string format_remote_root_cause(const NodeHangVerdict& r, const ReportContext& ctx) {
+  std::string out = "Root cause (a rank stuck on another node; the ranks here waited for it):\n";
+  out += fmt::format("  host      : {} (node rank {})\n", r.host, r.node_rank);
+  out += fmt::format("  rank      : {} (local_rank: {})\n", r.rank, r.local_rank);
+  out += fmt::format("  hung      : no heartbeat for more than {:.1f} s (pid: {})\n",
+                     to_seconds(ctx.hang_timeout), r.pid);
+  if (!r.stacks_dir.empty()) {
+    out += fmt::format("  stacks    : {}/stack.txt (on {})\n", r.stacks_dir, r.host);
+  }
+  if (!r.where.empty()) out += fmt::format("  stuck in  : {}\n", r.where);
+  if (!r.python_stack.empty()) {
+    out += "  python    : (main thread, most recent call first)\n";
+    out += "  " + indent(r.python_stack, "  ") + "\n";
+  }
+  return out;
+}
+
+// What the failed worker left to read: its error file's message, else the tail of its stderr.
+std::string format_worker_output(const WorkerRecord& w) {
+  auto ef = read_error_file(w.error_file);
+  std::string out = fmt::format("  error_file: {}\n", ef ? w.error_file : "<N/A>");
+  if (ef) {
+    std::string msg = !ef->traceback.empty() ? ef->traceback
+                      : !ef->message.empty()  ? ef->message
+                                              : ef->raw;
+    if (!ef->traceback.empty() && !ef->message.empty()) msg = ef->message + "\n" + ef->traceback;
+    out += fmt::format("  traceback : {}\n", indent(msg, "    "));
+  } else if (!w.stderr_tail.empty()) {
+    out += fmt::format("  stderr    : (last {} lines)\n", w.stderr_tail.size());
+    for (const auto& line : w.stderr_tail) out += "    " + line + "\n";
+  } else {
+    out += "  stderr    : <empty>\n";
+  }
+  return out;
+}
+
+// The root cause when it is a worker of this node: how it ended, and what it left to read.
+std::string format_local_root_cause(const WorkerRecord& w, const ReportContext& ctx) {
+  std::string out = "Root cause (first observed failure):\n";
+  out += fmt::format("  time      : {}\n", format_wall_time(w.exited_wall));
+  out += fmt::format("  host      : {}\n", ctx.host);
+  out += fmt::format("  rank      : {} (local_rank: {})\n", w.global_rank, w.local_rank);
+  if (w.hung) {
+    out += fmt::format("  hung      : no heartbeat for more than {:.1f} s (pid: {})\n",
+                       to_seconds(ctx.hang_timeout), w.pid);
+    std::string stack = w.log_dir + "/stack.txt";
+    out += fmt::format("  stacks    : {}\n", stack);
+    if (!w.hang_where.empty()) out += fmt::format("  stuck in  : {}\n", w.hang_where);
+    if (!w.python_stack.empty()) {
+      out += fmt::format("  py_stacks : {}/py_stack.txt\n", w.log_dir);
+      out += "  python    : (main thread, most recent call first)\n";
+      out += "  " + indent(w.python_stack, "  ") + "\n";
+    }
+  } else if (w.exit) {
+    if (w.exit->signaled) {
+      out += fmt::format("  exitcode  : -{} ({}{}) (pid: {})\n", w.exit->code,
+                         signal_name(w.exit->code), w.exit->core_dumped ? ", core dumped" : "",
+                         w.pid);
+    } else {
+      out += fmt::format("  exitcode  : {} (pid: {})\n", w.exit->code, w.pid);
+    }
+    out += sigkill_hint(*w.exit);
+  }
+  return out + format_worker_output(w);
+}
+
 std::string format_failure_report(const WorkerGroup& group, const ReportContext& ctx) {
   const std::string bar(64, '=');
   const std::string rule(64, '-');
@@ -127,63 +194,11 @@ std::string format_failure_report(const WorkerGroup& group, const ReportContext&
   out += rule + "\n";
   auto root = group.root_cause();
   if (ctx.stuck_elsewhere) {
-    const NodeHangVerdict& r = *ctx.stuck_elsewhere;
-    out += "Root cause (a rank stuck on another node; the ranks here waited for it):\n";
-    out += fmt::format("  host      : {} (node rank {})\n", r.host, r.node_rank);
-    out += fmt::format("  rank      : {} (local_rank: {})\n", r.rank, r.local_rank);
-    out += fmt::format("  hung      : no heartbeat for more than {:.1f} s (pid: {})\n",
-                       to_seconds(ctx.hang_timeout), r.pid);
-    if (!r.stacks_dir.empty()) {
-      out += fmt::format("  stacks    : {}/stack.txt (on {})\n", r.stacks_dir, r.host);
-    }
-    if (!r.where.empty()) out += fmt::format("  stuck in  : {}\n", r.where);
-    if (!r.python_stack.empty()) {
-      out += "  python    : (main thread, most recent call first)\n";
-      out += "  " + indent(r.python_stack, "  ") + "\n";
-    }
+    out += format_remote_root_cause(*ctx.stuck_elsewhere, ctx);
   } else if (!root) {
     out += fmt::format("Root cause: {}\n", group.stop_reason().empty() ? "unknown" : group.stop_reason());
   } else {
-    const WorkerRecord& w = group.workers()[static_cast<size_t>(*root)];
-    out += "Root cause (first observed failure):\n";
-    out += fmt::format("  time      : {}\n", format_wall_time(w.exited_wall));
-    out += fmt::format("  host      : {}\n", ctx.host);
-    out += fmt::format("  rank      : {} (local_rank: {})\n", w.global_rank, w.local_rank);
-    if (w.hung) {
-      out += fmt::format("  hung      : no heartbeat for more than {:.1f} s (pid: {})\n",
-                         to_seconds(ctx.hang_timeout), w.pid);
-      std::string stack = w.log_dir + "/stack.txt";
-      out += fmt::format("  stacks    : {}\n", stack);
-      if (!w.hang_where.empty()) out += fmt::format("  stuck in  : {}\n", w.hang_where);
-      if (!w.python_stack.empty()) {
-        out += fmt::format("  py_stacks : {}/py_stack.txt\n", w.log_dir);
-        out += "  python    : (main thread, most recent call first)\n";
-        out += "  " + indent(w.python_stack, "  ") + "\n";
-      }
-    } else if (w.exit) {
-      if (w.exit->signaled) {
-        out += fmt::format("  exitcode  : -{} ({}{}) (pid: {})\n", w.exit->code,
-                           signal_name(w.exit->code), w.exit->core_dumped ? ", core dumped" : "",
-                           w.pid);
-      } else {
-        out += fmt::format("  exitcode  : {} (pid: {})\n", w.exit->code, w.pid);
-      }
-      out += sigkill_hint(*w.exit);
-    }
-    auto ef = read_error_file(w.error_file);
-    out += fmt::format("  error_file: {}\n", ef ? w.error_file : "<N/A>");
-    if (ef) {
-      std::string msg = !ef->traceback.empty() ? ef->traceback
-                        : !ef->message.empty()  ? ef->message
-                                                : ef->raw;
-      if (!ef->traceback.empty() && !ef->message.empty()) msg = ef->message + "\n" + ef->traceback;
-      out += fmt::format("  traceback : {}\n", indent(msg, "    "));
-    } else if (!w.stderr_tail.empty()) {
-      out += fmt::format("  stderr    : (last {} lines)\n", w.stderr_tail.size());
-      for (const auto& line : w.stderr_tail) out += "    " + line + "\n";
-    } else {
-      out += "  stderr    : <empty>\n";
-    }
+    out += format_local_root_cause(group.workers()[static_cast<size_t>(*root)], ctx);
   }
   out += rule + "\n";
   out += ctx.stuck_elsewhere

@@ -50,6 +50,25 @@ const char* const kUsage =
     "| --master_addr HOST --master_port PORT] --rdzv_id ID [--token_file PATH] [--json] "
     "[--events] [--timeout S]";
 
+// The combinations parse() cannot refuse flag by flag.
+void check_options(const Options& o) {
+  if (!o.rdzv_backend.empty() && o.rdzv_backend != "static" && o.rdzv_backend != "c10d" &&
+      o.rdzv_backend != "etcd") {
+    throw UsageError(fmt::format("--rdzv_backend '{}' is not one of static, c10d, etcd (the "
+                                 "job's own --rdzv_backend)",
+                                 o.rdzv_backend));
+  }
+  if (o.rdzv_backend == "etcd" && o.rdzv_endpoint.empty()) {
+    throw UsageError(
+        "--rdzv_backend etcd needs --rdzv_endpoint HOST:PORT, etcd's client URL as the job was "
+        "given it (e.g. 10.0.0.5:2379)");
+  }
+  if ((o.events || o.json) && o.command != "status") {
+    throw UsageError(
+        fmt::format("--json and --events belong to 'dlaunch status', not '{}'", o.command));
+  }
+}
+
 Options parse(const std::vector<std::string>& args) {
   Options o;
   o.command = args.at(0);
@@ -115,21 +134,7 @@ Options parse(const std::vector<std::string>& args) {
       throw UsageError(fmt::format("--master_port '{}' is not a port number", port_text));
     }
   }
-  if (!o.rdzv_backend.empty() && o.rdzv_backend != "static" && o.rdzv_backend != "c10d" &&
-      o.rdzv_backend != "etcd") {
-    throw UsageError(fmt::format("--rdzv_backend '{}' is not one of static, c10d, etcd (the "
-                                 "job's own --rdzv_backend)",
-                                 o.rdzv_backend));
-  }
-  if (o.rdzv_backend == "etcd" && o.rdzv_endpoint.empty()) {
-    throw UsageError(
-        "--rdzv_backend etcd needs --rdzv_endpoint HOST:PORT, etcd's client URL as the job was "
-        "given it (e.g. 10.0.0.5:2379)");
-  }
-  if ((o.events || o.json) && o.command != "status") {
-    throw UsageError(
-        fmt::format("--json and --events belong to 'dlaunch status', not '{}'", o.command));
-  }
+  check_options(o);
   return o;
 }
 
@@ -236,53 +241,59 @@ std::string bytes(int64_t b) {
   return fmt::format("{:.2f}G", static_cast<double>(b) / (1 << 30));
 }
 
-int status_command(const Options& o, const std::vector<Agent>& agents) {
-  const double now =
-      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
-  if (o.events) {
-    auto answers = for_each_agent(
-        agents, [&](const Agent& a) { return ask(a.address, "GET", "/events", {}, o.timeout); });
-    std::vector<nlohmann::json> timelines;
-    int code = 0;
-    for (size_t i = 0; i < agents.size(); ++i) {
-      if (!answers[i].ok) {
-        std::fprintf(stderr, "dlaunch: %s (%s): no timeline: %s\n", agents[i].host.c_str(),
-                     agents[i].address.c_str(),
-                     answers[i].error.empty() ? answers[i].body.c_str() : answers[i].error.c_str());
-        code = 1;
-        continue;
-      }
-      timelines.push_back(parse_timeline(answers[i].body));
+// `dlaunch status --events`: every agent's timeline, merged in time order.
+int events_command(const Options& o, const std::vector<Agent>& agents) {
+  auto answers = for_each_agent(
+      agents, [&](const Agent& a) { return ask(a.address, "GET", "/events", {}, o.timeout); });
+  std::vector<nlohmann::json> timelines;
+  int code = 0;
+  for (size_t i = 0; i < agents.size(); ++i) {
+    if (!answers[i].ok) {
+      std::fprintf(stderr, "dlaunch: %s (%s): no timeline: %s\n", agents[i].host.c_str(),
+                   agents[i].address.c_str(),
+                   answers[i].error.empty() ? answers[i].body.c_str() : answers[i].error.c_str());
+      code = 1;
+      continue;
     }
-    nlohmann::json merged = merge_timelines(timelines);
-    if (o.json) {
-      std::cout << merged.dump(2) << "\n";
-    } else {
-      for (const auto& e : merged) std::cout << format_event_line(e) << "\n";
-    }
-    return code;
+    timelines.push_back(parse_timeline(answers[i].body));
   }
+  nlohmann::json merged = merge_timelines(timelines);
+  if (o.json) {
+    std::cout << merged.dump(2) << "\n";
+  } else {
+    for (const auto& e : merged) std::cout << format_event_line(e) << "\n";
+  }
+  return code;
+}
+
+// One agent's answer to GET /status: its status, or why it has none.
+struct AgentStatus {
+  Agent agent;
+  std::optional<NodeStatus> status;
+  std::string unreachable;
+};
+
+// Asks every agent for its status; `all` gets each answer as JSON with the agent's address, or
+// the agent with the reason it did not answer.
+std::vector<AgentStatus> ask_statuses(const Options& o, const std::vector<Agent>& agents,
+                                      nlohmann::json& all) {
   auto answers = for_each_agent(
       agents, [&](const Agent& a) { return ask(a.address, "GET", "/status", {}, o.timeout); });
-  int code = 0;
-  std::vector<std::pair<Agent, std::optional<NodeStatus>>> nodes;
-  std::map<std::string, std::string> unreachable;  // address -> why
-  nlohmann::json all = nlohmann::json::array();
+  std::vector<AgentStatus> nodes;
   for (size_t i = 0; i < agents.size(); ++i) {
-    std::optional<NodeStatus> s;
+    AgentStatus node{agents[i], std::nullopt, ""};
     if (answers[i].ok) {
       try {
         auto j = nlohmann::json::parse(answers[i].body);
-        s = node_status_from_json(j);
+        node.status = node_status_from_json(j);
         j["address"] = agents[i].address;
         all.push_back(j);
       } catch (const std::exception& e) {
         answers[i].error = std::string("unreadable answer: ") + e.what();
       }
     }
-    if (!s) {
-      code = 1;
-      unreachable[agents[i].address] =
+    if (!node.status) {
+      node.unreachable =
           answers[i].error.empty() ? fmt::format("HTTP {}", answers[i].status) : answers[i].error;
       all.push_back(
           {{"address", agents[i].address},
@@ -290,24 +301,20 @@ int status_command(const Options& o, const std::vector<Agent>& agents) {
            {"agent_pid", agents[i].pid},
            {"unreachable", answers[i].error.empty() ? answers[i].body : answers[i].error}});
     }
-    nodes.emplace_back(agents[i], s);
+    nodes.push_back(std::move(node));
   }
-  if (o.json) {
-    std::cout << nlohmann::json({{"run_id", o.run_id}, {"agents", all}}).dump(2) << "\n";
-    return code;
-  }
-  std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) {
-    int64_t ra = a.second ? a.second->node_rank : INT64_MAX;
-    int64_t rb = b.second ? b.second->node_rank : INT64_MAX;
-    return ra != rb ? ra < rb : a.first.address < b.first.address;
-  });
-  std::string out = fmt::format("job {}: {} agent(s)\n", o.run_id, agents.size());
-  out += fmt::format("{:<5} {:<22} {:<8} {:<16} {:>7} {:>5} {:>9} {:>8} {}\n", "NODE", "ENDPOINT",
-                     "AGENT", "PHASE", "ATTEMPT", "ROUND", "RESTARTS", "RSS", "STORE");
-  for (const auto& [a, s] : nodes) {
+  return nodes;
+}
+
+// The agents' table: one line per node, in node-rank order.
+std::string format_agent_table(const std::vector<AgentStatus>& nodes) {
+  std::string out =
+      fmt::format("{:<5} {:<22} {:<8} {:<16} {:>7} {:>5} {:>9} {:>8} {}\n", "NODE", "ENDPOINT",
+                  "AGENT", "PHASE", "ATTEMPT", "ROUND", "RESTARTS", "RSS", "STORE");
+  for (const auto& [a, s, unreachable] : nodes) {
     if (!s) {
       out += fmt::format("{:<5} {:<22} {:<8} unreachable: {}\n", "?", a.address, a.pid,
-                         unreachable[a.address]);
+                         unreachable);
       continue;
     }
     std::string store = "-";
@@ -321,10 +328,16 @@ int status_command(const Options& o, const std::vector<Agent>& agents) {
                        fmt::format("{}/{}", s->restarts, s->max_restarts),
                        s->agent_usage ? bytes(s->agent_usage->rss_bytes) : "-", store);
   }
-  out +=
-      fmt::format("\n{:<5} {:<16} {:>5} {:>5} {:>8} {:<10} {:>8} {:>9} {:>8} {:>8} {}\n", "NODE",
+  return out;
+}
+
+// The workers' table: one line per worker of every node that answered.
+std::string format_worker_table(const std::vector<AgentStatus>& nodes, double now) {
+  std::string out =
+      fmt::format("{:<5} {:<16} {:>5} {:>5} {:>8} {:<10} {:>8} {:>9} {:>8} {:>8} {}\n", "NODE",
                   "HOST", "RANK", "LOCAL", "PID", "STATE", "UP", "HEARTBEAT", "RSS", "CPU", "EXIT");
-  for (const auto& [a, s] : nodes) {
+  for (const auto& node : nodes) {
+    const auto& s = node.status;
     if (!s) continue;
     for (const auto& w : s->workers) {
       std::string exit = w.exit_code     ? fmt::format("code {}", *w.exit_code)
@@ -338,7 +351,30 @@ int status_command(const Options& o, const std::vector<Agent>& agents) {
                          w.usage ? fmt::format("{:.1f}s", w.usage->cpu_seconds) : "-", exit);
     }
   }
-  std::cout << out;
+  return out;
+}
+
+int status_command(const Options& o, const std::vector<Agent>& agents) {
+  if (o.events) return events_command(o, agents);
+  const double now =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  nlohmann::json all = nlohmann::json::array();
+  std::vector<AgentStatus> nodes = ask_statuses(o, agents, all);
+  const bool any_unreachable = std::any_of(nodes.begin(), nodes.end(),
+                                           [](const AgentStatus& n) { return !n.status; });
+  const int code = any_unreachable ? 1 : 0;
+  if (o.json) {
+    std::cout << nlohmann::json({{"run_id", o.run_id}, {"agents", all}}).dump(2) << "\n";
+    return code;
+  }
+  std::sort(nodes.begin(), nodes.end(), [](const AgentStatus& a, const AgentStatus& b) {
+    int64_t ra = a.status ? a.status->node_rank : INT64_MAX;
+    int64_t rb = b.status ? b.status->node_rank : INT64_MAX;
+    return ra != rb ? ra < rb : a.agent.address < b.agent.address;
+  });
+  std::cout << fmt::format("job {}: {} agent(s)\n", o.run_id, agents.size())
+            << format_agent_table(nodes) << "\n"
+            << format_worker_table(nodes, now);
   return code;
 }
 

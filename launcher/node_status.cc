@@ -235,12 +235,10 @@ NodeStatus node_status_from_json(const nlohmann::json& j) {
   return s;
 }
 
-std::string to_prometheus(const NodeStatus& s) {
-  Exposition e(fmt::format("run_id=\"{}\",node=\"{}\",node_rank=\"{}\"", label_value(s.run_id),
-                           label_value(s.host), s.node_rank));
-  auto worker_labels = [](const WorkerStatus& w) {
-    return fmt::format(",rank=\"{}\",local_rank=\"{}\"", w.global_rank, w.local_rank);
-  };
+namespace {
+
+// The node's agent: its group, round and restarts, and its own memory and CPU.
+void add_agent_metrics(Exposition& e, const NodeStatus& s) {
   e.family("dlaunch_attempt", "gauge",
            "Current generation of the worker group on this node (DLAUNCH_ATTEMPT).");
   e.sample("dlaunch_attempt", static_cast<double>(s.attempt));
@@ -263,7 +261,13 @@ std::string to_prometheus(const NodeStatus& s) {
              "CPU time of the agent (user + system).");
     e.sample("dlaunch_agent_cpu_seconds_total", s.agent_usage->cpu_seconds);
   }
+}
 
+// One sample per worker in each family.
+void add_worker_metrics(Exposition& e, const NodeStatus& s) {
+  auto worker_labels = [](const WorkerStatus& w) {
+    return fmt::format(",rank=\"{}\",local_rank=\"{}\"", w.global_rank, w.local_rank);
+  };
   e.family("dlaunch_worker_up", "gauge", "1 while the worker process runs, else 0.");
   for (const auto& w : s.workers)
     e.sample("dlaunch_worker_up", w.state == "running" || w.state == "hung" ? 1 : 0,
@@ -308,26 +312,37 @@ std::string to_prometheus(const NodeStatus& s) {
     if (w.usage)
       e.sample("dlaunch_worker_cpu_seconds_total", w.usage->cpu_seconds, worker_labels(w));
   }
-  if (s.store) {
-    const auto& st = *s.store;
-    e.family("dlaunch_store_keys", "gauge", "Keys in the job's store hosted by this agent.");
-    e.sample("dlaunch_store_keys", static_cast<double>(st.keys));
-    e.family("dlaunch_store_connections", "gauge", "Open connections to the job's store.");
-    e.sample("dlaunch_store_connections", static_cast<double>(st.connections));
-    e.family("dlaunch_store_requests_total", "counter", "Requests the job's store served.");
-    e.sample("dlaunch_store_requests_total", static_cast<double>(st.requests));
-    e.family("dlaunch_store_request_duration_seconds", "histogram",
-             "Service time of a store request (decoded to reply queued).");
-    for (size_t i = 0; i < StoreStatsSnapshot::kBuckets; ++i) {
-      e.sample("dlaunch_store_request_duration_seconds_bucket",
-               static_cast<double>(st.cumulative[i]),
-               fmt::format(",le=\"{:g}\"", StoreStatsSnapshot::bucket_bound_seconds(i)));
-    }
+}
+
+// The job's store, on the agent that hosts it: keys, connections and the latency histogram.
+void add_store_metrics(Exposition& e, const StoreStatsSnapshot& st) {
+  e.family("dlaunch_store_keys", "gauge", "Keys in the job's store hosted by this agent.");
+  e.sample("dlaunch_store_keys", static_cast<double>(st.keys));
+  e.family("dlaunch_store_connections", "gauge", "Open connections to the job's store.");
+  e.sample("dlaunch_store_connections", static_cast<double>(st.connections));
+  e.family("dlaunch_store_requests_total", "counter", "Requests the job's store served.");
+  e.sample("dlaunch_store_requests_total", static_cast<double>(st.requests));
+  e.family("dlaunch_store_request_duration_seconds", "histogram",
+           "Service time of a store request (decoded to reply queued).");
+  for (size_t i = 0; i < StoreStatsSnapshot::kBuckets; ++i) {
     e.sample("dlaunch_store_request_duration_seconds_bucket",
-             static_cast<double>(st.cumulative[StoreStatsSnapshot::kBuckets]), ",le=\"+Inf\"");
-    e.sample("dlaunch_store_request_duration_seconds_sum", st.latency_sum_seconds);
-    e.sample("dlaunch_store_request_duration_seconds_count", static_cast<double>(st.requests));
+             static_cast<double>(st.cumulative[i]),
+             fmt::format(",le=\"{:g}\"", StoreStatsSnapshot::bucket_bound_seconds(i)));
   }
+  e.sample("dlaunch_store_request_duration_seconds_bucket",
+           static_cast<double>(st.cumulative[StoreStatsSnapshot::kBuckets]), ",le=\"+Inf\"");
+  e.sample("dlaunch_store_request_duration_seconds_sum", st.latency_sum_seconds);
+  e.sample("dlaunch_store_request_duration_seconds_count", static_cast<double>(st.requests));
+}
+
+}  // namespace
+
+std::string to_prometheus(const NodeStatus& s) {
+  Exposition e(fmt::format("run_id=\"{}\",node=\"{}\",node_rank=\"{}\"", label_value(s.run_id),
+                           label_value(s.host), s.node_rank));
+  add_agent_metrics(e, s);
+  add_worker_metrics(e, s);
+  if (s.store) add_store_metrics(e, *s.store);
   return e.take();
 }
 

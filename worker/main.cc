@@ -42,6 +42,26 @@ const char* error_type(const std::exception& e) {
   return "RuntimeError";
 }
 
+// Rank 0's last line: what the run did, or how to continue one a signal stopped.
+void log_summary(const dlaunch::train::TrainSummary& s) {
+  using namespace dlaunch;
+  std::string partial =
+      s.partial_epoch > 0 ? fmt::format(" and {} of {} steps of epoch {}", s.partial_epoch_steps,
+                                        s.partial_epoch_of, s.partial_epoch)
+                          : std::string();
+  std::string accuracy = std::isnan(s.test_accuracy)
+                             ? std::string("no test accuracy (no evaluation ran)")
+                             : fmt::format("test accuracy {:.2f}%", 100 * s.test_accuracy);
+  if (s.stop_signal != 0) {
+    log_warning("stopped by {}: {} epochs{}, {} steps; checkpoint {}; run again with "
+                "--resume auto (the default) to continue from that step",
+                train::stop_signal_name(s.stop_signal), s.epochs_done, partial, s.steps,
+                s.stop_checkpoint);
+  } else {
+    log_info("done: {} epochs{}, {} steps, {}", s.epochs_done, partial, s.steps, accuracy);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,23 +114,7 @@ int main(int argc, char** argv) {
     const auto join_timeout = std::max<std::chrono::milliseconds>(collective_timeout, std::chrono::seconds(300));
     auto pg = train::join_process_group(env, join_timeout, collective_timeout, device);
     train::TrainSummary s = train::run_training(config, env, *pg, *device.backend, fault);
-    if (env.rank == 0) {
-      std::string partial =
-          s.partial_epoch > 0 ? fmt::format(" and {} of {} steps of epoch {}", s.partial_epoch_steps,
-                                            s.partial_epoch_of, s.partial_epoch)
-                              : std::string();
-      std::string accuracy = std::isnan(s.test_accuracy)
-                                 ? std::string("no test accuracy (no evaluation ran)")
-                                 : fmt::format("test accuracy {:.2f}%", 100 * s.test_accuracy);
-      if (s.stop_signal != 0) {
-        log_warning("stopped by {}: {} epochs{}, {} steps; checkpoint {}; run again with "
-                    "--resume auto (the default) to continue from that step",
-                    train::stop_signal_name(s.stop_signal), s.epochs_done, partial, s.steps,
-                    s.stop_checkpoint);
-      } else {
-        log_info("done: {} epochs{}, {} steps, {}", s.epochs_done, partial, s.steps, accuracy);
-      }
-    }
+    if (env.rank == 0) log_summary(s);
     if (s.stop_signal != 0 && !WorkerEnv::launched()) {
       return s.stop_signal == SIGUSR1 ? 75 : 128 + s.stop_signal;
     }

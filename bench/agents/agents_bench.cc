@@ -56,6 +56,7 @@ namespace {
 
 using dlaunch::bench::free_port;
 using dlaunch::bench::mono_ns;
+using dlaunch::bench::parse_int_list;
 
 bool g_keep = false;  // --keep
 
@@ -315,14 +316,6 @@ void print_row(const std::string& name, int n, const Figures& f) {
   std::fflush(stdout);
 }
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::stoi(item));
-  return out;
-}
-
 // Every worker's start counts even when the run failed later (at exit); the exit time only
 // when every agent exited 0.
 void record(Figures& f, const JobResult& r, const std::string& what) {
@@ -364,7 +357,7 @@ int main(int argc, char** argv) {
       }
       return argv[++i];
     };
-    if (a == "--agents") agents = parse_list(next());
+    if (a == "--agents") agents = parse_int_list(next());
     else if (a == "--backend") {
       std::string b = next();
       backends = b == "both" ? std::vector<std::string>{"static", "c10d"}

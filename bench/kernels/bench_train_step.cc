@@ -35,6 +35,8 @@
 namespace {
 
 using namespace dlaunch;
+using namespace dlaunch::model;
+using namespace dlaunch::optim;
 
 struct Options {
   std::vector<int> widths = {64, 16};

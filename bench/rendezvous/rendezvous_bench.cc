@@ -11,10 +11,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench/bench_support.h"
 #include "common/log.h"
 #include "rendezvous/handlers/rendezvous_registry.h"
 #include "rendezvous/tcp/tcp_store_server.h"
@@ -85,14 +85,6 @@ double run_once(const std::string& backend, int n, int64_t min_nodes, int64_t ma
   return ok ? (last - start) / 1e9 : -1;
 }
 
-std::vector<int> parse_list(const std::string& s) {
-  std::vector<int> out;
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) out.push_back(std::stoi(item));
-  return out;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -103,7 +95,7 @@ int main(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a == "--backend" && i + 1 < argc) backend = argv[++i];
-    else if (a == "--agents" && i + 1 < argc) agents = parse_list(argv[++i]);
+    else if (a == "--agents" && i + 1 < argc) agents = bench::parse_int_list(argv[++i]);
     else if (a == "--repeat" && i + 1 < argc) repeat = std::stoi(argv[++i]);
     else if (a == "--elastic") elastic = true;
     else {

@@ -48,6 +48,7 @@
 #include "kernels/cpu/conv_choice_cache.h"
 #include "kernels/ops.h"
 #include "kernels/profile.h"
+#include "kernels/shape_key.h"
 
 namespace dlaunch::kernels::cpu {
 namespace {
@@ -136,17 +137,7 @@ Policy policy() {
   throw UsageError("DLAUNCH_CONV_ALGO must be autotune, direct, auto or twin, got '" + v + "'");
 }
 
-struct Key {
-  int64_t v[10];
-  bool operator==(const Key& o) const { return std::memcmp(v, o.v, sizeof(v)) == 0; }
-};
-struct KeyHash {
-  size_t operator()(const Key& k) const {
-    size_t h = 1469598103934665603ull;
-    for (int64_t x : k.v) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
-    return h;
-  }
-};
+using Key = ShapeKey<10>;
 
 // A reorder between two descriptors; no primitive when they are equal.
 struct Reorder {
@@ -289,7 +280,7 @@ struct ConvEntry {
 
 ConvEntry& entry(const ConvShape& s) {
   static std::mutex mu;
-  static std::unordered_map<Key, std::unique_ptr<ConvEntry>, KeyHash> cache;
+  static std::unordered_map<Key, std::unique_ptr<ConvEntry>, ShapeKeyHash> cache;
   DL_CHECK(s.n > 0 && s.c_in > 0 && s.c_out > 0 && s.h_out() > 0 && s.w_out() > 0)
       << "bad conv shape n=" << s.n << " c_in=" << s.c_in << " " << s.h_in << "x" << s.w_in
       << " c_out=" << s.c_out << " k=" << s.kernel << " stride=" << s.stride << " pad=" << s.pad;

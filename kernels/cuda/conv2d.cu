@@ -1,30 +1,20 @@
 // Convolutions on cuDNN (NCHW float). Descriptors and the algorithm choice (cuDNN's heuristics,
 // first algorithm whose workspace fits kMaxWorkspace) are cached per shape; the workspace is the
 // calling thread's grow-only buffer.
-#include <cstring>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.h"
+#include "kernels/shape_key.h"
 
 namespace dlaunch::kernels::cuda {
 namespace {
 
 constexpr size_t kMaxWorkspace = size_t(1) << 30;
 
-struct Key {
-  int64_t v[8];
-  bool operator==(const Key& o) const { return std::memcmp(v, o.v, sizeof(v)) == 0; }
-};
-struct KeyHash {
-  size_t operator()(const Key& k) const {
-    size_t h = 1469598103934665603ull;
-    for (int64_t x : k.v) h = (h ^ static_cast<size_t>(x)) * 1099511628211ull;
-    return h;
-  }
-};
+using Key = ShapeKey<8>;
 
 struct Conv {
   cudnnTensorDescriptor_t x = nullptr, y = nullptr;
@@ -83,7 +73,7 @@ std::unique_ptr<Conv> create(const ConvShape& s) {
 
 Conv& get(const ConvShape& s) {
   static std::mutex mu;
-  static std::unordered_map<Key, std::unique_ptr<Conv>, KeyHash> cache;
+  static std::unordered_map<Key, std::unique_ptr<Conv>, ShapeKeyHash> cache;
   std::lock_guard<std::mutex> lock(mu);
   auto& slot = cache[Key{{s.n, s.c_in, s.h_in, s.w_in, s.c_out, s.kernel, s.stride, s.pad}}];
   if (!slot) slot = create(s);

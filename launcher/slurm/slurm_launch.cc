@@ -70,27 +70,19 @@ void apply_slurm(const CliArgs& cli, const EnvLookup& env, LaunchConfig& cfg) {
     cfg.min_nodes = cfg.max_nodes = n;
     cfg.origin["nnodes"] = s.nnodes->source;
   }
-  if (s.node_rank) {
-    cfg.node_rank = s.node_rank->value;
-    cfg.node_rank_given = true;  // a hint the elastic rendezvous honours, like --node_rank
-    cfg.origin["node_rank"] = s.node_rank->source;
-  }
-  if (s.master_addr) {
-    cfg.master_addr = s.master_addr->value;
-    cfg.origin["master_addr"] = s.master_addr->source;
-  }
-  if (s.master_port) {
-    cfg.master_port = s.master_port->value;
-    cfg.origin["master_port"] = s.master_port->source;
-  }
-  if (s.run_id) {
-    cfg.run_id = s.run_id->value;
-    cfg.origin["rdzv_id"] = s.run_id->source;
-  }
-  if (s.nproc_per_node) {
-    cfg.nproc_per_node = s.nproc_per_node->value;
-    cfg.origin["nproc_per_node"] = s.nproc_per_node->source;
-  }
+  // A setting Slurm gave takes its value and names its variable as the origin (--print_config).
+  auto take = [&cfg](const auto& setting, auto& field, const char* flag) {
+    if (!setting) return;
+    field = setting->value;
+    cfg.origin[flag] = setting->source;
+  };
+  take(s.node_rank, cfg.node_rank, "node_rank");
+  // A hint the elastic rendezvous honours, like --node_rank.
+  if (s.node_rank) cfg.node_rank_given = true;
+  take(s.master_addr, cfg.master_addr, "master_addr");
+  take(s.master_port, cfg.master_port, "master_port");
+  take(s.run_id, cfg.run_id, "rdzv_id");
+  take(s.nproc_per_node, cfg.nproc_per_node, "nproc_per_node");
 }
 
 void exec_slurm_task(const LaunchConfig& cfg) {

@@ -24,6 +24,9 @@
 namespace dlaunch {
 namespace {
 
+using namespace dlaunch::model;
+using namespace dlaunch::optim;
+
 TEST(Backend, CpuBackendIsTheCpuOps) {
   kernels::Backend& be = kernels::cpu_backend();
   EXPECT_EQ(be.name(), "cpu");

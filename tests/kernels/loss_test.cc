@@ -13,6 +13,7 @@
 namespace dlaunch {
 namespace {
 
+using model::softmax_cross_entropy;
 using test::expect_gradient;
 using test::random_vector;
 

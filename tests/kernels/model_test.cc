@@ -20,6 +20,8 @@
 namespace dlaunch {
 namespace {
 
+using namespace dlaunch::model;
+
 using test::random_vector;
 
 Tensor random_images(int64_t n, int64_t c, int64_t hw, uint32_t seed) {
@@ -416,6 +418,8 @@ TEST(ResNet, EvalUsesRunningStatisticsAndWorksForOneImage) {
 
 namespace dlaunch {
 namespace {
+
+using namespace dlaunch::model;
 
 TEST(Tensor, AlignedZeroedResizeKeepsCapacityCopyAndMove) {
   Tensor t({2, 3, 5});

@@ -11,6 +11,9 @@
 namespace dlaunch {
 namespace {
 
+using namespace dlaunch::model;
+using namespace dlaunch::optim;
+
 TEST(Optimizer, SgdMomentumStateAndDecayExemption) {
   OptimConfig cfg;
   cfg.kind = OptimKind::kSgd;

@@ -15,6 +15,8 @@
 namespace dlaunch {
 namespace {
 
+using namespace dlaunch::optim;
+
 using kernels::Dtype;
 const float kInf = std::numeric_limits<float>::infinity();
 

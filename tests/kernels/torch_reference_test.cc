@@ -25,6 +25,9 @@
 namespace dlaunch {
 namespace {
 
+using namespace dlaunch::model;
+using namespace dlaunch::optim;
+
 class TempDir {
  public:
   TempDir() {

@@ -14,6 +14,8 @@
 namespace dlaunch {
 namespace {
 
+using namespace dlaunch::model;
+
 constexpr int64_t kN = 3, kC = 3, kH = 8, kW = 8;
 
 Tensor random_images(uint32_t seed) {

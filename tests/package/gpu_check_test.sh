@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/gpu_check.sh end to end on a machine without a GPU: --bundle packs, --run unpacks and
-# runs every check; the GPU checks must say SKIP (not PASS, not FAIL) and the PyTorch check over
-# gloo must pass with the bundled dlaunch (its RUNPATH finds the bundled libraries).
+# runs every check; the GPU checks must say SKIP (not PASS, not FAIL) and the PyTorch checks over
+# gloo (DDP, hang detection, step heartbeats) must pass with the bundled dlaunch (its RUNPATH
+# finds the bundled libraries) and hooks.
 #   gpu_check_test.sh REPO BUILD
 set -euo pipefail
 repo=$1 build=$2
@@ -23,6 +24,10 @@ fail() {
 }
 grep -q '^PASS environment ' "$results" || fail "environment did not pass"
 grep -q '^PASS torch_gloo_4_ranks ' "$results" || fail "PyTorch over gloo under the bundled dlaunch did not pass"
+# The bundled hooks (share/dlaunch/python) catch an unmodified DDP script's hang and beat per step.
+for c in torch_hang_detected torch_step_heartbeats; do
+  grep -q "^PASS $c " "$results" || fail "$c did not pass with Debian's PyTorch"
+done
 for c in kernels_cuda_test worker_nccl_test torch_nccl_1_rank dtrain_gpu gpu_speed; do
   grep -q "^SKIP $c " "$results" || fail "$c should be SKIP without a GPU"
 done

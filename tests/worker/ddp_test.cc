@@ -17,6 +17,9 @@
 namespace dlaunch::ddp {
 namespace {
 
+using namespace dlaunch::model;
+using namespace dlaunch::optim;
+
 constexpr int kGlobalBatch = 8;
 constexpr int kSteps = 5;
 

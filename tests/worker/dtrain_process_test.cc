@@ -2,7 +2,8 @@
 // store, hosted here), then resumed alone (a different world size), a corrupt newest checkpoint
 // skipped, bad flags and a mismatched resume refused with exit 2 and an error file; smoke runs
 // on the real MNIST and CIFAR-10 files (skipped when ../shared/data is absent); image folders:
-// exit codes of their refusals, bad images, and a resume against another class list.
+// exit codes of their refusals, bad images, and a resume against another class list, stem or
+// image size.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -871,6 +872,58 @@ TEST_F(DtrainProcessTest, ImageFolderRefusesAnotherClassListOnResume) {
   fs::rename(data / "test" / "cat", data / "test" / "bee");
   Proc third = spawn_dtrain(with(args, "--epochs=2"), {}, log("third.log"));
   EXPECT_EQ(wait_for(third), 0) << slurp(third.log);
+}
+
+// Issue 12: the checkpoint records the stem and the image size. Another --stem used to fail on
+// the parameter count alone; another --image_size (same shapes) used to train on quietly. Both
+// are refused naming the two values; a checkpoint from before they were recorded is taken as a
+// CIFAR-stem one of unknown size, and still loads.
+TEST_F(DtrainProcessTest, ImageFolderRefusesAnotherStemOrImageSizeOnResume) {
+  const fs::path data = dir_ / "images";
+  write_image_folder(data, {"ant", "bee"});
+  auto run = [&](const std::string& name, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--dataset=imagefolder", "--data_dir=" + data.string(),
+                                  "--width=8", "--batch_size=8",
+                                  "--output_dir=" + (dir_ / "out").string()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    Proc p = spawn_dtrain(a, {}, log(name + ".log"));
+    const int rc = wait_for(p);
+    return std::make_pair(rc, slurp(p.log));
+  };
+  auto [first_rc, first_log] = run("first", {"--epochs=1"});
+  ASSERT_EQ(first_rc, 0) << first_log;
+  const fs::path epoch1 = dir_ / "out" / "checkpoint_epoch_0001.dtck";
+  ckpt::Checkpoint ck = ckpt::read_checkpoint(epoch1.string());
+  EXPECT_EQ(ck.meta["signature"]["stem"], "cifar");  // --stem auto below 64 pixels
+  EXPECT_EQ(ck.meta["signature"]["image_size"], "16x16");
+
+  auto [stem_rc, stem_log] = run("stem", {"--epochs=2", "--stem=imagenet"});
+  EXPECT_EQ(stem_rc, 2) << stem_log;
+  EXPECT_NE(stem_log.find("the ResNet stem (--stem; auto takes imagenet for images of 64 pixels "
+                          "and more) is cifar in the checkpoint but imagenet here"),
+            std::string::npos)
+      << stem_log;
+  EXPECT_NE(stem_log.find("Resume with the checkpoint's settings"), std::string::npos) << stem_log;
+  auto [size_rc, size_log] = run("size", {"--epochs=2", "--image_size=24"});
+  EXPECT_EQ(size_rc, 2) << size_log;
+  EXPECT_NE(size_log.find("the image size (--image_size, else the images' own size) is 16x16 in "
+                          "the checkpoint but 24x24 here"),
+            std::string::npos)
+      << size_log;
+
+  // As written before the fields existed: the CIFAR stem is assumed, the size goes unchecked.
+  ck.meta["signature"].erase("stem");
+  ck.meta["signature"].erase("image_size");
+  ckpt::write_checkpoint(epoch1.string(), ck);
+  auto [old_stem_rc, old_stem_log] = run("old_stem", {"--epochs=2", "--stem=imagenet"});
+  EXPECT_EQ(old_stem_rc, 2) << old_stem_log;
+  EXPECT_NE(old_stem_log.find("is cifar (assumed: the checkpoint is older than dtrain recording "
+                              "it) in the checkpoint but imagenet here"),
+            std::string::npos)
+      << old_stem_log;
+  auto [old_rc, old_log] = run("old", {"--epochs=2", "--image_size=24"});
+  EXPECT_EQ(old_rc, 0) << old_log;
+  EXPECT_NE(old_log.find("resumed from " + epoch1.string()), std::string::npos) << old_log;
 }
 
 TEST_F(DtrainProcessTest, ImageFolderBadDataExitCodes) {

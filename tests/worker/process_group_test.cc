@@ -97,10 +97,10 @@ TEST(GlooProcessGroup, PeerExitSurfacesAsError) {
 }
 
 TEST(GradReducer, BucketsTileTheBufferAndAverage) {
-  std::vector<ParamInfo> params;
+  std::vector<model::ParamInfo> params;
   size_t off = 0;
   for (size_t count : {10, 3000, 7, 5000, 20, 400, 6000, 30}) {
-    params.push_back(ParamInfo{"p" + std::to_string(params.size()), off, count, false});
+    params.push_back(model::ParamInfo{"p" + std::to_string(params.size()), off, count, false});
     off += count;
   }
   run_gloo_ranks(2, [&](ProcessGroup& pg) {
@@ -133,10 +133,10 @@ TEST(GradReducer, BucketsTileTheBufferAndAverage) {
 // backend's). Each bucket is copied out once when ready, the reduced buffer copied back once in
 // finish(), and the process group never sees the gradients' own memory.
 TEST(GradReducer, StagedGradientsAreCopiedOutPerBucketAndBackOnce) {
-  std::vector<ParamInfo> params;
+  std::vector<model::ParamInfo> params;
   size_t off = 0;
   for (size_t count : {10, 3000, 7, 5000, 20}) {
-    params.push_back(ParamInfo{"p" + std::to_string(params.size()), off, count, false});
+    params.push_back(model::ParamInfo{"p" + std::to_string(params.size()), off, count, false});
     off += count;
   }
   run_gloo_ranks(2, [&](ProcessGroup& pg) {

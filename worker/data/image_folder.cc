@@ -2,6 +2,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <map>
@@ -114,234 +115,321 @@ Split list_split(const FileTree& tree, const std::string& dir) {
   return s;
 }
 
-// Decodes every image of a split on `threads` threads into planar CHW uint8.
-ImageDataset decode_split(const FileTree& tree, const Split& split, const std::string& name,
-                          const ImageFolderOptions& options) {
-  const size_t n = split.items.size();
-  auto bytes_of = [&](const TreeFile& f, std::vector<uint8_t>& buf) -> const std::vector<uint8_t>& {
-    if (!tree.archive) {
+// Per-channel sums of pixel values (0..255), for a split's mean and standard deviation: exact
+// integers per decode thread, added up in double across threads.
+template <typename T>
+struct ChannelSums {
+  std::array<T, 3> sum{}, sum_sq{};
+  T pixels = 0;
+};
+
+// Copies an interleaved RGB image into planar CHW at `out` and adds its values to `sums`.
+void to_planar_counting(const DecodedImage& img, uint8_t* out, ChannelSums<uint64_t>& sums) {
+  const int64_t plane = static_cast<int64_t>(img.height) * img.width;
+  sums.pixels += static_cast<uint64_t>(plane);
+  for (int c = 0; c < 3; ++c) {
+    uint8_t* dst = out + c * plane;
+    const uint8_t* src = img.rgb.data() + c;
+    for (int64_t p = 0; p < plane; ++p) dst[p] = src[3 * p];
+    // 32-bit sums over blocks small enough not to overflow (255^2 * 65536 < 2^32) let the
+    // compiler vectorise this pass; it was a sixth of the load time as one strided loop.
+    for (int64_t b = 0; b < plane; b += 65536) {
+      uint32_t bs = 0, bsq = 0;
+      for (int64_t p = b, e = std::min<int64_t>(plane, b + 65536); p < e; ++p) {
+        const uint32_t v = dst[p];
+        bs += v;
+        bsq += v * v;
+      }
+      sums.sum[c] += bs;
+      sums.sum_sq[c] += bsq;
+    }
+  }
+}
+
+// Decodes every image of a split on `threads` threads into planar CHW uint8: run() takes the
+// steps in order; the members are what the steps share.
+class SplitDecoder {
+ public:
+  SplitDecoder(const FileTree& tree, const Split& split, const std::string& name,
+               const ImageFolderOptions& options)
+      : tree_(tree),
+        split_(split),
+        options_(options),
+        n_(split.items.size()),
+        any_size_(options.image_size > 0),
+        limit_(options.max_decoded_bytes),
+        errors_(n_),
+        ok_(n_, 0),
+        mismatch_(n_),
+        odd_(any_size_ ? n_ : 0),
+        sizes_(any_size_ ? n_ : 0) {
+    ds_.name = name;
+  }
+
+  ImageDataset run() {
+    decode_first();
+    if (first_good_ < n_) decode_all();
+    throw_if_sizes_differ();
+    collect_bad_images();
+    // Keep the images that decoded, in order: at one size (the first's), or, when --image_size
+    // asks for another size or they differ, each at its own (ImageDataset::stored).
+    resample_ = any_size_ && (sizes_differ_ || ds_.height != options_.image_size ||
+                              ds_.width != options_.image_size);
+    per_epoch_ = over_limit_;
+    if (per_epoch_) keep_encoded();
+    if (resample_ && per_epoch_) {
+      for (size_t i = 0; i < n_; ++i)
+        if (ok_[i]) ds_.stored.push_back(sizes_[i]);  // sizes only: decoded per epoch
+      ds_.height = ds_.width = options_.image_size;
+    } else if (resample_) {
+      pack_resampled();
+    }
+    keep_decoded();
+    set_statistics();
+    return std::move(ds_);
+  }
+
+ private:
+  const std::vector<uint8_t>& bytes_of(const TreeFile& f, std::vector<uint8_t>& buf) const {
+    if (!tree_.archive) {
       buf = read_whole_file(f.disk_path);
       return buf;
     }
     return f.bytes;
-  };
-  // The first image that decodes fixes the size every other one must have.
-  ImageDecoder first_decoder;
-  DecodedImage first;
-  std::vector<std::string> errors(n);
-  size_t first_good = 0;
-  for (std::vector<uint8_t> buf; first_good < n; ++first_good) {
-    const auto& b = bytes_of(*split.items[first_good].file, buf);
-    if (first_decoder.decode(b.data(), b.size(), first, errors[first_good])) break;
-    if (!options.skip_bad_images) break;
   }
-  auto bad_image = [&](size_t i) {
+
+  DataError bad_image(size_t i) const {
     return DataError(
         fmt::format("cannot decode image {}: {}; replace or remove the file, or pass "
                     "--skip_bad_images to train without it",
-                    describe_file(tree, *split.items[i].file), errors[i]));
-  };
-  if (first_good < n && !errors[first_good].empty()) throw bad_image(first_good);
-  ImageDataset ds;
-  ds.name = name;
-  ds.channels = 3;
-  ds.height = first.height;
-  ds.width = first.width;
-  ds.classes = split.classes;
-  ds.num_classes = static_cast<int64_t>(split.classes.size());
-  ds.ignored_files = split.ignored;
-  ds.ignored_example = split.ignored_example;
-  std::vector<char> ok(n, 0);
-  std::atomic<size_t> mismatch{n};  // lowest index of an image of another size
-  std::atomic<bool> stop{false};
-  // With --image_size, images of another size than the first wait here (planar CHW) until the
-  // split is put together in its resampled layout.
-  const bool any_size = options.image_size > 0;
-  std::vector<std::vector<uint8_t>> odd(any_size ? n : 0);
-  std::vector<StoredImage> sizes(any_size ? n : 0);
-  std::atomic<bool> sizes_differ{false};
-  // Over options.max_decoded_bytes the decode pass still checks every image and measures the
-  // statistics, but keeps no pixels: the split keeps the encoded bytes instead (decodes per
-  // epoch). A split of one size knows its decoded size from the first image; mixed sizes add up
-  // as they decode.
-  const int64_t limit = options.max_decoded_bytes;
-  const int64_t first_elems = ds.image_elems();
-  std::atomic<bool> over_limit{limit > 0 && static_cast<int64_t>(n) * first_elems > limit};
-  std::atomic<int64_t> odd_bytes{0};
-  int threads = 1;
-  std::mutex sums_mu;
-  std::array<double, 3> sum{}, sum_sq{};
-  double pixel_count = 0;
-  if (first_good < n) {
-    const int64_t elems = first_elems;
-    if (!over_limit) ds.pixels.resize(n * static_cast<size_t>(elems));
-    std::atomic<size_t> next{first_good};
-    auto work = [&] {
-      ImageDecoder decoder;
-      DecodedImage img;
-      std::vector<uint8_t> buf, not_kept;
-      std::array<uint64_t, 3> s{}, sq{};
-      uint64_t pixels_seen = 0;
-      for (size_t i; !stop.load(std::memory_order_relaxed) && (i = next.fetch_add(1)) < n;) {
-        try {
-          const auto& b = bytes_of(*split.items[i].file, buf);
-          if (!decoder.decode(b.data(), b.size(), img, errors[i])) {
-            if (!options.skip_bad_images) stop = true;
-            continue;
-          }
-        } catch (const std::exception& e) {  // a file that cannot be read: as bad as a corrupt one
-          errors[i] = e.what();
-          if (!options.skip_bad_images) stop = true;
-          continue;
-        }
-        uint8_t* out = nullptr;
-        const bool same = img.width == ds.width && img.height == ds.height;
-        const int64_t bytes = int64_t{3} * img.width * img.height;
-        if (!same && !any_size) {
-          for (size_t m = mismatch.load(); i < m && !mismatch.compare_exchange_weak(m, i);) {
-          }
-          stop = true;
-          continue;
-        }
-        if (!same) sizes_differ = true;
-        if (!same && !over_limit && limit > 0 &&
-            static_cast<int64_t>(n) * elems + odd_bytes.fetch_add(bytes) + bytes > limit) {
-          over_limit = true;
-        }
-        if (over_limit) {
-          not_kept.resize(static_cast<size_t>(bytes));
-          out = not_kept.data();
-        } else if (same) {
-          out = ds.pixels.data() + i * elems;
-        } else {
-          odd[i].resize(static_cast<size_t>(bytes));
-          out = odd[i].data();
-        }
-        if (any_size) sizes[i] = {0, static_cast<int32_t>(img.height), static_cast<int32_t>(img.width)};
-        const int64_t plane = static_cast<int64_t>(img.height) * img.width;
-        pixels_seen += static_cast<uint64_t>(plane);
-        for (int c = 0; c < 3; ++c) {
-          uint8_t* dst = out + c * plane;
-          const uint8_t* src = img.rgb.data() + c;
-          for (int64_t p = 0; p < plane; ++p) dst[p] = src[3 * p];
-          // 32-bit sums over blocks small enough not to overflow (255^2 * 65536 < 2^32) let the
-          // compiler vectorise this pass; it was a sixth of the load time as one strided loop.
-          for (int64_t b = 0; b < plane; b += 65536) {
-            uint32_t bs = 0, bsq = 0;
-            for (int64_t p = b, e = std::min<int64_t>(plane, b + 65536); p < e; ++p) {
-              const uint32_t v = dst[p];
-              bs += v;
-              bsq += v * v;
-            }
-            s[c] += bs;
-            sq[c] += bsq;
-          }
-        }
-        ok[i] = 1;
-      }
-      std::lock_guard<std::mutex> lock(sums_mu);
-      pixel_count += static_cast<double>(pixels_seen);
-      for (int c = 0; c < 3; ++c) {
-        sum[c] += static_cast<double>(s[c]);
-        sum_sq[c] += static_cast<double>(sq[c]);
-      }
-    };
-    threads = options.threads > 0 ? options.threads
-                                      : static_cast<int>(std::thread::hardware_concurrency());
-    threads = std::max(1, std::min<int>(threads, static_cast<int>(n - first_good)));
+                    describe_file(tree_, *split_.items[i].file), errors_[i]));
+  }
+
+  // The first image that decodes fixes the size every other one must have.
+  void decode_first() {
+    DecodedImage first;
+    for (std::vector<uint8_t> buf; first_good_ < n_; ++first_good_) {
+      const auto& b = bytes_of(*split_.items[first_good_].file, buf);
+      if (first_decoder_.decode(b.data(), b.size(), first, errors_[first_good_])) break;
+      if (!options_.skip_bad_images) break;
+    }
+    if (first_good_ < n_ && !errors_[first_good_].empty()) throw bad_image(first_good_);
+    ds_.channels = 3;
+    ds_.height = first.height;
+    ds_.width = first.width;
+    ds_.classes = split_.classes;
+    ds_.num_classes = static_cast<int64_t>(split_.classes.size());
+    ds_.ignored_files = split_.ignored;
+    ds_.ignored_example = split_.ignored_example;
+    // Over options.max_decoded_bytes the decode pass still checks every image and measures the
+    // statistics, but keeps no pixels: the split keeps the encoded bytes instead (decodes per
+    // epoch). A split of one size knows its decoded size from the first image; mixed sizes add
+    // up as they decode.
+    first_elems_ = ds_.image_elems();
+    over_limit_ = limit_ > 0 && static_cast<int64_t>(n_) * first_elems_ > limit_;
+  }
+
+  void decode_all() {
+    if (!over_limit_) ds_.pixels.resize(n_ * static_cast<size_t>(first_elems_));
+    next_ = first_good_;
+    threads_ = options_.threads > 0 ? options_.threads
+                                    : static_cast<int>(std::thread::hardware_concurrency());
+    threads_ = std::max(1, std::min<int>(threads_, static_cast<int>(n_ - first_good_)));
     std::vector<std::thread> pool;
-    for (int t = 1; t < threads; ++t) pool.emplace_back(work);
-    work();
+    for (int t = 1; t < threads_; ++t) pool.emplace_back([this] { decode_worker(); });
+    decode_worker();
     for (auto& t : pool) t.join();
   }
-  if (mismatch < n) {
-    const TreeFile& a = *split.items[first_good].file;
-    const TreeFile& b = *split.items[mismatch].file;
+
+  void decode_worker() {
+    ImageDecoder decoder;
+    DecodedImage img;
+    std::vector<uint8_t> buf, not_kept;
+    ChannelSums<uint64_t> local;
+    for (size_t i; !stop_.load(std::memory_order_relaxed) && (i = next_.fetch_add(1)) < n_;) {
+      if (!decode_one(decoder, i, img, buf)) continue;
+      uint8_t* out = destination(i, img, not_kept);
+      if (out == nullptr) continue;
+      if (any_size_) sizes_[i] = {0, static_cast<int32_t>(img.height), static_cast<int32_t>(img.width)};
+      to_planar_counting(img, out, local);
+      ok_[i] = 1;
+    }
+    std::lock_guard<std::mutex> lock(sums_mu_);
+    sums_.pixels += static_cast<double>(local.pixels);
+    for (int c = 0; c < 3; ++c) {
+      sums_.sum[c] += static_cast<double>(local.sum[c]);
+      sums_.sum_sq[c] += static_cast<double>(local.sum_sq[c]);
+    }
+  }
+
+  // False when image i does not decode (its error recorded; the pass stops unless bad images
+  // are skipped).
+  bool decode_one(ImageDecoder& decoder, size_t i, DecodedImage& img, std::vector<uint8_t>& buf) {
+    try {
+      const auto& b = bytes_of(*split_.items[i].file, buf);
+      if (decoder.decode(b.data(), b.size(), img, errors_[i])) return true;
+    } catch (const std::exception& e) {  // a file that cannot be read: as bad as a corrupt one
+      errors_[i] = e.what();
+    }
+    if (!options_.skip_bad_images) stop_ = true;
+    return false;
+  }
+
+  // Where image i's planar pixels go: its slot in the split, a buffer of its own (another size,
+  // kept for resampling), or a scratch buffer (over the limit: nothing kept). nullptr: another
+  // size without --image_size, which stops the pass.
+  uint8_t* destination(size_t i, const DecodedImage& img, std::vector<uint8_t>& not_kept) {
+    const bool same = img.width == ds_.width && img.height == ds_.height;
+    const int64_t bytes = int64_t{3} * img.width * img.height;
+    if (!same && !any_size_) {
+      for (size_t m = mismatch_.load(); i < m && !mismatch_.compare_exchange_weak(m, i);) {
+      }
+      stop_ = true;
+      return nullptr;
+    }
+    if (!same) sizes_differ_ = true;
+    if (!same && !over_limit_ && limit_ > 0 &&
+        static_cast<int64_t>(n_) * first_elems_ + odd_bytes_.fetch_add(bytes) + bytes > limit_) {
+      over_limit_ = true;
+    }
+    if (over_limit_) {
+      not_kept.resize(static_cast<size_t>(bytes));
+      return not_kept.data();
+    }
+    if (same) return ds_.pixels.data() + i * first_elems_;
+    odd_[i].resize(static_cast<size_t>(bytes));
+    return odd_[i].data();
+  }
+
+  void throw_if_sizes_differ() {
+    if (mismatch_ >= n_) return;
+    const TreeFile& a = *split_.items[first_good_].file;
+    const TreeFile& b = *split_.items[mismatch_].file;
     DecodedImage other;
     std::string ignored;
     std::vector<uint8_t> buf;
     const auto& bytes = bytes_of(b, buf);
-    first_decoder.decode(bytes.data(), bytes.size(), other, ignored);
+    first_decoder_.decode(bytes.data(), bytes.size(), other, ignored);
     throw UsageError(fmt::format(
         "images in --data_dir={} differ in size: {} is {}x{} but {} is {}x{}; pass --image_size "
         "S to train on S x S crops of them (torchvision's RandomResizedCrop for training, Resize "
         "+ CenterCrop for testing), for example --image_size 224",
-        tree.root, a.path, ds.width, ds.height, b.path, other.width, other.height));
+        tree_.root, a.path, ds_.width, ds_.height, b.path, other.width, other.height));
   }
-  for (size_t i = 0; i < n; ++i) {
-    if (errors[i].empty()) continue;
-    if (!options.skip_bad_images) throw bad_image(i);
-    ds.skipped_bad_images.push_back(fmt::format("{} ({})", split.items[i].file->path, errors[i]));
-  }
-  // Keep the images that decoded, in order: at one size (the first's), or, when --image_size
-  // asks for another size or they differ, each at its own (ImageDataset::stored).
-  const bool resample = any_size && (sizes_differ || ds.height != options.image_size ||
-                                     ds.width != options.image_size);
-  const bool per_epoch = over_limit;
-  if (per_epoch) {
-    std::vector<uint8_t>().swap(ds.pixels);
-    std::vector<std::vector<uint8_t>>().swap(odd);
-    ds.encoded_offsets.push_back(0);
-    std::vector<uint8_t> buf;
-    for (size_t i = 0; i < n; ++i) {
-      if (!ok[i]) continue;
-      const auto& b = bytes_of(*split.items[i].file, buf);
-      ds.encoded.insert(ds.encoded.end(), b.begin(), b.end());
-      ds.encoded_offsets.push_back(static_cast<int64_t>(ds.encoded.size()));
+
+  void collect_bad_images() {
+    for (size_t i = 0; i < n_; ++i) {
+      if (errors_[i].empty()) continue;
+      if (!options_.skip_bad_images) throw bad_image(i);
+      ds_.skipped_bad_images.push_back(
+          fmt::format("{} ({})", split_.items[i].file->path, errors_[i]));
     }
-    ds.decode_threads = threads;
   }
-  size_t kept = 0;
-  const size_t elems = static_cast<size_t>(ds.image_elems());
-  if (resample && per_epoch) {
-    for (size_t i = 0; i < n; ++i)
-      if (ok[i]) ds.stored.push_back(sizes[i]);  // sizes only: the pixels are decoded per epoch
-    ds.height = ds.width = options.image_size;
-  } else if (resample) {
+
+  // Over the limit: the split keeps the encoded bytes of the images that decoded.
+  void keep_encoded() {
+    std::vector<uint8_t>().swap(ds_.pixels);
+    std::vector<std::vector<uint8_t>>().swap(odd_);
+    ds_.encoded_offsets.push_back(0);
+    std::vector<uint8_t> buf;
+    for (size_t i = 0; i < n_; ++i) {
+      if (!ok_[i]) continue;
+      const auto& b = bytes_of(*split_.items[i].file, buf);
+      ds_.encoded.insert(ds_.encoded.end(), b.begin(), b.end());
+      ds_.encoded_offsets.push_back(static_cast<int64_t>(ds_.encoded.size()));
+    }
+    ds_.decode_threads = threads_;
+  }
+
+  // Each image at its own size, back to back (ImageDataset::stored says where).
+  void pack_resampled() {
+    const size_t elems = static_cast<size_t>(ds_.image_elems());
     std::vector<uint8_t> packed;
     size_t bytes = 0;
-    for (size_t i = 0; i < n; ++i)
-      if (ok[i]) bytes += 3 * static_cast<size_t>(sizes[i].height) * sizes[i].width;
+    for (size_t i = 0; i < n_; ++i)
+      if (ok_[i]) bytes += 3 * static_cast<size_t>(sizes_[i].height) * sizes_[i].width;
     packed.reserve(bytes);
-    for (size_t i = 0; i < n; ++i) {
-      if (!ok[i]) continue;
-      sizes[i].offset = static_cast<int64_t>(packed.size());
-      if (odd[i].empty()) {
-        packed.insert(packed.end(), ds.pixels.begin() + i * elems, ds.pixels.begin() + (i + 1) * elems);
+    for (size_t i = 0; i < n_; ++i) {
+      if (!ok_[i]) continue;
+      sizes_[i].offset = static_cast<int64_t>(packed.size());
+      if (odd_[i].empty()) {
+        packed.insert(packed.end(), ds_.pixels.begin() + i * elems,
+                      ds_.pixels.begin() + (i + 1) * elems);
       } else {
-        packed.insert(packed.end(), odd[i].begin(), odd[i].end());
-        std::vector<uint8_t>().swap(odd[i]);
+        packed.insert(packed.end(), odd_[i].begin(), odd_[i].end());
+        std::vector<uint8_t>().swap(odd_[i]);
       }
-      ds.stored.push_back(sizes[i]);
+      ds_.stored.push_back(sizes_[i]);
     }
-    ds.pixels = std::move(packed);
-    ds.height = ds.width = options.image_size;
+    ds_.pixels = std::move(packed);
+    ds_.height = ds_.width = options_.image_size;
   }
-  for (size_t i = 0; i < n; ++i) {
-    if (!ok[i]) continue;
-    if (!resample && !per_epoch && kept != i)
-      std::copy_n(ds.pixels.begin() + i * elems, elems, ds.pixels.begin() + kept * elems);
-    ds.labels.push_back(split.items[i].label);
-    ds.sources.push_back(split.items[i].file->path);
-    ++kept;
+
+  // Labels and sources of the images that decoded; at one size, their pixels closed up.
+  void keep_decoded() {
+    const bool compact = !resample_ && !per_epoch_;
+    const size_t elems = static_cast<size_t>(ds_.image_elems());
+    size_t kept = 0;
+    for (size_t i = 0; i < n_; ++i) {
+      if (!ok_[i]) continue;
+      if (compact && kept != i)
+        std::copy_n(ds_.pixels.begin() + i * elems, elems, ds_.pixels.begin() + kept * elems);
+      ds_.labels.push_back(split_.items[i].label);
+      ds_.sources.push_back(split_.items[i].file->path);
+      ++kept;
+    }
+    if (compact) ds_.pixels.resize(kept * elems);
+    if (kept == 0) {
+      throw DataError(
+          fmt::format("no image of {}/ in --data_dir={} decodes ({} skipped as bad, the "
+                      "first: {}); check the files",
+                      split_.dir, tree_.root, ds_.skipped_bad_images.size(),
+                      ds_.skipped_bad_images.empty() ? "-" : ds_.skipped_bad_images[0]));
+    }
   }
-  if (!resample && !per_epoch) ds.pixels.resize(kept * elems);
-  if (kept == 0) {
-    throw DataError(
-        fmt::format("no image of {}/ in --data_dir={} decodes ({} skipped as bad, the "
-                    "first: {}); check the files",
-                    split.dir, tree.root, ds.skipped_bad_images.size(),
-                    ds.skipped_bad_images.empty() ? "-" : ds.skipped_bad_images[0]));
+
+  void set_statistics() {
+    for (int c = 0; c < 3; ++c) {
+      const double mean = sums_.sum[c] / sums_.pixels / 255.0;
+      const double var =
+          std::max(0.0, sums_.sum_sq[c] / sums_.pixels / (255.0 * 255.0) - mean * mean);
+      ds_.mean.push_back(static_cast<float>(mean));
+      // A constant channel (a synthetic test set, say) must not divide by zero.
+      ds_.stddev.push_back(static_cast<float>(std::max(std::sqrt(var), 1e-3)));
+    }
   }
-  const double count = pixel_count;
-  for (int c = 0; c < 3; ++c) {
-    const double mean = sum[c] / count / 255.0;
-    const double var = std::max(0.0, sum_sq[c] / count / (255.0 * 255.0) - mean * mean);
-    ds.mean.push_back(static_cast<float>(mean));
-    // A constant channel (a synthetic test set, say) must not divide by zero.
-    ds.stddev.push_back(static_cast<float>(std::max(std::sqrt(var), 1e-3)));
-  }
-  return ds;
+
+  const FileTree& tree_;
+  const Split& split_;
+  const ImageFolderOptions& options_;
+  const size_t n_;
+  // With --image_size, images of another size than the first wait in odd_ (planar CHW) until
+  // the split is put together in its resampled layout.
+  const bool any_size_;
+  const int64_t limit_;
+  ImageDataset ds_;
+  ImageDecoder first_decoder_;
+  size_t first_good_ = 0;
+  int64_t first_elems_ = 0;
+  int threads_ = 1;
+  std::vector<std::string> errors_;
+  std::vector<char> ok_;
+  std::atomic<size_t> next_{0};
+  std::atomic<size_t> mismatch_;  // lowest index of an image of another size
+  std::atomic<bool> stop_{false};
+  std::vector<std::vector<uint8_t>> odd_;
+  std::vector<StoredImage> sizes_;
+  std::atomic<bool> sizes_differ_{false};
+  std::atomic<bool> over_limit_{false};
+  std::atomic<int64_t> odd_bytes_{0};
+  std::mutex sums_mu_;
+  ChannelSums<double> sums_;
+  bool resample_ = false, per_epoch_ = false;
+};
+
+ImageDataset decode_split(const FileTree& tree, const Split& split, const std::string& name,
+                          const ImageFolderOptions& options) {
+  return SplitDecoder(tree, split, name, options).run();
 }
 
 }  // namespace

@@ -36,7 +36,8 @@ void broadcast_tensor(comm::ProcessGroup& pg, Tensor& t) {
 
 }  // namespace
 
-DataParallel::DataParallel(ResNet& model, comm::ProcessGroup& pg, bool sync_bn, size_t bucket_bytes)
+DataParallel::DataParallel(model::ResNet& model, comm::ProcessGroup& pg, bool sync_bn,
+                           size_t bucket_bytes)
     : model_(model),
       pg_(pg),
       reducer_(pg, model.grads(), model.param_info(), bucket_bytes, staging_for(model.backend(), pg)) {
@@ -72,7 +73,7 @@ void DataParallel::set_label_smoothing(float eps) {
 StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels, float loss_scale) {
   StepResult r;
   const Tensor& logits = model_.forward(images, /*training=*/true);
-  r.loss = softmax_cross_entropy(logits, labels, &grad_logits_, &r.correct, label_smoothing_);
+  r.loss = model::softmax_cross_entropy(logits, labels, &grad_logits_, &r.correct, label_smoothing_);
   if (loss_scale != 1.0f) {
     model_.backend().scale(grad_logits_.numel(), loss_scale, grad_logits_.data(), grad_logits_.data());
   }
@@ -85,9 +86,9 @@ StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels,
 StepResult DataParallel::eval_step(const Tensor& images, const int32_t* labels) {
   StepResult r;
   Tensor averaged;
-  if (tta_flip_) averaged = flip_tta_logits(model_, images);
+  if (tta_flip_) averaged = model::flip_tta_logits(model_, images);
   const Tensor& logits = tta_flip_ ? averaged : model_.forward(images, /*training=*/false);
-  r.loss = softmax_cross_entropy(logits, labels, nullptr, &r.correct) *
+  r.loss = model::softmax_cross_entropy(logits, labels, nullptr, &r.correct) *
            static_cast<float>(images.dim(0));
   return r;
 }

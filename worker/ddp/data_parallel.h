@@ -28,7 +28,7 @@ class DataParallel {
  public:
   static constexpr size_t kDefaultBucketBytes = 1 << 20;
 
-  DataParallel(ResNet& model, comm::ProcessGroup& pg, bool sync_bn,
+  DataParallel(model::ResNet& model, comm::ProcessGroup& pg, bool sync_bn,
                size_t bucket_bytes = kDefaultBucketBytes);
   ~DataParallel();
 
@@ -50,11 +50,11 @@ class DataParallel {
   // --tta flip: eval_step classifies with flip_tta_logits (model/tta.h).
   void set_tta_flip(bool on) { tta_flip_ = on; }
 
-  ResNet& model() { return model_; }
+  model::ResNet& model() { return model_; }
   const GradReducer& reducer() const { return reducer_; }
 
  private:
-  ResNet& model_;
+  model::ResNet& model_;
   comm::ProcessGroup& pg_;
   GradReducer reducer_;
   std::unique_ptr<ProcessGroupBatchNormSync> bn_sync_;

@@ -4,12 +4,13 @@
 
 namespace dlaunch::ddp {
 
-GradReducer::GradReducer(comm::ProcessGroup& pg, float* grads, const std::vector<ParamInfo>& params,
+GradReducer::GradReducer(comm::ProcessGroup& pg, float* grads,
+                         const std::vector<model::ParamInfo>& params,
                          size_t bucket_bytes, GradStaging staging)
     : pg_(pg), grads_(grads), staging_(std::move(staging)) {
   const size_t cap = std::max<size_t>(1, bucket_bytes / sizeof(float));
   size_t begin = 0;
-  for (const ParamInfo& p : params) {
+  for (const model::ParamInfo& p : params) {
     DL_CHECK(p.offset == total_) << "parameters must tile the flat buffer in order: " << p.name
                                  << " starts at " << p.offset << ", expected " << total_;
     total_ += p.count;

@@ -42,7 +42,7 @@ class GradReducer {
   // `params` must tile [0, total) in increasing offset order (the model's param_info()).
   // `grads` must stay valid for the reducer's lifetime. `staging`: see above; empty functions
   // mean the process group reads `grads` directly.
-  GradReducer(comm::ProcessGroup& pg, float* grads, const std::vector<ParamInfo>& params,
+  GradReducer(comm::ProcessGroup& pg, float* grads, const std::vector<model::ParamInfo>& params,
               size_t bucket_bytes, GradStaging staging = {});
 
   void begin_step();

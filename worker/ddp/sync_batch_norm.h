@@ -8,7 +8,7 @@
 
 namespace dlaunch::ddp {
 
-class ProcessGroupBatchNormSync : public BatchNormSync {
+class ProcessGroupBatchNormSync : public model::BatchNormSync {
  public:
   explicit ProcessGroupBatchNormSync(comm::ProcessGroup& pg) : pg_(pg) {}
   void allreduce_sum(double* data, size_t count) override {

@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 
-namespace dlaunch {
+namespace dlaunch::model {
 
 BatchNorm2d::BatchNorm2d(int64_t channels, kernels::Backend& backend)
     : channels_(channels),
@@ -78,4 +78,4 @@ void BatchNorm2d::backward(const kernels::ActShape& s, const float* x, const flo
                                count_, dx, g_out);
 }
 
-}  // namespace dlaunch
+}  // namespace dlaunch::model

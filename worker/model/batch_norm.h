@@ -20,7 +20,7 @@
 #include "worker/model/batch_norm_sync.h"
 #include "worker/tensor.h"
 
-namespace dlaunch {
+namespace dlaunch::model {
 
 class BatchNorm2d {
  public:
@@ -67,4 +67,4 @@ class BatchNorm2d {
   double count_ = 0;
 };
 
-}  // namespace dlaunch
+}  // namespace dlaunch::model

@@ -14,7 +14,7 @@
 
 #include <cstddef>
 
-namespace dlaunch {
+namespace dlaunch::model {
 
 class BatchNormSync {
  public:
@@ -22,4 +22,4 @@ class BatchNormSync {
   virtual void allreduce_sum(double* data, size_t count) = 0;
 };
 
-}  // namespace dlaunch
+}  // namespace dlaunch::model

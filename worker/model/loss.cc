@@ -6,7 +6,7 @@
 
 #include "common/error.h"
 
-namespace dlaunch {
+namespace dlaunch::model {
 namespace {
 
 // The smoothing term eps * mean_i (z_i,label - mean_k z_i,k), and its gradient
@@ -54,4 +54,4 @@ float softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor*
   return loss + add_label_smoothing(logits, labels, label_smoothing, grad_logits);
 }
 
-}  // namespace dlaunch
+}  // namespace dlaunch::model

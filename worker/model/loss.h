@@ -5,7 +5,7 @@
 
 #include "worker/tensor.h"
 
-namespace dlaunch {
+namespace dlaunch::model {
 
 // logits: (N, classes). Returns the mean loss over the batch. When grad_logits is not null it is
 // resized to logits' shape and receives d(mean loss)/d(logits), i.e. already divided by N.
@@ -22,4 +22,4 @@ namespace dlaunch {
 float softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor* grad_logits,
                             int* correct, float label_smoothing = 0.0f);
 
-}  // namespace dlaunch
+}  // namespace dlaunch::model

@@ -4,7 +4,7 @@
 #include <cstddef>
 #include <string>
 
-namespace dlaunch {
+namespace dlaunch::model {
 
 struct ParamInfo {
   std::string name;     // PyTorch-style, e.g. "layer2.0.downsample.1.weight"
@@ -14,4 +14,4 @@ struct ParamInfo {
   bool batch_norm = false;       // a batch norm weight or bias (--bn_lr_scale applies)
 };
 
-}  // namespace dlaunch
+}  // namespace dlaunch::model

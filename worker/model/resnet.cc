@@ -27,7 +27,7 @@
 #include "kernels/backend.h"
 #include "worker/model/batch_norm.h"
 
-namespace dlaunch {
+namespace dlaunch::model {
 
 using kernels::ActShape;
 using kernels::ConvShape;
@@ -491,4 +491,4 @@ void ResNet::set_grad_ready_callback(std::function<void(size_t, size_t)> fn) {
 void ResNet::zero_grad() { impl_->flat_grads.zero(); }
 const ResNetConfig& ResNet::config() const { return impl_->config; }
 
-}  // namespace dlaunch
+}  // namespace dlaunch::model

@@ -44,7 +44,7 @@
 #include "worker/model/param.h"
 #include "worker/tensor.h"
 
-namespace dlaunch {
+namespace dlaunch::model {
 
 // The first layer: kCifar keeps the input resolution (32x32 images), kImageNet divides it by 4
 // before layer1 (torchvision's resnet18 for 224x224 images).
@@ -107,4 +107,4 @@ class ResNet {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace dlaunch
+}  // namespace dlaunch::model

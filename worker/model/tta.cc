@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 
-namespace dlaunch {
+namespace dlaunch::model {
 
 Tensor flip_horizontal(const Tensor& images) {
   DL_CHECK(images.ndim() == 4) << "images must be (N, C, H, W), got " << images.shape_string();
@@ -26,4 +26,4 @@ Tensor flip_tta_logits(ResNet& model, const Tensor& images) {
   return mean;
 }
 
-}  // namespace dlaunch
+}  // namespace dlaunch::model

@@ -6,7 +6,7 @@
 #include "worker/model/resnet.h"
 #include "worker/tensor.h"
 
-namespace dlaunch {
+namespace dlaunch::model {
 
 // images (N, C, H, W) mirrored left-right, on the same backend as images. The flip runs on the
 // host (a round trip on a GPU: acceptable for an evaluation-only option, not for training).
@@ -16,4 +16,4 @@ Tensor flip_horizontal(const Tensor& images);
 // model's backend. Blocks like ResNet::forward; throws what it throws.
 Tensor flip_tta_logits(ResNet& model, const Tensor& images);
 
-}  // namespace dlaunch
+}  // namespace dlaunch::model

@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 
-namespace dlaunch {
+namespace dlaunch::optim {
 
 GradScaler::GradScaler(const GradScalerConfig& config) : config_(config) {
   state_.scale = config.init_scale;
@@ -38,4 +38,4 @@ void GradScaler::load_state(const GradScalerState& state) {
   state_ = state;
 }
 
-}  // namespace dlaunch
+}  // namespace dlaunch::optim

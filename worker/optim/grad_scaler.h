@@ -14,7 +14,7 @@
 
 #include <cstdint>
 
-namespace dlaunch {
+namespace dlaunch::optim {
 
 struct GradScalerConfig {
   float init_scale = 65536.0f;
@@ -47,4 +47,4 @@ class GradScaler {
   GradScalerState state_;
 };
 
-}  // namespace dlaunch
+}  // namespace dlaunch::optim

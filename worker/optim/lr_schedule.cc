@@ -5,7 +5,7 @@
 
 #include "common/error.h"
 
-namespace dlaunch {
+namespace dlaunch::optim {
 
 LrScheduleKind parse_lr_schedule(const std::string& text) {
   if (text == "constant") return LrScheduleKind::kConstant;
@@ -36,4 +36,4 @@ double lr_at(const LrSchedule& s, double epochs) {
   return s.base_lr;
 }
 
-}  // namespace dlaunch
+}  // namespace dlaunch::optim

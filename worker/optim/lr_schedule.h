@@ -13,7 +13,7 @@
 
 #include <string>
 
-namespace dlaunch {
+namespace dlaunch::optim {
 
 enum class LrScheduleKind { kConstant, kStep, kCosine, kTriangle };
 
@@ -31,4 +31,4 @@ LrScheduleKind parse_lr_schedule(const std::string& text);
 // The learning rate after `epochs` epochs of training (>= 0).
 double lr_at(const LrSchedule& schedule, double epochs);
 
-}  // namespace dlaunch
+}  // namespace dlaunch::optim

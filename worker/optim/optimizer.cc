@@ -4,7 +4,7 @@
 
 #include "common/error.h"
 
-namespace dlaunch {
+namespace dlaunch::optim {
 
 OptimKind parse_optim_kind(const std::string& text) {
   if (text == "sgd") return OptimKind::kSgd;
@@ -29,7 +29,7 @@ Optimizer::Optimizer(const OptimConfig& config, kernels::Backend& backend)
 }
 
 void Optimizer::step(float* params, const float* grads, size_t n, float lr,
-                     const std::vector<ParamInfo>& infos) {
+                     const std::vector<model::ParamInfo>& infos) {
   if (lr < 0) throw UsageError("learning rate must be >= 0, got " + std::to_string(lr));
   const bool sgd = config_.kind == OptimKind::kSgd;
   const size_t state_size = sgd ? (config_.momentum != 0 ? n : 0) : 2 * n;
@@ -62,7 +62,7 @@ void Optimizer::step(float* params, const float* grads, size_t n, float lr,
     return;
   }
   const float bn_lr = static_cast<float>(lr * config_.bn_lr_scale);
-  for (const ParamInfo& info : infos) {
+  for (const model::ParamInfo& info : infos) {
     DL_CHECK(info.offset + info.count <= n) << info.name << " beyond " << n << " parameters";
     const bool exempt = info.no_weight_decay && !config_.decay_bn_and_bias;
     update(info.offset, info.count, exempt ? 0.0f : wd, info.batch_norm ? bn_lr : lr);
@@ -80,4 +80,4 @@ void Optimizer::load_state(std::vector<float> state, int64_t step_count) {
   step_count_ = step_count;
 }
 
-}  // namespace dlaunch
+}  // namespace dlaunch::optim

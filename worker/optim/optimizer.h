@@ -25,7 +25,7 @@
 #include "worker/model/param.h"
 #include "worker/tensor.h"
 
-namespace dlaunch {
+namespace dlaunch::optim {
 
 enum class OptimKind { kSgd, kAdam };
 
@@ -52,7 +52,7 @@ class Optimizer {
   // One update of n parameters with learning rate lr. Empty infos mean "all decayed"; otherwise
   // the infos must cover [0, n) (they are only read for no_weight_decay and batch_norm).
   void step(float* params, const float* grads, size_t n, float lr,
-            const std::vector<ParamInfo>& infos);
+            const std::vector<model::ParamInfo>& infos);
 
   int64_t step_count() const { return step_count_; }
   // Momentum buffer (SGD) or m followed by v (Adam), copied to the host; empty before the
@@ -69,4 +69,4 @@ class Optimizer {
   int64_t step_count_ = 0;
 };
 
-}  // namespace dlaunch
+}  // namespace dlaunch::optim

@@ -50,7 +50,7 @@ class MixedPrecision {
  private:
   kernels::Dtype dtype_;
   kernels::Backend& backend_;
-  GradScaler scaler_;
+  optim::GradScaler scaler_;
   int64_t skipped_ = 0;
 };
 

@@ -48,14 +48,22 @@ double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// What must match between a checkpoint and the run resuming from it.
-json model_signature(const TrainConfig& c, const data::ImageDataset& ds) {
-  json sig = {{"model", c.model},           {"width", c.width},
-          {"dataset", c.dataset},       {"in_channels", ds.channels},
-          {"num_classes", ds.num_classes}, {"optimizer", c.optimizer},
-          // SGD keeps momentum buffers only when --momentum is non-zero: resuming across that
-          // change would hand the optimizer a state of the wrong size.
-          {"momentum_buffers", c.optimizer != "sgd" || c.momentum != 0}};
+// What must match between a checkpoint and the run resuming from it. The stem changes the first
+// layer's shape; the image size leaves every shape alone (global pooling) but not what the
+// weights have learnt, so resuming at another size would train on quietly.
+json model_signature(const TrainConfig& c, const data::ImageDataset& ds,
+                     const model::ResNetConfig& mc) {
+  json sig = {{"model", c.model},
+              {"width", c.width},
+              {"dataset", c.dataset},
+              {"in_channels", ds.channels},
+              {"num_classes", ds.num_classes},
+              {"optimizer", c.optimizer},
+              // SGD keeps momentum buffers only when --momentum is non-zero: resuming across
+              // that change would hand the optimizer a state of the wrong size.
+              {"momentum_buffers", c.optimizer != "sgd" || c.momentum != 0},
+              {"stem", mc.stem == model::ResNetStem::kImageNet ? "imagenet" : "cifar"},
+              {"image_size", fmt::format("{}x{}", ds.height, ds.width)}};
   // Image folders: the class names fix what each label means. Another class list (a folder
   // added, renamed or missing) changes that even where the number of classes stays.
   if (!ds.classes.empty()) sig["classes"] = ds.classes;
@@ -96,27 +104,49 @@ json config_json(const TrainConfig& c) {
 // data, the sampler's order and the augmentation, so a run resumed with another seed is not the
 // run that was checkpointed).
 std::string incompatible_settings(const json& meta, const TrainConfig& c, const json& want) {
-  static const std::vector<std::pair<std::string, std::string>> kWhat = {
+  struct Setting {
+    std::string key, what;
+    // What a checkpoint written before the key was recorded had: null compares as "absent",
+    // and `skip_when_absent` leaves a setting that was never recorded unchecked.
+    json assumed;
+    bool skip_when_absent = false;
+  };
+  static const std::vector<Setting> kSettings = {
       {"model", "--model"},
       {"width", "--width"},
       {"dataset", "--dataset"},
       {"in_channels", "the dataset's image channels"},
       {"num_classes", "the dataset's number of classes"},
       {"optimizer", "--optimizer"},
-      {"momentum_buffers", "SGD momentum buffers (--momentum zero or not)"}};
+      {"momentum_buffers", "SGD momentum buffers (--momentum zero or not)"},
+      // The CIFAR stem was the only one for most of the time before the stem was recorded.
+      {"stem", "the ResNet stem (--stem; auto takes imagenet for images of 64 pixels and more)",
+       "cifar"},
+      // Unknown for older checkpoints; the shapes do not depend on it, so they still load.
+      {"image_size", "the image size (--image_size, else the images' own size)", json(), true}};
   const json have = meta.value("signature", json::object());
   std::string out;
-  auto add = [&](const std::string& what, const json& theirs, const json& ours) {
+  auto text = [](const json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
+  auto add = [&](const std::string& what, const std::string& theirs, const json& ours) {
     out += fmt::format("{}{} is {} in the checkpoint but {} here", out.empty() ? "" : "; ", what,
-                       theirs.is_null() ? std::string("absent") : theirs.dump(), ours.dump());
+                       theirs, text(ours));
   };
-  for (const auto& [key, what] : kWhat) {
-    const json theirs = have.contains(key) ? have[key] : json();
-    if (theirs != want[key]) add(what, theirs, want[key]);
+  for (const auto& s : kSettings) {
+    const bool recorded = have.contains(s.key);
+    if (!recorded && s.skip_when_absent) continue;
+    const json theirs = recorded ? have[s.key] : s.assumed;
+    if (theirs == want[s.key]) continue;
+    std::string shown = text(theirs);
+    if (!recorded) {
+      shown = theirs.is_null()
+                  ? "absent"
+                  : shown + " (assumed: the checkpoint is older than dtrain recording it)";
+    }
+    add(s.what, shown, want[s.key]);
   }
   const json config = meta.value("config", json::object());
   if (config.contains("seed") && config["seed"] != json(c.seed)) {
-    add("--seed", config["seed"], json(c.seed));
+    add("--seed", text(config["seed"]), json(c.seed));
   }
   const std::string classes = class_list_difference(
       have, want.contains("classes") ? want["classes"].get<std::vector<std::string>>()
@@ -208,6 +238,11 @@ class Trainer {
   void load_data();
   void build_model();
   std::optional<json> resume();  // the checkpoint's meta when resuming
+  // Rank 0: refuses a checkpoint this run cannot continue (other settings, missing arrays).
+  void check_resumable(const ckpt::LoadedCheckpoint& loaded);
+  // Every rank: the model's parameters and buffers and the optimizer's state from rank 0's
+  // `ckpt` (empty on the other ranks), then the position and loss scale `meta` records.
+  void load_resumed_state(const ckpt::Checkpoint& ckpt, const json& meta);
   // Takes the position a resumed checkpoint's meta records; returns the epoch to start with.
   int64_t continue_from(const json& meta);
   void continue_inside_epoch(const json& meta, int64_t start_epoch, int64_t epoch_step);
@@ -259,11 +294,11 @@ class Trainer {
   bool rank0_;
 
   data::ImageDataset train_set_, test_set_;
-  std::unique_ptr<ResNet> model_;
+  std::unique_ptr<model::ResNet> model_;
   std::unique_ptr<ddp::DataParallel> dp_;
-  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<MixedPrecision> precision_;  // --precision: rounding, fp16's loss scale
-  LrSchedule schedule_;
+  optim::LrSchedule schedule_;
   std::unique_ptr<metrics::MetricsLog> metrics_;
   metrics::ProgressBar progress_{false};
   Tensor images_;
@@ -354,7 +389,7 @@ void Trainer::load_data() {
 }
 
 void Trainer::build_model() {
-  ResNetConfig mc;
+  model::ResNetConfig mc;
   mc.depth = c_.depth();
   mc.width = c_.width;
   mc.in_channels = static_cast<int>(train_set_.channels);
@@ -367,22 +402,22 @@ void Trainer::build_model() {
   const bool imagenet_stem =
       c_.stem == "imagenet" ||
       (c_.stem == "auto" && std::min(train_set_.height, train_set_.width) >= kImageNetStemFrom);
-  mc.stem = imagenet_stem ? ResNetStem::kImageNet : ResNetStem::kCifar;
-  model_ = std::make_unique<ResNet>(mc, c_.seed, backend_);
+  mc.stem = imagenet_stem ? model::ResNetStem::kImageNet : model::ResNetStem::kCifar;
+  model_ = std::make_unique<model::ResNet>(mc, c_.seed, backend_);
   dp_ = std::make_unique<ddp::DataParallel>(*model_, pg_, c_.sync_bn);
   dp_->set_label_smoothing(static_cast<float>(c_.label_smoothing));
   dp_->set_tta_flip(c_.tta == "flip");
 
-  OptimConfig oc;
-  oc.kind = parse_optim_kind(c_.optimizer);
+  optim::OptimConfig oc;
+  oc.kind = optim::parse_optim_kind(c_.optimizer);
   oc.momentum = c_.momentum;
   oc.nesterov = c_.nesterov;
   oc.weight_decay = c_.weight_decay;
   oc.decay_bn_and_bias = !c_.no_bn_weight_decay;
   oc.bn_lr_scale = c_.bn_lr_scale;
-  optimizer_ = std::make_unique<Optimizer>(oc, backend_);
+  optimizer_ = std::make_unique<optim::Optimizer>(oc, backend_);
 
-  schedule_.kind = parse_lr_schedule(c_.lr_schedule);
+  schedule_.kind = optim::parse_lr_schedule(c_.lr_schedule);
   schedule_.base_lr = c_.lr * (c_.scale_lr ? pg_.size() : 1);
   schedule_.warmup_epochs = c_.warmup_epochs;
   schedule_.total_epochs = c_.epochs;
@@ -494,65 +529,32 @@ std::optional<ckpt::LoadedCheckpoint> Trainer::choose_disk_checkpoint() {
   return ckpt::LoadedCheckpoint{valid.front()->path, ckpt::read_checkpoint(valid.front()->path)};
 }
 
-// Rank 0 decides and reads; the others learn the outcome by broadcast, so a bad checkpoint
-// fails every rank with the same message instead of hanging the others in a collective.
-std::optional<json> Trainer::resume() {
-  // The phases of a restarted worker's resume are timed at debug level: they are on the path
-  // from a worker's death to the next step (docs/benchmarks.md, "Flash checkpoints").
-  const Clock::time_point t0 = Clock::now();
-  json decision = json::object();
-  ckpt::Checkpoint ckpt;
-  if (rank0_) {
-    try {
-      std::optional<ckpt::LoadedCheckpoint> loaded = choose_checkpoint();
-      if (loaded) {
-        std::string differ =
-            incompatible_settings(loaded->ckpt.meta, c_, model_signature(c_, train_set_));
-        if (!differ.empty()) {
-          throw UsageError(fmt::format(
-              "checkpoint {} cannot be continued by this run: {}. Resume with the checkpoint's "
-              "settings, or start a new run with --overwrite or another --output_dir",
-              loaded->path, differ));
-        }
-        if (loaded->ckpt.find("optimizer.state") == nullptr) {
-          throw ckpt::CheckpointError(
-              fmt::format("checkpoint {} has no 'optimizer.state' array", loaded->path));
-        }
-        // Every parameter and every buffer (BN running statistics): resuming with fresh
-        // statistics would evaluate with the wrong normalisation without a word.
-        std::vector<std::pair<std::string, size_t>> expected{{"params", model_->num_params()}};
-        const auto names = model_->buffer_names();
-        const auto buffers = model_->buffers();
-        for (size_t i = 0; i < buffers.size(); ++i) {
-          expected.emplace_back("buffer." + names[i], static_cast<size_t>(buffers[i]->numel()));
-        }
-        ckpt::require_arrays(loaded->ckpt, loaded->path, expected);
-        decision = {{"resume", loaded->path}, {"meta", loaded->ckpt.meta}};
-        run_id_ = loaded->ckpt.meta.value("run_id", std::string());
-        ckpt = std::move(loaded->ckpt);
-      }
-      if (run_id_.empty()) {
-        run_id_ = ckpt::new_run_id();
-        log_info("run id {} (recorded in every checkpoint of this run)", run_id_);
-      }
-    } catch (const UsageError& e) {
-      decision = {{"error", e.what()}, {"kind", "usage"}};
-    } catch (const Error& e) {
-      decision = {{"error", e.what()}, {"kind", "checkpoint"}};
-    }
+void Trainer::check_resumable(const ckpt::LoadedCheckpoint& loaded) {
+  std::string differ =
+      incompatible_settings(loaded.ckpt.meta, c_,
+                            model_signature(c_, train_set_, model_->config()));
+  if (!differ.empty()) {
+    throw UsageError(fmt::format(
+        "checkpoint {} cannot be continued by this run: {}. Resume with the checkpoint's "
+        "settings, or start a new run with --overwrite or another --output_dir",
+        loaded.path, differ));
   }
-  if (rank0_) log_debug("resume: chose and read the state in {:.0f} ms", 1e3 * seconds_since(t0));
-  decision = json::parse(broadcast_string(pg_, decision.dump()));
-  const Clock::time_point t_decided = Clock::now();
-  if (decision.contains("error")) {
-    std::string msg = decision["error"];
-    if (decision["kind"] == "usage") throw UsageError(msg);
-    throw ckpt::CheckpointError(msg);
+  if (loaded.ckpt.find("optimizer.state") == nullptr) {
+    throw ckpt::CheckpointError(
+        fmt::format("checkpoint {} has no 'optimizer.state' array", loaded.path));
   }
-  if (!decision.contains("resume")) {
-    dp_->broadcast_state();
-    return std::nullopt;
+  // Every parameter and every buffer (BN running statistics): resuming with fresh
+  // statistics would evaluate with the wrong normalisation without a word.
+  std::vector<std::pair<std::string, size_t>> expected{{"params", model_->num_params()}};
+  const auto names = model_->buffer_names();
+  const auto buffers = model_->buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) {
+    expected.emplace_back("buffer." + names[i], static_cast<size_t>(buffers[i]->numel()));
   }
+  ckpt::require_arrays(loaded.ckpt, loaded.path, expected);
+}
+
+void Trainer::load_resumed_state(const ckpt::Checkpoint& ckpt, const json& meta) {
   // Parameters, buffers and optimizer state from rank 0's checkpoint, in that order in one
   // broadcast: one per BN buffer cost a round trip each (0.5 s in all for ResNet-18 on a loaded
   // host, on the path of every restarted worker).
@@ -579,16 +581,57 @@ std::optional<json> Trainer::resume() {
   model_->params_tensor().copy_from_host(take(model_->num_params()));
   for (auto* b : buffers) b->copy_from_host(take(static_cast<size_t>(b->numel())));
   std::vector<float> state(all.begin() + static_cast<std::ptrdiff_t>(at), all.end());
-  const json& meta = decision["meta"];
   optimizer_->load_state(std::move(state), meta.value("optimizer_steps", int64_t{0}));
   // fp16's loss scale goes on where it was (checkpoints from before it existed start afresh).
   precision_->load_state_json(meta.value("grad_scaler", json()));
+}
+
+// Rank 0 decides and reads; the others learn the outcome by broadcast, so a bad checkpoint
+// fails every rank with the same message instead of hanging the others in a collective.
+std::optional<json> Trainer::resume() {
+  // The phases of a restarted worker's resume are timed at debug level: they are on the path
+  // from a worker's death to the next step (docs/benchmarks.md, "Flash checkpoints").
+  const Clock::time_point t0 = Clock::now();
+  json decision = json::object();
+  ckpt::Checkpoint ckpt;
+  if (rank0_) {
+    try {
+      std::optional<ckpt::LoadedCheckpoint> loaded = choose_checkpoint();
+      if (loaded) {
+        check_resumable(*loaded);
+        decision = {{"resume", loaded->path}, {"meta", loaded->ckpt.meta}};
+        run_id_ = loaded->ckpt.meta.value("run_id", std::string());
+        ckpt = std::move(loaded->ckpt);
+      }
+      if (run_id_.empty()) {
+        run_id_ = ckpt::new_run_id();
+        log_info("run id {} (recorded in every checkpoint of this run)", run_id_);
+      }
+    } catch (const UsageError& e) {
+      decision = {{"error", e.what()}, {"kind", "usage"}};
+    } catch (const Error& e) {
+      decision = {{"error", e.what()}, {"kind", "checkpoint"}};
+    }
+  }
+  if (rank0_) log_debug("resume: chose and read the state in {:.0f} ms", 1e3 * seconds_since(t0));
+  decision = json::parse(broadcast_string(pg_, decision.dump()));
+  const Clock::time_point t_decided = Clock::now();
+  if (decision.contains("error")) {
+    std::string msg = decision["error"];
+    if (decision["kind"] == "usage") throw UsageError(msg);
+    throw ckpt::CheckpointError(msg);
+  }
+  if (!decision.contains("resume")) {
+    dp_->broadcast_state();
+    return std::nullopt;
+  }
+  load_resumed_state(ckpt, decision["meta"]);
   log_debug("resume: decision agreed {:.0f} ms after this rank began; state broadcast in {:.0f} ms",
             1e3 * std::chrono::duration<double>(t_decided - t0).count(),
             1e3 * seconds_since(t_decided));
   summary_.resumed = true;
   summary_.resumed_from = decision["resume"];
-  return meta;
+  return decision["meta"];
 }
 
 void Trainer::to_tensor(const data::Batch& b) {
@@ -616,7 +659,7 @@ void Trainer::train_epoch(int64_t epoch) {
   run.resumed_images = run.totals[2];
   resume_epoch_step_ = 0;
   std::fill(resume_totals_, resume_totals_ + 3, 0.0);
-  run.learning_rate = lr_at(schedule_, static_cast<double>(epoch) + run.fraction(run.step));
+  run.learning_rate = optim::lr_at(schedule_, static_cast<double>(epoch) + run.fraction(run.step));
   while (auto batch = loader.next()) {
     ddp::StepResult r = train_step(run, *batch);
     after_step(run, r);
@@ -648,7 +691,8 @@ std::vector<int64_t> Trainer::epoch_indices(EpochRun& run) {
 }
 
 ddp::StepResult Trainer::train_step(EpochRun& run, const data::Batch& batch) {
-  run.learning_rate = lr_at(schedule_, static_cast<double>(run.epoch) + run.fraction(run.step));
+  run.learning_rate =
+      optim::lr_at(schedule_, static_cast<double>(run.epoch) + run.fraction(run.step));
   to_tensor(batch);
   ddp::StepResult r = dp_->train_step(images_, batch.labels.data(), precision_->loss_scale());
   if (precision_->finish_step(model_->grads(), model_->num_params())) {
@@ -873,7 +917,7 @@ ckpt::Checkpoint Trainer::build_checkpoint(int64_t epochs_done, int64_t epoch_st
              {"optimizer_steps", optimizer_->step_count()},
              {"world_size", pg_.size()},
              {"batch_size", c_.batch_size},
-             {"signature", model_signature(c_, train_set_)},
+             {"signature", model_signature(c_, train_set_, model_->config())},
              {"config", config_json(c_)},
              // The sampler and augmentation are pure functions of (seed, epoch, index): the
              // next epoch and the seed are their whole state, whatever the world size; inside
