@@ -54,6 +54,11 @@ TEST(ResNet, ParameterLayoutMatchesTorchvisionCifarResNet18) {
     EXPECT_EQ(p.offset, next) << p.name;
     next += p.count;
     counts[p.name] = p.count;
+    // torchvision's names tell the batch norms: bn1, layerN.M.bnK, layerN.0.downsample.1.
+    const bool bn_name = p.name.rfind("bn", 0) == 0 || p.name.find(".bn") != std::string::npos ||
+                         p.name.find("downsample.1.") != std::string::npos;
+    EXPECT_EQ(p.batch_norm, bn_name) << p.name;
+    EXPECT_EQ(p.no_weight_decay, bn_name || p.name == "fc.bias") << p.name;
   }
   EXPECT_EQ(counts["layer2.0.downsample.0.weight"], 128u * 64u);
   EXPECT_EQ(counts["layer4.1.conv2.weight"], 512u * 512u * 9u);

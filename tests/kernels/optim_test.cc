@@ -41,6 +41,64 @@ TEST(Optimizer, SgdMomentumStateAndDecayExemption) {
   EXPECT_THROW(again.load_state({1.f}, 3), UsageError);
 }
 
+// torch.optim.SGD(lr=0.1, momentum=0.9, weight_decay=0.1, nesterov=True) from p = 1 with the
+// gradient 1 at every step, worked by hand: d = g + wd p; buf = first ? d : 0.9 buf + d;
+// p -= lr (d + 0.9 buf).
+TEST(Optimizer, NesterovStepsMatchAHandComputedTable) {
+  OptimConfig cfg;
+  cfg.momentum = 0.9;
+  cfg.nesterov = true;
+  cfg.weight_decay = 0.1;
+  Optimizer opt(cfg);
+  struct Row {
+    double buf, p;
+  };
+  const Row table[] = {
+      {1.1, 1 - 0.1 * (1.1 + 0.9 * 1.1)},                          // 0.791
+      {0.9 * 1.1 + 1.0791, 0.791 - 0.1 * (1.0791 + 0.9 * 2.0691)},  // 0.496871
+      {0.9 * 2.0691 + 1.0496871, 0.496871 - 0.1 * (1.0496871 + 0.9 * 2.9118771)},  // 0.1298334
+  };
+  std::vector<float> p = {1.f};
+  const std::vector<float> g = {1.f};
+  for (const Row& row : table) {
+    opt.step(p.data(), g.data(), 1, 0.1f, {});
+    EXPECT_NEAR(opt.state()[0], row.buf, 1e-5) << "step " << opt.step_count();
+    EXPECT_NEAR(p[0], row.p, 1e-5) << "step " << opt.step_count();
+  }
+  EXPECT_NEAR(p[0], 0.1298334, 1e-6);
+}
+
+// Plain SGD (no momentum, so one step is p -= lr * (g + wd * p)) over a BN weight, a conv
+// weight and the fc bias, with --no_bn_weight_decay and --bn_lr_scale 4.
+TEST(Optimizer, BatchNormLearningRateScaleAndDecayExemption) {
+  OptimConfig cfg;
+  cfg.momentum = 0;
+  cfg.weight_decay = 0.5;
+  cfg.decay_bn_and_bias = false;
+  cfg.bn_lr_scale = 4;
+  Optimizer opt(cfg);
+  const std::vector<ParamInfo> infos = {{"bn1.weight", 0, 1, true, true},
+                                        {"conv1.weight", 1, 1, false, false},
+                                        {"fc.bias", 2, 1, true, false}};
+  std::vector<float> p = {1.f, 1.f, 1.f};
+  const std::vector<float> g = {1.f, 1.f, 1.f};
+  opt.step(p.data(), g.data(), 3, 0.1f, infos);
+  EXPECT_FLOAT_EQ(p[0], 1.f - 0.4f * 1.f);          // lr x 4, no decay
+  EXPECT_FLOAT_EQ(p[1], 1.f - 0.1f * (1.f + 0.5f));  // lr, decayed
+  EXPECT_FLOAT_EQ(p[2], 1.f - 0.1f * 1.f);          // lr, no decay (a bias)
+
+  // Decay on (PyTorch's default) with the scale: the BN weight is decayed at lr x 4.
+  cfg.decay_bn_and_bias = true;
+  Optimizer decayed(cfg);
+  std::vector<float> q = {1.f, 1.f, 1.f};
+  decayed.step(q.data(), g.data(), 3, 0.1f, infos);
+  EXPECT_FLOAT_EQ(q[0], 1.f - 0.4f * 1.5f);
+  EXPECT_FLOAT_EQ(q[2], 1.f - 0.1f * 1.5f);
+
+  cfg.bn_lr_scale = -1;
+  EXPECT_THROW(Optimizer{cfg}, UsageError);
+}
+
 TEST(Optimizer, AdamStateHoldsBothMoments) {
   OptimConfig cfg;
   cfg.kind = OptimKind::kAdam;
@@ -62,6 +120,20 @@ TEST(Optimizer, RejectsBadConfig) {
   EXPECT_THROW(Optimizer{cfg}, UsageError);
   EXPECT_THROW(parse_optim_kind("adamw"), UsageError);
   EXPECT_EQ(parse_optim_kind("adam"), OptimKind::kAdam);
+}
+
+TEST(LrSchedule, TriangleRisesToThePeakAndFallsToZeroAtTheEnd) {
+  LrSchedule s;
+  s.kind = parse_lr_schedule("triangle");
+  s.base_lr = 0.4;
+  s.warmup_epochs = 2;
+  s.total_epochs = 10;
+  const double table[][2] = {{0, 0},     {1, 0.2},   {2, 0.4},  {4, 0.3},
+                             {6, 0.2},   {9, 0.05},  {10, 0},   {12, 0}};
+  for (const auto& row : table) EXPECT_NEAR(lr_at(s, row[0]), row[1], 1e-12) << "epoch " << row[0];
+  s.warmup_epochs = 0;  // a linear decay from the peak
+  EXPECT_NEAR(lr_at(s, 0), 0.4, 1e-12);
+  EXPECT_NEAR(lr_at(s, 7.5), 0.1, 1e-12);
 }
 
 TEST(LrSchedule, WarmupThenCosineStepConstant) {

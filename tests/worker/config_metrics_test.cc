@@ -44,6 +44,34 @@ TEST(TrainConfig, SpellingsAndBooleans) {
   }
 }
 
+// The fast recipe's options (issue 11): off by default, so the default run does not change.
+TEST(TrainConfig, RecipeOptionsAreOffByDefaultAndParse) {
+  const train::TrainConfig defaults = parse({});
+  EXPECT_EQ(defaults.label_smoothing, 0.0);
+  EXPECT_FALSE(defaults.no_bn_weight_decay);
+  EXPECT_EQ(defaults.bn_lr_scale, 1.0);
+  EXPECT_TRUE(parse({"--no-bn-weight-decay"}).no_bn_weight_decay);
+  EXPECT_DOUBLE_EQ(parse({"--bn_lr_scale", "4"}).bn_lr_scale, 4.0);
+  EXPECT_THROW(parse({"--bn_lr_scale=-1"}), UsageError);
+  EXPECT_EQ(defaults.lr_schedule, "cosine");
+  EXPECT_EQ(defaults.tta, "none");
+  EXPECT_EQ(defaults.cutout, 0);
+  EXPECT_FALSE(defaults.alternating_flip);
+  EXPECT_EQ(parse({"--cutout=12"}).cutout, 12);
+  EXPECT_TRUE(parse({"--alternating-flip"}).alternating_flip);
+  EXPECT_THROW(parse({"--cutout=-1"}), UsageError);
+  EXPECT_THROW(parse({"--cutout=8", "--image_size=64"}), UsageError);
+  EXPECT_EQ(parse({"--tta", "flip"}).tta, "flip");
+  EXPECT_THROW(parse({"--tta=crops"}), UsageError);
+  EXPECT_EQ(parse({"--lr-schedule=triangle"}).lr_schedule, "triangle");
+  EXPECT_DOUBLE_EQ(parse({"--label-smoothing=0.1"}).label_smoothing, 0.1);
+  EXPECT_THROW(parse({"--label_smoothing=1"}), UsageError);
+  EXPECT_THROW(parse({"--label_smoothing=-0.1"}), UsageError);
+  for (const char* flag : {"--label_smoothing", "--no_bn_weight_decay", "--bn_lr_scale", "--tta", "--cutout",
+                           "--alternating_flip"})
+    EXPECT_NE(train::train_usage().find(flag), std::string::npos) << flag;
+}
+
 TEST(TrainConfig, OverwriteStartsANewRunAndContradictsAResumePath) {
   EXPECT_TRUE(parse({"--overwrite"}).overwrite);
   EXPECT_NO_THROW(parse({"--overwrite", "--resume=none"}));

@@ -4,10 +4,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
 
+#include "common/error.h"
 #include "worker/data/batch_loader.h"
 #include "worker/data/dataset.h"
 #include "worker/data/transforms.h"
@@ -238,6 +240,96 @@ TEST(Transforms, CropAndFlipMatchTheDrawnParameters) {
   AugmentParams p = draw_augment(11, 4, 9), q = draw_augment(11, 4, 9);
   EXPECT_EQ(p.dx, q.dx);
   EXPECT_EQ(p.flip, q.flip);
+}
+
+// A 1-channel 16x16 image whose normalised pixel value is its raw value (1 + y * 16 + x, so no
+// pixel is 0 and a cutout shows).
+ImageDataset ramp_image() {
+  ImageDataset ds;
+  ds.channels = 1;
+  ds.height = ds.width = 16;
+  ds.mean = {0.0f};
+  ds.stddev = {1.0f / 255.0f};
+  for (int i = 0; i < 256; ++i) ds.pixels.push_back(static_cast<uint8_t>(std::min(255, i + 1)));
+  ds.labels = {0};
+  return ds;
+}
+
+TEST(Transforms, RecipeOptionsOffDrawWhatTheDefaultDraws) {
+  for (int64_t e = 0; e < 10; ++e) {
+    for (int64_t i = 0; i < 10; ++i) {
+      const AugmentParams a = draw_augment(5, e, i);
+      const AugmentParams b = draw_augment(5, e, i, AugmentRecipe{6, false}, 16, 16);
+      EXPECT_EQ(a.dx, b.dx);
+      EXPECT_EQ(a.dy, b.dy);
+      EXPECT_EQ(a.flip, b.flip);
+    }
+  }
+}
+
+TEST(Transforms, AlternatingFlipInvertsEachSamplesFlipEveryOtherEpoch) {
+  const AugmentRecipe recipe{0, true};
+  int flipped_in_epoch_0 = 0, coin_changes = 0;
+  for (int64_t i = 0; i < 200; ++i) {
+    flipped_in_epoch_0 += draw_augment(9, 0, i, recipe).flip;
+    for (int64_t e = 0; e < 6; ++e) {
+      ASSERT_NE(draw_augment(9, e, i, recipe).flip, draw_augment(9, e + 1, i, recipe).flip)
+          << "sample " << i << " epoch " << e;
+      coin_changes += draw_augment(9, e, i).flip != draw_augment(9, e + 1, i).flip;
+    }
+  }
+  // Half the samples start flipped (a coin per sample, not one for all)...
+  EXPECT_GT(flipped_in_epoch_0, 60);
+  EXPECT_LT(flipped_in_epoch_0, 140);
+  // ...while the default flip is a fresh coin each epoch, so it repeats about half the time.
+  EXPECT_LT(coin_changes, 200 * 6 * 3 / 4);
+
+  // The image is flipped as drawn (the crop as before).
+  const ImageDataset ds = ramp_image();
+  std::vector<float> out(256);
+  for (int64_t e = 0; e < 4; ++e) {
+    const AugmentParams a = draw_augment(9, e, 0, recipe, 16, 16);
+    load_image(ds, 0, true, 9, e, out.data(), recipe);
+    for (int y = 0; y < 16; ++y)
+      for (int x = 0; x < 16; ++x) {
+        const int sx = (a.flip ? 15 - x : x) + static_cast<int>(a.dx), sy = y + static_cast<int>(a.dy);
+        const bool pad = sx < 0 || sx >= 16 || sy < 0 || sy >= 16;
+        const float raw = static_cast<float>(std::min(255, sy * 16 + sx + 1));
+        ASSERT_FLOAT_EQ(out[y * 16 + x], pad ? 0.0f : raw)
+            << "epoch " << e << " y " << y << " x " << x;
+      }
+  }
+}
+
+TEST(Transforms, CutoutZeroesADrawnSquareInsideTheImageAndNothingElse) {
+  const ImageDataset ds = ramp_image();
+  const AugmentRecipe recipe{5, false};
+  std::vector<float> out(256), plain(256);
+  bool moved = false;
+  int64_t first_top = -1, first_left = -1;
+  for (int64_t e = 0; e < 12; ++e) {
+    const AugmentParams a = draw_augment(4, e, 0, recipe, 16, 16);
+    ASSERT_GE(a.cutout_top, 0);
+    ASSERT_LE(a.cutout_top + 5, 16);
+    ASSERT_GE(a.cutout_left, 0);
+    ASSERT_LE(a.cutout_left + 5, 16);
+    if (e == 0) {
+      first_top = a.cutout_top;
+      first_left = a.cutout_left;
+    }
+    moved |= a.cutout_top != first_top || a.cutout_left != first_left;
+    load_image(ds, 0, true, 4, e, out.data(), recipe);
+    load_image(ds, 0, true, 4, e, plain.data());
+    for (int64_t y = 0; y < 16; ++y)
+      for (int64_t x = 0; x < 16; ++x) {
+        const bool inside = y >= a.cutout_top && y < a.cutout_top + 5 && x >= a.cutout_left &&
+                            x < a.cutout_left + 5;
+        ASSERT_FLOAT_EQ(out[y * 16 + x], inside ? 0.0f : plain[y * 16 + x]) << y << " " << x;
+      }
+  }
+  EXPECT_TRUE(moved);
+  // A square larger than the image is a usage error naming the flag.
+  EXPECT_THROW(load_image(ds, 0, true, 4, 0, out.data(), AugmentRecipe{17, false}), UsageError);
 }
 
 TEST(BatchLoader, YieldsAllBatchesInOrder) {

@@ -9,14 +9,15 @@
 namespace dlaunch::data {
 
 Batch make_batch(const ImageDataset& ds, const std::vector<int64_t>& indices, bool augment,
-                 uint64_t seed, int64_t epoch) {
+                 uint64_t seed, int64_t epoch, const AugmentRecipe& recipe) {
   Batch b;
   b.size = static_cast<int64_t>(indices.size());
   b.images.resize(b.size * ds.image_elems());
   b.labels.resize(b.size);
   auto load = [&](int64_t first, int64_t step) {
     for (int64_t i = first; i < b.size; i += step)
-      load_image(ds, indices[i], augment, seed, epoch, b.images.data() + i * ds.image_elems());
+      load_image(ds, indices[i], augment, seed, epoch, b.images.data() + i * ds.image_elems(),
+                 recipe);
   };
   // A dataset that decodes per epoch spends most of a batch in the decoder: share the images
   // among its decode threads (each has its own decoder, see image_pixels).
@@ -46,11 +47,13 @@ Batch make_batch(const ImageDataset& ds, const std::vector<int64_t>& indices, bo
 }
 
 BatchLoader::BatchLoader(const ImageDataset& ds, std::vector<int64_t> indices, int64_t batch_size,
-                         bool augment, uint64_t seed, int64_t epoch, int prefetch)
+                         bool augment, uint64_t seed, int64_t epoch, int prefetch,
+                         const AugmentRecipe& recipe)
     : ds_(ds),
       indices_(std::move(indices)),
       batch_size_(batch_size),
       augment_(augment),
+      recipe_(recipe),
       seed_(seed),
       epoch_(epoch),
       prefetch_(static_cast<size_t>(std::max(prefetch, 1))),
@@ -77,7 +80,7 @@ void BatchLoader::produce() {
       }
       auto first = indices_.begin() + b * batch_size_;
       auto last = indices_.begin() + std::min<int64_t>((b + 1) * batch_size_, indices_.size());
-      Batch batch = make_batch(ds_, std::vector<int64_t>(first, last), augment_, seed_, epoch_);
+      Batch batch = make_batch(ds_, std::vector<int64_t>(first, last), augment_, seed_, epoch_, recipe_);
       {
         std::lock_guard<std::mutex> lock(mu_);
         ready_.push_back(std::move(batch));

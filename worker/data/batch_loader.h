@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "worker/data/dataset.h"
+#include "worker/data/transforms.h"
 
 namespace dlaunch::data {
 
@@ -27,14 +28,15 @@ struct Batch {
 
 // Builds one batch synchronously (the producer's work; also handy in tests).
 Batch make_batch(const ImageDataset& ds, const std::vector<int64_t>& indices, bool augment,
-                 uint64_t seed, int64_t epoch);
+                 uint64_t seed, int64_t epoch, const AugmentRecipe& recipe = {});
 
 class BatchLoader {
  public:
   // `ds` must outlive the loader. The last batch may be smaller (drop_last = false, as
   // PyTorch's DataLoader default).
   BatchLoader(const ImageDataset& ds, std::vector<int64_t> indices, int64_t batch_size,
-              bool augment, uint64_t seed, int64_t epoch, int prefetch = 2);
+              bool augment, uint64_t seed, int64_t epoch, int prefetch = 2,
+              const AugmentRecipe& recipe = {});
   ~BatchLoader();
   BatchLoader(const BatchLoader&) = delete;
   BatchLoader& operator=(const BatchLoader&) = delete;
@@ -50,6 +52,7 @@ class BatchLoader {
   std::vector<int64_t> indices_;
   int64_t batch_size_;
   bool augment_;
+  AugmentRecipe recipe_;
   uint64_t seed_;
   int64_t epoch_;
   size_t prefetch_;

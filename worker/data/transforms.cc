@@ -46,14 +46,29 @@ const uint8_t* image_pixels(const ImageDataset& ds, int64_t index) {
   return planar.data();
 }
 
-AugmentParams draw_augment(uint64_t seed, int64_t epoch, int64_t sample_index) {
+AugmentParams draw_augment(uint64_t seed, int64_t epoch, int64_t sample_index,
+                           const AugmentRecipe& recipe, int64_t height, int64_t width) {
   SplitMix rng(hash_combine(hash_combine(seed, static_cast<uint64_t>(epoch) + 0xA06ull),
                             static_cast<uint64_t>(sample_index)));
   AugmentParams p;
   p.dy = static_cast<int64_t>(rng.below(2 * kCropPadding + 1)) - kCropPadding;
   p.dx = static_cast<int64_t>(rng.below(2 * kCropPadding + 1)) - kCropPadding;
   p.flip = (rng.next() & 1) != 0;
+  if (recipe.alternating_flip) p.flip = alternating_flip(seed, epoch, sample_index);
+  if (recipe.cutout > 0) {
+    if (recipe.cutout > height || recipe.cutout > width)
+      throw UsageError(fmt::format("--cutout={} does not fit the {}x{} images; expected a side of "
+                                   "at most {} pixels",
+                                   recipe.cutout, height, width, std::min(height, width)));
+    p.cutout_top = static_cast<int64_t>(rng.below(static_cast<uint64_t>(height - recipe.cutout + 1)));
+    p.cutout_left = static_cast<int64_t>(rng.below(static_cast<uint64_t>(width - recipe.cutout + 1)));
+  }
   return p;
+}
+
+bool alternating_flip(uint64_t seed, int64_t epoch, int64_t sample_index) {
+  const bool coin = (hash_combine(hash_combine(seed, 0xF11Bull), static_cast<uint64_t>(sample_index)) & 1) != 0;
+  return coin != ((epoch & 1) != 0);
 }
 
 CropBox draw_resized_crop(uint64_t seed, int64_t epoch, int64_t sample_index, int64_t image_h,
@@ -111,7 +126,10 @@ void eval_pixels(const ImageDataset& ds, int64_t index, int64_t size, uint8_t* o
 }
 
 void load_image(const ImageDataset& ds, int64_t index, bool augment, uint64_t seed, int64_t epoch,
-                float* out) {
+                float* out, const AugmentRecipe& recipe) {
+  if (augment && (recipe.cutout > 0 || recipe.alternating_flip) && ds.resampled())
+    throw UsageError("--cutout and --alternating_flip apply to images at their own size (the "
+                     "CIFAR crop and flip); drop them or --image_size");
   if (ds.resampled()) {
     // One set of buffers per loader thread: a batch reuses them image after image.
     thread_local std::vector<uint8_t> planes, scratch;
@@ -135,7 +153,7 @@ void load_image(const ImageDataset& ds, int64_t index, bool augment, uint64_t se
   const uint8_t* src = image_pixels(ds, index);
   const int64_t h = ds.height, w = ds.width;
   AugmentParams a;
-  if (augment) a = draw_augment(seed, epoch, index);
+  if (augment) a = draw_augment(seed, epoch, index, recipe, h, w);
   for (int64_t c = 0; c < ds.channels; ++c) {
     const float scale = 1.0f / (255.0f * ds.stddev[c]);
     const float shift = -ds.mean[c] / ds.stddev[c];
@@ -152,6 +170,10 @@ void load_image(const ImageDataset& ds, int64_t index, bool augment, uint64_t se
       }
     }
   }
+  if (!augment || recipe.cutout == 0) return;
+  for (int64_t c = 0; c < ds.channels; ++c)
+    for (int64_t y = a.cutout_top; y < a.cutout_top + recipe.cutout; ++y)
+      std::fill_n(out + (c * h + y) * w + a.cutout_left, recipe.cutout, 0.0f);
 }
 
 }  // namespace dlaunch::data

@@ -21,10 +21,24 @@
 
 namespace dlaunch::data {
 
+// Options of the fast CIFAR recipe (airbench), off by default; they apply to training images
+// when augmentation is on, drawn per (seed, epoch, sample index) like the crop:
+//   cutout:           a cutout x cutout square, wholly inside the image at a uniformly drawn
+//                     position, set to 0 after normalisation (the mean pixel), airbench's
+//                     make_random_square_masks;
+//   alternating_flip: each sample's flip is drawn once per run (seed, sample index) and
+//                     inverted every other epoch, so a sample is seen both ways in any two
+//                     consecutive epochs (instead of a coin per epoch).
+struct AugmentRecipe {
+  int64_t cutout = 0;  // side in pixels; 0 = off
+  bool alternating_flip = false;
+};
+
 struct AugmentParams {
   int64_t dy = 0;  // crop offset in the padded image minus the padding, in [-pad, pad]
   int64_t dx = 0;
   bool flip = false;
+  int64_t cutout_top = 0, cutout_left = 0;  // the cutout square's corner (recipe.cutout > 0)
 };
 
 inline constexpr int64_t kCropPadding = 4;
@@ -52,7 +66,12 @@ struct ResizedCenterCrop {
 };
 ResizedCenterCrop resized_center_crop(int64_t image_h, int64_t image_w, int64_t size);
 
-AugmentParams draw_augment(uint64_t seed, int64_t epoch, int64_t sample_index);
+// The crop and flip are drawn first, so the default recipe draws what it always did. height and
+// width bound the cutout square (unused without cutout).
+AugmentParams draw_augment(uint64_t seed, int64_t epoch, int64_t sample_index,
+                           const AugmentRecipe& recipe = {}, int64_t height = 0, int64_t width = 0);
+// The alternating flip of a sample in an epoch: a per-run coin, inverted on odd epochs.
+bool alternating_flip(uint64_t seed, int64_t epoch, int64_t sample_index);
 
 // Writes image `index` of `ds`, normalised per channel, into out[0 .. image_elems). With
 // `augment` the crop/flip of draw_augment(seed, epoch, index) is applied.
@@ -63,7 +82,7 @@ const uint8_t* image_pixels(const ImageDataset& ds, int64_t index);
 
 // For a resampled dataset `augment` picks the training transform, else the test one.
 void load_image(const ImageDataset& ds, int64_t index, bool augment, uint64_t seed, int64_t epoch,
-                float* out);
+                float* out, const AugmentRecipe& recipe = {});
 
 // The transforms only (RGB planes of size * size, uint8, before normalisation), for tests and
 // load_image: what torchvision's transform pipeline would hand to ToTensor.

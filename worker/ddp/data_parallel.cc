@@ -1,6 +1,10 @@
 #include "worker/ddp/data_parallel.h"
 
+#include <fmt/format.h>
+
+#include "common/error.h"
 #include "worker/model/loss.h"
+#include "worker/model/tta.h"
 
 namespace dlaunch::ddp {
 
@@ -60,10 +64,16 @@ void DataParallel::broadcast_buffers() {
   for (Tensor* t : model_.buffers()) broadcast_tensor(pg_, *t);
 }
 
+void DataParallel::set_label_smoothing(float eps) {
+  if (!(eps >= 0.0f && eps < 1.0f))
+    throw UsageError(fmt::format("label smoothing {} is outside [0, 1); expected e.g. 0.1", eps));
+  label_smoothing_ = eps;
+}
+
 StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels, float loss_scale) {
   StepResult r;
   const Tensor& logits = model_.forward(images, /*training=*/true);
-  r.loss = model::softmax_cross_entropy(logits, labels, &grad_logits_, &r.correct);
+  r.loss = model::softmax_cross_entropy(logits, labels, &grad_logits_, &r.correct, label_smoothing_);
   if (loss_scale != 1.0f) {
     model_.backend().scale(grad_logits_.numel(), loss_scale, grad_logits_.data(), grad_logits_.data());
   }
@@ -75,7 +85,9 @@ StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels,
 
 StepResult DataParallel::eval_step(const Tensor& images, const int32_t* labels) {
   StepResult r;
-  const Tensor& logits = model_.forward(images, /*training=*/false);
+  Tensor averaged;
+  if (tta_flip_) averaged = model::flip_tta_logits(model_, images);
+  const Tensor& logits = tta_flip_ ? averaged : model_.forward(images, /*training=*/false);
   r.loss = model::softmax_cross_entropy(logits, labels, nullptr, &r.correct) *
            static_cast<float>(images.dim(0));
   return r;

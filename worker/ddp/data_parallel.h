@@ -40,8 +40,15 @@ class DataParallel {
   // over ranks of each rank's mean-loss gradient, times loss_scale (fp16's loss scaling:
   // train/precision.h unscales them).
   StepResult train_step(const Tensor& images, const int32_t* labels, float loss_scale = 1.0f);
-  // Forward in eval mode; returns the summed loss over the batch.
+  // Forward in eval mode; returns the summed loss over the batch. With flip TTA on, the loss
+  // and accuracy are those of the averaged logits of the images and their mirror images.
   StepResult eval_step(const Tensor& images, const int32_t* labels);
+
+  // Label smoothing for train_step's loss (softmax_cross_entropy's label_smoothing; eval_step
+  // keeps the plain loss). Throws UsageError outside [0, 1).
+  void set_label_smoothing(float eps);
+  // --tta flip: eval_step classifies with flip_tta_logits (model/tta.h).
+  void set_tta_flip(bool on) { tta_flip_ = on; }
 
   model::ResNet& model() { return model_; }
   const GradReducer& reducer() const { return reducer_; }
@@ -52,6 +59,8 @@ class DataParallel {
   GradReducer reducer_;
   std::unique_ptr<ProcessGroupBatchNormSync> bn_sync_;
   Tensor grad_logits_;
+  float label_smoothing_ = 0;
+  bool tta_flip_ = false;
 };
 
 }  // namespace dlaunch::ddp

@@ -11,6 +11,7 @@ struct ParamInfo {
   size_t offset = 0;    // first element in the flat buffers (params() / grads())
   size_t count = 0;     // number of elements
   bool no_weight_decay = false;  // batch norm weight/bias and linear bias: optional exemption
+  bool batch_norm = false;       // a batch norm weight or bias (--bn_lr_scale applies)
 };
 
 }  // namespace dlaunch::model

@@ -63,6 +63,7 @@ struct ResNet::Impl {
     size_t count = 0;
     size_t offset = 0;
     bool no_decay = false;
+    bool batch_norm = false;
   };
   struct Conv {
     int64_t c_in = 0, c_out = 0, kernel = 3, stride = 1, pad = 1;
@@ -136,8 +137,8 @@ struct ResNet::Impl {
            params[static_cast<size_t>(id)].offset;
   }
 
-  int add_param(std::string name, size_t count, bool no_decay) {
-    params.push_back({std::move(name), count, 0, no_decay});
+  int add_param(std::string name, size_t count, bool no_decay, bool batch_norm = false) {
+    params.push_back({std::move(name), count, 0, no_decay, batch_norm});
     return static_cast<int>(params.size()) - 1;
   }
   float* p(int id) { return flat_params.data() + params[static_cast<size_t>(id)].offset; }
@@ -157,8 +158,8 @@ struct ResNet::Impl {
   }
   std::unique_ptr<Bn> make_bn(const std::string& name, int64_t c) {
     auto bn = std::make_unique<Bn>(c, be);
-    bn->weight = add_param(name + ".weight", static_cast<size_t>(c), true);
-    bn->bias = add_param(name + ".bias", static_cast<size_t>(c), true);
+    bn->weight = add_param(name + ".weight", static_cast<size_t>(c), true, /*batch_norm=*/true);
+    bn->bias = add_param(name + ".bias", static_cast<size_t>(c), true, /*batch_norm=*/true);
     return bn;
   }
 
@@ -170,7 +171,8 @@ struct ResNet::Impl {
       offset += params[i].count;
     }
     for (size_t i = params.size(); i-- > 0;)
-      infos.push_back({params[i].name, params[i].offset, params[i].count, params[i].no_decay});
+      infos.push_back({params[i].name, params[i].offset, params[i].count, params[i].no_decay,
+                       params[i].batch_norm});
     flat_params.resize({static_cast<int64_t>(offset)});
     flat_grads.resize({static_cast<int64_t>(offset)});
   }

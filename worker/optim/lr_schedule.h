@@ -6,13 +6,16 @@
 //   step:     base_lr * gamma^floor((epochs - warmup) / step_size)
 //   cosine:   0.5 * base_lr * (1 + cos(pi * (epochs - warmup) / (total - warmup))), reaching 0
 //             at total_epochs (PyTorch's CosineAnnealingLR with eta_min 0, evaluated per step)
+//   triangle: base_lr * (1 - (epochs - warmup) / (total - warmup)): with the warm-up, a straight
+//             line up from 0 to the peak and down to 0 at total_epochs (airbench's schedule;
+//             without warm-up a linear decay from base_lr)
 #pragma once
 
 #include <string>
 
 namespace dlaunch::optim {
 
-enum class LrScheduleKind { kConstant, kStep, kCosine };
+enum class LrScheduleKind { kConstant, kStep, kCosine, kTriangle };
 
 struct LrSchedule {
   LrScheduleKind kind = LrScheduleKind::kCosine;
@@ -23,7 +26,7 @@ struct LrSchedule {
   double gamma = 0.1;     // step: decay factor
 };
 
-// "constant" | "step" | "cosine"; throws UsageError otherwise.
+// "constant" | "step" | "cosine" | "triangle"; throws UsageError otherwise.
 LrScheduleKind parse_lr_schedule(const std::string& text);
 // The learning rate after `epochs` epochs of training (>= 0).
 double lr_at(const LrSchedule& schedule, double epochs);

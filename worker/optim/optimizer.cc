@@ -18,6 +18,9 @@ Optimizer::Optimizer(const OptimConfig& config, kernels::Backend& backend)
     throw UsageError("momentum and weight decay must be >= 0, got momentum " +
                      std::to_string(config.momentum) + ", weight decay " +
                      std::to_string(config.weight_decay));
+  if (!(config.bn_lr_scale >= 0))
+    throw UsageError("the batch norm learning-rate scale must be >= 0, got " +
+                     std::to_string(config.bn_lr_scale));
   if (config.kind == OptimKind::kSgd && config.nesterov && config.momentum <= 0)
     throw UsageError("--nesterov needs --momentum > 0 (PyTorch refuses it too)");
   if (config.kind == OptimKind::kAdam &&
@@ -39,28 +42,30 @@ void Optimizer::step(float* params, const float* grads, size_t n, float lr,
       << "optimizer state has " << state_.numel() << " floats, expected " << state_size;
   ++step_count_;
 
-  // Runs of parameters that share a weight decay are updated with one kernel call.
-  auto update = [&](size_t begin, size_t count, float wd) {
+  // One kernel call for all parameters when none is treated differently, else one per parameter.
+  auto update = [&](size_t begin, size_t count, float wd, float group_lr) {
     if (count == 0) return;
     if (sgd) {
       float* buf = state_.empty() ? nullptr : state_.data() + begin;
-      backend_.sgd_step(static_cast<int64_t>(count), params + begin, grads + begin, buf, lr,
+      backend_.sgd_step(static_cast<int64_t>(count), params + begin, grads + begin, buf, group_lr,
                              static_cast<float>(config_.momentum), config_.nesterov, wd, first);
     } else {
       backend_.adam_step(static_cast<int64_t>(count), params + begin, grads + begin,
-                              state_.data() + begin, state_.data() + n + begin, lr,
+                              state_.data() + begin, state_.data() + n + begin, group_lr,
                               static_cast<float>(config_.beta1), static_cast<float>(config_.beta2),
                               static_cast<float>(config_.eps), wd, step_count_);
     }
   };
   const float wd = static_cast<float>(config_.weight_decay);
-  if (infos.empty() || config_.decay_bn_and_bias) {
-    update(0, n, wd);
+  if (infos.empty() || (config_.decay_bn_and_bias && config_.bn_lr_scale == 1.0)) {
+    update(0, n, wd, lr);
     return;
   }
+  const float bn_lr = static_cast<float>(lr * config_.bn_lr_scale);
   for (const model::ParamInfo& info : infos) {
     DL_CHECK(info.offset + info.count <= n) << info.name << " beyond " << n << " parameters";
-    update(info.offset, info.count, info.no_weight_decay ? 0.0f : wd);
+    const bool exempt = info.no_weight_decay && !config_.decay_bn_and_bias;
+    update(info.offset, info.count, exempt ? 0.0f : wd, info.batch_norm ? bn_lr : lr);
   }
 }
 

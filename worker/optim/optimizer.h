@@ -6,6 +6,8 @@
 //                       p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
 // Weight decay applies to every parameter unless OptimConfig::decay_bn_and_bias is false, in
 // which case ParamInfo::no_weight_decay entries are exempt (PyTorch's default is to decay all).
+// bn_lr_scale multiplies the learning rate of ParamInfo::batch_norm entries (a parameter group
+// with lr * K in PyTorch), as fast CIFAR recipes do.
 //
 // State (momentum buffer, or Adam's m then v) is one flat buffer on the optimizer's backend,
 // sized on the first step, so a checkpoint stores state() and step_count() (copied to the host)
@@ -33,6 +35,7 @@ struct OptimConfig {
   bool nesterov = false;  // SGD; needs momentum > 0
   double weight_decay = 0.0;
   bool decay_bn_and_bias = true;  // false: skip ParamInfo::no_weight_decay parameters
+  double bn_lr_scale = 1.0;       // learning rate x this for ParamInfo::batch_norm parameters
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // Adam
 };
 
@@ -41,12 +44,13 @@ OptimKind parse_optim_kind(const std::string& text);
 
 class Optimizer {
  public:
-  // Throws UsageError for nesterov without momentum, negative lr/momentum/decay, betas outside [0,1).
+  // Throws UsageError for nesterov without momentum, negative lr/momentum/decay/bn_lr_scale,
+  // betas outside [0,1).
   explicit Optimizer(const OptimConfig& config,
                      kernels::Backend& backend = kernels::cpu_backend());
 
   // One update of n parameters with learning rate lr. Empty infos mean "all decayed"; otherwise
-  // the infos must cover [0, n) (they are only read for no_weight_decay).
+  // the infos must cover [0, n) (they are only read for no_weight_decay and batch_norm).
   void step(float* params, const float* grads, size_t n, float lr,
             const std::vector<model::ParamInfo>& infos);
 

@@ -82,9 +82,12 @@ const std::vector<Flag>& flags() {
       {"lr", "base learning rate", false,
        [](TrainConfig& c, auto& f, auto& v) { c.lr = nonneg_double(f, v); },
        [](const TrainConfig& c) { return fmt_double(c.lr); }},
-      {"lr_schedule", "cosine | step (x0.1 every 30 epochs) | constant", false,
+      {"lr_schedule",
+       "cosine | step (x0.1 every 30 epochs) | constant | triangle (after the warm-up, linear "
+       "down to 0 at the last epoch)",
+       false,
        [](TrainConfig& c, auto& f, auto& v) {
-         c.lr_schedule = choice(f, v, {"cosine", "step", "constant"});
+         c.lr_schedule = choice(f, v, {"cosine", "step", "constant", "triangle"});
        },
        [](const TrainConfig& c) { return c.lr_schedule; }},
       {"warmup_epochs", "linear warm-up from 0 over this many epochs", false,
@@ -102,6 +105,40 @@ const std::vector<Flag>& flags() {
       {"weight_decay", "L2 penalty added to the gradient (PyTorch's weight_decay)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.weight_decay = nonneg_double(f, v); },
        [](const TrainConfig& c) { return fmt_double(c.weight_decay); }},
+      {"no_bn_weight_decay",
+       "no weight decay for batch norm weights and biases and the classifier's bias (as "
+       "torchvision's recipes' norm_weight_decay=0)",
+       true, [](TrainConfig& c, auto& f, auto& v) { c.no_bn_weight_decay = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.no_bn_weight_decay); }},
+      {"bn_lr_scale", "learning rate of batch norm weights and biases = the schedule's x K", false,
+       [](TrainConfig& c, auto& f, auto& v) { c.bn_lr_scale = nonneg_double(f, v); },
+       [](const TrainConfig& c) { return fmt_double(c.bn_lr_scale); }},
+      {"cutout",
+       "training augmentation: set a random SIZE x SIZE square of each image, wholly inside it, "
+       "to the mean pixel (airbench's cutout; 0: off)",
+       false, [](TrainConfig& c, auto& f, auto& v) { c.cutout = positive_int(f, v, 0); },
+       [](const TrainConfig& c) { return std::to_string(c.cutout); }},
+      {"alternating_flip",
+       "training augmentation: flip each image by a coin drawn once per run and invert it every "
+       "other epoch (airbench), instead of a coin per epoch",
+       true, [](TrainConfig& c, auto& f, auto& v) { c.alternating_flip = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.alternating_flip); }},
+      {"tta",
+       "test-time augmentation: none | flip (classify each test image by the mean of its "
+       "logits and its mirror image's; the reported test loss and accuracy use it)",
+       false, [](TrainConfig& c, auto& f, auto& v) { c.tta = choice(f, v, {"none", "flip"}); },
+       [](const TrainConfig& c) { return c.tta; }},
+      {"label_smoothing",
+       "train against (1 - EPS) * one-hot + EPS / classes (PyTorch's CrossEntropyLoss("
+       "label_smoothing=EPS)); the test loss stays plain cross-entropy",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         c.label_smoothing = nonneg_double(f, v);
+         if (c.label_smoothing >= 1)
+           throw UsageError(fmt::format("{}={} is not below 1; expected EPS in [0, 1), e.g. 0.1 "
+                                        "(0: off)", f, v));
+       },
+       [](const TrainConfig& c) { return fmt_double(c.label_smoothing); }},
       {"scale_lr", "multiply the learning rate by the world size", true,
        [](TrainConfig& c, auto& f, auto& v) { c.scale_lr = parse_bool(v, f); },
        [](const TrainConfig& c) { return fmt_bool(c.scale_lr); }},
@@ -269,6 +306,12 @@ TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help) {
     throw UsageError(fmt::format("--overwrite starts a new run but --resume={} asks to continue "
                                  "one; drop one of the two",
                                  c.resume));
+  }
+  if ((c.cutout > 0 || c.alternating_flip) && c.image_size > 0) {
+    throw UsageError(fmt::format("--cutout and --alternating_flip change the crop-and-flip "
+                                 "augmentation of images at their own size, but --image_size={} "
+                                 "resamples them; drop one of the two",
+                                 c.image_size));
   }
   if (c.warmup_epochs >= c.epochs && c.warmup_epochs > 0) {
     throw UsageError(fmt::format("--warmup_epochs={} must be below --epochs={}", c.warmup_epochs, c.epochs));

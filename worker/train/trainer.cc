@@ -405,12 +405,16 @@ void Trainer::build_model() {
   mc.stem = imagenet_stem ? model::ResNetStem::kImageNet : model::ResNetStem::kCifar;
   model_ = std::make_unique<model::ResNet>(mc, c_.seed, backend_);
   dp_ = std::make_unique<ddp::DataParallel>(*model_, pg_, c_.sync_bn);
+  dp_->set_label_smoothing(static_cast<float>(c_.label_smoothing));
+  dp_->set_tta_flip(c_.tta == "flip");
 
   optim::OptimConfig oc;
   oc.kind = optim::parse_optim_kind(c_.optimizer);
   oc.momentum = c_.momentum;
   oc.nesterov = c_.nesterov;
   oc.weight_decay = c_.weight_decay;
+  oc.decay_bn_and_bias = !c_.no_bn_weight_decay;
+  oc.bn_lr_scale = c_.bn_lr_scale;
   optimizer_ = std::make_unique<optim::Optimizer>(oc, backend_);
 
   schedule_.kind = optim::parse_lr_schedule(c_.lr_schedule);
@@ -649,7 +653,7 @@ void Trainer::train_epoch(int64_t epoch) {
   run.epoch = epoch;
   std::vector<int64_t> indices = epoch_indices(run);
   data::BatchLoader loader(train_set_, std::move(indices), c_.batch_size, c_.augment(), c_.seed,
-                           epoch);
+                           epoch, /*prefetch=*/2, {c_.cutout, c_.alternating_flip});
   run.start = run.window_start = Clock::now();
   if (rank0_) std::copy(resume_totals_, resume_totals_ + 3, run.totals);
   run.resumed_images = run.totals[2];
