@@ -32,10 +32,10 @@ struct TrainConfig {
   double weight_decay = 5e-4;
   bool no_bn_weight_decay = false;  // no weight decay for BN weights/biases and the fc bias
   double bn_lr_scale = 1;           // BN weights'/biases' learning rate x this
-  double label_smoothing = 0;
-  int64_t cutout = 0;           // training: a cutout x cutout square set to the mean (0: off)
+  double label_smoothing = 0;     // [0, 1): CrossEntropyLoss(label_smoothing=) in training
+  int64_t cutout = 0;             // training: a cutout x cutout square set to the mean (0: off)
   bool alternating_flip = false;  // training: each sample's flip inverted every other epoch
-  std::string tta = "none";    // none | flip: test-time augmentation in evaluation  // [0, 1): CrossEntropyLoss(label_smoothing=) in training
+  std::string tta = "none";       // none | flip: test-time augmentation in evaluation
   bool scale_lr = false;
   bool sync_bn = false;
   uint64_t seed = 0;

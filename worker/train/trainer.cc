@@ -96,7 +96,12 @@ json config_json(const TrainConfig& c) {
           {"nesterov", c.nesterov},   {"weight_decay", c.weight_decay},
           {"scale_lr", c.scale_lr},   {"sync_bn", c.sync_bn},
           {"seed", c.seed},           {"augment", c.augment()},
-          {"precision", c.precision}};
+          {"precision", c.precision},
+          // The fast recipe's options (issue 11), recorded so a run can be reproduced; a resume
+          // may change them, as it may change --lr.
+          {"no_bn_weight_decay", c.no_bn_weight_decay}, {"bn_lr_scale", c.bn_lr_scale},
+          {"label_smoothing", c.label_smoothing}, {"cutout", c.cutout},
+          {"alternating_flip", c.alternating_flip}, {"tta", c.tta}};
 }
 
 // Every setting that keeps a checkpoint from being continued by this run, named as the flag a
