@@ -49,6 +49,10 @@ namespace dlaunch::model {
 // The first layer: kCifar keeps the input resolution (32x32 images), kImageNet divides it by 4
 // before layer1 (torchvision's resnet18 for 224x224 images).
 enum class ResNetStem { kCifar, kImageNet };
+// "cifar" | "imagenet": --stem's values, and what checkpoints record.
+inline const char* stem_name(ResNetStem s) {
+  return s == ResNetStem::kImageNet ? "imagenet" : "cifar";
+}
 
 struct ResNetConfig {
   int depth = 18;  // 18 | 34

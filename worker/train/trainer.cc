@@ -62,7 +62,7 @@ json model_signature(const TrainConfig& c, const data::ImageDataset& ds,
               // SGD keeps momentum buffers only when --momentum is non-zero: resuming across
               // that change would hand the optimizer a state of the wrong size.
               {"momentum_buffers", c.optimizer != "sgd" || c.momentum != 0},
-              {"stem", mc.stem == model::ResNetStem::kImageNet ? "imagenet" : "cifar"},
+              {"stem", model::stem_name(mc.stem)},
               {"image_size", fmt::format("{}x{}", ds.height, ds.width)}};
   // Image folders: the class names fix what each label means. Another class list (a folder
   // added, renamed or missing) changes that even where the number of classes stays.
@@ -429,7 +429,7 @@ void Trainer::build_model() {
   if (rank0_) {
     log_info("model: resnet{} width {}, {} stem ({}; {}), {} parameters, {} gradient buckets; world "
              "size {} ({}), SyncBN {}, {} threads per worker, on {}",
-             c_.depth(), c_.width, imagenet_stem ? "imagenet" : "cifar",
+             c_.depth(), c_.width, model::stem_name(mc.stem),
              imagenet_stem ? "7x7 conv stride 2 + 3x3 max-pool stride 2"
                            : "3x3 conv stride 1, no max-pool",
              c_.stem == "auto" ? "--stem auto by image size" : "--stem", model_->num_params(),
