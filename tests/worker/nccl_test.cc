@@ -59,6 +59,22 @@ TEST(NcclProcessGroup, CollectivesOnEveryGpu) {
         pg->broadcast(dev, n * sizeof(float), 0);
         cudaMemcpy(host.data(), dev, n * sizeof(float), cudaMemcpyDeviceToHost);
         if (host[n - 1] != 0.0f) failures[r] = "device broadcast did not see the memset";
+        // SyncBN's in-stream all-reduce: queued on the compute stream after the copy that wrote
+        // the values, read by a copy queued after it, with no wait by the host in between.
+        if (!pg->device_allreduce()) failures[r] = "the NCCL group must reduce device memory";
+        std::vector<double> stats = {0.5 + r, 1e8 + 0.125, 3.0 + r};
+        double* dstats = nullptr;
+        cudaMalloc(&dstats, stats.size() * sizeof(double));
+        cudaMemcpyAsync(dstats, stats.data(), stats.size() * sizeof(double), cudaMemcpyHostToDevice,
+                        cudaStreamLegacy);
+        pg->allreduce_device(dstats, stats.size(), ReduceOp::kSum);
+        cudaMemcpy(stats.data(), dstats, stats.size() * sizeof(double), cudaMemcpyDeviceToHost);
+        const double base = world * (world - 1) / 2.0;
+        if (stats[0] != 0.5 * world + base || stats[1] != world * (1e8 + 0.125) ||
+            stats[2] != 3.0 * world + base)
+          failures[r] = "device allreduce gave " + std::to_string(stats[0]) + ", " +
+                        std::to_string(stats[2]);
+        cudaFree(dstats);
         cudaFree(dev);
       } catch (const std::exception& e) {
         failures[r] = e.what();

@@ -34,6 +34,9 @@ TEST(GlooProcessGroup, Collectives) {
     pg.allreduce(d.data(), d.size(), ReduceOp::kSum);
     EXPECT_EQ(d[0], 3e8 + 0.75);
     EXPECT_EQ(d[1], 3 * 16777217.0);
+    // gloo reads host memory only: SyncBN on a GPU stages through the host (sync_batch_norm.h).
+    EXPECT_FALSE(pg.device_allreduce());
+    EXPECT_THROW(pg.allreduce_device(d.data(), d.size(), ReduceOp::kSum), InternalError);
 
     std::vector<float> b(1000, static_cast<float>(pg.rank() + 10));
     pg.broadcast(b.data(), b.size() * sizeof(float), 1);

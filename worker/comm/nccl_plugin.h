@@ -17,7 +17,8 @@ class ProcessGroup;
 }  // namespace dlaunch
 
 extern "C" {
-constexpr int kNcclPluginAbi = 2;
+// 3: ProcessGroup gained device_allreduce()/allreduce_device() (SyncBN on the device).
+constexpr int kNcclPluginAbi = 3;
 using DlaunchNcclAbiFn = int (*)();
 // make_nccl_process_group(*store, rank, size, device, {timeout_ms, init_timeout_ms})
 // (process_group_nccl.h: blocks until every rank joined, at most init_timeout_ms). The caller owns the result (delete it); nullptr with the reason in

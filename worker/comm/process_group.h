@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
+
 namespace dlaunch::comm {
 
 enum class ReduceOp { kSum, kAvg, kMax };
@@ -51,6 +53,21 @@ class ProcessGroup {
   // Starts an in-place allreduce on the communication thread and returns at once. `data` must
   // stay valid and untouched until wait() returns.
   virtual std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op) = 0;
+
+  // SyncBN's statistics on a GPU (worker/ddp/sync_batch_norm.h). True when allreduce_device()
+  // can reduce this rank's device memory in place without the host (NCCL). The CPU groups (gloo,
+  // local) read host memory only: a caller with data on a device copies it through the host.
+  virtual bool device_allreduce() const { return false; }
+  // In-place allreduce of device memory, queued on the compute stream (after the kernels queued
+  // before it, before those queued after) and returning at once: no host synchronisation, so a
+  // CUDA graph can capture it. A failure or a collective past the timeout cannot be thrown to
+  // the caller: the group ends the process with a message naming the collective (see the
+  // group's header). Only where device_allreduce() is true; elsewhere it throws InternalError.
+  virtual void allreduce_device(double* /*data*/, size_t /*count*/, ReduceOp /*op*/) {
+    throw InternalError(
+        "allreduce_device on the " + backend() +
+        " process group, which reduces host memory only (device_allreduce() is false)");
+  }
 };
 
 // The world of one: every collective is the identity (kAvg divides by 1).

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "worker/comm/nccl_stream_watchdog.h"
 
 namespace dlaunch::comm {
 namespace {
@@ -99,6 +100,9 @@ class NcclProcessGroup : public ProcessGroup {
       const ncclUniqueId async_id = exchange_id(store, rank, "nccl/async_id");
       init_comm(&sync_comm_, sync_id, "init (sync communicator)");
       init_comm(&async_comm_, async_id, "init (async communicator)");
+      watchdog_ = std::make_unique<NcclStreamWatchdog>(sync_comm_, device, options_.timeout,
+                                                       fmt::format("rank {} of {}", rank_, size_),
+                                                       peer_name());
     } catch (...) {
       abort_comms();
       release_cuda();
@@ -108,6 +112,7 @@ class NcclProcessGroup : public ProcessGroup {
 
   ~NcclProcessGroup() override {
     cudaSetDevice(device_);
+    watchdog_.reset();  // before the communicator it polls goes
     if (!aborted_) {
       // Finalize flushes queued collectives; if a peer died they never finish, so wait only
       // shutdown_timeout and then abort instead of blocking the exit of the worker.
@@ -142,6 +147,24 @@ class NcclProcessGroup : public ProcessGroup {
   }
   void allreduce(double* data, size_t count, ReduceOp op) override {
     blocking_allreduce(data, count, sizeof(double), ncclDouble, op);
+  }
+
+  bool device_allreduce() const override { return true; }
+
+  // On the compute stream itself: after the kernels that wrote `data`, before those that read
+  // it, with nothing for the host to wait on. It shares the sync communicator with the blocking
+  // calls without racing them: those wait for the compute stream first (after_compute) and
+  // complete before they return. The watchdog enforces the timeout (nccl_stream_watchdog.h).
+  void allreduce_device(double* data, size_t count, ReduceOp op) override {
+    ensure_usable();
+    if (count == 0) return;
+    if (!device_accessible(data)) {
+      throw InternalError(
+          "NCCL allreduce_device needs device memory; host data goes through allreduce()");
+    }
+    call(ncclAllReduce(data, data, count, ncclDouble, nccl_op(op), sync_comm_, compute_),
+         sync_comm_, "SyncBN all-reduce");
+    watchdog_->watch(compute_, "SyncBN all-reduce");
   }
 
   void broadcast(void* data, size_t bytes, int root) override {
@@ -214,7 +237,7 @@ class NcclProcessGroup : public ProcessGroup {
             "--collective_timeout): {} is stuck or gone; the communicators were aborted and this "
             "worker exits so the launcher restarts the group",
             what, rank_, size_, options_.timeout.count(),
-            size_ == 2 ? fmt::format("rank {}", 1 - rank_) : std::string("a peer rank")));
+            peer_name()));
       }
       backoff.pause();
     }
@@ -224,6 +247,10 @@ class NcclProcessGroup : public ProcessGroup {
   cudaStream_t compute_stream() const { return compute_; }
 
  private:
+  std::string peer_name() const {
+    return size_ == 2 ? fmt::format("rank {}", 1 - rank_) : std::string("a peer rank");
+  }
+
   static ncclRedOp_t nccl_op(ReduceOp op) {
     return op == ReduceOp::kMax ? ncclMax : op == ReduceOp::kAvg ? ncclAvg : ncclSum;
   }
@@ -358,6 +385,7 @@ class NcclProcessGroup : public ProcessGroup {
   // ncclCommAbort returns without waiting for peers or queued work (unlike destroy/finalize).
   void abort_comms() {
     aborted_ = true;
+    watchdog_.reset();
     if (async_comm_) ncclCommAbort(async_comm_);
     if (sync_comm_) ncclCommAbort(sync_comm_);
     async_comm_ = sync_comm_ = nullptr;
@@ -390,6 +418,7 @@ class NcclProcessGroup : public ProcessGroup {
   cudaEvent_t done_{};   // recorded on the sync stream after each blocking collective
   ncclComm_t sync_comm_{};
   ncclComm_t async_comm_{};
+  std::unique_ptr<NcclStreamWatchdog> watchdog_;  // of allreduce_device's collectives
   void* staging_ = nullptr;
   size_t staging_bytes_ = 0;
   void* pinned_ = nullptr;

@@ -5,6 +5,9 @@
 // memory (what the trainer's metadata collectives pass: loss sums, the checkpoint decision),
 // which the blocking calls detect with cudaPointerGetAttributes and stage through a device buffer.
 // allreduce_async needs device memory. allgather() takes and returns host memory (staged).
+// allreduce_device (SyncBN's statistics) needs device memory and is queued on the compute stream
+// itself, with no host wait: a watchdog thread enforces its timeout and ends the process on a
+// failure (nccl_stream_watchdog.h), since nothing is there to throw to.
 //
 // Streams: two communicators, like the gloo group's two contexts: one for the blocking calls of
 // the training thread (SyncBN), one for the async gradient buckets, each on its own
