@@ -14,7 +14,8 @@ class Backend;
 
 extern "C" {
 // Bump with any change to kernels::Backend (its op table included) or to the functions below.
-constexpr int kCudaPluginAbi = 1;
+// 2: the batch norm ops take the count in the backend's memory (SyncBN on the device).
+constexpr int kCudaPluginAbi = 2;
 using DlaunchCudaAbiFn = int (*)();
 // Devices the CUDA runtime can use (0 on any error); when 0, `why` receives the reason
 // (NUL-terminated, at most len bytes).

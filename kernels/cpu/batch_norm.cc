@@ -189,9 +189,11 @@ void plane_bwd_apply(const float* x, const float* dy, const float* r, int64_t hw
 
 }  // namespace
 
-void batch_norm_sums(const ActShape& s, const float* x, double* sum, double* sumsq) {
+void batch_norm_sums(const ActShape& s, const float* x, double* sum, double* sumsq,
+                     double* count) {
   ScopedOpTimer timer("bn_sums");
   check_shape(s);
+  *count = static_cast<double>(s.n * s.hw());
   const int64_t hw = s.hw(), plane = hw * s.cblock;
   reduce_planes(s, sum, sumsq, [&](int64_t p, double* a, double* b) {
     const float* px = x + p * plane;
@@ -207,10 +209,11 @@ void batch_norm_sums(const ActShape& s, const float* x, double* sum, double* sum
   });
 }
 
-void batch_norm_scale_shift(int64_t c, const double* sum, const double* sumsq, double count,
-                            const float* gamma, const float* beta, float eps, float momentum,
-                            float* mean, float* invstd, float* scale, float* shift,
-                            float* running_mean, float* running_var) {
+void batch_norm_scale_shift(int64_t c, const double* sum, const double* sumsq,
+                            const double* count_ptr, const float* gamma, const float* beta,
+                            float eps, float momentum, float* mean, float* invstd, float* scale,
+                            float* shift, float* running_mean, float* running_var) {
+  const double count = *count_ptr;
   DL_CHECK(count > 1) << "batch norm needs more than one value per channel, got " << count;
   for (int64_t i = 0; i < c; ++i) {
     const double m = sum[i] / count;
@@ -286,10 +289,11 @@ void batch_norm_backward_reduce(const ActShape& s, const float* x, const float* 
 void batch_norm_backward_apply(const ActShape& s, const float* x, const float* dy,
                                const float* relu_out, const float* mean, const float* invstd,
                                const float* gamma, const double* sum_dy,
-                               const double* sum_dy_xhat, double count, float* dx,
+                               const double* sum_dy_xhat, const double* count_ptr, float* dx,
                                float* g_out) {
   ScopedOpTimer timer("bn_backward_apply");
   check_shape(s);
+  const double count = *count_ptr;
   std::vector<float> k(3 * s.c);
   for (int64_t c = 0; c < s.c; ++c) {
     const double k0 = static_cast<double>(gamma[c]) * invstd[c];

@@ -34,8 +34,10 @@ __device__ void block_sum2(double a, double b, double* out0, double* out1) {
 }
 
 __global__ void sums_kernel(int64_t n, int64_t c, int64_t hw, int64_t cb, const float* x,
-                            double* sum, double* sumsq) {
+                            double* sum, double* sumsq, double* count) {
   const int64_t ch = blockIdx.x;
+  // The count goes to device memory with the sums, so SyncBN reduces all three in one buffer.
+  if (ch == 0 && blockIdx.y == 0 && threadIdx.x == 0) *count = double(n * hw);
   double a = 0, b = 0;
   for (int64_t img = blockIdx.y; img < n; img += gridDim.y)
     for (int64_t p = threadIdx.x; p < hw; p += blockDim.x) {
@@ -63,10 +65,11 @@ __global__ void bwd_sums_kernel(int64_t n, int64_t c, int64_t hw, int64_t cb, co
   block_sum2(a, b, sdy + ch, sdyx + ch);
 }
 
-__global__ void scale_shift_kernel(int64_t c, const double* sum, const double* sumsq, double count,
-                                   const float* gamma, const float* beta, float eps,
-                                   float momentum, float* mean, float* invstd, float* scale,
-                                   float* shift, float* rm, float* rv) {
+__global__ void scale_shift_kernel(int64_t c, const double* sum, const double* sumsq,
+                                   const double* count_ptr, const float* gamma, const float* beta,
+                                   float eps, float momentum, float* mean, float* invstd,
+                                   float* scale, float* shift, float* rm, float* rv) {
+  const double count = *count_ptr;
   DL_GRID_LOOP(i, c) {
     const double m = sum[i] / count;
     const double var = fmax(0.0, sumsq[i] / count - m * m);
@@ -108,7 +111,9 @@ __global__ void apply_kernel(int64_t total, int64_t c, int64_t hw, int64_t cb, c
 __global__ void bwd_apply_kernel(int64_t total, int64_t c, int64_t hw, int64_t cb, const float* x,
                                  const float* dy, const float* r, const float* mean,
                                  const float* invstd, const float* gamma, const double* sdy,
-                                 const double* sdyx, double count, float* dx, float* g_out) {
+                                 const double* sdyx, const double* count_ptr, float* dx,
+                                 float* g_out) {
+  const double count = *count_ptr;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total;
        i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t ch = detail::channel_of(i, c, hw, cb);
@@ -145,19 +150,22 @@ __global__ void param_grads_kernel(int64_t c, const double* sdy, const double* s
 
 }  // namespace
 
-void batch_norm_sums(const ActShape& s, const float* x, double* sum, double* sumsq) {
+void batch_norm_sums(const ActShape& s, const float* x, double* sum, double* sumsq,
+                     double* count) {
   check_shape(s);
   DL_CUDA_CHECK(cudaMemsetAsync(sum, 0, sizeof(double) * s.c));
   DL_CUDA_CHECK(cudaMemsetAsync(sumsq, 0, sizeof(double) * s.c));
-  sums_kernel<<<reduce_grid(s), kReduceThreads>>>(s.n, s.c, s.hw(), s.cblock, x, sum, sumsq);
+  sums_kernel<<<reduce_grid(s), kReduceThreads>>>(s.n, s.c, s.hw(), s.cblock, x, sum, sumsq,
+                                                  count);
   DL_CUDA_LAUNCH_CHECK();
 }
 
-void batch_norm_scale_shift(int64_t c, const double* sum, const double* sumsq, double count,
+// *count lives on the device: checking it here would synchronise, so the caller checks what it
+// knows on the host (worker/model/batch_norm.cc).
+void batch_norm_scale_shift(int64_t c, const double* sum, const double* sumsq, const double* count,
                             const float* gamma, const float* beta, float eps, float momentum,
                             float* mean, float* invstd, float* scale, float* shift,
                             float* running_mean, float* running_var) {
-  DL_CHECK(count > 1) << "batch norm needs more than one value per channel, got " << count;
   scale_shift_kernel<<<detail::blocks_for(c), detail::kThreads>>>(
       c, sum, sumsq, count, gamma, beta, eps, momentum, mean, invstd, scale, shift, running_mean,
       running_var);
@@ -194,7 +202,7 @@ void batch_norm_backward_reduce(const ActShape& s, const float* x, const float* 
 void batch_norm_backward_apply(const ActShape& s, const float* x, const float* dy,
                                const float* relu_out, const float* mean, const float* invstd,
                                const float* gamma, const double* sum_dy,
-                               const double* sum_dy_xhat, double count, float* dx,
+                               const double* sum_dy_xhat, const double* count, float* dx,
                                float* g_out) {
   check_shape(s);
   bwd_apply_kernel<<<detail::blocks_for(s.numel()), detail::kThreads>>>(

@@ -91,39 +91,40 @@ TEST_F(Cuda, BatchNormTrainingEvalAndBackward) {
     const auto x = random_vector(s.numel(), 4, -2.f, 3.f), res = random_vector(s.numel(), 5),
                dy = random_vector(s.numel(), 6), gamma = random_vector(s.c, 7, 0.5f, 1.5f),
                beta = random_vector(s.c, 8);
-    const double count = double(s.n * s.hw());
     // CPU
     std::vector<double> sum(s.c), sq(s.c), sdy(s.c), sdyx(s.c);
     std::vector<float> mean(s.c), is(s.c), scale(s.c), shift(s.c), rm(s.c, 0.f), rv(s.c, 1.f),
         y(x.size()), dx(x.size()), escale(s.c), eshift(s.c);
-    cpu::batch_norm_sums(s, x.data(), sum.data(), sq.data());
-    cpu::batch_norm_scale_shift(s.c, sum.data(), sq.data(), count, gamma.data(), beta.data(), 1e-5f,
+    double count = 0;
+    cpu::batch_norm_sums(s, x.data(), sum.data(), sq.data(), &count);
+    cpu::batch_norm_scale_shift(s.c, sum.data(), sq.data(), &count, gamma.data(), beta.data(), 1e-5f,
                                 0.1f, mean.data(), is.data(), scale.data(), shift.data(), rm.data(), rv.data());
     cpu::batch_norm_apply(s, x.data(), scale.data(), shift.data(), res.data(), true, y.data());
     cpu::batch_norm_backward_reduce(s, x.data(), dy.data(), y.data(), mean.data(), is.data(),
                                     sdy.data(), sdyx.data());
     std::vector<float> g(x.size());
     cpu::batch_norm_backward_apply(s, x.data(), dy.data(), y.data(), mean.data(), is.data(),
-                                   gamma.data(), sdy.data(), sdyx.data(), count, dx.data(), g.data());
+                                   gamma.data(), sdy.data(), sdyx.data(), &count, dx.data(), g.data());
     cpu::batch_norm_eval_scale_shift(s.c, rm.data(), rv.data(), gamma.data(), beta.data(), 1e-5f,
                                      escale.data(), eshift.data());
     // GPU
     Dev<float> gx(x), gres(res), gdy(dy), ggamma(gamma), gbeta(beta), gmean(s.c), gis(s.c),
         gscale(s.c), gshift(s.c), grm(std::vector<float>(s.c, 0.f)), grv(std::vector<float>(s.c, 1.f)),
         gy(x.size()), gdx(x.size()), gescale(s.c), geshift(s.c);
-    Dev<double> gsum(s.c), gsq(s.c), gsdy(s.c), gsdyx(s.c);
-    gpu::batch_norm_sums(s, gx.get(), gsum.get(), gsq.get());
-    gpu::batch_norm_scale_shift(s.c, gsum.get(), gsq.get(), count, ggamma.get(), gbeta.get(), 1e-5f,
+    Dev<double> gsum(s.c), gsq(s.c), gsdy(s.c), gsdyx(s.c), gcount(1);
+    gpu::batch_norm_sums(s, gx.get(), gsum.get(), gsq.get(), gcount.get());
+    gpu::batch_norm_scale_shift(s.c, gsum.get(), gsq.get(), gcount.get(), ggamma.get(), gbeta.get(), 1e-5f,
                                 0.1f, gmean.get(), gis.get(), gscale.get(), gshift.get(), grm.get(), grv.get());
     gpu::batch_norm_apply(s, gx.get(), gscale.get(), gshift.get(), gres.get(), true, gy.get());
     gpu::batch_norm_backward_reduce(s, gx.get(), gdy.get(), gy.get(), gmean.get(), gis.get(),
                                     gsdy.get(), gsdyx.get());
     Dev<float> gg(x.size());
     gpu::batch_norm_backward_apply(s, gx.get(), gdy.get(), gy.get(), gmean.get(), gis.get(),
-                                   ggamma.get(), gsdy.get(), gsdyx.get(), count, gdx.get(), gg.get());
+                                   ggamma.get(), gsdy.get(), gsdyx.get(), gcount.get(), gdx.get(), gg.get());
     expect_close(gg.host(), g, 0, "bn masked gradient");
     gpu::batch_norm_eval_scale_shift(s.c, grm.get(), grv.get(), ggamma.get(), gbeta.get(), 1e-5f,
                                      gescale.get(), geshift.get());
+    expect_close(gcount.host(), std::vector<double>{count}, 0, "bn count");
     expect_close(gsum.host(), sum, 1e-6, "bn sum");
     expect_close(gsq.host(), sq, 1e-6, "bn sumsq");
     expect_close(grm.host(), rm, 1e-5, "bn running mean");

@@ -260,6 +260,7 @@ struct BnRun {
   ActShape s;
   std::vector<float> gamma, beta, mean, invstd, scale, shift, rm, rv;
   std::vector<double> sum, sumsq;
+  double count = 0;
   explicit BnRun(ActShape shape)
       : s(shape),
         gamma(random_vector(s.c, 11, 0.5f, 1.5f)),
@@ -267,8 +268,8 @@ struct BnRun {
         mean(s.c), invstd(s.c), scale(s.c), shift(s.c), rm(s.c, 0.f), rv(s.c, 1.f),
         sum(s.c), sumsq(s.c) {}
   void forward(const float* x, const float* residual, bool relu, float* y, bool update = false) {
-    cpu::batch_norm_sums(s, x, sum.data(), sumsq.data());
-    cpu::batch_norm_scale_shift(s.c, sum.data(), sumsq.data(), double(s.n * s.hw()), gamma.data(),
+    cpu::batch_norm_sums(s, x, sum.data(), sumsq.data(), &count);
+    cpu::batch_norm_scale_shift(s.c, sum.data(), sumsq.data(), &count, gamma.data(),
                                 beta.data(), 1e-5f, 0.1f, mean.data(), invstd.data(),
                                 scale.data(), shift.data(), update ? rm.data() : nullptr,
                                 update ? rv.data() : nullptr);
@@ -287,6 +288,7 @@ TEST(BatchNorm, ForwardAndRunningStatsMatchNaive) {
     std::vector<float> y(x.size());
     bn.forward(x.data(), nullptr, false, y.data(), /*update=*/true);
     const double m = double(s.n * s.hw());
+    EXPECT_EQ(bn.count, m) << "batch_norm_sums writes the count per channel";
     for (int64_t c = 0; c < s.c; ++c) {
       double sum = 0, sq = 0;
       for (int64_t n = 0; n < s.n; ++n)
@@ -335,13 +337,13 @@ void check_bn_gradients(bool relu, bool residual) {
     cpu::batch_norm_backward_reduce(s, x.data(), r.data(), yp, bn.mean.data(), bn.invstd.data(),
                                     sdy.data(), sdyx.data());
     cpu::batch_norm_backward_apply(s, x.data(), r.data(), yp, bn.mean.data(), bn.invstd.data(),
-                                   bn.gamma.data(), sdy.data(), sdyx.data(), double(s.n * s.hw()),
+                                   bn.gamma.data(), sdy.data(), sdyx.data(), &bn.count,
                                    dx.data());
     std::vector<float> dgamma(sdyx.begin(), sdyx.end()), dbeta(sdy.begin(), sdy.end());
     // g_out: the gradient reaching the residual input, written by the same pass.
     std::vector<float> dres(x.size()), dx2(x.size());
     cpu::batch_norm_backward_apply(s, x.data(), r.data(), yp, bn.mean.data(), bn.invstd.data(),
-                                   bn.gamma.data(), sdy.data(), sdyx.data(), double(s.n * s.hw()),
+                                   bn.gamma.data(), sdy.data(), sdyx.data(), &bn.count,
                                    dx2.data(), dres.data());
     EXPECT_EQ(dx2, dx);
     std::vector<float> out(x.size());
@@ -371,9 +373,9 @@ TEST(BatchNorm, BackwardApplyMayAliasDy) {
   cpu::batch_norm_backward_reduce(s, x.data(), dy.data(), y.data(), bn.mean.data(),
                                   bn.invstd.data(), a.data(), b.data());
   cpu::batch_norm_backward_apply(s, x.data(), dy.data(), y.data(), bn.mean.data(), bn.invstd.data(),
-                                 bn.gamma.data(), a.data(), b.data(), 18, dx.data());
+                                 bn.gamma.data(), a.data(), b.data(), &bn.count, dx.data());
   cpu::batch_norm_backward_apply(s, x.data(), dy.data(), y.data(), bn.mean.data(), bn.invstd.data(),
-                                 bn.gamma.data(), a.data(), b.data(), 18, dy.data());
+                                 bn.gamma.data(), a.data(), b.data(), &bn.count, dy.data());
   EXPECT_EQ(dx, dy);
 }
 

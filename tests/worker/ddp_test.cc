@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 
 #include "kernels/ops.h"
 #include "tests/worker/gloo_ranks.h"
@@ -12,6 +13,7 @@
 #include "worker/data/batch_loader.h"
 #include "worker/data/dataset.h"
 #include "worker/ddp/data_parallel.h"
+#include "worker/model/batch_norm.h"
 #include "worker/optim/optimizer.h"
 
 namespace dlaunch::ddp {
@@ -162,6 +164,70 @@ TEST(DataParallel, SyncBnForwardMatchesBatchNormOnTheConcatenatedBatch) {
     }
     model.set_batchnorm_sync(nullptr);
   });
+}
+
+// The count travels in SyncBN's buffer with the sums (batch_norm_sync.h): ranks holding different
+// numbers of images (3 and 5) normalise with the statistics of all 8, forward and backward, like
+// one layer on the union. Were the count not summed with the sums (each rank dividing the global
+// sums by its own count, or by an assumed equal share), the means, variances and dx would differ.
+TEST(SyncBatchNorm, UnequalLocalBatchesEqualOneLayerOnTheUnion) {
+  kernels::cpu::set_num_threads(1);
+  constexpr int64_t kC = 16, kH = 3, kW = 2, kBlock = 8, kImage = kC * kH * kW;
+  const int64_t first[2] = {0, 3}, count[2] = {3, 5};
+  auto values = [](int64_t n, uint32_t seed, float lo, float hi) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<float> dist(lo, hi);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (float& x : v) x = dist(gen);
+    return v;
+  };
+  const std::vector<float> x = values(8 * kImage, 1, -2.f, 3.f), dy = values(8 * kImage, 2, -1.f, 1.f),
+                           gamma = values(kC, 3, 0.5f, 1.5f), beta = values(kC, 4, -1.f, 1.f);
+  struct Result {
+    std::vector<float> y, dx, dgamma, dbeta, running_mean, running_var;
+  };
+  // One training forward (fused ReLU) and backward of images [begin, begin + n).
+  auto run = [&](int64_t begin, int64_t n, BatchNormSync* sync) {
+    const kernels::ActShape s{n, kC, kH, kW, kBlock};
+    const float* xs = x.data() + begin * kImage;
+    Result r{std::vector<float>(n * kImage), std::vector<float>(n * kImage),
+             std::vector<float>(kC), std::vector<float>(kC), {}, {}};
+    BatchNorm2d bn(kC);
+    bn.bind(gamma.data(), beta.data(), r.dgamma.data(), r.dbeta.data());
+    bn.forward(s, xs, nullptr, /*relu=*/true, /*training=*/true, sync, r.y.data());
+    bn.backward(s, xs, dy.data() + begin * kImage, r.y.data(), sync, r.dx.data());
+    r.running_mean = bn.running_mean().to_host();
+    r.running_var = bn.running_var().to_host();
+    return r;
+  };
+  const Result whole = run(0, 8, nullptr);
+  const Result alone = run(0, 3, nullptr);  // rank 0's images by themselves: the test can fail
+  EXPECT_GT(std::fabs(alone.running_var[0] - whole.running_var[0]), 1e-4);
+
+  std::vector<Result> ranks(2);
+  run_gloo_ranks(2, [&](comm::ProcessGroup& pg) {
+    ProcessGroupBatchNormSync sync(pg);
+    ranks[pg.rank()] = run(first[pg.rank()], count[pg.rank()], &sync);
+  });
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE("rank " + std::to_string(r));
+    const Result& mine = ranks[r];
+    const size_t offset = static_cast<size_t>(first[r] * kImage);
+    for (size_t i = 0; i < mine.y.size(); ++i) {
+      ASSERT_NEAR(mine.y[i], whole.y[offset + i], 1e-5) << "y at " << i;
+      ASSERT_NEAR(mine.dx[i], whole.dx[offset + i], 1e-5) << "dx at " << i;
+    }
+    for (int64_t c = 0; c < kC; ++c) {
+      // The running variance is unbiased with the global count (8 images x 6 pixels), not 3 x 6.
+      EXPECT_NEAR(mine.running_mean[c], whole.running_mean[c], 1e-6) << "channel " << c;
+      EXPECT_NEAR(mine.running_var[c], whole.running_var[c], 1e-6) << "channel " << c;
+    }
+  }
+  // dgamma and dbeta stay local sums (DDP reduces them with the other gradients).
+  for (int64_t c = 0; c < kC; ++c) {
+    EXPECT_NEAR(ranks[0].dgamma[c] + ranks[1].dgamma[c], whole.dgamma[c], 1e-4) << "channel " << c;
+    EXPECT_NEAR(ranks[0].dbeta[c] + ranks[1].dbeta[c], whole.dbeta[c], 1e-4) << "channel " << c;
+  }
 }
 
 }  // namespace

@@ -42,7 +42,7 @@ DataParallel::DataParallel(model::ResNet& model, comm::ProcessGroup& pg, bool sy
       pg_(pg),
       reducer_(pg, model.grads(), model.param_info(), bucket_bytes, staging_for(model.backend(), pg)) {
   if (sync_bn && pg.size() > 1) {
-    bn_sync_ = std::make_unique<ProcessGroupBatchNormSync>(pg);
+    bn_sync_ = std::make_unique<ProcessGroupBatchNormSync>(pg, model.backend());
     model_.set_batchnorm_sync(bn_sync_.get());
   }
   model_.set_grad_ready_callback(

@@ -8,13 +8,12 @@
 // Blocks inside the sync calls; rethrows what they throw.
 //
 // Everything runs on the layer's backend: x, y, the parameters and every per-channel statistic
-// (the double sums included) are in its memory. The SyncBN exchange goes through the host: the
-// sums are copied into a host vector, all-reduced and copied back (a device collective on the
-// sums in place is the GPU part 2 of the issue).
+// are in its memory, the double sums and the count included (one packed buffer, the layout
+// batch_norm_sync.h gives), so SyncBN reduces that buffer in place and nothing here reads it on
+// the host: on a GPU a step queues its kernels and collectives without waiting for them.
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "kernels/backend.h"
 #include "worker/model/batch_norm_sync.h"
@@ -59,12 +58,12 @@ class BatchNorm2d {
   float* dgamma_ = nullptr;
   float* dbeta_ = nullptr;
   Tensor running_mean_, running_var_;
-  // Per-channel state of the last training forward, on the backend; doubles for the sums
-  // (sums_ holds sum0 then sum1, c each).
+  // Per-channel state of the last training forward, on the backend. packed_ (2c + 1 doubles) is
+  // what SyncBN all-reduces: [sum(c), sumsq(c), count] in the forward, then [sum_dy(c),
+  // sum_dy_xhat(c)] in the backward, whose ops read the forward's (global) count still at [2c].
   Tensor mean_, invstd_, scale_, shift_;
-  double* sums_ = nullptr;
-  std::vector<double> packed_;  // what SyncBN all-reduces, on the host (batch_norm_sync.h)
-  double count_ = 0;
+  double* packed_ = nullptr;
+  bool have_batch_stats_ = false;  // a training forward ran: backward may use its state
 };
 
 }  // namespace dlaunch::model
