@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "kernels/ops.h"
 #include "tests/worker/gloo_ranks.h"
@@ -133,6 +134,62 @@ TEST(DataParallel, TwoRanksWithSyncBnEqualOneRankOnTheGlobalBatch) {
   }
   // The losses changed over the steps: the comparison is not between constants.
   EXPECT_NE(single.losses.front(), single.losses.back());
+}
+
+// A process group that counts the blocking double all-reduces (SyncBN's statistics on the CPU;
+// gradient buckets are float and asynchronous) and forwards everything to a real group.
+class CountingGroup : public comm::ProcessGroup {
+ public:
+  explicit CountingGroup(comm::ProcessGroup& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::string backend() const override { return inner_.backend(); }
+  void allreduce(float* data, size_t count, comm::ReduceOp op) override {
+    inner_.allreduce(data, count, op);
+  }
+  void allreduce(double* data, size_t count, comm::ReduceOp op) override {
+    ++double_allreduces;
+    inner_.allreduce(data, count, op);
+  }
+  void broadcast(void* data, size_t bytes, int root) override {
+    inner_.broadcast(data, bytes, root);
+  }
+  std::vector<std::vector<uint8_t>> allgather(const std::vector<uint8_t>& mine) override {
+    return inner_.allgather(mine);
+  }
+  void barrier() override { inner_.barrier(); }
+  std::shared_ptr<comm::Work> allreduce_async(float* data, size_t count,
+                                              comm::ReduceOp op) override {
+    return inner_.allreduce_async(data, count, op);
+  }
+  int double_allreduces = 0;
+
+ private:
+  comm::ProcessGroup& inner_;
+};
+
+// Blocking double all-reduces in one training step, and the model's BN buffers (2 per layer).
+std::pair<int, size_t> syncbn_collectives_in_a_step(comm::ProcessGroup& pg, bool sync_bn) {
+  CountingGroup counting(pg);
+  ResNet model(small_net(), 1);
+  DataParallel dp(model, counting, sync_bn);
+  data::Batch b = batch(0, pg.rank(), pg.size());
+  dp.train_step(to_tensor(b), b.labels.data());
+  return {counting.double_allreduces, model.buffers().size()};
+}
+
+// A world of one, or no --sync_bn, is plain batch norm: no SyncBN collective at all. With SyncBN
+// on two ranks the counter sees two per layer (forward and backward), so it can fail.
+TEST(DataParallel, SyncBnRunsNoCollectiveInAWorldOfOneOrWhenOff) {
+  kernels::cpu::set_num_threads(1);
+  auto local = comm::make_local_process_group();
+  EXPECT_EQ(syncbn_collectives_in_a_step(*local, /*sync_bn=*/true).first, 0);
+  run_gloo_ranks(2, [&](comm::ProcessGroup& pg) {
+    EXPECT_EQ(syncbn_collectives_in_a_step(pg, /*sync_bn=*/false).first, 0);
+    const auto [calls, bn_buffers] = syncbn_collectives_in_a_step(pg, /*sync_bn=*/true);
+    EXPECT_GT(bn_buffers, 0u);
+    EXPECT_EQ(static_cast<size_t>(calls), bn_buffers);
+  });
 }
 
 TEST(DataParallel, SyncBnForwardMatchesBatchNormOnTheConcatenatedBatch) {
