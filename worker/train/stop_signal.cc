@@ -83,12 +83,13 @@ int next_signal(const sigset_t& set, const std::optional<TimePoint>& deadline) {
 // would have at once, with the reason in the log.
 [[noreturn]] void give_up(const StopWatchdog& dog, int sig) {
   const TimePoint requested = dog.requested_at().value_or(steady_clock().now());
-  log_warning("stop watchdog: {} came {:.1f} s ago and no step or evaluation batch ended since "
-              "(the limit: {}); this worker is blocked, most likely in a collective with a lost "
-              "peer, so it ends now by {} without a stop checkpoint (a resume takes the last "
-              "checkpoint or flash copy)",
-              stop_signal_name(sig), to_seconds(steady_clock().now() - requested),
-              dog.explain_bound(), stop_signal_name(sig));
+  log_warning(
+      "stop watchdog: {} came {:.1f} s ago and no step or evaluation batch ended since "
+      "(the limit: {}); this worker is blocked, most likely in a collective with a lost "
+      "peer, so it ends now by {} without a stop checkpoint (a resume takes the last "
+      "checkpoint or flash copy)",
+      stop_signal_name(sig), to_seconds(steady_clock().now() - requested), dog.explain_bound(),
+      stop_signal_name(sig));
   die_by(sig);
   ::_exit(128 + sig);  // not reached: the default action of SIGTERM and SIGUSR1 terminates
 }

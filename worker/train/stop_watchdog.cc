@@ -61,10 +61,9 @@ std::string StopWatchdog::explain_bound() const {
   std::lock_guard<std::mutex> lock(mu_);
   const std::optional<Duration> step = longest_step_locked();
   const std::optional<Duration> cap = cap_locked();
-  const std::string grace =
-      grace_ ? fmt::format("{:.0f}% of the launcher's {:.1f} s grace", 100 * kGraceShare,
-                           to_seconds(*grace_))
-             : std::string();
+  const std::string grace = grace_ ? fmt::format("{:.0f}% of the launcher's {:.1f} s grace",
+                                                 100 * kGraceShare, to_seconds(*grace_))
+                                   : std::string();
   if (!step) {
     return cap ? grace + " (no step timed yet)" : "none (no step timed yet, no launcher's grace)";
   }

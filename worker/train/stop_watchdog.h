@@ -11,12 +11,12 @@
 //   bound = clamp((steps_per_check + 2) x step time, kFloor, kGraceShare x grace)
 //
 // where the step time is the longest of the last kStepsKept step-to-step intervals with no
-// evaluation between them (a loaded host's slow steps widen it rather than cause a false alarm), and the grace is the launcher's
-// (DLAUNCH_SHUTDOWN_GRACE): giving up before the launcher's SIGKILL leaves the reason in the
-// log. Before the first step is timed the bound is the grace's share; with neither, nothing is
-// given up on. Progress restarts the wait, so a worker that trains or evaluates is never cut
-// short; settle() ends the watch where the worker finishes on its own (the ranks agreed to stop,
-// or training is over).
+// evaluation between them (a loaded host's slow steps widen it rather than cause a false alarm),
+// and the grace is the launcher's (DLAUNCH_SHUTDOWN_GRACE): giving up before the launcher's SIGKILL
+// leaves the reason in the log. Before two steps are timed the bound is the grace's share; with
+// neither, nothing is given up on. Progress restarts the wait, so a worker that trains or evaluates
+// is never cut short; settle() ends the watch where the worker finishes on its own (the ranks
+// agreed to stop, or training is over).
 //
 // Thread-safe: the training thread reports progress, the signal thread asks for the deadline.
 // Never blocks beyond a mutex, never throws. Time comes from an injected clock (tests script it).
