@@ -47,7 +47,8 @@ def one_run(dlaunch, dtrain, grace):
                 agents.append(subprocess.Popen(
                     [dlaunch, "--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
                      "--rdzv_id=blocked_stop", "--local_addr=" + addr, "--max_restarts=0",
-                     "--hang_timeout=0", "--shutdown_grace=%g" % grace, dtrain, "--flash_every=0",
+                     "--hang_timeout=0", "--shutdown_grace=%g" % grace,
+                     "--log_dir=" + os.path.join(tmp, "logs"), dtrain, "--flash_every=0",
                      "--width=16", "--batch_size=32", "--epochs=3", "--log_every=4",
                      "--output_dir=" + os.path.join(tmp, "out")],
                     stdout=out, stderr=subprocess.STDOUT, env=env))

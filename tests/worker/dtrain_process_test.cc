@@ -3,7 +3,7 @@
 // skipped, bad flags and a mismatched resume refused with exit 2 and an error file; smoke runs
 // on the real MNIST and CIFAR-10 files (skipped when ../shared/data is absent); image folders:
 // exit codes of their refusals, bad images, and a resume against another class list, stem or
-// image size.
+// image size; under dlaunch: restarts, preemption, and a stop while blocked on a stopped peer.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -792,7 +792,8 @@ TEST_F(DtrainProcessTest, SigtermWhileBlockedOnAStoppedPeerEndsWithinTheStopBoun
     std::vector<std::string> args = {"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
                                      "--rdzv_id=blocked_stop", "--local_addr=" + addr,
                                      "--max_restarts=0", "--hang_timeout=0", "--shutdown_grace=30",
-                                     DTRAIN_BINARY, "--flash_every=0"};
+                                     "--log_dir=" + (dir_ / "logs").string(), DTRAIN_BINARY,
+                                     "--flash_every=0"};
     for (auto& a : small_run(3)) args.push_back(a);
     return spawn_dlaunch(args, env, log(name));
   };
