@@ -34,6 +34,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
   if (!heartbeat_file.empty()) env.emplace_back(n::kHeartbeatFile, heartbeat_file);
   if (console_tty) env.emplace_back(n::kConsoleTty, "1");
   if (!flash_dir.empty()) env.emplace_back(n::kFlashDir, flash_dir);
+  if (shutdown_grace) env.emplace_back(n::kShutdownGrace, fmt::format("{}", *shutdown_grace));
   return env;
 }
 
@@ -77,6 +78,12 @@ WorkerEnv WorkerEnv::from_environ() {
   env.heartbeat_file = get_env_or(n::kHeartbeatFile, "");
   env.console_tty = get_env_or(n::kConsoleTty, "") == "1";
   env.flash_dir = get_env_or(n::kFlashDir, "");
+  env.shutdown_grace = get_env_double(n::kShutdownGrace);
+  if (env.shutdown_grace && *env.shutdown_grace < 0) {
+    throw UsageError(fmt::format("{}={} is negative; expected the seconds a stop signal leaves "
+                                 "the worker before SIGKILL (dlaunch sets its --shutdown_grace)",
+                                 n::kShutdownGrace, *env.shutdown_grace));
+  }
   env.node_id = get_env_or(n::kNodeId, "");
   env.attempt = get_env_int(n::kAttempt).value_or(env.restart_count);
   return env;

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,6 +43,9 @@ inline constexpr const char kJobToken[] = "DLAUNCH_JOB_TOKEN";
 inline constexpr const char kConsoleTty[] = "DLAUNCH_CONSOLE_TTY";
 // The job's memory-backed directory, kept by the agent across worker restarts (flash_dir.h).
 inline constexpr const char kFlashDir[] = "DLAUNCH_FLASH_DIR";
+// The agent's --shutdown_grace in seconds: how long a stop signal leaves the worker before
+// SIGKILL (dtrain's stop watchdog gives up on a blocked step within it). Also the flag's twin.
+inline constexpr const char kShutdownGrace[] = "DLAUNCH_SHUTDOWN_GRACE";
 }  // namespace env_names
 
 struct WorkerEnv {
@@ -67,6 +71,7 @@ struct WorkerEnv {
   int64_t attempt = 0;
   bool console_tty = false;  // set as DLAUNCH_CONSOLE_TTY=1 only when true
   std::string flash_dir;     // empty: not set (--flash_limit 0, or not under dlaunch)
+  std::optional<double> shutdown_grace;  // seconds; none: not set (not under dlaunch)
 
   // The variables in a fixed order, ready for execve. Empty optional fields are left out.
   std::vector<std::pair<std::string, std::string>> to_env() const;

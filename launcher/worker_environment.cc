@@ -55,6 +55,7 @@ WorkerEnv worker_contract(const WorkerEnvInputs& in, const RendezvousResult& r,
   // say whether its lines end up on one.
   e.console_tty = in.console_is_terminal && cfg.console_shows(local_rank, 1);
   e.flash_dir = in.opts->flash_dir;
+  e.shutdown_grace = to_seconds(cfg.shutdown_grace);
   return e;
 }
 

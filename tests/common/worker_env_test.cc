@@ -16,7 +16,8 @@ class WorkerEnvTest : public ::testing::Test {
   void TearDown() override { clear(); }
   static void clear() {
     for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                             "TORCHELASTIC_USE_AGENT_STORE", "DLAUNCH_HEARTBEAT_FILE"}) {
+                             "TORCHELASTIC_USE_AGENT_STORE", "DLAUNCH_HEARTBEAT_FILE",
+                             "DLAUNCH_SHUTDOWN_GRACE"}) {
       ::unsetenv(name);
     }
   }
@@ -30,10 +31,12 @@ TEST_F(WorkerEnvTest, RoundTripsThroughTheEnvironment) {
   env.local_world_size = 2;
   env.use_agent_store = true;
   env.heartbeat_file = "/tmp/hb";
+  env.shutdown_grace = 2.5;
   std::map<std::string, std::string> vars;
   for (auto& [k, v] : env.to_env()) vars[k] = v;
   EXPECT_EQ(vars["TORCHELASTIC_USE_AGENT_STORE"], "True");
   EXPECT_EQ(vars.count("TORCHELASTIC_ERROR_FILE"), 0u) << "empty optional fields are left out";
+  EXPECT_EQ(vars["DLAUNCH_SHUTDOWN_GRACE"], "2.5");
   for (auto& [k, v] : vars) ::setenv(k.c_str(), v.c_str(), 1);
   WorkerEnv read = WorkerEnv::from_environ();
   EXPECT_EQ(read.rank, 3);
@@ -42,6 +45,7 @@ TEST_F(WorkerEnvTest, RoundTripsThroughTheEnvironment) {
   EXPECT_EQ(read.local_world_size, 2);
   EXPECT_TRUE(read.use_agent_store);
   EXPECT_EQ(read.heartbeat_file, "/tmp/hb");
+  EXPECT_EQ(read.shutdown_grace, 2.5);
   for (auto& [k, v] : vars) ::unsetenv(k.c_str());
 }
 
@@ -58,6 +62,18 @@ TEST_F(WorkerEnvTest, PartialContractIsRejected) {
   ::setenv("WORLD_SIZE", "2", 1);
   ::setenv("RANK", "2", 1);
   EXPECT_THROW(WorkerEnv::from_environ(), UsageError);
+}
+
+TEST_F(WorkerEnvTest, ShutdownGraceIsOptionalAndNeverNegative) {
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "1", 1);
+  EXPECT_FALSE(WorkerEnv::from_environ().shutdown_grace.has_value());
+  ::setenv("DLAUNCH_SHUTDOWN_GRACE", "-1", 1);
+  EXPECT_THROW(WorkerEnv::from_environ(), UsageError);
+  ::setenv("DLAUNCH_SHUTDOWN_GRACE", "soon", 1);
+  EXPECT_THROW(WorkerEnv::from_environ(), UsageError);
+  ::setenv("DLAUNCH_SHUTDOWN_GRACE", "0", 1);
+  EXPECT_EQ(WorkerEnv::from_environ().shutdown_grace, 0.0);
 }
 
 }  // namespace

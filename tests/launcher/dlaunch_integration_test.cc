@@ -86,6 +86,7 @@ TEST(DlaunchEnv, ContractForThreeWorkers) {
     EXPECT_EQ(e["DLAUNCH_ATTEMPT"], "0");
     EXPECT_NE(e["DLAUNCH_NODE_ID"], "<unset>");
     EXPECT_EQ(e["DLAUNCH_FLASH_DIR"].rfind("/dev/shm/dlaunch_flash_", 0), 0u) << e["DLAUNCH_FLASH_DIR"];
+    EXPECT_EQ(e["DLAUNCH_SHUTDOWN_GRACE"], "5");  // --shutdown_grace's default, in seconds
     std::string suffix = "/attempt_0/" + std::to_string(lr) + "/error.json";
     EXPECT_GE(e["TORCHELASTIC_ERROR_FILE"].size(), suffix.size());
     EXPECT_TRUE(e["TORCHELASTIC_ERROR_FILE"].rfind(suffix) ==

@@ -245,26 +245,6 @@ TEST(StatusEndpoint, JobControlUsage) {
       << nowhere.err;
 }
 
-std::vector<int> children_of(pid_t parent) {
-  std::vector<int> out;
-  DIR* d = ::opendir("/proc");
-  if (!d) return out;
-  while (dirent* e = ::readdir(d)) {
-    int pid = std::atoi(e->d_name);
-    if (pid <= 0) continue;
-    std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
-    size_t close = stat.rfind(')');
-    if (close == std::string::npos) continue;
-    int ppid = 0;
-    char state = 0;
-    if (std::sscanf(stat.c_str() + close + 2, "%c %d", &state, &ppid) == 2 && ppid == parent) {
-      out.push_back(pid);
-    }
-  }
-  ::closedir(d);
-  return out;
-}
-
 size_t entries(const std::string& dir) {
   size_t n = 0;
   DIR* d = ::opendir(dir.c_str());

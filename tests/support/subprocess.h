@@ -80,6 +80,9 @@ bool wait_ready(const TempDir& dir, int n, std::chrono::milliseconds timeout);
 // True while `pid` exists and is not a zombie.
 bool process_alive(pid_t pid);
 
+// The processes (zombies included) whose parent is `parent`, read from /proc.
+std::vector<pid_t> children_of(pid_t parent);
+
 std::string read_file(const std::string& path);
 bool file_exists(const std::string& path);
 // Lines of `text` that start with `prefix`.

@@ -242,7 +242,7 @@ int run_mode(const std::string& mode) {
           n::kGroupWorldSize, n::kRoleRank, n::kRoleWorldSize, n::kRoleName, n::kMasterAddr,
           n::kMasterPort, n::kRestartCount, n::kMaxRestarts, n::kRunId, n::kUseAgentStore,
           n::kErrorFile, n::kOmpNumThreads, n::kNcclAsyncErrorHandling, n::kHeartbeatFile,
-          n::kNodeId, n::kAttempt, n::kFlashDir}) {
+          n::kNodeId, n::kAttempt, n::kFlashDir, n::kShutdownGrace}) {
       std::printf("%s=%s\n", name, env_or(name, "<unset>"));
     }
     return 0;

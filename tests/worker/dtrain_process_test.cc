@@ -3,7 +3,7 @@
 // skipped, bad flags and a mismatched resume refused with exit 2 and an error file; smoke runs
 // on the real MNIST and CIFAR-10 files (skipped when ../shared/data is absent); image folders:
 // exit codes of their refusals, bad images, and a resume against another class list, stem or
-// image size.
+// image size; under dlaunch: restarts, preemption, and a stop while blocked on a stopped peer.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -775,6 +775,71 @@ TEST_F(DtrainProcessTest, PreemptedUnderDlaunchExits75AndResumesAtTheStep) {
       EXPECT_NEAR(got[e][key].get<double>(), want[e][key].get<double>(), 1e-6) << key << " epoch " << e + 1;
     }
   }
+}
+
+// The chaos soak's lost peer: two agents (two "nodes" on this host), and rank 1 SIGSTOPs itself
+// after step 6, so the other node's worker blocks in its next gradient all-reduce and never
+// reaches the step boundary where a stop signal is honoured. SIGTERM to that node's agent: its
+// worker's stop watchdog ends it (by SIGTERM, without a checkpoint) about a second later, not
+// the agent's SIGKILL after --shutdown_grace (30 s here); the agent exits 143 and leaves nothing.
+TEST_F(DtrainProcessTest, SigtermWhileBlockedOnAStoppedPeerEndsWithinTheStopBound) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(testing::free_port());
+  std::vector<std::pair<std::string, std::string>> env = {{"DTRAIN_FAIL_AT_STEP", "6"},
+                                                          {"DTRAIN_FAIL_RANK", "1"},
+                                                          {"DTRAIN_FAIL_SIGNAL", "STOP"}};
+  for (const auto& kv : small_env()) env.emplace_back(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
+  auto agent = [&](const std::string& addr, const std::string& name) {
+    std::vector<std::string> args = {"--nnodes=2", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+                                     "--rdzv_id=blocked_stop", "--local_addr=" + addr,
+                                     "--max_restarts=0", "--hang_timeout=0", "--shutdown_grace=30",
+                                     "--log_dir=" + (dir_ / "logs").string(), DTRAIN_BINARY,
+                                     "--flash_every=0"};
+    for (auto& a : small_run(3)) args.push_back(a);
+    return spawn_dlaunch(args, env, log(name));
+  };
+  Proc first = agent("127.0.0.1", "first.log");
+  Proc second;
+  // Whatever fails below, no agent (nor the stopped worker with it) outlives the test.
+  struct KillAgents {
+    const Proc &a, &b;
+    ~KillAgents() {
+      for (pid_t pid : {a.pid, b.pid}) {
+        if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+      }
+    }
+  } kill_agents{first, second};
+  ASSERT_TRUE(testing::wait_until([&] { return slurp(first.log).find("hosting the job's store") != std::string::npos; },
+                                  std::chrono::seconds(60)))
+      << slurp(first.log);
+  second = agent("127.0.0.2", "second.log");
+  // Which node gets rank 1 is the round's choice: the one whose worker stopped is the lost peer.
+  const std::string stopped = "fault injection: stopping rank 1 after step 6";
+  ASSERT_TRUE(testing::wait_until([&] {
+    return slurp(first.log).find(stopped) != std::string::npos ||
+           slurp(second.log).find(stopped) != std::string::npos;
+  }, std::chrono::seconds(240)))
+      << slurp(first.log) << slurp(second.log);
+  const bool first_stopped = slurp(first.log).find(stopped) != std::string::npos;
+  Proc& survivor = first_stopped ? second : first;
+  std::vector<pid_t> workers;  // the agent's other child is its orphan guard
+  for (pid_t pid : testing::children_of(survivor.pid)) {
+    if (testing::read_file("/proc/" + std::to_string(pid) + "/comm") == "dtrain\n") workers.push_back(pid);
+  }
+  ASSERT_EQ(workers.size(), 1u) << slurp(survivor.log);
+  // Time for the survivor to finish step 7's computation and block in its all-reduce.
+  std::this_thread::sleep_for(std::chrono::seconds(1));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ::kill(survivor.pid, SIGTERM);
+  const int code = wait_for(survivor, std::chrono::seconds(60));
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string text = slurp(survivor.log);
+  EXPECT_EQ(code, 128 + SIGTERM) << text;
+  // Generous for a loaded machine; the agent's SIGKILL would come after 30 s.
+  EXPECT_LT(took, 10.0) << text;
+  EXPECT_NE(text.find("stop watchdog: SIGTERM came"), std::string::npos) << text;
+  EXPECT_EQ(text.find("sending SIGKILL"), std::string::npos) << text;
+  EXPECT_FALSE(testing::process_alive(workers[0])) << "the blocked worker outlived its agent";
 }
 #endif
 

@@ -10,7 +10,17 @@
 // default action, as before; armed, a signal only records the request (the first one's number;
 // repeats change nothing: Slurm may deliver the notice twice, once itself and once through
 // dlaunch). SIGINT (Ctrl-C) still stops at once.
+//
+// A worker that cannot reach its step boundary (blocked in a collective with a lost peer) is
+// ended by the stop watchdog (stop_watchdog.h), run by the signal thread: by the same signal's
+// default action, as if it had not been armed, a bounded time after the signal, instead of
+// waiting for the launcher's SIGKILL.
 #pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "common/clock.h"
 
 namespace dlaunch::train {
 
@@ -21,5 +31,16 @@ void arm_stop_signals(bool armed);
 int stop_requested();
 // "SIGUSR1", "SIGTERM".
 const char* stop_signal_name(int sig);
+
+// Starts the stop watchdog for a trainer that agrees on stops every `steps_per_check` steps
+// under a launcher whose --shutdown_grace is `grace` (none: not known). Call before arming,
+// once per process (later calls change nothing); without it a stop waits for the step boundary
+// however long that takes.
+void watch_stop_signals(int64_t steps_per_check, std::optional<Duration> grace);
+// Training thread: tells the watchdog a step ended (step = true) or an evaluation batch did.
+void stop_watch_progress(bool step);
+// Training thread: the worker ends by itself from here (the ranks agreed to stop, or training
+// is over); the watchdog gives up on nothing any more.
+void stop_watch_settle();
 
 }  // namespace dlaunch::train

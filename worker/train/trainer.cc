@@ -650,6 +650,7 @@ int Trainer::agree_stop() {
   pg_.allreduce(&sig, 1, comm::ReduceOp::kMax);
   stop_check_secs_ += seconds_since(t0);
   ++stop_checks_;
+  if (sig != 0) stop_watch_settle();  // the boundary: the checkpoint is written whatever it takes
   return static_cast<int>(sig);
 }
 
@@ -707,6 +708,7 @@ ddp::StepResult Trainer::train_step(EpochRun& run, const data::Batch& batch) {
   ++global_step_;
   ++run.step;
   heartbeat();
+  stop_watch_progress(/*step=*/true);
   // Every rank learns of a signal any rank got, after the same step: the checkpoint below is
   // then the state of every rank.
   if (global_step_ % c_.stop_check_every == 0) stop_signal_ = agree_stop();
@@ -864,6 +866,7 @@ std::pair<double, double> Trainer::evaluate() {
     tot[1] += r.correct;
     tot[2] += static_cast<double>(batch->size);
     heartbeat();
+    stop_watch_progress(/*step=*/false);
   }
   pg_.allreduce(tot, 3, comm::ReduceOp::kSum);
   return {tot[0] / tot[2], tot[1] / tot[2]};
@@ -977,12 +980,17 @@ TrainSummary Trainer::run() {
   if (rank0_) open_metrics();
   heartbeat();
   // From here a stop signal is honoured at the next step boundary (before, there is nothing
-  // new to save and it ends the process as it always did).
+  // new to save and it ends the process as it always did), or ends a worker that cannot reach
+  // it in time (stop_watchdog.h).
+  watch_stop_signals(c_.stop_check_every,
+                     env_.shutdown_grace ? std::optional(from_seconds(*env_.shutdown_grace))
+                                         : std::nullopt);
   arm_stop_signals(true);
   for (int64_t epoch = start_epoch; epoch < c_.epochs && !stop_; ++epoch) {
     train_epoch(epoch);
     if (epoch == start_epoch && rank0_) log_autotuning();
   }
+  stop_watch_settle();  // what is left (the last checkpoint's write) ends by itself
   if (start_epoch >= c_.epochs && rank0_) {
     log_info("nothing to train: the checkpoint already has {} of {} epochs", start_epoch, c_.epochs);
   }
