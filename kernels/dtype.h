@@ -99,7 +99,8 @@ DL_HOST_DEVICE float round_to_dtype(Dtype d, float x) {
 // (a NaN whose payload sits in the low half only would otherwise turn into inf).
 DL_HOST_DEVICE uint16_t bf16_bits(float x) {
   const uint32_t u = detail::float_bits(round_to_bf16(x));
-  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7fc0u);
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7fc0u);
   return static_cast<uint16_t>(u >> 16);
 }
 DL_HOST_DEVICE float bf16_value(uint16_t b) { return detail::bits_float(uint32_t(b) << 16); }
@@ -110,7 +111,7 @@ DL_HOST_DEVICE uint16_t f16_bits(float x) {
   const uint32_t u = detail::float_bits(round_to_f16(x));
   const uint32_t sign = (u >> 16) & 0x8000u;
   const uint32_t a = u & 0x7fffffffu;
-  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
   if (a == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);  // inf
   const int exponent = int(a >> 23) - 127;
   if (exponent >= -14)  // normal: rounding left at most 10 mantissa bits

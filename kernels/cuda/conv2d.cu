@@ -77,7 +77,8 @@ std::unique_ptr<Conv> create(const ConvShape& s, Dtype dtype) {
   for (int i = 0; i < found && !ok; ++i)
     if (bf[i].status == CUDNN_STATUS_SUCCESS && bf[i].memory <= kMaxWorkspace)
       c->bwd_filter = bf[i].algo, c->bwd_filter_ws = bf[i].memory, ok = true;
-  DL_CHECK(ok) << "no cuDNN backward-filter algorithm for this convolution in " << dtype_name(dtype);
+  DL_CHECK(ok) << "no cuDNN backward-filter algorithm for this convolution in "
+               << dtype_name(dtype);
   return c;
 }
 

@@ -66,7 +66,9 @@ int64_t unscale_count_non_finite(int64_t n, float inv_scale, float* x) {
 namespace detail {
 
 cudnnDataType_t cudnn_type(Dtype d) {
-  return d == Dtype::kBF16 ? CUDNN_DATA_BFLOAT16 : d == Dtype::kF16 ? CUDNN_DATA_HALF : CUDNN_DATA_FLOAT;
+  return d == Dtype::kBF16  ? CUDNN_DATA_BFLOAT16
+         : d == Dtype::kF16 ? CUDNN_DATA_HALF
+                            : CUDNN_DATA_FLOAT;
 }
 
 cudaDataType_t cuda_type(Dtype d) {

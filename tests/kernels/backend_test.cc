@@ -119,13 +119,15 @@ struct PrecisionOp {
   std::vector<int64_t> input_sizes;
   int64_t output_size;
   bool native;
-  std::function<void(kernels::Backend&, kernels::Dtype, const std::vector<const float*>&, float*)> run;
+  using Inputs = const std::vector<const float*>&;
+  std::function<void(kernels::Backend&, kernels::Dtype, Inputs, float*)> run;
 };
 
 // Forward, backward-data (overwriting and accumulating) and backward-weights of one convolution.
-void add_conv_ops(std::vector<PrecisionOp>& ops, const std::string& label, const kernels::ConvShape& s) {
+void add_conv_ops(std::vector<PrecisionOp>& ops, const std::string& label,
+                  const kernels::ConvShape& s) {
   const int64_t x = s.in().numel(), w = s.weight_numel(), y = s.out().numel();
-  using In = const std::vector<const float*>&;
+  using In = PrecisionOp::Inputs;
   ops.push_back({"conv2d_forward " + label, {x, w}, y, true,
                  [s](kernels::Backend& be, kernels::Dtype d, In in, float* out) {
                    be.conv2d_forward(s, in[0], in[1], out, d);
@@ -146,7 +148,7 @@ void add_conv_ops(std::vector<PrecisionOp>& ops, const std::string& label, const
 }
 
 std::vector<PrecisionOp> precision_ops() {
-  using In = const std::vector<const float*>&;
+  using In = PrecisionOp::Inputs;
   std::vector<PrecisionOp> ops;
   add_conv_ops(ops, "3x3", {4, 16, 8, 8, 16, 3, 1, 1, 1, 1});
   add_conv_ops(ops, "3x3 from 3 channels (the stem)", {4, 3, 8, 8, 16, 3, 1, 1, 1, 1});
@@ -162,7 +164,8 @@ std::vector<PrecisionOp> precision_ops() {
                    be.linear_backward(8, 64, 10, in[0], in[1], in[2], y, y + 8 * 64,
                                       y + 8 * 64 + 10 * 64, d);
                  }});
-  ops.push_back({"batch_norm_apply+add+relu", {act.numel(), 16, 16, act.numel()}, act.numel(), false,
+  ops.push_back({"batch_norm_apply+add+relu", {act.numel(), 16, 16, act.numel()}, act.numel(),
+                 false,
                  [act](kernels::Backend& be, kernels::Dtype, In in, float* y) {
                    be.batch_norm_apply(act, in[0], in[1], in[2], in[3], true, y);
                  }});
@@ -261,7 +264,8 @@ TEST(Backend, OpsInEveryPrecisionAgreeWithCpuFp32) {
           for (float v : got) ASSERT_EQ(kernels::round_to_dtype(dtype, v), v);
         }
         // On the CPU a native op in bf16/fp16 is the emulation, bit for bit: the fp32 op on the
-        // same rounded inputs, its outputs rounded (what the model did before the ops took a dtype).
+        // same rounded inputs, its outputs rounded (what the model did before the ops took a
+        // dtype).
         if (be->host_accessible() && op.native && dtype != kernels::Dtype::kF32) {
           std::vector<float> emulated(ref.size());
           op.run(*be, kernels::Dtype::kF32, dev_in, emulated.data());
