@@ -89,4 +89,53 @@ DL_HOST_DEVICE float round_to_dtype(Dtype d, float x) {
   return d == Dtype::kBF16 ? round_to_bf16(x) : d == Dtype::kF16 ? round_to_f16(x) : x;
 }
 
+// The 16-bit encodings, for the CUDA tensor-core paths that hand real bf16/fp16 buffers to
+// cuDNN and cuBLAS (kernels/cuda/precision.cu). Written here rather than with the CUDA
+// conversion intrinsics so that the CPU tests check them (every one of the 65536 codes): the
+// bits of x are those of round_to_*(x), so narrowing rounds exactly as the emulation does, and
+// widening is exact.
+
+// The bfloat16 code of x: the top half of round_to_bf16(x). NaN becomes the quiet NaN 0x7fc0
+// (a NaN whose payload sits in the low half only would otherwise turn into inf).
+DL_HOST_DEVICE uint16_t bf16_bits(float x) {
+  const uint32_t u = detail::float_bits(round_to_bf16(x));
+  if ((u & 0x7fffffffu) > 0x7f800000u)
+    return static_cast<uint16_t>(((u >> 16) & 0x8000u) | 0x7fc0u);
+  return static_cast<uint16_t>(u >> 16);
+}
+DL_HOST_DEVICE float bf16_value(uint16_t b) { return detail::bits_float(uint32_t(b) << 16); }
+
+// The IEEE binary16 code of x (of round_to_f16(x)): sign, 5 exponent bits biased by 15, 10
+// mantissa bits; exponent 0 holds the subnormals (multiples of 2^-24), 31 inf and NaN.
+DL_HOST_DEVICE uint16_t f16_bits(float x) {
+  const uint32_t u = detail::float_bits(round_to_f16(x));
+  const uint32_t sign = (u >> 16) & 0x8000u;
+  const uint32_t a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN
+  if (a == 0x7f800000u) return static_cast<uint16_t>(sign | 0x7c00u);  // inf
+  const int exponent = int(a >> 23) - 127;
+  if (exponent >= -14)  // normal: rounding left at most 10 mantissa bits
+    return static_cast<uint16_t>(sign | uint32_t(exponent + 15) << 10 | (a >> 13 & 0x3ffu));
+  // Subnormal or zero: an exact multiple of 2^-24 below 2^-14, so the product is an integer < 1024.
+  return static_cast<uint16_t>(sign | uint32_t(detail::bits_float(a) * 16777216.0f));
+}
+DL_HOST_DEVICE float f16_value(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exponent = (h >> 10) & 0x1fu, mantissa = h & 0x3ffu;
+  if (exponent == 0x1f) return detail::bits_float(sign | 0x7f800000u | mantissa << 13);
+  if (exponent == 0) {  // subnormal or zero: mantissa * 2^-24, exact in float
+    const float magnitude = float(mantissa) * (1.0f / 16777216.0f);
+    return detail::bits_float(sign | detail::float_bits(magnitude));
+  }
+  return detail::bits_float(sign | (exponent + 112) << 23 | mantissa << 13);  // 112 = 127 - 15
+}
+
+// The code of x in `d` (bf16 or fp16) and back.
+DL_HOST_DEVICE uint16_t dtype_bits(Dtype d, float x) {
+  return d == Dtype::kBF16 ? bf16_bits(x) : f16_bits(x);
+}
+DL_HOST_DEVICE float dtype_value(Dtype d, uint16_t bits) {
+  return d == Dtype::kBF16 ? bf16_value(bits) : f16_value(bits);
+}
+
 }  // namespace dlaunch::kernels

@@ -646,20 +646,26 @@ ConvAutotuneStats conv_autotune_stats() {
   return st;
 }
 
-void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y) {
+// bf16/fp16 (op_signatures.inc): fp32 arithmetic on the (already rounded) inputs, then the output
+// rounded; the accumulating pass rounds the sum once, as a 16-bit output with beta = 1 would.
+void conv2d_forward(const ConvShape& s, const float* x, const float* w, float* y, Dtype dtype) {
   ScopedOpTimer timer("conv2d_forward");
   run(s, Pass::kForward, x, w, y);
+  if (dtype != Dtype::kF32) round_to_dtype(s.out().numel(), dtype, y, y);
 }
 
 void conv2d_backward_data(const ConvShape& s, const float* dy, const float* w, float* dx,
-                          bool accumulate) {
+                          bool accumulate, Dtype dtype) {
   ScopedOpTimer timer("conv2d_backward_data");
   run(s, accumulate ? Pass::kBackwardDataAcc : Pass::kBackwardData, dy, w, dx);
+  if (dtype != Dtype::kF32) round_to_dtype(s.in().numel(), dtype, dx, dx);
 }
 
-void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw) {
+void conv2d_backward_weights(const ConvShape& s, const float* x, const float* dy, float* dw,
+                             Dtype dtype) {
   ScopedOpTimer timer("conv2d_backward_weights");
   run(s, Pass::kBackwardWeights, x, dy, dw);
+  if (dtype != Dtype::kF32) round_to_dtype(s.weight_numel(), dtype, dw, dw);
 }
 
 }  // namespace dlaunch::kernels::cpu

@@ -45,8 +45,15 @@ inline unsigned blocks_for(int64_t n) {
 
 cudnnHandle_t cudnn();
 cublasHandle_t cublas();
-// A device buffer of at least `bytes`, owned by the calling thread, valid until the next call.
-void* workspace(size_t bytes);
+// Device buffers owned by the calling thread, grow-only: scratch(slot, bytes) is at least `bytes`
+// and valid until the next call for the same slot. Growing one synchronises the device first
+// (queued work may still use the old buffer). An op that needs several buffers at once takes
+// distinct slots: the library workspace, and the 16-bit copies of the tensor-core paths
+// (low_precision.cuh).
+enum class Scratch : int { kWorkspace, kLow0, kLow1, kLow2, kCount };
+void* scratch(Scratch slot, size_t bytes);
+// The cuDNN/cuBLAS workspace.
+inline void* workspace(size_t bytes) { return scratch(Scratch::kWorkspace, bytes); }
 
 // Channel of flat element i in an (N, C, H, W) activation with channel block cb.
 __device__ __forceinline__ int64_t channel_of(int64_t i, int64_t c, int64_t hw, int64_t cb) {

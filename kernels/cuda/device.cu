@@ -76,13 +76,14 @@ namespace {
 struct Handles {
   cudnnHandle_t dnn = nullptr;
   cublasHandle_t blas = nullptr;
-  void* ws = nullptr;
-  size_t ws_bytes = 0;
+  void* buf[int(Scratch::kCount)] = {};
+  size_t buf_bytes[int(Scratch::kCount)] = {};
   ~Handles() {
     // Destruction at thread exit may run after the CUDA context is gone: ignore statuses.
     if (dnn) cudnnDestroy(dnn);
     if (blas) cublasDestroy(blas);
-    if (ws) cudaFree(ws);
+    for (void* p : buf)
+      if (p) cudaFree(p);
   }
 };
 thread_local Handles t_handles;
@@ -98,15 +99,19 @@ cublasHandle_t cublas() {
   return t_handles.blas;
 }
 
-void* workspace(size_t bytes) {
-  if (bytes > t_handles.ws_bytes) {
+void* scratch(Scratch slot, size_t bytes) {
+  void*& buf = t_handles.buf[int(slot)];
+  size_t& have = t_handles.buf_bytes[int(slot)];
+  if (bytes > have) {
     // The previous buffer may still be in use by queued work on the default stream.
     DL_CUDA_CHECK(cudaDeviceSynchronize());
-    if (t_handles.ws) DL_CUDA_CHECK(cudaFree(t_handles.ws));
-    DL_CUDA_CHECK(cudaMalloc(&t_handles.ws, bytes));
-    t_handles.ws_bytes = bytes;
+    if (buf) DL_CUDA_CHECK(cudaFree(buf));
+    buf = nullptr;
+    have = 0;
+    DL_CUDA_CHECK(cudaMalloc(&buf, bytes));
+    have = bytes;
   }
-  return t_handles.ws;
+  return buf;
 }
 
 }  // namespace detail

@@ -10,6 +10,9 @@
 //     call synchronize() before reading results on the host. softmax_cross_entropy returns a
 //     host value and therefore synchronizes.
 //   - The double per-channel sums of batch norm live in device memory.
+//   - With a bf16/fp16 dtype the convolutions and the linear layer multiply 16-bit copies of
+//     their operands on tensor cores with fp32 accumulation (low_precision.cuh), where the CPU
+//     multiplies in fp32: the same rounded outputs up to the order of accumulation.
 // Every CUDA/cuDNN/cuBLAS status is checked; failures throw InternalError naming the call.
 // device_count() treats any CUDA error (no driver, no device) as zero devices.
 #pragma once

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -79,6 +81,48 @@ TEST(PrecisionRounding, HalfUlpBoundAndIdempotence) {
       ASSERT_LE(std::fabs(static_cast<double>(r) - f), ulp / 2 * (1 + 1e-12))
           << kernels::dtype_name(d) << " " << f;
       ASSERT_EQ(kernels::round_to_dtype(d, r), r) << kernels::dtype_name(d) << " " << f;
+    }
+  }
+}
+
+// The 16-bit codes the CUDA tensor-core paths narrow to and widen from (kernels/dtype.h): known
+// encodings, then every one of the 65536 codes of each type widens to a float that rounds to
+// itself and narrows back to the same code (NaNs: to a NaN), and narrowing any float gives the
+// code of its rounding, so the CUDA paths round exactly as the emulation does.
+TEST(PrecisionRounding, SixteenBitCodesRoundTripAndNarrowAsTheRoundingDoes) {
+  EXPECT_EQ(kernels::f16_bits(1.0f), 0x3c00);
+  EXPECT_EQ(kernels::f16_bits(-2.0f), 0xc000);
+  EXPECT_EQ(kernels::f16_bits(65504.0f), 0x7bff);
+  EXPECT_EQ(kernels::f16_bits(65520.0f), 0x7c00);  // overflow: inf
+  EXPECT_EQ(kernels::f16_bits(0x1p-14f), 0x0400);  // smallest normal
+  EXPECT_EQ(kernels::f16_bits(0x1p-24f), 0x0001);  // smallest subnormal
+  EXPECT_EQ(kernels::f16_bits(-0.0f), 0x8000);
+  EXPECT_EQ(kernels::f16_bits(0.1f), 0x2e66);
+  EXPECT_EQ(kernels::bf16_bits(1.0f), 0x3f80);
+  EXPECT_EQ(kernels::bf16_bits(-3.14159265f), 0xc049);
+  EXPECT_EQ(kernels::bf16_bits(std::nanf("")) & 0x7fc0, 0x7fc0);
+  // A NaN whose payload sits in fp32's low half only stays a NaN (its top half alone is inf).
+  uint32_t low_payload_nan = 0x7f800001u;
+  float nan_low;
+  std::memcpy(&nan_low, &low_payload_nan, sizeof nan_low);
+  EXPECT_TRUE(std::isnan(kernels::bf16_value(kernels::bf16_bits(nan_low))));
+  for (Dtype d : {Dtype::kBF16, Dtype::kF16}) {
+    for (uint32_t code = 0; code < 0x10000u; ++code) {
+      const auto bits = static_cast<uint16_t>(code);
+      const float v = kernels::dtype_value(d, bits);
+      if (std::isnan(v)) {
+        ASSERT_TRUE(std::isnan(kernels::dtype_value(d, kernels::dtype_bits(d, v)))) << code;
+        continue;
+      }
+      ASSERT_EQ(kernels::round_to_dtype(d, v), v) << kernels::dtype_name(d) << " code " << code;
+      ASSERT_EQ(kernels::dtype_bits(d, v), bits) << kernels::dtype_name(d) << " code " << code;
+    }
+    for (double x = 1e-9; x < 1e6; x *= 1.00013) {
+      for (float f : {static_cast<float>(x), -static_cast<float>(x)}) {
+        const float r = kernels::round_to_dtype(d, f);
+        ASSERT_EQ(kernels::dtype_value(d, kernels::dtype_bits(d, f)), r)
+            << kernels::dtype_name(d) << " " << f;
+      }
     }
   }
 }

@@ -13,10 +13,12 @@
 // Mixed precision (ResNetConfig::precision bf16|fp16) is torch.autocast's recipe on fp32 storage:
 // the convolutions and the classifier read a rounded copy of the weights (low_params) and
 // rounded inputs, and every value a low-precision trainer would store is rounded where it is
-// written (store()): conv outputs, BN/ReLU outputs, the pooled features and logits in forward;
-// the gradients of activations and of conv/linear weights in backward. BN runs on those values
-// with fp32 parameters and double sums, and its parameter gradients stay fp32, as in autocast.
-// fp32 skips all of it (no extra op, no copy).
+// written: the conv and linear ops are given the precision and round their own outputs (conv
+// outputs, logits; the gradients of activations and of conv/linear weights), which lets CUDA
+// run them on tensor cores (op_signatures.inc); store() rounds the rest (BN/ReLU outputs, the
+// pooled features, the BN and pooling gradients). BN runs on those values with fp32 parameters
+// and double sums, and its parameter gradients stay fp32, as in autocast. fp32 skips all of it
+// (no extra op, no copy).
 #include "worker/model/resnet.h"
 
 #include <cmath>
@@ -236,8 +238,7 @@ struct ResNet::Impl {
     const ConvShape s = c.shape(in);
     *out_shape = s.out();
     c.out.resize({s.n, s.c_out, s.h_out(), s.w_out()});
-    be.conv2d_forward(s, x, w(c.param), c.out.data());
-    store(c.out);
+    be.conv2d_forward(s, x, w(c.param), c.out.data(), config.precision);
   }
   void bn_forward(Bn& bn, const ActShape& s, const float* x, const float* residual, bool relu,
                   bool training) {
@@ -247,15 +248,13 @@ struct ResNet::Impl {
     store(bn.out);
   }
   // Backward of a convolution: its weight gradient (final: reported ready) and, when dx is not
-  // null, its input gradient (added to dx when accumulate), both stored in the compute precision.
+  // null, its input gradient (added to dx when accumulate), both in the compute precision.
   void conv_backward(const Conv& c, const ConvShape& s, const float* x, const float* dy, float* dx,
                      bool accumulate = false) {
-    be.conv2d_backward_weights(s, x, dy, g(c.param));
-    store(g(c.param), s.weight_numel());
+    be.conv2d_backward_weights(s, x, dy, g(c.param), config.precision);
     grad_ready(c.param);
     if (dx == nullptr) return;
-    be.conv2d_backward_data(s, dy, w(c.param), dx, accumulate);
-    store(dx, s.in().numel());
+    be.conv2d_backward_data(s, dy, w(c.param), dx, accumulate, config.precision);
   }
 };
 
@@ -359,8 +358,7 @@ const Tensor& ResNet::forward(const Tensor& images, bool training) {
   m.store(m.pooled);
   m.logits.resize({xs.n, m.config.num_classes});
   m.be.linear_forward(xs.n, m.fc_in, m.config.num_classes, m.pooled.data(), m.w(m.fc_weight),
-                      m.w(m.fc_bias), m.logits.data());
-  m.store(m.logits);
+                      m.w(m.fc_bias), m.logits.data(), m.config.precision);
   m.have_training_forward = training;
   return m.logits;
 }
@@ -385,10 +383,7 @@ void ResNet::backward(const Tensor& grad_logits) {
     dlogits = m.low_dlogits.data();
   }
   m.be.linear_backward(n, m.fc_in, classes, m.pooled.data(), m.w(m.fc_weight), dlogits,
-                       m.dpooled.data(), m.g(m.fc_weight), m.g(m.fc_bias));
-  m.store(m.g(m.fc_bias), classes);
-  m.store(m.g(m.fc_weight), classes * m.fc_in);
-  m.store(m.dpooled);
+                       m.dpooled.data(), m.g(m.fc_weight), m.g(m.fc_bias), m.config.precision);
   m.grad_ready(m.fc_bias);
   m.grad_ready(m.fc_weight);
   int cur = 0;

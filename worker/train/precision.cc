@@ -48,12 +48,14 @@ std::string MixedPrecision::describe() const {
                                                      : std::string());
   std::string out = fmt::format("precision {}: {}", name, how);
   if (dtype_ != kernels::Dtype::kF32) {
-    // Both backends store fp32 and round (kernels/dtype.h): say what that buys and what not.
+    // Both backends store fp32 and round (kernels/dtype.h); CUDA also multiplies in the type
+    // (op_signatures.inc). Say what that buys and what not.
     out += backend_.host_accessible()
                ? "; emulated on the CPU (fp32 storage, values rounded to " + std::string(name) +
                      " where they are stored) for correctness, not speed: it is slower than fp32"
-               : "; fp32 storage with values rounded to " + std::string(name) +
-                     " (the numerics of mixed precision, not yet its speed)";
+               : fmt::format("; convolutions and the classifier on tensor cores ({} operands, fp32 "
+                             "accumulation), activations stored as fp32 holding {} values",
+                             name, name);
   }
   return out;
 }
