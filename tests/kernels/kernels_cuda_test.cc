@@ -280,5 +280,20 @@ TEST_F(Cuda, FillParamGradsAndTheBackendObject) {
   be.free(p);
 }
 
+// The fast recipe's ops (issue 11): the loss op with label smoothing, on the device.
+TEST_F(Cuda, RecipeLossWithLabelSmoothing) {
+  const int64_t n = 7, k = 10;
+  const auto z = random_vector(n * k, 81, -4.f, 4.f);
+  const std::vector<int32_t> labels = {0, 9, 3, 3, 5, 1, 7};
+  std::vector<float> grad(z.size());
+  int64_t hits = 0, ghits = 0;
+  const float loss = cpu::softmax_cross_entropy(n, k, z.data(), labels.data(), grad.data(), &hits, 0.2f);
+  Dev<float> gz(z), ggrad(z.size());
+  const float gloss = gpu::softmax_cross_entropy(n, k, gz.get(), labels.data(), ggrad.get(), &ghits, 0.2f);
+  EXPECT_NEAR(gloss, loss, 1e-6);
+  EXPECT_EQ(ghits, hits);
+  expect_close(ggrad.host(), grad, 1e-6, "smoothed cross entropy grad");
+}
+
 }  // namespace
 }  // namespace dlaunch
