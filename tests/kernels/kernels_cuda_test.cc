@@ -295,5 +295,16 @@ TEST_F(Cuda, RecipeLossWithLabelSmoothing) {
   expect_close(ggrad.host(), grad, 1e-6, "smoothed cross entropy grad");
 }
 
+TEST_F(Cuda, RecipeFlipHorizontal) {
+  for (const ActShape& s : {ActShape{3, 3, 32, 32, 1}, ActShape{2, 32, 5, 7, 16}}) {
+    const auto x = random_vector(s.numel(), 82);
+    std::vector<float> y(x.size());
+    cpu::flip_horizontal(s, x.data(), y.data());
+    Dev<float> gx(x), gy(x.size());
+    gpu::flip_horizontal(s, gx.get(), gy.get());
+    expect_close(gy.host(), y, 0, "flip");
+  }
+}
+
 }  // namespace
 }  // namespace dlaunch

@@ -1,5 +1,5 @@
 // The CPU ops of the fast recipe (issue 11) against hand computations: the loss op's label
-// smoothing, the horizontal flip of test-time augmentation and the EMA update of the weights.
+// smoothing and the horizontal flip of test-time augmentation.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,6 +41,26 @@ TEST(LossOp, LabelSmoothingMatchesHandComputation) {
   EXPECT_EQ(plain, zero);
   EXPECT_EQ(plain_grad, zero_grad);
   EXPECT_GT(std::fabs(loss - plain), 1e-2);  // the smoothing did something
+}
+
+// Every layout: element (n, c, h, w) of the output is element (n, c, h, W - 1 - w) of the input,
+// located by the layout formula of ops.h written out here.
+TEST(TtaFlipOp, MirrorsEveryRowInEveryLayout) {
+  for (const kernels::ActShape s : {kernels::ActShape{2, 3, 4, 5, 1}, kernels::ActShape{2, 16, 3, 7, 8},
+                                    kernels::ActShape{1, 32, 2, 3, 16}}) {
+    std::vector<float> x(static_cast<size_t>(s.numel())), y(x.size(), -1.f);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
+    cpu::flip_horizontal(s, x.data(), y.data());
+    auto at = [&](int64_t n, int64_t c, int64_t h, int64_t w) {
+      return (((n * (s.c / s.cblock) + c / s.cblock) * s.h + h) * s.w + w) * s.cblock + c % s.cblock;
+    };
+    for (int64_t n = 0; n < s.n; ++n)
+      for (int64_t c = 0; c < s.c; ++c)
+        for (int64_t h = 0; h < s.h; ++h)
+          for (int64_t w = 0; w < s.w; ++w)
+            ASSERT_EQ(y[at(n, c, h, w)], x[at(n, c, h, s.w - 1 - w)])
+                << "cblock " << s.cblock << " at " << n << "," << c << "," << h << "," << w;
+  }
 }
 
 }  // namespace
