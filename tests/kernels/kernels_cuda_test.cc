@@ -306,5 +306,17 @@ TEST_F(Cuda, RecipeFlipHorizontal) {
   }
 }
 
+TEST_F(Cuda, RecipeEmaUpdate) {
+  const int64_t n = 1000;
+  const auto x = random_vector(n, 83), avg0 = random_vector(n, 84);
+  std::vector<float> avg = avg0;
+  cpu::ema_update(n, 0.99f, x.data(), avg.data());
+  cpu::ema_update(n, 0.9f, x.data(), avg.data());
+  Dev<float> gx(x), gavg(avg0);
+  gpu::ema_update(n, 0.99f, gx.get(), gavg.get());
+  gpu::ema_update(n, 0.9f, gx.get(), gavg.get());
+  expect_close(gavg.host(), avg, 0, "ema");
+}
+
 }  // namespace
 }  // namespace dlaunch

@@ -1,5 +1,5 @@
 // The CPU ops of the fast recipe (issue 11) against hand computations: the loss op's label
-// smoothing and the horizontal flip of test-time augmentation.
+// smoothing, the horizontal flip of test-time augmentation and the EMA update of the weights.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -61,6 +61,16 @@ TEST(TtaFlipOp, MirrorsEveryRowInEveryLayout) {
             ASSERT_EQ(y[at(n, c, h, w)], x[at(n, c, h, s.w - 1 - w)])
                 << "cblock " << s.cblock << " at " << n << "," << c << "," << h << "," << w;
   }
+}
+
+// avg = decay * avg + (1 - decay) * x, element by element, written out with the values.
+TEST(EmaUpdateOp, AveragesLikeTheHandComputation) {
+  const std::vector<float> x = {1.f, -2.f, 10.f, 0.f};
+  std::vector<float> avg = {0.f, 2.f, 10.f, -4.f};
+  cpu::ema_update(4, 0.75f, x.data(), avg.data());
+  EXPECT_EQ(avg, (std::vector<float>{0.25f, 1.f, 10.f, -3.f}));
+  cpu::ema_update(4, 0.5f, x.data(), avg.data());
+  EXPECT_EQ(avg, (std::vector<float>{0.625f, -0.5f, 10.f, -1.5f}));
 }
 
 }  // namespace

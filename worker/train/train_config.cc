@@ -128,6 +128,21 @@ const std::vector<Flag>& flags() {
        "logits and its mirror image's; the reported test loss and accuracy use it)",
        false, [](TrainConfig& c, auto& f, auto& v) { c.tta = choice(f, v, {"none", "flip"}); },
        [](const TrainConfig& c) { return c.tta; }},
+      {"ema",
+       "evaluate (and checkpoint) an exponential moving average of the weights and BN statistics, "
+       "avg = DECAY * avg + (1 - DECAY) * w after each optimizer step (timm's ModelEmaV2; 0: off)",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         c.ema = nonneg_double(f, v);
+         if (c.ema >= 1)
+           throw UsageError(fmt::format("{}={} is not below 1; expected a decay in (0, 1) such as "
+                                        "0.999 (0: off)", f, v));
+       },
+       [](const TrainConfig& c) { return fmt_double(c.ema); }},
+      {"ema_every",
+       "with --ema: average every K optimizer steps, with DECAY^K, so the horizon in steps stays",
+       false, [](TrainConfig& c, auto& f, auto& v) { c.ema_every = positive_int(f, v, 1); },
+       [](const TrainConfig& c) { return std::to_string(c.ema_every); }},
       {"label_smoothing",
        "train against (1 - EPS) * one-hot + EPS / classes (PyTorch's CrossEntropyLoss("
        "label_smoothing=EPS)); the test loss stays plain cross-entropy",

@@ -36,6 +36,8 @@ struct TrainConfig {
   int64_t cutout = 0;             // training: a cutout x cutout square set to the mean (0: off)
   bool alternating_flip = false;  // training: each sample's flip inverted every other epoch
   std::string tta = "none";       // none | flip: test-time augmentation in evaluation
+  double ema = 0;                 // (0, 1): EMA of the weights with this decay per step (0: off)
+  int64_t ema_every = 1;          // --ema: average every this many steps (decay^K each time)
   bool scale_lr = false;
   bool sync_bn = false;
   uint64_t seed = 0;
