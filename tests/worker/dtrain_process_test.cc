@@ -1057,5 +1057,28 @@ TEST_F(DtrainProcessTest, EmaIsCheckpointedAndOldCheckpointsResumeWithIt) {
       << slurp(from_new.log);
 }
 
+// --recipe cifar-fast through the binary: the start-up log lists what the preset set and what the
+// command line overrode, and the run trains with it (on the synthetic set, small, here).
+TEST_F(DtrainProcessTest, RecipeLogsTheExpandedOptionsAndTrains) {
+  Proc p = spawn_dtrain({"--recipe=cifar-fast", "--dataset=synthetic", "--width=8", "--epochs=2",
+                         "--batch_size=32", "--output_dir=" + (dir_ / "out").string()},
+                        {"DTRAIN_LIMIT_TRAIN_SAMPLES=128", "DTRAIN_LIMIT_TEST_SAMPLES=64"},
+                        log("recipe.log"));
+  ASSERT_EQ(wait_for(p), 0) << slurp(p.log);
+  const std::string text = slurp(p.log);
+  for (const char* part :
+       {"--recipe cifar-fast: --model=resnet18 --width=64 --dataset=cifar10 --epochs=26",
+        "--label_smoothing=0.2 --cutout=12 --alternating_flip=true --tta=flip --ema=0.99",
+        "overridden by the command line: --width=8 --dataset=synthetic --epochs=2 --batch_size=32",
+        "EMA of the weights", "epoch   2/2"})
+    EXPECT_NE(text.find(part), std::string::npos) << part << " in\n" << text;
+  const json config =
+      ckpt::read_checkpoint((dir_ / "out" / "checkpoint_epoch_0002.dtck").string()).meta["config"];
+  EXPECT_EQ(config["label_smoothing"], 0.2);
+  EXPECT_EQ(config["tta"], "flip");
+  EXPECT_EQ(config["batch_size"], 32);
+  EXPECT_EQ(config["recipe"], "cifar-fast");
+}
+
 }  // namespace
 }  // namespace dlaunch

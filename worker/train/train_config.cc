@@ -9,6 +9,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "worker/train/recipe.h"
 
 namespace dlaunch::train {
 namespace {
@@ -50,6 +51,12 @@ std::string fmt_double(double d) { return fmt::format("{}", d); }
 
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> kFlags = {
+      {"recipe",
+       "a preset of the flags below, applied first so explicit flags override it: none | "
+       "cifar-fast (ResNet-18 on CIFAR-10 for time to accuracy on one GPU; docs/dtrain.md, "
+       "Recipes)",
+       false, [](TrainConfig& c, auto& f, auto& v) { c.recipe = choice(f, v, recipe_names()); },
+       [](const TrainConfig& c) { return c.recipe; }},
       {"model", "network: resnet18 | resnet34 (the first layer: --stem)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.model = choice(f, v, {"resnet18", "resnet34"}); },
        [](const TrainConfig& c) { return c.model; }},
@@ -90,9 +97,18 @@ const std::vector<Flag>& flags() {
          c.lr_schedule = choice(f, v, {"cosine", "step", "constant", "triangle"});
        },
        [](const TrainConfig& c) { return c.lr_schedule; }},
-      {"warmup_epochs", "linear warm-up from 0 over this many epochs", false,
-       [](TrainConfig& c, auto& f, auto& v) { c.warmup_epochs = nonneg_double(f, v); },
-       [](const TrainConfig& c) { return fmt_double(c.warmup_epochs); }},
+      {"warmup_epochs", "linear warm-up from 0 over this many epochs, or P% of --epochs", false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         const bool percent = !v.empty() && v.back() == '%';
+         const double x = nonneg_double(f, percent ? v.substr(0, v.size() - 1) : v);
+         if (percent && x >= 100)
+           throw UsageError(fmt::format("{}={} is not below 100%; expected e.g. 20%", f, v));
+         c.warmup_epochs = percent ? 0 : x;
+         c.warmup_percent = percent ? x : -1;
+       },
+       [](const TrainConfig& c) {
+         return c.warmup_percent >= 0 ? fmt_double(c.warmup_percent) + "%" : fmt_double(c.warmup_epochs);
+       }},
       {"optimizer", "sgd | adam", false,
        [](TrainConfig& c, auto& f, auto& v) { c.optimizer = choice(f, v, {"sgd", "adam"}); },
        [](const TrainConfig& c) { return c.optimizer; }},
@@ -274,11 +290,19 @@ const std::vector<Flag>& flags() {
   return kFlags;
 }
 
+const Flag& find_flag(const std::string& name) {
+  auto it = std::find_if(flags().begin(), flags().end(), [&](const Flag& f) { return name == f.name; });
+  DL_CHECK(it != flags().end()) << "no flag " << name;
+  return *it;
+}
+
 }  // namespace
 
 TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help) {
   TrainConfig c;
   *help = false;
+  // The command line's flags and values, applied after the recipe's (whatever their order).
+  std::vector<std::pair<const Flag*, std::string>> given;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -312,8 +336,20 @@ TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help) {
                                      it->show(TrainConfig{})));
       }
     }
-    it->set(c, "--" + std::string(it->name), value);
+    given.emplace_back(&*it, value);
   }
+  for (const auto& [flag, value] : given) {
+    if (std::string(flag->name) == "recipe") flag->set(c, "--recipe", value);
+  }
+  for (const auto& [name, value] : recipe_flags(c.recipe)) {
+    find_flag(name).set(c, fmt::format("--{} (from --recipe {})", name, c.recipe), value);
+    c.recipe_settings.push_back(fmt::format("--{}={}", name, value));
+    for (const auto& [flag, own] : given) {
+      if (name == flag->name) c.recipe_overrides.push_back(fmt::format("--{}={}", name, own));
+    }
+  }
+  for (const auto& [flag, value] : given) flag->set(c, "--" + std::string(flag->name), value);
+  if (c.warmup_percent >= 0) c.warmup_epochs = c.epochs * c.warmup_percent / 100;
   if (c.nesterov && c.optimizer == "sgd" && c.momentum <= 0) {
     throw UsageError("--nesterov needs --momentum > 0 (Nesterov momentum without momentum is undefined)");
   }
@@ -373,6 +409,17 @@ std::string train_usage() {
   out +=
       "\nOutputs in --output_dir: checkpoint_epoch_NNNN.dtck (each epoch), metrics.jsonl, "
       "curves.svg.\nSee docs/dtrain.md.\n";
+  return out;
+}
+
+std::string describe_recipe(const TrainConfig& c) {
+  if (c.recipe == "none") return "";
+  std::string out = fmt::format("--recipe {}:", c.recipe);
+  for (const std::string& s : c.recipe_settings) out += " " + s;
+  if (!c.recipe_overrides.empty()) {
+    out += "; overridden by the command line:";
+    for (const std::string& s : c.recipe_overrides) out += " " + s;
+  }
   return out;
 }
 

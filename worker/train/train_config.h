@@ -16,6 +16,11 @@
 namespace dlaunch::train {
 
 struct TrainConfig {
+  // --recipe (train/recipe.h): the preset applied before the command line, the "--flag=value"
+  // settings it made, and those of them the command line overrode (as given there).
+  std::string recipe = "none";
+  std::vector<std::string> recipe_settings;
+  std::vector<std::string> recipe_overrides;
   std::string model = "resnet18";  // resnet18 | resnet34
   int width = 16;
   std::string dataset = "synthetic";  // cifar10 | mnist | imagefolder | synthetic
@@ -26,6 +31,9 @@ struct TrainConfig {
   double lr = 0.1;
   std::string lr_schedule = "cosine";  // cosine | step | constant | triangle
   double warmup_epochs = 0;
+  // --warmup_epochs=P%: P percent of --epochs (-1: given in epochs); parse_train_args resolves it
+  // into warmup_epochs once --epochs is known, so a recipe's warm-up follows an --epochs override.
+  double warmup_percent = -1;
   std::string optimizer = "sgd";  // sgd | adam
   double momentum = 0.9;
   bool nesterov = false;
@@ -81,5 +89,8 @@ TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help);
 void check_data_dir(const TrainConfig& c);
 // The --help text with every flag and its default.
 std::string train_usage();
+// For the start-up log: "--recipe cifar-fast: --model=resnet18 ...; overridden by the command
+// line: --epochs=2" ("" without a recipe).
+std::string describe_recipe(const TrainConfig& c);
 
 }  // namespace dlaunch::train

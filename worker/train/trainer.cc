@@ -103,7 +103,7 @@ json config_json(const TrainConfig& c) {
           {"no_bn_weight_decay", c.no_bn_weight_decay}, {"bn_lr_scale", c.bn_lr_scale},
           {"label_smoothing", c.label_smoothing}, {"cutout", c.cutout},
           {"alternating_flip", c.alternating_flip}, {"tta", c.tta},
-          {"ema", c.ema}, {"ema_every", c.ema_every}};
+          {"ema", c.ema}, {"ema_every", c.ema_every}, {"recipe", c.recipe}};
 }
 
 // Every setting that keeps a checkpoint from being continued by this run, named as the flag a
