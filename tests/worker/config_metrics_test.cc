@@ -105,6 +105,8 @@ TEST(TrainConfig, RecipeCifarFastSetsTheFastOptionsAndExplicitFlagsOverrideIt) {
   EXPECT_EQ(fast.tta, "flip");
   EXPECT_DOUBLE_EQ(fast.ema, 0.99);
   EXPECT_EQ(fast.ema_every, 5);
+  EXPECT_TRUE(fast.ema_warmup);
+  EXPECT_FALSE(parse({}).ema_warmup);
   EXPECT_TRUE(fast.recipe_overrides.empty());
   const std::string text = train::describe_recipe(fast);
   for (const char* part : {"--recipe cifar-fast:", "--batch_size=500", "--lr_schedule=triangle",

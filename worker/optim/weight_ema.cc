@@ -2,18 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/error.h"
 
 namespace dlaunch::optim {
 
-WeightEma::WeightEma(model::ResNet& model, double decay, int64_t every)
-    : model_(model),
-      decay_(decay),
-      every_(every),
-      step_decay_(static_cast<float>(std::pow(decay, static_cast<double>(every)))),
-      params_(model.backend()) {
+WeightEma::WeightEma(model::ResNet& model, double decay, int64_t every, bool warmup)
+    : model_(model), decay_(decay), every_(every), warmup_(warmup), params_(model.backend()) {
   if (!(decay > 0 && decay < 1))
     throw UsageError(fmt::format("EMA decay {} is outside (0, 1); expected e.g. 0.999", decay));
   if (every < 1)
@@ -30,14 +27,24 @@ void WeightEma::reset_from_model() {
   }
 }
 
+float WeightEma::update_decay(int64_t optimizer_steps) const {
+  double d = decay_;
+  if (warmup_) {
+    const double t = static_cast<double>(optimizer_steps);
+    d = std::min(d, (1 + t) / (10 + t));
+  }
+  return static_cast<float>(std::pow(d, static_cast<double>(every_)));
+}
+
 void WeightEma::after_step(int64_t optimizer_steps) {
   if (optimizer_steps % every_ != 0) return;
+  const float d = update_decay(optimizer_steps);
   kernels::Backend& be = model_.backend();
   const Tensor& w = model_.params_tensor();
-  be.ema_update(w.numel(), step_decay_, w.data(), params_.data());
+  be.ema_update(w.numel(), d, w.data(), params_.data());
   const std::vector<Tensor*> live = model_.buffers();
   for (size_t i = 0; i < live.size(); ++i) {
-    be.ema_update(live[i]->numel(), step_decay_, live[i]->data(), buffers_[i].data());
+    be.ema_update(live[i]->numel(), d, live[i]->data(), buffers_[i].data());
   }
 }
 

@@ -2,7 +2,10 @@
 // (timm's ModelEmaV2, airbench's and hlb-CIFAR10's EMA). After every `every`-th optimizer step
 //   avg = d * avg + (1 - d) * w,   d = decay^every
 // so the average's horizon in steps (about 1 / (1 - decay)) does not depend on `every` (hlb-CIFAR10
-// raises its decay to the same power). It averages the parameters AND the batch norm running
+// raises its decay to the same power). With warm-up (--ema_warmup) the decay of optimizer step t is
+// min(decay, (1 + t) / (10 + t)), TensorFlow's ExponentialMovingAverage with num_updates: early on
+// the average follows the weights instead of holding on to the random initialisation for
+// ~1 / (1 - decay) steps, which a short run never outlives. It averages the parameters AND the batch norm running
 // statistics (timm and hlb-CIFAR10 average every float of the state dict): the averaged weights
 // were never normalised by any one step's statistics, and statistics averaged over the same
 // horizon belong to them better than the live model's, which follow its latest ~10 steps (BN
@@ -29,11 +32,14 @@ class WeightEma {
  public:
   // Starts from the model's current parameters and running statistics. Throws UsageError for a
   // decay outside (0, 1) or every < 1.
-  WeightEma(model::ResNet& model, double decay, int64_t every);
+  WeightEma(model::ResNet& model, double decay, int64_t every, bool warmup = false);
 
   // After the optimizer's step number `optimizer_steps` (its count so far, 1-based): averages
   // the model in when it is a multiple of `every`.
   void after_step(int64_t optimizer_steps);
+  // The factor that update multiplies the average by: decay^every, or with warm-up
+  // min(decay, (1 + t) / (10 + t))^every at t = optimizer_steps.
+  float update_decay(int64_t optimizer_steps) const;
   // The average restarts from the model's current weights.
   void reset_from_model();
 
@@ -46,6 +52,7 @@ class WeightEma {
   std::vector<Tensor*> buffers();
   double decay() const { return decay_; }
   int64_t every() const { return every_; }
+  bool warmup() const { return warmup_; }
 
   // While it lives, the model holds the averaged weights (evaluation); its own come back after.
   class Applied {
@@ -65,7 +72,7 @@ class WeightEma {
   model::ResNet& model_;
   double decay_;
   int64_t every_;
-  float step_decay_;  // decay^every
+  bool warmup_;
   Tensor params_;
   std::vector<Tensor> buffers_;  // in model.buffers() order
 };

@@ -41,7 +41,8 @@ const std::vector<std::pair<std::string, std::string>>& recipe_flags(const std::
         {"alternating_flip", "true"},
         {"tta", "flip"},
         {"ema", "0.99"},
-        {"ema_every", "5"}}},
+        {"ema_every", "5"},
+        {"ema_warmup", "true"}}},
   };
   auto it = kRecipes.find(name);
   DL_CHECK(it != kRecipes.end()) << "recipe " << name;

@@ -159,6 +159,12 @@ const std::vector<Flag>& flags() {
        "with --ema: average every K optimizer steps, with DECAY^K, so the horizon in steps stays",
        false, [](TrainConfig& c, auto& f, auto& v) { c.ema_every = positive_int(f, v, 1); },
        [](const TrainConfig& c) { return std::to_string(c.ema_every); }},
+      {"ema_warmup",
+       "with --ema: the decay at optimizer step t is min(DECAY, (1 + t) / (10 + t)) "
+       "(TensorFlow's ExponentialMovingAverage with num_updates), so a short run's average is "
+       "not mostly the initial weights",
+       true, [](TrainConfig& c, auto& f, auto& v) { c.ema_warmup = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.ema_warmup); }},
       {"label_smoothing",
        "train against (1 - EPS) * one-hot + EPS / classes (PyTorch's CrossEntropyLoss("
        "label_smoothing=EPS)); the test loss stays plain cross-entropy",

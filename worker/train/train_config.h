@@ -46,6 +46,7 @@ struct TrainConfig {
   std::string tta = "none";       // none | flip: test-time augmentation in evaluation
   double ema = 0;                 // (0, 1): EMA of the weights with this decay per step (0: off)
   int64_t ema_every = 1;          // --ema: average every this many steps (decay^K each time)
+  bool ema_warmup = false;        // --ema: decay min(DECAY, (1 + t) / (10 + t)) at step t
   bool scale_lr = false;
   bool sync_bn = false;
   uint64_t seed = 0;

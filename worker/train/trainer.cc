@@ -103,7 +103,8 @@ json config_json(const TrainConfig& c) {
           {"no_bn_weight_decay", c.no_bn_weight_decay}, {"bn_lr_scale", c.bn_lr_scale},
           {"label_smoothing", c.label_smoothing}, {"cutout", c.cutout},
           {"alternating_flip", c.alternating_flip}, {"tta", c.tta},
-          {"ema", c.ema}, {"ema_every", c.ema_every}, {"recipe", c.recipe}};
+          {"ema", c.ema}, {"ema_every", c.ema_every}, {"ema_warmup", c.ema_warmup},
+          {"recipe", c.recipe}};
 }
 
 // Every setting that keeps a checkpoint from being continued by this run, named as the flag a
@@ -886,13 +887,13 @@ void Trainer::broadcast_buffers() {
 
 void Trainer::start_ema() {
   if (c_.ema <= 0) return;
-  ema_ = std::make_unique<optim::WeightEma>(*model_, c_.ema, c_.ema_every);
+  ema_ = std::make_unique<optim::WeightEma>(*model_, c_.ema, c_.ema_every, c_.ema_warmup);
   const bool resumed = !resumed_ema_.empty();
   if (resumed) ema_->load_state(std::exchange(resumed_ema_, {}));
   if (rank0_) {
-    log_info("EMA of the weights and BN statistics: decay {} per step, averaged every {} step(s); "
+    log_info("EMA of the weights and BN statistics: decay {} per step{}, averaged every {} step(s); "
              "evaluation uses it; starts from {}",
-             c_.ema, c_.ema_every,
+             c_.ema, c_.ema_warmup ? " (warm-up: min(decay, (1 + t) / (10 + t)))" : "", c_.ema_every,
              resumed ? "the checkpoint's" : summary_.resumed ? "the resumed weights (the checkpoint has none)"
                                                             : "the initial weights");
   }
@@ -1001,7 +1002,7 @@ ckpt::Checkpoint Trainer::build_checkpoint(int64_t epochs_done, int64_t epoch_st
   ck.add("optimizer.state", optimizer_->state());
   if (ema_) {
     ck.add("ema", ema_->state());
-    ck.meta["ema"] = {{"decay", ema_->decay()}, {"every", ema_->every()}};
+    ck.meta["ema"] = {{"decay", ema_->decay()}, {"every", ema_->every()}, {"warmup", ema_->warmup()}};
   }
   if (precision_->loss_scaling()) ck.meta["grad_scaler"] = precision_->state_json();
   return ck;
