@@ -20,8 +20,8 @@ struct CrossEntropyRow {
   bool hit;     // the first maximum of the row is the label
 };
 
-// grad (the row's `classes` gradients of the mean loss over n rows) may be null. label in [0, classes): the
-// callers check it.
+// grad (the row's `classes` gradients of the mean loss over n rows) may be null. The callers check
+// that label is in [0, classes).
 DL_HOST_DEVICE CrossEntropyRow cross_entropy_row(int64_t classes, const float* z, int32_t label,
                                                  float eps, double n, float* grad) {
   int64_t arg = 0;

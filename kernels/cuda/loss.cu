@@ -21,16 +21,16 @@ __global__ void ce_kernel(int64_t n, int64_t k, const float* logits, const int32
 
 }  // namespace
 
-float softmax_cross_entropy(int64_t n, int64_t classes, const float* logits,
-                            const int32_t* labels, float* dlogits, int64_t* correct,
-                            float label_smoothing) {
+float softmax_cross_entropy(int64_t n, int64_t classes, const float* logits, const int32_t* labels,
+                            float* dlogits, int64_t* correct, float label_smoothing) {
   DL_CHECK(n > 0 && classes > 0) << "n=" << n << " classes=" << classes;
   for (int64_t i = 0; i < n; ++i)
     DL_CHECK(labels[i] >= 0 && labels[i] < classes)
         << "label " << labels[i] << " of row " << i << " outside [0, " << classes << ")";
   // Scratch: labels, per-row loss and hit, in one workspace allocation.
   const size_t label_bytes = (sizeof(int32_t) * n + 7) / 8 * 8;
-  char* ws = static_cast<char*>(detail::workspace(label_bytes + (sizeof(double) + sizeof(int)) * n));
+  char* ws =
+      static_cast<char*>(detail::workspace(label_bytes + (sizeof(double) + sizeof(int)) * n));
   int32_t* d_labels = reinterpret_cast<int32_t*>(ws);
   double* d_loss = reinterpret_cast<double*>(ws + label_bytes);
   int* d_hit = reinterpret_cast<int*>(ws + label_bytes + sizeof(double) * n);

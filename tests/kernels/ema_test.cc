@@ -52,7 +52,8 @@ TEST(Ema, AveragesParametersAndStatisticsEveryKStepsWithDecayToTheK) {
   const float d = static_cast<float>(std::pow(0.9, 2));
   const std::vector<float> avg = ema.state();
   ASSERT_EQ(avg.size(), start.size());
-  for (size_t i = 0; i < avg.size(); ++i) ASSERT_EQ(avg[i], d * start[i] + (1.f - d) * moved[i]) << i;
+  for (size_t i = 0; i < avg.size(); ++i)
+    ASSERT_EQ(avg[i], d * start[i] + (1.f - d) * moved[i]) << i;
   // The statistics were averaged too (the last elements are buffers).
   EXPECT_NE(avg.back(), start.back());
   EXPECT_NE(avg.back(), moved.back());
@@ -63,15 +64,16 @@ TEST(Ema, WarmupCapsTheDecayEarlyOn) {
   ResNet net(ResNetConfig{18, 4, 3, 10, 16}, 7);
   WeightEma plain(net, 0.99, 2), warm(net, 0.99, 2, /*warmup=*/true);
   EXPECT_FLOAT_EQ(plain.update_decay(2), 0.99f * 0.99f);
-  EXPECT_FLOAT_EQ(warm.update_decay(2), 0.25f * 0.25f);        // (1 + 2) / (10 + 2)
-  EXPECT_FLOAT_EQ(warm.update_decay(890), 0.99f * 0.99f);      // 891 / 900 = 0.99
+  EXPECT_FLOAT_EQ(warm.update_decay(2), 0.25f * 0.25f);    // (1 + 2) / (10 + 2)
+  EXPECT_FLOAT_EQ(warm.update_decay(890), 0.99f * 0.99f);  // 891 / 900 = 0.99
   EXPECT_FLOAT_EQ(warm.update_decay(5000), 0.99f * 0.99f);
   const std::vector<float> start = model_state(net);
   perturb(net, 1.0f);
   const std::vector<float> moved = model_state(net);
   warm.after_step(2);
   const std::vector<float> avg = warm.state();
-  for (size_t i = 0; i < avg.size(); ++i) ASSERT_EQ(avg[i], 0.0625f * start[i] + 0.9375f * moved[i]) << i;
+  for (size_t i = 0; i < avg.size(); ++i)
+    ASSERT_EQ(avg[i], 0.0625f * start[i] + 0.9375f * moved[i]) << i;
 }
 
 TEST(Ema, AppliedSwapsTheAverageInAndTheWeightsBack) {

@@ -20,7 +20,8 @@ TEST(LossOp, LabelSmoothingMatchesHandComputation) {
   const float eps = 0.3f;
   std::vector<float> grad(6);
   int64_t correct = -1;
-  const float loss = cpu::softmax_cross_entropy(2, 3, z.data(), labels.data(), grad.data(), &correct, eps);
+  const float loss =
+      cpu::softmax_cross_entropy(2, 3, z.data(), labels.data(), grad.data(), &correct, eps);
   double want_loss = 0;
   for (int i = 0; i < 2; ++i) {
     const double e0 = std::exp(double(z[i * 3])), e1 = std::exp(double(z[i * 3 + 1])),
@@ -36,8 +37,10 @@ TEST(LossOp, LabelSmoothingMatchesHandComputation) {
   EXPECT_EQ(correct, 0);  // row 0's maximum is class 2, row 1's class 0
   // eps = 0 is the plain op, bit for bit (the default argument).
   std::vector<float> plain_grad(6), zero_grad(6);
-  const float plain = cpu::softmax_cross_entropy(2, 3, z.data(), labels.data(), plain_grad.data(), nullptr);
-  const float zero = cpu::softmax_cross_entropy(2, 3, z.data(), labels.data(), zero_grad.data(), nullptr, 0.f);
+  const float plain =
+      cpu::softmax_cross_entropy(2, 3, z.data(), labels.data(), plain_grad.data(), nullptr);
+  const float zero =
+      cpu::softmax_cross_entropy(2, 3, z.data(), labels.data(), zero_grad.data(), nullptr, 0.f);
   EXPECT_EQ(plain, zero);
   EXPECT_EQ(plain_grad, zero_grad);
   EXPECT_GT(std::fabs(loss - plain), 1e-2);  // the smoothing did something
@@ -46,13 +49,15 @@ TEST(LossOp, LabelSmoothingMatchesHandComputation) {
 // Every layout: element (n, c, h, w) of the output is element (n, c, h, W - 1 - w) of the input,
 // located by the layout formula of ops.h written out here.
 TEST(TtaFlipOp, MirrorsEveryRowInEveryLayout) {
-  for (const kernels::ActShape s : {kernels::ActShape{2, 3, 4, 5, 1}, kernels::ActShape{2, 16, 3, 7, 8},
-                                    kernels::ActShape{1, 32, 2, 3, 16}}) {
+  for (const kernels::ActShape s :
+       {kernels::ActShape{2, 3, 4, 5, 1}, kernels::ActShape{2, 16, 3, 7, 8},
+        kernels::ActShape{1, 32, 2, 3, 16}}) {
     std::vector<float> x(static_cast<size_t>(s.numel())), y(x.size(), -1.f);
     for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i);
     cpu::flip_horizontal(s, x.data(), y.data());
     auto at = [&](int64_t n, int64_t c, int64_t h, int64_t w) {
-      return (((n * (s.c / s.cblock) + c / s.cblock) * s.h + h) * s.w + w) * s.cblock + c % s.cblock;
+      return (((n * (s.c / s.cblock) + c / s.cblock) * s.h + h) * s.w + w) * s.cblock +
+             c % s.cblock;
     };
     for (int64_t n = 0; n < s.n; ++n)
       for (int64_t c = 0; c < s.c; ++c)

@@ -14,7 +14,8 @@ WeightEma::WeightEma(model::ResNet& model, double decay, int64_t every, bool war
   if (!(decay > 0 && decay < 1))
     throw UsageError(fmt::format("EMA decay {} is outside (0, 1); expected e.g. 0.999", decay));
   if (every < 1)
-    throw UsageError(fmt::format("EMA every {} steps is below 1; expected a step count >= 1", every));
+    throw UsageError(
+        fmt::format("EMA every {} steps is below 1; expected a step count >= 1", every));
   reset_from_model();
 }
 

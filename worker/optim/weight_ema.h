@@ -5,11 +5,11 @@
 // raises its decay to the same power). With warm-up (--ema_warmup) the decay of optimizer step t is
 // min(decay, (1 + t) / (10 + t)), TensorFlow's ExponentialMovingAverage with num_updates: early on
 // the average follows the weights instead of holding on to the random initialisation for
-// ~1 / (1 - decay) steps, which a short run never outlives. It averages the parameters AND the batch norm running
-// statistics (timm and hlb-CIFAR10 average every float of the state dict): the averaged weights
-// were never normalised by any one step's statistics, and statistics averaged over the same
-// horizon belong to them better than the live model's, which follow its latest ~10 steps (BN
-// momentum 0.1).
+// ~1 / (1 - decay) steps, which a short run never outlives. It averages the parameters AND the
+// batch norm running statistics (timm and hlb-CIFAR10 average every float of the state dict): the
+// averaged weights were never normalised by any one step's statistics, and statistics averaged over
+// the same horizon belong to them better than the live model's, which follow its latest ~10 steps
+// (BN momentum 0.1).
 //
 // Everything lives on the model's backend and is updated by its ema_update op: nothing crosses to
 // the host. Data parallel: the parameters are the same on every rank after each step, so their
