@@ -89,6 +89,7 @@ int main(int argc, char** argv) {
       std::fputs(train::train_usage().c_str(), stdout);
       return 0;
     }
+    if (env.rank == 0 && config.recipe != "none") log_info("{}", train::describe_recipe(config));
     train::check_data_dir(config);
     config.limit_train_samples = get_env_int("DTRAIN_LIMIT_TRAIN_SAMPLES").value_or(0);
     config.limit_test_samples = get_env_int("DTRAIN_LIMIT_TEST_SAMPLES").value_or(0);

@@ -1,7 +1,8 @@
 // CUDA implementations of kernels/ops.h: the SAME signatures and math, on device pointers, in
 // namespace dlaunch::kernels::cuda (kernels/cuda/<op>.cu; cuDNN convolutions, cuBLAS GEMM, own
-// kernels for batch norm, elementwise ops, pooling, loss and optimizers). Built into
-// dlaunch_kernels_cuda only when CMake found a CUDA toolkit (DLAUNCH_HAVE_CUDA).
+// kernels for batch norm, elementwise ops, pooling, loss, optimizers, the flip and the EMA
+// update). Built into dlaunch_kernels_cuda only when CMake found a CUDA toolkit
+// (DLAUNCH_HAVE_CUDA).
 //
 // Differences from the CPU ops, all deliberate:
 //   - Activations must be NCHW (cblock == 1) for the convolutions (cuDNN has no channel-blocked

@@ -281,5 +281,43 @@ TEST_F(Cuda, FillParamGradsAndTheBackendObject) {
   be.free(p);
 }
 
+// The fast recipe's ops (issue 11): the loss op with label smoothing, on the device.
+TEST_F(Cuda, RecipeLossWithLabelSmoothing) {
+  const int64_t n = 7, k = 10;
+  const auto z = random_vector(n * k, 81, -4.f, 4.f);
+  const std::vector<int32_t> labels = {0, 9, 3, 3, 5, 1, 7};
+  std::vector<float> grad(z.size());
+  int64_t hits = 0, ghits = 0;
+  const float loss = cpu::softmax_cross_entropy(n, k, z.data(), labels.data(), grad.data(), &hits, 0.2f);
+  Dev<float> gz(z), ggrad(z.size());
+  const float gloss = gpu::softmax_cross_entropy(n, k, gz.get(), labels.data(), ggrad.get(), &ghits, 0.2f);
+  EXPECT_NEAR(gloss, loss, 1e-6);
+  EXPECT_EQ(ghits, hits);
+  expect_close(ggrad.host(), grad, 1e-6, "smoothed cross entropy grad");
+}
+
+TEST_F(Cuda, RecipeFlipHorizontal) {
+  for (const ActShape& s : {ActShape{3, 3, 32, 32, 1}, ActShape{2, 32, 5, 7, 16}}) {
+    const auto x = random_vector(s.numel(), 82);
+    std::vector<float> y(x.size());
+    cpu::flip_horizontal(s, x.data(), y.data());
+    Dev<float> gx(x), gy(x.size());
+    gpu::flip_horizontal(s, gx.get(), gy.get());
+    expect_close(gy.host(), y, 0, "flip");
+  }
+}
+
+TEST_F(Cuda, RecipeEmaUpdate) {
+  const int64_t n = 1000;
+  const auto x = random_vector(n, 83), avg0 = random_vector(n, 84);
+  std::vector<float> avg = avg0;
+  cpu::ema_update(n, 0.99f, x.data(), avg.data());
+  cpu::ema_update(n, 0.9f, x.data(), avg.data());
+  Dev<float> gx(x), gavg(avg0);
+  gpu::ema_update(n, 0.99f, gx.get(), gavg.get());
+  gpu::ema_update(n, 0.9f, gx.get(), gavg.get());
+  expect_close(gavg.host(), avg, 0, "ema");
+}
+
 }  // namespace
 }  // namespace dlaunch

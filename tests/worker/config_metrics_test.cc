@@ -72,6 +72,78 @@ TEST(TrainConfig, RecipeOptionsAreOffByDefaultAndParse) {
     EXPECT_NE(train::train_usage().find(flag), std::string::npos) << flag;
 }
 
+TEST(TrainConfig, EmaIsOffByDefaultAndParses) {
+  EXPECT_EQ(parse({}).ema, 0.0);
+  EXPECT_EQ(parse({}).ema_every, 1);
+  const train::TrainConfig c = parse({"--ema=0.999", "--ema-every", "5"});
+  EXPECT_DOUBLE_EQ(c.ema, 0.999);
+  EXPECT_EQ(c.ema_every, 5);
+  EXPECT_THROW(parse({"--ema=1"}), UsageError);
+  EXPECT_THROW(parse({"--ema=-0.5"}), UsageError);
+  EXPECT_THROW(parse({"--ema_every=0"}), UsageError);
+  for (const char* flag : {"--ema ", "--ema_every"})
+    EXPECT_NE(train::train_usage().find(flag), std::string::npos) << flag;
+}
+
+// --recipe cifar-fast sets the fast options; explicit flags win wherever they stand on the
+// command line, and the recipe's warm-up (20% of the epochs) follows an --epochs override.
+TEST(TrainConfig, RecipeCifarFastSetsTheFastOptionsAndExplicitFlagsOverrideIt) {
+  const train::TrainConfig fast = parse({"--recipe", "cifar-fast"});
+  EXPECT_EQ(fast.recipe, "cifar-fast");
+  EXPECT_EQ(fast.dataset, "cifar10");
+  EXPECT_EQ(fast.width, 64);
+  EXPECT_EQ(fast.epochs, 26);
+  EXPECT_EQ(fast.batch_size, 500);
+  EXPECT_DOUBLE_EQ(fast.lr, 0.2);
+  EXPECT_EQ(fast.lr_schedule, "triangle");
+  EXPECT_DOUBLE_EQ(fast.warmup_epochs, 5.2);
+  EXPECT_TRUE(fast.nesterov);
+  EXPECT_TRUE(fast.no_bn_weight_decay);
+  EXPECT_DOUBLE_EQ(fast.label_smoothing, 0.2);
+  EXPECT_EQ(fast.cutout, 12);
+  EXPECT_TRUE(fast.alternating_flip);
+  EXPECT_EQ(fast.tta, "flip");
+  EXPECT_DOUBLE_EQ(fast.ema, 0.99);
+  EXPECT_EQ(fast.ema_every, 5);
+  EXPECT_TRUE(fast.ema_warmup);
+  EXPECT_FALSE(parse({}).ema_warmup);
+  EXPECT_TRUE(fast.recipe_overrides.empty());
+  const std::string text = train::describe_recipe(fast);
+  for (const char* part : {"--recipe cifar-fast:", "--batch_size=500", "--lr_schedule=triangle",
+                           "--label_smoothing=0.2", "--ema=0.99", "--tta=flip"})
+    EXPECT_NE(text.find(part), std::string::npos) << part << " in " << text;
+  EXPECT_EQ(text.find("overridden"), std::string::npos) << text;
+
+  // Before and after --recipe alike.
+  const train::TrainConfig mine =
+      parse({"--epochs=2", "--recipe=cifar-fast", "--width", "8", "--tta=none", "--dataset=synthetic"});
+  EXPECT_EQ(mine.epochs, 2);
+  EXPECT_EQ(mine.width, 8);
+  EXPECT_EQ(mine.tta, "none");
+  EXPECT_EQ(mine.dataset, "synthetic");
+  EXPECT_DOUBLE_EQ(mine.warmup_epochs, 0.4);
+  EXPECT_EQ(mine.batch_size, 500);  // not overridden: the recipe's
+  EXPECT_EQ(mine.recipe_overrides,
+            (std::vector<std::string>{"--width=8", "--dataset=synthetic", "--epochs=2", "--tta=none"}));
+  EXPECT_NE(train::describe_recipe(mine).find(
+                "overridden by the command line: --width=8 --dataset=synthetic --epochs=2 --tta=none"),
+            std::string::npos)
+      << train::describe_recipe(mine);
+  EXPECT_DOUBLE_EQ(parse({"--recipe=cifar-fast", "--warmup_epochs=1"}).warmup_epochs, 1.0);
+  EXPECT_DOUBLE_EQ(parse({"--epochs=10", "--warmup_epochs=30%"}).warmup_epochs, 3.0);
+  EXPECT_THROW(parse({"--warmup_epochs=100%"}), UsageError);
+
+  // No recipe: nothing changes, nothing to describe; an unknown one names the known ones.
+  EXPECT_EQ(parse({}).recipe, "none");
+  EXPECT_EQ(train::describe_recipe(parse({})), "");
+  try {
+    parse({"--recipe=fast"});
+    ADD_FAILURE() << "--recipe=fast was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("none, cifar-fast"), std::string::npos) << e.what();
+  }
+}
+
 TEST(TrainConfig, OverwriteStartsANewRunAndContradictsAResumePath) {
   EXPECT_TRUE(parse({"--overwrite"}).overwrite);
   EXPECT_NO_THROW(parse({"--overwrite", "--resume=none"}));

@@ -16,6 +16,7 @@
 #include "worker/ddp/data_parallel.h"
 #include "worker/model/batch_norm.h"
 #include "worker/optim/optimizer.h"
+#include "worker/optim/weight_ema.h"
 
 namespace dlaunch::ddp {
 namespace {
@@ -285,6 +286,37 @@ TEST(SyncBatchNorm, UnequalLocalBatchesEqualOneLayerOnTheUnion) {
     EXPECT_NEAR(ranks[0].dgamma[c] + ranks[1].dgamma[c], whole.dgamma[c], 1e-4) << "channel " << c;
     EXPECT_NEAR(ranks[0].dbeta[c] + ranks[1].dbeta[c], whole.dbeta[c], 1e-4) << "channel " << c;
   }
+}
+
+// --ema across ranks without SyncBN: the averaged parameters agree by construction (every rank
+// applies the same averaged gradients), the averaged running statistics drift apart with each
+// rank's own batches, and rank 0's broadcast (the trainer's, before evaluating and checkpointing)
+// makes the whole average identical on every rank.
+TEST(DataParallel, EmaIsIdenticalOnEveryRankAfterTheBufferBroadcast) {
+  kernels::cpu::set_num_threads(1);
+  std::vector<std::vector<float>> before(2), after(2), params(2);
+  run_gloo_ranks(2, [&](comm::ProcessGroup& pg) {
+    ResNet model(small_net(), 1);
+    DataParallel dp(model, pg, /*sync_bn=*/false);
+    dp.broadcast_state();
+    Optimizer opt(sgd());
+    WeightEma ema(model, 0.8, 1);
+    for (int s = 0; s < kSteps; ++s) {
+      data::Batch b = batch(s, pg.rank(), 2);
+      dp.train_step(to_tensor(b), b.labels.data());
+      opt.step(model.params(), model.grads(), model.num_params(), 0.05f, model.param_info());
+      ema.after_step(opt.step_count());
+    }
+    const int r = pg.rank();
+    before[r] = ema.state();
+    params[r].assign(before[r].begin(), before[r].begin() + static_cast<long>(model.num_params()));
+    for (Tensor* t : ema.buffers()) broadcast_tensor(pg, *t);
+    after[r] = ema.state();
+  });
+  EXPECT_EQ(params[0], params[1]);
+  EXPECT_NE(before[0], before[1]);  // the statistics differed: the broadcast had work to do
+  EXPECT_EQ(after[0], after[1]);
+  EXPECT_EQ(after[0], before[0]);  // rank 0's values won
 }
 
 }  // namespace

@@ -1083,5 +1083,67 @@ TEST_F(DtrainProcessTest, ImageFolderCifarArchiveSmoke) {
   EXPECT_GT(epochs[0]["test_accuracy"].get<double>(), 0.20) << slurp(p.log);
 }
 
+// --ema: the average is checkpointed (parameters and BN statistics, beside the model's own); a
+// checkpoint written without it resumes with the average started from its weights, and one with
+// it resumes the average itself.
+TEST_F(DtrainProcessTest, EmaIsCheckpointedAndOldCheckpointsResumeWithIt) {
+  const std::vector<std::string> env = {"DTRAIN_LIMIT_TRAIN_SAMPLES=64", "DTRAIN_LIMIT_TEST_SAMPLES=32"};
+  auto args = [&](int epochs, bool ema) {
+    std::vector<std::string> a = {"--width=8", "--batch_size=16", "--epochs=" + std::to_string(epochs),
+                                  "--output_dir=" + (dir_ / "out").string()};
+    if (ema) a.insert(a.end(), {"--ema=0.9", "--ema_every=2"});
+    return a;
+  };
+  Proc plain = spawn_dtrain(args(1, false), env, log("plain.log"));
+  ASSERT_EQ(wait_for(plain), 0) << slurp(plain.log);
+  EXPECT_EQ(ckpt::read_checkpoint((dir_ / "out" / "checkpoint_epoch_0001.dtck").string()).find("ema"),
+            nullptr);
+
+  Proc from_old = spawn_dtrain(args(2, true), env, log("from_old.log"));
+  ASSERT_EQ(wait_for(from_old), 0) << slurp(from_old.log);
+  EXPECT_NE(slurp(from_old.log).find("starts from the resumed weights (the checkpoint has none)"),
+            std::string::npos) << slurp(from_old.log);
+  const ckpt::Checkpoint two = ckpt::read_checkpoint((dir_ / "out" / "checkpoint_epoch_0002.dtck").string());
+  ASSERT_NE(two.find("ema"), nullptr);
+  EXPECT_EQ(two.meta["ema"]["decay"], 0.9);
+  EXPECT_EQ(two.meta["ema"]["every"], 2);
+  const std::vector<float>& params = *two.find("params");
+  const std::vector<float>& ema = *two.find("ema");
+  size_t buffer_floats = 0;
+  for (const auto& [name, values] : two.arrays)
+    if (name.rfind("buffer.", 0) == 0) buffer_floats += values.size();
+  ASSERT_EQ(ema.size(), params.size() + buffer_floats);
+  // An average of four steps' weights, not a copy of the last ones.
+  EXPECT_FALSE(std::equal(params.begin(), params.end(), ema.begin()));
+
+  Proc from_new = spawn_dtrain(args(3, true), env, log("from_new.log"));
+  ASSERT_EQ(wait_for(from_new), 0) << slurp(from_new.log);
+  EXPECT_NE(slurp(from_new.log).find("starts from the checkpoint's"), std::string::npos)
+      << slurp(from_new.log);
+}
+
+// --recipe cifar-fast through the binary: the start-up log lists what the preset set and what the
+// command line overrode, and the run trains with it (on the synthetic set, small, here).
+TEST_F(DtrainProcessTest, RecipeLogsTheExpandedOptionsAndTrains) {
+  Proc p = spawn_dtrain({"--recipe=cifar-fast", "--dataset=synthetic", "--width=8", "--epochs=2",
+                         "--batch_size=32", "--output_dir=" + (dir_ / "out").string()},
+                        {"DTRAIN_LIMIT_TRAIN_SAMPLES=128", "DTRAIN_LIMIT_TEST_SAMPLES=64"},
+                        log("recipe.log"));
+  ASSERT_EQ(wait_for(p), 0) << slurp(p.log);
+  const std::string text = slurp(p.log);
+  for (const char* part :
+       {"--recipe cifar-fast: --model=resnet18 --width=64 --dataset=cifar10 --epochs=26",
+        "--label_smoothing=0.2 --cutout=12 --alternating_flip=true --tta=flip --ema=0.99",
+        "overridden by the command line: --width=8 --dataset=synthetic --epochs=2 --batch_size=32",
+        "EMA of the weights", "epoch   2/2"})
+    EXPECT_NE(text.find(part), std::string::npos) << part << " in\n" << text;
+  const json config =
+      ckpt::read_checkpoint((dir_ / "out" / "checkpoint_epoch_0002.dtck").string()).meta["config"];
+  EXPECT_EQ(config["label_smoothing"], 0.2);
+  EXPECT_EQ(config["tta"], "flip");
+  EXPECT_EQ(config["batch_size"], 32);
+  EXPECT_EQ(config["recipe"], "cifar-fast");
+}
+
 }  // namespace
 }  // namespace dlaunch

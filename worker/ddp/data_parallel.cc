@@ -22,7 +22,8 @@ GradStaging staging_for(kernels::Backend& be, const comm::ProcessGroup& pg) {
           }};
 }
 
-// Rank 0's values of `t` on every rank, through the host when the backend's memory is not.
+}  // namespace
+
 void broadcast_tensor(comm::ProcessGroup& pg, Tensor& t) {
   if (pg.size() == 1) return;
   if (t.backend().host_accessible() || pg.backend() == "nccl") {
@@ -33,8 +34,6 @@ void broadcast_tensor(comm::ProcessGroup& pg, Tensor& t) {
   broadcast_from_rank0(pg, host.data(), host.size());
   t.copy_from_host(host.data());
 }
-
-}  // namespace
 
 DataParallel::DataParallel(model::ResNet& model, comm::ProcessGroup& pg, bool sync_bn,
                            size_t bucket_bytes)

@@ -24,6 +24,11 @@ struct StepResult {
   int correct = 0;  // this rank's correctly classified images
 };
 
+// Rank 0's values of `t` on every rank (collective), through the host when the backend's memory
+// is not host memory and the process group reads only host memory. Also for tensors the model
+// does not hold (the trainer's --ema statistics).
+void broadcast_tensor(comm::ProcessGroup& pg, Tensor& t);
+
 class DataParallel {
  public:
   static constexpr size_t kDefaultBucketBytes = 1 << 20;

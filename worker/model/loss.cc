@@ -2,36 +2,9 @@
 
 #include <fmt/format.h>
 
-#include <vector>
-
 #include "common/error.h"
 
 namespace dlaunch::model {
-namespace {
-
-// The smoothing term eps * mean_i (z_i,label - mean_k z_i,k), and its gradient
-// eps * (one_hot - 1 / classes) / N added to grad_logits when given.
-float add_label_smoothing(const Tensor& logits, const int32_t* labels, float eps, Tensor* grad_logits) {
-  const int64_t n = logits.dim(0), classes = logits.dim(1);
-  const std::vector<float> z = logits.to_host();
-  double term = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    double row_sum = 0;
-    for (int64_t k = 0; k < classes; ++k) row_sum += z[i * classes + k];
-    term += z[i * classes + labels[i]] - row_sum / static_cast<double>(classes);
-  }
-  if (grad_logits) {
-    const float off = -eps / static_cast<float>(classes * n);
-    std::vector<float> delta(static_cast<size_t>(n * classes), off);
-    for (int64_t i = 0; i < n; ++i) delta[i * classes + labels[i]] += eps / static_cast<float>(n);
-    Tensor d({n, classes}, logits.backend());
-    d.copy_from_host(delta.data());
-    logits.backend().add(n * classes, grad_logits->data(), d.data(), grad_logits->data());
-  }
-  return static_cast<float>(eps * term / static_cast<double>(n));
-}
-
-}  // namespace
 
 float softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor* grad_logits,
                             int* correct, float label_smoothing) {
@@ -47,11 +20,11 @@ float softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor*
     grad_logits->resize({n, classes});
   }
   int64_t hits = 0;
-  const float loss = be.softmax_cross_entropy(
-      n, classes, logits.data(), labels, grad_logits ? grad_logits->data() : nullptr, &hits);
+  const float loss =
+      be.softmax_cross_entropy(n, classes, logits.data(), labels,
+                               grad_logits ? grad_logits->data() : nullptr, &hits, label_smoothing);
   if (correct) *correct = static_cast<int>(hits);
-  if (label_smoothing == 0.0f) return loss;
-  return loss + add_label_smoothing(logits, labels, label_smoothing, grad_logits);
+  return loss;
 }
 
 }  // namespace dlaunch::model

@@ -15,10 +15,9 @@ namespace dlaunch::model {
 // loss and the count come back to the host (on a GPU this waits for the queued work).
 //
 // label_smoothing (eps in [0, 1), PyTorch's CrossEntropyLoss(label_smoothing=eps)) trains
-// against the target (1 - eps) * one_hot + eps / classes. Since that loss equals the plain one
-// plus eps * (z_label - mean_k z_k) per row, the backend's kernel is kept and the smoothing term
-// is added on the host (the logits are N x classes, small next to the network); eps = 0 costs
-// nothing. Throws UsageError for eps outside [0, 1).
+// against the target (1 - eps) * one_hot + eps / classes. The backend's loss op computes it with
+// the plain loss (kernels/cross_entropy.h), so nothing but the loss and the count crosses to the
+// host on a GPU; eps = 0 is the plain loss. Throws UsageError for eps outside [0, 1).
 float softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor* grad_logits,
                             int* correct, float label_smoothing = 0.0f);
 

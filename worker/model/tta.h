@@ -8,12 +8,13 @@
 
 namespace dlaunch::model {
 
-// images (N, C, H, W) mirrored left-right, on the same backend as images. The flip runs on the
-// host (a round trip on a GPU: acceptable for an evaluation-only option, not for training).
+// images (N, C, H, W) mirrored left-right by the backend's flip_horizontal op, on the same
+// backend as images (on a GPU nothing crosses to the host).
 Tensor flip_horizontal(const Tensor& images);
 
 // (model.forward(images) + model.forward(flip_horizontal(images))) / 2 in eval mode, on the
-// model's backend. Blocks like ResNet::forward; throws what it throws.
+// model's backend (images on the host are copied there once and mirrored there). Blocks like
+// ResNet::forward; throws what it throws.
 Tensor flip_tta_logits(ResNet& model, const Tensor& images);
 
 }  // namespace dlaunch::model

@@ -9,6 +9,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "worker/train/recipe.h"
 
 namespace dlaunch::train {
 namespace {
@@ -50,6 +51,12 @@ std::string fmt_double(double d) { return fmt::format("{}", d); }
 
 const std::vector<Flag>& flags() {
   static const std::vector<Flag> kFlags = {
+      {"recipe",
+       "a preset of the flags below, applied first so explicit flags override it: none | "
+       "cifar-fast (ResNet-18 on CIFAR-10 for time to accuracy on one GPU; docs/dtrain.md, "
+       "Recipes)",
+       false, [](TrainConfig& c, auto& f, auto& v) { c.recipe = choice(f, v, recipe_names()); },
+       [](const TrainConfig& c) { return c.recipe; }},
       {"model", "network: resnet18 | resnet34 (the first layer: --stem)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.model = choice(f, v, {"resnet18", "resnet34"}); },
        [](const TrainConfig& c) { return c.model; }},
@@ -90,9 +97,18 @@ const std::vector<Flag>& flags() {
          c.lr_schedule = choice(f, v, {"cosine", "step", "constant", "triangle"});
        },
        [](const TrainConfig& c) { return c.lr_schedule; }},
-      {"warmup_epochs", "linear warm-up from 0 over this many epochs", false,
-       [](TrainConfig& c, auto& f, auto& v) { c.warmup_epochs = nonneg_double(f, v); },
-       [](const TrainConfig& c) { return fmt_double(c.warmup_epochs); }},
+      {"warmup_epochs", "linear warm-up from 0 over this many epochs, or P% of --epochs", false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         const bool percent = !v.empty() && v.back() == '%';
+         const double x = nonneg_double(f, percent ? v.substr(0, v.size() - 1) : v);
+         if (percent && x >= 100)
+           throw UsageError(fmt::format("{}={} is not below 100%; expected e.g. 20%", f, v));
+         c.warmup_epochs = percent ? 0 : x;
+         c.warmup_percent = percent ? x : -1;
+       },
+       [](const TrainConfig& c) {
+         return c.warmup_percent >= 0 ? fmt_double(c.warmup_percent) + "%" : fmt_double(c.warmup_epochs);
+       }},
       {"optimizer", "sgd | adam", false,
        [](TrainConfig& c, auto& f, auto& v) { c.optimizer = choice(f, v, {"sgd", "adam"}); },
        [](const TrainConfig& c) { return c.optimizer; }},
@@ -128,6 +144,27 @@ const std::vector<Flag>& flags() {
        "logits and its mirror image's; the reported test loss and accuracy use it)",
        false, [](TrainConfig& c, auto& f, auto& v) { c.tta = choice(f, v, {"none", "flip"}); },
        [](const TrainConfig& c) { return c.tta; }},
+      {"ema",
+       "evaluate (and checkpoint) an exponential moving average of the weights and BN statistics, "
+       "avg = DECAY * avg + (1 - DECAY) * w after each optimizer step (timm's ModelEmaV2; 0: off)",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) {
+         c.ema = nonneg_double(f, v);
+         if (c.ema >= 1)
+           throw UsageError(fmt::format("{}={} is not below 1; expected a decay in (0, 1) such as "
+                                        "0.999 (0: off)", f, v));
+       },
+       [](const TrainConfig& c) { return fmt_double(c.ema); }},
+      {"ema_every",
+       "with --ema: average every K optimizer steps, with DECAY^K, so the horizon in steps stays",
+       false, [](TrainConfig& c, auto& f, auto& v) { c.ema_every = positive_int(f, v, 1); },
+       [](const TrainConfig& c) { return std::to_string(c.ema_every); }},
+      {"ema_warmup",
+       "with --ema: the decay at optimizer step t is min(DECAY, (1 + t) / (10 + t)) "
+       "(TensorFlow's ExponentialMovingAverage with num_updates), so a short run's average is "
+       "not mostly the initial weights",
+       true, [](TrainConfig& c, auto& f, auto& v) { c.ema_warmup = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.ema_warmup); }},
       {"label_smoothing",
        "train against (1 - EPS) * one-hot + EPS / classes (PyTorch's CrossEntropyLoss("
        "label_smoothing=EPS)); the test loss stays plain cross-entropy",
@@ -259,11 +296,19 @@ const std::vector<Flag>& flags() {
   return kFlags;
 }
 
+const Flag& find_flag(const std::string& name) {
+  auto it = std::find_if(flags().begin(), flags().end(), [&](const Flag& f) { return name == f.name; });
+  DL_CHECK(it != flags().end()) << "no flag " << name;
+  return *it;
+}
+
 }  // namespace
 
 TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help) {
   TrainConfig c;
   *help = false;
+  // The command line's flags and values, applied after the recipe's (whatever their order).
+  std::vector<std::pair<const Flag*, std::string>> given;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -297,8 +342,20 @@ TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help) {
                                      it->show(TrainConfig{})));
       }
     }
-    it->set(c, "--" + std::string(it->name), value);
+    given.emplace_back(&*it, value);
   }
+  for (const auto& [flag, value] : given) {
+    if (std::string(flag->name) == "recipe") flag->set(c, "--recipe", value);
+  }
+  for (const auto& [name, value] : recipe_flags(c.recipe)) {
+    find_flag(name).set(c, fmt::format("--{} (from --recipe {})", name, c.recipe), value);
+    c.recipe_settings.push_back(fmt::format("--{}={}", name, value));
+    for (const auto& [flag, own] : given) {
+      if (name == flag->name) c.recipe_overrides.push_back(fmt::format("--{}={}", name, own));
+    }
+  }
+  for (const auto& [flag, value] : given) flag->set(c, "--" + std::string(flag->name), value);
+  if (c.warmup_percent >= 0) c.warmup_epochs = c.epochs * c.warmup_percent / 100;
   if (c.nesterov && c.optimizer == "sgd" && c.momentum <= 0) {
     throw UsageError("--nesterov needs --momentum > 0 (Nesterov momentum without momentum is undefined)");
   }
@@ -358,6 +415,17 @@ std::string train_usage() {
   out +=
       "\nOutputs in --output_dir: checkpoint_epoch_NNNN.dtck (each epoch), metrics.jsonl, "
       "curves.svg.\nSee docs/dtrain.md.\n";
+  return out;
+}
+
+std::string describe_recipe(const TrainConfig& c) {
+  if (c.recipe == "none") return "";
+  std::string out = fmt::format("--recipe {}:", c.recipe);
+  for (const std::string& s : c.recipe_settings) out += " " + s;
+  if (!c.recipe_overrides.empty()) {
+    out += "; overridden by the command line:";
+    for (const std::string& s : c.recipe_overrides) out += " " + s;
+  }
   return out;
 }
 

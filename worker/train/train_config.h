@@ -16,6 +16,11 @@
 namespace dlaunch::train {
 
 struct TrainConfig {
+  // --recipe (train/recipe.h): the preset applied before the command line, the "--flag=value"
+  // settings it made, and those of them the command line overrode (as given there).
+  std::string recipe = "none";
+  std::vector<std::string> recipe_settings;
+  std::vector<std::string> recipe_overrides;
   std::string model = "resnet18";  // resnet18 | resnet34
   int width = 16;
   std::string dataset = "synthetic";  // cifar10 | mnist | imagefolder | synthetic
@@ -26,6 +31,9 @@ struct TrainConfig {
   double lr = 0.1;
   std::string lr_schedule = "cosine";  // cosine | step | constant | triangle
   double warmup_epochs = 0;
+  // --warmup_epochs=P%: P percent of --epochs (-1: given in epochs); parse_train_args resolves it
+  // into warmup_epochs once --epochs is known, so a recipe's warm-up follows an --epochs override.
+  double warmup_percent = -1;
   std::string optimizer = "sgd";  // sgd | adam
   double momentum = 0.9;
   bool nesterov = false;
@@ -36,6 +44,9 @@ struct TrainConfig {
   int64_t cutout = 0;             // training: a cutout x cutout square set to the mean (0: off)
   bool alternating_flip = false;  // training: each sample's flip inverted every other epoch
   std::string tta = "none";       // none | flip: test-time augmentation in evaluation
+  double ema = 0;                 // (0, 1): EMA of the weights with this decay per step (0: off)
+  int64_t ema_every = 1;          // --ema: average every this many steps (decay^K each time)
+  bool ema_warmup = false;        // --ema: decay min(DECAY, (1 + t) / (10 + t)) at step t
   bool scale_lr = false;
   bool sync_bn = false;
   uint64_t seed = 0;
@@ -79,5 +90,8 @@ TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help);
 void check_data_dir(const TrainConfig& c);
 // The --help text with every flag and its default.
 std::string train_usage();
+// For the start-up log: "--recipe cifar-fast: --model=resnet18 ...; overridden by the command
+// line: --epochs=2" ("" without a recipe).
+std::string describe_recipe(const TrainConfig& c);
 
 }  // namespace dlaunch::train

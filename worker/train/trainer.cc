@@ -29,6 +29,7 @@
 #include "worker/model/resnet.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/optim/optimizer.h"
+#include "worker/optim/weight_ema.h"
 #include "worker/train/precision.h"
 #include "worker/train/stop_signal.h"
 #include "worker/train/worker_runtime.h"
@@ -101,7 +102,9 @@ json config_json(const TrainConfig& c) {
           // may change them, as it may change --lr.
           {"no_bn_weight_decay", c.no_bn_weight_decay}, {"bn_lr_scale", c.bn_lr_scale},
           {"label_smoothing", c.label_smoothing}, {"cutout", c.cutout},
-          {"alternating_flip", c.alternating_flip}, {"tta", c.tta}};
+          {"alternating_flip", c.alternating_flip}, {"tta", c.tta},
+          {"ema", c.ema}, {"ema_every", c.ema_every}, {"ema_warmup", c.ema_warmup},
+          {"recipe", c.recipe}};
 }
 
 // Every setting that keeps a checkpoint from being continued by this run, named as the flag a
@@ -248,6 +251,13 @@ class Trainer {
   // Every rank: the model's parameters and buffers and the optimizer's state from rank 0's
   // `ckpt` (empty on the other ranks), then the position and loss scale `meta` records.
   void load_resumed_state(const ckpt::Checkpoint& ckpt, const json& meta);
+  // --ema: the average starts from the resumed checkpoint's when it has one, else from the
+  // weights (fresh or resumed).
+  void start_ema();
+  // Rank 0's BN running statistics (the model's and the EMA's) on every rank.
+  void broadcast_buffers();
+  // Whether a resume carries the checkpoint's EMA: it has one and this run keeps one.
+  bool resumes_ema(const json& meta) const { return c_.ema > 0 && meta.contains("ema"); }
   // Takes the position a resumed checkpoint's meta records; returns the epoch to start with.
   int64_t continue_from(const json& meta);
   void continue_inside_epoch(const json& meta, int64_t start_epoch, int64_t epoch_step);
@@ -302,6 +312,8 @@ class Trainer {
   std::unique_ptr<model::ResNet> model_;
   std::unique_ptr<ddp::DataParallel> dp_;
   std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::WeightEma> ema_;  // --ema; null when off
+  std::vector<float> resumed_ema_;         // the checkpoint's EMA until start_ema() takes it
   std::unique_ptr<MixedPrecision> precision_;  // --precision: rounding, fp16's loss scale
   optim::LrSchedule schedule_;
   std::unique_ptr<metrics::MetricsLog> metrics_;
@@ -556,6 +568,11 @@ void Trainer::check_resumable(const ckpt::LoadedCheckpoint& loaded) {
   for (size_t i = 0; i < buffers.size(); ++i) {
     expected.emplace_back("buffer." + names[i], static_cast<size_t>(buffers[i]->numel()));
   }
+  if (resumes_ema(loaded.ckpt.meta)) {
+    size_t n = model_->num_params();
+    for (const Tensor* b : buffers) n += static_cast<size_t>(b->numel());
+    expected.emplace_back("ema", n);
+  }
   ckpt::require_arrays(loaded.ckpt, loaded.path, expected);
 }
 
@@ -572,6 +589,7 @@ void Trainer::load_resumed_state(const ckpt::Checkpoint& ckpt, const json& meta)
       const std::vector<float>& v = *ckpt.find("buffer." + names[i]);
       all.insert(all.end(), v.begin(), v.end());
     }
+    if (resumes_ema(meta)) all.insert(all.end(), ckpt.find("ema")->begin(), ckpt.find("ema")->end());
     const std::vector<float>& opt = *ckpt.find("optimizer.state");
     all.insert(all.end(), opt.begin(), opt.end());
   }
@@ -584,7 +602,16 @@ void Trainer::load_resumed_state(const ckpt::Checkpoint& ckpt, const json& meta)
     return p;
   };
   model_->params_tensor().copy_from_host(take(model_->num_params()));
-  for (auto* b : buffers) b->copy_from_host(take(static_cast<size_t>(b->numel())));
+  size_t buffer_floats = 0;
+  for (auto* b : buffers) {
+    b->copy_from_host(take(static_cast<size_t>(b->numel())));
+    buffer_floats += static_cast<size_t>(b->numel());
+  }
+  if (resumes_ema(meta)) {
+    const size_t n = model_->num_params() + buffer_floats;
+    const float* p = take(n);
+    resumed_ema_.assign(p, p + n);
+  }
   std::vector<float> state(all.begin() + static_cast<std::ptrdiff_t>(at), all.end());
   optimizer_->load_state(std::move(state), meta.value("optimizer_steps", int64_t{0}));
   // fp16's loss scale goes on where it was (checkpoints from before it existed start afresh).
@@ -704,6 +731,7 @@ ddp::StepResult Trainer::train_step(EpochRun& run, const data::Batch& batch) {
   if (precision_->finish_step(model_->grads(), model_->num_params())) {
     optimizer_->step(model_->params(), model_->grads(), model_->num_params(),
                      static_cast<float>(run.learning_rate), model_->param_info());
+    if (ema_) ema_->after_step(optimizer_->step_count());
   }
   ++global_step_;
   ++run.step;
@@ -778,7 +806,7 @@ void Trainer::finish_epoch(EpochRun& run) {
 
   bool last_epoch = run.epoch + 1 == c_.epochs || stop_;
   bool do_eval = last_epoch || (c_.eval_every > 0 && (run.epoch + 1) % c_.eval_every == 0);
-  dp_->broadcast_buffers();  // rank 0's running statistics for eval and the checkpoint
+  broadcast_buffers();  // rank 0's running statistics for eval and the checkpoint
   std::optional<std::pair<double, double>> test;
   if (do_eval) test = evaluate();
   double epoch_secs = seconds_since(run.start);
@@ -804,7 +832,7 @@ void Trainer::finish_epoch(EpochRun& run) {
 // the epoch so the requeued run continues from there.
 void Trainer::finish_stopped_epoch(EpochRun& run, const EpochFigures& f) {
   progress_.clear();
-  dp_->broadcast_buffers();  // rank 0's running statistics for the checkpoint
+  broadcast_buffers();  // rank 0's running statistics for the checkpoint
   summary_.partial_epoch = run.epoch + 1;
   summary_.partial_epoch_steps = run.step;
   summary_.partial_epoch_of = run.steps;
@@ -852,7 +880,31 @@ void Trainer::report_epoch(const EpochRun& run, const EpochFigures& f,
   metrics_->write(rec);
 }
 
+void Trainer::broadcast_buffers() {
+  dp_->broadcast_buffers();
+  if (ema_) {
+    for (Tensor* t : ema_->buffers()) ddp::broadcast_tensor(pg_, *t);
+  }
+}
+
+void Trainer::start_ema() {
+  if (c_.ema <= 0) return;
+  ema_ = std::make_unique<optim::WeightEma>(*model_, c_.ema, c_.ema_every, c_.ema_warmup);
+  const bool resumed = !resumed_ema_.empty();
+  if (resumed) ema_->load_state(std::exchange(resumed_ema_, {}));
+  if (rank0_) {
+    log_info("EMA of the weights and BN statistics: decay {} per step{}, averaged every {} step(s); "
+             "evaluation uses it; starts from {}",
+             c_.ema, c_.ema_warmup ? " (warm-up: min(decay, (1 + t) / (10 + t)))" : "", c_.ema_every,
+             resumed ? "the checkpoint's" : summary_.resumed ? "the resumed weights (the checkpoint has none)"
+                                                            : "the initial weights");
+  }
+}
+
 std::pair<double, double> Trainer::evaluate() {
+  // --ema: the averaged weights are evaluated, the model's own come back afterwards.
+  std::optional<optim::WeightEma::Applied> averaged;
+  if (ema_) averaged.emplace(*ema_);
   // Exact shards, no padding: rank r takes samples r, r + world, ... so every test image counts
   // once.
   std::vector<int64_t> mine;
@@ -951,6 +1003,10 @@ ckpt::Checkpoint Trainer::build_checkpoint(int64_t epochs_done, int64_t epoch_st
     ck.add("buffer." + names[i], buffers[i]->to_host());
   }
   ck.add("optimizer.state", optimizer_->state());
+  if (ema_) {
+    ck.add("ema", ema_->state());
+    ck.meta["ema"] = {{"decay", ema_->decay()}, {"every", ema_->every()}, {"warmup", ema_->warmup()}};
+  }
   if (precision_->loss_scaling()) ck.meta["grad_scaler"] = precision_->state_json();
   return ck;
 }
@@ -977,6 +1033,7 @@ TrainSummary Trainer::run() {
   }
   int64_t start_epoch = 0;
   if (auto meta = resume()) start_epoch = continue_from(*meta);
+  start_ema();
   if (rank0_) open_metrics();
   heartbeat();
   // From here a stop signal is honoured at the next step boundary (before, there is nothing
