@@ -76,10 +76,12 @@ struct Options {
 // show in /proc/<pid>/io, so the store host's bytes are counted here, at the clients.
 std::atomic<int64_t> g_requests{0};
 std::atomic<int64_t> g_bytes{0};
-std::atomic<int64_t> g_op_bytes[10], g_op_count[10];  // by Op, for --by-op
-enum Op { kSet, kGet, kAdd, kCas, kCheck, kWait, kDelete, kNumKeys, kMultiGet, kMultiSet };
+enum Op { kSet, kGet, kAdd, kCas, kCheck, kWait, kDelete, kNumKeys, kMultiGet, kMultiSet,
+          kWaitGet, kNumOps };
 const char* kOpNames[] = {"set", "get", "add", "compare_set", "check", "wait", "delete",
-                          "num_keys", "multi_get", "multi_set"};
+                          "num_keys", "multi_get", "multi_set", "wait_get"};
+std::atomic<int64_t> g_op_bytes[kNumOps], g_op_count[kNumOps];  // by Op, for --by-op
+
 
 int64_t frame_bytes(const std::vector<std::string>& keys) {
   int64_t b = 1;
@@ -139,6 +141,14 @@ class CountingStore final : public Store {
     for (const auto& x : v) b += value_bytes(x);
     count(kMultiSet, b);
     inner_->multi_set(k, v);
+  }
+  // One request where the server has WAIT_GET (every store host this simulator starts).
+  WaitGetResult wait_get(const std::vector<std::string>& k, Duration t) override {
+    auto r = inner_->wait_get(k, t);
+    int64_t b = frame_bytes(k) + 8 + 1;
+    for (const auto& v : r.values) b += 1 + (v ? value_bytes(*v) : 0);
+    count(kWaitGet, b);
+    return r;
   }
   void interrupt() override { inner_->interrupt(); }
 
@@ -366,7 +376,7 @@ void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
   quit = true;
   for (auto& t : tickers) t.join();
   if (opt.by_op) {
-    for (int op = 0; op < 10; ++op) {
+    for (int op = 0; op < kNumOps; ++op) {
       if (g_op_count[op] == 0) continue;
       std::fprintf(stderr, "agents %d..%d: %-11s %9lld requests %12lld bytes\n", first,
                    first + count - 1, kOpNames[op], static_cast<long long>(g_op_count[op].load()),
