@@ -27,6 +27,7 @@
 // keep-alive requests/s and store CPU/s while idle, time to re-form after the loss. Then one
 // line per N starting with N, and the growth exponents fitted (least squares on log-log) over
 // the sweep. Exit 0 only when every agent of every N got a rank, and a distinct one.
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -307,6 +308,11 @@ void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, 256 * 1024);
   pthread_setattr_default_np(&attr);  // every std::thread from now on: small stacks
+  // Each agent's result holds N hosts and N worker counts (hundreds of KiB at 16K), which glibc
+  // would mmap and unmap per agent: thousands of page faults each, O(N^2) in one host, where a
+  // real agent pays it once on its own machine. Kept on the heap, freed blocks are reused.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
 
   std::vector<std::unique_ptr<SimAgent>> agents;
   for (int i = 0; i < count; ++i) {
