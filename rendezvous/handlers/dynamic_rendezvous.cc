@@ -139,14 +139,15 @@ bool DynamicRendezvous::wait_in_my_round(JoinAttempt& a) {
   // What this node decides by comes with the wait's end (one WAIT_GET on the TCP store): its
   // place once the round is released, else the state and the arrivals, so a woken node reads
   // none of them again.
-  auto keys = place_keys(open.round);
+  auto keys = place_keys(open.round);  // done, table, assignment, restart_count
+  const size_t state_at = keys.size();
   keys.push_back(key("state"));
   auto fetched = ledger_->wait_fetching(open.round, keys, &limits_, a.deadline);
   if (!fetched) return true;  // nothing read: decide again, reading
   const auto& values = fetched->got.values;
   const auto& done = values[0];
   bool released = fetched->got.ready && done && *done == to_bytes(kDoneWithTable);
-  for (size_t i = 1; released && i < 4; ++i) released = values[i].has_value();
+  for (size_t i = 1; released && i < state_at; ++i) released = values[i].has_value();
   if (released) {
     Place place = decode_place(*values[1], *values[2], *values[3]);
     DynamicState complete{open.round, DynamicState::Status::kComplete, place.table.participants};
@@ -156,7 +157,8 @@ bool DynamicRendezvous::wait_in_my_round(JoinAttempt& a) {
   }
   // Anything else (the slice ended, the round was closed or reopened, an older closer, this
   // node counted in too late): decide by the state and the count just read.
-  a.state = values[4] ? std::optional<DynamicState>(DynamicState::decode(*values[4])) : std::nullopt;
+  const auto& state = values[state_at];
+  a.state = state ? std::optional<DynamicState>(DynamicState::decode(*state)) : std::nullopt;
   if (a.state && a.state->status == DynamicState::Status::kOpen &&
       view_.joined_round == a.state->round) {
     take_arrivals(fetched->arrivals);
