@@ -377,6 +377,41 @@ TEST_F(RendezvousTest, DynamicCompletesAtMinAfterLastCall) {
   EXPECT_NE(rs[0].group_rank, rs[1].group_rank);
 }
 
+// A store host of an older build (no FEATURES, no WAIT_GET): the agents fall back to the older
+// requests and the rounds form as before, at MAX and at MIN after the last call (where the
+// waiting nodes' slices end without news).
+TEST_F(RendezvousTest, DynamicRoundsFormWithAStoreHostOlderThanWaitGet) {
+  server_->stop();
+  TcpStoreServerOptions o;
+  o.knows_features = false;
+  server_ = std::make_unique<TcpStoreServer>(o);
+  port_ = server_->start();
+  std::vector<std::unique_ptr<RendezvousHandler>> at_max, at_min;
+  for (int i = 0; i < 3; ++i) {
+    auto p = params("c10d", 2, 3, "h" + std::to_string(i));
+    p.run_id = "max";
+    p.config["last_call_timeout"] = "30";
+    at_max.push_back(create_rendezvous_handler(p));
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto p = params("c10d", 2, 6, "h" + std::to_string(i));
+    p.run_id = "min";
+    p.config["keep_alive_interval"] = "0.2";  // slices of 0.2 s end before the last call
+    p.config["last_call_timeout"] = "2";
+    at_min.push_back(create_rendezvous_handler(p));
+  }
+  for (auto* hs : {&at_max, &at_min}) {
+    auto rs = meet(*hs);
+    std::set<int64_t> ranks;
+    for (auto& r : rs) {
+      EXPECT_EQ(r.group_world_size, 3);
+      ranks.insert(r.group_rank);
+    }
+    EXPECT_EQ(ranks, (std::set<int64_t>{0, 1, 2}));
+    for (auto& h : *hs) h->shutdown();
+  }
+}
+
 // A liveness that can be frozen: the node looks hung (no more beats, no clean leave).
 struct Freezer {
   std::atomic<bool> frozen{false};
