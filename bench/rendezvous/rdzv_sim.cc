@@ -83,7 +83,6 @@ const char* kOpNames[] = {"set", "get", "add", "compare_set", "check", "wait", "
                           "num_keys", "multi_get", "multi_set", "wait_get"};
 std::atomic<int64_t> g_op_bytes[kNumOps], g_op_count[kNumOps];  // by Op, for --by-op
 
-
 int64_t frame_bytes(const std::vector<std::string>& keys) {
   int64_t b = 1;
   for (const auto& k : keys) b += 8 + static_cast<int64_t>(k.size());

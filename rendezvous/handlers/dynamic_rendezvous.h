@@ -149,10 +149,10 @@ class DynamicRendezvous final : public RendezvousHandler {
   // The rest of finish_round once the place is known: nullopt when the round formed without
   // this node; else the result, and the running round recorded for the keep-alive.
   std::optional<RendezvousResult> enter_round(const DynamicState& state, Place place);
-  // Blocks until the round is released ("done"); returns its value. Takes over the release
+  // Blocks until the round is released ("done"); returns the values of place_keys() (at least
+  // "done"'s: the ledger may read the others with it, wait_key_fetching). Takes over the release
   // when the closer did not within the keep-alive window.
-  std::vector<std::optional<Bytes>> wait_for_release(const DynamicState& state,
-                                                     TimePoint deadline);
+  std::vector<std::optional<Bytes>> wait_for_release(const DynamicState& state, TimePoint deadline);
   // Descriptors of arrivals 1..n of `round` (O(N): the closing node only); waits for missing
   // ones until `wait_until`, then leaves them out, saying so.
   RoundLedger::Described read_participants(int64_t round, int64_t n, TimePoint wait_until);

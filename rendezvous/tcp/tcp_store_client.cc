@@ -11,9 +11,9 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
-#include <atomic>
 #include <memory>
 #include <thread>
 
@@ -331,9 +331,11 @@ void TcpStoreClient::read_features(SteadyTime::time_point deadline) {
     features_refused_ = true;
     server_features_ = 0;
     static std::atomic<bool> said{false};  // once per process, not per connection
-    if (!said.exchange(true)) log_info("the store at {} is an older dlaunch build (it does not know FEATURES): this agent "
-             "uses the older requests with it (more round trips per rendezvous round)",
-             endpoint());
+    if (!said.exchange(true)) {
+      log_info("the store at {} is an older dlaunch build (it does not know FEATURES): this "
+               "agent uses the older requests with it (more round trips per rendezvous round)",
+               endpoint());
+    }
     throw;
   }
   server_features_ = load_le<uint32_t>(buf);
@@ -605,9 +607,9 @@ WaitGetResult TcpStoreClient::wait_get(const std::vector<std::string>& keys, Dur
         uint8_t present = recv_u8(deadline, "WAIT_GET", key);
         if (present > 1) {
           drop();
-          throw ProtocolError(fmt::format(
-              "store {}: WAIT_GET marked '{}' {}, expected 1 (present) or 0 (absent)",
-              endpoint(), key, present));
+          throw ProtocolError(
+              fmt::format("store {}: WAIT_GET marked '{}' {}, expected 1 (present) or 0 (absent)",
+                          endpoint(), key, present));
         }
         if (present) {
           result.values.emplace_back(recv_bytes(deadline, "WAIT_GET", key));

@@ -6,9 +6,10 @@
 // follows Asio's HTTP server example: connection and manager there, request handler here.
 //
 // Threading: not thread-safe; the server calls it from its one thread only. Nothing here
-// blocks: a GET/WAIT/MULTI_GET (or a WAIT_GET on its first key) on missing keys parks its session and is answered later, when
-// a set/add/compare_set/append/queue push creates the keys. Never throws: a request that breaks
-// the protocol (an ADD to a non-counter) comes back as Handled::kBadRequest.
+// blocks: a GET/WAIT/MULTI_GET (or a WAIT_GET on its first key) on missing keys parks its session
+// and is answered later, when a set/add/compare_set/append/queue push creates the keys. Never
+// throws: a request that breaks the protocol (an ADD to a non-counter) comes back as
+// Handled::kBadRequest.
 #pragma once
 
 #include <cstddef>

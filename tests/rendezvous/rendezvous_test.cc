@@ -247,14 +247,20 @@ TEST_F(RendezvousTest, DynamicCompletesAtMaxWithDistinctRanksAndHonoursHints) {
 class CallCountingStore final : public Store {
  public:
   explicit CallCountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
-  void set(const std::string& k, const Bytes& v) override { note("set"); inner_->set(k, v); }
+  void set(const std::string& k, const Bytes& v) override {
+    note("set");
+    inner_->set(k, v);
+  }
   Bytes get(const std::string& k) override { return note("get"), inner_->get(k); }
   int64_t add(const std::string& k, int64_t d) override { return note("add"), inner_->add(k, d); }
   Bytes compare_set(const std::string& k, const Bytes& e, const Bytes& d) override {
     return note("compare_set"), inner_->compare_set(k, e, d);
   }
   bool check(const std::vector<std::string>& k) override { return note("check"), inner_->check(k); }
-  void wait(const std::vector<std::string>& k, Duration t) override { note("wait"), inner_->wait(k, t); }
+  void wait(const std::vector<std::string>& k, Duration t) override {
+    note("wait");
+    inner_->wait(k, t);
+  }
   using Store::wait;
   bool delete_key(const std::string& k) override { return note("delete"), inner_->delete_key(k); }
   int64_t num_keys() override { return note("num_keys"), inner_->num_keys(); }
@@ -262,7 +268,8 @@ class CallCountingStore final : public Store {
     return note("multi_get"), inner_->multi_get(k);
   }
   void multi_set(const std::vector<std::string>& k, const std::vector<Bytes>& v) override {
-    note("multi_set"), inner_->multi_set(k, v);
+    note("multi_set");
+    inner_->multi_set(k, v);
   }
   WaitGetResult wait_get(const std::vector<std::string>& k, Duration t) override {
     return note("wait_get"), inner_->wait_get(k, t);
