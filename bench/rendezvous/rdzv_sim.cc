@@ -27,6 +27,7 @@
 // keep-alive requests/s and store CPU/s while idle, time to re-form after the loss. Then one
 // line per N starting with N, and the growth exponents fitted (least squares on log-log) over
 // the sweep. Exit 0 only when every agent of every N got a rank, and a distinct one.
+#include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -76,10 +77,11 @@ struct Options {
 // show in /proc/<pid>/io, so the store host's bytes are counted here, at the clients.
 std::atomic<int64_t> g_requests{0};
 std::atomic<int64_t> g_bytes{0};
-std::atomic<int64_t> g_op_bytes[10], g_op_count[10];  // by Op, for --by-op
-enum Op { kSet, kGet, kAdd, kCas, kCheck, kWait, kDelete, kNumKeys, kMultiGet, kMultiSet };
+enum Op { kSet, kGet, kAdd, kCas, kCheck, kWait, kDelete, kNumKeys, kMultiGet, kMultiSet,
+          kWaitGet, kNumOps };
 const char* kOpNames[] = {"set", "get", "add", "compare_set", "check", "wait", "delete",
-                          "num_keys", "multi_get", "multi_set"};
+                          "num_keys", "multi_get", "multi_set", "wait_get"};
+std::atomic<int64_t> g_op_bytes[kNumOps], g_op_count[kNumOps];  // by Op, for --by-op
 
 int64_t frame_bytes(const std::vector<std::string>& keys) {
   int64_t b = 1;
@@ -139,6 +141,14 @@ class CountingStore final : public Store {
     for (const auto& x : v) b += value_bytes(x);
     count(kMultiSet, b);
     inner_->multi_set(k, v);
+  }
+  // One request where the server has WAIT_GET (every store host this simulator starts).
+  WaitGetResult wait_get(const std::vector<std::string>& k, Duration t) override {
+    auto r = inner_->wait_get(k, t);
+    int64_t b = frame_bytes(k) + 8 + 1;
+    for (const auto& v : r.values) b += 1 + (v ? value_bytes(*v) : 0);
+    count(kWaitGet, b);
+    return r;
   }
   void interrupt() override { inner_->interrupt(); }
 
@@ -297,6 +307,11 @@ void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, 256 * 1024);
   pthread_setattr_default_np(&attr);  // every std::thread from now on: small stacks
+  // Each agent's result holds N hosts and N worker counts (hundreds of KiB at 16K), which glibc
+  // would mmap and unmap per agent: thousands of page faults each, O(N^2) in one host, where a
+  // real agent pays it once on its own machine. Kept on the heap, freed blocks are reused.
+  mallopt(M_MMAP_THRESHOLD, 64 << 20);
+  mallopt(M_TRIM_THRESHOLD, 256 << 20);
 
   std::vector<std::unique_ptr<SimAgent>> agents;
   for (int i = 0; i < count; ++i) {
@@ -366,7 +381,7 @@ void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
   quit = true;
   for (auto& t : tickers) t.join();
   if (opt.by_op) {
-    for (int op = 0; op < 10; ++op) {
+    for (int op = 0; op < kNumOps; ++op) {
       if (g_op_count[op] == 0) continue;
       std::fprintf(stderr, "agents %d..%d: %-11s %9lld requests %12lld bytes\n", first,
                    first + count - 1, kOpNames[op], static_cast<long long>(g_op_count[op].load()),

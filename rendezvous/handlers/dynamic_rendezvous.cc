@@ -109,10 +109,10 @@ void DynamicRendezvous::retry_or_rethrow(TimePoint deadline, const Error& e) {
 }
 
 std::optional<RendezvousResult> DynamicRendezvous::join_step(JoinAttempt& a) {
-  if (!a.just_joined) a.state = read_state();
+  if (!a.fresh) a.state = read_state();
   auto now = clock_.now();
-  if (!a.just_joined) refresh_arrivals(a.state, now);
-  a.just_joined = false;
+  if (!a.fresh) refresh_arrivals(a.state, now);
+  a.fresh = false;
   check_running_round_gone(a, now);
   JoinDecision d = decide_join(a.state, view_, limits_, now);
   log_debug("rendezvous {}: round {} step {}", params_.run_id, a.state ? a.state->round : -1,
@@ -125,10 +125,46 @@ std::optional<RendezvousResult> DynamicRendezvous::join_step(JoinAttempt& a) {
     // round's nodes once per keep-alive interval (check_running_round_gone).
     ledger_->wait(round, round_key(round, "superseded"), nullptr,
                   std::min(a.deadline, now + config_.keep_alive_interval));
-  } else {
+  } else if (!wait_in_my_round(a)) {
     ledger_->wait(round, round_key(round, "done"), &limits_, a.deadline);
   }
-  return std::nullopt;
+  return std::move(a.result);
+}
+
+bool DynamicRendezvous::wait_in_my_round(JoinAttempt& a) {
+  const DynamicState& open = *a.state;
+  if (open.status != DynamicState::Status::kOpen || view_.joined_round != open.round) {
+    return false;
+  }
+  // What this node decides by comes with the wait's end (one WAIT_GET on the TCP store): its
+  // place once the round is released, else the state and the arrivals, so a woken node reads
+  // none of them again.
+  auto keys = place_keys(open.round);  // done, table, assignment, restart_count
+  const size_t state_at = keys.size();
+  keys.push_back(key("state"));
+  auto fetched = ledger_->wait_fetching(open.round, keys, &limits_, a.deadline);
+  if (!fetched) return true;  // nothing read: decide again, reading
+  const auto& values = fetched->got.values;
+  const auto& done = values[0];
+  bool released = fetched->got.ready && done && *done == to_bytes(kDoneWithTable);
+  for (size_t i = 1; released && i < state_at; ++i) released = values[i].has_value();
+  if (released) {
+    Place place = decode_place(*values[1], *values[2], *values[3]);
+    DynamicState complete{open.round, DynamicState::Status::kComplete, place.table.participants};
+    a.result = enter_round(complete, std::move(place));
+    if (a.result) return true;
+    view_.arrival_index = std::numeric_limits<int64_t>::max();  // formed without this node
+  }
+  // Anything else (the slice ended, the round was closed or reopened, an older closer, this
+  // node counted in too late): decide by the state and the count just read.
+  const auto& state = values[state_at];
+  a.state = state ? std::optional<DynamicState>(DynamicState::decode(*state)) : std::nullopt;
+  if (a.state && a.state->status == DynamicState::Status::kOpen &&
+      view_.joined_round == a.state->round) {
+    take_arrivals(fetched->arrivals);
+  }
+  a.fresh = true;
+  return true;
 }
 
 void DynamicRendezvous::refresh_arrivals(const std::optional<DynamicState>& state,
@@ -137,7 +173,10 @@ void DynamicRendezvous::refresh_arrivals(const std::optional<DynamicState>& stat
       view_.joined_round != state->round) {
     return;
   }
-  auto count = ledger_->arrivals(state->round, now);
+  take_arrivals(ledger_->arrivals(state->round, now));
+}
+
+void DynamicRendezvous::take_arrivals(const RoundLedger::Count& count) {
   if (count.arrivals != view_.arrivals) {
     view_.arrivals = count.arrivals;
     view_.arrivals_changed_at = count.changed_at;
@@ -177,7 +216,7 @@ bool DynamicRendezvous::act(const JoinDecision& d, JoinAttempt& a, TimePoint now
     case JoinStep::kJoin:
       join_round(a.state->round, now);
       a.announced_waiting = false;
-      a.just_joined = true;  // decide at once: complete at MAX, or announce ourselves
+      a.fresh = true;  // decide at once: complete at MAX, or announce ourselves
       return false;
     case JoinStep::kComplete:
       // compare_set returns the value now stored, so every node that tried it sees
@@ -324,8 +363,9 @@ bool DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint 
   return true;
 }
 
-Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, TimePoint deadline) {
-  const std::string done_key = round_key(state.round, "done");
+std::vector<std::optional<Bytes>> DynamicRendezvous::wait_for_release(const DynamicState& state,
+                                                                      TimePoint deadline) {
+  const auto keys = place_keys(state.round);
   while (true) {
     // The closer publishes the table and sets "done" within moments. One that died between
     // fixing the round and releasing it costs at most the keep-alive window: then the first
@@ -334,7 +374,7 @@ Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, TimePoint d
     auto now = clock_.now();
     auto until = std::min(deadline, now + keep_alive_window());
     try {
-      return ledger_->wait_key(state.round, done_key, until);
+      return ledger_->wait_key_fetching(state.round, keys, until);
     } catch (const TimeoutError&) {
       if (clock_.now() >= deadline) {
         throw TimeoutError(fmt::format(
@@ -352,26 +392,39 @@ Bytes DynamicRendezvous::wait_for_release(const DynamicState& state, TimePoint d
   }
 }
 
-DynamicRendezvous::Place DynamicRendezvous::read_my_place(const DynamicState& state,
-                                                          const Bytes& done, TimePoint deadline) {
+std::vector<std::string> DynamicRendezvous::place_keys(int64_t round) const {
+  return {round_key(round, "done"), table_key(round, "table"),
+          table_key(round, fmt::format("assign/{}", view_.arrival_index)), key("restart_count")};
+}
+
+DynamicRendezvous::Place DynamicRendezvous::decode_place(const Bytes& table, const Bytes& me,
+                                                         const Bytes& restart_count) const {
   Place place;
-  if (done == to_bytes(kDoneWithTable)) {
-    // Three small keys in one request, whatever the round's size (round_table.h).
-    auto values = store_->multi_get(
-        {table_key(state.round, "table"),
-         table_key(state.round, fmt::format("assign/{}", view_.arrival_index)),
-         key("restart_count")});
-    place.table = RoundTable::decode(values[0]);
-    place.me = RankAssignment::decode(values[1]);
-    try {
-      place.restart_count = std::stoll(to_string(values[2]));
-    } catch (const std::logic_error&) {
-      throw ProtocolError(fmt::format("rendezvous '{}': restart_count holds '{}', not a count",
-                                      params_.run_id, to_string(values[2])));
+  place.table = RoundTable::decode(table);
+  place.me = RankAssignment::decode(me);
+  try {
+    place.restart_count = std::stoll(to_string(restart_count));
+  } catch (const std::logic_error&) {
+    throw ProtocolError(fmt::format("rendezvous '{}': restart_count holds '{}', not a count",
+                                    params_.run_id, to_string(restart_count)));
+  }
+  return place;
+}
+
+DynamicRendezvous::Place DynamicRendezvous::read_my_place(
+    const DynamicState& state, const std::vector<std::optional<Bytes>>& released,
+    TimePoint deadline) {
+  if (released[0] == to_bytes(kDoneWithTable)) {
+    if (released[1] && released[2] && released[3]) {  // read with "done" (wait_key_fetching)
+      return decode_place(*released[1], *released[2], *released[3]);
     }
-    return place;
+    // Three small keys in one request, whatever the round's size (round_table.h).
+    auto keys = place_keys(state.round);
+    auto values = store_->multi_get({keys.begin() + 1, keys.end()});
+    return decode_place(values[0], values[1], values[2]);
   }
   // Closed by an agent of an older build, which writes no table: every node reads all.
+  Place place;
   auto arrivals = read_participants(state.round, state.participants, deadline);
   auto by_rank = assign_ranks(arrivals.nodes);
   place.table = RoundTable::make(arrivals.nodes, by_rank);
@@ -386,14 +439,20 @@ std::optional<RendezvousResult> DynamicRendezvous::finish_round(const DynamicSta
                                                                 TimePoint deadline) {
   // The completing node starts the round's worker namespace and then sets "done": wait for it,
   // so no worker of this round starts before.
-  Bytes done = wait_for_release(state, deadline);
+  auto released = wait_for_release(state, deadline);
+  const Bytes done = released[0].value_or(Bytes());
   if (done == to_bytes(kDoneReopened)) {
     log_info("rendezvous '{}' round {} had fewer than --nnodes MIN={} live nodes; joining the "
              "next round",
              params_.run_id, state.round, limits_.min_nodes);
     return std::nullopt;
   }
-  auto [table, me, restart_count] = read_my_place(state, done, deadline);
+  return enter_round(state, read_my_place(state, released, deadline));
+}
+
+std::optional<RendezvousResult> DynamicRendezvous::enter_round(const DynamicState& state,
+                                                               Place place) {
+  auto& [table, me, restart_count] = place;
   const int64_t n = table.participants;
   if (me.rank < 0) {
     // Counted in, but so late describing itself that the closer went on without it: this

@@ -98,9 +98,10 @@ class DynamicRendezvous final : public RendezvousHandler {
   struct JoinAttempt {
     TimePoint deadline;  // the join timeout
     std::optional<DynamicState> state;
-    // This node just joined: `state` (OPEN, as it was) and the arrival count its join returned
-    // are news enough to decide again without reading them (two requests per node and round).
-    bool just_joined = false;
+    // `state` and the arrival count are news enough to decide again without reading them:
+    // this node just joined (the state OPEN, as it was, and the count its join returned; two
+    // requests per node and round), or its wait brought them (wait_in_my_round).
+    bool fresh = false;
     bool announced_waiting = false;  // as a late arrival, to the running round
     TimePoint last_gone_check{};
     std::unique_ptr<Liveness> waiting_liveness;  // only while waiting for a full round to end
@@ -108,11 +109,17 @@ class DynamicRendezvous final : public RendezvousHandler {
   };
   // One step; the result once this node's round formed.
   std::optional<RendezvousResult> join_step(JoinAttempt& a);
+  // Waiting in the open round this node joined: waits for "done" and reads with the wait's end
+  // this node's place (then sets a.result when the round was released with its table) or else
+  // the state and the count (RoundLedger::wait_fetching). False when the node is not in that
+  // position (the caller waits as before).
+  bool wait_in_my_round(JoinAttempt& a);
   // Inside a catch handler of a store error: rethrows it when the store was declared lost or
   // the join timeout passed; else logs it (the caller retries).
   void retry_or_rethrow(TimePoint deadline, const Error& e);
   // The arrival count of the round this node joined, while that round is open.
   void refresh_arrivals(const std::optional<DynamicState>& state, TimePoint now);
+  void take_arrivals(const RoundLedger::Count& count);
   // A late arrival waiting for a full round to end: are all its nodes gone (dead or left)?
   // Once per keep-alive interval; sets view_.running_round_dead.
   void check_running_round_gone(JoinAttempt& a, TimePoint now);
@@ -132,10 +139,20 @@ class DynamicRendezvous final : public RendezvousHandler {
     RankAssignment me;         // rank -1: the round formed without this node
     int64_t restart_count = -1;  // -1: not read yet
   };
-  Place read_my_place(const DynamicState& state, const Bytes& done, TimePoint deadline);
-  // Blocks until the round is released ("done"); returns its value. Takes over the release
+  // `released`: the values of place_keys() as wait_for_release read them ("done" at least).
+  Place read_my_place(const DynamicState& state, const std::vector<std::optional<Bytes>>& released,
+                      TimePoint deadline);
+  // "done", the table, this node's assignment and restart_count of `round`: what a released
+  // round's node reads (the last three from a closer that wrote the table).
+  std::vector<std::string> place_keys(int64_t round) const;
+  Place decode_place(const Bytes& table, const Bytes& me, const Bytes& restart_count) const;
+  // The rest of finish_round once the place is known: nullopt when the round formed without
+  // this node; else the result, and the running round recorded for the keep-alive.
+  std::optional<RendezvousResult> enter_round(const DynamicState& state, Place place);
+  // Blocks until the round is released ("done"); returns the values of place_keys() (at least
+  // "done"'s: the ledger may read the others with it, wait_key_fetching). Takes over the release
   // when the closer did not within the keep-alive window.
-  Bytes wait_for_release(const DynamicState& state, TimePoint deadline);
+  std::vector<std::optional<Bytes>> wait_for_release(const DynamicState& state, TimePoint deadline);
   // Descriptors of arrivals 1..n of `round` (O(N): the closing node only); waits for missing
   // ones until `wait_until`, then leaves them out, saying so.
   RoundLedger::Described read_participants(int64_t round, int64_t n, TimePoint wait_until);

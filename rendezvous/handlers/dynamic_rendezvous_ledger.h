@@ -22,11 +22,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
 #include "rendezvous/handlers/dynamic_rendezvous_state.h"
+#include "rendezvous/store/store.h"
 
 namespace dlaunch {
 
@@ -68,8 +70,34 @@ class RoundLedger {
   virtual void wait(int64_t round, const std::string& wake_key, const DynamicLimits* limits,
                     TimePoint until) = 0;
 
+  // What wait_fetching read: the keys' values, whether keys[0] was set, and the arrivals.
+  struct Fetched {
+    WaitGetResult got;
+    Count arrivals;
+  };
+  // wait() for a node waiting in the round it joined, where keys[0] is the wake key: reads, as
+  // the wait ends (woken or not), the value of each of `keys` and the round's arrivals, so the
+  // node decides again without reading them (the store ledger: one WAIT_GET that the server
+  // answers at the end of the slice, Store::wait_get). nullopt: nothing was read (the default,
+  // which only waits; and a slice that was over before it began).
+  virtual std::optional<Fetched> wait_fetching(int64_t round, const std::vector<std::string>& keys,
+                                               const DynamicLimits* limits, TimePoint until) {
+    wait(round, keys.at(0), limits, until);
+    return std::nullopt;
+  }
+
   // Blocks until `key` is set, and returns its value; throws TimeoutError at `deadline`.
   virtual Bytes wait_key(int64_t round, const std::string& key, TimePoint deadline) = 0;
+  // wait_key(round, keys[0], deadline), reading the other keys with it where the backend can
+  // (the store ledger: one WAIT_GET). Returns each key's value (nullopt: missing, or not read:
+  // the default reads only keys[0]).
+  virtual std::vector<std::optional<Bytes>> wait_key_fetching(int64_t round,
+                                                              const std::vector<std::string>& keys,
+                                                              TimePoint deadline) {
+    std::vector<std::optional<Bytes>> values(keys.size());
+    values.at(0) = wait_key(round, keys[0], deadline);
+    return values;
+  }
 };
 
 // "<prefix>/round/<round>/<suffix>": the keys of one round, in every ledger's layout.

@@ -39,7 +39,10 @@ int64_t StoreRoundLedger::join(int64_t round, const NodeDescriptor& me) {
 }
 
 RoundLedger::Count StoreRoundLedger::arrivals(int64_t round, TimePoint now) {
-  int64_t count = store_->add(key(round, "arrivals"), 0);
+  return note_count(round, store_->add(key(round, "arrivals"), 0), now);
+}
+
+RoundLedger::Count StoreRoundLedger::note_count(int64_t round, int64_t count, TimePoint now) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (round != round_) return {count, now};
   if (count != count_) {
@@ -76,8 +79,8 @@ RoundLedger::Described StoreRoundLedger::described(int64_t round, int64_t n,
   return d;
 }
 
-void StoreRoundLedger::wait(int64_t round, const std::string& wake_key,
-                            const DynamicLimits* limits, TimePoint until) {
+Duration StoreRoundLedger::wait_slice(int64_t round, const DynamicLimits* limits,
+                                      TimePoint until) {
   const TimePoint now = clock_.now();
   Duration sleep = std::min<Duration>(keep_alive_interval_, std::chrono::seconds(1));
   {
@@ -91,15 +94,46 @@ void StoreRoundLedger::wait(int64_t round, const std::string& wake_key,
       }
     }
   }
-  sleep = std::min<Duration>(sleep, until - now);
+  return std::min<Duration>(sleep, until - now);
+}
+
+void StoreRoundLedger::saw_set(int64_t round, const std::string& wake_key) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (round == round_) set_keys_.insert(wake_key);
+}
+
+void StoreRoundLedger::wait(int64_t round, const std::string& wake_key,
+                            const DynamicLimits* limits, TimePoint until) {
+  Duration sleep = wait_slice(round, limits, until);
   if (sleep <= Duration::zero()) return;
   try {
     store_->wait({wake_key}, sleep);
   } catch (const TimeoutError&) {
     return;
   }
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (round == round_) set_keys_.insert(wake_key);
+  saw_set(round, wake_key);
+}
+
+std::optional<RoundLedger::Fetched> StoreRoundLedger::wait_fetching(
+    int64_t round, const std::vector<std::string>& keys, const DynamicLimits* limits,
+    TimePoint until) {
+  Duration sleep = wait_slice(round, limits, until);
+  if (sleep <= Duration::zero()) return std::nullopt;
+  std::vector<std::string> with_count = keys;
+  with_count.push_back(key(round, "arrivals"));
+  Fetched f;
+  f.got = store_->wait_get(with_count, sleep);
+  const auto& last = f.got.values.back();
+  const std::string count = last ? to_string(*last) : "0";  // no arrival yet: no counter
+  f.got.values.pop_back();
+  try {
+    f.arrivals = note_count(round, std::stoll(count), clock_.now());
+  } catch (const std::logic_error&) {
+    throw ProtocolError(
+        fmt::format("round {}'s arrival counter holds '{}', not a count", round, count));
+  }
+  if (f.got.ready) saw_set(round, keys.at(0));
+  return f;
 }
 
 Bytes StoreRoundLedger::wait_key(int64_t round, const std::string& key, TimePoint deadline) {
@@ -115,6 +149,19 @@ Bytes StoreRoundLedger::wait_key(int64_t round, const std::string& key, TimePoin
     store_->wait({key}, left);
   }
   return store_->get(key);
+}
+
+std::vector<std::optional<Bytes>> StoreRoundLedger::wait_key_fetching(
+    int64_t round, const std::vector<std::string>& keys, TimePoint deadline) {
+  // One WAIT_GET, answered at once when the key is set, else by the server at the deadline
+  // (the connection is kept, as with a cancelled WAIT).
+  auto left = std::max<Duration>(deadline - clock_.now(), std::chrono::milliseconds(1));
+  auto got = store_->wait_get(keys, left);
+  if (!got.ready) {
+    throw TimeoutError(fmt::format("'{}' was not set within {:g} s", keys.at(0), to_seconds(left)));
+  }
+  saw_set(round, keys[0]);
+  return std::move(got.values);
 }
 
 }  // namespace dlaunch

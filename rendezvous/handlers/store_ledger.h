@@ -14,7 +14,10 @@
 //              per keep-alive interval, at most once a second: a first arrival that died costs
 //              at most that. (Longer slices, 5 s, made 512 real agents on one host come up
 //              1.4 s later in agents_bench: the waiting call holds its connection for the whole
-//              slice; not yet understood.)
+//              slice; not yet understood.) A node waiting in its own round reads, with the
+//              wait, what it decides by (wait_fetching: one WAIT_GET, answered by the server
+//              when the slice ends, with the state and the count, or with its place in the
+//              round once it is released).
 //
 // Blocking and errors: every call is one or a few store round trips; wait/wait_key block for
 // one slice / until their deadline. The store's errors propagate. Thread-safety: arrivals()
@@ -42,12 +45,22 @@ class StoreRoundLedger final : public RoundLedger {
   Described described(int64_t round, int64_t n, TimePoint wait_until) override;
   void wait(int64_t round, const std::string& wake_key, const DynamicLimits* limits,
             TimePoint until) override;
+  std::optional<Fetched> wait_fetching(int64_t round, const std::vector<std::string>& keys,
+                                       const DynamicLimits* limits, TimePoint until) override;
   Bytes wait_key(int64_t round, const std::string& key, TimePoint deadline) override;
+  std::vector<std::optional<Bytes>> wait_key_fetching(int64_t round,
+                                                      const std::vector<std::string>& keys,
+                                                      TimePoint deadline) override;
 
  private:
   std::string key(int64_t round, const std::string& suffix) const {
     return ledger_round_key(prefix_, round, suffix);
   }
+  // How long one wait() may sleep on its wake key (see the header comment); <= 0: not at all.
+  Duration wait_slice(int64_t round, const DynamicLimits* limits, TimePoint until);
+  void saw_set(int64_t round, const std::string& wake_key);
+  // The mirror of the joined round's count, given a count read at `now`.
+  Count note_count(int64_t round, int64_t count, TimePoint now);
 
   std::shared_ptr<Store> store_;
   std::string prefix_;

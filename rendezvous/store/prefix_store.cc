@@ -60,4 +60,8 @@ void PrefixStore::multi_set(const std::vector<std::string>& keys,
   base_->multi_set(full(keys), values);
 }
 
+WaitGetResult PrefixStore::wait_get(const std::vector<std::string>& keys, Duration timeout) {
+  return base_->wait_get(full(keys), timeout);
+}
+
 }  // namespace dlaunch

@@ -32,6 +32,7 @@ class PrefixStore final : public Store {
   int64_t num_keys() override;
   std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override;
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
+  WaitGetResult wait_get(const std::vector<std::string>& keys, Duration timeout) override;
   bool can_delete_prefix() const override { return base_->can_delete_prefix(); }
   int64_t delete_prefix(const std::string& prefix) override;
   void interrupt() override { base_->interrupt(); }

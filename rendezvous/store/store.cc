@@ -24,6 +24,27 @@ void Store::multi_set(const std::vector<std::string>& keys, const std::vector<By
   for (size_t i = 0; i < keys.size(); ++i) set(keys[i], values[i]);
 }
 
+WaitGetResult Store::wait_get(const std::vector<std::string>& keys, Duration timeout) {
+  if (keys.empty()) {
+    throw UsageError("Store::wait_get: expected at least one key (the first is waited for)");
+  }
+  WaitGetResult result;
+  try {
+    wait({keys[0]}, timeout);
+    result.ready = true;
+  } catch (const TimeoutError&) {
+  }
+  result.values.reserve(keys.size());
+  for (const auto& key : keys) {
+    if (check({key})) {
+      result.values.emplace_back(get(key));
+    } else {
+      result.values.emplace_back(std::nullopt);
+    }
+  }
+  return result;
+}
+
 int64_t Store::delete_prefix(const std::string& prefix) {
   throw StateError(fmt::format(
       "this store cannot delete keys by prefix ('{}'): only a dlaunch TCP store can; ask "

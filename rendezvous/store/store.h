@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,11 @@ inline std::string to_string(const Bytes& b) { return std::string(b.begin(), b.e
 class StoreInterruptedError : public ClosedError {
  public:
   using ClosedError::ClosedError;
+};
+
+struct WaitGetResult {
+  bool ready = false;  // the first key exists; false: the timeout passed first
+  std::vector<std::optional<Bytes>> values;  // one per key, nullopt where it is missing
 };
 
 class Store {
@@ -65,6 +71,13 @@ class Store {
   // Several keys at once; multi_get blocks like get() until all exist.
   virtual std::vector<Bytes> multi_get(const std::vector<std::string>& keys);
   virtual void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values);
+  // Blocks until the first of `keys` exists or `timeout` passes, then returns the value of
+  // each key as it is then (nullopt for a missing one: only the first is waited for), and
+  // which of the two happened: a timeout is no error here. The TCP client does it in one
+  // request where its server can (WAIT_GET, answered by the server at the timeout); the
+  // default is a wait and then a check and a get per key (a key deleted between the two blocks
+  // that get). Throws UsageError for no keys.
+  virtual WaitGetResult wait_get(const std::vector<std::string>& keys, Duration timeout);
 
   // Optional: deleting every key under a prefix in one request. A dlaunch TCP store client has
   // it (the op is dlaunch's own: its server runs it), as has a prefix store over one; PyTorch's

@@ -12,13 +12,14 @@ namespace {
 // What follows an op's opcode on the wire: decode_request, encode_request and the emptying of
 // the arguments an op does not carry all go by this.
 enum class Args : uint8_t {
-  kNone,           // GETNUMKEYS, CANCEL_WAIT, DECLARE_AGENT
+  kNone,           // GETNUMKEYS, CANCEL_WAIT, DECLARE_AGENT, FEATURES
   kU32,            // VALIDATE magic, PING nonce
   kKey,            // key
   kKeyValue,       // key, value
   kKeyTwoValues,   // key, expected, desired (COMPARE_SET)
   kKeyDelta,       // key, i64 (ADD)
-  kKeys,           // u64 count, keys
+  kKeys,           // u64 count, keys (CHECK, WAIT, MULTI_GET)
+  kTimeoutKeys,    // u64 timeout in ms, u64 count, keys (WAIT_GET)
   kKeyValuePairs,  // u64 count, (key, value) pairs (MULTI_SET)
   kDigest,         // 32 raw bytes (AUTH_BEGIN nonce, AUTH_PROOF proof)
 };
@@ -58,6 +59,8 @@ constexpr OpRow kOpTable[] = {
     {Op::kAuthProof, "AUTH_PROOF", kNoCode, op2::kAuthProof, Args::kDigest},
     {Op::kDeletePrefix, "DELETE_PREFIX", kNoCode, op2::kDeletePrefix, Args::kKey},
     {Op::kDeclareAgent, "DECLARE_AGENT", kNoCode, op2::kDeclareAgent, Args::kNone},
+    {Op::kFeatures, "FEATURES", kNoCode, op2::kFeatures, Args::kNone},
+    {Op::kWaitGet, "WAIT_GET", kNoCode, op2::kWaitGet, Args::kTimeoutKeys},
 };
 constexpr size_t kNumOps = sizeof(kOpTable) / sizeof(kOpTable[0]);
 
@@ -65,7 +68,7 @@ constexpr bool table_in_op_order() {
   for (size_t i = 0; i < kNumOps; ++i) {
     if (static_cast<size_t>(kOpTable[i].op) != i) return false;
   }
-  return static_cast<size_t>(Op::kDeclareAgent) + 1 == kNumOps;
+  return static_cast<size_t>(Op::kWaitGet) + 1 == kNumOps;
 }
 static_assert(table_in_op_order(), "kOpTable must list every Op once, in Op's order");
 
@@ -217,6 +220,9 @@ bool read_args(Reader& r, Request* q) {
     case Args::kKeyDelta:
       q->keys.resize(1);
       return r.key(&q->keys[0]) && r.i64(&q->delta);
+    case Args::kTimeoutKeys:
+      if (!r.u64(&q->timeout_ms)) return false;
+      [[fallthrough]];
     case Args::kKeys: {
       uint64_t n;
       if (!r.count(&n)) return false;
@@ -292,6 +298,7 @@ DecodeResult decode_request(Dialect dialect, const uint8_t* data, size_t size,
     return result;
   }
   q.delta = 0;
+  q.timeout_ms = 0;
   q.u32 = 0;
   q.digest = Digest{};
   if (!read_args(r, &q)) {
@@ -316,6 +323,7 @@ DecodeResult decode_request(Dialect dialect, const uint8_t* data, size_t size,
     case Args::kKey:
     case Args::kKeyDelta:
     case Args::kKeys:
+    case Args::kTimeoutKeys:
       q.values.clear();
       break;
   }
@@ -381,6 +389,9 @@ void encode_request(Dialect dialect, const Request& q, Bytes& out) {
       put_string(out, q.keys.at(0));
       put_i64(out, q.delta);
       break;
+    case Args::kTimeoutKeys:
+      put_u64(out, q.timeout_ms);
+      [[fallthrough]];
     case Args::kKeys:
       put_u64(out, q.keys.size());
       for (const auto& k : q.keys) put_string(out, k);

@@ -14,7 +14,8 @@
 //                                                  CANCEL_WAIT=12 PING=13 QUEUE_PUSH=14
 //                                                  QUEUE_POP=15 QUEUE_LEN=16
 //   dlaunch   2.x, then AUTH_BEGIN/AUTH_PROOF      AUTH_BEGIN=0xA0 AUTH_PROOF=0xA1
-//                                                  DELETE_PREFIX=0xA2 (2.x only)
+//                                                  DELETE_PREFIX=0xA2 DECLARE_AGENT=0xA3
+//                                                  FEATURES=0xA4 WAIT_GET=0xA5 (2.x only)
 //
 // docs/store_protocol.md has every request and reply layout.
 #pragma once
@@ -45,12 +46,19 @@ inline constexpr uint8_t kValidate = 0, kSet = 1, kCompareSet = 2, kGet = 3, kAd
                          kQueuePush = 14, kQueuePop = 15, kQueueLen = 16,
                          // dlaunch's extension, accepted only in the 2.x dialect.
                          kAuthBegin = 0xA0, kAuthProof = 0xA1, kDeletePrefix = 0xA2,
-                         kDeclareAgent = 0xA3;
+                         kDeclareAgent = 0xA3, kFeatures = 0xA4, kWaitGet = 0xA5;
 }
+
+// FEATURES' reply: a u32 of these bits, what this server does beyond DECLARE_AGENT. A server
+// older than FEATURES closes the connection on it instead (an unknown opcode): the client then
+// connects again without asking and uses none (docs/store_protocol.md).
+inline constexpr uint32_t kFeatureWaitGet = 1u << 0;
+inline constexpr uint32_t kServerFeatures = kFeatureWaitGet;
 
 // Reply codes (u8).
 inline constexpr uint8_t kCheckReady = 0, kCheckNotReady = 1;
 inline constexpr uint8_t kStopWaiting = 0, kWaitCanceled = 1;
+inline constexpr uint8_t kWaitTimedOut = 2;  // WAIT_GET's answer when its timeout passed first
 inline constexpr uint8_t kWatchKeyUpdated = 0, kWatchKeyCreated = 1, kWatchKeyDeleted = 2,
                          kWatchCallbackRegistered = 3;
 
@@ -59,7 +67,7 @@ inline constexpr uint8_t kWatchKeyUpdated = 0, kWatchKeyCreated = 1, kWatchKeyDe
 enum class Op : uint8_t {
   kValidate, kPing, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys, kWatchKey,
   kDeleteKey, kAppend, kMultiGet, kMultiSet, kCancelWait, kQueuePush, kQueuePop, kQueueLen,
-  kAuthBegin, kAuthProof, kDeletePrefix, kDeclareAgent,
+  kAuthBegin, kAuthProof, kDeletePrefix, kDeclareAgent, kFeatures, kWaitGet,
 };
 const char* op_name(Op op);
 
@@ -71,6 +79,7 @@ struct Request {
   std::vector<std::string> keys;  // SET/GET/...: one; CHECK/WAIT/MULTI_*: several
   std::vector<Bytes> values;      // SET/APPEND/QUEUE_PUSH: one; COMPARE_SET: expected, desired
   int64_t delta = 0;              // ADD
+  uint64_t timeout_ms = 0;        // WAIT_GET: answered at the latest after this (0: no limit)
   uint32_t u32 = 0;               // VALIDATE magic, PING nonce
   Digest digest{};                // AUTH_BEGIN client nonce, AUTH_PROOF proof
 };

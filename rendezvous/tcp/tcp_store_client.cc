@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <memory>
@@ -243,6 +244,10 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
   Bytes hello;
   wire::put_u8(hello, wire::op2::kValidate);
   wire::put_u32(hello, wire::kValidationMagic);
+  // Only agents ask what the server can do (one round trip more per connection): a worker's
+  // client may face PyTorch's own server, which knows no FEATURES, and a server that closed
+  // on it once is not asked again.
+  const bool ask_features = options_.agent && !features_refused_;
   if (!options_.token) {
     if (options_.agent) wire::put_u8(hello, wire::op2::kDeclareAgent);
     // Confirm that a store answers (not some other service on the port).
@@ -260,6 +265,7 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
       throw StateError(fmt::format(
           "the service at {} is not a dlaunch/PyTorch store (bad PING reply)", endpoint()));
     }
+    if (ask_features) read_features(deadline);
     return;
   }
   Request begin;
@@ -303,6 +309,36 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
         "DLAUNCH_JOB_TOKEN",
         endpoint()));
   }
+  if (ask_features) read_features(deadline);
+}
+
+void TcpStoreClient::read_features(SteadyTime::time_point deadline) {
+  // Asked alone, once the rest of the handshake was answered: an older server closes the
+  // connection on it and drops the replies still queued with it, so only a close right here
+  // tells that it does not know the op.
+  Bytes ask;
+  wire::put_u8(ask, wire::op2::kFeatures);
+  send_raw(ask, "FEATURES");
+  uint8_t buf[4];
+  try {
+    recv_exact(buf, 4, deadline, "FEATURES", "");
+  } catch (const StoreInterruptedError&) {
+    throw;
+  } catch (const ClosedError&) {
+    // It answered everything before and closed on FEATURES: a dlaunch server older than the
+    // op (an unknown opcode closes the connection). Connect again without asking; this client
+    // then uses only the requests every dlaunch server knows.
+    features_refused_ = true;
+    server_features_ = 0;
+    static std::atomic<bool> said{false};  // once per process, not per connection
+    if (!said.exchange(true)) {
+      log_info("the store at {} is an older dlaunch build (it does not know FEATURES): this "
+               "agent uses the older requests with it (more round trips per rendezvous round)",
+               endpoint());
+    }
+    throw;
+  }
+  server_features_ = load_le<uint32_t>(buf);
 }
 
 void TcpStoreClient::send_raw(const Bytes& bytes, const char* what) {
@@ -541,6 +577,51 @@ void TcpStoreClient::wait(const std::vector<std::string>& keys, Duration timeout
     throw ProtocolError(fmt::format("store {}: WAIT answered {}, expected STOP_WAITING (0)",
                                     endpoint(), r));
   }
+}
+
+WaitGetResult TcpStoreClient::wait_get(const std::vector<std::string>& keys, Duration timeout) {
+  if (keys.empty()) return Store::wait_get(keys, timeout);  // usage error
+  {
+    CallScope call(*this);
+    ensure_connected();
+    if (server_features_ & wire::kFeatureWaitGet) {
+      Request q = make(Op::kWaitGet, keys);
+      // The server answers when the timeout passes (no CANCEL_WAIT round trip): at least 1 ms,
+      // as 0 means no limit on the wire.
+      q.timeout_ms = static_cast<uint64_t>(std::max<int64_t>(
+          1, std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()));
+      send_request(q);
+      // The server's answer is due at the timeout; beyond that, the usual patience for a reply.
+      auto deadline = deadline_after(timeout + Store::timeout());
+      WaitGetResult result;
+      uint8_t r = recv_u8(deadline, "WAIT_GET", keys[0]);
+      if (r != wire::kStopWaiting && r != wire::kWaitTimedOut) {
+        drop();
+        throw ProtocolError(fmt::format(
+            "store {}: WAIT_GET answered {}, expected STOP_WAITING (0) or WAIT_TIMED_OUT (2)",
+            endpoint(), r));
+      }
+      result.ready = r == wire::kStopWaiting;
+      result.values.reserve(keys.size());
+      for (const auto& key : keys) {
+        uint8_t present = recv_u8(deadline, "WAIT_GET", key);
+        if (present > 1) {
+          drop();
+          throw ProtocolError(
+              fmt::format("store {}: WAIT_GET marked '{}' {}, expected 1 (present) or 0 (absent)",
+                          endpoint(), key, present));
+        }
+        if (present) {
+          result.values.emplace_back(recv_bytes(deadline, "WAIT_GET", key));
+        } else {
+          result.values.emplace_back(std::nullopt);
+        }
+      }
+      return result;
+    }
+  }
+  // An older server: the same answer in several requests.
+  return Store::wait_get(keys, timeout);
 }
 
 bool TcpStoreClient::delete_key(const std::string& key) {

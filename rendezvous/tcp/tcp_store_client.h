@@ -53,8 +53,9 @@ struct TcpStoreClientOptions {
   Duration timeout = Store::kDefaultTimeout;
   std::optional<std::string> token;  // the job token; nullopt: connect without one
   // true: declare this connection an agent's (dlaunch's DECLARE_AGENT, which only dlaunch's
-  // server knows), so it sees the store unscoped; false: like PyTorch's clients, its keys go to
-  // the worker namespace of its round (rendezvous/tcp/worker_namespace.h).
+  // server knows), so it sees the store unscoped, and ask the server's FEATURES (WAIT_GET);
+  // false: like PyTorch's clients, its keys go to the worker namespace of its round
+  // (rendezvous/tcp/worker_namespace.h).
   bool agent = false;
 };
 
@@ -75,6 +76,9 @@ class TcpStoreClient final : public Store {
   bool delete_key(const std::string& key) override;
   int64_t num_keys() override;
   std::vector<Bytes> multi_get(const std::vector<std::string>& keys) override;
+  // One WAIT_GET request, answered by the server at the latest when the timeout passes, when
+  // it said it has the op (FEATURES, agents only); else Store's default.
+  WaitGetResult wait_get(const std::vector<std::string>& keys, Duration timeout) override;
   void multi_set(const std::vector<std::string>& keys, const std::vector<Bytes>& values) override;
   // Appends to the value at `key` (PyTorch 2.x APPEND).
   void append(const std::string& key, const Bytes& value);
@@ -99,6 +103,8 @@ class TcpStoreClient final : public Store {
   void ensure_connected();
   void connect_once(std::chrono::steady_clock::time_point deadline);
   void handshake(std::chrono::steady_clock::time_point deadline);
+  // Asks FEATURES into server_features_; a connection closed instead marks an older server.
+  void read_features(std::chrono::steady_clock::time_point deadline);
   void send_request(const wire::Request& request);
   // Frames a one-key request straight into wbuf_ (no Request, no copy of the value), after
   // connecting if needed: the 2.x opcode of `op`, then `key`. The caller appends the op's
@@ -133,6 +139,8 @@ class TcpStoreClient final : public Store {
   bool interrupted_ = false;  // interrupt() hit the call in progress
   int recv_timeout_ms_ = 0;   // SO_RCVTIMEO now set on fd_ (0: none)
   bool connected_once_ = false;  // a connection succeeded: later connects use reconnect_timeout
+  uint32_t server_features_ = 0;   // wire::kFeature* bits from FEATURES (agents only)
+  bool features_refused_ = false;  // the server closed on FEATURES: an older dlaunch build
   Bytes wbuf_;                // the request being sent (reused)
   Bytes rbuf_;                // received bytes: [rpos_, rend_) not yet consumed
   size_t rpos_ = 0, rend_ = 0;

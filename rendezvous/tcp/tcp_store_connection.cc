@@ -51,7 +51,7 @@ void TcpStoreConnectionManager::complain(const std::string& message) {
 // ---- I/O ----------------------------------------------------------------------------------
 
 TcpStoreConnection::TcpStoreConnection(TcpStoreConnectionManager& manager, tcp::socket socket)
-    : manager_(manager), socket_(std::move(socket)) {
+    : manager_(manager), socket_(std::move(socket)), wait_timer_(manager.ctx) {
   boost::system::error_code ignore;
   auto ep = socket_.remote_endpoint(ignore);
   peer_address_ = ep.address();
@@ -142,6 +142,7 @@ void TcpStoreConnection::flush() {
 void TcpStoreConnection::close() {
   if (closed) return;
   closed = true;
+  wait_timer_.cancel();  // its handler holds this connection
   if (auth_begun_ && !authenticated_) {  // a client checks our proof first, then leaves
     note_job_token_refusal();
     manager_.complain("refused client " + peer_ + ": " +
@@ -196,6 +197,10 @@ void TcpStoreConnection::process_frames() {
     auto r = wire::decode_request(dialect_, data, size, limits, &q);
     if (r.status == wire::Status::kNeedMore) break;
     if (r.status == wire::Status::kBad) return bad_frame(r.error);
+    if (!manager_.options.knows_features && (q.op == Op::kFeatures || q.op == Op::kWaitGet)) {
+      return bad_frame("unknown opcode " + std::to_string(wire::opcode(dialect_, q.op)) +
+                       " (this server plays a build older than FEATURES)");
+    }
     if (parked()) {
       // Only CANCEL_WAIT may overtake a parked request; anything else waits its turn.
       if (q.op != Op::kCancelWait) break;
@@ -283,6 +288,17 @@ bool TcpStoreConnection::admit(const Request& q) {
   return false;
 }
 
+void TcpStoreConnection::arm_wait_timeout(uint64_t timeout_ms) {
+  const uint64_t generation = wait_generation_;
+  constexpr uint64_t kYearMs = 365ull * 24 * 3600 * 1000;  // no overflow of the clock
+  wait_timer_.expires_after(std::chrono::milliseconds(std::min(timeout_ms, kYearMs)));
+  wait_timer_.async_wait([c = self(), generation](const boost::system::error_code& ec) {
+    // Answered, cancelled or closed meanwhile: a later WAIT_GET has a later generation.
+    if (ec || c->closed || generation != c->wait_generation_) return;
+    c->manager_.state.expire_wait(*c);
+  });
+}
+
 // `q` is the reused scratch request: the state may take its buffers.
 void TcpStoreConnection::handle(Request& q) {
   if (q.op == Op::kAuthBegin || q.op == Op::kAuthProof) return handle_auth(q);
@@ -295,6 +311,10 @@ void TcpStoreConnection::handle(Request& q) {
     case TcpStoreState::Handled::kReplied:
       return replied();
     case TcpStoreState::Handled::kQuiet:
+      if (parked() && q.op == Op::kWaitGet) {
+        ++wait_generation_;  // an older timer that fires now must not expire this one
+        if (q.timeout_ms > 0) arm_wait_timeout(q.timeout_ms);
+      }
       return;
     case TcpStoreState::Handled::kBadRequest:
       return bad_frame(error);

@@ -90,6 +90,7 @@ class TcpStoreConnection final : public StoreSession {
   void handle(wire::Request& q);
   void handle_auth(const wire::Request& q);
   bool admit(const wire::Request& q);
+  void arm_wait_timeout(uint64_t timeout_ms);
 
   TcpStoreConnectionManager& manager_;
   boost::asio::ip::tcp::socket socket_;
@@ -105,6 +106,10 @@ class TcpStoreConnection final : public StoreSession {
   bool reading_ = false;
   bool in_process_ = false;  // inside process(): replies collect in `out`, one write
   bool process_posted_ = false;
+  // A parked WAIT_GET's timeout. wait_generation_ counts the WAIT_GETs parked, so a timer that
+  // fires after its request was answered (or cancelled) does not expire a later one.
+  boost::asio::steady_timer wait_timer_;
+  uint64_t wait_generation_ = 0;
   bool dialect_known_ = false;
   wire::Dialect dialect_ = wire::Dialect::kTorch113;
   // Job token state.

@@ -44,6 +44,9 @@ struct TcpStoreServerOptions {
   bool admit_unauthenticated_from_agent_hosts = true;
   wire::Limits limits;
   int backlog = 4096;
+  // false: FEATURES and WAIT_GET close the connection as unknown opcodes, as a dlaunch build
+  // older than them does; for tests of a newer agent meeting an older store host.
+  bool knows_features = true;
 };
 
 class TcpStoreServer {

@@ -31,6 +31,12 @@ TcpStoreState::Handled TcpStoreState::handle(StoreSession& s, Request& q, std::s
     case Op::kCompareSet:
       wire::put_bytes(reply, table_.compare_set(q.keys[0], q.values[0], q.values[1]));
       break;
+    case Op::kWaitGet:
+      if (q.keys.empty()) {
+        error = "WAIT_GET without keys (the first is the one to wait for)";
+        return Handled::kBadRequest;
+      }
+      [[fallthrough]];
     case Op::kGet:
     case Op::kWait:
     case Op::kMultiGet:
@@ -93,6 +99,9 @@ TcpStoreState::Handled TcpStoreState::handle(StoreSession& s, Request& q, std::s
     case Op::kDeclareAgent:
       s.agent_ = true;
       wire::put_u8(reply, 0);
+      break;
+    case Op::kFeatures:
+      wire::put_u32(reply, wire::kServerFeatures);
       break;
     case Op::kAuthBegin:
     case Op::kAuthProof:
@@ -216,6 +225,27 @@ void TcpStoreState::wake_one(const std::string& key) {
   }
 }
 
+// Each key's value, marked present (1, then the value) or absent (0): WAIT_GET's answer.
+void TcpStoreState::put_marked_values(Bytes& reply, const Request& q) const {
+  for (const auto& key : q.keys) {
+    const Bytes* value = table_.find(key);
+    wire::put_u8(reply, value ? 1 : 0);
+    if (value) wire::put_bytes(reply, *value);
+  }
+}
+
+bool TcpStoreState::expire_wait(StoreSession& s) {
+  if (!s.parked_ || s.parked_request_.op != Op::kWaitGet) return false;
+  SessionPtr keep = s.shared_from_this();
+  Request q = std::move(s.parked_request_);
+  unpark(s);
+  wire::put_u8(s.out, wire::kWaitTimedOut);
+  put_marked_values(s.out, q);
+  s.replied();
+  s.resumed();
+  return true;
+}
+
 void TcpStoreState::cancel_wait(StoreSession& s) {
   unpark(s);
   wire::put_u8(s.out, wire::kWaitCanceled);
@@ -230,9 +260,17 @@ void TcpStoreState::forget_clients() {
   watchers_.clear();
 }
 
+// The keys a parked request waits for: all of them, but only the first of a WAIT_GET (the
+// others are read as they are when it is answered).
+static size_t awaited_keys(const Request& q) {
+  return q.op == Op::kWaitGet ? std::min<size_t>(1, q.keys.size()) : q.keys.size();
+}
+
 // Removes `s` from every wait list it is on.
 void TcpStoreState::unpark(StoreSession& s) {
-  for (const auto& key : s.parked_request_.keys) {
+  const auto& keys = s.parked_request_.keys;
+  for (size_t i = 0; i < awaited_keys(s.parked_request_); ++i) {
+    const auto& key = keys[i];
     auto it = waiters_.find(key);
     if (it == waiters_.end()) continue;
     auto& list = it->second;
@@ -252,7 +290,8 @@ bool TcpStoreState::park_if_missing(StoreSession& s, const Request& q) {
   // search, which would make a WAIT on N keys by N clients cost N^3.
   size_t missing = 0;
   SessionPtr self;
-  for (const auto& key : q.keys) {
+  for (size_t i = 0; i < awaited_keys(q); ++i) {
+    const auto& key = q.keys[i];
     if (!exists(key)) {
       if (!self) self = s.shared_from_this();
       waiters_[key].push_back(self);
@@ -278,11 +317,17 @@ void TcpStoreState::try_complete_parked(StoreSession& s) {
   s.resumed();
 }
 
-// Answers a GET/WAIT/MULTI_GET whose keys all exist.
+// Answers a GET/WAIT/MULTI_GET whose keys all exist, or a WAIT_GET whose first key does.
 void TcpStoreState::answer_ready(StoreSession& s, const Request& q) {
   Bytes& reply = s.out;
   if (q.op == Op::kWait) {
     wire::put_u8(reply, wire::kStopWaiting);
+    return;
+  }
+  if (q.op == Op::kWaitGet) {
+    // Like WAIT's answer, so a CANCEL_WAIT that crossed it is told apart the same way.
+    wire::put_u8(reply, wire::kStopWaiting);
+    put_marked_values(reply, q);
     return;
   }
   for (const auto& key : q.keys) {

@@ -6,9 +6,10 @@
 // follows Asio's HTTP server example: connection and manager there, request handler here.
 //
 // Threading: not thread-safe; the server calls it from its one thread only. Nothing here
-// blocks: a GET/WAIT/MULTI_GET on missing keys parks its session and is answered later, when
-// a set/add/compare_set/append/queue push creates the keys. Never throws: a request that breaks
-// the protocol (an ADD to a non-counter) comes back as Handled::kBadRequest.
+// blocks: a GET/WAIT/MULTI_GET (or a WAIT_GET on its first key) on missing keys parks its session
+// and is answered later, when a set/add/compare_set/append/queue push creates the keys. Never
+// throws: a request that breaks the protocol (an ADD to a non-counter) comes back as
+// Handled::kBadRequest.
 #pragma once
 
 #include <cstddef>
@@ -35,7 +36,7 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   // skips closed sessions it still holds.
   bool closed = false;
 
-  // Whether a GET/WAIT/MULTI_GET of this session waits for keys: only CANCEL_WAIT may be
+  // Whether a GET/WAIT/MULTI_GET/WAIT_GET of this session waits for keys: only CANCEL_WAIT may be
   // handled before it is answered.
   bool parked() const { return parked_; }
 
@@ -54,7 +55,7 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   bool agent_ = false;
   bool scope_known_ = false;
   std::string scope_;
-  // A parked GET/WAIT/MULTI_GET waiting for `awaiting_` keys to appear.
+  // A parked GET/WAIT/MULTI_GET/WAIT_GET waiting for `awaiting_` keys to appear.
   bool parked_ = false;
   wire::Request parked_request_;
   size_t awaiting_ = 0;
@@ -78,6 +79,10 @@ class TcpStoreState final : private StoreTable::Observer {
   Handled handle(StoreSession& s, wire::Request& q, std::string& error);
   // CANCEL_WAIT overtaking a parked request: forgets the wait and appends the answer.
   void cancel_wait(StoreSession& s);
+  // A parked WAIT_GET's timeout passed (the connection keeps the timer): answers it
+  // WAIT_TIMED_OUT with the keys' values as they are, like a completed one (replied(),
+  // resumed()). False, doing nothing, when no WAIT_GET of `s` is parked.
+  bool expire_wait(StoreSession& s);
   // The session is going away: takes it off every wait list.
   void drop(StoreSession& s);
   // The server stops: forgets every waiter and watcher (their connections are closed).
@@ -106,6 +111,7 @@ class TcpStoreState final : private StoreTable::Observer {
   bool park_if_missing(StoreSession& s, const wire::Request& q);
   void try_complete_parked(StoreSession& s);
   void answer_ready(StoreSession& s, const wire::Request& q);
+  void put_marked_values(Bytes& reply, const wire::Request& q) const;
   void queue_pop(StoreSession& s, const std::string& key);
 
   StoreTable table_;

@@ -3,6 +3,8 @@
 
 #include <atomic>
 #include <future>
+#include <map>
+#include <mutex>
 #include <thread>
 
 #include "common/error.h"
@@ -241,6 +243,99 @@ TEST_F(RendezvousTest, DynamicCompletesAtMaxWithDistinctRanksAndHonoursHints) {
   EXPECT_EQ(rs[0].hosts[0], "h1");
 }
 
+// The store calls of one agent's rendezvous connection, by kind (over an agent's TCP client).
+class CallCountingStore final : public Store {
+ public:
+  explicit CallCountingStore(std::shared_ptr<Store> inner) : inner_(std::move(inner)) {}
+  void set(const std::string& k, const Bytes& v) override {
+    note("set");
+    inner_->set(k, v);
+  }
+  Bytes get(const std::string& k) override { return note("get"), inner_->get(k); }
+  int64_t add(const std::string& k, int64_t d) override { return note("add"), inner_->add(k, d); }
+  Bytes compare_set(const std::string& k, const Bytes& e, const Bytes& d) override {
+    return note("compare_set"), inner_->compare_set(k, e, d);
+  }
+  bool check(const std::vector<std::string>& k) override { return note("check"), inner_->check(k); }
+  void wait(const std::vector<std::string>& k, Duration t) override {
+    note("wait");
+    inner_->wait(k, t);
+  }
+  using Store::wait;
+  bool delete_key(const std::string& k) override { return note("delete"), inner_->delete_key(k); }
+  int64_t num_keys() override { return note("num_keys"), inner_->num_keys(); }
+  std::vector<Bytes> multi_get(const std::vector<std::string>& k) override {
+    return note("multi_get"), inner_->multi_get(k);
+  }
+  void multi_set(const std::vector<std::string>& k, const std::vector<Bytes>& v) override {
+    note("multi_set");
+    inner_->multi_set(k, v);
+  }
+  WaitGetResult wait_get(const std::vector<std::string>& k, Duration t) override {
+    return note("wait_get"), inner_->wait_get(k, t);
+  }
+  bool can_delete_prefix() const override { return inner_->can_delete_prefix(); }
+  int64_t delete_prefix(const std::string& p) override {
+    return note("delete_prefix"), inner_->delete_prefix(p);
+  }
+  std::map<std::string, int> calls() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return calls_;
+  }
+
+ private:
+  void note(const char* what) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    ++calls_[what];
+  }
+  std::shared_ptr<Store> inner_;
+  std::mutex mutex_;
+  std::map<std::string, int> calls_;
+};
+
+// A node waiting in its round learns its place with its wake-up (one WAIT_GET: "done", the
+// table, its assignment, the restart count), not with a read of the state, a GET of "done" and
+// a MULTI_GET after it. The round completes at MAX, so only its closer (the one that writes
+// the table) reads or writes more.
+TEST_F(RendezvousTest, DynamicWaitingNodesLearnTheirPlaceWithTheirWakeUp) {
+  constexpr int kNodes = 6;
+  std::vector<std::shared_ptr<CallCountingStore>> stores;
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int i = 0; i < kNodes; ++i) {
+    auto p = params("c10d", kNodes, kNodes, "h" + std::to_string(i));
+    p.config["last_call_timeout"] = "30";
+    TcpStoreClientOptions o;
+    o.port = port_;
+    o.agent = true;
+    auto store = std::make_shared<CallCountingStore>(std::make_shared<TcpStoreClient>(o));
+    stores.push_back(store);
+    p.store = store;
+    hs.push_back(create_rendezvous_handler(p));
+  }
+  auto rs = meet(hs);
+  std::set<int64_t> ranks;
+  for (auto& r : rs) ranks.insert(r.group_rank);
+  EXPECT_EQ(ranks.size(), size_t(kNodes));
+  int closers = 0;
+  for (int i = 0; i < kNodes; ++i) {
+    auto calls = stores[i]->calls();
+    if (calls.count("multi_set")) {
+      ++closers;
+      continue;
+    }
+    std::string all;
+    for (const auto& [what, n] : calls) all += what + "=" + std::to_string(n) + " ";
+    EXPECT_GE(calls["wait_get"], 1) << "node " << i << ": " << all;
+    // Joining is a read of the record, an add and one descriptor (the node creating the record
+    // reads it again); nothing is read after the wake-up (the old path: a WAIT, then GET
+    // "done", then MULTI_GET of the place).
+    EXPECT_EQ(calls["get"] + calls["multi_get"] + calls["wait"], 0) << "node " << i << ": " << all;
+    EXPECT_EQ(calls["set"], 1) << "node " << i << ": " << all;
+  }
+  EXPECT_EQ(closers, 1);
+  for (auto& h : hs) h->shutdown();
+}
+
 // Agents of one job on different builds: each publishes its build at rendezvous and every agent
 // warns once, naming the builds and their hosts; the round still completes (a warning, not a
 // refusal: the wire formats agree).
@@ -287,6 +382,41 @@ TEST_F(RendezvousTest, DynamicCompletesAtMinAfterLastCall) {
   auto rs = meet(hs);
   EXPECT_EQ(rs[0].group_world_size, 2);
   EXPECT_NE(rs[0].group_rank, rs[1].group_rank);
+}
+
+// A store host of an older build (no FEATURES, no WAIT_GET): the agents fall back to the older
+// requests and the rounds form as before, at MAX and at MIN after the last call (where the
+// waiting nodes' slices end without news).
+TEST_F(RendezvousTest, DynamicRoundsFormWithAStoreHostOlderThanWaitGet) {
+  server_->stop();
+  TcpStoreServerOptions o;
+  o.knows_features = false;
+  server_ = std::make_unique<TcpStoreServer>(o);
+  port_ = server_->start();
+  std::vector<std::unique_ptr<RendezvousHandler>> at_max, at_min;
+  for (int i = 0; i < 3; ++i) {
+    auto p = params("c10d", 2, 3, "h" + std::to_string(i));
+    p.run_id = "max";
+    p.config["last_call_timeout"] = "30";
+    at_max.push_back(create_rendezvous_handler(p));
+  }
+  for (int i = 0; i < 3; ++i) {
+    auto p = params("c10d", 2, 6, "h" + std::to_string(i));
+    p.run_id = "min";
+    p.config["keep_alive_interval"] = "0.2";  // slices of 0.2 s end before the last call
+    p.config["last_call_timeout"] = "2";
+    at_min.push_back(create_rendezvous_handler(p));
+  }
+  for (auto* hs : {&at_max, &at_min}) {
+    auto rs = meet(*hs);
+    std::set<int64_t> ranks;
+    for (auto& r : rs) {
+      EXPECT_EQ(r.group_world_size, 3);
+      ranks.insert(r.group_rank);
+    }
+    EXPECT_EQ(ranks, (std::set<int64_t>{0, 1, 2}));
+    for (auto& h : *hs) h->shutdown();
+  }
 }
 
 // A liveness that can be frozen: the node looks hung (no more beats, no clean leave).

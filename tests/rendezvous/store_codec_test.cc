@@ -115,6 +115,35 @@ TEST(StoreCodec, Torch2GoldenFramesAreShiftedByOne) {
   EXPECT_EQ(decode(Dialect::kTorch2, u8(17), &q).status, Status::kBad);
 }
 
+// dlaunch's own ops (2.x dialect only): FEATURES carries nothing; WAIT_GET a u64 timeout in ms,
+// then a key list (the first is waited for).
+TEST(StoreCodec, FeaturesAndWaitGetGoldenFrames) {
+  Request q;
+  auto r = decode(Dialect::kTorch2, u8(0xA4), &q);
+  ASSERT_EQ(r.status, Status::kOk) << r.error;
+  EXPECT_EQ(q.op, Op::kFeatures);
+  const Bytes frame = cat({u8(0xA5), u64(1500), u64(2), str("done"), str("table")});
+  r = decode(Dialect::kTorch2, frame, &q);
+  ASSERT_EQ(r.status, Status::kOk) << r.error;
+  EXPECT_EQ(r.consumed, frame.size());
+  EXPECT_EQ(q.op, Op::kWaitGet);
+  EXPECT_EQ(q.timeout_ms, 1500u);
+  EXPECT_EQ(q.keys, (std::vector<std::string>{"done", "table"}));
+  Bytes again;
+  encode_request(Dialect::kTorch2, q, again);
+  EXPECT_EQ(again, frame);
+  for (size_t cut = 0; cut < frame.size(); ++cut) {
+    EXPECT_EQ(decode(Dialect::kTorch2, Bytes(frame.begin(), frame.begin() + cut), &q).status,
+              Status::kNeedMore)
+        << cut;
+  }
+  // A later request of another shape does not keep the timeout.
+  decode(Dialect::kTorch2, cat({u8(6), u64(1), str("k")}), &q);
+  EXPECT_EQ(q.timeout_ms, 0u);
+  // Not in PyTorch 1.13's dialect.
+  EXPECT_EQ(decode(Dialect::kTorch113, u8(0xA4), &q).status, Status::kBad);
+}
+
 // The server decodes every request into one reused Request: nothing of an earlier request may
 // leak into a later one, and a cut-short frame must not spoil the next decode.
 TEST(StoreCodec, ReusedRequestHoldsExactlyEachNewRequest) {

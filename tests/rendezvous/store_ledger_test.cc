@@ -89,6 +89,44 @@ TEST_F(StoreLedgerTest, WaitEndsWhenTheWakeKeyIsSetAndWaitKeyReturnsItsValue) {
                TimeoutError);
 }
 
+// A node waiting in its round reads with the wait's end what it decides by: the keys it asks
+// for and the round's count, whether the wake key came (ready) or the slice ended.
+TEST_F(StoreLedgerTest, WaitFetchingBringsTheKeysAndTheCountWhetherWokenOrNot) {
+  auto a = make_ledger(), b = make_ledger();
+  a->join(0, node("a"));
+  b->join(0, node("b"));
+  const std::string done = ledger_round_key(kPrefix, 0, "done");
+  store_->set("dlaunch/rdzv/job/state", to_bytes("S"));
+  auto start = steady_clock().now();
+  // Not the first arrival: one slice (the keep-alive interval, 1 s, bounded by `until`).
+  auto f = b->wait_fetching(0, {done, "dlaunch/rdzv/job/state"}, nullptr, start + 200ms);
+  EXPECT_GE(steady_clock().now() - start, 190ms);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_FALSE(f->got.ready);
+  ASSERT_EQ(f->got.values.size(), 2u);
+  EXPECT_FALSE(f->got.values[0].has_value());
+  EXPECT_EQ(f->got.values[1], to_bytes("S"));
+  EXPECT_EQ(f->arrivals.arrivals, 2);
+  store_->add("dlaunch/rdzv/job/round/0/arrivals", 1);
+  store_->set(done, to_bytes("2"));
+  f = b->wait_fetching(0, {done}, nullptr, steady_clock().now() + 30s);
+  ASSERT_TRUE(f.has_value());
+  EXPECT_TRUE(f->got.ready);
+  EXPECT_EQ(f->got.values[0], to_bytes("2"));
+  EXPECT_EQ(f->arrivals.arrivals, 3);
+  // A slice already over reads nothing.
+  EXPECT_FALSE(b->wait_fetching(0, {done}, nullptr, steady_clock().now() - 1s).has_value());
+  // wait_key_fetching: the key's value and the others', or TimeoutError at the deadline.
+  auto v = b->wait_key_fetching(0, {done, "dlaunch/rdzv/job/state", "none"},
+                                steady_clock().now() + 30s);
+  EXPECT_EQ(v[0], to_bytes("2"));
+  EXPECT_EQ(v[1], to_bytes("S"));
+  EXPECT_FALSE(v[2].has_value());
+  EXPECT_THROW(b->wait_key_fetching(0, {ledger_round_key(kPrefix, 0, "never")},
+                                    steady_clock().now() + 100ms),
+               TimeoutError);
+}
+
 TEST_F(StoreLedgerTest, WaitReturnsAtUntilWhenNothingHappens) {
   auto a = make_ledger();
   a->join(0, node("a"));

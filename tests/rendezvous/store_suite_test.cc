@@ -1,5 +1,6 @@
 // One suite, every Store implementation: in-memory, prefix over in-memory, TCP client against
-// an in-process TcpStoreServer (with and without the job token).
+// an in-process TcpStoreServer (with and without the job token; as a worker's and as an agent's
+// client, and an agent's against a server older than FEATURES).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -21,7 +22,9 @@ class StoreSuite : public ::testing::Test {
   std::shared_ptr<Store> store = backend.client();
 };
 
-using Backends = ::testing::Types<InMemoryBackend, PrefixBackend, TcpBackend, TcpTokenBackend>;
+using Backends =
+    ::testing::Types<InMemoryBackend, PrefixBackend, TcpBackend, TcpTokenBackend, TcpAgentBackend,
+                     TcpAgentTokenBackend, TcpAgentOlderServerBackend>;
 TYPED_TEST_SUITE(StoreSuite, Backends);
 
 TYPED_TEST(StoreSuite, SetThenGetReturnsTheValue) {
@@ -140,6 +143,45 @@ TYPED_TEST(StoreSuite, MultiSetAndMultiGet) {
   EXPECT_THROW(s.multi_set({"a"}, {}), UsageError);
   s.set_timeout(150ms);
   EXPECT_THROW(s.multi_get({"m1", "absent"}), TimeoutError);
+}
+
+TYPED_TEST(StoreSuite, WaitGetReadsEveryKeyOnceTheFirstExists) {
+  this->store->set("a", to_bytes("1"));
+  this->store->set("c", to_bytes("333"));
+  auto got = this->store->wait_get({"a", "b", "c"}, 5s);
+  EXPECT_TRUE(got.ready);
+  ASSERT_EQ(got.values.size(), 3u);
+  EXPECT_EQ(got.values[0], to_bytes("1"));
+  EXPECT_FALSE(got.values[1].has_value());  // missing, and not waited for
+  EXPECT_EQ(got.values[2], to_bytes("333"));
+  EXPECT_THROW(this->store->wait_get({}, 1s), UsageError);
+}
+
+TYPED_TEST(StoreSuite, WaitGetIsReleasedByALaterSetFromAnotherThread) {
+  auto writer = this->backend.client();
+  this->store->set("other", to_bytes("x"));
+  std::thread t([&] {
+    std::this_thread::sleep_for(100ms);
+    writer->set("late", to_bytes("here"));
+  });
+  auto got = this->store->wait_get({"late", "other"}, 30s);
+  t.join();
+  EXPECT_TRUE(got.ready);
+  EXPECT_EQ(got.values[0], to_bytes("here"));
+  EXPECT_EQ(got.values[1], to_bytes("x"));
+}
+
+TYPED_TEST(StoreSuite, WaitGetThatTimesOutReturnsTheValuesAsTheyAre) {
+  this->store->set("x", to_bytes("v"));
+  auto began = std::chrono::steady_clock::now();
+  auto got = this->store->wait_get({"never", "x"}, 200ms);
+  EXPECT_GE(std::chrono::steady_clock::now() - began, 190ms);
+  EXPECT_FALSE(got.ready);
+  EXPECT_FALSE(got.values[0].has_value());
+  EXPECT_EQ(got.values[1], to_bytes("v"));
+  // The store goes on serving this client.
+  this->store->set("y", to_bytes("w"));
+  EXPECT_EQ(this->store->get("y"), to_bytes("w"));
 }
 
 TYPED_TEST(StoreSuite, ManyConcurrentClientsAddWithoutLosingUpdates) {

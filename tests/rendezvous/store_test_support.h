@@ -26,7 +26,9 @@ struct PrefixBackend {
   void stop_server() {}
 };
 
-template <bool kWithToken>
+// kAgent: the client declares itself an agent's (and asks FEATURES: WAIT_GET in one request);
+// kOlderServer: the server plays a build older than FEATURES (the agent's client falls back).
+template <bool kWithToken, bool kAgent = false, bool kOlderServer = false>
 struct TcpBackendT {
   static constexpr bool kIsTcp = true;
   std::unique_ptr<TcpStoreServer> server;
@@ -35,6 +37,7 @@ struct TcpBackendT {
     TcpStoreServerOptions o;
     o.host = "127.0.0.1";
     if (kWithToken) o.token = "s3cret-token";
+    o.knows_features = !kOlderServer;
     server = std::make_unique<TcpStoreServer>(o);
     port = server->start();
   }
@@ -44,11 +47,15 @@ struct TcpBackendT {
     o.port = port;
     o.connect_timeout = std::chrono::seconds(5);
     if (kWithToken) o.token = "s3cret-token";
+    o.agent = kAgent;
     return std::make_shared<TcpStoreClient>(o);
   }
   void stop_server() { server->stop(); }
 };
 using TcpBackend = TcpBackendT<false>;
 using TcpTokenBackend = TcpBackendT<true>;
+using TcpAgentBackend = TcpBackendT<false, true>;
+using TcpAgentTokenBackend = TcpBackendT<true, true>;
+using TcpAgentOlderServerBackend = TcpBackendT<false, true, true>;
 
 }  // namespace dlaunch::test

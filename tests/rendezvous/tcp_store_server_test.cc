@@ -215,6 +215,65 @@ TEST_F(ServerTest, SpeaksTorch2ByteForByte) {
   EXPECT_EQ(c.recv(4), u32(7));
 }
 
+// dlaunch's FEATURES and WAIT_GET, byte for byte (docs/store_protocol.md).
+TEST_F(ServerTest, WaitGetByteForByte) {
+  start();
+  Raw c(port_);
+  c.send(cat({kValidate, u8(0xA3), u8(0xA4)}));  // DECLARE_AGENT, FEATURES
+  EXPECT_EQ(c.recv(1 + 4), cat({u8(0), u32(1)}));  // bit 0: WAIT_GET
+  c.send(cat({u8(1), str("v"), str("xy")}));       // SET v
+  // WAIT_GET [w, v, none] with 60 s: parked on w only (v's presence does not release it).
+  c.send(cat({u8(0xA5), u64(60000), u64(3), str("w"), str("v"), str("none")}));
+  EXPECT_TRUE(c.silent(100));
+  Raw other(port_);
+  other.send(cat({kValidate, u8(1), str("w"), str("1")}));  // SET w from another client
+  // STOP_WAITING, then each key marked present (1 + value) or absent (0).
+  EXPECT_EQ(c.recv(1 + 1 + 9 + 1 + 10 + 1), cat({u8(0), u8(1), str("1"), u8(1), str("xy"), u8(0)}));
+  // The server answers at the timeout itself: WAIT_TIMED_OUT and the values as they are.
+  auto began = std::chrono::steady_clock::now();
+  c.send(cat({u8(0xA5), u64(200), u64(2), str("never"), str("v")}));
+  EXPECT_EQ(c.recv(1 + 1 + 1 + 10, 10000), cat({u8(2), u8(0), u8(1), str("xy")}));
+  EXPECT_GE(std::chrono::steady_clock::now() - began, 190ms);
+  // CANCEL_WAIT ends a parked WAIT_GET as it ends a WAIT, and the connection goes on; the
+  // cancelled one's timer, firing later, answers nothing.
+  c.send(cat({u8(0xA5), u64(300), u64(1), str("never")}));
+  EXPECT_TRUE(c.silent(50));
+  c.send(u8(12));
+  EXPECT_EQ(c.recv(1), u8(1));
+  c.send(cat({u8(0xA5), u64(0), u64(1), str("later")}));  // 0: no timeout
+  EXPECT_TRUE(c.silent(600));
+  other.send(cat({u8(1), str("later"), str("z")}));
+  EXPECT_EQ(c.recv(1 + 1 + 9), cat({u8(0), u8(1), str("z")}));
+  // WAIT_GET without keys breaks the protocol: that connection is closed.
+  c.send(cat({u8(0xA5), u64(10), u64(0)}));
+  EXPECT_TRUE(c.closed_by_peer());
+}
+
+// A server built before FEATURES closes the connection on it (an unknown opcode); a newer
+// agent's client then connects again without asking and does without WAIT_GET: the same
+// answers in more requests.
+TEST_F(ServerTest, NewerAgentAgainstAnOlderServerFallsBackToTheOlderRequests) {
+  TcpStoreServerOptions o;
+  o.knows_features = false;
+  start(o);
+  Raw raw(port_);
+  raw.send(cat({kValidate, u8(0xA3)}));
+  EXPECT_EQ(raw.recv(1), u8(0));
+  raw.send(u8(0xA4));
+  EXPECT_TRUE(raw.closed_by_peer());
+  auto agent = client(std::nullopt, 5s, /*agent=*/true);
+  agent->set("v", to_bytes("xy"));
+  auto got = agent->wait_get({"v", "none"}, 5s);
+  EXPECT_TRUE(got.ready);
+  ASSERT_EQ(got.values.size(), 2u);
+  EXPECT_EQ(got.values[0], to_bytes("xy"));
+  EXPECT_FALSE(got.values[1].has_value());
+  got = agent->wait_get({"never", "v"}, 200ms);
+  EXPECT_FALSE(got.ready);
+  EXPECT_EQ(got.values[1], to_bytes("xy"));
+  EXPECT_EQ(agent->get("v"), to_bytes("xy"));  // the connection still serves
+}
+
 // PyTorch 2.x semantics (TCPStoreLibUvBackend: queuePush -> wakeupOneWaitingClient): a push
 // answers one parked WAIT on the queue's key, in arrival order; the others stay parked.
 TEST_F(ServerTest, QueuePushWakesOneWaiterPerItemInArrivalOrder) {
