@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <string>
 
+#include "kernels/augment.h"
 #include "kernels/dtype.h"
 
 namespace dlaunch::kernels {
