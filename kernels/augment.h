@@ -63,15 +63,21 @@ DL_HOST_DEVICE AugmentParams draw_augment_params(uint64_t seed, int64_t epoch, i
   p.flip = (rng.next() & 1) != 0;
   if (recipe.alternating_flip) p.flip = alternating_flip(seed, epoch, sample_index);
   if (recipe.cutout > 0) {
-    p.cutout_top = static_cast<int64_t>(rng.below(static_cast<uint64_t>(height - recipe.cutout + 1)));
-    p.cutout_left = static_cast<int64_t>(rng.below(static_cast<uint64_t>(width - recipe.cutout + 1)));
+    p.cutout_top =
+        static_cast<int64_t>(rng.below(static_cast<uint64_t>(height - recipe.cutout + 1)));
+    p.cutout_left =
+        static_cast<int64_t>(rng.below(static_cast<uint64_t>(width - recipe.cutout + 1)));
   }
   return p;
 }
 
 // Normalisation per channel: out = pixel * scale + shift = (pixel / 255 - mean) / stddev.
-DL_HOST_DEVICE float normalise_scale(float stddev) { return 1.0f / (255.0f * stddev); }
-DL_HOST_DEVICE float normalise_shift(float mean, float stddev) { return -mean / stddev; }
+DL_HOST_DEVICE float normalise_scale(float stddev) {
+  return 1.0f / (255.0f * stddev);
+}
+DL_HOST_DEVICE float normalise_shift(float mean, float stddev) {
+  return -mean / stddev;
+}
 DL_HOST_DEVICE float normalise_pixel(uint8_t pixel, float scale, float shift) {
 #if defined(__CUDA_ARCH__)
   // nvcc would contract the multiply-add into one FMA (one rounding); the CPU build (x86-64's
@@ -105,12 +111,18 @@ struct AugmentSpec {
 // column x reads source column x + dx, mirrored first when flipped (the flip comes after the
 // crop, torchvision's order); a source pixel outside the image is padding, 0 before
 // normalisation; the cutout square is in output coordinates and 0 after normalisation.
-DL_HOST_DEVICE int64_t source_row(const AugmentParams& a, int64_t y) { return y + a.dy; }
+DL_HOST_DEVICE int64_t source_row(const AugmentParams& a, int64_t y) {
+  return y + a.dy;
+}
 DL_HOST_DEVICE int64_t source_column(const AugmentSpec& s, const AugmentParams& a, int64_t x) {
   return (a.flip ? s.width - 1 - x : x) + a.dx;
 }
-DL_HOST_DEVICE bool inside(int64_t v, int64_t size) { return v >= 0 && v < size; }
-DL_HOST_DEVICE int64_t cutout_side(const AugmentSpec& s) { return s.augment ? s.recipe.cutout : 0; }
+DL_HOST_DEVICE bool inside(int64_t v, int64_t size) {
+  return v >= 0 && v < size;
+}
+DL_HOST_DEVICE int64_t cutout_side(const AugmentSpec& s) {
+  return s.augment ? s.recipe.cutout : 0;
+}
 DL_HOST_DEVICE bool in_cutout(const AugmentSpec& s, const AugmentParams& a, int64_t y, int64_t x) {
   const int64_t cut = cutout_side(s);
   return cut > 0 && y >= a.cutout_top && y < a.cutout_top + cut && x >= a.cutout_left &&

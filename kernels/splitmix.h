@@ -18,7 +18,9 @@ DL_HOST_DEVICE uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-DL_HOST_DEVICE uint64_t hash_combine(uint64_t a, uint64_t b) { return splitmix64(a ^ splitmix64(b)); }
+DL_HOST_DEVICE uint64_t hash_combine(uint64_t a, uint64_t b) {
+  return splitmix64(a ^ splitmix64(b));
+}
 
 // A small sequential generator seeded by a hash; next() advances a SplitMix64 stream.
 class SplitMix {

@@ -52,13 +52,19 @@ Options parse(int argc, char** argv) {
       }
       return std::atoll(argv[++i]);
     };
-    if (a == "--batch") o.batch = value();
-    else if (a == "--batches") o.batches = value();
-    else if (a == "--runs") o.runs = static_cast<int>(value());
-    else if (a == "--no-torch") o.torch = false;
+    if (a == "--batch")
+      o.batch = value();
+    else if (a == "--batches")
+      o.batches = value();
+    else if (a == "--runs")
+      o.runs = static_cast<int>(value());
+    else if (a == "--no-torch")
+      o.torch = false;
     else {
-      fmt::print(stderr, "bench_batch_assembly: unknown argument '{}'; expected --batch N, "
-                         "--batches N, --runs N or --no-torch\n", a);
+      fmt::print(stderr,
+                 "bench_batch_assembly: unknown argument '{}'; expected --batch N, "
+                 "--batches N, --runs N or --no-torch\n",
+                 a);
       std::exit(2);
     }
   }
@@ -134,10 +140,13 @@ int main(int argc, char** argv) {
   for (size_t k = 0; k < recipes.size(); ++k)
     fmt::print("median dtrain {:<28} {:>9.0f} images/s\n", recipes[k].first, median(ours[k]));
   if (!torch.empty()) {
-    fmt::print("median torchvision crop+flip          {:>9.0f} images/s  (dtrain/torchvision {:.1f}x)\n",
-               median(torch), median(ours[0]) / median(torch));
+    fmt::print(
+        "median torchvision crop+flip          {:>9.0f} images/s  (dtrain/torchvision {:.1f}x)\n",
+        median(torch), median(ours[0]) / median(torch));
   } else {
-    fmt::print("torchvision: not run ({})\n", !o.torch ? "--no-torch" : real ? "it failed" : "no CIFAR-10 data");
+    fmt::print("torchvision: not run ({})\n", !o.torch ? "--no-torch"
+                                              : real   ? "it failed"
+                                                       : "no CIFAR-10 data");
   }
   return 0;
 }

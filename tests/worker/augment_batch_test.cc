@@ -73,8 +73,8 @@ void expect_op_equals_loader(kernels::Backend& be, int* cases) {
     for (uint64_t seed : {0ull, 7ull, 123456789ull}) {
       const std::vector<int64_t> indices = batch_indices(ds, seed);
       for (int64_t epoch : {0, 1, 5}) {
-        for (const AugmentRecipe& recipe :
-             {AugmentRecipe{}, AugmentRecipe{8, false}, AugmentRecipe{0, true}, AugmentRecipe{12, true}}) {
+        for (const AugmentRecipe& recipe : {AugmentRecipe{}, AugmentRecipe{8, false},
+                                            AugmentRecipe{0, true}, AugmentRecipe{12, true}}) {
           for (bool augment : {true, false}) {
             const data::Batch want = data::make_batch(ds, indices, augment, seed, epoch, recipe);
             const std::vector<float> got =

@@ -1,10 +1,11 @@
 // --data_on_device's decision (train/data_placement.h): auto keeps the data on a GPU under the
 // size bound and on the host loader on the CPU; on is refused for splits that cannot be made on
 // the device, naming why; off is off.
+#include "worker/train/data_placement.h"
+
 #include <gtest/gtest.h>
 
 #include "common/error.h"
-#include "worker/train/data_placement.h"
 
 namespace dlaunch::train {
 namespace {
@@ -26,16 +27,19 @@ TEST(DataPlacement, AutoIsOnForAGpuUnderTheBoundAndOffAboveIt) {
   EXPECT_EQ(fits.reason, "--data_on_device auto: 0.4 MiB <= 0 MiB");
   const DataPlacement over = choose_data_placement("auto", false, train, test, 393215);
   EXPECT_FALSE(over.on_device);
-  EXPECT_NE(over.reason.find("the splits take 0.4 MiB, above the"), std::string::npos) << over.reason;
+  EXPECT_NE(over.reason.find("the splits take 0.4 MiB, above the"), std::string::npos)
+      << over.reason;
   // CIFAR-10's 60,000 images fit the default bound.
-  EXPECT_TRUE(choose_data_placement("auto", false, split("train", 50000), split("test", 10000)).on_device);
+  EXPECT_TRUE(
+      choose_data_placement("auto", false, split("train", 50000), split("test", 10000)).on_device);
 }
 
 TEST(DataPlacement, AutoStaysOnTheHostLoaderOnTheCpuAndOnAndOffAreObeyed) {
   const auto train = split("train", 10), test = split("test", 10);
   const DataPlacement cpu = choose_data_placement("auto", true, train, test);
   EXPECT_FALSE(cpu.on_device);
-  EXPECT_EQ(cpu.reason, "--data_on_device auto: on the CPU the loader thread overlaps with the step");
+  EXPECT_EQ(cpu.reason,
+            "--data_on_device auto: on the CPU the loader thread overlaps with the step");
   EXPECT_TRUE(choose_data_placement("on", true, train, test).on_device);
   EXPECT_FALSE(choose_data_placement("off", false, train, test).on_device);
   // "on" ignores the bound: the user asked for it.

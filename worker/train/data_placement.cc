@@ -11,9 +11,10 @@ namespace {
 // Why `ds` cannot be kept on the device ("" when it can).
 std::string unfit_for_device(const data::ImageDataset& ds) {
   if (ds.resampled())
-    return fmt::format("{} keeps its images at their own sizes (--image_size resamples them per "
-                       "batch on the host)",
-                       ds.name);
+    return fmt::format(
+        "{} keeps its images at their own sizes (--image_size resamples them per "
+        "batch on the host)",
+        ds.name);
   if (ds.decodes_per_epoch())
     return fmt::format("{} is decoded each epoch (larger than --max_decoded_mib)", ds.name);
   if (ds.channels > kernels::kMaxAugmentChannels)
@@ -32,14 +33,14 @@ DataPlacement choose_data_placement(const std::string& mode, bool host_device,
   if (unfit.empty()) unfit = unfit_for_device(test);
   if (!unfit.empty()) {
     if (mode == "on") {
-      throw UsageError(fmt::format("--data_on_device on needs splits decoded in memory at one image "
-                                   "size, but {}; use --data_on_device auto or off",
-                                   unfit));
+      throw UsageError(
+          fmt::format("--data_on_device on needs splits decoded in memory at one image "
+                      "size, but {}; use --data_on_device auto or off",
+                      unfit));
     }
     return {false, "--data_on_device auto: " + unfit};
   }
-  const double mib =
-      static_cast<double>(train.pixels.size() + test.pixels.size()) / (1 << 20);
+  const double mib = static_cast<double>(train.pixels.size() + test.pixels.size()) / (1 << 20);
   if (mode == "on") return {true, fmt::format("--data_on_device on: {:.1f} MiB", mib)};
   if (host_device) {
     return {false, "--data_on_device auto: on the CPU the loader thread overlaps with the step"};

@@ -26,7 +26,8 @@ inline constexpr int64_t kDataOnDeviceMaxBytes = int64_t{2} << 30;
 
 struct DataPlacement {
   bool on_device = false;
-  std::string reason;  // for the start-up log: why, e.g. "--data_on_device auto: 175.8 MiB <= 2048 MiB"
+  std::string
+      reason;  // for the start-up log: why, e.g. "--data_on_device auto: 175.8 MiB <= 2048 MiB"
 };
 
 // `mode` is auto|on|off (train_config checked it); `host_device` says the backend is the CPU;

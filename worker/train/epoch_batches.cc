@@ -44,7 +44,8 @@ EpochBatches::EpochBatches(const data::ImageDataset& ds, ResidentSplit* resident
     DL_CHECK(&resident_->dataset() == &ds) << ds.name;
     spec_ = data::augment_spec(ds, augment, seed, epoch, recipe);
   } else {
-    loader_.emplace(ds, std::move(indices_), batch_size, augment, seed, epoch, /*prefetch=*/2, recipe);
+    loader_.emplace(ds, std::move(indices_), batch_size, augment, seed, epoch, /*prefetch=*/2,
+                    recipe);
   }
 }
 

@@ -63,8 +63,8 @@ class EpochBatches {
   ResidentSplit* resident_;
   std::vector<int64_t> indices_;
   int64_t batch_size_;
-  kernels::AugmentSpec spec_;       // resident path
-  int64_t next_first_ = 0;          // resident path: the next batch's first entry of indices_
+  kernels::AugmentSpec spec_;  // resident path
+  int64_t next_first_ = 0;     // resident path: the next batch's first entry of indices_
   std::optional<data::BatchLoader> loader_;  // host path
 };
 
