@@ -1,7 +1,8 @@
 // The augment_batch op (data on the device, issue 11) against the CPU loader: for a few seeds,
 // epochs, recipes and both splits' transforms, the op's batch is data::make_batch's, bit for bit,
 // on the CPU backend here and on the CUDA backend where a GPU is usable (that case skips with a
-// reason elsewhere; scripts/gpu_check.sh runs it on a GPU machine).
+// reason elsewhere; scripts/gpu_check.sh runs it on a GPU machine). The CUDA kernel's
+// per-element composition of the math is also checked here, compiled for the host.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -97,6 +98,38 @@ TEST(AugmentBatch, CpuOpEqualsTheLoaderBitForBit) {
   int cases = 0;
   expect_op_equals_loader(kernels::cpu_backend(), &cases);
   EXPECT_EQ(cases, 2 * 3 * 3 * 4 * 2);
+}
+
+// The CUDA kernel writes each element with augmented_element, the CPU loop hoists parts of it
+// out of each row: here, on the host, the kernel's composition gives the loader's bytes too (so
+// the GPU case can differ only in what the device compiles differently).
+TEST(AugmentBatch, TheKernelsPerElementMathEqualsTheLoaderOnTheHost) {
+  int cases = 0;
+  for (const ImageDataset& ds : {data::make_synthetic(3, false), grey_images()}) {
+    const std::vector<int64_t> indices = batch_indices(ds, 5);
+    for (int64_t epoch : {0, 3}) {
+      for (const AugmentRecipe& recipe : {AugmentRecipe{}, AugmentRecipe{12, true}}) {
+        for (bool augment : {true, false}) {
+          const data::Batch want = data::make_batch(ds, indices, augment, 5, epoch, recipe);
+          const kernels::AugmentSpec spec = data::augment_spec(ds, augment, 5, epoch, recipe);
+          std::vector<float> got;
+          for (int64_t index : indices) {
+            const kernels::AugmentParams draw = spec.draw(index);
+            for (int64_t c = 0; c < ds.channels; ++c)
+              for (int64_t y = 0; y < ds.height; ++y)
+                for (int64_t x = 0; x < ds.width; ++x)
+                  got.push_back(kernels::augmented_element(spec, draw, ds.image(index), c, y, x));
+          }
+          ASSERT_EQ(got.size(), want.images.size());
+          ASSERT_EQ(std::memcmp(got.data(), want.images.data(), got.size() * sizeof(float)), 0)
+              << ds.name << " epoch " << epoch << " cutout " << recipe.cutout << " augment "
+              << augment;
+          ++cases;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(cases, 2 * 2 * 2 * 2);
 }
 
 // The comparison above could pass for an op and a loader that both ignored the draws: the
