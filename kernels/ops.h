@@ -31,6 +31,10 @@
 
 namespace dlaunch::kernels {
 
+// The augment_batch op's description of a batch (kernels/augment.h, included where the op is
+// called or implemented, so that its math stays out of every op's translation unit).
+struct AugmentSpec;
+
 struct ActShape {
   int64_t n = 0, c = 0, h = 0, w = 0;
   int cblock = 1;

@@ -34,7 +34,8 @@ die() {
 # Mixed precision: backend_test holds the op x backend x precision table (bf16/fp16 against the
 # CPU fp32 op, per-dtype tolerances) and the CUDA rounding/unscale helpers against the CPU's;
 # worker_device_test the 200-step bf16/fp16 loss curves against fp32 with --device cuda.
-gpu_test_targets=(kernels_cuda_test worker_nccl_test backend_test worker_device_test)
+# Data on the device: worker_augment_test holds the CUDA augment_batch op against the CPU loader.
+gpu_test_targets=(kernels_cuda_test worker_nccl_test backend_test worker_device_test worker_augment_test)
 # What the run needs besides them: dtrain loads its CUDA backend and NCCL process group as
 # plugins from beside itself (kernels/device.h, common/plugin.h).
 run_targets=(dlaunch dtrain dlaunch_test_worker dlaunch_cuda dlaunch_nccl)

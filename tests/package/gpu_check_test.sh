@@ -39,7 +39,7 @@ tar -C "$tmp" -xzf "$tmp/bundle.tar.gz"
 libs=$(ldd "$tmp/gpu_check/bin/dtrain")
 [[ $libs == *"gpu_check/bin/../lib/libdnnl"* ]] || fail "dtrain does not load the bundled oneDNN:"$'\n'"$libs"
 # The new precision checks are in the bundle's test list (they skip here without a GPU).
-for t in backend_test worker_device_test; do
+for t in backend_test worker_device_test worker_augment_test; do
   grep -q "^PASS $t " "$results" || fail "$t did not pass (its GPU cases skip here)"
 done
 echo "gpu_check.sh: bundle and run without a GPU as expected"

@@ -9,9 +9,9 @@
 
 namespace dlaunch::data {
 
-double SplitMix::normal() {
-  double u1 = std::max(uniform(), 1e-300);
-  double u2 = uniform();
+double normal(SplitMix& rng) {
+  double u1 = std::max(rng.uniform(), 1e-300);
+  double u2 = rng.uniform();
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * M_PI * u2);
 }
 
@@ -87,7 +87,7 @@ ImageDataset make_synthetic(uint64_t seed, bool train) {
           int64_t sy = std::clamp<int64_t>(y + dy, 0, kSide - 1);
           int64_t sx = std::clamp<int64_t>(x + dx, 0, kSide - 1);
           double v = 0.5 + offset[c] + (t[(c * kSide + sy) * kSide + sx] - 0.5) * contrast +
-                     kNoise * rng.normal();
+                     kNoise * normal(rng);
           out[(c * kSide + y) * kSide + x] =
               static_cast<uint8_t>(std::lround(std::clamp(v, 0.0, 1.0) * 255.0));
         }

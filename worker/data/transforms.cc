@@ -12,10 +12,18 @@ namespace {
 // Writes uint8 planes of h x w (CHW) normalised into out.
 void normalise(const ImageDataset& ds, const uint8_t* planes, int64_t h, int64_t w, float* out) {
   for (int64_t c = 0; c < ds.channels; ++c) {
-    const float scale = 1.0f / (255.0f * ds.stddev[c]);
-    const float shift = -ds.mean[c] / ds.stddev[c];
-    for (int64_t p = 0; p < h * w; ++p) out[c * h * w + p] = planes[c * h * w + p] * scale + shift;
+    const float scale = kernels::normalise_scale(ds.stddev[c]);
+    const float shift = kernels::normalise_shift(ds.mean[c], ds.stddev[c]);
+    for (int64_t p = 0; p < h * w; ++p)
+      out[c * h * w + p] = kernels::normalise_pixel(planes[c * h * w + p], scale, shift);
   }
+}
+
+void check_cutout_fits(const AugmentRecipe& recipe, int64_t height, int64_t width) {
+  if (recipe.cutout > 0 && (recipe.cutout > height || recipe.cutout > width))
+    throw UsageError(fmt::format("--cutout={} does not fit the {}x{} images; expected a side of "
+                                 "at most {} pixels",
+                                 recipe.cutout, height, width, std::min(height, width)));
 }
 
 PlaneView plane_of(const uint8_t* image, int64_t h, int64_t w, int64_t c, const CropBox& box) {
@@ -46,29 +54,30 @@ const uint8_t* image_pixels(const ImageDataset& ds, int64_t index) {
   return planar.data();
 }
 
-AugmentParams draw_augment(uint64_t seed, int64_t epoch, int64_t sample_index,
-                           const AugmentRecipe& recipe, int64_t height, int64_t width) {
-  SplitMix rng(hash_combine(hash_combine(seed, static_cast<uint64_t>(epoch) + 0xA06ull),
-                            static_cast<uint64_t>(sample_index)));
-  AugmentParams p;
-  p.dy = static_cast<int64_t>(rng.below(2 * kCropPadding + 1)) - kCropPadding;
-  p.dx = static_cast<int64_t>(rng.below(2 * kCropPadding + 1)) - kCropPadding;
-  p.flip = (rng.next() & 1) != 0;
-  if (recipe.alternating_flip) p.flip = alternating_flip(seed, epoch, sample_index);
-  if (recipe.cutout > 0) {
-    if (recipe.cutout > height || recipe.cutout > width)
-      throw UsageError(fmt::format("--cutout={} does not fit the {}x{} images; expected a side of "
-                                   "at most {} pixels",
-                                   recipe.cutout, height, width, std::min(height, width)));
-    p.cutout_top = static_cast<int64_t>(rng.below(static_cast<uint64_t>(height - recipe.cutout + 1)));
-    p.cutout_left = static_cast<int64_t>(rng.below(static_cast<uint64_t>(width - recipe.cutout + 1)));
+AugmentSpec augment_spec(const ImageDataset& ds, bool augment, uint64_t seed, int64_t epoch,
+                         const AugmentRecipe& recipe) {
+  // Our datasets are grey or RGB.
+  DL_CHECK(ds.channels <= kernels::kMaxAugmentChannels) << ds.name << ": " << ds.channels;
+  if (augment) check_cutout_fits(recipe, ds.height, ds.width);
+  AugmentSpec s;
+  s.channels = ds.channels;
+  s.height = ds.height;
+  s.width = ds.width;
+  for (int64_t c = 0; c < ds.channels; ++c) {
+    s.scale[c] = kernels::normalise_scale(ds.stddev[c]);
+    s.shift[c] = kernels::normalise_shift(ds.mean[c], ds.stddev[c]);
   }
-  return p;
+  s.augment = augment;
+  if (augment) s.recipe = recipe;
+  s.seed = seed;
+  s.epoch = epoch;
+  return s;
 }
 
-bool alternating_flip(uint64_t seed, int64_t epoch, int64_t sample_index) {
-  const bool coin = (hash_combine(hash_combine(seed, 0xF11Bull), static_cast<uint64_t>(sample_index)) & 1) != 0;
-  return coin != ((epoch & 1) != 0);
+AugmentParams draw_augment(uint64_t seed, int64_t epoch, int64_t sample_index,
+                           const AugmentRecipe& recipe, int64_t height, int64_t width) {
+  check_cutout_fits(recipe, height, width);
+  return kernels::draw_augment_params(seed, epoch, sample_index, recipe, height, width);
 }
 
 CropBox draw_resized_crop(uint64_t seed, int64_t epoch, int64_t sample_index, int64_t image_h,
@@ -150,30 +159,8 @@ void load_image(const ImageDataset& ds, int64_t index, bool augment, uint64_t se
     normalise(ds, planes.data(), s, s, out);
     return;
   }
-  const uint8_t* src = image_pixels(ds, index);
-  const int64_t h = ds.height, w = ds.width;
-  AugmentParams a;
-  if (augment) a = draw_augment(seed, epoch, index, recipe, h, w);
-  for (int64_t c = 0; c < ds.channels; ++c) {
-    const float scale = 1.0f / (255.0f * ds.stddev[c]);
-    const float shift = -ds.mean[c] / ds.stddev[c];
-    const uint8_t* plane = src + c * h * w;
-    float* dst = out + c * h * w;
-    for (int64_t y = 0; y < h; ++y) {
-      int64_t sy = y + a.dy;
-      for (int64_t x = 0; x < w; ++x) {
-        int64_t ox = a.flip ? w - 1 - x : x;  // flip after the crop, as torchvision's order
-        int64_t sx = x + a.dx;
-        float v = shift;  // padded pixel = 0 before normalisation
-        if (sy >= 0 && sy < h && sx >= 0 && sx < w) v = plane[sy * w + sx] * scale + shift;
-        dst[y * w + ox] = v;
-      }
-    }
-  }
-  if (!augment || recipe.cutout == 0) return;
-  for (int64_t c = 0; c < ds.channels; ++c)
-    for (int64_t y = a.cutout_top; y < a.cutout_top + recipe.cutout; ++y)
-      std::fill_n(out + (c * h + y) * w + a.cutout_left, recipe.cutout, 0.0f);
+  kernels::augment_image(augment_spec(ds, augment, seed, epoch, recipe), index,
+                         image_pixels(ds, index), out);
 }
 
 }  // namespace dlaunch::data

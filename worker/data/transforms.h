@@ -4,6 +4,7 @@
 // pixel space (what torchvision pads the raw image with), so after normalisation it is
 // -mean/std. The random draw is a pure function of (seed, epoch, sample index): a sample gets
 // the same crop whichever rank loads it, so results do not depend on the number of workers.
+// That math is kernels/augment.h, shared with the augment_batch op (data on the device).
 //
 // Images kept at their own sizes (ImageDataset::resampled(), --image_size) get torchvision's
 // ImageNet transforms instead, drawn the same way per (seed, epoch, sample index):
@@ -17,31 +18,17 @@
 #include <cstdint>
 #include <vector>
 
+#include "kernels/augment.h"
 #include "worker/data/dataset.h"
 
 namespace dlaunch::data {
 
-// Options of the fast CIFAR recipe (airbench), off by default; they apply to training images
-// when augmentation is on, drawn per (seed, epoch, sample index) like the crop:
-//   cutout:           a cutout x cutout square, wholly inside the image at a uniformly drawn
-//                     position, set to 0 after normalisation (the mean pixel), airbench's
-//                     make_random_square_masks;
-//   alternating_flip: each sample's flip is drawn once per run (seed, sample index) and
-//                     inverted every other epoch, so a sample is seen both ways in any two
-//                     consecutive epochs (instead of a coin per epoch).
-struct AugmentRecipe {
-  int64_t cutout = 0;  // side in pixels; 0 = off
-  bool alternating_flip = false;
-};
-
-struct AugmentParams {
-  int64_t dy = 0;  // crop offset in the padded image minus the padding, in [-pad, pad]
-  int64_t dx = 0;
-  bool flip = false;
-  int64_t cutout_top = 0, cutout_left = 0;  // the cutout square's corner (recipe.cutout > 0)
-};
-
-inline constexpr int64_t kCropPadding = 4;
+// The CIFAR augmentation's draws and per-pixel math live in kernels/augment.h, one code for this
+// loader and the augment_batch op (CPU and CUDA), so both produce the same bytes.
+using kernels::AugmentParams;
+using kernels::AugmentRecipe;
+using kernels::AugmentSpec;
+using kernels::kCropPadding;
 
 // A crop of an image: rows [top, top + height), columns [left, left + width).
 struct CropBox {
@@ -67,11 +54,19 @@ struct ResizedCenterCrop {
 ResizedCenterCrop resized_center_crop(int64_t image_h, int64_t image_w, int64_t size);
 
 // The crop and flip are drawn first, so the default recipe draws what it always did. height and
-// width bound the cutout square (unused without cutout).
+// width bound the cutout square (unused without cutout); one that does not fit is a UsageError
+// naming --cutout.
 AugmentParams draw_augment(uint64_t seed, int64_t epoch, int64_t sample_index,
                            const AugmentRecipe& recipe = {}, int64_t height = 0, int64_t width = 0);
 // The alternating flip of a sample in an epoch: a per-run coin, inverted on odd epochs.
-bool alternating_flip(uint64_t seed, int64_t epoch, int64_t sample_index);
+using kernels::alternating_flip;
+
+// What kernels::augment_image and the augment_batch op need to produce `ds`'s images (at their
+// stored size; not for resampled datasets): shape, normalisation and, with `augment`, the draws'
+// seed, epoch and recipe. Throws UsageError for a cutout that does not fit the images or more
+// channels than kernels::kMaxAugmentChannels.
+AugmentSpec augment_spec(const ImageDataset& ds, bool augment, uint64_t seed, int64_t epoch,
+                         const AugmentRecipe& recipe = {});
 
 // Writes image `index` of `ds`, normalised per channel, into out[0 .. image_elems). With
 // `augment` the crop/flip of draw_augment(seed, epoch, index) is applied.

@@ -223,6 +223,13 @@ const std::vector<Flag>& flags() {
        false,
        [](TrainConfig& c, auto& f, auto& v) { c.precision = choice(f, v, {"fp32", "bf16", "fp16"}); },
        [](const TrainConfig& c) { return c.precision; }},
+      {"data_on_device",
+       "auto | on | off: keep the decoded splits on the compute device as uint8 and augment each "
+       "batch there (per step only the sample indices are copied); auto: on for a GPU when the "
+       "splits take at most 2 GiB, off on the CPU (its loader thread overlaps with the step)",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) { c.data_on_device = choice(f, v, {"auto", "on", "off"}); },
+       [](const TrainConfig& c) { return c.data_on_device; }},
       {"collective_timeout",
        "seconds a collective (all-reduce, broadcast, ...) may wait for the other ranks before "
        "this worker exits with an error naming it, so dlaunch restarts the group",

@@ -57,6 +57,7 @@ struct TrainConfig {
   int threads = 0;              // 0 = OMP_NUM_THREADS, else cores / local world size
   std::string device = "auto";     // auto | cpu | cuda (kernels/device.h)
   std::string precision = "fp32";  // fp32 | bf16 | fp16 (train/precision.h)
+  std::string data_on_device = "auto";  // auto | on | off (train/data_placement.h)
   // Seconds a collective may take before the worker gives up on it (exit 1, naming it) so the
   // agent restarts the group; joining the group waits max(this, 300 s).
   double collective_timeout = 300;

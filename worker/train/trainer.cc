@@ -5,7 +5,6 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <cstring>
 #include <filesystem>
 #include <optional>
 #include <map>
@@ -30,6 +29,8 @@
 #include "worker/optim/lr_schedule.h"
 #include "worker/optim/optimizer.h"
 #include "worker/optim/weight_ema.h"
+#include "worker/train/data_placement.h"
+#include "worker/train/epoch_batches.h"
 #include "worker/train/precision.h"
 #include "worker/train/stop_signal.h"
 #include "worker/train/worker_runtime.h"
@@ -244,6 +245,8 @@ class Trainer {
 
  private:
   void load_data();
+  // --data_on_device: keeps both splits on the backend (uploaded here, once per process) or not.
+  void place_data();
   void build_model();
   std::optional<json> resume();  // the checkpoint's meta when resuming
   // Rank 0: refuses a checkpoint this run cannot continue (other settings, missing arrays).
@@ -299,7 +302,6 @@ class Trainer {
   // Writes `bytes` to the flash copy; a failure (ENOSPC beyond --flash_limit) turns flash
   // copies off with one warning: training goes on with disk checkpoints.
   void write_flash(const std::string& name, const std::vector<uint8_t>& bytes);
-  void to_tensor(const data::Batch& b);
 
   const TrainConfig& c_;
   const WorkerEnv& env_;
@@ -309,6 +311,7 @@ class Trainer {
   bool rank0_;
 
   data::ImageDataset train_set_, test_set_;
+  std::unique_ptr<ResidentSplit> resident_train_, resident_test_;  // null: the host loader
   std::unique_ptr<model::ResNet> model_;
   std::unique_ptr<ddp::DataParallel> dp_;
   std::unique_ptr<optim::Optimizer> optimizer_;
@@ -318,7 +321,7 @@ class Trainer {
   optim::LrSchedule schedule_;
   std::unique_ptr<metrics::MetricsLog> metrics_;
   metrics::ProgressBar progress_{false};
-  Tensor images_;
+  Tensor images_;  // the batch: on the host, or on backend_ with data on the device
   int64_t global_step_ = 0;
   bool stop_ = false;
   int stop_signal_ = 0;
@@ -402,6 +405,24 @@ void Trainer::load_data() {
     log_info("data: {} ({} images) / {} ({} images), {}x{}x{}, augmentation {}", train_set_.name,
              train_set_.size(), test_set_.name, test_set_.size(), train_set_.channels,
              train_set_.height, train_set_.width, c_.augment() ? "on" : "off");
+  }
+}
+
+void Trainer::place_data() {
+  const DataPlacement placement = choose_data_placement(
+      c_.data_on_device, backend_.host_accessible(), train_set_, test_set_);
+  if (!placement.on_device) {
+    if (rank0_) log_info("data: batches assembled on the host ({})", placement.reason);
+    return;
+  }
+  const auto start = Clock::now();
+  resident_train_ = std::make_unique<ResidentSplit>(backend_, train_set_);
+  resident_test_ = std::make_unique<ResidentSplit>(backend_, test_set_);
+  images_ = Tensor(backend_);
+  if (rank0_) {
+    log_info("data: kept on {} as uint8, uploaded in {:.2f} s ({}); each step copies only "
+             "the sample indices and augments there",
+             backend_.name(), seconds_since(start), placement.reason);
   }
 }
 
@@ -666,11 +687,6 @@ std::optional<json> Trainer::resume() {
   return decision["meta"];
 }
 
-void Trainer::to_tensor(const data::Batch& b) {
-  images_.resize({b.size, train_set_.channels, train_set_.height, train_set_.width});
-  std::memcpy(images_.data(), b.images.data(), b.images.size() * sizeof(float));
-}
-
 int Trainer::agree_stop() {
   double sig = stop_requested();
   const auto t0 = Clock::now();
@@ -685,15 +701,15 @@ void Trainer::train_epoch(int64_t epoch) {
   EpochRun run;
   run.epoch = epoch;
   std::vector<int64_t> indices = epoch_indices(run);
-  data::BatchLoader loader(train_set_, std::move(indices), c_.batch_size, c_.augment(), c_.seed,
-                           epoch, /*prefetch=*/2, {c_.cutout, c_.alternating_flip});
+  EpochBatches batches(train_set_, resident_train_.get(), std::move(indices), c_.batch_size,
+                       c_.augment(), c_.seed, epoch, {c_.cutout, c_.alternating_flip});
   run.start = run.window_start = Clock::now();
   if (rank0_) std::copy(resume_totals_, resume_totals_ + 3, run.totals);
   run.resumed_images = run.totals[2];
   resume_epoch_step_ = 0;
   std::fill(resume_totals_, resume_totals_ + 3, 0.0);
   run.learning_rate = optim::lr_at(schedule_, static_cast<double>(epoch) + run.fraction(run.step));
-  while (auto batch = loader.next()) {
+  while (auto batch = batches.next(images_)) {
     ddp::StepResult r = train_step(run, *batch);
     after_step(run, r);
     if (stop_signal_ != 0 || (c_.max_steps > 0 && global_step_ >= c_.max_steps)) {
@@ -726,7 +742,6 @@ std::vector<int64_t> Trainer::epoch_indices(EpochRun& run) {
 ddp::StepResult Trainer::train_step(EpochRun& run, const data::Batch& batch) {
   run.learning_rate =
       optim::lr_at(schedule_, static_cast<double>(run.epoch) + run.fraction(run.step));
-  to_tensor(batch);
   ddp::StepResult r = dp_->train_step(images_, batch.labels.data(), precision_->loss_scale());
   if (precision_->finish_step(model_->grads(), model_->num_params())) {
     optimizer_->step(model_->params(), model_->grads(), model_->num_params(),
@@ -909,10 +924,10 @@ std::pair<double, double> Trainer::evaluate() {
   // once.
   std::vector<int64_t> mine;
   for (int64_t k = pg_.rank(); k < test_set_.size(); k += pg_.size()) mine.push_back(k);
-  data::BatchLoader loader(test_set_, std::move(mine), std::max(c_.batch_size, 256), false, c_.seed, 0);
+  EpochBatches batches(test_set_, resident_test_.get(), std::move(mine), std::max(c_.batch_size, 256),
+                       false, c_.seed, 0);
   double tot[3] = {0, 0, 0};
-  while (auto batch = loader.next()) {
-    to_tensor(*batch);
+  while (auto batch = batches.next(images_)) {
     ddp::StepResult r = dp_->eval_step(images_, batch->labels.data());
     tot[0] += r.loss;
     tot[1] += r.correct;
@@ -1021,6 +1036,7 @@ TrainSummary Trainer::run() {
     }
   }
   load_data();
+  place_data();
   build_model();
   // Every node's local rank 0 keeps a flash copy (rank 0's node may not be the one that hosts
   // rank 0 after a re-rendezvous); rank 0 reads its node's copy when resuming.

@@ -53,8 +53,9 @@ struct FaultInjection {
 };
 
 // Trains on `backend` (kernels/device.h picks it): the model, its gradients and the optimizer
-// state live there; batches are loaded on the host and copied over; checkpoints hold host
-// copies, so they are the same whatever the device.
+// state live there; batches are loaded on the host and copied over, or, with --data_on_device,
+// made there from the uploaded splits (train/epoch_batches.h); checkpoints hold host copies, so
+// they are the same whatever the device.
 TrainSummary run_training(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
                           kernels::Backend& backend, const FaultInjection& fault = {});
 
