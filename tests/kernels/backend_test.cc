@@ -23,6 +23,7 @@
 #include "worker/model/loss.h"
 #include "worker/model/resnet.h"
 #include "worker/optim/optimizer.h"
+#include "tests/support/cuda_device.h"
 
 namespace dlaunch {
 namespace {
@@ -51,17 +52,6 @@ TEST(Backend, CpuBackendIsTheCpuOps) {
   be.copy_to_host(back.data(), p, 40);
   EXPECT_EQ(back[3], a[3]);
   be.free(p);
-}
-
-kernels::Backend* cuda_backend() {
-#ifdef DLAUNCH_CUDA_PLUGIN_PATH
-  // Not beside the plugin as dtrain is (in the build; a bundle sets DLAUNCH_CUDA_PLUGIN itself).
-  if (std::filesystem::exists(DLAUNCH_CUDA_PLUGIN_PATH)) {
-    ::setenv("DLAUNCH_CUDA_PLUGIN", DLAUNCH_CUDA_PLUGIN_PATH, 0);
-  }
-#endif
-  kernels::Backend* be = kernels::open_device(kernels::DeviceRequest::kAuto, 0).backend;
-  return be->host_accessible() ? nullptr : be;
 }
 
 struct Trace {
@@ -94,7 +84,7 @@ Trace train_five_steps(kernels::Backend& be) {
 }
 
 TEST(Backend, CudaTrainsLikeTheCpu) {
-  kernels::Backend* cuda = cuda_backend();
+  kernels::Backend* cuda = testing::cuda_backend_or_null();
   if (cuda == nullptr) GTEST_SKIP() << "no CUDA device (or no CUDA plugin) on this machine";
   const Trace cpu = train_five_steps(kernels::cpu_backend());
   const Trace gpu = train_five_steps(*cuda);
@@ -223,7 +213,7 @@ std::vector<float> to_host(kernels::Backend& be, const float* p, size_t n) {
 
 TEST(Backend, OpsInEveryPrecisionAgreeWithCpuFp32) {
   std::vector<kernels::Backend*> backends = {&kernels::cpu_backend()};
-  if (kernels::Backend* cuda = cuda_backend()) backends.push_back(cuda);
+  if (kernels::Backend* cuda = testing::cuda_backend_or_null()) backends.push_back(cuda);
   // fp32: summation order only (CPU vs GPU); bf16: 8 significant bits; fp16: 11.
   const std::pair<kernels::Dtype, double> precisions[] = {
       {kernels::Dtype::kF32, 1e-5}, {kernels::Dtype::kBF16, 3e-2}, {kernels::Dtype::kF16, 4e-3}};
@@ -282,7 +272,7 @@ TEST(Backend, OpsInEveryPrecisionAgreeWithCpuFp32) {
 // CUDA) and the linear layer (cuBLAS's fp32 output, rounded) on every backend.
 TEST(Backend, Fp16ResultsPastTheRangeBecomeInfOnEveryBackend) {
   std::vector<kernels::Backend*> backends = {&kernels::cpu_backend()};
-  if (kernels::Backend* cuda = cuda_backend()) backends.push_back(cuda);
+  if (kernels::Backend* cuda = testing::cuda_backend_or_null()) backends.push_back(cuda);
   const kernels::ConvShape conv{2, 16, 4, 4, 8, 3, 1, 1, 1, 1};
   const float inf = std::numeric_limits<float>::infinity();
   for (kernels::Backend* be : backends) {
@@ -311,7 +301,7 @@ TEST(Backend, Fp16ResultsPastTheRangeBecomeInfOnEveryBackend) {
 // The mixed-precision helpers of every backend give the CPU's results bit for bit: rounding (the
 // shared kernels/dtype.h code), the loss-scale multiply and the unscale with its inf/NaN count.
 TEST(Backend, PrecisionHelpersAgreeWithTheCpu) {
-  kernels::Backend* cuda = cuda_backend();
+  kernels::Backend* cuda = testing::cuda_backend_or_null();
   if (cuda == nullptr) GTEST_SKIP() << "no CUDA device (or no CUDA plugin) on this machine";
   const size_t n = 100000;
   std::vector<float> x(n);

@@ -17,6 +17,7 @@
 #include "worker/data/dataset.h"
 #include "worker/data/random.h"
 #include "worker/data/transforms.h"
+#include "tests/support/cuda_device.h"
 
 namespace dlaunch {
 namespace {
@@ -145,19 +146,8 @@ TEST(AugmentBatch, TheDrawsChangeTheImages) {
   EXPECT_NE(epoch0, epoch1);
 }
 
-kernels::Backend* cuda_backend() {
-#ifdef DLAUNCH_CUDA_PLUGIN_PATH
-  // In the build the plugin is not beside this test (a bundle sets DLAUNCH_CUDA_PLUGIN itself).
-  if (std::filesystem::exists(DLAUNCH_CUDA_PLUGIN_PATH)) {
-    ::setenv("DLAUNCH_CUDA_PLUGIN", DLAUNCH_CUDA_PLUGIN_PATH, 0);
-  }
-#endif
-  kernels::Backend* be = kernels::open_device(kernels::DeviceRequest::kAuto, 0).backend;
-  return be->host_accessible() ? nullptr : be;
-}
-
 TEST(AugmentBatch, CudaOpEqualsTheLoaderBitForBit) {
-  kernels::Backend* cuda = cuda_backend();
+  kernels::Backend* cuda = testing::cuda_backend_or_null();
   if (cuda == nullptr) GTEST_SKIP() << "no CUDA device (or no CUDA plugin) on this machine";
   int cases = 0;
   expect_op_equals_loader(*cuda, &cases);

@@ -23,6 +23,7 @@
 #include "kernels/device.h"
 #include "worker/checkpoint/checkpoint.h"
 #include "tests/support/subprocess.h"
+#include "tests/support/cuda_device.h"
 
 namespace dlaunch {
 namespace {
@@ -165,14 +166,7 @@ std::vector<double> step_losses(const std::string& metrics) {
   return out;
 }
 
-bool have_cuda_device() {
-#ifdef DLAUNCH_CUDA_PLUGIN_PATH
-  // This test binary is not beside the plugin as dtrain is (in the build; a bundle carried
-  // elsewhere sets DLAUNCH_CUDA_PLUGIN itself).
-  if (fs::exists(DLAUNCH_CUDA_PLUGIN_PATH)) ::setenv("DLAUNCH_CUDA_PLUGIN", DLAUNCH_CUDA_PLUGIN_PATH, 0);
-#endif
-  return !kernels::open_device(kernels::DeviceRequest::kAuto, 0).backend->host_accessible();
-}
+bool have_cuda_device() { return testing::cuda_backend_or_null() != nullptr; }
 
 // The same checkpoint format on both devices: one epoch on a GPU, the second on the CPU, and the
 // other way round (GPU part of issue 10, item 7).

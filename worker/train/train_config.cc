@@ -46,6 +46,15 @@ double nonneg_double(const std::string& flag, const std::string& value) {
   return v;
 }
 
+// A rate in [0, 1) where 0 turns the option off (--ema's decay, --label_smoothing's EPS).
+double rate_below_one(const std::string& flag, const std::string& value, const char* expected) {
+  const double v = nonneg_double(flag, value);
+  if (v >= 1) {
+    throw UsageError(fmt::format("{}={} is not below 1; expected {} (0: off)", flag, value, expected));
+  }
+  return v;
+}
+
 std::string fmt_bool(bool b) { return b ? "true" : "false"; }
 std::string fmt_double(double d) { return fmt::format("{}", d); }
 
@@ -149,10 +158,7 @@ const std::vector<Flag>& flags() {
        "avg = DECAY * avg + (1 - DECAY) * w after each optimizer step (timm's ModelEmaV2; 0: off)",
        false,
        [](TrainConfig& c, auto& f, auto& v) {
-         c.ema = nonneg_double(f, v);
-         if (c.ema >= 1)
-           throw UsageError(fmt::format("{}={} is not below 1; expected a decay in (0, 1) such as "
-                                        "0.999 (0: off)", f, v));
+         c.ema = rate_below_one(f, v, "a decay in (0, 1) such as 0.999");
        },
        [](const TrainConfig& c) { return fmt_double(c.ema); }},
       {"ema_every",
@@ -170,10 +176,7 @@ const std::vector<Flag>& flags() {
        "label_smoothing=EPS)); the test loss stays plain cross-entropy",
        false,
        [](TrainConfig& c, auto& f, auto& v) {
-         c.label_smoothing = nonneg_double(f, v);
-         if (c.label_smoothing >= 1)
-           throw UsageError(fmt::format("{}={} is not below 1; expected EPS in [0, 1), e.g. 0.1 "
-                                        "(0: off)", f, v));
+         c.label_smoothing = rate_below_one(f, v, "EPS in [0, 1), e.g. 0.1");
        },
        [](const TrainConfig& c) { return fmt_double(c.label_smoothing); }},
       {"scale_lr", "multiply the learning rate by the world size", true,
