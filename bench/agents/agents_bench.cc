@@ -375,15 +375,15 @@ std::string med(const std::vector<double>& v) {
 }
 
 void print_row(const std::string& name, int n, const Figures& f) {
-  std::printf("%-9s %5d agents: agents up %s s; rendezvous done first %s, last %s%s s; "
-              "first worker %s s, workers started %s%s s [%zu runs] (%s%s s after the last agent "
-              "was up), all exited 0 %s%s s [%zu runs; %d failed]\n",
-              name.c_str(), n, med(f.up_s).c_str(), med(f.rdzv_first_s).c_str(),
-              med(f.rdzv_last_s).c_str(), range(f.rdzv_last_s).c_str(),
-              med(f.first_worker_s).c_str(), med(f.workers_s).c_str(),
-              range(f.workers_s).c_str(), f.workers_s.size(), med(f.up_to_workers_s).c_str(),
-              range(f.up_to_workers_s).c_str(), med(f.exit_s).c_str(),
-              range(f.exit_s).c_str(), f.exit_s.size(), f.failures);
+  std::printf(
+      "%-9s %5d agents: agents up %s s; rendezvous done first %s, last %s%s s; "
+      "first worker %s s, workers started %s%s s [%zu runs] (%s%s s after the last agent "
+      "was up), all exited 0 %s%s s [%zu runs; %d failed]\n",
+      name.c_str(), n, med(f.up_s).c_str(), med(f.rdzv_first_s).c_str(), med(f.rdzv_last_s).c_str(),
+      range(f.rdzv_last_s).c_str(), med(f.first_worker_s).c_str(), med(f.workers_s).c_str(),
+      range(f.workers_s).c_str(), f.workers_s.size(), med(f.up_to_workers_s).c_str(),
+      range(f.up_to_workers_s).c_str(), med(f.exit_s).c_str(), range(f.exit_s).c_str(),
+      f.exit_s.size(), f.failures);
   std::fflush(stdout);
 }
 
@@ -480,9 +480,10 @@ int main(int argc, char** argv) {
       for (int r = 0; r < (n >= 512 ? repeat_large : repeat); ++r) {
         if (auto s = fork_exec_floor(n)) fl.push_back(*s);
       }
-      std::printf("floor     %5d idle processes woken at once, each fork/exec one stamp_worker: "
-                  "last worker started %s%s s after the wake [%zu runs]\n",
-                  n, med(fl).c_str(), range(fl).c_str(), fl.size());
+      std::printf(
+          "floor     %5d idle processes woken at once, each fork/exec one stamp_worker: "
+          "last worker started %s%s s after the wake [%zu runs]\n",
+          n, med(fl).c_str(), range(fl).c_str(), fl.size());
       std::fflush(stdout);
     }
   }
