@@ -66,12 +66,18 @@ void RendezvousLoop::on_round_done(const RendezvousResult& r) {
                                                  {"nodes", r.group_world_size},
                                                  {"members", r.hosts},
                                                  {"restart_count", r.restart_count}});
+  // The workers first: publishing the status endpoint and watching the round's events each
+  // start a thread that connects to the store at once, and with N agents released by one round
+  // close those N connects would compete with the N spawns. Nothing is missed by watching
+  // after the spawn: this loop thread handles the workers' exits only after this function,
+  // and the watcher reads the round's event key, which holds an event posted meanwhile.
+  a.workers.start(r);
+  if (a.phase == AgentPhase::kDone) return;  // the workers could not start and the agent ended
   a.monitor->publish([store = r.store]() { return store; });
   auto g = a.gate;
   a.opts.rendezvous->watch([this, g](const RendezvousEvent& ev) {
     post_from_thread(g, [this, ev]() { on_event(ev); });
   });
-  a.workers.start(r);
 }
 
 void RendezvousLoop::on_round_failed(const std::string& msg) {

@@ -25,6 +25,11 @@
 //   --torchrun N    torchrun peer with N agents (0: none)
 //   --true          workers are /bin/true (then only the exit time is measured)
 //   --keep          keep each job's stdout/stderr files (their directory is printed)
+//   --floor         also, per N, this host's fork/exec floor: N idle processes (forked from
+//                   the bench) woken at once, each fork()s and execs one stamp_worker and waits
+//                   for it, as an agent does with no rendezvous; printed as "floor": the time
+//                   from the wake to the last worker's stamp. Compare it with the agents'
+//                   "last agent up -> workers started" (issue 16's target is 0.5 s).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -235,6 +240,70 @@ JobResult run_job(const std::vector<std::vector<std::string>>& argvs, int expect
   return r;
 }
 
+// The fork/exec floor (--floor): seconds from waking n idle processes at once to the last of
+// their n stamp_worker children printing its stamp, or nullopt when a stamp is missing.
+std::optional<double> fork_exec_floor(int n) {
+  char path_template[] = "/tmp/agents_floor_XXXXXX";
+  int out_fd = mkstemp(path_template);
+  std::string out_path = path_template;
+  int go[2], up[2];
+  if (out_fd < 0 || pipe(go) != 0 || pipe(up) != 0) return {};
+  std::vector<pid_t> parents;
+  for (int i = 0; i < n; ++i) {
+    pid_t pid = fork();
+    if (pid == 0) {
+      // An "agent": says it is up, sleeps until the go pipe closes, then starts its worker.
+      close(go[1]);
+      close(up[0]);
+      dup2(out_fd, 1);
+      char c = 1;
+      if (write(up[1], &c, 1) != 1) _exit(3);
+      while (read(go[0], &c, 1) > 0) {
+      }
+      pid_t worker = fork();
+      if (worker == 0) {
+        char* argv[] = {const_cast<char*>(kStamp.c_str()), const_cast<char*>("exit"), nullptr};
+        execv(argv[0], argv);
+        _exit(127);
+      }
+      int status = 0;
+      waitpid(worker, &status, 0);
+      _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+    }
+    if (pid > 0) parents.push_back(pid);
+  }
+  close(up[1]);
+  close(go[0]);
+  char c;
+  for (int i = 0; i < static_cast<int>(parents.size()); ++i) {
+    if (read(up[0], &c, 1) != 1) break;
+  }
+  int64_t t0 = mono_ns();
+  close(go[1]);
+  bool ok = static_cast<int>(parents.size()) == n;
+  for (pid_t p : parents) {
+    int status = 0;
+    waitpid(p, &status, 0);
+    ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+  close(up[0]);
+  close(out_fd);
+  std::ifstream out(out_path);
+  std::string line;
+  int64_t latest = 0;
+  int stamps = 0;
+  while (std::getline(out, line)) {
+    long long ns = 0;
+    if (std::sscanf(line.c_str(), "stamp %lld", &ns) == 1) {
+      latest = std::max<int64_t>(latest, ns);
+      ++stamps;
+    }
+  }
+  unlink(out_path.c_str());
+  if (!ok || stamps != n) return {};
+  return static_cast<double>(latest - t0) / 1e9;
+}
+
 std::vector<std::string> worker_argv(bool use_true) {
   if (use_true) return {"/bin/true"};
   return {kStamp, "exit"};
@@ -294,6 +363,7 @@ std::string range(const std::vector<double>& v) {
 
 struct Figures {
   std::vector<double> exit_s, workers_s, first_worker_s, up_s, rdzv_first_s, rdzv_last_s;
+  std::vector<double> up_to_workers_s;  // per run: the last agent up -> the last worker began
   int failures = 0;
 };
 
@@ -305,14 +375,15 @@ std::string med(const std::vector<double>& v) {
 }
 
 void print_row(const std::string& name, int n, const Figures& f) {
-  std::printf("%-9s %5d agents: agents up %s s; rendezvous done first %s, last %s%s s; "
-              "first worker %s s, workers started %s%s s [%zu runs], all exited 0 %s%s s "
-              "[%zu runs; %d failed]\n",
-              name.c_str(), n, med(f.up_s).c_str(), med(f.rdzv_first_s).c_str(),
-              med(f.rdzv_last_s).c_str(), range(f.rdzv_last_s).c_str(),
-              med(f.first_worker_s).c_str(), med(f.workers_s).c_str(),
-              range(f.workers_s).c_str(), f.workers_s.size(), med(f.exit_s).c_str(),
-              range(f.exit_s).c_str(), f.exit_s.size(), f.failures);
+  std::printf(
+      "%-9s %5d agents: agents up %s s; rendezvous done first %s, last %s%s s; "
+      "first worker %s s, workers started %s%s s [%zu runs] (%s%s s after the last agent "
+      "was up), all exited 0 %s%s s [%zu runs; %d failed]\n",
+      name.c_str(), n, med(f.up_s).c_str(), med(f.rdzv_first_s).c_str(), med(f.rdzv_last_s).c_str(),
+      range(f.rdzv_last_s).c_str(), med(f.first_worker_s).c_str(), med(f.workers_s).c_str(),
+      range(f.workers_s).c_str(), f.workers_s.size(), med(f.up_to_workers_s).c_str(),
+      range(f.up_to_workers_s).c_str(), med(f.exit_s).c_str(), range(f.exit_s).c_str(),
+      f.exit_s.size(), f.failures);
   std::fflush(stdout);
 }
 
@@ -322,6 +393,7 @@ void record(Figures& f, const JobResult& r, const std::string& what) {
   if (r.workers_s) f.workers_s.push_back(*r.workers_s);
   if (r.first_worker_s) f.first_worker_s.push_back(*r.first_worker_s);
   if (r.up_s) f.up_s.push_back(*r.up_s);
+  if (r.up_s && r.workers_s) f.up_to_workers_s.push_back(*r.workers_s - *r.up_s);
   if (r.rdzv_first_s) f.rdzv_first_s.push_back(*r.rdzv_first_s);
   if (r.rdzv_last_s) f.rdzv_last_s.push_back(*r.rdzv_last_s);
   if (!r.ok) {
@@ -347,7 +419,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> backends = {"static", "c10d"};
   int repeat = 3, repeat_large = 1, torchrun_n = 32, torchrun_repeat = 1;
   double timeout_s = 300;
-  bool use_true = false;
+  bool use_true = false, floor = false;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -369,11 +441,12 @@ int main(int argc, char** argv) {
     else if (a == "--timeout") timeout_s = std::stod(next());
     else if (a == "--true") use_true = true;
     else if (a == "--keep") g_keep = true;
+    else if (a == "--floor") floor = true;
     else {
       std::fprintf(stderr,
                    "usage: agents_bench [--agents 2,8,...] [--backend static|c10d|both] "
                    "[--repeat N] [--repeat_large N] [--torchrun N] [--torchrun_repeat N] "
-                   "[--true] [--timeout S] [--keep]\n");
+                   "[--true] [--timeout S] [--keep] [--floor]\n");
       return 2;
     }
   }
@@ -401,6 +474,17 @@ int main(int argc, char** argv) {
         record(f, res, "dlaunch " + backend + " " + std::to_string(n));
       }
       print_row(backend, n, f);
+    }
+    if (floor) {
+      std::vector<double> fl;
+      for (int r = 0; r < (n >= 512 ? repeat_large : repeat); ++r) {
+        if (auto s = fork_exec_floor(n)) fl.push_back(*s);
+      }
+      std::printf(
+          "floor     %5d idle processes woken at once, each fork/exec one stamp_worker: "
+          "last worker started %s%s s after the wake [%zu runs]\n",
+          n, med(fl).c_str(), range(fl).c_str(), fl.size());
+      std::fflush(stdout);
     }
   }
 
