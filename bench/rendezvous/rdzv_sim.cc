@@ -3,18 +3,14 @@
 // process of its own, so the store host's CPU, memory and bytes are measured alone.
 //
 //   rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] [--keep-alive-seconds 5]
-//            [--keep-alive-interval 1] [--no-loss] [--by-op] [--driver fibers|threads]
+//            [--keep-alive-interval 1] [--no-loss] [--by-op]
 //
 // How N agents fit on one host (pid_max is 32,768 here, the fd limit about 20,000 per
 // process): each agent has ONE store connection (its rendezvous, keep-alive and event checks
 // share it; a real agent opens three), agents are spread over processes of at most
-// --per-process agents each, and each agent runs next_rendezvous() only while it joins: with
-// --driver fibers (the default) on a user-space fiber of its process's one epoll loop
-// (fiber_loop.h: the real TcpStoreClient's blocking calls park the fiber, not the thread), with
-// --driver threads on an OS thread of its own with a 256 KiB stack (16,384 threads on a few
-// cores: the scheduler, not the store, then sets the ranked time). Keep-alives are driven by
-// two tickers per process (threads or fibers, as the joins) through
-// DynamicRendezvous::keep_alive_step() (a real agent has a thread for it), and instead
+// --per-process agents each, and each agent runs next_rendezvous() on a thread of its own with
+// a 256 KiB stack only while it joins. Keep-alives are driven by two threads per process
+// through DynamicRendezvous::keep_alive_step() (a real agent has a thread for it), and instead
 // of an EventWatcher thread each agent checks its round's event key once a second (a real
 // watcher renews its blocked WAIT once a second: the same request rate).
 //
@@ -55,7 +51,6 @@
 #include <fmt/format.h>
 
 #include "bench/bench_support.h"
-#include "bench/rendezvous/fiber_loop.h"
 #include "common/log.h"
 #include "rendezvous/handlers/dynamic_rendezvous.h"
 #include "rendezvous/handlers/rendezvous_events.h"
@@ -74,7 +69,6 @@ struct Options {
   int keep_alive_interval = 1;
   bool loss = true;
   bool by_op = false;  // each agent process prints its requests and bytes by operation
-  bool fibers = true;  // --driver fibers (one epoll loop per process) or threads
 };
 
 // Every store call an agent makes, counted (one request on the wire each), with its bytes on
@@ -278,34 +272,27 @@ RendezvousParams agent_params(int n, uint16_t port, int index, const Options& op
   return p;
 }
 
-void join(SimAgent* a, int report_fd, Report::Kind kind) {
-  Report r{};
-  r.agent = a->index;
-  r.t_start = mono_ns();
-  try {
-    auto result = a->rdzv->next_rendezvous();
-    r.kind = kind;
-    r.rank = result.group_rank;
-    r.world = result.group_world_size;
-    r.round = result.round;
-    a->round = result.round;
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "rdzv_sim: agent %d: %s\n", a->index, e.what());
-    r.kind = Report::kFailed;
-  }
-  r.t_done = mono_ns();
-  a->joining = false;
-  send_report(report_fd, r);
-}
-
-// Runs the agent's next_rendezvous() on a thread or fiber of its own (--driver).
-void start_join(SimAgent* a, int report_fd, Report::Kind kind, bool fiber) {
+void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
   a->joining = true;
-  if (fiber) {
-    sim::spawn_fiber([a, report_fd, kind] { join(a, report_fd, kind); });
-  } else {
-    std::thread([a, report_fd, kind] { join(a, report_fd, kind); }).detach();
-  }
+  std::thread([a, report_fd, kind] {
+    Report r{};
+    r.agent = a->index;
+    r.t_start = mono_ns();
+    try {
+      auto result = a->rdzv->next_rendezvous();
+      r.kind = kind;
+      r.rank = result.group_rank;
+      r.world = result.group_world_size;
+      r.round = result.round;
+      a->round = result.round;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "rdzv_sim: agent %d: %s\n", a->index, e.what());
+      r.kind = Report::kFailed;
+    }
+    r.t_done = mono_ns();
+    a->joining = false;
+    send_report(report_fd, r);
+  }).detach();
 }
 
 // One agent process: agents [first, first + count) of N. Commands on `cmd`: 'J' join,
@@ -350,7 +337,7 @@ void start_join(SimAgent* a, int report_fd, Report::Kind kind, bool fiber) {
   std::vector<std::thread> tickers;
   const int kTickers = 2;
   for (int t = 0; t < kTickers; ++t) {
-    auto tick = [&, t] {
+    tickers.emplace_back([&, t] {
       const int64_t tick_ns = int64_t(opt.keep_alive_interval) * 1000000000LL / 4;
       while (!quit) {
         int64_t start = mono_ns();
@@ -364,7 +351,7 @@ void start_join(SimAgent* a, int report_fd, Report::Kind kind, bool fiber) {
               if (start - a.last_event_check >= 1000000000LL) {
                 a.last_event_check = start;
                 if (a.store->check({event_key(DynamicRendezvous::key_prefix("sim"), a.round)})) {
-                  start_join(&a, report_fd, Report::kReformed, opt.fibers);
+                  join_on_thread(&a, report_fd, Report::kReformed);
                 }
               }
             } catch (const std::exception& e) {
@@ -373,41 +360,22 @@ void start_join(SimAgent* a, int report_fd, Report::Kind kind, bool fiber) {
           }
         }
         int64_t left = tick_ns - (mono_ns() - start);
-        if (left <= 0) continue;
-        if (opt.fibers) {
-          sim::fiber_sleep_ns(left);
-        } else {
-          std::this_thread::sleep_for(std::chrono::nanoseconds(left));
-        }
+        if (left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
       }
-    };
-    if (opt.fibers) {
-      sim::spawn_fiber(tick);
-    } else {
-      tickers.emplace_back(tick);
-    }
+    });
   }
 
-  // One command from the driver; false when it says quit (or is gone).
-  auto command = [&]() {
-    char c;
-    if (read(cmd, &c, 1) != 1) return false;
+  char c;
+  while (read(cmd, &c, 1) == 1) {
     if (c == 'J') {
-      for (auto& a : agents) start_join(a.get(), report_fd, Report::kRanked, opt.fibers);
+      for (auto& a : agents) join_on_thread(a.get(), report_fd, Report::kRanked);
     } else if (c == 'K') {
       ticking = true;
     } else if (c == 'C') {
       send_report(report_fd,
                   Report{Report::kRequests, first, 0, 0, 0, 0, 0, g_requests.load(), g_bytes.load()});
     } else if (c == 'Q') {
-      return false;
-    }
-    return true;
-  };
-  if (opt.fibers) {
-    sim::run_fiber_loop(cmd, [&] { quit = quit || !command(); }, [&] { return quit.load(); });
-  } else {
-    while (command()) {
+      break;
     }
   }
   quit = true;
@@ -665,21 +633,10 @@ int main(int argc, char** argv) {
       opt.by_op = true;
     } else if (a == "--no-loss") {
       opt.loss = false;
-    } else if (a == "--driver") {
-      std::string d = next();
-      if (d != "fibers" && d != "threads") {
-        std::fprintf(stderr,
-                     "rdzv_sim: --driver expects 'fibers' (one epoll loop per agent process) or "
-                     "'threads' (a thread per joining agent), got '%s'\n",
-                     d.c_str());
-        return 2;
-      }
-      opt.fibers = d == "fibers";
     } else {
       std::fprintf(stderr,
                    "usage: rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] "
-                   "[--keep-alive-seconds 5] [--keep-alive-interval 1] [--no-loss] [--by-op] "
-                   "[--driver fibers|threads]\n");
+                   "[--keep-alive-seconds 5] [--keep-alive-interval 1] [--no-loss] [--by-op]\n");
       return 2;
     }
   }
