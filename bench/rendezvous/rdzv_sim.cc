@@ -51,6 +51,7 @@
 #include <fmt/format.h>
 
 #include "bench/bench_support.h"
+#include "bench/rendezvous/fiber_loop.h"
 #include "common/log.h"
 #include "rendezvous/handlers/dynamic_rendezvous.h"
 #include "rendezvous/handlers/rendezvous_events.h"
@@ -62,8 +63,11 @@ using dlaunch::bench::mono_ns;
 
 namespace {
 
+enum class Driver { kThreads, kFibers };
+
 struct Options {
   std::vector<int> agents{1024, 4096, 16384};
+  Driver driver = Driver::kFibers;
   int per_process = 4096;
   double keep_alive_seconds = 5;
   int keep_alive_interval = 1;
@@ -272,27 +276,132 @@ RendezvousParams agent_params(int n, uint16_t port, int index, const Options& op
   return p;
 }
 
+// One join by one agent, reported to the driver: the real next_rendezvous(), on whichever
+// thread or fiber calls it.
+void join_now(SimAgent* a, int report_fd, Report::Kind kind) {
+  a->joining = true;
+  Report r{};
+  r.agent = a->index;
+  r.t_start = mono_ns();
+  try {
+    auto result = a->rdzv->next_rendezvous();
+    r.kind = kind;
+    r.rank = result.group_rank;
+    r.world = result.group_world_size;
+    r.round = result.round;
+    a->round = result.round;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rdzv_sim: agent %d: %s\n", a->index, e.what());
+    r.kind = Report::kFailed;
+  }
+  r.t_done = mono_ns();
+  a->joining = false;
+  send_report(report_fd, r);
+}
+
+// One keep-alive tick of an agent that holds a rank: its beat (when due), and once a second a
+// look at its round's event key, a stand-in for the agent's EventWatcher (a real watcher
+// renews its blocked WAIT once a second: the same request rate). True when the event is set:
+// the agent must re-join.
+bool keep_alive_tick(SimAgent& a, int64_t now) {
+  try {
+    a.rdzv->keep_alive_step();
+    if (now - a.last_event_check >= 1000000000LL) {
+      a.last_event_check = now;
+      return a.store->check({event_key(DynamicRendezvous::key_prefix("sim"), a.round)});
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rdzv_sim: agent %d keep-alive: %s\n", a.index, e.what());
+  }
+  return false;
+}
+
 void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
   a->joining = true;
-  std::thread([a, report_fd, kind] {
-    Report r{};
-    r.agent = a->index;
-    r.t_start = mono_ns();
-    try {
-      auto result = a->rdzv->next_rendezvous();
-      r.kind = kind;
-      r.rank = result.group_rank;
-      r.world = result.group_world_size;
-      r.round = result.round;
-      a->round = result.round;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rdzv_sim: agent %d: %s\n", a->index, e.what());
-      r.kind = Report::kFailed;
+  std::thread([a, report_fd, kind] { join_now(a, report_fd, kind); }).detach();
+}
+
+using Agents = std::vector<std::unique_ptr<SimAgent>>;
+
+void report_requests(int report_fd, int first) {
+  send_report(report_fd,
+              Report{Report::kRequests, first, 0, 0, 0, 0, 0, g_requests.load(), g_bytes.load()});
+}
+
+// --driver threads: each agent joins on a thread of its own (256 KiB stack) and two threads
+// tick every agent's keep-alive in turn.
+void drive_with_threads(Agents& agents, int cmd, int report_fd, int first, const Options& opt) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  pthread_setattr_default_np(&attr);  // every std::thread from now on: small stacks
+  std::atomic<bool> ticking{false}, quit{false};
+  std::vector<std::thread> tickers;
+  const int kTickers = 2;
+  for (int t = 0; t < kTickers; ++t) {
+    tickers.emplace_back([&, t] {
+      const int64_t tick_ns = int64_t(opt.keep_alive_interval) * 1000000000LL / 4;
+      while (!quit) {
+        int64_t start = mono_ns();
+        if (ticking) {
+          for (size_t i = t; i < agents.size() && !quit; i += kTickers) {
+            auto& a = *agents[i];
+            if (a.joining || a.round < 0) continue;
+            if (keep_alive_tick(a, start)) join_on_thread(&a, report_fd, Report::kReformed);
+          }
+        }
+        int64_t left = tick_ns - (mono_ns() - start);
+        if (left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
+      }
+    });
+  }
+
+  char c;
+  while (read(cmd, &c, 1) == 1) {
+    if (c == 'J') {
+      for (auto& a : agents) join_on_thread(a.get(), report_fd, Report::kRanked);
+    } else if (c == 'K') {
+      ticking = true;
+    } else if (c == 'C') {
+      report_requests(report_fd, first);
+    } else if (c == 'Q') {
+      break;
     }
-    r.t_done = mono_ns();
-    a->joining = false;
-    send_report(report_fd, r);
-  }).detach();
+  }
+  quit = true;
+  for (auto& t : tickers) t.join();
+}
+
+// --driver fibers: each agent lives on a fiber of its own (fiber_loop.h), joining and then
+// ticking its keep-alive every interval / 4; its store client's socket calls yield to the one
+// epoll loop of the process (fiber_socket_hooks.cc), which also reads the driver's commands.
+void drive_with_fibers(Agents& agents, int cmd, int report_fd, int first, const Options& opt) {
+  sim::FiberLoop loop;
+  bool ticking = false, quit = false;
+  const int64_t tick_ms = int64_t(opt.keep_alive_interval) * 1000 / 4;
+  auto life = [&](SimAgent* a) {
+    join_now(a, report_fd, Report::kRanked);
+    loop.sleep_ms(tick_ms * (a->index % 16) / 16);  // spread the ticks over the interval
+    while (!quit) {
+      loop.sleep_ms(tick_ms);
+      if (quit || !ticking || a->round < 0) continue;
+      if (keep_alive_tick(*a, mono_ns())) join_now(a, report_fd, Report::kReformed);
+    }
+  };
+  loop.run(cmd, [&] {
+    char c = 'Q';
+    if (read(cmd, &c, 1) != 1) c = 'Q';
+    if (c == 'J') {
+      for (auto& a : agents) loop.spawn([&life, a = a.get()] { life(a); });
+    } else if (c == 'K') {
+      ticking = true;
+    } else if (c == 'C') {
+      report_requests(report_fd, first);
+    } else if (c == 'Q') {
+      quit = true;
+      loop.stop();
+    }
+  });
 }
 
 // One agent process: agents [first, first + count) of N. Commands on `cmd`: 'J' join,
@@ -303,10 +412,6 @@ void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
   getrlimit(RLIMIT_NOFILE, &lim);
   lim.rlim_cur = lim.rlim_max;
   setrlimit(RLIMIT_NOFILE, &lim);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
-  pthread_setattr_default_np(&attr);  // every std::thread from now on: small stacks
   // Each agent's result holds N hosts and N worker counts (hundreds of KiB at 16K), which glibc
   // would mmap and unmap per agent: thousands of page faults each, O(N^2) in one host, where a
   // real agent pays it once on its own machine. Kept on the heap, freed blocks are reused.
@@ -333,53 +438,11 @@ void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
   }
   send_report(report_fd, Report{Report::kReady, first, 0, 0, 0, 0, 0, 0, 0});
 
-  std::atomic<bool> ticking{false}, quit{false};
-  std::vector<std::thread> tickers;
-  const int kTickers = 2;
-  for (int t = 0; t < kTickers; ++t) {
-    tickers.emplace_back([&, t] {
-      const int64_t tick_ns = int64_t(opt.keep_alive_interval) * 1000000000LL / 4;
-      while (!quit) {
-        int64_t start = mono_ns();
-        if (ticking) {
-          for (size_t i = t; i < agents.size() && !quit; i += kTickers) {
-            auto& a = *agents[i];
-            if (a.joining || a.round < 0) continue;
-            try {
-              a.rdzv->keep_alive_step();
-              // Stand-in for the agent's EventWatcher: one look at the round's event a second.
-              if (start - a.last_event_check >= 1000000000LL) {
-                a.last_event_check = start;
-                if (a.store->check({event_key(DynamicRendezvous::key_prefix("sim"), a.round)})) {
-                  join_on_thread(&a, report_fd, Report::kReformed);
-                }
-              }
-            } catch (const std::exception& e) {
-              std::fprintf(stderr, "rdzv_sim: agent %d keep-alive: %s\n", a.index, e.what());
-            }
-          }
-        }
-        int64_t left = tick_ns - (mono_ns() - start);
-        if (left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
-      }
-    });
+  if (opt.driver == Driver::kFibers) {
+    drive_with_fibers(agents, cmd, report_fd, first, opt);
+  } else {
+    drive_with_threads(agents, cmd, report_fd, first, opt);
   }
-
-  char c;
-  while (read(cmd, &c, 1) == 1) {
-    if (c == 'J') {
-      for (auto& a : agents) join_on_thread(a.get(), report_fd, Report::kRanked);
-    } else if (c == 'K') {
-      ticking = true;
-    } else if (c == 'C') {
-      send_report(report_fd,
-                  Report{Report::kRequests, first, 0, 0, 0, 0, 0, g_requests.load(), g_bytes.load()});
-    } else if (c == 'Q') {
-      break;
-    }
-  }
-  quit = true;
-  for (auto& t : tickers) t.join();
   if (opt.by_op) {
     for (int op = 0; op < kNumOps; ++op) {
       if (g_op_count[op] == 0) continue;
@@ -629,6 +692,14 @@ int main(int argc, char** argv) {
       opt.keep_alive_seconds = std::stod(next());
     } else if (a == "--keep-alive-interval") {
       opt.keep_alive_interval = std::stoi(next());
+    } else if (a == "--driver") {
+      std::string d = next();
+      if (d != "threads" && d != "fibers") {
+        std::fprintf(stderr, "rdzv_sim: --driver expects 'threads' or 'fibers', got '%s'\n",
+                     d.c_str());
+        return 2;
+      }
+      opt.driver = d == "threads" ? Driver::kThreads : Driver::kFibers;
     } else if (a == "--by-op") {
       opt.by_op = true;
     } else if (a == "--no-loss") {
@@ -636,7 +707,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] "
-                   "[--keep-alive-seconds 5] [--keep-alive-interval 1] [--no-loss] [--by-op]\n");
+                   "[--keep-alive-seconds 5] [--keep-alive-interval 1] [--driver fibers|threads] "
+                   "[--no-loss] [--by-op]\n");
       return 2;
     }
   }
