@@ -26,7 +26,8 @@
 // (counted by the agents) through the store,
 // keep-alive requests/s and store CPU/s while idle, time to re-form after the loss. Then one
 // line per N starting with N, and the growth exponents fitted (least squares on log-log) over
-// the sweep. Exit 0 only when every agent of every N got a rank, and a distinct one.
+// the sweep. Exit 0 only when every agent of every N got a rank, and a distinct one (and, with
+// the loss, every survivor re-formed).
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -227,6 +228,7 @@ HostUsage usage_of(pid_t pid) {
     std::string line;
     std::getline(f, line);
     auto rp = line.rfind(')');
+    if (rp == std::string::npos) return u;  // the process is gone (the killed agent)
     std::istringstream rest(line.substr(rp + 2));
     std::string field;
     std::vector<std::string> fields;
@@ -462,6 +464,7 @@ struct Result {
   int ranked = 0;
   double t_first_join_to_all = 0, t_last_join_to_all = 0;
   double round_cpu_s = 0, hwm_mib = 0;
+  double agents_round_cpu_s = 0, agents_hwm_mib = 0;  // the simulator's own cost, all processes
   int64_t round_bytes = 0, round_requests = 0;
   double ka_requests_per_s = 0, ka_cpu_per_s = 0;
   double reform_s = -1;
@@ -502,6 +505,18 @@ Traffic total_requests(const std::vector<AgentProcess>& procs, int report_fd) {
       total.bytes += r.bytes;
       ++got;
     }
+  }
+  return total;
+}
+
+// The agent processes' CPU seconds so far and peak RSS, summed (the killed one once gone is
+// not counted: it holds one agent).
+HostUsage usage_of_agents(const std::vector<AgentProcess>& procs) {
+  HostUsage total;
+  for (const auto& p : procs) {
+    HostUsage u = usage_of(p.pid);
+    total.cpu_s += u.cpu_s;
+    total.hwm_mib += u.hwm_mib;
   }
   return total;
 }
@@ -547,6 +562,7 @@ Result run_n(int n, const Options& opt) {
 
   // The round.
   HostUsage before = usage_of(host.pid);
+  HostUsage agents_before = usage_of_agents(procs);
   Traffic traffic_before = total_requests(procs, rep[0]);
   tell_all(procs, 'J');
   std::vector<int> rank_owner(n, -1);
@@ -569,6 +585,7 @@ Result run_n(int n, const Options& opt) {
     }
   }
   HostUsage after = usage_of(host.pid);
+  res.agents_round_cpu_s = usage_of_agents(procs).cpu_s - agents_before.cpu_s;
   if (!joins.empty()) {
     std::sort(joins.begin(), joins.end());
     std::sort(dones.begin(), dones.end());
@@ -637,6 +654,7 @@ Result run_n(int n, const Options& opt) {
     }
   }
   res.hwm_mib = usage_of(host.pid).hwm_mib;
+  res.agents_hwm_mib = usage_of_agents(procs).hwm_mib;
   tell_all(procs, 'Q');
   for (const auto& p : procs) {
     ::close(p.cmd);
@@ -719,15 +737,17 @@ int main(int argc, char** argv) {
   for (int n : opt.agents) {
     Result r = run_n(n, opt);
     results.push_back(r);
-    all_ok = all_ok && r.ok;
+    all_ok = all_ok && r.ok && (!opt.loss || r.reform_s >= 0);  // and the survivors re-formed
     std::printf(
         "N=%d: %d/%d agents ranked%s; first join -> all ranked %.3f s (last join -> all %.3f s)\n"
         "  store host: %.3f CPU-s for the round, peak RSS %.1f MiB, %.2f MB and %lld requests "
         "through it\n"
+        "  agent processes (the simulator's own cost): %.3f CPU-s for the round, peak RSS %.1f "
+        "MiB in all\n"
         "  keep-alive: %.0f requests/s, %.3f store CPU-s/s; re-form after a loss: %s\n  %s\n",
         n, r.ranked, n, r.ok ? "" : " (FAILED)", r.t_first_join_to_all, r.t_last_join_to_all,
         r.round_cpu_s, r.hwm_mib, r.round_bytes / 1e6, static_cast<long long>(r.round_requests),
-        r.ka_requests_per_s, r.ka_cpu_per_s,
+        r.agents_round_cpu_s, r.agents_hwm_mib, r.ka_requests_per_s, r.ka_cpu_per_s,
         r.reform_s >= 0
             ? fmt::format("{:.3f} s ({} survivors)", r.reform_s, r.reformed).c_str()
             : fmt::format("FAILED ({} of {} survivors re-formed within 300 s)", r.reformed, n - 1)
