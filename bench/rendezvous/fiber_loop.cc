@@ -52,7 +52,9 @@ FiberLoop::~FiberLoop() {
   ::close(epoll_fd_);
 }
 
-FiberLoop* FiberLoop::current() { return t_loop; }
+FiberLoop* FiberLoop::current() {
+  return t_loop;
+}
 
 void FiberLoop::spawn(std::function<void()> body) {
   auto f = std::make_unique<Fiber>();
@@ -115,7 +117,9 @@ bool FiberLoop::wait_fd(int fd, uint32_t epoll_events, int timeout_ms) {
   return by_io;
 }
 
-void FiberLoop::sleep_ms(int64_t ms) { park(ms); }
+void FiberLoop::sleep_ms(int64_t ms) {
+  park(ms);
+}
 
 void FiberLoop::run(int watched_fd, const std::function<void()>& on_readable) {
   epoll_event ev{};
@@ -134,7 +138,8 @@ void FiberLoop::run(int watched_fd, const std::function<void()>& on_readable) {
     int64_t now = bench::mono_ns();
     int timeout = -1;
     if (!timers_.empty()) {
-      timeout = static_cast<int>(std::max<int64_t>(0, (timers_.top().at_ns - now + 999999) / 1000000));
+      timeout =
+          static_cast<int>(std::max<int64_t>(0, (timers_.top().at_ns - now + 999999) / 1000000));
     }
     int n = epoll_wait(epoll_fd_, events.data(), static_cast<int>(events.size()), timeout);
     if (n < 0 && errno != EINTR) throw SystemError("rdzv_sim: epoll_wait failed");

@@ -39,7 +39,8 @@ uint32_t epoll_events_of(short poll_events) {
 
 extern "C" ssize_t recv(int fd, void* buf, size_t len, int flags) {
   FiberLoop* loop = FiberLoop::current();
-  if (loop == nullptr || (flags & MSG_DONTWAIT)) return recvfrom(fd, buf, len, flags, nullptr, nullptr);
+  if (loop == nullptr || (flags & MSG_DONTWAIT))
+    return recvfrom(fd, buf, len, flags, nullptr, nullptr);
   for (;;) {
     ssize_t r = recvfrom(fd, buf, len, flags | MSG_DONTWAIT, nullptr, nullptr);
     if (r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return r;
@@ -71,7 +72,8 @@ extern "C" int poll(struct pollfd* fds, nfds_t nfds, int timeout) {
     return ppoll(fds, nfds, timeout < 0 ? nullptr : &ts, nullptr);
   }
   // One fd (all TcpStoreClient polls): look, then yield until it is ready or time is up.
-  const int64_t deadline = timeout < 0 ? -1 : dlaunch::bench::mono_ns() + int64_t(timeout) * 1000000;
+  const int64_t deadline =
+      timeout < 0 ? -1 : dlaunch::bench::mono_ns() + int64_t(timeout) * 1000000;
   for (;;) {
     timespec zero{0, 0};
     int r = ppoll(fds, 1, &zero, nullptr);

@@ -3,16 +3,24 @@
 // process of its own, so the store host's CPU, memory and bytes are measured alone.
 //
 //   rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] [--keep-alive-seconds 5]
-//            [--keep-alive-interval 1] [--no-loss] [--by-op]
+//            [--keep-alive-interval 1] [--driver fibers|threads] [--no-loss] [--by-op]
 //
 // How N agents fit on one host (pid_max is 32,768 here, the fd limit about 20,000 per
 // process): each agent has ONE store connection (its rendezvous, keep-alive and event checks
-// share it; a real agent opens three), agents are spread over processes of at most
-// --per-process agents each, and each agent runs next_rendezvous() on a thread of its own with
-// a 256 KiB stack only while it joins. Keep-alives are driven by two threads per process
-// through DynamicRendezvous::keep_alive_step() (a real agent has a thread for it), and instead
-// of an EventWatcher thread each agent checks its round's event key once a second (a real
-// watcher renews its blocked WAIT once a second: the same request rate).
+// share it; a real agent opens three), and agents are spread over processes of at most
+// --per-process agents each. Keep-alives go through DynamicRendezvous::keep_alive_step() (a
+// real agent has a thread for it), and instead of an EventWatcher thread each agent checks its
+// round's event key once a second (a real watcher renews its blocked WAIT once a second: the
+// same request rate). Two drivers run the agents, the same state machine and store client:
+//   fibers (default): each agent lives on a fiber (fiber_loop.h, a 256 KiB mmap'd stack) of
+//     its process's one thread; its store client's socket calls yield to the process's epoll
+//     loop (fiber_socket_hooks.cc), so the simulator's cost is its agents' work, not 16,384
+//     scheduled threads. Each agent ticks its own keep-alive every interval / 4. The state
+//     machine reads time from the clock and waits only in store calls, which yield; its one
+//     other wait (200 ms on its condition variable before retrying after a store error) would
+//     hold the whole process, and happens only on errors, which the run reports.
+//   threads: each agent runs next_rendezvous() on a thread of its own (256 KiB stack) only
+//     while it joins; two threads per process tick every agent's keep-alive in turn.
 //
 // Phases, per N: every agent connects; "go": all join at once (--nnodes N-1:N, so the round
 // closes at N arrivals); every agent reports its rank; keep-alives run for
@@ -23,9 +31,10 @@
 //
 // Printed per N: time from the first join to every agent knowing its rank (and from the last
 // join), the store host's CPU seconds for the round and its peak RSS, bytes and requests
-// (counted by the agents) through the store,
-// keep-alive requests/s and store CPU/s while idle, time to re-form after the loss. Then one
-// line per N starting with N, and the growth exponents fitted (least squares on log-log) over
+// (counted by the agents) through the store, the agent processes' own CPU seconds for the
+// round and peak RSS (the simulator's cost), keep-alive requests/s and store CPU/s while idle,
+// time to re-form after the loss. Then one line per N starting with N, and the growth
+// exponents fitted (least squares on log-log) over
 // the sweep. Exit 0 only when every agent of every N got a rank, and a distinct one (and, with
 // the loss, every survivor re-formed).
 #include <malloc.h>
