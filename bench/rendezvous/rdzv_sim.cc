@@ -393,8 +393,17 @@ void drive_with_fibers(Agents& agents, int cmd, int report_fd, int first, const 
   auto life = [&](SimAgent* a) {
     join_now(a, report_fd, Report::kRanked);
     loop.sleep_ms(tick_ms * (a->index % 16) / 16);  // spread the ticks over the interval
+    // A tick every tick_ms from the last one's start (as the thread driver's tickers), so a
+    // slow step does not stretch the beats.
+    int64_t next = mono_ns();
     while (!quit) {
-      loop.sleep_ms(tick_ms);
+      next += tick_ms * 1000000;
+      int64_t now = mono_ns();
+      if (next > now) {
+        loop.sleep_ms((next - now) / 1000000);
+      } else {
+        next = now;  // behind: tick at once, and count the interval from here
+      }
       if (quit || !ticking || a->round < 0) continue;
       if (keep_alive_tick(*a, mono_ns())) join_now(a, report_fd, Report::kReformed);
     }
