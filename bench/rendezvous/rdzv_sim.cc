@@ -3,16 +3,24 @@
 // process of its own, so the store host's CPU, memory and bytes are measured alone.
 //
 //   rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] [--keep-alive-seconds 5]
-//            [--keep-alive-interval 1] [--no-loss] [--by-op]
+//            [--keep-alive-interval 1] [--driver fibers|threads] [--no-loss] [--by-op]
 //
 // How N agents fit on one host (pid_max is 32,768 here, the fd limit about 20,000 per
 // process): each agent has ONE store connection (its rendezvous, keep-alive and event checks
-// share it; a real agent opens three), agents are spread over processes of at most
-// --per-process agents each, and each agent runs next_rendezvous() on a thread of its own with
-// a 256 KiB stack only while it joins. Keep-alives are driven by two threads per process
-// through DynamicRendezvous::keep_alive_step() (a real agent has a thread for it), and instead
-// of an EventWatcher thread each agent checks its round's event key once a second (a real
-// watcher renews its blocked WAIT once a second: the same request rate).
+// share it; a real agent opens three), and agents are spread over processes of at most
+// --per-process agents each. Keep-alives go through DynamicRendezvous::keep_alive_step() (a
+// real agent has a thread for it), and instead of an EventWatcher thread each agent checks its
+// round's event key once a second (a real watcher renews its blocked WAIT once a second: the
+// same request rate). Two drivers run the agents, the same state machine and store client:
+//   fibers (default): each agent lives on a fiber (fiber_loop.h, a 256 KiB mmap'd stack) of
+//     its process's one thread; its store client's socket calls yield to the process's epoll
+//     loop (fiber_socket_hooks.cc), so the simulator's cost is its agents' work, not 16,384
+//     scheduled threads. Each agent ticks its own keep-alive every interval / 4. The state
+//     machine reads time from the clock and waits only in store calls, which yield; its one
+//     other wait (200 ms on its condition variable before retrying after a store error) would
+//     hold the whole process, and happens only on errors, which the run reports.
+//   threads: each agent runs next_rendezvous() on a thread of its own (256 KiB stack) only
+//     while it joins; two threads per process tick every agent's keep-alive in turn.
 //
 // Phases, per N: every agent connects; "go": all join at once (--nnodes N-1:N, so the round
 // closes at N arrivals); every agent reports its rank; keep-alives run for
@@ -23,10 +31,12 @@
 //
 // Printed per N: time from the first join to every agent knowing its rank (and from the last
 // join), the store host's CPU seconds for the round and its peak RSS, bytes and requests
-// (counted by the agents) through the store,
-// keep-alive requests/s and store CPU/s while idle, time to re-form after the loss. Then one
-// line per N starting with N, and the growth exponents fitted (least squares on log-log) over
-// the sweep. Exit 0 only when every agent of every N got a rank, and a distinct one.
+// (counted by the agents) through the store, the agent processes' own CPU seconds for the
+// round and peak RSS (the simulator's cost), keep-alive requests/s and store CPU/s while idle,
+// time to re-form after the loss. Then one line per N starting with N, and the growth
+// exponents fitted (least squares on log-log) over
+// the sweep. Exit 0 only when every agent of every N got a rank, and a distinct one (and, with
+// the loss, every survivor re-formed).
 #include <malloc.h>
 #include <pthread.h>
 #include <signal.h>
@@ -51,6 +61,7 @@
 #include <fmt/format.h>
 
 #include "bench/bench_support.h"
+#include "bench/rendezvous/fiber_loop.h"
 #include "common/log.h"
 #include "rendezvous/handlers/dynamic_rendezvous.h"
 #include "rendezvous/handlers/rendezvous_events.h"
@@ -62,8 +73,11 @@ using dlaunch::bench::mono_ns;
 
 namespace {
 
+enum class Driver { kThreads, kFibers };
+
 struct Options {
   std::vector<int> agents{1024, 4096, 16384};
+  Driver driver = Driver::kFibers;
   int per_process = 4096;
   double keep_alive_seconds = 5;
   int keep_alive_interval = 1;
@@ -223,6 +237,7 @@ HostUsage usage_of(pid_t pid) {
     std::string line;
     std::getline(f, line);
     auto rp = line.rfind(')');
+    if (rp == std::string::npos) return u;  // the process is gone (the killed agent)
     std::istringstream rest(line.substr(rp + 2));
     std::string field;
     std::vector<std::string> fields;
@@ -272,27 +287,141 @@ RendezvousParams agent_params(int n, uint16_t port, int index, const Options& op
   return p;
 }
 
+// One join by one agent, reported to the driver: the real next_rendezvous(), on whichever
+// thread or fiber calls it.
+void join_now(SimAgent* a, int report_fd, Report::Kind kind) {
+  a->joining = true;
+  Report r{};
+  r.agent = a->index;
+  r.t_start = mono_ns();
+  try {
+    auto result = a->rdzv->next_rendezvous();
+    r.kind = kind;
+    r.rank = result.group_rank;
+    r.world = result.group_world_size;
+    r.round = result.round;
+    a->round = result.round;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rdzv_sim: agent %d: %s\n", a->index, e.what());
+    r.kind = Report::kFailed;
+  }
+  r.t_done = mono_ns();
+  a->joining = false;
+  send_report(report_fd, r);
+}
+
+// One keep-alive tick of an agent that holds a rank: its beat (when due), and once a second a
+// look at its round's event key, a stand-in for the agent's EventWatcher (a real watcher
+// renews its blocked WAIT once a second: the same request rate). True when the event is set:
+// the agent must re-join.
+bool keep_alive_tick(SimAgent& a, int64_t now) {
+  try {
+    a.rdzv->keep_alive_step();
+    if (now - a.last_event_check >= 1000000000LL) {
+      a.last_event_check = now;
+      return a.store->check({event_key(DynamicRendezvous::key_prefix("sim"), a.round)});
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rdzv_sim: agent %d keep-alive: %s\n", a.index, e.what());
+  }
+  return false;
+}
+
 void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
   a->joining = true;
-  std::thread([a, report_fd, kind] {
-    Report r{};
-    r.agent = a->index;
-    r.t_start = mono_ns();
-    try {
-      auto result = a->rdzv->next_rendezvous();
-      r.kind = kind;
-      r.rank = result.group_rank;
-      r.world = result.group_world_size;
-      r.round = result.round;
-      a->round = result.round;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "rdzv_sim: agent %d: %s\n", a->index, e.what());
-      r.kind = Report::kFailed;
+  std::thread([a, report_fd, kind] { join_now(a, report_fd, kind); }).detach();
+}
+
+using Agents = std::vector<std::unique_ptr<SimAgent>>;
+
+void report_requests(int report_fd, int first) {
+  send_report(report_fd,
+              Report{Report::kRequests, first, 0, 0, 0, 0, 0, g_requests.load(), g_bytes.load()});
+}
+
+// --driver threads: each agent joins on a thread of its own (256 KiB stack) and two threads
+// tick every agent's keep-alive in turn.
+void drive_with_threads(Agents& agents, int cmd, int report_fd, int first, const Options& opt) {
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setstacksize(&attr, 256 * 1024);
+  pthread_setattr_default_np(&attr);  // every std::thread from now on: small stacks
+  std::atomic<bool> ticking{false}, quit{false};
+  std::vector<std::thread> tickers;
+  const int kTickers = 2;
+  for (int t = 0; t < kTickers; ++t) {
+    tickers.emplace_back([&, t] {
+      const int64_t tick_ns = int64_t(opt.keep_alive_interval) * 1000000000LL / 4;
+      while (!quit) {
+        int64_t start = mono_ns();
+        if (ticking) {
+          for (size_t i = t; i < agents.size() && !quit; i += kTickers) {
+            auto& a = *agents[i];
+            if (a.joining || a.round < 0) continue;
+            if (keep_alive_tick(a, start)) join_on_thread(&a, report_fd, Report::kReformed);
+          }
+        }
+        int64_t left = tick_ns - (mono_ns() - start);
+        if (left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
+      }
+    });
+  }
+
+  char c;
+  while (read(cmd, &c, 1) == 1) {
+    if (c == 'J') {
+      for (auto& a : agents) join_on_thread(a.get(), report_fd, Report::kRanked);
+    } else if (c == 'K') {
+      ticking = true;
+    } else if (c == 'C') {
+      report_requests(report_fd, first);
+    } else if (c == 'Q') {
+      break;
     }
-    r.t_done = mono_ns();
-    a->joining = false;
-    send_report(report_fd, r);
-  }).detach();
+  }
+  quit = true;
+  for (auto& t : tickers) t.join();
+}
+
+// --driver fibers: each agent lives on a fiber of its own (fiber_loop.h), joining and then
+// ticking its keep-alive every interval / 4; its store client's socket calls yield to the one
+// epoll loop of the process (fiber_socket_hooks.cc), which also reads the driver's commands.
+void drive_with_fibers(Agents& agents, int cmd, int report_fd, int first, const Options& opt) {
+  sim::FiberLoop loop;
+  bool ticking = false, quit = false;
+  const int64_t tick_ms = int64_t(opt.keep_alive_interval) * 1000 / 4;
+  auto life = [&](SimAgent* a) {
+    join_now(a, report_fd, Report::kRanked);
+    loop.sleep_ms(tick_ms * (a->index % 16) / 16);  // spread the ticks over the interval
+    // A tick every tick_ms from the last one's start (as the thread driver's tickers), so a
+    // slow step does not stretch the beats.
+    int64_t next = mono_ns();
+    while (!quit) {
+      next += tick_ms * 1000000;
+      int64_t now = mono_ns();
+      if (next > now) {
+        loop.sleep_ms((next - now) / 1000000);
+      } else {
+        next = now;  // behind: tick at once, and count the interval from here
+      }
+      if (quit || !ticking || a->round < 0) continue;
+      if (keep_alive_tick(*a, mono_ns())) join_now(a, report_fd, Report::kReformed);
+    }
+  };
+  loop.run(cmd, [&] {
+    char c = 'Q';
+    if (read(cmd, &c, 1) != 1) c = 'Q';
+    if (c == 'J') {
+      for (auto& a : agents) loop.spawn([&life, a = a.get()] { life(a); });
+    } else if (c == 'K') {
+      ticking = true;
+    } else if (c == 'C') {
+      report_requests(report_fd, first);
+    } else if (c == 'Q') {
+      quit = true;
+      loop.stop();
+    }
+  });
 }
 
 // One agent process: agents [first, first + count) of N. Commands on `cmd`: 'J' join,
@@ -303,10 +432,6 @@ void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
   getrlimit(RLIMIT_NOFILE, &lim);
   lim.rlim_cur = lim.rlim_max;
   setrlimit(RLIMIT_NOFILE, &lim);
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setstacksize(&attr, 256 * 1024);
-  pthread_setattr_default_np(&attr);  // every std::thread from now on: small stacks
   // Each agent's result holds N hosts and N worker counts (hundreds of KiB at 16K), which glibc
   // would mmap and unmap per agent: thousands of page faults each, O(N^2) in one host, where a
   // real agent pays it once on its own machine. Kept on the heap, freed blocks are reused.
@@ -333,53 +458,11 @@ void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
   }
   send_report(report_fd, Report{Report::kReady, first, 0, 0, 0, 0, 0, 0, 0});
 
-  std::atomic<bool> ticking{false}, quit{false};
-  std::vector<std::thread> tickers;
-  const int kTickers = 2;
-  for (int t = 0; t < kTickers; ++t) {
-    tickers.emplace_back([&, t] {
-      const int64_t tick_ns = int64_t(opt.keep_alive_interval) * 1000000000LL / 4;
-      while (!quit) {
-        int64_t start = mono_ns();
-        if (ticking) {
-          for (size_t i = t; i < agents.size() && !quit; i += kTickers) {
-            auto& a = *agents[i];
-            if (a.joining || a.round < 0) continue;
-            try {
-              a.rdzv->keep_alive_step();
-              // Stand-in for the agent's EventWatcher: one look at the round's event a second.
-              if (start - a.last_event_check >= 1000000000LL) {
-                a.last_event_check = start;
-                if (a.store->check({event_key(DynamicRendezvous::key_prefix("sim"), a.round)})) {
-                  join_on_thread(&a, report_fd, Report::kReformed);
-                }
-              }
-            } catch (const std::exception& e) {
-              std::fprintf(stderr, "rdzv_sim: agent %d keep-alive: %s\n", a.index, e.what());
-            }
-          }
-        }
-        int64_t left = tick_ns - (mono_ns() - start);
-        if (left > 0) std::this_thread::sleep_for(std::chrono::nanoseconds(left));
-      }
-    });
+  if (opt.driver == Driver::kFibers) {
+    drive_with_fibers(agents, cmd, report_fd, first, opt);
+  } else {
+    drive_with_threads(agents, cmd, report_fd, first, opt);
   }
-
-  char c;
-  while (read(cmd, &c, 1) == 1) {
-    if (c == 'J') {
-      for (auto& a : agents) join_on_thread(a.get(), report_fd, Report::kRanked);
-    } else if (c == 'K') {
-      ticking = true;
-    } else if (c == 'C') {
-      send_report(report_fd,
-                  Report{Report::kRequests, first, 0, 0, 0, 0, 0, g_requests.load(), g_bytes.load()});
-    } else if (c == 'Q') {
-      break;
-    }
-  }
-  quit = true;
-  for (auto& t : tickers) t.join();
   if (opt.by_op) {
     for (int op = 0; op < kNumOps; ++op) {
       if (g_op_count[op] == 0) continue;
@@ -399,6 +482,7 @@ struct Result {
   int ranked = 0;
   double t_first_join_to_all = 0, t_last_join_to_all = 0;
   double round_cpu_s = 0, hwm_mib = 0;
+  double agents_round_cpu_s = 0, agents_hwm_mib = 0;  // the simulator's own cost, all processes
   int64_t round_bytes = 0, round_requests = 0;
   double ka_requests_per_s = 0, ka_cpu_per_s = 0;
   double reform_s = -1;
@@ -439,6 +523,18 @@ Traffic total_requests(const std::vector<AgentProcess>& procs, int report_fd) {
       total.bytes += r.bytes;
       ++got;
     }
+  }
+  return total;
+}
+
+// The agent processes' CPU seconds so far and peak RSS, summed (the killed one once gone is
+// not counted: it holds one agent).
+HostUsage usage_of_agents(const std::vector<AgentProcess>& procs) {
+  HostUsage total;
+  for (const auto& p : procs) {
+    HostUsage u = usage_of(p.pid);
+    total.cpu_s += u.cpu_s;
+    total.hwm_mib += u.hwm_mib;
   }
   return total;
 }
@@ -484,6 +580,7 @@ Result run_n(int n, const Options& opt) {
 
   // The round.
   HostUsage before = usage_of(host.pid);
+  HostUsage agents_before = usage_of_agents(procs);
   Traffic traffic_before = total_requests(procs, rep[0]);
   tell_all(procs, 'J');
   std::vector<int> rank_owner(n, -1);
@@ -506,6 +603,7 @@ Result run_n(int n, const Options& opt) {
     }
   }
   HostUsage after = usage_of(host.pid);
+  res.agents_round_cpu_s = usage_of_agents(procs).cpu_s - agents_before.cpu_s;
   if (!joins.empty()) {
     std::sort(joins.begin(), joins.end());
     std::sort(dones.begin(), dones.end());
@@ -574,6 +672,7 @@ Result run_n(int n, const Options& opt) {
     }
   }
   res.hwm_mib = usage_of(host.pid).hwm_mib;
+  res.agents_hwm_mib = usage_of_agents(procs).hwm_mib;
   tell_all(procs, 'Q');
   for (const auto& p : procs) {
     ::close(p.cmd);
@@ -629,6 +728,14 @@ int main(int argc, char** argv) {
       opt.keep_alive_seconds = std::stod(next());
     } else if (a == "--keep-alive-interval") {
       opt.keep_alive_interval = std::stoi(next());
+    } else if (a == "--driver") {
+      std::string d = next();
+      if (d != "threads" && d != "fibers") {
+        std::fprintf(stderr, "rdzv_sim: --driver expects 'threads' or 'fibers', got '%s'\n",
+                     d.c_str());
+        return 2;
+      }
+      opt.driver = d == "threads" ? Driver::kThreads : Driver::kFibers;
     } else if (a == "--by-op") {
       opt.by_op = true;
     } else if (a == "--no-loss") {
@@ -636,7 +743,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] "
-                   "[--keep-alive-seconds 5] [--keep-alive-interval 1] [--no-loss] [--by-op]\n");
+                   "[--keep-alive-seconds 5] [--keep-alive-interval 1] [--driver fibers|threads] "
+                   "[--no-loss] [--by-op]\n");
       return 2;
     }
   }
@@ -647,15 +755,17 @@ int main(int argc, char** argv) {
   for (int n : opt.agents) {
     Result r = run_n(n, opt);
     results.push_back(r);
-    all_ok = all_ok && r.ok;
+    all_ok = all_ok && r.ok && (!opt.loss || r.reform_s >= 0);  // and the survivors re-formed
     std::printf(
         "N=%d: %d/%d agents ranked%s; first join -> all ranked %.3f s (last join -> all %.3f s)\n"
         "  store host: %.3f CPU-s for the round, peak RSS %.1f MiB, %.2f MB and %lld requests "
         "through it\n"
+        "  agent processes (the simulator's own cost): %.3f CPU-s for the round, peak RSS %.1f "
+        "MiB in all\n"
         "  keep-alive: %.0f requests/s, %.3f store CPU-s/s; re-form after a loss: %s\n  %s\n",
         n, r.ranked, n, r.ok ? "" : " (FAILED)", r.t_first_join_to_all, r.t_last_join_to_all,
         r.round_cpu_s, r.hwm_mib, r.round_bytes / 1e6, static_cast<long long>(r.round_requests),
-        r.ka_requests_per_s, r.ka_cpu_per_s,
+        r.agents_round_cpu_s, r.agents_hwm_mib, r.ka_requests_per_s, r.ka_cpu_per_s,
         r.reform_s >= 0
             ? fmt::format("{:.3f} s ({} survivors)", r.reform_s, r.reformed).c_str()
             : fmt::format("FAILED ({} of {} survivors re-formed within 300 s)", r.reformed, n - 1)
