@@ -10,7 +10,9 @@ constexpr size_t kSmallGranule = 512;
 constexpr size_t kLargeThreshold = size_t{1} << 20;
 constexpr size_t kLargeGranule = size_t{128} << 10;
 
-size_t round_up(size_t bytes, size_t granule) { return (bytes + granule - 1) / granule * granule; }
+size_t round_up(size_t bytes, size_t granule) {
+  return (bytes + granule - 1) / granule * granule;
+}
 }  // namespace
 
 size_t CachingAllocator::rounded_size(size_t bytes) {
@@ -66,8 +68,9 @@ void CachingAllocator::free(void* block) {
   std::lock_guard<std::mutex> lock(mutex_);
   auto it = in_use_.find(block);
   if (it == in_use_.end()) {
-    throw std::logic_error("CachingAllocator::free: the block was not allocated by this cache "
-                           "or was freed twice");
+    throw std::logic_error(
+        "CachingAllocator::free: the block was not allocated by this cache "
+        "or was freed twice");
   }
   const BlockInfo info = it->second;
   in_use_.erase(it);

@@ -26,8 +26,8 @@ struct UnderlyingAllocator {
 using StreamId = std::uintptr_t;
 
 struct CachingAllocatorStats {
-  size_t bytes_in_use = 0;        // rounded sizes of the blocks handed out and not yet freed
-  size_t bytes_cached = 0;        // freed blocks the cache holds for reuse
+  size_t bytes_in_use = 0;  // rounded sizes of the blocks handed out and not yet freed
+  size_t bytes_cached = 0;  // freed blocks the cache holds for reuse
   size_t underlying_allocations = 0;
   size_t underlying_releases = 0;
   size_t served_from_cache = 0;  // allocations that reused a cached block

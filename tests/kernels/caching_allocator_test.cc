@@ -102,7 +102,7 @@ TEST(CachingAllocator, ReleasesTheCacheAndRetriesWhenOutOfMemory) {
   FakeDevice device;
   device.limit = 4096;
   CachingAllocator cache(device.allocator());
-  cache.free(cache.allocate(3000, 0));  // 3072 bytes cached
+  cache.free(cache.allocate(3000, 0));    // 3072 bytes cached
   void* other = cache.allocate(2048, 0);  // does not fit beside the cached block
   EXPECT_EQ(device.releases, 1u);
   EXPECT_EQ(cache.stats().bytes_cached, 0u);
