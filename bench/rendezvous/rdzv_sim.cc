@@ -701,7 +701,7 @@ Result run_n(int n, const Options& opt) {
       }
     }
   }
-  res.hwm_mib = usage_of(host.pid, /*precise=*/true).hwm_mib;
+  res.hwm_mib = usage_of(host.pid).hwm_mib;
   res.agents_hwm_mib = usage_of_agents(procs).hwm_mib;
   tell_all(procs, 'Q');
   for (const auto& p : procs) {
