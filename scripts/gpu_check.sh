@@ -3,6 +3,11 @@
 #
 #   here, no GPU needed:  scripts/gpu_check.sh --bundle FILE.tar.gz [--build DIR] [--with-cifar]
 #   on the GPU machine:   scripts/gpu_check.sh --run FILE.tar.gz --out DIR [--sanitize]
+#   benchmarks there:     scripts/gpu_check.sh --run FILE.tar.gz --bench [SECTIONS] --out DIR
+# --bench runs bench/gpu/gpu_bench.py instead of the checks: dtrain beside PyTorch 2.x on the same
+# GPU (SECTIONS: throughput,accuracy,long,profile, default all; accuracy and long need a bundle
+# made --with-cifar), writing DIR/bench.md and DIR/bench.json. All sections take longer than one
+# 10-minute call: run throughput,profile in one and accuracy (then long) in the next.
 # FILE.tar.xz instead packs in a minute rather than seconds and is 40% smaller (24 MiB against
 # 41 MiB without CIFAR-10): with --with-cifar only the .tar.xz fits a call.
 #
@@ -17,7 +22,7 @@
 set -euo pipefail
 
 usage() {
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 }
 
@@ -79,7 +84,8 @@ make_bundle() {
   for f in "$root"/lib/*; do patchelf --set-rpath '$ORIGIN' "$f"; done
   cp "$repo/scripts/gpu_check.sh" "$root/scripts/"
   cp "$repo/tests/compat/ddp_train.py" "$repo/tests/compat/ddp_hang.py" \
-    "$repo/bench/train/torch_ddp_bench.py" "$repo/bench/train/torch_resnet.py" "$root/python/"
+    "$repo/bench/train/torch_ddp_bench.py" "$repo/bench/train/torch_resnet.py" \
+    "$repo"/bench/gpu/*.py "$root/python/"
   # dlaunch's hooks for Python workers, where dlaunch looks for them (launcher/python_hooks.h).
   mkdir -p "$root/share/dlaunch/python"
   cp "$repo/python/dlaunch_hooks/sitecustomize.py" "$root/share/dlaunch/python/"
@@ -359,6 +365,17 @@ gpu_speed() {
   printf 'ResNet-18 width 64 batch 512 img/s: %s| torch fp32 %.0f, torch bf16+channels_last %.0f\n' "$ours" "$torch32" "$torch16"
 }
 
+# The benchmarks (bench/gpu/gpu_bench.py): figures only, no threshold; FAIL when a run failed.
+gpu_bench() {
+  have_gpu || { echo "no GPU"; return 77; }
+  local archive=() rc=0
+  [[ -f $root/data/cifar-10-jpeg.tar.gz ]] && archive=(--archive "$root/data/cifar-10-jpeg.tar.gz")
+  "$(python_bin)" "$root/python/gpu_bench.py" --dtrain "$root/bin/dtrain" --out "$out" \
+    --python "$(python_bin)" --sections "$bench_sections" "${archive[@]}" || rc=$?
+  echo "sections $bench_sections: tables in $out/bench.md"
+  return $rc
+}
+
 run_checks() {
   local file=$1 sanitize=$2
   [[ -n $out ]] || die "--run needs --out DIR"
@@ -377,6 +394,12 @@ run_checks() {
   fi
   find_cuda_libraries
   check environment check_environment
+  if [[ -n $bench_sections ]]; then
+    check gpu_bench gpu_bench
+    echo "gpu_check.sh: results in $results"
+    [[ -z ${unpack:-} ]] || rm -rf "$unpack"
+    return $failed
+  fi
   wrap=()
   # The tests that start dtrain and dlaunch take the bundled ones, and the bundled CUDA plugin.
   export DTRAIN_TEST_BINARY=$root/bin/dtrain DLAUNCH_TEST_BINARY=$root/bin/dlaunch
@@ -415,7 +438,7 @@ run_checks() {
 
 # ---------------------------------------------------------------------------------------------
 
-mode="" file="" build=build with_cifar=0 sanitize=0
+mode="" file="" build=build with_cifar=0 sanitize=0 bench_sections=""
 while (($# > 0)); do
   case $1 in
     --bundle | --run)
@@ -427,6 +450,11 @@ while (($# > 0)); do
     --build) build=${2:?"--build needs a DIR"}; shift 2 ;;
     --with-cifar) with_cifar=1; shift ;;
     --sanitize) sanitize=1; shift ;;
+    --bench)
+      bench_sections=throughput,accuracy,long,profile
+      if [[ ${2:-} != "" && ${2:-} != --* ]]; then bench_sections=$2; shift; fi
+      shift
+      ;;
     -h | --help) usage ;;
     *) echo "gpu_check.sh: unknown argument '$1'" >&2; usage ;;
   esac

@@ -42,4 +42,9 @@ libs=$(ldd "$tmp/gpu_check/bin/dtrain")
 for t in backend_test worker_device_test worker_augment_test; do
   grep -q "^PASS $t " "$results" || fail "$t did not pass (its GPU cases skip here)"
 done
+# --bench runs only the benchmarks (bench/gpu/gpu_bench.py, carried in the bundle): SKIP here.
+PYTHON=/usr/bin/python3 "$repo/scripts/gpu_check.sh" --run "$tmp/bundle.tar.gz" --bench throughput --out "$tmp/bench"
+grep -q '^SKIP gpu_bench .*no GPU' "$tmp/bench/results.txt" || { cat "$tmp/bench/results.txt"; echo "FAIL: gpu_bench should be SKIP without a GPU"; exit 1; }
+! grep -q 'kernels_cuda_test' "$tmp/bench/results.txt" || { echo "FAIL: --bench ran the checks too"; exit 1; }
+[[ -f $tmp/gpu_check/python/gpu_bench.py && -f $tmp/gpu_check/python/torch_cifar_gpu.py ]] || { echo "FAIL: the bundle lacks bench/gpu"; exit 1; }
 echo "gpu_check.sh: bundle and run without a GPU as expected"
