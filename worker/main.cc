@@ -24,6 +24,7 @@
 #include "worker/data/dataset.h"
 #include "worker/train/bootstrap.h"
 #include "worker/train/device_select.h"
+#include "worker/train/op_profile.h"
 #include "worker/train/stop_signal.h"
 #include "worker/train/train_config.h"
 #include "worker/train/trainer.h"
@@ -103,6 +104,7 @@ int main(int argc, char** argv) {
     // Before joining the group: a missing GPU is a usage error of this worker alone (exit 2),
     // said before any peer waits on it.
     const kernels::OpenedDevice device = train::select_device(config, env);
+    train::OpProfile op_profile(*device.backend);  // DTRAIN_PROFILE_OPS (benchmarks only)
     train::FaultInjection fault;
     if (env.restart_count == 0) {
       fault.fail_at_step = get_env_int("DTRAIN_FAIL_AT_STEP").value_or(-1);
@@ -114,7 +116,8 @@ int main(int argc, char** argv) {
     // Joining waits for ranks that start late (a slow node), whatever the collectives' limit.
     const auto join_timeout = std::max<std::chrono::milliseconds>(collective_timeout, std::chrono::seconds(300));
     auto pg = train::join_process_group(env, join_timeout, collective_timeout, device);
-    train::TrainSummary s = train::run_training(config, env, *pg, *device.backend, fault);
+    train::TrainSummary s = train::run_training(config, env, *pg, op_profile.backend(), fault);
+    op_profile.write(env.rank);
     if (env.rank == 0) log_summary(s);
     if (s.stop_signal != 0 && !WorkerEnv::launched()) {
       return s.stop_signal == SIGUSR1 ? 75 : 128 + s.stop_signal;

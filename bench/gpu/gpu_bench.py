@@ -16,8 +16,9 @@ Sections (comma-separated; default all):
               (torch_cifar_gpu.py train), bf16, 3 seeds each: test accuracy (flip TTA, averaged
               weights) and seconds from the first step to the end of the final evaluation.
   long        dtrain's default schedule for 100 epochs at width 64 on the archive, one seed.
-  profile     where one step's time goes: nsys's per-kernel summary of 30 steps of each side
-              when nsys is installed, else PyTorch's profiler for PyTorch and no dtrain profile.
+  profile     where one step's time goes: dtrain's per-op device times (DTRAIN_PROFILE_OPS), and
+              nsys's per-kernel summary of 30 steps of each side when nsys is installed, else
+              PyTorch's own profiler for PyTorch.
 
   python3 gpu_bench.py --dtrain BIN/dtrain --out DIR [--sections throughput,accuracy]
                        [--archive cifar-10-jpeg.tar.gz] [--python PY] [--seeds 0,1,2]
@@ -263,32 +264,48 @@ class Bench:
 
     # -------------------------------------------------------------------------------------------
     def profile(self):
+        q = self.a.quick
+        width, batch, steps = ("8", "32", "8") if q else ("64", "512", "30")
+        self.md.append(f"## Where the time goes, width {width}, batch {batch}, bf16\n")
+        res = {}
+        # dtrain's own op table (DTRAIN_PROFILE_OPS, kernels/op_timing_backend.h): each op waits for
+        # the device before and after itself, so the shares are the ops' device times.
+        d = os.path.join(self.a.out, "work", "dtrain_ops")
+        table = os.path.join(self.a.out, "dtrain_op_times.txt")
+        env = dict(os.environ, DTRAIN_PROFILE_OPS=table, DTRAIN_PROFILE_OPS_SKIP="3" if q else "10",
+                   DTRAIN_LIMIT_TEST_SAMPLES="1")
+        cmd = self.dtrain_cmd(d, "--precision", "bf16", "--width", width, "--batch_size", batch, "--dataset",
+                              "synthetic", "--data_on_device", "on", "--epochs", "1000", "--max_steps", steps,
+                              "--eval_every", "0")
+        if q:
+            cmd += ["--threads", "2"]
+            env["DTRAIN_LIMIT_TRAIN_SAMPLES"] = "256"
+        rc, _, _ = run(cmd, os.path.join(self.logs, "dtrain_op_times.log"), env)
+        res["dtrain_ops_rc"] = rc
+        text = open(table).read() if rc == 0 and os.path.exists(table) else f"exit {rc}"
+        self.md.append(f"### dtrain, DTRAIN_PROFILE_OPS ({steps} steps)\n```\n{text}```\n")
         nsys = shutil.which("nsys")
-        steps = "30"
-        self.md.append("## Where the time goes, batch 512 bf16\n")
-        if not nsys:
-            self.md.append("nsys is not installed here: no per-kernel profile of dtrain. PyTorch's own profiler:\n")
+        if nsys:
+            for who, cmd in [("dtrain", self.dtrain_cmd(os.path.join(self.a.out, "work", "dtrain_prof"), "--precision",
+                                                       "bf16", "--width", width, "--batch_size", batch, "--dataset",
+                                                       "synthetic", "--data_on_device", "on", "--epochs", "1000",
+                                                       "--max_steps", steps, "--eval_every", "0")),
+                             ("torch", self.torch_cmd("throughput", "--precision", "bf16", "--channels_last", "--width",
+                                                      width, "--batch_size", batch, "--steps", steps, "--warmup", "5"))]:
+                rep = os.path.join(self.a.out, f"nsys_{who}")
+                rc, _, _ = run([nsys, "profile", "--force-overwrite", "true", "-o", rep, *cmd],
+                               os.path.join(self.logs, f"nsys_{who}.log"))
+                stats = subprocess.run([nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "table",
+                                        rep + ".nsys-rep"], capture_output=True, text=True).stdout
+                res[f"nsys_{who}_rc"] = rc
+                top = "\n".join(stats.splitlines()[:30])
+                self.md.append(f"### {who}, nsys cuda_gpu_kern_sum ({steps} steps), top kernels\n```\n{top}\n```\n")
+        else:
+            self.md.append("nsys is not installed here: no per-kernel profile of either side; PyTorch's own profiler:\n")
             log = os.path.join(self.logs, "torch_profile.log")
-            size = ["8", "32"] if self.a.quick else ["64", "512"]
-            rc, out, _ = run([self.a.python, "-c", TORCH_PROFILE, HERE, self.a.device, *size], log)
+            rc, out, _ = run([self.a.python, "-c", TORCH_PROFILE, HERE, self.a.device, width, batch], log)
+            res["torch_profiler_rc"] = rc
             self.md.append("```\n" + (out if rc == 0 else f"exit {rc} (see {log})") + "\n```\n")
-            self.results["sections"]["profile"] = {"nsys": False, "torch_rc": rc}
-            return
-        res = {"nsys": True}
-        for who, cmd in [("dtrain", self.dtrain_cmd(os.path.join(self.a.out, "work", "dtrain_prof"), "--precision", "bf16",
-                                                   "--width", "64", "--batch_size", "512", "--dataset", "synthetic",
-                                                   "--data_on_device", "on", "--epochs", "1000", "--max_steps", steps,
-                                                   "--eval_every", "0")),
-                         ("torch", self.torch_cmd("throughput", "--precision", "bf16", "--channels_last",
-                                                  "--batch_size", "512", "--steps", steps, "--warmup", "5"))]:
-            rep = os.path.join(self.a.out, f"nsys_{who}")
-            rc, _, _ = run([nsys, "profile", "--force-overwrite", "true", "-o", rep, *cmd],
-                           os.path.join(self.logs, f"nsys_{who}.log"))
-            stats = subprocess.run([nsys, "stats", "--report", "cuda_gpu_kern_sum", "--format", "table", rep + ".nsys-rep"],
-                                   capture_output=True, text=True).stdout
-            top = "\n".join(stats.splitlines()[:30])
-            res[who] = rc
-            self.md.append(f"### {who} ({steps} steps, nsys cuda_gpu_kern_sum, top kernels)\n```\n{top}\n```\n")
         self.results["sections"]["profile"] = res
 
 
@@ -347,6 +364,7 @@ def main():
     print(text)
     failed = [r for rows in bench.results["sections"].values() if isinstance(rows, list) for r in rows
               if r.get("rc") not in (0, 3)]
+    failed += [k for k, v in (bench.results["sections"].get("profile") or {}).items() if k.endswith("_rc") and v != 0]
     sys.exit(1 if failed else 0)
 
 

@@ -31,4 +31,5 @@ else
   echo "note: $data not found, so the accuracy sections were not run"
 fi
 grep -q "aten::" "$md" || fail "the profile section printed no PyTorch profile"
+grep -qE "^conv2d_forward +[0-9]+ " "$md" || fail "the profile section has no dtrain op table (DTRAIN_PROFILE_OPS)"
 echo "gpu_bench.py: sections $sections ran on the CPU with a figure in every row"
