@@ -23,6 +23,19 @@ constexpr const char* kStepOp = "softmax_cross_entropy";
 OpTimingBackend::OpTimingBackend(Backend& inner, int64_t skip_steps)
     : inner_(inner), skip_steps_(std::max<int64_t>(0, skip_steps)) {}
 
+void* OpTimingBackend::alloc(size_t bytes) {
+  if (steps_seen_ > skip_steps_) {
+    ++allocations_;
+    allocated_bytes_ += static_cast<int64_t>(bytes);
+  }
+  return inner_.alloc(bytes);
+}
+
+void OpTimingBackend::free(void* p) noexcept {
+  if (p != nullptr && steps_seen_ > skip_steps_) ++frees_;
+  inner_.free(p);
+}
+
 OpTimingBackend::Timed::Timed(OpTimingBackend& owner, const char* op)
     : owner_(owner), op_(op), counted_(false) {
   if (std::strcmp(op, kStepOp) == 0) ++owner_.steps_seen_;
@@ -58,6 +71,8 @@ std::string OpTimingBackend::report() const {
                        t.seconds * 1e3 / steps, sum > 0 ? 100 * t.seconds / sum : 0.0);
   }
   out += fmt::format("{:<28} {:>7} {:>10.2f} {:>10.3f}\n", "all ops", "", sum * 1e3, sum * 1e3 / steps);
+  out += fmt::format("device allocations after the warm-up: {} ({} bytes), frees: {}\n", allocations_,
+                     allocated_bytes_, frees_);
   return out;
 }
 

@@ -14,7 +14,8 @@
 // autotuning and plan building happen in the first calls of each shape), and each counted
 // "step" runs from one loss op to the next, every op of a training step once. Evaluation calls
 // the loss op per test batch too, so its batches count as steps: profile a run whose test split
-// is small (DTRAIN_LIMIT_TEST_SAMPLES=1, as bench/gpu/gpu_bench.py does).
+// is small (DTRAIN_LIMIT_TEST_SAMPLES=1, as bench/gpu/gpu_bench.py does). Allocations and frees
+// after the warm-up are counted too, and reported under the table.
 #pragma once
 
 #include <cstdint>
@@ -33,11 +34,17 @@ class OpTimingBackend final : public Backend {
   // header naming the device and the steps counted.
   std::string report() const;
   int64_t steps_counted() const { return steps_seen_ > skip_steps_ ? steps_seen_ - skip_steps_ : 0; }
+  // Device memory allocated and freed after the warm-up (calls, bytes): what "steady-state steps
+  // allocate nothing" is checked against (the model, its gradients and the optimizer keep their
+  // buffers from step to step; a new allocation per step would cost a cudaMalloc and its sync).
+  int64_t allocations() const { return allocations_; }
+  int64_t allocated_bytes() const { return allocated_bytes_; }
+  int64_t frees() const { return frees_; }
 
   std::string name() const override { return inner_.name(); }
   bool host_accessible() const override { return inner_.host_accessible(); }
-  void* alloc(size_t bytes) override { return inner_.alloc(bytes); }
-  void free(void* p) noexcept override { inner_.free(p); }
+  void* alloc(size_t bytes) override;
+  void free(void* p) noexcept override;
   void zero(void* p, size_t bytes) override { inner_.zero(p, bytes); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { inner_.copy_from_host(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { inner_.copy_to_host(dst, src, bytes); }
@@ -78,6 +85,7 @@ class OpTimingBackend final : public Backend {
   Backend& inner_;
   int64_t skip_steps_;
   int64_t steps_seen_ = 0;
+  int64_t allocations_ = 0, allocated_bytes_ = 0, frees_ = 0;
   std::map<std::string, Total> totals_;
 };
 

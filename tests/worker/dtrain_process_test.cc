@@ -19,6 +19,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <regex>
 #include <sstream>
 #include <thread>
 
@@ -901,6 +902,40 @@ TEST_F(DtrainProcessTest, DataOnDeviceTrainsWithTheSameLossesAsTheHostLoader) {
   ASSERT_EQ(eb.size(), 2u);
   EXPECT_EQ(ea[1]["test_loss"], eb[1]["test_loss"]);
   EXPECT_EQ(ea[1]["test_accuracy"], eb[1]["test_accuracy"]);
+}
+
+// Issue 11 item 2, "steady-state steps allocate nothing": the model, its gradients, the optimizer
+// state, the EMA and the resident data keep their device buffers from step to step, so past the
+// warm-up a training step allocates no device memory (on a GPU each would be a cudaMalloc and a
+// sync). Counted by DTRAIN_PROFILE_OPS's wrapper of the real trainer's backend: 12 and 24 steps
+// must allocate the same (what the final evaluation allocates once: the EMA's swap), and the
+// plain recipe nothing at all.
+TEST_F(DtrainProcessTest, SteadyStateStepsAllocateNoDeviceMemory) {
+  auto allocations = [&](const std::string& name, int steps, std::vector<std::string> extra) {
+    const fs::path table = dir_ / (name + ".ops");
+    std::vector<std::string> args = {"--width=4", "--batch_size=8", "--epochs=1", "--eval_every=0",
+                                     "--max_steps=" + std::to_string(steps),
+                                     "--output_dir=" + (dir_ / name).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Proc p = spawn_dtrain(args, {"DTRAIN_PROFILE_OPS=" + table.string(), "DTRAIN_PROFILE_OPS_SKIP=3",
+                                 "DTRAIN_LIMIT_TEST_SAMPLES=1"},
+                          log(name + ".log"));
+    EXPECT_EQ(wait_for(p), 0) << slurp(p.log);
+    const std::string report = slurp(table);
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(report, m, std::regex("device allocations after the warm-up: ([0-9]+) ")))
+        << report;
+    return m.empty() ? int64_t{-1} : std::stoll(m[1]);
+  };
+  EXPECT_EQ(allocations("plain", 12, {}), 0);
+  const std::vector<std::string> every_option = {"--precision=bf16", "--optimizer=adam", "--ema=0.99",
+                                                 "--ema_every=2", "--data_on_device=on", "--cutout=4",
+                                                 "--label_smoothing=0.1", "--no_bn_weight_decay",
+                                                 "--bn_lr_scale=2"};
+  const int64_t short_run = allocations("short", 12, every_option);
+  EXPECT_GE(short_run, 0);
+  EXPECT_EQ(allocations("long", 24, every_option), short_run) << "12 more steps allocated device memory";
+  EXPECT_EQ(allocations("fp16", 12, {"--precision=fp16", "--nesterov"}), 0);
 }
 
 // A w x h (16x16) JPEG (TurboJPEG) whose colour depends on `seed`.
