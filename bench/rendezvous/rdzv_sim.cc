@@ -796,7 +796,8 @@ int main(int argc, char** argv) {
         n, r.ranked, n, r.ok ? "" : " (FAILED)", r.t_first_join_to_all, r.t_last_join_to_all,
         r.round_cpu_s, r.hwm_mib, r.round_bytes / 1e6, static_cast<long long>(r.round_requests),
         r.agents_round_cpu_s, r.agents_hwm_mib, r.ka_requests_per_s, r.ka_cpu_per_s,
-        r.reform_s >= 0
+        !opt.loss ? "not measured (--no-loss)"
+        : r.reform_s >= 0
             ? fmt::format("{:.3f} s ({} survivors)", r.reform_s, r.reformed).c_str()
             : fmt::format("FAILED ({} of {} survivors re-formed within 300 s)", r.reformed, n - 1)
                   .c_str(),
