@@ -28,6 +28,7 @@
 #include <string>
 
 #include "kernels/dtype.h"
+#include "kernels/optim_update.h"  // OptimSegment
 
 namespace dlaunch::kernels {
 

@@ -220,6 +220,23 @@ TEST_F(Cuda, LinearLossOptimizers) {
   }
   expect_close(gp.host(), p, 1e-6, "sgd");
   expect_close(gpa.host(), pa, 1e-6, "adam");
+
+  // The grouped (multi-tensor) steps: one kernel over segments with their own lr and decay.
+  const std::vector<kernels::OptimSegment> segs = {{0, 30, 1.0, 5e-4f}, {30, 31, 3.0, 0.f}, {31, 99, 1.0, 5e-4f},
+                                          {99, 100, 3.0, 0.f}};
+  Dev<kernels::OptimSegment> gsegs(segs);
+  std::vector<float> q = p0, qbuf(100), qa = p0, qm(100), qv(100);
+  Dev<float> gq(p0), gqbuf(100), gqa(p0), gqm(100), gqv(100);
+  for (int step = 1; step <= 3; ++step) {
+    cpu::sgd_step_grouped(4, segs.data(), 100, q.data(), g.data(), qbuf.data(), 0.1f, 0.9f, true, step == 1);
+    gpu::sgd_step_grouped(4, gsegs.get(), 100, gq.get(), gg.get(), gqbuf.get(), 0.1f, 0.9f, true, step == 1);
+    cpu::adam_step_grouped(4, segs.data(), 100, qa.data(), g.data(), qm.data(), qv.data(), 1e-3f, 0.9f, 0.999f,
+                           1e-8f, step);
+    gpu::adam_step_grouped(4, gsegs.get(), 100, gqa.get(), gg.get(), gqm.get(), gqv.get(), 1e-3f, 0.9f, 0.999f,
+                           1e-8f, step);
+  }
+  expect_close(gq.host(), q, 1e-6, "sgd grouped");
+  expect_close(gqa.host(), qa, 1e-6, "adam grouped");
 }
 
 // Past 65535 * 4 blocks of 256 threads (67,107,840 items) the grid stops growing: every kernel

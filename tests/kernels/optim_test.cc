@@ -2,9 +2,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <random>
 #include <vector>
 
 #include "common/error.h"
+#include "kernels/backend.h"
+#include "kernels/op_timing_backend.h"
+#include "kernels/optim_update.h"
+#include "worker/model/resnet.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/optim/optimizer.h"
 
@@ -97,6 +103,114 @@ TEST(Optimizer, BatchNormLearningRateScaleAndDecayExemption) {
 
   cfg.bn_lr_scale = -1;
   EXPECT_THROW(Optimizer{cfg}, UsageError);
+}
+
+// The per-tensor steps the optimizer made before its grouped op (one sgd_step/adam_step per
+// ParamInfo, the group's lr and weight decay), kept as the reference.
+void per_tensor_step(const OptimConfig& c, std::vector<float>& p, const std::vector<float>& g,
+                     std::vector<float>& state, float lr, int64_t step, const std::vector<ParamInfo>& infos) {
+  kernels::Backend& cpu = kernels::cpu_backend();
+  const size_t n = p.size();
+  for (const ParamInfo& info : infos) {
+    const bool exempt = info.no_weight_decay && !c.decay_bn_and_bias;
+    const float wd = exempt ? 0.f : static_cast<float>(c.weight_decay);
+    const float group_lr = info.batch_norm ? static_cast<float>(lr * c.bn_lr_scale) : lr;
+    const size_t b = info.offset;
+    if (c.kind == OptimKind::kSgd) {
+      cpu.sgd_step(static_cast<int64_t>(info.count), p.data() + b, g.data() + b, state.data() + b, group_lr,
+                   static_cast<float>(c.momentum), c.nesterov, wd, step == 1);
+    } else {
+      cpu.adam_step(static_cast<int64_t>(info.count), p.data() + b, g.data() + b, state.data() + b,
+                    state.data() + n + b, group_lr, static_cast<float>(c.beta1), static_cast<float>(c.beta2),
+                    static_cast<float>(c.eps), wd, step);
+    }
+  }
+}
+
+// Issue 11 item 2, one multi-tensor optimizer call: with --bn_lr_scale and --no_bn_weight_decay the
+// optimizer makes ONE grouped call per step over a real ResNet-18's parameters (62 tensors), and
+// every parameter and state value equals the per-tensor steps bit for bit, for SGD (Nesterov,
+// weight decay) and Adam over 4 steps with a changing learning rate.
+TEST(Optimizer, GroupedStepIsOneCallAndEqualsThePerTensorStepsBitForBit) {
+  ResNet net(ResNetConfig{18, 4, 3, 10, 32}, 0);
+  const std::vector<ParamInfo>& infos = net.param_info();
+  const size_t n = static_cast<size_t>(net.num_params());
+  ASSERT_GT(infos.size(), 60u);
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  std::vector<float> p0(n), grads(n);
+  for (auto& x : p0) x = normal(rng);
+  for (OptimKind kind : {OptimKind::kSgd, OptimKind::kAdam}) {
+    OptimConfig c;
+    c.kind = kind;
+    c.nesterov = kind == OptimKind::kSgd;
+    c.weight_decay = 5e-4;
+    c.decay_bn_and_bias = false;
+    c.bn_lr_scale = 3;
+    kernels::OpTimingBackend counting(kernels::cpu_backend(), /*skip_steps=*/0);
+    // The counter counts from the first loss op on (it marks a training step).
+    const float logits[2] = {0.f, 1.f};
+    const int32_t label = 1;
+    float dlogits[2];
+    int64_t correct = 0;
+    counting.softmax_cross_entropy(1, 2, logits, &label, dlogits, &correct);
+    Optimizer opt(c, counting);
+    std::vector<float> p = p0, ref = p0, ref_state(kind == OptimKind::kSgd ? n : 2 * n, 0.f);
+    for (int64_t step = 1; step <= 4; ++step) {
+      for (auto& x : grads) x = normal(rng);
+      const float lr = 0.1f / static_cast<float>(step);
+      opt.step(p.data(), grads.data(), n, lr, infos);
+      per_tensor_step(c, ref, grads, ref_state, lr, step, infos);
+    }
+    EXPECT_EQ(0, std::memcmp(p.data(), ref.data(), n * sizeof(float))) << "parameters differ";
+    const std::vector<float> state = opt.state();
+    ASSERT_EQ(state.size(), ref_state.size());
+    EXPECT_EQ(0, std::memcmp(state.data(), ref_state.data(), state.size() * sizeof(float))) << "state differs";
+    const std::string report = counting.report();
+    const char* op = kind == OptimKind::kSgd ? "sgd_step_grouped" : "adam_step_grouped";
+    EXPECT_NE(report.find(std::string("\n") + op + " "), std::string::npos) << report;
+    EXPECT_EQ(report.find("sgd_step "), std::string::npos) << report;
+    EXPECT_EQ(report.find("adam_step "), std::string::npos) << report;
+  }
+}
+
+// The CUDA kernel's per-element view of the groups (optim_update.h: segment_of, segment_lr,
+// adam_step_size; the GPU runs the same functions), checked here against the CPU op: every
+// element finds its segment and takes that segment's lr and weight decay.
+TEST(Optimizer, GroupedStepsPerElementViewEqualsTheSegmentLoop) {
+  const std::vector<kernels::OptimSegment> segs = {{0, 3, 1.0, 5e-4f}, {3, 4, 3.0, 0.f}, {4, 9, 1.0, 5e-4f},
+                                                   {9, 10, 3.0, 0.f}};
+  const int64_t n = 10, count = static_cast<int64_t>(segs.size());
+  std::vector<float> p(n), g(n), buf(n, 0.f), m(n, 0.f), v(n, 0.f);
+  for (int64_t i = 0; i < n; ++i) {
+    p[i] = 0.3f * static_cast<float>(i) - 1;
+    g[i] = 0.7f - 0.11f * static_cast<float>(i);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const kernels::OptimSegment& s = kernels::segment_of(segs.data(), count, i);
+    EXPECT_TRUE(s.begin <= i && i < s.end) << i;
+  }
+  std::vector<float> ps = p, pe = p, bs = buf, be = buf, ms = m, me = m, vs = v, ve = v;
+  kernels::cpu_backend().sgd_step_grouped(count, segs.data(), n, ps.data(), g.data(), bs.data(), 0.1f, 0.9f,
+                                          true, true);
+  kernels::cpu_backend().adam_step_grouped(count, segs.data(), n, ps.data(), g.data(), ms.data(), vs.data(),
+                                           1e-3f, 0.9f, 0.999f, 1e-8f, 3);
+  const double bc1 = kernels::adam_bc1(0.9f, 3);
+  const kernels::AdamCorrection k = kernels::adam_correction(1e-3f, 0.9f, 0.999f, 3);
+  for (int64_t i = 0; i < n; ++i) {  // the kernels' loop bodies, one element at a time
+    const kernels::OptimSegment& s = kernels::segment_of(segs.data(), count, i);
+    kernels::sgd_update(pe[i], g[i], be[i], kernels::segment_lr(0.1f, s), 0.9f, true, s.weight_decay, true);
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    const kernels::OptimSegment& s = kernels::segment_of(segs.data(), count, i);
+    const kernels::AdamCorrection ks{kernels::adam_step_size(kernels::segment_lr(1e-3f, s), bc1), k.bc2_sqrt};
+    kernels::adam_update(pe[i], g[i], me[i], ve[i], ks, 0.9f, 0.999f, 1e-8f, s.weight_decay);
+  }
+  EXPECT_EQ(ps, pe);
+  EXPECT_EQ(bs, be);
+  EXPECT_EQ(ms, me);
+  EXPECT_EQ(vs, ve);
+  EXPECT_NE(ps[3] - p[3], ps[2] - p[2]) << "the lr x 3 group must differ from its neighbour";
 }
 
 TEST(Optimizer, AdamStateHoldsBothMoments) {

@@ -18,6 +18,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -50,7 +51,9 @@ class Optimizer {
                      kernels::Backend& backend = kernels::cpu_backend());
 
   // One update of n parameters with learning rate lr. Empty infos mean "all decayed"; otherwise
-  // the infos must cover [0, n) (they are only read for no_weight_decay and batch_norm).
+  // the infos must tile [0, n) (they are only read for no_weight_decay and batch_norm). One
+  // backend call either way: parameter groups go to the grouped op as segments, built at the
+  // first step and kept in backend memory.
   void step(float* params, const float* grads, size_t n, float lr,
             const std::vector<model::ParamInfo>& infos);
 
@@ -63,10 +66,22 @@ class Optimizer {
   const OptimConfig& config() const { return config_; }
 
  private:
+  // Groups of the infos as segments of [0, n), neighbours of one group merged; false when every
+  // parameter is in one group with the plain lr and weight decay (the plain op then takes them).
+  bool build_segments(size_t n, const std::vector<model::ParamInfo>& infos);
+
+  struct BackendFree {
+    kernels::Backend* backend;
+    void operator()(void* p) const { backend->free(p); }
+  };
+
   OptimConfig config_;
   kernels::Backend& backend_;
   Tensor state_;
   int64_t step_count_ = 0;
+  std::vector<kernels::OptimSegment> segments_;                        // for the n and infos below
+  std::unique_ptr<void, BackendFree> segments_on_backend_{nullptr, {}};  // the same, in backend memory
+  size_t segments_n_ = 0, segments_infos_ = 0;
 };
 
 }  // namespace dlaunch::optim
