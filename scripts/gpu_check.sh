@@ -84,7 +84,7 @@ make_bundle() {
   for f in "$root"/lib/*; do patchelf --set-rpath '$ORIGIN' "$f"; done
   cp "$repo/scripts/gpu_check.sh" "$root/scripts/"
   cp "$repo/tests/compat/ddp_train.py" "$repo/tests/compat/ddp_hang.py" \
-    "$repo/bench/train/torch_ddp_bench.py" "$repo/bench/train/torch_resnet.py" \
+    "$repo/bench/train/torch_ddp_bench.py" "$repo/bench/train/torch_resnet.py" "$repo/bench/train/torch_amp_step.py" \
     "$repo"/bench/gpu/*.py "$root/python/"
   # dlaunch's hooks for Python workers, where dlaunch looks for them (launcher/python_hooks.h).
   mkdir -p "$root/share/dlaunch/python"

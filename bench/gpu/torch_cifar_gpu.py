@@ -26,16 +26,13 @@ import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, here)
 sys.path.insert(0, os.path.join(here, "..", "train"))
+from torch_amp_step import AMP, make_step as make_amp_step  # noqa: E402
 from torch_gpu_data import Augment, load_cifar, normalise  # noqa: E402
 from torch_resnet import ResNet  # noqa: E402
-
-AMP = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": None}
-
 
 def sync(device):
     if device.type == "cuda":
@@ -63,23 +60,7 @@ def build(args, device):
 
 
 def make_step(args, device, step_model, opt):
-    amp = AMP[args.precision]
-    scaler = torch.cuda.amp.GradScaler() if args.precision == "fp16" else None
-
-    def step(x, y):
-        with torch.autocast(device.type, dtype=amp, enabled=amp is not None):
-            loss = F.cross_entropy(step_model(x), y, label_smoothing=args.label_smoothing)
-        opt.zero_grad(set_to_none=True)
-        if scaler:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
-        return loss
-
-    return step
+    return make_amp_step(step_model, opt, device.type, args.precision, args.label_smoothing)
 
 
 def throughput(args, device):

@@ -18,9 +18,9 @@ import time
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from torch_amp_step import make_step  # noqa: E402
 from torch_resnet import ResNet  # noqa: E402
 
 
@@ -54,21 +54,10 @@ def main():
     x = torch.randn(args.batch_size, 3, 32, 32, device=device).to(memory_format=memory_format)
     y = torch.randint(0, 10, (args.batch_size,), device=device)
     model.train()
-    amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(args.precision)
-    scaler = torch.amp.GradScaler("cuda") if args.precision == "fp16" else None
+    train_step = make_step(model, opt, device.type, args.precision)
 
     def step():
-        with torch.autocast(device.type, dtype=amp_dtype, enabled=amp_dtype is not None):
-            out = model(x)
-            loss = F.cross_entropy(out, y)
-        opt.zero_grad(set_to_none=True)
-        if scaler:
-            scaler.scale(loss).backward()
-            scaler.step(opt)
-            scaler.update()
-        else:
-            loss.backward()
-            opt.step()
+        train_step(x, y)
 
     def sync():
         if cuda:
