@@ -393,9 +393,17 @@ class FakeRendezvous : public RendezvousHandler {
     r.restart_count = restart_count_;
     return r;
   }
+  // An event fired before the agent watches is delivered when it does, as the real handlers'
+  // watchers read the round's event key, which keeps it (the agent watches only after spawning
+  // its workers, and a script may fire as soon as a worker is spawned).
   void watch(std::function<void(const RendezvousEvent&)> cb) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    on_event_ = std::move(cb);
+    std::vector<RendezvousEvent> pending;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      on_event_ = cb;
+      pending.swap(pending_);
+    }
+    for (const RendezvousEvent& ev : pending) cb(ev);
   }
   void request_restart(const std::string& report) override {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -417,6 +425,10 @@ class FakeRendezvous : public RendezvousHandler {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       if (spends) ++restart_count_;
+      if (!on_event_) {  // not watched yet: kept for watch()
+        pending_.push_back(RendezvousEvent{kind, reason});
+        return;
+      }
       cb = on_event_;
     }
     cb(RendezvousEvent{kind, reason});
@@ -436,6 +448,7 @@ class FakeRendezvous : public RendezvousHandler {
   int64_t rounds_ = 0;
   int64_t restart_count_ = 0;
   std::function<void(const RendezvousEvent&)> on_event_;
+  std::vector<RendezvousEvent> pending_;
 };
 
 TEST(AgentRendezvous, RanksComeFromTheRoundAndEventsRestart) {
