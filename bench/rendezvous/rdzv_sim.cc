@@ -4,6 +4,12 @@
 //
 //   rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] [--keep-alive-seconds 5]
 //            [--keep-alive-interval 1] [--driver fibers|threads] [--no-loss] [--by-op]
+//            [--backend c10d|etcd [--etcd_endpoint HOST:PORT [--etcd_pid PID]]]
+//
+// --backend etcd runs the same phases through the real etcd handler (etcd_rendezvous.h) against
+// a real etcd (a fresh private one per N unless --etcd_endpoint names one): etcd_sim_backend.h.
+// It defaults to 512 agents per process, keep_alive_interval 5 and the thread driver, and
+// prints gateway calls and watch events instead of bytes.
 //
 // How N agents fit on one host (pid_max is 32,768 here, the fd limit about 20,000 per
 // process): each agent has ONE store connection (its rendezvous, keep-alive and event checks
