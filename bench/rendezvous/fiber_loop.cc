@@ -28,9 +28,27 @@ struct Fiber {
   uint64_t wait_id = 0;  // which park() a timer or an fd event belongs to
   bool parked = false;
   bool woken_by_io = false;
+  std::vector<void*> locals;  // the FiberLocal slots' values while the fiber is not running
 };
 
 namespace {
+std::vector<FiberLoop::FiberLocal>& fiber_locals() {
+  static std::vector<FiberLoop::FiberLocal> slots;
+  return slots;
+}
+
+// Puts `f`'s values of the slots in place and keeps the current ones in `f` (so calling it again
+// swaps back).
+void swap_locals(Fiber* f) {
+  auto& slots = fiber_locals();
+  f->locals.resize(slots.size(), nullptr);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    void* outside = slots[i].load();
+    slots[i].store(f->locals[i]);
+    f->locals[i] = outside;
+  }
+}
+
 thread_local FiberLoop* t_loop = nullptr;  // set while one of its fibers runs
 thread_local Fiber* t_fiber = nullptr;
 thread_local ucontext_t t_loop_context;
@@ -56,6 +74,10 @@ FiberLoop* FiberLoop::current() {
   return t_loop;
 }
 
+void FiberLoop::add_fiber_local(FiberLocal slot) {
+  fiber_locals().push_back(slot);
+}
+
 void FiberLoop::spawn(std::function<void()> body) {
   auto f = std::make_unique<Fiber>();
   f->body = std::move(body);
@@ -75,7 +97,9 @@ void FiberLoop::spawn(std::function<void()> body) {
 void FiberLoop::resume(Fiber* f) {
   t_loop = this;
   t_fiber = f;
+  swap_locals(f);  // the fiber's values in, the loop's kept in f
   swapcontext(&t_loop_context, &f->context);
+  swap_locals(f);  // the loop's values back, the fiber's kept for its next turn
   t_loop = nullptr;
   t_fiber = nullptr;
   if (f->done) {

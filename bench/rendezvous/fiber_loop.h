@@ -41,6 +41,18 @@ class FiberLoop {
   // host, the loop itself between fibers): the socket hooks block normally then.
   static FiberLoop* current();
 
+  // A thread-local pointer a library keeps per call stack, which must follow the fiber rather
+  // than the thread: Asio's record of the io_context running on this thread (a fiber parked
+  // inside one io_context's run() while another fiber enters its own would otherwise leave
+  // that record pointing into a finished frame). Every loop swaps each slot at every switch:
+  // a fiber starts with nullptr, and the loop's own value is kept aside while a fiber runs.
+  // Register before the first loop is made (fiber_asio_hooks.cc does, at start-up).
+  struct FiberLocal {
+    void* (*load)();
+    void (*store)(void*);
+  };
+  static void add_fiber_local(FiberLocal slot);
+
  private:
   struct Timer {
     int64_t at_ns;

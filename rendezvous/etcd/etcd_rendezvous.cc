@@ -137,116 +137,101 @@ class LeaseLiveness final : public Liveness {
   std::unordered_map<std::string, Seen> seen_;
 };
 
-// The dynamic rendezvous over etcd, plus the workers' TCP store on group rank 0.
-class EtcdRendezvous final : public RendezvousHandler {
- public:
-  explicit EtcdRendezvous(const RendezvousParams& params)
-      : run_id_(params.run_id),
-        host_(params.host.empty() ? "127.0.0.1" : params.host),
-        config_(RendezvousConfig::parse(params.config)) {
-    if (params.endpoint.empty()) {
-      throw UsageError(
-          "--rdzv_backend etcd needs --rdzv_endpoint host:port of etcd's client URL (e.g. "
-          "10.0.0.5:2379)");
-    }
-    token_ = params.token ? params.token : load_job_token(config_.token_file);
-    const std::string endpoint = params.endpoint;
-    const std::string prefix = run_prefix(params.run_id);
-    store_ = std::make_shared<EtcdStore>(make_client(endpoint), prefix);
-    // Fail now, naming etcd, rather than inside the state machine.
-    store_->client().range(prefix, "", true);
-    RendezvousParams p = params;
-    p.backend = "etcd";
-    p.store = store_;
-    // Background threads get their own client (own connections), as with the TCP store.
-    p.open_store = [endpoint, prefix]() -> std::shared_ptr<Store> {
-      return std::make_shared<EtcdStore>(make_client(endpoint), prefix);
-    };
-    p.liveness = make_lease_liveness;
-    ledger_ = std::make_shared<EtcdRoundLedger>(
-        store_, DynamicRendezvous::key_prefix(params.run_id),
-        params.clock ? *params.clock : steady_clock());
-    inner_ = std::make_unique<DynamicRendezvous>(p, ledger_);
-  }
-
-  ~EtcdRendezvous() override { shutdown(); }
-
-  std::string backend() const override { return "etcd"; }
-  std::string run_id() const override { return run_id_; }
-
-  RendezvousResult next_rendezvous() override {
-    RendezvousResult r = inner_->next_rendezvous();
-    // Under the round's prefix, so the waiting nodes see it on the watch they already have.
-    const std::string key = ledger_->round_key(r.round, "workers_store");
-    std::string where;
-    if (r.group_rank == 0) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      if (!server_) {
-        TcpStoreServerOptions o;
-        o.host = host_;
-        o.port = 0;
-        o.token = token_;
-        server_ = std::make_unique<TcpStoreServer>(o);
-        server_->start();
-        log_info("etcd rendezvous '{}': hosting the workers' store on {}", run_id_,
-                 HostPort{host_, server_->port()}.to_string());
-      }
-      where = HostPort{host_, server_->port()}.to_string();
-      // Before the address is published, so every worker of the round gets the round's
-      // namespace (the same server may serve several rounds).
-      TcpStoreClientOptions self;
-      self.host = host_;
-      self.port = server_->port();
-      self.token = token_;
-      self.agent = true;
-      TcpStoreClient client(self);
-      begin_worker_namespace(client, worker_namespace(run_id_, r.round));
-      store_->set(key, to_bytes(where));
-    } else {
-      try {
-        where = to_string(ledger_->wait_key(r.round, key, steady_clock().now() + config_.join_timeout));
-      } catch (const TimeoutError&) {
-        throw TimeoutError(fmt::format(
-            "etcd rendezvous '{}' round {}: node rank 0 ({}) never published the workers' store "
-            "address within join_timeout ({} s); it may have died right after the round",
-            run_id_, r.round, r.hosts.empty() ? "?" : r.hosts[0],
-            to_seconds(config_.join_timeout)));
-      }
-    }
-    HostPort hp = parse_host_port(where, 0, "the workers' store address in etcd");
-    r.master_addr = hp.host;
-    r.master_port = hp.port;
-    return r;
-  }
-
-  void watch(std::function<void(const RendezvousEvent&)> on_event) override {
-    inner_->watch(std::move(on_event));
-  }
-  void request_restart(const std::string& report) override { inner_->request_restart(report); }
-  FailureVerdict settle_failure() override { return inner_->settle_failure(); }
-  int64_t num_nodes_waiting() override { return inner_->num_nodes_waiting(); }
-  void set_closed() override { inner_->set_closed(); }
-  bool is_closed() override { return inner_->is_closed(); }
-
-  void shutdown() override {
-    if (inner_) inner_->shutdown();
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (server_) server_->stop();
-  }
-
- private:
-  std::string run_id_;
-  std::string host_;
-  RendezvousConfig config_;
-  std::optional<std::string> token_;
-  std::shared_ptr<EtcdStore> store_;
-  std::shared_ptr<EtcdRoundLedger> ledger_;
-  std::unique_ptr<DynamicRendezvous> inner_;
-  std::mutex mutex_;
-  std::unique_ptr<TcpStoreServer> server_;  // guarded by mutex_
-};
-
 }  // namespace
+
+EtcdRendezvous::EtcdRendezvous(const RendezvousParams& params)
+    : run_id_(params.run_id),
+      host_(params.host.empty() ? "127.0.0.1" : params.host),
+      config_(RendezvousConfig::parse(params.config)) {
+  if (params.endpoint.empty()) {
+    throw UsageError(
+        "--rdzv_backend etcd needs --rdzv_endpoint host:port of etcd's client URL (e.g. "
+        "10.0.0.5:2379)");
+  }
+  token_ = params.token ? params.token : load_job_token(config_.token_file);
+  const std::string endpoint = params.endpoint;
+  const std::string prefix = run_prefix(params.run_id);
+  store_ = std::make_shared<EtcdStore>(make_client(endpoint), prefix);
+  // Fail now, naming etcd, rather than inside the state machine.
+  store_->client().range(prefix, "", true);
+  RendezvousParams p = params;
+  p.backend = "etcd";
+  p.store = store_;
+  // Background threads get their own client (own connections), as with the TCP store.
+  p.open_store = [endpoint, prefix]() -> std::shared_ptr<Store> {
+    return std::make_shared<EtcdStore>(make_client(endpoint), prefix);
+  };
+  p.liveness = make_lease_liveness;
+  ledger_ = std::make_shared<EtcdRoundLedger>(
+      store_, DynamicRendezvous::key_prefix(params.run_id),
+      params.clock ? *params.clock : steady_clock());
+  inner_ = std::make_unique<DynamicRendezvous>(p, ledger_);
+}
+
+EtcdRendezvous::~EtcdRendezvous() { shutdown(); }
+
+RendezvousResult EtcdRendezvous::next_rendezvous() {
+  RendezvousResult r = inner_->next_rendezvous();
+  // Under the round's prefix, so the waiting nodes see it on the watch they already have.
+  const std::string key = ledger_->round_key(r.round, "workers_store");
+  std::string where;
+  if (r.group_rank == 0) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!server_) {
+      TcpStoreServerOptions o;
+      o.host = host_;
+      o.port = 0;
+      o.token = token_;
+      server_ = std::make_unique<TcpStoreServer>(o);
+      server_->start();
+      log_info("etcd rendezvous '{}': hosting the workers' store on {}", run_id_,
+               HostPort{host_, server_->port()}.to_string());
+    }
+    where = HostPort{host_, server_->port()}.to_string();
+    // Before the address is published, so every worker of the round gets the round's
+    // namespace (the same server may serve several rounds).
+    TcpStoreClientOptions self;
+    self.host = host_;
+    self.port = server_->port();
+    self.token = token_;
+    self.agent = true;
+    TcpStoreClient client(self);
+    begin_worker_namespace(client, worker_namespace(run_id_, r.round));
+    store_->set(key, to_bytes(where));
+  } else {
+    try {
+      where = to_string(ledger_->wait_key(r.round, key, steady_clock().now() + config_.join_timeout));
+    } catch (const TimeoutError&) {
+      throw TimeoutError(fmt::format(
+          "etcd rendezvous '{}' round {}: node rank 0 ({}) never published the workers' store "
+          "address within join_timeout ({} s); it may have died right after the round",
+          run_id_, r.round, r.hosts.empty() ? "?" : r.hosts[0],
+          to_seconds(config_.join_timeout)));
+    }
+  }
+  HostPort hp = parse_host_port(where, 0, "the workers' store address in etcd");
+  r.master_addr = hp.host;
+  r.master_port = hp.port;
+  return r;
+}
+
+void EtcdRendezvous::watch(std::function<void(const RendezvousEvent&)> on_event) {
+  inner_->watch(std::move(on_event));
+}
+void EtcdRendezvous::request_restart(const std::string& report) { inner_->request_restart(report); }
+FailureVerdict EtcdRendezvous::settle_failure() { return inner_->settle_failure(); }
+int64_t EtcdRendezvous::num_nodes_waiting() { return inner_->num_nodes_waiting(); }
+void EtcdRendezvous::set_closed() { inner_->set_closed(); }
+bool EtcdRendezvous::is_closed() { return inner_->is_closed(); }
+
+void EtcdRendezvous::shutdown() {
+  if (inner_) inner_->shutdown();
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (server_) server_->stop();
+}
+
+void EtcdRendezvous::drive_keep_alive_externally() { inner_->drive_keep_alive_externally(); }
+bool EtcdRendezvous::keep_alive_step() { return inner_->keep_alive_step(); }
 
 std::shared_ptr<EtcdStore> open_etcd_run_store(const std::string& endpoint,
                                                const std::string& run_id,

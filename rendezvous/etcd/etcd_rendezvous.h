@@ -30,6 +30,8 @@
 #pragma once
 
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 
 #include "rendezvous/handlers/liveness.h"
@@ -37,7 +39,47 @@
 
 namespace dlaunch {
 
+class DynamicRendezvous;
+class EtcdRoundLedger;
 class EtcdStore;
+class TcpStoreServer;
+
+// The dynamic rendezvous over etcd, plus the workers' TCP store on group rank 0. Declared here
+// (make_etcd_rendezvous() is what dlaunch uses) so that a driver of many handlers in one process
+// (bench/rendezvous/rdzv_sim.cc) can tick their keep-alives itself, as it does for the c10d
+// handler: drive_keep_alive_externally() and keep_alive_step() are DynamicRendezvous's.
+class EtcdRendezvous final : public RendezvousHandler {
+ public:
+  // Connects to etcd at once (ConnectionError naming it); UsageError without an endpoint.
+  explicit EtcdRendezvous(const RendezvousParams& params);
+  ~EtcdRendezvous() override;
+
+  std::string backend() const override { return "etcd"; }
+  std::string run_id() const override { return run_id_; }
+  RendezvousResult next_rendezvous() override;
+  void watch(std::function<void(const RendezvousEvent&)> on_event) override;
+  void request_restart(const std::string& report) override;
+  FailureVerdict settle_failure() override;
+  int64_t num_nodes_waiting() override;
+  void set_closed() override;
+  bool is_closed() override;
+  void shutdown() override;
+
+  // See DynamicRendezvous: no keep-alive thread; the caller steps it every interval / 4.
+  void drive_keep_alive_externally();
+  bool keep_alive_step();
+
+ private:
+  std::string run_id_;
+  std::string host_;
+  RendezvousConfig config_;
+  std::optional<std::string> token_;
+  std::shared_ptr<EtcdStore> store_;
+  std::shared_ptr<EtcdRoundLedger> ledger_;
+  std::unique_ptr<DynamicRendezvous> inner_;
+  std::mutex mutex_;
+  std::unique_ptr<TcpStoreServer> server_;  // guarded by mutex_
+};
 
 // The store over run `run_id`'s keys in the etcd at `endpoint` ("/dlaunch/<run_id>/"): what the
 // rendezvous runs on, and the base of its result's store (the job's store, under
