@@ -19,7 +19,6 @@
 #include <boost/asio/detail/thread_info_base.hpp>
 #include <boost/asio/detail/tss_ptr.hpp>
 
-#include "bench/bench_support.h"
 #include "bench/rendezvous/fiber_loop.h"
 
 // Every tss_ptr<T> of one T shares one thread-local (a static member) only with the thread
@@ -56,17 +55,6 @@ extern "C" int epoll_wait(int epfd, struct epoll_event* events, int maxevents, i
   if (loop == nullptr || timeout == 0) {
     return epoll_pwait(epfd, events, maxevents, timeout, nullptr);
   }
-  const int64_t deadline =
-      timeout < 0 ? -1 : dlaunch::bench::mono_ns() + int64_t(timeout) * 1000000;
-  for (;;) {
-    int r = epoll_pwait(epfd, events, maxevents, 0, nullptr);
-    if (r != 0) return r;
-    int left = -1;
-    if (deadline >= 0) {
-      int64_t ns = deadline - dlaunch::bench::mono_ns();
-      if (ns <= 0) return 0;
-      left = static_cast<int>((ns + 999999) / 1000000);
-    }
-    if (!loop->wait_fd(epfd, EPOLLIN, left)) return 0;
-  }
+  return loop->wait_until(epfd, EPOLLIN, timeout,
+                          [&] { return epoll_pwait(epfd, events, maxevents, 0, nullptr); });
 }

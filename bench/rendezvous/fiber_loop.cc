@@ -141,6 +141,21 @@ bool FiberLoop::wait_fd(int fd, uint32_t epoll_events, int timeout_ms) {
   return by_io;
 }
 
+int FiberLoop::wait_until(int fd, uint32_t epoll_events, int timeout_ms, const std::function<int()>& look) {
+  const int64_t deadline = timeout_ms < 0 ? -1 : dlaunch::bench::mono_ns() + int64_t(timeout_ms) * 1000000;
+  for (;;) {
+    const int r = look();
+    if (r != 0) return r;
+    int left = -1;
+    if (deadline >= 0) {
+      const int64_t ns = deadline - dlaunch::bench::mono_ns();
+      if (ns <= 0) return 0;
+      left = static_cast<int>((ns + 999999) / 1000000);
+    }
+    if (!wait_fd(fd, epoll_events, left)) return 0;
+  }
+}
+
 void FiberLoop::sleep_ms(int64_t ms) {
   park(ms);
 }

@@ -36,6 +36,10 @@ class FiberLoop {
   bool wait_fd(int fd, uint32_t epoll_events, int timeout_ms);
   // From a fiber: yield for `ms` milliseconds.
   void sleep_ms(int64_t ms);
+  // From a fiber, what a blocking wait of the socket hooks becomes: `look()` (a non-blocking
+  // check: > 0 ready, < 0 error, 0 not yet) until it is not 0, parking the fiber on `fd` for
+  // `epoll_events` in between; 0 once `timeout_ms` passed (-1: no limit).
+  int wait_until(int fd, uint32_t epoll_events, int timeout_ms, const std::function<int()>& look);
 
   // The loop whose fiber is running on this thread, or nullptr (the thread driver, the store
   // host, the loop itself between fibers): the socket hooks block normally then.

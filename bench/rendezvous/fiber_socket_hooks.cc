@@ -12,7 +12,6 @@
 
 #include <cerrno>
 
-#include "bench/bench_support.h"
 #include "bench/rendezvous/fiber_loop.h"
 
 using dlaunch::sim::FiberLoop;
@@ -72,18 +71,8 @@ extern "C" int poll(struct pollfd* fds, nfds_t nfds, int timeout) {
     return ppoll(fds, nfds, timeout < 0 ? nullptr : &ts, nullptr);
   }
   // One fd (all TcpStoreClient polls): look, then yield until it is ready or time is up.
-  const int64_t deadline =
-      timeout < 0 ? -1 : dlaunch::bench::mono_ns() + int64_t(timeout) * 1000000;
-  for (;;) {
+  return loop->wait_until(fds[0].fd, epoll_events_of(fds[0].events), timeout, [&] {
     timespec zero{0, 0};
-    int r = ppoll(fds, 1, &zero, nullptr);
-    if (r != 0) return r;
-    int left = -1;
-    if (deadline >= 0) {
-      int64_t ns = deadline - dlaunch::bench::mono_ns();
-      if (ns <= 0) return 0;
-      left = static_cast<int>((ns + 999999) / 1000000);
-    }
-    if (!loop->wait_fd(fds[0].fd, epoll_events_of(fds[0].events), left)) return 0;
-  }
+    return ppoll(fds, 1, &zero, nullptr);
+  });
 }
