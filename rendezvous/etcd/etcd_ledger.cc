@@ -6,6 +6,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "rendezvous/handlers/forming_round_slice.h"
 
 namespace dlaunch {
 namespace {
@@ -22,8 +23,11 @@ etcd::Op count_prefix(const std::string& prefix) {
 }  // namespace
 
 EtcdRoundLedger::EtcdRoundLedger(std::shared_ptr<EtcdStore> store, std::string prefix,
-                                 const Clock& clock)
-    : store_(std::move(store)), prefix_(std::move(prefix)), clock_(clock) {
+                                 Duration keep_alive_interval, const Clock& clock)
+    : store_(std::move(store)),
+      prefix_(std::move(prefix)),
+      keep_alive_interval_(keep_alive_interval),
+      clock_(clock) {
   DL_CHECK(store_ != nullptr);
 }
 
@@ -33,13 +37,19 @@ int64_t EtcdRoundLedger::join(int64_t round, const NodeDescriptor& me) {
   auto& client = store_->client();
   const std::string key = full(join_prefix(round) + me.id);
   const std::string joins = full(join_prefix(round));
+  const std::string control = full(round_key(round, ""));
+  // The round's control keys come back with the join, as of its revision: a "done" set just
+  // before this node joined is in the mirror, and the watch takes over from there.
   auto t = client.txn({etcd::Compare::missing(key)},
-                      {etcd::Op::put(key, as_string(me.encode())), count_prefix(joins)},
+                      {etcd::Op::put(key, as_string(me.encode())), count_prefix(joins),
+                       etcd::Op::get_prefix(control)},
                       {etcd::Op::get(key)});
   int64_t index = 0, count = 0, revision = t.revision;
+  const etcd::RangeResponse* controls = nullptr;
   if (t.succeeded) {
-    DL_CHECK(t.responses.size() == 2) << "etcd answered " << t.responses.size() << " of 2 ops";
+    DL_CHECK(t.responses.size() == 3) << "etcd answered " << t.responses.size() << " of 3 ops";
     index = count = t.responses[1].range.count;
+    controls = &t.responses[2].range;
   } else {
     // Our key is there already: an earlier attempt of this very join went through although
     // its answer was lost. The index is the number of joins up to ours.
@@ -48,47 +58,40 @@ int64_t EtcdRoundLedger::join(int64_t round, const NodeDescriptor& me) {
     // (etcd's "count" ignores max_create_revision, which filters only the keys returned.)
     auto upto = etcd::Op::get_prefix(joins);
     upto.max_create_revision = t.responses[0].range.kvs.front().create_revision;
-    auto c = client.txn({}, {upto, count_prefix(joins)}, {});
-    DL_CHECK(c.responses.size() == 2) << "etcd answered " << c.responses.size() << " of 2 ops";
-    index = static_cast<int64_t>(c.responses[0].range.kvs.size());
-    count = c.responses[1].range.count;
-    revision = c.revision;
+    t = client.txn({}, {upto, count_prefix(joins), etcd::Op::get_prefix(control)}, {});
+    DL_CHECK(t.responses.size() == 3) << "etcd answered " << t.responses.size() << " of 3 ops";
+    index = static_cast<int64_t>(t.responses[0].range.kvs.size());
+    count = t.responses[1].range.count;
+    revision = t.revision;
+    controls = &t.responses[2].range;
   }
   DL_CHECK(index >= 1 && index <= count) << "arrival index " << index << " of " << count;
-  follow(round, revision, count);
+  watch_.reset();  // the previous round's; the next wait opens one for this round
+  std::lock_guard<std::mutex> lock(mutex_);
+  mirror(round, index, revision, count, *controls);
   return index;
 }
 
-void EtcdRoundLedger::follow(int64_t round, int64_t revision, int64_t count) {
-  watch_.reset();  // the previous round's; the next wait opens one for this round
-  std::lock_guard<std::mutex> lock(mutex_);
+void EtcdRoundLedger::mirror(int64_t round, int64_t index, int64_t revision, int64_t count,
+                             const etcd::RangeResponse& controls) {
+  if (round_ != round || count != count_) changed_at_ = clock_.now();
   round_ = round;
-  revision_ = revision;
+  index_ = index;
+  revision_ = count_revision_ = revision;
   count_ = count;
-  changed_at_ = clock_.now();
   keys_.clear();
+  for (const auto& kv : controls.kvs) keys_[kv.key] = kv.value;
 }
 
 void EtcdRoundLedger::resync(int64_t round) {
   watch_.reset();
-  auto r = store_->client().range(full(round_key(round, "")),
-                                  etcd::prefix_end(full(round_key(round, ""))));
-  const std::string joins = full(join_prefix(round));
-  int64_t count = 0;
-  std::unordered_map<std::string, std::string> keys;
-  for (auto& kv : r.kvs) {
-    if (kv.key.rfind(joins, 0) == 0) {
-      ++count;
-    } else {
-      keys[kv.key] = std::move(kv.value);
-    }
-  }
+  const std::string control = full(round_key(round, ""));
+  auto t = store_->client().txn(
+      {}, {etcd::Op::get_prefix(control), count_prefix(full(join_prefix(round)))}, {});
+  DL_CHECK(t.responses.size() == 2) << "etcd answered " << t.responses.size() << " of 2 ops";
   std::lock_guard<std::mutex> lock(mutex_);
-  if (round_ != round || count != count_) changed_at_ = clock_.now();
-  round_ = round;
-  revision_ = r.revision;
-  count_ = count;
-  keys_ = std::move(keys);
+  mirror(round, round_ == round ? index_ : 0, t.revision, t.responses[1].range.count,
+         t.responses[0].range);
 }
 
 EtcdRoundLedger::Count EtcdRoundLedger::arrivals(int64_t round, TimePoint now) {
@@ -96,11 +99,10 @@ EtcdRoundLedger::Count EtcdRoundLedger::arrivals(int64_t round, TimePoint now) {
                                   etcd::prefix_end(full(join_prefix(round))), true);
   std::lock_guard<std::mutex> lock(mutex_);
   if (round != round_) return {r.count, now};
-  if (r.revision > revision_ && r.count != count_) {
-    // Newer than the watch got to: take it (the watch skips events up to this revision).
+  if (r.revision > count_revision_) {
+    if (r.count != count_) changed_at_ = now;
     count_ = r.count;
-    revision_ = r.revision;
-    changed_at_ = now;
+    count_revision_ = r.revision;
   }
   return {count_, changed_at_};
 }
@@ -139,7 +141,7 @@ void EtcdRoundLedger::pump(int64_t round, TimePoint until) {
     from = revision_;
   }
   if (followed != round) {
-    // Not the round this node joined (the rendezvous only waits on that one): read it afresh.
+    // Not a round this node mirrors yet (wait_key on another round): read it afresh.
     resync(round);
     return;
   }
@@ -151,27 +153,18 @@ void EtcdRoundLedger::pump(int64_t round, TimePoint until) {
     auto left = std::max<Duration>(until - clock_.now(), Duration::zero());
     auto message = watch_->next(std::chrono::steady_clock::now() + left);
     if (!message) return;
-    const std::string joins = full(join_prefix(round));
+    const std::string old_joins = round_prefix + "join/";
     std::lock_guard<std::mutex> lock(mutex_);
-    const int64_t before = revision_;
-    bool grew = false;
     for (auto& event : message->events) {
       auto& kv = event.kv;
-      if (kv.key.rfind(joins, 0) == 0) {
-        // A new join key, unless arrivals() already counted it (its read was newer).
-        if (event.type == etcd::Event::Type::kPut && kv.create_revision == kv.mod_revision &&
-            kv.mod_revision > before) {
-          ++count_;
-          grew = true;
-        }
-      } else if (event.type == etcd::Event::Type::kPut) {
+      if (kv.key.rfind(old_joins, 0) == 0) throw_old_layout_join(round, kv.value);
+      if (event.type == etcd::Event::Type::kPut) {
         keys_[kv.key] = std::move(kv.value);
       } else {
         keys_.erase(kv.key);
       }
       revision_ = std::max(revision_, kv.mod_revision);
     }
-    if (grew) changed_at_ = clock_.now();
   } catch (const ProtocolError& e) {
     // etcd cancelled the watch (e.g. our start revision was compacted): read the round again.
     log_debug("etcd rendezvous: watch on {} cancelled ({}); re-reading the round", round_prefix,
@@ -185,26 +178,55 @@ void EtcdRoundLedger::pump(int64_t round, TimePoint until) {
   }
 }
 
+void EtcdRoundLedger::throw_old_layout_join(int64_t round, const std::string& value) const {
+  std::string who = "a node";
+  try {
+    NodeDescriptor d = NodeDescriptor::decode(to_bytes(value));
+    who = fmt::format("node '{}' on {}", d.id, d.host);
+  } catch (const Error&) {
+    // Not even a descriptor: name the key's place only.
+  }
+  throw StateError(fmt::format(
+      "etcd rendezvous round {}: {} joined under '{}', where dlaunch builds older than this one "
+      "put their join keys (this build puts them under '{}'); every node of a job must run the "
+      "same dlaunch build: install this one on every node and start the job again",
+      round, who, full(round_key(round, "join/")), full(join_prefix(round))));
+}
+
 void EtcdRoundLedger::wait(int64_t round, const std::string& wake_key,
                            const DynamicLimits* limits, TimePoint until) {
   const std::string wake = full(wake_key);
+  bool planned = false;  // look_at is set (a node waiting in its round)
+  TimePoint look_at{};   // when to read the count next
   while (true) {
-    TimePoint now = clock_.now();
-    TimePoint next = until;
+    const TimePoint now = clock_.now();
+    bool mine;
     {
       std::lock_guard<std::mutex> lock(mutex_);
-      if (round_ == round) {
+      mine = round_ == round;
+      if (mine) {
         if (keys_.count(wake) != 0) return;
         if (limits && count_ >= limits->max_nodes) return;
-        if (limits && count_ >= limits->min_nodes) {
-          TimePoint last_call = changed_at_ + limits->last_call_timeout;
-          if (now >= last_call) return;
-          next = std::min(next, last_call);
+        if (limits && count_ >= limits->min_nodes &&
+            now >= changed_at_ + limits->last_call_timeout) {
+          return;
+        }
+        if (limits && !planned) {
+          planned = true;
+          look_at = now + forming_round_slice(limits, index_ == 1, count_, changed_at_,
+                                              keep_alive_interval_, now, until);
         }
       }
     }
     if (now >= until) return;
-    pump(round, next);
+    if (!limits || !mine) {
+      pump(round, until);
+    } else if (now >= look_at) {
+      arrivals(round, now);
+      planned = false;
+    } else {
+      pump(round, look_at);
+    }
   }
 }
 

@@ -163,7 +163,7 @@ EtcdRendezvous::EtcdRendezvous(const RendezvousParams& params)
   };
   p.liveness = make_lease_liveness;
   ledger_ = std::make_shared<EtcdRoundLedger>(
-      store_, DynamicRendezvous::key_prefix(params.run_id),
+      store_, DynamicRendezvous::key_prefix(params.run_id), config_.keep_alive_interval,
       params.clock ? *params.clock : steady_clock());
   inner_ = std::make_unique<DynamicRendezvous>(p, ledger_);
 }

@@ -5,18 +5,9 @@
 #include <algorithm>
 
 #include "common/error.h"
+#include "rendezvous/handlers/forming_round_slice.h"
 
 namespace dlaunch {
-namespace {
-
-// How often the first arrival re-reads the count while a round forms: wake-up keys end most
-// waits early; this bounds the last-call measurement error.
-Duration poll_interval(Duration last_call_timeout) {
-  return std::clamp<Duration>(last_call_timeout / 5, std::chrono::milliseconds(10),
-                              std::chrono::milliseconds(250));
-}
-
-}  // namespace
 
 StoreRoundLedger::StoreRoundLedger(std::shared_ptr<Store> store, std::string prefix,
                                    Duration keep_alive_interval, const Clock& clock)
@@ -81,20 +72,10 @@ RoundLedger::Described StoreRoundLedger::described(int64_t round, int64_t n,
 
 Duration StoreRoundLedger::wait_slice(int64_t round, const DynamicLimits* limits,
                                       TimePoint until) {
-  const TimePoint now = clock_.now();
-  Duration sleep = std::min<Duration>(keep_alive_interval_, std::chrono::seconds(1));
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    // Only the first arrival of a forming round measures the last call (see the header).
-    if (limits && round == round_ && index_ == 1) {
-      sleep = poll_interval(limits->last_call_timeout);
-      if (count_ >= limits->min_nodes) {
-        TimePoint last_call = changed_at_ + limits->last_call_timeout;
-        sleep = std::min<Duration>(sleep, std::max<Duration>(last_call - now, Duration(0)));
-      }
-    }
-  }
-  return std::min<Duration>(sleep, until - now);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const bool mine = round == round_;
+  return forming_round_slice(limits, mine && index_ == 1, mine ? count_ : 0, changed_at_,
+                             keep_alive_interval_, clock_.now(), until);
 }
 
 void StoreRoundLedger::saw_set(int64_t round, const std::string& wake_key) {

@@ -8,9 +8,10 @@
 //              agent is between its two requests, or died there) is waited for, then left out.
 //   waiting    no watch: the waiting node sleeps on the round's wake-up key ("done" when the
 //              round completes, "superseded" when the next one opens), which the store sets
-//              for every node at once, and re-reads the count when the slice ends. Only the
-//              first arrival polls (every last_call_timeout / 5, 10-250 ms) to measure the
-//              last call; the others would be N pollers (16,384 x 5 reads/s), so they look once
+//              for every node at once, and re-reads the count when the slice ends
+//              (forming_round_slice.h). Only the first arrival polls (every
+//              last_call_timeout / 5, 10-250 ms) to measure the last call; the others would be
+//              N pollers (16,384 x 5 reads/s), so they look once
 //              per keep-alive interval, at most once a second: a first arrival that died costs
 //              at most that. (Longer slices, 5 s, made 512 real agents on one host come up
 //              1.4 s later in agents_bench: the waiting call holds its connection for the whole

@@ -22,7 +22,8 @@ using namespace std::chrono_literals;
 class EtcdLedgerTest : public test::EtcdTest {
  protected:
   std::unique_ptr<EtcdRoundLedger> make_ledger(std::shared_ptr<EtcdStore> store = nullptr) {
-    return std::make_unique<EtcdRoundLedger>(store ? store : make_store(), kRdzv, steady_clock());
+    return std::make_unique<EtcdRoundLedger>(store ? store : make_store(), kRdzv, 1s,
+                                             steady_clock());
   }
   static NodeDescriptor node(const std::string& id, int64_t hint = -1) {
     return {id, "host-" + id, 2, hint};
@@ -200,6 +201,78 @@ TEST_F(EtcdLedgerTest, WatchFromACompactedRevisionIsReplacedByAFreshRead) {
   a->wait(0, a->round_key(0, "done"), &three, start + 60s);
   EXPECT_LT(since(start), 30.0);
   EXPECT_EQ(a->arrivals(0, steady_clock().now()).arrivals, 3);
+}
+
+// The arrival count is read, not watched, by a node that is not the round's first arrival
+// (forming_round_slice.h: once per keep-alive interval, 1 s here): MAX reached ends its wait
+// within about that, and so does the last call when the first arrival is gone.
+TEST_F(EtcdLedgerTest, ANodeThatIsNotTheFirstArrivalSeesTheCountWithinASlice) {
+  auto first = make_ledger(), b = make_ledger();
+  first->join(0, node("first"));  // then never waits: as if it died
+  b->join(0, node("b"));
+  std::thread late([&] {
+    std::this_thread::sleep_for(200ms);
+    make_ledger()->join(0, node("c"));
+  });
+  auto start = steady_clock().now();
+  b->wait(0, b->round_key(0, "done"), &three, start + 60s);
+  late.join();
+  EXPECT_LT(since(start), 10.0) << "MAX reached must end the wait within a slice or so";
+  EXPECT_EQ(b->arrivals(0, steady_clock().now()).arrivals, 3);
+
+  // Round 1: MIN 1 is met; the last call (1 s) is measured by b from when it saw a change.
+  first->join(1, node("first"));
+  b->join(1, node("b"));
+  start = steady_clock().now();
+  b->wait(1, b->round_key(1, "done"), &one_to_three, start + 60s);
+  EXPECT_GE(since(start), 0.9) << "the last call restarts at b's own arrival";
+  EXPECT_LT(since(start), 10.0) << "a first arrival that never looks must not stall the round";
+}
+
+// A waiting node's watch covers the round's control keys only: arrivals are no watch events for
+// it (before the join keys moved out of round/<r>/, each of the N waiting nodes got an event
+// per later arrival: 16 x 15 / 2 = 120 here).
+TEST_F(EtcdLedgerTest, ArrivalsAreNoWatchEventsForTheWaitingNodes) {
+  constexpr int kNodes = 16;
+  const DynamicLimits never{kNodes + 1, kNodes + 1, 60s};  // only "done" ends the waits
+  auto events = [] { return etcd::call_counts()["watch events"]; };
+  const int64_t before = events();
+  std::vector<std::unique_ptr<EtcdRoundLedger>> ledgers;
+  std::vector<std::thread> waiting;
+  std::vector<double> waited(kNodes, -1);
+  for (int i = 0; i < kNodes; ++i) {
+    ledgers.push_back(make_ledger());
+    ledgers.back()->join(0, node("n" + std::to_string(i)));
+    waiting.emplace_back([&, i] {
+      auto start = steady_clock().now();
+      ledgers[i]->wait(0, ledgers[i]->round_key(0, "done"), &never, start + 60s);
+      waited[i] = since(start);
+    });
+    std::this_thread::sleep_for(50ms);  // its watch is open before the next node joins
+  }
+  make_store()->set(ledgers[0]->round_key(0, "done"), to_bytes("1"));
+  for (auto& t : waiting) t.join();
+  for (int i = 0; i < kNodes; ++i) EXPECT_LT(waited[i], 30.0) << "node " << i << " woke on done";
+  EXPECT_LE(events() - before, 2 * kNodes) << "watch events for " << kNodes << " waiting nodes";
+}
+
+// An agent of a build before the joins/ prefix joins under round/<r>/join/: the new nodes never
+// count it, so they refuse the mix in one sentence instead of forming rounds without it.
+TEST_F(EtcdLedgerTest, AJoinKeyInTheOldLayoutIsRefusedNamingTheNode) {
+  auto a = make_ledger();
+  a->join(0, node("a"));
+  std::thread old([&] {
+    std::this_thread::sleep_for(100ms);
+    make_store()->set(a->round_key(0, "join/old"), NodeDescriptor{"old", "host-old", 2, -1}.encode());
+  });
+  try {
+    a->wait(0, a->round_key(0, "done"), &five, steady_clock().now() + 30s);
+    ADD_FAILURE() << "the wait ended without noticing the old build's join";
+  } catch (const StateError& e) {
+    EXPECT_NE(std::string(e.what()).find("node 'old' on host-old"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("same dlaunch build"), std::string::npos) << e.what();
+  }
+  old.join();
 }
 
 int64_t gateway_calls() {
