@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <optional>
 #include <thread>
-#include <unordered_map>
 
 #include "common/error.h"
 #include "rendezvous/store/store_table.h"
@@ -25,19 +25,19 @@ Bytes as_bytes(const std::string& s) {
 
 }  // namespace
 
-// One watch over [prefix, prefix_end) from the revision the store had when it started: a
-// thread reads its events and records, per key, the revision of the latest put; waiters block
-// on a condition variable. When the stream breaks (etcd gone), waiters are woken with the
-// error and the next wait starts a new watch.
-class EtcdStore::PrefixWatch {
+// One watch on one key, from the moment it is created: a thread reads its events and keeps the
+// latest put (revision and value); waiters block on a condition variable. When the stream
+// breaks (etcd gone), waiters are woken with the error and the next wait starts a new watch.
+class EtcdStore::KeyWatch {
  public:
-  PrefixWatch(etcd::Client& client, const std::string& prefix) {
-    int64_t revision = client.range(prefix, etcd::prefix_end(prefix), true).revision;
-    watch_ = client.watch(prefix, etcd::prefix_end(prefix), revision + 1);
+  KeyWatch(etcd::Client& client, const std::string& key) {
+    // From now (start revision 0): a put made after the caller's range (which follows this
+    // confirmed watch) is an event here; one made before is in the range's answer.
+    watch_ = client.watch(key, "", 0);
     thread_ = std::thread([this] { run(); });
   }
 
-  ~PrefixWatch() {
+  ~KeyWatch() {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stopping_ = true;
@@ -51,23 +51,21 @@ class EtcdStore::PrefixWatch {
     return !error_.empty();
   }
 
-  // Blocks until a put of `key` newer than `after` was seen (returns its value), `deadline`
+  // Blocks until a put of the key newer than `after` was seen (returns its value), `deadline`
   // passes (nullopt), the watch broke (ConnectionError) or interrupt() was called meanwhile
-  // (StoreInterruptedError).
+  // (StoreInterruptedError). `key` names the key in the interruption's message.
   std::optional<std::string> wait_put(const std::string& key, int64_t after, TimePoint deadline) {
     std::unique_lock<std::mutex> lock(mutex_);
     const uint64_t interrupts_at_start = interrupts_;
     while (true) {
-      auto it = puts_.find(key);
-      if (it != puts_.end() && it->second.revision > after) return it->second.value;
+      if (put_ && put_->revision > after) return put_->value;
       if (!error_.empty()) throw ConnectionError(error_);
       if (interrupts_ != interrupts_at_start) {
         throw StoreInterruptedError(fmt::format(
             "etcd store: the wait for key '{}' was interrupted by another thread", key));
       }
       if (changed_.wait_until(lock, deadline) == std::cv_status::timeout) {
-        it = puts_.find(key);
-        if (it != puts_.end() && it->second.revision > after) return it->second.value;
+        if (put_ && put_->revision > after) return put_->value;
         return std::nullopt;
       }
     }
@@ -100,9 +98,9 @@ class EtcdStore::PrefixWatch {
         std::lock_guard<std::mutex> lock(mutex_);
         for (auto& event : message->events) {
           if (event.type == etcd::Event::Type::kPut) {
-            puts_[event.kv.key] = {event.kv.mod_revision, std::move(event.kv.value)};
+            put_ = Put{event.kv.mod_revision, std::move(event.kv.value)};
           } else {
-            puts_.erase(event.kv.key);
+            put_.reset();
           }
         }
         changed_.notify_all();
@@ -118,10 +116,10 @@ class EtcdStore::PrefixWatch {
   std::thread thread_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  bool stopping_ = false;                      // guarded by mutex_
-  uint64_t interrupts_ = 0;                    // guarded by mutex_
-  std::string error_;                          // guarded by mutex_
-  std::unordered_map<std::string, Put> puts_;  // guarded by mutex_
+  bool stopping_ = false;    // guarded by mutex_
+  uint64_t interrupts_ = 0;  // guarded by mutex_
+  std::string error_;        // guarded by mutex_
+  std::optional<Put> put_;   // guarded by mutex_
 };
 
 EtcdStore::EtcdStore(std::shared_ptr<etcd::Client> client, std::string prefix)
@@ -131,22 +129,40 @@ EtcdStore::EtcdStore(std::shared_ptr<etcd::Client> client, std::string prefix)
 
 EtcdStore::~EtcdStore() = default;
 
-std::shared_ptr<EtcdStore::PrefixWatch> EtcdStore::prefix_watch() {
+std::shared_ptr<EtcdStore::KeyWatch> EtcdStore::key_watch(const std::string& full_key) {
+  std::shared_ptr<KeyWatch> stale;  // destroyed (thread joined) after the lock is released
+  std::vector<std::shared_ptr<KeyWatch>> evicted;
   std::lock_guard<std::mutex> lock(watch_mutex_);
-  if (!watch_ || watch_->broken()) {
-    watch_.reset();  // join the old thread before starting a new one
-    watch_ = std::make_shared<PrefixWatch>(*client_, prefix_);
+  auto it = watches_.find(full_key);
+  if (it != watches_.end() && it->second.watch->broken()) {
+    stale = std::move(it->second.watch);
+    watches_.erase(it);
+    it = watches_.end();
   }
-  return watch_;
+  if (it == watches_.end()) {
+    // Room for the new one: drop the least recently used watches nobody waits on.
+    while (watches_.size() >= kMaxKeyWatches) {
+      auto oldest = watches_.end();
+      for (auto w = watches_.begin(); w != watches_.end(); ++w) {
+        if (w->second.watch.use_count() == 1 &&
+            (oldest == watches_.end() || w->second.last_use < oldest->second.last_use)) {
+          oldest = w;
+        }
+      }
+      if (oldest == watches_.end()) break;  // all in use: go above the bound for a while
+      evicted.push_back(std::move(oldest->second.watch));
+      watches_.erase(oldest);
+    }
+    it = watches_.emplace(full_key, Watched{std::make_shared<KeyWatch>(*client_, full_key), 0})
+             .first;
+  }
+  it->second.last_use = ++uses_;
+  return it->second.watch;
 }
 
 void EtcdStore::interrupt() {
-  std::shared_ptr<PrefixWatch> watch;
-  {
-    std::lock_guard<std::mutex> lock(watch_mutex_);
-    watch = watch_;
-  }
-  if (watch) watch->interrupt();
+  std::lock_guard<std::mutex> lock(watch_mutex_);
+  for (auto& [key, w] : watches_) w.watch->interrupt();
 }
 
 void EtcdStore::set(const std::string& key, const Bytes& value) {
@@ -160,7 +176,7 @@ void EtcdStore::set_with_lease(const std::string& key, const Bytes& value, int64
 std::string EtcdStore::wait_one(const std::string& key, TimePoint deadline, Duration waited_for) {
   const std::string k = full(key);
   // The watch first: it then sees every put after the range below (no gap).
-  auto watch = prefix_watch();
+  auto watch = key_watch(k);
   auto current = client_->range(k);
   if (!current.kvs.empty()) return std::move(current.kvs.front().value);
   auto value = watch->wait_put(k, current.revision, deadline);

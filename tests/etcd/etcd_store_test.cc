@@ -94,6 +94,43 @@ TEST_F(EtcdStoreTest, InterruptEndsABlockedGetFromAnotherThread) {
   EXPECT_EQ(to_string(store_->get("after")), "x");
 }
 
+// A waiting store watches the key it waits for, not its whole prefix: the puts of a round
+// (N join keys, N assignments) are no events for it. With one watch over the prefix, the 64
+// puts below were 64 events for the waiting store (and every agent's store waits on its
+// round's event record).
+TEST_F(EtcdStoreTest, AWaitingGetReceivesNoEventsForOtherKeys) {
+  store_->set_timeout(60s);
+  auto events = [] { return etcd::call_counts()["watch events"]; };
+  const int64_t before = events();
+  std::thread waiting([&] { EXPECT_EQ(to_string(store_->get("mine")), "v"); });
+  std::this_thread::sleep_for(200ms);  // the get is parked on its watch
+  auto writer = make_store();
+  for (int i = 0; i < 64; ++i) writer->set("other/" + std::to_string(i), to_bytes("x"));
+  writer->set("mine", to_bytes("v"));
+  waiting.join();
+  EXPECT_LE(events() - before, 2) << "watch events for a store waiting on one key";
+}
+
+// Key watches are kept for the next wait on the same key, up to a bound: waiting on more keys
+// than that in turn replaces the idle ones, and every wait is still released by its key's put.
+TEST_F(EtcdStoreTest, WaitsOnManyKeysInTurnAreEachReleased) {
+  store_->set_timeout(60s);
+  auto writer = make_store();
+  for (int round = 0; round < 2; ++round) {
+    for (int i = 0; i < 7; ++i) {
+      const std::string key = "k" + std::to_string(i) + "/" + std::to_string(round);
+      std::thread setter([&] {
+        std::this_thread::sleep_for(50ms);
+        writer->set(key, to_bytes(key));
+      });
+      auto start = std::chrono::steady_clock::now();
+      EXPECT_EQ(to_string(store_->get(key)), key);
+      EXPECT_LT(std::chrono::steady_clock::now() - start, 30s);
+      setter.join();
+    }
+  }
+}
+
 TEST_F(EtcdStoreTest, AddCountsFromZeroAndStoresDecimal) {
   EXPECT_EQ(store_->add("c", 5), 5);
   EXPECT_EQ(store_->add("c", -2), 3);
