@@ -160,4 +160,6 @@ EtcdTraffic etcd_traffic() {
   return t;
 }
 
+std::map<std::string, int64_t> etcd_calls_by_path() { return etcd::call_counts(); }
+
 }  // namespace dlaunch::sim

@@ -13,6 +13,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -56,5 +57,7 @@ struct EtcdTraffic {
   int64_t watch_events = 0;
 };
 EtcdTraffic etcd_traffic();
+// This process's etcd calls by gateway path, watch events and other notes (--by-op).
+std::map<std::string, int64_t> etcd_calls_by_path();
 
 }  // namespace dlaunch::sim

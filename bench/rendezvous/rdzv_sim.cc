@@ -95,7 +95,7 @@ struct Options {
   double keep_alive_seconds = 5;
   int keep_alive_interval = 0;  // 0: 1 s (c10d), 5 s (etcd: torchrun's default)
   bool loss = true;
-  bool by_op = false;  // each agent process prints its requests and bytes by operation
+  bool by_op = false;  // each agent process prints its requests and bytes by operation (etcd: calls by path)
 };
 
 // Every store call an agent makes, counted (one request on the wire each), with its bytes on
@@ -536,7 +536,12 @@ void make_c10d_agent(SimAgent& a, RendezvousParams params, uint16_t port) {
   } else {
     drive_with_threads(agents, cmd, report_fd, first, opt);
   }
-  if (opt.by_op) {
+  if (opt.by_op && opt.backend == Backend::kEtcd) {
+    for (const auto& [what, n] : sim::etcd_calls_by_path()) {
+      std::fprintf(stderr, "agents %d..%d: %-32s %9lld\n", first, first + count - 1, what.c_str(),
+                   static_cast<long long>(n));
+    }
+  } else if (opt.by_op) {
     for (int op = 0; op < kNumOps; ++op) {
       if (g_op_count[op] == 0) continue;
       std::fprintf(stderr, "agents %d..%d: %-11s %9lld requests %12lld bytes\n", first,
