@@ -37,12 +37,12 @@ int64_t EtcdRoundLedger::join(int64_t round, const NodeDescriptor& me) {
   auto& client = store_->client();
   const std::string key = full(join_prefix(round) + me.id);
   const std::string joins = full(join_prefix(round));
-  const std::string control = full(round_key(round, ""));
+  const etcd::Op control = watched_keys(round);
   // The round's control keys come back with the join, as of its revision: a "done" set just
   // before this node joined is in the mirror, and the watch takes over from there.
   auto t = client.txn({etcd::Compare::missing(key)},
                       {etcd::Op::put(key, as_string(me.encode())), count_prefix(joins),
-                       etcd::Op::get_prefix(control)},
+                       control},
                       {etcd::Op::get(key)});
   int64_t index = 0, count = 0, revision = t.revision;
   const etcd::RangeResponse* controls = nullptr;
@@ -58,7 +58,7 @@ int64_t EtcdRoundLedger::join(int64_t round, const NodeDescriptor& me) {
     // (etcd's "count" ignores max_create_revision, which filters only the keys returned.)
     auto upto = etcd::Op::get_prefix(joins);
     upto.max_create_revision = t.responses[0].range.kvs.front().create_revision;
-    t = client.txn({}, {upto, count_prefix(joins), etcd::Op::get_prefix(control)}, {});
+    t = client.txn({}, {upto, count_prefix(joins), control}, {});
     DL_CHECK(t.responses.size() == 3) << "etcd answered " << t.responses.size() << " of 3 ops";
     index = static_cast<int64_t>(t.responses[0].range.kvs.size());
     count = t.responses[1].range.count;
@@ -83,11 +83,16 @@ void EtcdRoundLedger::mirror(int64_t round, int64_t index, int64_t revision, int
   for (const auto& kv : controls.kvs) keys_[kv.key] = kv.value;
 }
 
+etcd::Op EtcdRoundLedger::watched_keys(int64_t round) const {
+  auto op = etcd::Op::get(full(round_key(round, kFirstWatched)));
+  op.range_end = full(round_key(round, kLastWatched)) + std::string(1, '\0');
+  return op;
+}
+
 void EtcdRoundLedger::resync(int64_t round) {
   watch_.reset();
-  const std::string control = full(round_key(round, ""));
-  auto t = store_->client().txn(
-      {}, {etcd::Op::get_prefix(control), count_prefix(full(join_prefix(round)))}, {});
+  auto t = store_->client().txn({}, {watched_keys(round), count_prefix(full(join_prefix(round)))},
+                                {});
   DL_CHECK(t.responses.size() == 2) << "etcd answered " << t.responses.size() << " of 2 ops";
   std::lock_guard<std::mutex> lock(mutex_);
   mirror(round, round_ == round ? index_ : 0, t.revision, t.responses[1].range.count,
@@ -145,15 +150,14 @@ void EtcdRoundLedger::pump(int64_t round, TimePoint until) {
     resync(round);
     return;
   }
-  const std::string round_prefix = full(round_key(round, ""));
+  const etcd::Op span = watched_keys(round);
+  const std::string& round_prefix = span.key;
   try {
-    if (!watch_) {
-      watch_ = store_->client().watch(round_prefix, etcd::prefix_end(round_prefix), from + 1);
-    }
+    if (!watch_) watch_ = store_->client().watch(span.key, span.range_end, from + 1);
     auto left = std::max<Duration>(until - clock_.now(), Duration::zero());
     auto message = watch_->next(std::chrono::steady_clock::now() + left);
     if (!message) return;
-    const std::string old_joins = round_prefix + "join/";
+    const std::string old_joins = full(round_key(round, "join/"));
     std::lock_guard<std::mutex> lock(mutex_);
     for (auto& event : message->events) {
       auto& kv = event.kv;
@@ -232,8 +236,9 @@ void EtcdRoundLedger::wait(int64_t round, const std::string& wake_key,
 
 Bytes EtcdRoundLedger::wait_key(int64_t round, const std::string& key, TimePoint deadline) {
   const std::string k = full(key);
-  DL_CHECK(k.rfind(full(round_key(round, "")), 0) == 0)
-      << "wait_key: " << key << " is not under round " << round;
+  const etcd::Op span = watched_keys(round);
+  DL_CHECK(k >= span.key && k < span.range_end)
+      << "wait_key: " << key << " is not a key of round " << round << " this ledger watches";
   while (true) {
     {
       std::lock_guard<std::mutex> lock(mutex_);

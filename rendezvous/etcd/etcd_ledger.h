@@ -10,12 +10,16 @@
 //              is handled by the keep-alive leases as before.
 //   order      arrival i is the i-th join key by create_revision: participants(r, n) is one
 //              range sorted by create_revision, limit n.
-//   waiting    after joining, one watch on "round/<r>/": the round's few control keys
-//              ("done", "superseded", the workers' store address, the event record), set once
-//              or twice a round, so a waiting node gets O(1) events however many join. The
-//              join keys live outside that prefix (under "joins/<r>/") because they are N
-//              puts: with them inside, every arrival was an event for every waiting node, N^2/2
-//              events a round (41.5 per agent at 64 agents, 138.5 at 256). The arrival count is
+//   waiting    after joining, one watch on the round's control keys from "done" to
+//              "workers_store" (the keys a waiting node waits for; the span also holds "event",
+//              "superseded", "takeover" and "verdict"), each set once a round, so a waiting
+//              node gets O(1) events however many join. Not the whole "round/<r>/" prefix: the
+//              counters "acks" and "closer" sort before the span, and every node of the round
+//              may add to them (each add a put: at 2,048 simulated agents, 9 to 40 racing
+//              closers were as many events for every waiting node). The join keys live outside
+//              (under "joins/<r>/") because they are N puts: with them inside, every arrival was
+//              an event for every waiting node, N^2/2 events a round (36.5 per agent at 64
+//              agents, 258.5 at 512). The arrival count is
 //              read, not watched: the first arrival re-reads it every last_call_timeout / 5 to
 //              measure the last call, the others once per keep-alive interval, at most once a
 //              second (forming_round_slice.h, the rule the store ledger follows).
@@ -79,6 +83,10 @@ class EtcdRoundLedger final : public RoundLedger {
   void resync(int64_t round);
   // Applies the watch's next message, waiting at most until `until`. Reopens a lost watch.
   void pump(int64_t round, TimePoint until);
+  // The keys of `round` this ledger mirrors and watches (see the header comment), as a range.
+  static constexpr const char* kFirstWatched = "done";
+  static constexpr const char* kLastWatched = "workers_store";
+  etcd::Op watched_keys(int64_t round) const;
   // A join key where builds before the joins/ prefix put it (`value`: its descriptor).
   [[noreturn]] void throw_old_layout_join(int64_t round, const std::string& value) const;
 

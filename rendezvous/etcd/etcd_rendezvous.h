@@ -7,18 +7,22 @@
 //                runs sharing an etcd never meet; `etcdctl del --prefix /dlaunch/<run_id>/`
 //                removes a finished run
 //   state        changed only by compare-and-swap transactions (EtcdStore::compare_set)
-//   arrivals     a per-node join key "round/<r>/join/<node>", put in one transaction that also
+//   arrivals     a per-node join key "joins/<r>/<node>", put in one transaction that also
 //                counts the round's join keys (the arrival index); order is create_revision
 //                order. No node retries a compare-and-swap to join (etcd_ledger.h)
-//   waiting      one watch per node on its round's keys (joins, "done", "superseded", the
-//                workers' store address) from the revision of its join: no polling
+//   waiting      one watch per node on its round's few control keys ("done", "superseded",
+//                the workers' store address) from the revision of its join, and the count
+//                read once per slice (the first arrival every last_call_timeout / 5)
 //   liveness     a lease per agent (make_lease_liveness): its key "<rdzv>/alive/<node>" lives
 //                as long as the agent renews the lease every keep_alive_interval; when the
 //                agent dies (SIGKILL, partition), etcd expires the lease after its TTL, the key
-//                vanishes, and the neighbour watching it publishes "membership changed"
+//                vanishes, and the neighbour watching it publishes "membership changed". A
+//                beat is one lease renewal (not a raft write); the key is put only with a new
+//                lease
 //   workers      etcd does not speak PyTorch's TCPStore protocol, so after each round the
 //                group-rank-0 agent hosts a TcpStoreServer on its advertised host (a free
-//                port) and publishes host:port in etcd (round/<r>/workers_store); every node returns that address as
+//                port) and publishes host:port in etcd (round/<r>/workers_store); every node
+//                returns that address as
 //                MASTER_ADDR/MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True, as with c10d)
 //
 // Lease TTL = keep_alive_interval x keep_alive_max_attempt, at least 2 s (etcd's floor for a
