@@ -13,8 +13,9 @@
 // Ordering: ops run in the order they are called. The CPU backend runs each op to completion on
 // the calling thread (plus its OpenMP team); the CUDA backend queues them on the device and
 // returns. copy_to_host and copy_from_host wait for the work queued before them, so values read
-// on the host after copy_to_host are final; synchronize() waits for everything queued.
-// Ops that return a value on the host (softmax_cross_entropy) synchronise.
+// on the host after copy_to_host are final; synchronize() waits for everything queued;
+// stage_to_device does not wait. Ops that return a value on the host (softmax_cross_entropy)
+// synchronise.
 //
 // Errors: bad shapes fail DL_CHECK (InternalError); a failed device call throws InternalError
 // naming it; alloc() throws SystemError when memory is exhausted. A Backend is used by one
@@ -44,6 +45,12 @@ class Backend {
   virtual void zero(void* p, size_t bytes) = 0;
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  // copy_from_host without waiting for the queued work: the bytes are staged first (in pinned
+  // host memory on a GPU) and copied in order with the ops, so `host_src` may change as soon as
+  // this returns and `dst` is written after the ops queued before it read it. For the small
+  // per-step copies (a batch's sample indices and labels) that would otherwise stall the host
+  // once a step.
+  virtual void stage_to_device(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   virtual void synchronize() = 0;
 

@@ -47,4 +47,17 @@ DL_HOST_DEVICE CrossEntropyRow cross_entropy_row(int64_t classes, const float* z
   return {loss, arg == label};
 }
 
+// A training step's figures added to each of the k triples [loss * n, correct, n] at `sums`:
+// `total` is the sum of the n rows' losses in row order and `hits` their hits. The mean loss is
+// rounded to float first, as softmax_cross_entropy returns it, so the sums equal what a caller
+// adding up that op's results on the host gets, bit for bit.
+DL_HOST_DEVICE void add_step_sums(double total, int64_t hits, int64_t n, double* sums, int64_t k) {
+  const float mean = static_cast<float>(total / static_cast<double>(n));
+  for (int64_t j = 0; j < k; ++j) {
+    sums[3 * j] += static_cast<double>(mean) * static_cast<double>(n);
+    sums[3 * j + 1] += static_cast<double>(hits);
+    sums[3 * j + 2] += static_cast<double>(n);
+  }
+}
+
 }  // namespace dlaunch::kernels

@@ -16,7 +16,9 @@ int64_t now_ns() {
 }
 
 // The op the trainer calls once per training step (see the header).
-constexpr const char* kStepOp = "softmax_cross_entropy";
+constexpr const char* kStepOp = "softmax_cross_entropy_sums";
+// The op that returns its result on the host (a wait for the device on a GPU).
+constexpr const char* kHostResultOp = "softmax_cross_entropy";
 
 }  // namespace
 
@@ -31,6 +33,11 @@ void* OpTimingBackend::alloc(size_t bytes) {
   return inner_.alloc(bytes);
 }
 
+void OpTimingBackend::copy_to_host(void* dst, const void* src, size_t bytes) {
+  if (steps_seen_ > skip_steps_) ++host_reads_;
+  inner_.copy_to_host(dst, src, bytes);
+}
+
 void OpTimingBackend::free(void* p) noexcept {
   if (p != nullptr && steps_seen_ > skip_steps_) ++frees_;
   inner_.free(p);
@@ -40,6 +47,7 @@ OpTimingBackend::Timed::Timed(OpTimingBackend& owner, const char* op)
     : owner_(owner), op_(op), counted_(false) {
   if (std::strcmp(op, kStepOp) == 0) ++owner_.steps_seen_;
   counted_ = owner_.steps_seen_ > owner_.skip_steps_;
+  if (counted_ && std::strcmp(op, kHostResultOp) == 0) ++owner_.host_reads_;
   if (!counted_) return;
   owner_.inner_.synchronize();
   start_ns_ = now_ns();
@@ -73,6 +81,8 @@ std::string OpTimingBackend::report() const {
   out += fmt::format("{:<28} {:>7} {:>10.2f} {:>10.3f}\n", "all ops", "", sum * 1e3, sum * 1e3 / steps);
   out += fmt::format("device allocations after the warm-up: {} ({} bytes), frees: {}\n", allocations_,
                      allocated_bytes_, frees_);
+  out += fmt::format("host reads after the warm-up: {} (copies to the host and ops returning a host value)\n",
+                     host_reads_);
   return out;
 }
 

@@ -9,13 +9,14 @@
 // more than a normal step: read the shares, not the sum. On the CPU the waits are free and the
 // figures are the ops' wall times.
 //
-// Steps: the trainer calls the loss op once per training step (between forward and backward), so
-// calls of softmax_cross_entropy mark the steps: counting starts at call skip_steps + 1 (cuDNN's
-// autotuning and plan building happen in the first calls of each shape), and each counted
-// "step" runs from one loss op to the next, every op of a training step once. Evaluation calls
-// the loss op per test batch too, so its batches count as steps: profile a run whose test split
-// is small (DTRAIN_LIMIT_TEST_SAMPLES=1, as bench/gpu/gpu_bench.py does). Allocations and frees
-// after the warm-up are counted too, and reported under the table.
+// Steps: the trainer calls its loss op (softmax_cross_entropy_sums) once per training step
+// (between forward and backward), so its calls mark the steps: counting starts at call
+// skip_steps + 1 (cuDNN's autotuning and plan building happen in the first calls of each shape),
+// and each counted "step" runs from one loss op to the next, every op of a training step once.
+// Evaluation's batches (softmax_cross_entropy) are not steps, but their ops fall into the step
+// they follow: profile a run whose test split is small (DTRAIN_LIMIT_TEST_SAMPLES=1, as
+// bench/gpu/gpu_bench.py does). Allocations, frees and host reads after the warm-up are counted
+// too, and reported under the table.
 #pragma once
 
 #include <cstdint>
@@ -40,6 +41,11 @@ class OpTimingBackend final : public Backend {
   int64_t allocations() const { return allocations_; }
   int64_t allocated_bytes() const { return allocated_bytes_; }
   int64_t frees() const { return frees_; }
+  // Reads of device results on the host after the warm-up (copy_to_host calls and calls of
+  // softmax_cross_entropy, which returns its loss): each waits for the device on a GPU. The
+  // training step itself reads nothing (softmax_cross_entropy_sums); the trainer reads its
+  // figures at its log points.
+  int64_t host_reads() const { return host_reads_; }
 
   std::string name() const override { return inner_.name(); }
   bool host_accessible() const override { return inner_.host_accessible(); }
@@ -47,7 +53,8 @@ class OpTimingBackend final : public Backend {
   void free(void* p) noexcept override;
   void zero(void* p, size_t bytes) override { inner_.zero(p, bytes); }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { inner_.copy_from_host(dst, src, bytes); }
-  void copy_to_host(void* dst, const void* src, size_t bytes) override { inner_.copy_to_host(dst, src, bytes); }
+  void copy_to_host(void* dst, const void* src, size_t bytes) override;
+  void stage_to_device(void* dst, const void* src, size_t bytes) override { inner_.stage_to_device(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override { inner_.copy(dst, src, bytes); }
   void synchronize() override { inner_.synchronize(); }
   int preferred_cblock(int64_t c) const override { return inner_.preferred_cblock(c); }
@@ -85,7 +92,7 @@ class OpTimingBackend final : public Backend {
   Backend& inner_;
   int64_t skip_steps_;
   int64_t steps_seen_ = 0;
-  int64_t allocations_ = 0, allocated_bytes_ = 0, frees_ = 0;
+  int64_t allocations_ = 0, allocated_bytes_ = 0, frees_ = 0, host_reads_ = 0;
   std::map<std::string, Total> totals_;
 };
 

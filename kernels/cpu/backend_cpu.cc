@@ -30,6 +30,7 @@ class CpuBackend final : public Backend {
   }
   void copy_from_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
   void copy_to_host(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
+  void stage_to_device(void* dst, const void* src, size_t bytes) override { copy(dst, src, bytes); }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0 && dst != src) std::memcpy(dst, src, bytes);
   }

@@ -38,6 +38,9 @@ class CudaBackend final : public Backend {
   void copy_to_host(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0) cuda::copy_to_host(dst, src, static_cast<int64_t>(bytes));
   }
+  void stage_to_device(void* dst, const void* src, size_t bytes) override {
+    cuda::stage_to_device(dst, src, bytes);
+  }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes > 0 && dst != src) copy_on_device(dst, src, bytes);
   }

@@ -1,3 +1,6 @@
+#include <algorithm>
+#include <cstring>
+
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/ops_cuda.h"
 
@@ -68,6 +71,62 @@ void copy_to_device(void* dst, const void* src, int64_t bytes) {
 
 void copy_to_host(void* dst, const void* src, int64_t bytes) {
   DL_CUDA_CHECK(cudaMemcpy(dst, src, static_cast<size_t>(bytes), cudaMemcpyDeviceToHost));
+}
+
+namespace {
+
+// Pinned host buffers for stage_to_device, used in turn. A cudaMemcpyAsync from pageable memory
+// would wait for the queued work like cudaMemcpy; from pinned memory it is queued like a kernel.
+// A slot is refilled only after the copy that last read it ran (its event): with four slots the
+// host may run up to about two steps (two staged copies a step) ahead of the device before that
+// wait holds it back, which is where it should be held back anyway.
+class HostStaging {
+ public:
+  ~HostStaging() {
+    // At thread exit the context may be gone already: ignore statuses.
+    for (Slot& s : slots_) {
+      if (s.host) cudaFreeHost(s.host);
+      if (s.copied) cudaEventDestroy(s.copied);
+    }
+  }
+
+  void copy(void* dst, const void* src, size_t bytes) {
+    Slot& s = slots_[next_];
+    next_ = (next_ + 1) % kSlots;
+    if (s.in_flight) DL_CUDA_CHECK(cudaEventSynchronize(s.copied));
+    if (bytes > s.capacity) {
+      if (s.host) DL_CUDA_CHECK(cudaFreeHost(s.host));
+      s.host = nullptr;
+      s.capacity = 0;
+      const size_t grown = std::max<size_t>(bytes, 4096);
+      DL_CUDA_CHECK(cudaHostAlloc(&s.host, grown, cudaHostAllocDefault));
+      s.capacity = grown;
+    }
+    if (!s.copied) DL_CUDA_CHECK(cudaEventCreateWithFlags(&s.copied, cudaEventDisableTiming));
+    std::memcpy(s.host, src, bytes);
+    DL_CUDA_CHECK(cudaMemcpyAsync(dst, s.host, bytes, cudaMemcpyHostToDevice, 0));
+    DL_CUDA_CHECK(cudaEventRecord(s.copied, 0));
+    s.in_flight = true;
+  }
+
+ private:
+  static constexpr int kSlots = 4;
+  struct Slot {
+    void* host = nullptr;
+    size_t capacity = 0;
+    cudaEvent_t copied = nullptr;
+    bool in_flight = false;
+  };
+  Slot slots_[kSlots];
+  int next_ = 0;
+};
+
+thread_local HostStaging t_staging;
+
+}  // namespace
+
+void stage_to_device(void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) t_staging.copy(dst, src, bytes);
 }
 
 namespace detail {

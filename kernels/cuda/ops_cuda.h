@@ -9,7 +9,8 @@
 //     float layout); the other ops accept any cblock like the CPU ones.
 //   - Ops are asynchronous: they are queued on the legacy default stream and return at once;
 //     call synchronize() before reading results on the host. softmax_cross_entropy returns a
-//     host value and therefore synchronizes.
+//     host value and therefore synchronizes; softmax_cross_entropy_sums keeps its figures on
+//     the device and does not.
 //   - The double per-channel sums of batch norm live in device memory.
 //   - With a bf16/fp16 dtype the convolutions and the linear layer multiply 16-bit copies of
 //     their operands on tensor cores with fp32 accumulation (low_precision.cuh), where the CPU
@@ -34,6 +35,9 @@ double* alloc_doubles(int64_t n);
 void free_device(void* p);
 void copy_to_device(void* dst, const void* src, int64_t bytes);
 void copy_to_host(void* dst, const void* src, int64_t bytes);
+// Backend::stage_to_device: through pinned host memory with cudaMemcpyAsync, on the legacy
+// default stream (no wait for the queued work).
+void stage_to_device(void* dst, const void* src, size_t bytes);
 // For kernels::Backend (backend_cuda.cc): any bytes, zeroed; a device-to-device copy; a memset.
 void* alloc_zeroed(size_t bytes);
 void copy_on_device(void* dst, const void* src, size_t bytes);

@@ -313,6 +313,45 @@ TEST_F(Cuda, RecipeLossWithLabelSmoothing) {
   expect_close(ggrad.host(), grad, 1e-6, "smoothed cross entropy grad");
 }
 
+// The training step's loss op keeps its sums on the device: the same bits as the CPU op (one
+// thread adds the rows in order there too), the labels staged without a wait.
+TEST_F(Cuda, LossSumsStayOnTheDeviceAndEqualTheCpuBitForBit) {
+  const int64_t n = 7, k = 10;
+  const std::vector<int32_t> labels = {0, 9, 3, 3, 5, 1, 7};
+  std::vector<double> sums = {1.5, 2, 7, 0, 0, 0};
+  Dev<double> gsums(sums);
+  for (int step = 0; step < 3; ++step) {
+    const auto z = random_vector(n * k, 85 + step, -4.f, 4.f);
+    std::vector<float> grad(z.size());
+    cpu::softmax_cross_entropy_sums(n, k, z.data(), labels.data(), grad.data(), 0.1f, sums.data(),
+                                    2);
+    Dev<float> gz(z), ggrad(z.size());
+    gpu::softmax_cross_entropy_sums(n, k, gz.get(), labels.data(), ggrad.get(), 0.1f,
+                                    gsums.get(), 2);
+    expect_close(ggrad.host(), grad, 1e-6, "cross entropy grad");
+  }
+  const std::vector<double> got = gsums.host();
+  for (size_t i = 0; i < sums.size(); ++i) EXPECT_EQ(got[i], sums[i]) << "entry " << i;
+}
+
+// Backend::stage_to_device: the host buffer may change at once; the device gets what it held.
+TEST_F(Cuda, StagedCopiesArriveInOrderAndTheHostBufferIsFreeAtOnce) {
+  kernels::Backend& be = gpu::open_backend(0);
+  std::vector<int64_t> host(1000);
+  int64_t* dev = static_cast<int64_t*>(be.alloc(host.size() * sizeof(int64_t) * 8));
+  for (int round = 0; round < 8; ++round) {
+    for (size_t i = 0; i < host.size(); ++i) host[i] = round * 100000 + static_cast<int64_t>(i);
+    be.stage_to_device(dev + round * host.size(), host.data(), host.size() * sizeof(int64_t));
+    std::fill(host.begin(), host.end(), -1);  // must not reach the device
+  }
+  std::vector<int64_t> back(host.size() * 8);
+  be.copy_to_host(back.data(), dev, back.size() * sizeof(int64_t));
+  for (int round = 0; round < 8; ++round) {
+    EXPECT_EQ(back[round * host.size() + 7], round * 100000 + 7) << "round " << round;
+  }
+  be.free(dev);
+}
+
 TEST_F(Cuda, RecipeFlipHorizontal) {
   for (const ActShape& s : {ActShape{3, 3, 32, 32, 1}, ActShape{2, 32, 5, 7, 16}}) {
     const auto x = random_vector(s.numel(), 82);

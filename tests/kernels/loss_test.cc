@@ -73,5 +73,33 @@ TEST(LabelSmoothing, RejectsEpsilonOutsideZeroToOne) {
   EXPECT_THROW(loss_of(z, 1.0f), UsageError);
 }
 
+
+// The training step's form keeps its figures where the step runs: what it adds to each triple
+// must be the very bits the trainer got by adding up the returned loss and count on the host
+// (`acc[0] += loss * n; acc[1] += correct; acc[2] += n`), and its gradient the same.
+TEST(StepSums, AddTheBitsTheHostSumOfTheReturnedLossGives) {
+  std::vector<double> expected(6, 0.0), sums(6, 0.0);
+  sums[3] = expected[3] = 12.5;  // a resumed epoch's totals: added to, not replaced
+  sums[4] = expected[4] = 3;
+  sums[5] = expected[5] = 40;
+  for (int step = 0; step < 5; ++step) {
+    std::vector<float> z = random_vector(kRows * kClasses, 90 + step, -3.f, 3.f);
+    Tensor logits({kRows, kClasses});
+    logits.copy_from_host(z.data());
+    Tensor g_host, g_sums;
+    int correct = 0;
+    const float loss = softmax_cross_entropy(logits, kLabels.data(), &g_host, &correct, 0.1f);
+    for (int j = 0; j < 2; ++j) {
+      expected[3 * j] += loss * static_cast<double>(kRows);
+      expected[3 * j + 1] += correct;
+      expected[3 * j + 2] += static_cast<double>(kRows);
+    }
+    model::softmax_cross_entropy_sums(logits, kLabels.data(), g_sums, 0.1f, sums.data(), 2);
+    EXPECT_EQ(g_sums.to_host(), g_host.to_host()) << "step " << step;
+  }
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(sums[i], expected[i]) << "entry " << i;  // bit for bit
+  EXPECT_GT(sums[1], 0) << "some rows hit: the count is checked, not only zeros";
+}
+
 }  // namespace
 }  // namespace dlaunch

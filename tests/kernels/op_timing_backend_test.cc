@@ -27,18 +27,24 @@ TEST(OpTimingBackend, ForwardsEveryOpAndCountsOnlyTheCallsAfterTheWarmUpSteps) {
   timed.add(3, a.data(), b.data(), y.data());  // warm-up: before the first step's loss op
   EXPECT_EQ(y, (std::vector<float>{5, 3, -3}));
 
+  // The training step's loss op marks the steps.
   const std::vector<float> logits{2, -1, 0.5f, 1.5f};
   const std::vector<int32_t> labels{0, 1};
   std::vector<float> dlogits(4), dlogits_ref(4);
-  int64_t correct = 0, correct_ref = 0;
-  const float loss = timed.softmax_cross_entropy(2, 2, logits.data(), labels.data(), dlogits.data(), &correct);
-  const float loss_ref = cpu.softmax_cross_entropy(2, 2, logits.data(), labels.data(), dlogits_ref.data(), &correct_ref);
-  EXPECT_EQ(loss, loss_ref);
+  double sums[3] = {0, 0, 0}, sums_ref[3] = {0, 0, 0};
+  timed.softmax_cross_entropy_sums(2, 2, logits.data(), labels.data(), dlogits.data(), 0.f, sums, 1);
+  cpu.softmax_cross_entropy_sums(2, 2, logits.data(), labels.data(), dlogits_ref.data(), 0.f, sums_ref, 1);
+  EXPECT_EQ(std::vector<double>(sums, sums + 3), std::vector<double>(sums_ref, sums_ref + 3));
   EXPECT_EQ(dlogits, dlogits_ref);
-  EXPECT_EQ(correct, correct_ref);
   EXPECT_EQ(timed.steps_counted(), 0);  // the first step is the warm-up one
 
-  timed.softmax_cross_entropy(2, 2, logits.data(), labels.data(), dlogits.data(), &correct);  // step 2
+  timed.softmax_cross_entropy_sums(2, 2, logits.data(), labels.data(), dlogits.data(), 0.f, sums, 1);  // step 2
+  // An evaluation batch's loss returns its value on the host: a host read, and not a step.
+  int64_t correct = 0;
+  const float loss = timed.softmax_cross_entropy(2, 2, logits.data(), labels.data(), nullptr, &correct);
+  EXPECT_EQ(loss, cpu.softmax_cross_entropy(2, 2, logits.data(), labels.data(), nullptr, nullptr));
+  double back[3];
+  timed.copy_to_host(back, sums, sizeof(back));  // a host read too
   timed.add(3, a.data(), b.data(), y.data());
   timed.add(3, a.data(), b.data(), y.data());
   timed.relu_forward(3, a.data(), y.data());
@@ -48,7 +54,10 @@ TEST(OpTimingBackend, ForwardsEveryOpAndCountsOnlyTheCallsAfterTheWarmUpSteps) {
   const std::string report = timed.report();
   EXPECT_EQ(calls_of(report, "add"), 2) << report;  // not 3: the warm-up call is left out
   EXPECT_EQ(calls_of(report, "relu_forward"), 1) << report;
+  EXPECT_EQ(calls_of(report, "softmax_cross_entropy_sums"), 1) << report;
   EXPECT_EQ(calls_of(report, "softmax_cross_entropy"), 1) << report;
+  EXPECT_EQ(timed.host_reads(), 2) << report;
+  EXPECT_NE(report.find("host reads after the warm-up: 2 "), std::string::npos) << report;
   EXPECT_EQ(calls_of(report, "sgd_step"), -1) << report;
   EXPECT_NE(report.find("1 training step(s) after 1 skipped"), std::string::npos) << report;
 }

@@ -938,6 +938,35 @@ TEST_F(DtrainProcessTest, SteadyStateStepsAllocateNoDeviceMemory) {
   EXPECT_EQ(allocations("fp16", 12, {"--precision=fp16", "--nesterov"}), 0);
 }
 
+// A step's loss and accuracy stay where the step runs (train/step_sums.h): device results are
+// read on the host at the log points and the epoch's end, not once a step (each read is a wait
+// for the device on a GPU). Counted by DTRAIN_PROFILE_OPS's wrapper after 3 warm-up steps: 12
+// steps counted of 15.
+TEST_F(DtrainProcessTest, StepsReadTheirLossOnTheHostOnlyAtLogPoints) {
+  auto host_reads = [&](const std::string& name, int log_every) {
+    const fs::path table = dir_ / (name + ".ops");
+    Proc p = spawn_dtrain({"--width=4", "--batch_size=8", "--epochs=1", "--eval_every=0",
+                           "--max_steps=15", "--log_every=" + std::to_string(log_every),
+                           "--output_dir=" + (dir_ / name).string()},
+                          {"DTRAIN_PROFILE_OPS=" + table.string(), "DTRAIN_PROFILE_OPS_SKIP=3",
+                           "DTRAIN_LIMIT_TEST_SAMPLES=1"},
+                          log(name + ".log"));
+    EXPECT_EQ(wait_for(p), 0) << slurp(p.log);
+    const std::string report = slurp(table);
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(report, m, std::regex("host reads after the warm-up: ([0-9]+) ")))
+        << report;
+    return m.empty() ? int64_t{-1} : std::stoll(m[1]);
+  };
+  // Every 4 steps: the windows at steps 4, 8, 12 and the last (15), the epoch's totals, the final
+  // evaluation's one batch; at most 7. One per step before the step sums (12 steps counted).
+  const int64_t sparse = host_reads("every4", 4);
+  EXPECT_GE(sparse, 4);
+  EXPECT_LE(sparse, 7) << "device results read on the host about once a step";
+  // Logging every step reads every step: the reads follow the log points.
+  EXPECT_GE(host_reads("every1", 1), 12);
+}
+
 // A w x h (16x16) JPEG (TurboJPEG) whose colour depends on `seed`.
 std::vector<uint8_t> tiny_jpeg(int seed, int w = 16, int h = 16) {
   std::vector<uint8_t> rgb(static_cast<size_t>(w) * h * 3);

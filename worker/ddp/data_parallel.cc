@@ -69,17 +69,31 @@ void DataParallel::set_label_smoothing(float eps) {
   label_smoothing_ = eps;
 }
 
-StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels, float loss_scale) {
-  StepResult r;
+template <typename Loss>
+void DataParallel::step(const Tensor& images, float loss_scale, Loss loss) {
   const Tensor& logits = model_.forward(images, /*training=*/true);
-  r.loss = model::softmax_cross_entropy(logits, labels, &grad_logits_, &r.correct, label_smoothing_);
+  loss(logits);
   if (loss_scale != 1.0f) {
     model_.backend().scale(grad_logits_.numel(), loss_scale, grad_logits_.data(), grad_logits_.data());
   }
   reducer_.begin_step();
   model_.backward(grad_logits_);
   reducer_.finish();
+}
+
+StepResult DataParallel::train_step(const Tensor& images, const int32_t* labels, float loss_scale) {
+  StepResult r;
+  step(images, loss_scale, [&](const Tensor& logits) {
+    r.loss = model::softmax_cross_entropy(logits, labels, &grad_logits_, &r.correct, label_smoothing_);
+  });
   return r;
+}
+
+void DataParallel::train_step_into(const Tensor& images, const int32_t* labels, float loss_scale,
+                                   double* sums, int64_t k) {
+  step(images, loss_scale, [&](const Tensor& logits) {
+    model::softmax_cross_entropy_sums(logits, labels, grad_logits_, label_smoothing_, sums, k);
+  });
 }
 
 StepResult DataParallel::eval_step(const Tensor& images, const int32_t* labels) {

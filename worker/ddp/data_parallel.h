@@ -45,6 +45,11 @@ class DataParallel {
   // over ranks of each rank's mean-loss gradient, times loss_scale (fp16's loss scaling:
   // train/precision.h unscales them).
   StepResult train_step(const Tensor& images, const int32_t* labels, float loss_scale = 1.0f);
+  // train_step with the step's figures kept in the backend's memory: [mean loss * n, correct, n]
+  // added to each of the k triples at `sums` (kernels' softmax_cross_entropy_sums; the trainer's
+  // train/step_sums.h), so nothing in the step waits for the device on the loss' account.
+  void train_step_into(const Tensor& images, const int32_t* labels, float loss_scale,
+                       double* sums, int64_t k);
   // Forward in eval mode; returns the summed loss over the batch. With flip TTA on, the loss
   // and accuracy are those of the averaged logits of the images and their mirror images.
   StepResult eval_step(const Tensor& images, const int32_t* labels);
@@ -59,6 +64,10 @@ class DataParallel {
   const GradReducer& reducer() const { return reducer_; }
 
  private:
+  // Forward, `loss` (which fills grad_logits_), loss scaling, backward with the allreduce.
+  template <typename Loss>
+  void step(const Tensor& images, float loss_scale, Loss loss);
+
   model::ResNet& model_;
   comm::ProcessGroup& pg_;
   GradReducer reducer_;

@@ -21,4 +21,10 @@ namespace dlaunch::model {
 float softmax_cross_entropy(const Tensor& logits, const int32_t* labels, Tensor* grad_logits,
                             int* correct, float label_smoothing = 0.0f);
 
+// The training step's form: the gradient into grad_logits as above, and instead of returning
+// the loss and the count, adds [mean loss * n, correct, n] to each of the k triples at `sums`
+// (memory of logits' backend), so nothing waits for the device (kernels' op of the same name).
+void softmax_cross_entropy_sums(const Tensor& logits, const int32_t* labels, Tensor& grad_logits,
+                                float label_smoothing, double* sums, int64_t k);
+
 }  // namespace dlaunch::model

@@ -29,9 +29,9 @@ void ResidentSplit::assemble(const std::vector<int64_t>& indices, const kernels:
     indices_ = static_cast<int64_t*>(backend_.alloc(static_cast<size_t>(n) * sizeof(int64_t)));
     indices_capacity_ = n;
   }
-  // The one copy per step. It waits for the queued work (the previous batch's op included), so
-  // the buffer is free to overwrite.
-  backend_.copy_from_host(indices_, indices.data(), static_cast<size_t>(n) * sizeof(int64_t));
+  // The one copy per step, staged: it does not wait for the queued work, and lands after the
+  // previous batch's augment_batch read the buffer (both in the backend's order).
+  backend_.stage_to_device(indices_, indices.data(), static_cast<size_t>(n) * sizeof(int64_t));
   images.resize({n, ds_.channels, ds_.height, ds_.width});
   backend_.augment_batch(spec, n, pixels_, indices_, images.data());
 }

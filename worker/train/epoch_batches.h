@@ -3,8 +3,9 @@
 //   - the host loader (data::BatchLoader: a thread assembles float batches ahead), each batch
 //     copied into a host tensor that the model's forward copies to its device;
 //   - a ResidentSplit: the split's uint8 images uploaded once to the backend; per batch only
-//     the sample indices are copied there and the augment_batch op writes the float batch in
-//     device memory, the same bytes the host loader makes (kernels/augment.h).
+//     the sample indices are copied there (staged: no wait for the device) and the
+//     augment_batch op writes the float batch in device memory, the same bytes the host loader
+//     makes (kernels/augment.h).
 // Labels always come from the host (the loss takes host labels on every backend).
 //
 // Threading: one consumer thread (the training thread); a ResidentSplit belongs to the backend's

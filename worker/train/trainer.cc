@@ -32,6 +32,7 @@
 #include "worker/train/data_placement.h"
 #include "worker/train/epoch_batches.h"
 #include "worker/train/precision.h"
+#include "worker/train/step_sums.h"
 #include "worker/train/stop_signal.h"
 #include "worker/train/worker_runtime.h"
 
@@ -209,11 +210,13 @@ struct EpochRun {
   double n_train = 0;       // the training set's size
   int64_t step = 0;         // steps done, counting those skipped on a resume
   double learning_rate = 0;
-  // [loss * n, correct, n] for the epoch and for the current logging window. Rank 0 carries a
-  // resumed epoch's totals so far (already summed over the ranks that trained them).
+  // [loss * n, correct, n] for the epoch, on the host: the seed of the StepSums at the start
+  // (rank 0 carries a resumed epoch's totals so far, already summed over the ranks that trained
+  // them), then what was read from them at a checkpoint or at the end. The steps add to the
+  // StepSums, not here.
   double totals[3] = {0, 0, 0};
-  double window[3] = {0, 0, 0};
   double resumed_images = 0;
+  double images = 0;  // this rank's images trained in this epoch by this run (not resumed)
   Clock::time_point start = Clock::now();
   Clock::time_point window_start = start;
 
@@ -276,10 +279,10 @@ class Trainer {
   void train_epoch(int64_t epoch);
   // The epoch's sample indices for this rank, less those already trained before a resume.
   std::vector<int64_t> epoch_indices(EpochRun& run);
-  // One optimizer step on `batch`, its figures added to the epoch's totals.
-  ddp::StepResult train_step(EpochRun& run, const data::Batch& batch);
+  // One optimizer step on `batch`, its figures added to the step sums.
+  void train_step(EpochRun& run, const data::Batch& batch);
   // After a step: the logging window, the progress bar, a flash copy, fault injection.
-  void after_step(EpochRun& run, const ddp::StepResult& r);
+  void after_step(EpochRun& run);
   void log_window(EpochRun& run);
   void finish_epoch(EpochRun& run);
   // A stop signal ended the epoch: a checkpoint inside it, no evaluation.
@@ -314,6 +317,8 @@ class Trainer {
   std::unique_ptr<ResidentSplit> resident_train_, resident_test_;  // null: the host loader
   std::unique_ptr<model::ResNet> model_;
   std::unique_ptr<ddp::DataParallel> dp_;
+  std::unique_ptr<StepSums> step_sums_;  // the steps' loss and accuracy, where the steps run
+  double live_loss_ = 0;  // rank 0's progress line: the loss of the latest window read
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::WeightEma> ema_;  // --ema; null when off
   std::vector<float> resumed_ema_;         // the checkpoint's EMA until start_ema() takes it
@@ -443,6 +448,7 @@ void Trainer::build_model() {
   mc.stem = imagenet_stem ? model::ResNetStem::kImageNet : model::ResNetStem::kCifar;
   model_ = std::make_unique<model::ResNet>(mc, c_.seed, backend_);
   dp_ = std::make_unique<ddp::DataParallel>(*model_, pg_, c_.sync_bn);
+  step_sums_ = std::make_unique<StepSums>(backend_);
   dp_->set_label_smoothing(static_cast<float>(c_.label_smoothing));
   dp_->set_tta_flip(c_.tta == "flip");
 
@@ -706,12 +712,13 @@ void Trainer::train_epoch(int64_t epoch) {
   run.start = run.window_start = Clock::now();
   if (rank0_) std::copy(resume_totals_, resume_totals_ + 3, run.totals);
   run.resumed_images = run.totals[2];
+  step_sums_->begin_epoch(run.totals);
   resume_epoch_step_ = 0;
   std::fill(resume_totals_, resume_totals_ + 3, 0.0);
   run.learning_rate = optim::lr_at(schedule_, static_cast<double>(epoch) + run.fraction(run.step));
   while (auto batch = batches.next(images_)) {
-    ddp::StepResult r = train_step(run, *batch);
-    after_step(run, r);
+    train_step(run, *batch);
+    after_step(run);
     if (stop_signal_ != 0 || (c_.max_steps > 0 && global_step_ >= c_.max_steps)) {
       stop_ = true;
       break;
@@ -739,10 +746,11 @@ std::vector<int64_t> Trainer::epoch_indices(EpochRun& run) {
   return indices;
 }
 
-ddp::StepResult Trainer::train_step(EpochRun& run, const data::Batch& batch) {
+void Trainer::train_step(EpochRun& run, const data::Batch& batch) {
   run.learning_rate =
       optim::lr_at(schedule_, static_cast<double>(run.epoch) + run.fraction(run.step));
-  ddp::StepResult r = dp_->train_step(images_, batch.labels.data(), precision_->loss_scale());
+  dp_->train_step_into(images_, batch.labels.data(), precision_->loss_scale(), step_sums_->sums(),
+                       StepSums::kTriples);
   if (precision_->finish_step(model_->grads(), model_->num_params())) {
     optimizer_->step(model_->params(), model_->grads(), model_->num_params(),
                      static_cast<float>(run.learning_rate), model_->param_info());
@@ -755,25 +763,22 @@ ddp::StepResult Trainer::train_step(EpochRun& run, const data::Batch& batch) {
   // Every rank learns of a signal any rank got, after the same step: the checkpoint below is
   // then the state of every rank.
   if (global_step_ % c_.stop_check_every == 0) stop_signal_ = agree_stop();
-  double n = static_cast<double>(batch.size);
-  for (double* acc : {run.totals, run.window}) {
-    acc[0] += r.loss * n;
-    acc[1] += r.correct;
-    acc[2] += n;
-  }
-  return r;
+  run.images += static_cast<double>(batch.size);
 }
 
-void Trainer::after_step(EpochRun& run, const ddp::StepResult& r) {
+void Trainer::after_step(EpochRun& run) {
   bool last = run.complete() || (c_.max_steps > 0 && global_step_ >= c_.max_steps) ||
               stop_signal_ != 0;
   if (c_.log_every > 0 && (global_step_ % c_.log_every == 0 || last)) log_window(run);
   if (rank0_) {
-    progress_.update(run.epoch + 1, run.step, run.steps, r.loss,
-                     (run.totals[2] - run.resumed_images) * pg_.size() /
-                         std::max(seconds_since(run.start), 1e-9));
+    // The window's loss so far where reading it is free (the CPU), else the last window's: a
+    // per-step read would make every step wait for the device.
+    if (auto loss = step_sums_->free_window_loss()) live_loss_ = *loss;
+    progress_.update(run.epoch + 1, run.step, run.steps, live_loss_,
+                     run.images * pg_.size() / std::max(seconds_since(run.start), 1e-9));
   }
   if (c_.flash_every > 0 && global_step_ % c_.flash_every == 0 && run.step < run.steps) {
+    step_sums_->read_totals(run.totals);
     save_flash(run.epoch, run.step, run.totals);
   }
   // After the step's logging, so the metrics show the step the worker died after.
@@ -785,8 +790,10 @@ void Trainer::after_step(EpochRun& run, const ddp::StepResult& r) {
 }
 
 void Trainer::log_window(EpochRun& run) {
-  double w[3] = {run.window[0], run.window[1], run.window[2]};
+  double w[3];
+  step_sums_->take_window(w);
   pg_.allreduce(w, 3, comm::ReduceOp::kSum);
+  live_loss_ = w[0] / w[2];
   double secs = seconds_since(run.window_start);
   double ips = secs > 0 ? w[2] / secs : 0;
   if (rank0_) {
@@ -805,11 +812,11 @@ void Trainer::log_window(EpochRun& run) {
     }
     metrics_->write(rec);
   }
-  run.window[0] = run.window[1] = run.window[2] = 0;
   run.window_start = Clock::now();
 }
 
 void Trainer::finish_epoch(EpochRun& run) {
+  step_sums_->read_totals(run.totals);  // waits for the epoch's last step
   double train_secs = seconds_since(run.start);
   // Rank 0's resumed totals are counted once: the others add zeros for them.
   pg_.allreduce(run.totals, 3, comm::ReduceOp::kSum);
