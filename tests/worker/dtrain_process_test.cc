@@ -157,6 +157,25 @@ class DtrainProcessTest : public ::testing::Test {
             "DLAUNCH_CONV_CACHE=" + (dir_ / "conv_choices.txt").string()};
   }
   std::string log(const std::string& name) { return (dir_ / name).string(); }
+  // One figure from the report of DTRAIN_PROFILE_OPS's wrapper of the real trainer's backend
+  // (kernels/op_timing_backend.h) after 3 warm-up steps: the number after `label` in the lines
+  // under the table, for a tiny run of `steps` steps with `extra` flags; -1 when it is missing.
+  int64_t profiled_count(const std::string& name, int steps, std::vector<std::string> extra,
+                         const std::string& label) {
+    const fs::path table = dir_ / (name + ".ops");
+    std::vector<std::string> args = {"--width=4", "--batch_size=8", "--epochs=1", "--eval_every=0",
+                                     "--max_steps=" + std::to_string(steps),
+                                     "--output_dir=" + (dir_ / name).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    Proc p = spawn_dtrain(args, {"DTRAIN_PROFILE_OPS=" + table.string(), "DTRAIN_PROFILE_OPS_SKIP=3",
+                                 "DTRAIN_LIMIT_TEST_SAMPLES=1"},
+                          log(name + ".log"));
+    EXPECT_EQ(wait_for(p), 0) << slurp(p.log);
+    const std::string report = slurp(table);
+    std::smatch m;
+    EXPECT_TRUE(std::regex_search(report, m, std::regex(label + ": ([0-9]+) "))) << report;
+    return m.empty() ? int64_t{-1} : std::stoll(m[1]);
+  }
 
   fs::path dir_;
 };
@@ -907,25 +926,11 @@ TEST_F(DtrainProcessTest, DataOnDeviceTrainsWithTheSameLossesAsTheHostLoader) {
 // Issue 11 item 2, "steady-state steps allocate nothing": the model, its gradients, the optimizer
 // state, the EMA and the resident data keep their device buffers from step to step, so past the
 // warm-up a training step allocates no device memory (on a GPU each would be a cudaMalloc and a
-// sync). Counted by DTRAIN_PROFILE_OPS's wrapper of the real trainer's backend: 12 and 24 steps
-// must allocate the same (what the final evaluation allocates once: the EMA's swap), and the
-// plain recipe nothing at all.
+// sync). 12 and 24 steps must allocate the same (what the final evaluation allocates once: the
+// EMA's swap), and the plain recipe nothing at all.
 TEST_F(DtrainProcessTest, SteadyStateStepsAllocateNoDeviceMemory) {
   auto allocations = [&](const std::string& name, int steps, std::vector<std::string> extra) {
-    const fs::path table = dir_ / (name + ".ops");
-    std::vector<std::string> args = {"--width=4", "--batch_size=8", "--epochs=1", "--eval_every=0",
-                                     "--max_steps=" + std::to_string(steps),
-                                     "--output_dir=" + (dir_ / name).string()};
-    args.insert(args.end(), extra.begin(), extra.end());
-    Proc p = spawn_dtrain(args, {"DTRAIN_PROFILE_OPS=" + table.string(), "DTRAIN_PROFILE_OPS_SKIP=3",
-                                 "DTRAIN_LIMIT_TEST_SAMPLES=1"},
-                          log(name + ".log"));
-    EXPECT_EQ(wait_for(p), 0) << slurp(p.log);
-    const std::string report = slurp(table);
-    std::smatch m;
-    EXPECT_TRUE(std::regex_search(report, m, std::regex("device allocations after the warm-up: ([0-9]+) ")))
-        << report;
-    return m.empty() ? int64_t{-1} : std::stoll(m[1]);
+    return profiled_count(name, steps, std::move(extra), "device allocations after the warm-up");
   };
   EXPECT_EQ(allocations("plain", 12, {}), 0);
   const std::vector<std::string> every_option = {"--precision=bf16", "--optimizer=adam", "--ema=0.99",
@@ -940,23 +945,11 @@ TEST_F(DtrainProcessTest, SteadyStateStepsAllocateNoDeviceMemory) {
 
 // A step's loss and accuracy stay where the step runs (train/step_sums.h): device results are
 // read on the host at the log points and the epoch's end, not once a step (each read is a wait
-// for the device on a GPU). Counted by DTRAIN_PROFILE_OPS's wrapper after 3 warm-up steps: 12
-// steps counted of 15.
+// for the device on a GPU). 12 steps counted of 15.
 TEST_F(DtrainProcessTest, StepsReadTheirLossOnTheHostOnlyAtLogPoints) {
   auto host_reads = [&](const std::string& name, int log_every) {
-    const fs::path table = dir_ / (name + ".ops");
-    Proc p = spawn_dtrain({"--width=4", "--batch_size=8", "--epochs=1", "--eval_every=0",
-                           "--max_steps=15", "--log_every=" + std::to_string(log_every),
-                           "--output_dir=" + (dir_ / name).string()},
-                          {"DTRAIN_PROFILE_OPS=" + table.string(), "DTRAIN_PROFILE_OPS_SKIP=3",
-                           "DTRAIN_LIMIT_TEST_SAMPLES=1"},
-                          log(name + ".log"));
-    EXPECT_EQ(wait_for(p), 0) << slurp(p.log);
-    const std::string report = slurp(table);
-    std::smatch m;
-    EXPECT_TRUE(std::regex_search(report, m, std::regex("host reads after the warm-up: ([0-9]+) ")))
-        << report;
-    return m.empty() ? int64_t{-1} : std::stoll(m[1]);
+    return profiled_count(name, 15, {"--log_every=" + std::to_string(log_every)},
+                          "host reads after the warm-up");
   };
   // Every 4 steps: the windows at steps 4, 8, 12 and the last (15), the epoch's totals, the final
   // evaluation's one batch; at most 7. One per step before the step sums (12 steps counted).
