@@ -41,6 +41,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -225,12 +226,27 @@ int run_mode(const std::string& mode) {
     sleep_forever();
   }
   if (mode == "spawn-grandchild") {
+    // The worker reports ready only once the grandchild has left its group: a peer that fails
+    // on "ready" could otherwise have the group killed while the grandchild is still in it
+    // (then killpg, not the orphan sweep, ends it, and DlaunchOrphans.SetsidGrandchildIs...
+    // missed the sweep's line: it failed so once in the fifth session).
+    int settled[2];
+    if (pipe(settled) != 0) return 98;
     pid_t child = fork();
     if (child == 0) {
       // setsid=1: leave the worker's process group and session, as a daemon would.
       if (opt("setsid", "0") == "1") setsid();
+      const char one = 1;
+      if (write(settled[1], &one, 1) != 1) _exit(97);
+      close(settled[0]);
+      close(settled[1]);
       sleep_forever();
     }
+    close(settled[1]);
+    char byte = 0;
+    while (read(settled[0], &byte, 1) < 0 && errno == EINTR) {
+    }
+    close(settled[0]);
     write_file(opt("file", "grandchild") + "." + std::to_string(g_rank), std::to_string(child));
     mark_ready();
     sleep_forever();
