@@ -151,7 +151,6 @@ void EtcdRoundLedger::pump(int64_t round, TimePoint until) {
     return;
   }
   const etcd::Op span = watched_keys(round);
-  const std::string& round_prefix = span.key;
   try {
     if (!watch_) watch_ = store_->client().watch(span.key, span.range_end, from + 1);
     auto left = std::max<Duration>(until - clock_.now(), Duration::zero());
@@ -171,13 +170,13 @@ void EtcdRoundLedger::pump(int64_t round, TimePoint until) {
     }
   } catch (const ProtocolError& e) {
     // etcd cancelled the watch (e.g. our start revision was compacted): read the round again.
-    log_debug("etcd rendezvous: watch on {} cancelled ({}); re-reading the round", round_prefix,
+    log_debug("etcd rendezvous: watch from {} cancelled ({}); re-reading the round", span.key,
               e.what());
     resync(round);
   } catch (const ClosedError& e) {
     // The stream ended (etcd restarted, a proxy closed it): the next pump reopens it from the
     // last revision seen, so nothing is missed.
-    log_debug("etcd rendezvous: watch on {} closed ({}); reopening", round_prefix, e.what());
+    log_debug("etcd rendezvous: watch from {} closed ({}); reopening", span.key, e.what());
     watch_.reset();
   }
 }
