@@ -3,11 +3,13 @@
 library is installed on the build hosts).
 
     plot_rdzv_sim.py before.txt after.txt > docs/rdzv_sim.svg
+    plot_rdzv_sim.py --etcd before.txt after.txt > docs/rdzv_sim_etcd.svg
 
 Each input holds rdzv_sim's table lines ("N rank_s store_cpu_s store_rss_mib store_mb
-requests ka_req_per_s reform_s"); other lines are skipped. Three panels: store-host CPU
-seconds per round, store-host bytes per round, time from the first join to every rank; the
-dashed lines extend the after fit to 100,000 nodes.
+requests ka_req_per_s reform_s"; with --backend etcd "N rank_s etcd_cpu_s etcd_rss_mib calls
+watch_events ka_calls_per_s reform_s"); other lines are skipped. Three panels: store-host CPU
+seconds per round, store-host bytes per round (etcd: watch events per round), time from the
+first join to every rank; the dashed lines extend the after fit to 100,000 nodes.
 """
 import math
 import sys
@@ -74,16 +76,24 @@ def panel(x0, title, unit, series, xmax=1e5):
 
 
 def main():
-    before, after = read(sys.argv[1]), read(sys.argv[2])
+    args = sys.argv[1:]
+    etcd = args[:1] == ["--etcd"]
+    if etcd:
+        args = args[1:]
+    before, after = read(args[0]), read(args[1])
     cols = [(2, "store host CPU per round", "s"), (4, "bytes through the store", "MB"),
             (1, "first join to every rank", "s")]
+    if etcd:
+        cols = [(2, "etcd CPU per round", "s"), (5, "watch events per round", "events"),
+                (1, "first join to every rank", "s")]
     svg = ['<svg xmlns="http://www.w3.org/2000/svg" width="960" height="290" '
            'font-family="sans-serif">']
     for i, (c, title, unit) in enumerate(cols):
         series = [("before", [r[0] for r in before], [r[c] for r in before], "#c33"),
                   ("after", [r[0] for r in after], [r[c] for r in after], "#36c")]
         svg += panel(i * 320, title, unit, series)
-    svg.append('<text x="40" y="284" font-size="10">rdzv_sim, N agents (x, log), '
+    what = "rdzv_sim --backend etcd" if etcd else "rdzv_sim"
+    svg.append(f'<text x="40" y="284" font-size="10">{what}, N agents (x, log), '
                '<tspan fill="#c33">before</tspan> / <tspan fill="#36c">after</tspan> issue 16; '
                'dashed: the fitted power law extended to 100,000 nodes</text>')
     svg.append("</svg>")
