@@ -144,8 +144,15 @@ EtcdSimAgent make_etcd_sim_agent(const RendezvousParams& params) {
   EtcdSimAgent a;
   a.keep_alive_step = [h = handler.get()] { h->keep_alive_step(); };
   auto events = open_etcd_run_store(params.endpoint, params.run_id, std::chrono::seconds(30));
+  // The call a real agent's EventWatcher makes once a second, less its wait: through the
+  // store's watch of the key, which reads the missing key once and then nothing.
   a.event_set = [events, prefix = DynamicRendezvous::key_prefix(params.run_id)](int64_t round) {
-    return events->check({event_key(prefix, round)});
+    try {
+      events->wait({event_key(prefix, round)}, std::chrono::milliseconds(1));
+      return true;
+    } catch (const TimeoutError&) {
+      return false;
+    }
   };
   a.handler = std::move(handler);
   return a;

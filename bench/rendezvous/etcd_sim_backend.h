@@ -40,7 +40,8 @@ EtcdServer start_etcd_server();
 void stop_etcd_server(EtcdServer& server);
 
 // One simulated agent: the etcd handler (keep-alive driven by the caller), and a check of its
-// round's event key (a range on a store of its own), standing in for the agent's event watcher.
+// round's event key (a 1 ms wait on a store of its own, through that store's watch of the key),
+// standing in for the agent's event watcher.
 struct EtcdSimAgent {
   std::unique_ptr<RendezvousHandler> handler;
   std::function<void()> keep_alive_step;

@@ -230,6 +230,10 @@ std::optional<int64_t> Client::lease_keepalive(int64_t id) {
   return decode_lease_keepalive(call("/v3/lease/keepalive", encode_lease_id(id)));
 }
 
+std::optional<int64_t> Client::lease_time_to_live(int64_t id) {
+  return decode_lease_time_to_live(call("/v3/lease/timetolive", encode_lease_id(id)));
+}
+
 void Client::lease_revoke(int64_t id) {
   try {
     call("/v3/lease/revoke", encode_lease_id(id));

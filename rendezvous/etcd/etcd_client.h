@@ -72,6 +72,9 @@ class Client {
   LeaseGrant lease_grant(int64_t ttl_seconds);
   // The TTL the lease has again, or nullopt when it already expired (etcd forgot it).
   std::optional<int64_t> lease_keepalive(int64_t id);
+  // The whole seconds lease `id` has left (another agent's too; 0: less than one), or nullopt
+  // when it expired or never existed.
+  std::optional<int64_t> lease_time_to_live(int64_t id);
   // Revokes the lease, deleting its keys at once. An unknown lease is not an error.
   void lease_revoke(int64_t id);
 

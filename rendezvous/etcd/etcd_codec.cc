@@ -419,6 +419,14 @@ std::optional<int64_t> decode_lease_keepalive(const std::string& body) {
   return ttl;
 }
 
+std::optional<int64_t> decode_lease_time_to_live(const std::string& body) {
+  json j = parse("lease timetolive", body);
+  const json& r = unwrap(j, "lease timetolive", body);
+  int64_t ttl = int_field(r, "TTL", "lease timetolive");  // -1: expired or unknown
+  if (ttl < 0) return std::nullopt;
+  return ttl;
+}
+
 WatchMessage decode_watch_line(const std::string& line) {
   json j = parse("watch", line);
   const json& r = unwrap(j, "watch", line);

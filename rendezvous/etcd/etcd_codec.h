@@ -137,6 +137,9 @@ LeaseGrant decode_lease_grant(const std::string& body);
 // The TTL left, or nullopt when the lease has expired or never existed (TTL omitted or <= 0).
 // Accepts the body with or without the streaming {"result": ...} wrapper.
 std::optional<int64_t> decode_lease_keepalive(const std::string& body);
+// The whole seconds a lease has left (etcd truncates: 0 is less than a second, and the gateway
+// omits it), or nullopt when it has expired or never existed (TTL -1).
+std::optional<int64_t> decode_lease_time_to_live(const std::string& body);
 // One line of a watch stream. Throws ProtocolError for {"error": ...} lines.
 WatchMessage decode_watch_line(const std::string& line);
 

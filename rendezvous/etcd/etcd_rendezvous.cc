@@ -21,7 +21,7 @@
 namespace dlaunch {
 namespace {
 
-// count_only ranges per transaction: two per node (alive, left), under etcd's 128-op limit.
+// Ranges per transaction: two per node (alive, left), under etcd's 128-op limit.
 constexpr size_t kNodesPerTxn = 50;
 
 std::shared_ptr<etcd::Client> make_client(const std::string& endpoint) {
@@ -83,34 +83,47 @@ class LeaseLiveness final : public Liveness {
  private:
   // The nodes whose lease expired (or that never took one within the window); those that left
   // cleanly too when `left_counts`.
+  //
+  // A node seen alive is not read again while its lease surely lives: dead() asks etcd how long
+  // the lease has left (one timetolive call, the leader's answer from memory) and looks again
+  // a second before that, instead of reading both neighbours' keys every keep-alive step (4 a
+  // keep-alive interval: 2,300 of the 3,300 requests a second etcd answered at 2,048
+  // simulated agents). A dead node's lease runs out at the same moment either way, and the
+  // steps around it look every step, so it is seen as early as before.
   std::vector<std::string> absent(const std::vector<std::string>& node_ids, bool left_counts) {
     std::vector<std::string> result;
     const TimePoint now = clock_.now();
-    for (size_t start = 0; start < node_ids.size(); start += kNodesPerTxn) {
-      std::vector<std::string> ids;
+    std::vector<std::string> to_read;
+    for (const auto& id : node_ids) {
+      if (id == self_) continue;
+      if (!left_counts && lease_lives(seen_[id], now)) continue;
+      to_read.push_back(id);
+    }
+    for (size_t start = 0; start < to_read.size(); start += kNodesPerTxn) {
+      std::vector<std::string> ids(to_read.begin() + static_cast<std::ptrdiff_t>(start),
+                                   to_read.begin() + static_cast<std::ptrdiff_t>(
+                                                         std::min(to_read.size(), start + kNodesPerTxn)));
       std::vector<etcd::Op> ops;
-      for (size_t i = start; i < std::min(node_ids.size(), start + kNodesPerTxn); ++i) {
-        if (node_ids[i] == self_) continue;
-        ids.push_back(node_ids[i]);
-        for (const char* what : {"alive/", "left/"}) {
-          auto op = etcd::Op::get(full(what + node_ids[i]));
-          op.count_only = true;
-          ops.push_back(std::move(op));
-        }
+      for (const auto& id : ids) {
+        ops.push_back(etcd::Op::get(full("alive/" + id)));  // its value names the lease
+        auto left = etcd::Op::get(full("left/" + id));
+        left.count_only = true;
+        ops.push_back(std::move(left));
       }
-      if (ids.empty()) continue;
       auto t = store_->client().txn({}, ops, {});
       DL_CHECK(t.responses.size() == ops.size())
           << "etcd answered " << t.responses.size() << " of " << ops.size() << " ranges";
       for (size_t i = 0; i < ids.size(); ++i) {
-        const bool alive = t.responses[2 * i].range.count > 0;
+        const auto& alive = t.responses[2 * i].range.kvs;
         const bool left = t.responses[2 * i + 1].range.count > 0;
         auto& seen = seen_[ids[i]];
-        if (alive) {
-          seen = {true, TimePoint::max()};
+        if (!alive.empty()) {
+          seen = {true, TimePoint::max(), alive.front().lease, now};
         } else if (left) {
+          seen.lease = 0;
           if (left_counts) result.push_back(ids[i]);
         } else {
+          seen.lease = 0;
           // Never seen alive: a node that just joined may not have beaten yet; give it the
           // window before calling it dead, as the store liveness does.
           if (seen.first_missing == TimePoint::max()) seen.first_missing = now;
@@ -129,7 +142,25 @@ class LeaseLiveness final : public Liveness {
   struct Seen {
     bool was_alive = false;
     TimePoint first_missing = TimePoint::max();
+    int64_t lease = 0;       // the lease its alive key was last seen with (0: none known)
+    TimePoint next_look{};   // until then the lease surely lives (etcd said so)
   };
+
+  // Whether `seen`'s lease is known to live now: before the look it scheduled, or by etcd's
+  // answer now, which schedules the next look a second before the lease could run out (etcd
+  // truncates the seconds left); with under two seconds left, the next keep-alive step looks
+  // again, one call as before. False: the lease is gone, read the node's keys.
+  bool lease_lives(Seen& seen, TimePoint now) {
+    if (seen.lease == 0) return false;
+    if (now < seen.next_look) return true;
+    const std::optional<int64_t> left = store_->client().lease_time_to_live(seen.lease);
+    if (!left) {
+      seen.lease = 0;  // expired, or the node took a new lease: its key says which
+      return false;
+    }
+    seen.next_look = now + std::chrono::seconds(std::max<int64_t>(*left - 1, 0));
+    return true;
+  }
 
   std::shared_ptr<EtcdStore> store_;
   std::string prefix_, self_;

@@ -28,6 +28,9 @@ Bytes as_bytes(const std::string& s) {
 // One watch on one key, from the moment it is created: a thread reads its events and keeps the
 // latest put (revision and value); waiters block on a condition variable. When the stream
 // breaks (etcd gone), waiters are woken with the error and the next wait starts a new watch.
+// Once a read found the key missing, the watch knows it stays missing until a put: later waits
+// on it read nothing (the rendezvous' event watcher waits in 1 s slices: one range a second
+// per agent before).
 class EtcdStore::KeyWatch {
  public:
   KeyWatch(etcd::Client& client, const std::string& key) {
@@ -49,6 +52,19 @@ class EtcdStore::KeyWatch {
   bool broken() {
     std::lock_guard<std::mutex> lock(mutex_);
     return !error_.empty();
+  }
+
+  // The revision as of which the key is known to be missing (read so, or deleted, and no put
+  // seen since), or nullopt.
+  std::optional<int64_t> missing_as_of() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!error_.empty() || put_) return std::nullopt;
+    return missing_;
+  }
+  // A read of the key at `revision` found it missing (this watch was open before the read).
+  void note_missing(int64_t revision) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!put_ && (!missing_ || *missing_ < revision)) missing_ = revision;
   }
 
   // Blocks until a put of the key newer than `after` was seen (returns its value), `deadline`
@@ -99,8 +115,10 @@ class EtcdStore::KeyWatch {
         for (auto& event : message->events) {
           if (event.type == etcd::Event::Type::kPut) {
             put_ = Put{event.kv.mod_revision, std::move(event.kv.value)};
+            missing_.reset();
           } else {
             put_.reset();
+            missing_ = event.kv.mod_revision;  // the delete's revision
           }
         }
         changed_.notify_all();
@@ -120,6 +138,7 @@ class EtcdStore::KeyWatch {
   uint64_t interrupts_ = 0;  // guarded by mutex_
   std::string error_;        // guarded by mutex_
   std::optional<Put> put_;   // guarded by mutex_
+  std::optional<int64_t> missing_;  // guarded by mutex_; see missing_as_of()
 };
 
 EtcdStore::EtcdStore(std::shared_ptr<etcd::Client> client, std::string prefix)
@@ -177,9 +196,14 @@ std::string EtcdStore::wait_one(const std::string& key, TimePoint deadline, Dura
   const std::string k = full(key);
   // The watch first: it then sees every put after the range below (no gap).
   auto watch = key_watch(k);
-  auto current = client_->range(k);
-  if (!current.kvs.empty()) return std::move(current.kvs.front().value);
-  auto value = watch->wait_put(k, current.revision, deadline);
+  std::optional<int64_t> after = watch->missing_as_of();
+  if (!after) {
+    auto current = client_->range(k);
+    if (!current.kvs.empty()) return std::move(current.kvs.front().value);
+    watch->note_missing(current.revision);
+    after = current.revision;
+  }
+  auto value = watch->wait_put(k, *after, deadline);
   if (!value) {
     throw TimeoutError(fmt::format(
         "etcd store at {}: key '{}' did not appear within {:.1f} s; the agent or worker that "

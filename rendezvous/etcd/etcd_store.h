@@ -5,7 +5,7 @@
 //   get, wait    range; if missing, wait for the key on a watch of that key alone (opened at
 //                the key's first wait and kept, with a background thread, for the next ones:
 //                no gap, no polling, and no new connection per wait, since the rendezvous waits
-//                in short slices). Up to kMaxKeyWatches are kept; the least recently used one
+//                in short slices; a key the watch knows to be missing is not read again). Up to kMaxKeyWatches are kept; the least recently used one
 //                nobody waits on makes room. Not one watch over the prefix: every agent's store
 //                would then get every put of the run (N join keys, N assignments a round: N^2
 //                events a round over the job's agents).

@@ -130,6 +130,16 @@ TEST(EtcdCodec, Leases) {
       std::nullopt);
   EXPECT_THROW(decode_lease_keepalive(R"({"error":{"grpc_code":14,"message":"unavailable"}})"),
                ProtocolError);
+  // timetolive (another agent's lease): the seconds left, 0 omitted, -1 when it is gone.
+  EXPECT_EQ(decode_lease_time_to_live(
+                R"({"header":{"revision":"9"},"ID":"5540731580545638153","TTL":"4","grantedTTL":"6"})"),
+            4);
+  EXPECT_EQ(decode_lease_time_to_live(
+                R"({"header":{"revision":"9"},"ID":"5540731580545638153","grantedTTL":"6"})"),
+            0);
+  EXPECT_EQ(decode_lease_time_to_live(
+                R"({"header":{"revision":"9"},"ID":"5540731580545638153","TTL":"-1"})"),
+            std::nullopt);
 }
 
 TEST(EtcdCodec, WatchLines) {

@@ -282,6 +282,49 @@ TEST_F(EtcdLedgerTest, AJoinKeyInTheOldLayoutIsRefusedNamingTheNode) {
   old.join();
 }
 
+// Lease liveness (make_lease_liveness): a neighbour seen alive is not read again while etcd says
+// its lease lives (one timetolive call now and then, not a transaction every keep-alive step),
+// and its death is still seen when its lease runs out.
+class EtcdLivenessTest : public test::EtcdTest {
+ protected:
+  static double since(TimePoint t) { return to_seconds(steady_clock().now() - t); }
+};
+
+TEST_F(EtcdLivenessTest, ALiveNeighbourCostsATimeToLiveNowAndThenAndItsDeathIsSeenInTime) {
+  const Duration window = 3s;  // a 3 s lease
+  const std::string prefix = "dlaunch/rdzv/liveness";
+  auto b = make_lease_liveness(make_store(), prefix, "b", window, steady_clock());
+  auto a = make_lease_liveness(make_store(), prefix, "a", window, steady_clock());
+  b->beat();  // its lease and alive key
+  auto count = [](const char* what) { return etcd::call_counts()[what]; };
+  const int64_t txns = count("/v3/kv/txn"), ttls = count("/v3/lease/timetolive");
+  // 2 s of checks every 50 ms (40, as 4 keep-alive steps a 0.2 s interval would make), b beating
+  // every 0.5 s.
+  auto start = steady_clock().now();
+  TimePoint last_beat = start;
+  for (int i = 0; to_seconds(steady_clock().now() - start) < 2.0; ++i) {
+    if (i % 10 == 9) {
+      b->beat();
+      last_beat = steady_clock().now();
+    }
+    EXPECT_TRUE(a->dead({"b"}).empty()) << "check " << i;
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_LE(count("/v3/kv/txn") - txns, 2) << "the keys of a live neighbour were read again";
+  EXPECT_LE(count("/v3/lease/timetolive") - ttls, 6);
+  // b stops beating: its lease runs out 3 s after its last beat, and a sees it then.
+  double seen_after = -1;
+  while (since(last_beat) < 15.0) {
+    if (!a->dead({"b"}).empty()) {
+      seen_after = since(last_beat);
+      break;
+    }
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_GE(seen_after, 2.5) << "declared dead while its lease lived";
+  EXPECT_LE(seen_after, 3.0 + 1.5) << "seen later than the lease's end + etcd's expiry check";
+}
+
 int64_t gateway_calls() {
   int64_t n = 0;
   for (const auto& [what, count] : etcd::call_counts()) {

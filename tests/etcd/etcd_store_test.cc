@@ -111,6 +111,29 @@ TEST_F(EtcdStoreTest, AWaitingGetReceivesNoEventsForOtherKeys) {
   EXPECT_LE(events() - before, 2) << "watch events for a store waiting on one key";
 }
 
+// The event watcher waits on its round's key in 1 s slices: once a read found the key missing,
+// the key's watch knows it stays so until a put, and later waits read nothing. A put still ends
+// the next wait at once, and after a delete the key is missing again.
+TEST_F(EtcdStoreTest, RepeatedWaitsOnAMissingKeyReadItOnce) {
+  auto ranges = [] { return etcd::call_counts()["/v3/kv/range"]; };
+  const int64_t before = ranges();
+  for (int i = 0; i < 10; ++i) {
+    EXPECT_THROW(store_->wait({"event"}, 50ms), TimeoutError) << "wait " << i;
+  }
+  EXPECT_LE(ranges() - before, 1) << "a missing key read again on every wait";
+  auto writer = make_store();
+  writer->set("event", to_bytes("restart"));
+  auto start = std::chrono::steady_clock::now();
+  store_->wait({"event"}, 30s);
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 10s);
+  EXPECT_EQ(to_string(store_->get("event")), "restart");
+  ASSERT_TRUE(writer->delete_key("event"));
+  std::this_thread::sleep_for(200ms);  // the delete reaches the watch
+  EXPECT_THROW(store_->wait({"event"}, 100ms), TimeoutError) << "a deleted key came back";
+  writer->set("event", to_bytes("again"));
+  EXPECT_EQ(to_string(store_->get("event")), "again");
+}
+
 // Key watches are kept for the next wait on the same key, up to a bound: waiting on more keys
 // than that in turn replaces the idle ones, and every wait is still released by its key's put.
 TEST_F(EtcdStoreTest, WaitsOnManyKeysInTurnAreEachReleased) {
