@@ -22,12 +22,14 @@
 //   workers      etcd does not speak PyTorch's TCPStore protocol, so after each round the
 //                group-rank-0 agent hosts a TcpStoreServer on its advertised host (a free
 //                port) and publishes host:port in etcd (round/<r>/workers_store); every node
-//                returns that address as
-//                MASTER_ADDR/MASTER_PORT (TORCHELASTIC_USE_AGENT_STORE=True, as with c10d)
+//                returns that address as MASTER_ADDR/MASTER_PORT
+//                (TORCHELASTIC_USE_AGENT_STORE=True, as with c10d)
 //
 // Lease TTL = keep_alive_interval x keep_alive_max_attempt, at least 2 s (etcd's floor for a
-// one-member cluster with default timing). A dead node is seen within TTL + one
-// keep_alive_interval (the keep-alive thread checks once per interval).
+// one-member cluster with default timing). A neighbour seen alive is looked at again when its
+// lease could run out (etcd's timetolive of it), and at every keep-alive step (interval / 4)
+// from a second before that: a dead node is seen within TTL + interval / 4 of its last renewal,
+// plus etcd's own expiry check (every 500 ms).
 //
 // Blocking, threads and errors: as DynamicRendezvous; plus ConnectionError naming the etcd
 // endpoint when etcd cannot be reached, and the TcpStoreServer's errors on group rank 0.
