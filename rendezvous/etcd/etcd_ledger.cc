@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -201,6 +202,7 @@ void EtcdRoundLedger::wait(int64_t round, const std::string& wake_key,
   const std::string wake = full(wake_key);
   bool planned = false;  // look_at is set (a node waiting in its round)
   TimePoint look_at{};   // when to read the count next
+  std::optional<TimePoint> full_since;  // when this node saw the round full
   while (true) {
     const TimePoint now = clock_.now();
     bool mine;
@@ -209,8 +211,22 @@ void EtcdRoundLedger::wait(int64_t round, const std::string& wake_key,
       mine = round_ == round;
       if (mine) {
         if (keys_.count(wake) != 0) return;
-        if (limits && count_ >= limits->max_nodes) return;
-        if (limits && count_ >= limits->min_nodes &&
+        if (limits && count_ >= limits->max_nodes) {
+          // The MAX-th arrival closes the round right after its join, and the first arrival
+          // backs it up. Any other node that saw the round full gives them a slice first:
+          // when every node that read the count at MAX tried to close it (compare-and-swap
+          // of the state, then an add to pick the closer, both retried under contention on
+          // etcd), 2,048 simulated agents once made 13,000 failed transactions and took 24 s.
+          // A MAX-th arrival that died costs the others that slice.
+          if (index_ == 1) return;
+          if (!full_since) full_since = now;
+          const TimePoint give_up = *full_since + std::min<Duration>(keep_alive_interval_,
+                                                                    std::chrono::seconds(1));
+          if (now >= give_up) return;
+          look_at = std::min(until, give_up);
+          planned = true;
+        }
+        if (limits && count_ < limits->max_nodes && count_ >= limits->min_nodes &&
             now >= changed_at_ + limits->last_call_timeout) {
           return;
         }
@@ -224,6 +240,8 @@ void EtcdRoundLedger::wait(int64_t round, const std::string& wake_key,
     if (now >= until) return;
     if (!limits || !mine) {
       pump(round, until);
+    } else if (full_since) {
+      pump(round, look_at);  // for "done", until the slice given to the closers ends
     } else if (now >= look_at) {
       arrivals(round, now);
       planned = false;

@@ -229,6 +229,38 @@ TEST_F(EtcdLedgerTest, ANodeThatIsNotTheFirstArrivalSeesTheCountWithinASlice) {
   EXPECT_LT(since(start), 10.0) << "a first arrival that never looks must not stall the round";
 }
 
+// Only the MAX-th arrival (right after its join) and the first arrival (backing it up) close a
+// full round at once; another node that saw it full gives them a slice (1 s here) before it
+// decides, so hundreds of nodes do not race to close it.
+TEST_F(EtcdLedgerTest, ANodeThatSawTheRoundFullGivesItsClosersASliceFirst) {
+  auto first = make_ledger(), b = make_ledger();
+  first->join(0, node("first"));
+  b->join(0, node("b"));
+  make_ledger()->join(0, node("c"));  // the third of MAX 3: it would close the round
+  auto start = steady_clock().now();
+  first->wait(0, first->round_key(0, "done"), &three, start + 60s);
+  EXPECT_LT(since(start), 0.9) << "the first arrival backs the closer up at once";
+  // b reads the count after its 1 s slice, sees the round full, and gives the closers a second:
+  // the round's "done", set at 1.5 s, ends its wait (at 1 s it would have gone to close it).
+  std::thread closer([&] {
+    std::this_thread::sleep_for(1500ms);
+    make_store()->set(b->round_key(0, "done"), to_bytes("1"));
+  });
+  start = steady_clock().now();
+  b->wait(0, b->round_key(0, "done"), &three, start + 60s);
+  const double waited = since(start);
+  closer.join();
+  EXPECT_GE(waited, 1.3) << "b left to close the round as soon as it saw it full";
+  EXPECT_LT(waited, 10.0);
+  // Nobody closes round 1: b decides after the slice.
+  first->join(1, node("first"));
+  b->join(1, node("b"));
+  make_ledger()->join(1, node("c"));
+  start = steady_clock().now();
+  b->wait(1, b->round_key(1, "done"), &three, start + 60s);
+  EXPECT_LT(since(start), 10.0) << "a closer that never came must not stall b";
+}
+
 // A waiting node's watch covers the round's control keys only: arrivals are no watch events for
 // it (before the join keys moved out of round/<r>/, each of the N waiting nodes got an event
 // per later arrival: 16 x 15 / 2 = 120 here), nor are adds to the round's counters (32 adds
