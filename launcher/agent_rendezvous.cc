@@ -44,6 +44,9 @@ void RendezvousLoop::begin_generation() {
   }
   // next_rendezvous() blocks: run it off the loop, then come back to spawn on the loop thread.
   a.monitor->events().emit("rendezvous_opened", {{"restarts", a.restarts_used}});
+  // While the round forms this loop is idle; after it, every agent of the job spawns at once.
+  a.files.prepare_attempt(a.generation + 1, a.cfg.nproc_per_node);
+  a.opts.rendezvous->prepare_watch();
   if (round_thread_.joinable()) round_thread_.join();
   auto handler = a.opts.rendezvous;
   auto g = a.gate;
@@ -66,11 +69,12 @@ void RendezvousLoop::on_round_done(const RendezvousResult& r) {
                                                  {"nodes", r.group_world_size},
                                                  {"members", r.hosts},
                                                  {"restart_count", r.restart_count}});
-  // The workers first: publishing the status endpoint and watching the round's events each
-  // start a thread that connects to the store at once, and with N agents released by one round
-  // close those N connects would compete with the N spawns. Nothing is missed by watching
-  // after the spawn: this loop thread handles the workers' exits only after this function,
-  // and the watcher reads the round's event key, which holds an event posted meanwhile.
+  // The workers first: publishing the status endpoint starts a thread that talks to the store,
+  // and with N agents released by one round close that would compete with the N spawns (the
+  // event watcher's thread and connection were made ahead, in begin_generation). Nothing is
+  // missed by watching after the spawn: this loop thread handles the workers' exits only after
+  // this function, and the watcher reads the round's event key, which holds an event posted
+  // meanwhile.
   a.workers.start(r);
   if (a.phase == AgentPhase::kDone) return;  // the workers could not start and the agent ended
   a.monitor->publish([store = r.store]() { return store; });

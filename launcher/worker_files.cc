@@ -49,14 +49,42 @@ void WorkerFiles::open(const LaunchConfig& cfg, ProcessContext& procs) {
   }
 }
 
+namespace {
+std::string attempt_path(const std::string& run_dir, int64_t generation) {
+  return fmt::format("{}/attempt_{}", run_dir, generation);
+}
+std::string worker_path(const std::string& attempt_dir, int64_t local_rank) {
+  return fmt::format("{}/{}", attempt_dir, local_rank);
+}
+}  // namespace
+
+void WorkerFiles::prepare_attempt(int64_t generation, int64_t nproc) {
+  if (path_.empty() || prepared_generation_ >= 0) return;
+  const std::string attempt_dir = attempt_path(path_, generation);
+  std::error_code ec;
+  // Only a directory this call creates counts: one that exists is make_attempt's error to tell.
+  if (!fs::create_directory(attempt_dir, ec)) return;
+  for (int64_t local_rank = 0; local_rank < nproc; ++local_rank) {
+    if (!fs::create_directory(worker_path(attempt_dir, local_rank), ec)) {
+      fs::remove_all(attempt_dir, ec);
+      return;
+    }
+  }
+  prepared_generation_ = generation;
+  prepared_nproc_ = nproc;
+}
+
 std::optional<std::vector<WorkerRecord>> WorkerFiles::make_attempt(int64_t generation,
                                                                    int64_t first_rank,
                                                                    int64_t nproc) {
-  std::string attempt_dir = fmt::format("{}/attempt_{}", path_, generation);
+  std::string attempt_dir = attempt_path(path_, generation);
   std::error_code ec;
+  const bool prepared = prepared_generation_ == generation && prepared_nproc_ == nproc;
+  if (prepared_generation_ >= 0 && !prepared) drop_prepared();
+  prepared_generation_ = -1;
   // Never replace an attempt directory. The run directory is this run's own (open()), so one
   // that exists was written by someone else: stop rather than delete or mix into it.
-  if (!fs::create_directory(attempt_dir, ec)) {
+  if (!prepared && !fs::create_directory(attempt_dir, ec)) {
     std::string why =
         ec ? ec.message() : "it already exists (another process writes into " + path_ + ")";
     log_error("cannot create {}: {}; not replacing it: give this job its own --log_dir (or "
@@ -69,8 +97,8 @@ std::optional<std::vector<WorkerRecord>> WorkerFiles::make_attempt(int64_t gener
     WorkerRecord w;
     w.local_rank = local_rank;
     w.global_rank = first_rank + local_rank;
-    w.log_dir = fmt::format("{}/{}", attempt_dir, local_rank);
-    fs::create_directories(w.log_dir, ec);
+    w.log_dir = worker_path(attempt_dir, local_rank);
+    if (!prepared) fs::create_directories(w.log_dir, ec);
     if (ec) {
       log_error("cannot create {}: {}", w.log_dir, ec.message());
       return std::nullopt;
@@ -82,7 +110,14 @@ std::optional<std::vector<WorkerRecord>> WorkerFiles::make_attempt(int64_t gener
   return records;
 }
 
+void WorkerFiles::drop_prepared() {
+  std::error_code ec;
+  fs::remove_all(attempt_path(path_, prepared_generation_), ec);  // made empty by this agent
+  prepared_generation_ = -1;
+}
+
 void WorkerFiles::close(int exit_code) {
+  if (prepared_generation_ >= 0) drop_prepared();
   if (!temp_) return;
   // Kept when it may explain something (error files, stacks); not for success or a program
   // that never started.

@@ -28,15 +28,25 @@ class WorkerFiles {
   // is never replaced: one that exists was written by someone else).
   std::optional<std::vector<WorkerRecord>> make_attempt(int64_t generation, int64_t first_rank,
                                                         int64_t nproc);
+  // Makes generation `generation`'s directories ahead, while the rendezvous forms, so the
+  // mkdirs are not on the path from the round's end to the workers; make_attempt then uses
+  // them. Quiet on failure: make_attempt tries again and says why. Loop thread only.
+  void prepare_attempt(int64_t generation, int64_t nproc);
 
   // The job ended with `exit_code`: a temporary directory is deleted after a success or a
   // program that never started, else kept and named in the log.
   void close(int exit_code);
 
  private:
+  void drop_prepared();
+
   std::string path_;
   bool temp_ = false;
   bool keep_temp_ = false;  // it holds redirected/teed output: never deleted
+  // prepare_attempt's directories, made and not yet used by make_attempt (-1: none). close()
+  // removes them: a job that ends before its round leaves no empty attempt in --log_dir.
+  int64_t prepared_generation_ = -1;
+  int64_t prepared_nproc_ = 0;
 };
 
 }  // namespace dlaunch

@@ -251,6 +251,8 @@ RendezvousResult EtcdRendezvous::next_rendezvous() {
   return r;
 }
 
+void EtcdRendezvous::prepare_watch() { inner_->prepare_watch(); }
+
 void EtcdRendezvous::watch(std::function<void(const RendezvousEvent&)> on_event) {
   inner_->watch(std::move(on_event));
 }

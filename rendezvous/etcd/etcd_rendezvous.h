@@ -64,6 +64,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   std::string run_id() const override { return run_id_; }
   RendezvousResult next_rendezvous() override;
   void watch(std::function<void(const RendezvousEvent&)> on_event) override;
+  void prepare_watch() override;
   void request_restart(const std::string& report) override;
   FailureVerdict settle_failure() override;
   int64_t num_nodes_waiting() override;

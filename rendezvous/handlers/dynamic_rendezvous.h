@@ -66,6 +66,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::string run_id() const override { return params_.run_id; }
   RendezvousResult next_rendezvous() override;
   void watch(std::function<void(const RendezvousEvent&)> on_event) override;
+  void prepare_watch() override { watcher_->prepare(); }
   void request_restart(const std::string& report) override;
   FailureVerdict settle_failure() override;
   int64_t num_nodes_waiting() override;

@@ -56,6 +56,12 @@ EventWatcher::EventWatcher(std::function<std::shared_ptr<Store>()> open_store, s
 
 EventWatcher::~EventWatcher() { stop(); }
 
+void EventWatcher::prepare() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (stopping_ || thread_.joinable()) return;
+  thread_ = std::thread([this] { run(); });
+}
+
 void EventWatcher::watch(int64_t round, std::function<void(const RendezvousEvent&)> on_event) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -105,6 +111,17 @@ void EventWatcher::run() {
 
 void EventWatcher::run_loop() {
   std::shared_ptr<Store> store;
+  // Connected before the first watch() (prepare()): with N agents released by one round, N
+  // connects there would compete with their spawns. A failure here is not reported: the
+  // watcher tries again when armed, and says so then.
+  try {
+    store = open_store_();
+    std::lock_guard<std::mutex> lock(mutex_);
+    watched_store_ = store;
+    if (stopping_) return;
+  } catch (const Error&) {
+    store.reset();
+  }
   // A store outage is reported by the keep-alive (once, and once more when it is back); here
   // one retry per slice would add a warning per second per agent.
   bool failing = false;

@@ -46,6 +46,10 @@ class EventWatcher {
   EventWatcher(const EventWatcher&) = delete;
   EventWatcher& operator=(const EventWatcher&) = delete;
 
+  // Starts the thread and opens its store ahead of the first watch(), so that neither is on
+  // the path from a round's end to the workers (called when a rendezvous begins). A failed
+  // connect is dropped here and tried again once watch() arms the watcher. Idempotent.
+  void prepare();
   // Watches `round` from now on, replacing any earlier round and callback.
   void watch(int64_t round, std::function<void(const RendezvousEvent&)> on_event);
   // Stops watching and joins the thread: within milliseconds for a store that implements

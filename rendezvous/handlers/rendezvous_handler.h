@@ -91,6 +91,10 @@ class RendezvousHandler {
   // Delivers events until shutdown(); replaces any earlier callback. May be called once per
   // round, after next_rendezvous().
   virtual void watch(std::function<void(const RendezvousEvent&)> on_event) = 0;
+  // Readies what watch() needs (a thread, its store connection) ahead of the round, so that it
+  // is not on the path from the round's end to the workers, where every agent released by the
+  // round does the same at once. Never blocks, never throws; a failure shows at watch().
+  virtual void prepare_watch() {}
 
   // Tells every node that a worker failed here (first failure wins); `report` is the one-line
   // root cause the other nodes print. Increments the job-wide restart count.

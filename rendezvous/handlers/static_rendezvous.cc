@@ -9,6 +9,7 @@
 #include "rendezvous/tcp/host_port.h"
 #include "rendezvous/tcp/job_token.h"
 #include "rendezvous/store/prefix_store.h"
+#include "rendezvous/store/store_table.h"
 #include "rendezvous/handlers/round_table.h"
 #include "rendezvous/handlers/version_mix.h"
 
@@ -175,15 +176,16 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
     close_round(round, mine, keys, deadline);
   }
   std::string error_key = round_prefix + "/error";
+  const std::vector<std::string> release = release_keys(round);
   Duration slice = std::chrono::seconds(1);
+  WaitGetResult released;
   while (true) {
     auto now = clock_.now();
     if (now >= deadline) throw_join_timeout(keys);
-    try {
-      store_->wait({all_key}, std::min<Duration>(slice, deadline - now));
-      break;
-    } catch (const TimeoutError&) {
-    }
+    // One request brings what the node needs after the release: N agents woken by one round
+    // each read nothing more (the store's WAIT_GET; see Store::wait_get for older hosts).
+    released = store_->wait_get(release, std::min<Duration>(slice, deadline - now));
+    if (released.ready) break;
     if (store_->check({error_key})) {
       throw StateError(
           fmt::format("static rendezvous failed: {}", to_string(store_->get(error_key))));
@@ -195,12 +197,18 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
     slice = std::min<Duration>(slice * 2, std::chrono::seconds(30));
   }
 
-  return read_result(round, mine, keys, deadline);
+  return read_result(round, mine, keys, deadline, released.values);
+}
+
+std::vector<std::string> StaticRendezvous::release_keys(int64_t round) const {
+  const std::string round_prefix = prefix_ + "/round/" + std::to_string(round);
+  return {round_prefix + "/all", round_prefix + "/table", prefix_ + "/restart_count"};
 }
 
 RendezvousResult StaticRendezvous::read_result(int64_t round, const Record& mine,
                                                const std::vector<std::string>& keys,
-                                               TimePoint deadline) {
+                                               TimePoint deadline,
+                                               const std::vector<std::optional<Bytes>>& released) {
   const int64_t n = static_cast<int64_t>(keys.size());
   const int64_t me = mine.rank;
   const std::string round_prefix = prefix_ + "/round/" + std::to_string(round);
@@ -210,13 +218,15 @@ RendezvousResult StaticRendezvous::read_result(int64_t round, const Record& mine
   result.group_rank = me;
   result.group_world_size = n;
   std::vector<std::pair<std::string, std::string>> builds;
-  Bytes all = store_->get(round_prefix + "/all");
+  const Bytes all = released.at(0).value_or(Bytes());
   if (all == to_bytes(kAllWithError)) {
     throw StateError(
           fmt::format("static rendezvous failed: {}", to_string(store_->get(error_key))));
   }
   if (all == to_bytes(kAllWithTable)) {
-    RoundTable table = RoundTable::decode(store_->get(round_prefix + "/table"));
+    // The closer writes the table before it sets "all", so the WAIT_GET fetched it with "all".
+    RoundTable table = RoundTable::decode(
+        released.at(1) ? *released.at(1) : store_->get(round_prefix + "/table"));
     if (table.participants != n) {
       throw ProtocolError(fmt::format(
           "static rendezvous: the round's table lists {} nodes, this node expects --nnodes {}; "
@@ -230,7 +240,7 @@ RendezvousResult StaticRendezvous::read_result(int64_t round, const Record& mine
       result.hosts[me] = params_.host;
     }
     builds = table.host_builds();
-    return finish(round, std::move(result), builds);
+    return finish(round, std::move(result), builds, released.at(2));
   }
   // Completed by an agent of an older build, which writes no table: read every record.
   // "all" means the count reached some node's --nnodes; with disagreeing counts some of our
@@ -250,7 +260,7 @@ RendezvousResult StaticRendezvous::read_result(int64_t round, const Record& mine
     result.hosts.push_back(r.host);
     builds.emplace_back(r.host, r.version);
   }
-  return finish(round, std::move(result), builds);
+  return finish(round, std::move(result), builds, released.at(2));
 }
 
 void StaticRendezvous::throw_join_timeout(const std::vector<std::string>& keys) {
@@ -325,7 +335,8 @@ void StaticRendezvous::close_round(int64_t round, const Record& mine,
 
 RendezvousResult StaticRendezvous::finish(int64_t round, RendezvousResult result,
                                           const std::vector<std::pair<std::string, std::string>>&
-                                              builds) {
+                                              builds,
+                                          const std::optional<Bytes>& restart_count) {
   const int64_t me = result.group_rank, n = result.group_world_size;
   std::string mix = describe_version_mix(params_.version, builds);
   if (!mix.empty() && !version_mix_warned_) {
@@ -336,7 +347,8 @@ RendezvousResult StaticRendezvous::finish(int64_t round, RendezvousResult result
                                     29500, "--master_addr/--master_port");
   result.master_addr = master.host;
   result.master_port = master.port;
-  result.restart_count = store_->add(prefix_ + "/restart_count", 0);
+  const std::string restart_key = prefix_ + "/restart_count";
+  result.restart_count = restart_count ? parse_counter(*restart_count, restart_key) : 0;
   result.store = std::make_shared<PrefixStore>("dlaunch/job/" + params_.run_id, store_);
   current_round_ = round;
   log_info("static rendezvous round {} complete: node rank {} of {}, world size {}", round, me, n,

@@ -11,7 +11,9 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "rendezvous/handlers/rendezvous_events.h"
 #include "rendezvous/handlers/rendezvous_registry.h"
@@ -29,6 +31,7 @@ class StaticRendezvous final : public RendezvousHandler {
   std::string run_id() const override { return params_.run_id; }
   RendezvousResult next_rendezvous() override;
   void watch(std::function<void(const RendezvousEvent&)> on_event) override;
+  void prepare_watch() override { watcher_->prepare(); }
   void request_restart(const std::string& report) override;
   int64_t num_nodes_waiting() override { return 0; }
   void set_closed() override;
@@ -52,14 +55,19 @@ class StaticRendezvous final : public RendezvousHandler {
   void close_round(int64_t round, const Record& mine, const std::vector<std::string>& keys,
                    TimePoint deadline);
   // After "all" was set: the round's table (or every record, from an older closer) read into
-  // the result.
+  // the result. `released`: "all", the table and the restart count as the release's WAIT_GET
+  // fetched them (release_keys), so a node reads nothing more after it is woken.
   RendezvousResult read_result(int64_t round, const Record& mine,
-                               const std::vector<std::string>& keys, TimePoint deadline);
+                               const std::vector<std::string>& keys, TimePoint deadline,
+                               const std::vector<std::optional<Bytes>>& released);
+  // What the release's WAIT_GET waits for (the first) and fetches with it.
+  std::vector<std::string> release_keys(int64_t round) const;
   // The join timeout passed: which ranks joined and which never did, and what to check.
   [[noreturn]] void throw_join_timeout(const std::vector<std::string>& keys);
-  // The result's common part: version mix, master, restart count, store.
+  // The result's common part: version mix, master, store; the restart count as fetched.
   RendezvousResult finish(int64_t round, RendezvousResult result,
-                          const std::vector<std::pair<std::string, std::string>>& builds);
+                          const std::vector<std::pair<std::string, std::string>>& builds,
+                          const std::optional<Bytes>& restart_count);
 
   RendezvousParams params_;
   RendezvousConfig config_;

@@ -129,6 +129,35 @@ TEST_F(RendezvousTest, StaticRanksFollowNodeRankWithUnevenWorkersPerNode) {
   EXPECT_EQ(to_string(rs[1].store->get("k")), "v");
 }
 
+// Once released, a static node reads nothing more: its WAIT_GET on "all" brought the round's
+// table and the restart count with it. Before, each node then sent a GET of each and an ADD:
+// three requests per node, from every node of the job at the same moment. The restart count
+// still arrives (round 1 after a restart request).
+TEST_F(RendezvousTest, StaticNodesReadNothingMoreOnceReleased) {
+  constexpr int64_t kNodes = 4;
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  for (int64_t k = 0; k < kNodes; ++k) {
+    auto p = params("static", kNodes, kNodes, "host-" + std::to_string(k));
+    p.node_rank = k;
+    hs.push_back(create_rendezvous_handler(p));
+  }
+  const int64_t before = server_->stats().requests;
+  auto rs = meet(hs);
+  const int64_t round0 = server_->stats().requests - before;
+  for (const auto& r : rs) EXPECT_EQ(r.restart_count, 0);
+  hs[2]->request_restart("rank 5 failed");
+  auto again = meet(hs);
+  for (const auto& r : again) {
+    EXPECT_EQ(r.round, 1);
+    EXPECT_EQ(r.restart_count, 1);
+    EXPECT_EQ(r.local_world_sizes, std::vector<int64_t>(kNodes, 1));
+  }
+  // Per node: its record (compare_set), the count (add), one WAIT_GET; the closer also reads
+  // the records, writes the table and sets "all" (4 more; a node whose 1 s slice ran out
+  // before the release adds one request per slice, which this round on one host does not).
+  EXPECT_LE(round0, 3 * kNodes + 4) << "requests in a round of " << kNodes << " static nodes";
+}
+
 std::string failure_of(std::vector<std::unique_ptr<RendezvousHandler>>& hs) {
   std::vector<std::future<std::string>> fs;
   for (auto& h : hs) {
@@ -957,6 +986,41 @@ TEST_F(RendezvousTest, EventWatcherStopInterruptsTheBlockedWait) {
   EXPECT_LT(took, 1s) << "stop() took "
                       << std::chrono::duration_cast<std::chrono::milliseconds>(took).count()
                       << " ms";
+}
+
+// prepare() connects while the round forms: watch() after the round opens nothing more (with
+// N agents released at once, N connects there competed with their spawns), and an event is
+// still delivered. A prepared connect that fails is tried again once armed.
+TEST_F(RendezvousTest, EventWatcherPreparedAheadConnectsOnceBeforeTheWatch) {
+  for (bool first_connect_fails : {false, true}) {
+    SCOPED_TRACE(first_connect_fails ? "the prepared connect fails" : "it succeeds");
+    std::atomic<int> opened{0};
+    EventWatcher watcher(
+        [&]() -> std::shared_ptr<Store> {
+          if (++opened == 1 && first_connect_fails) throw ConnectionError("refused (test)");
+          TcpStoreClientOptions o;
+          o.port = port_;
+          return std::make_shared<TcpStoreClient>(o);
+        },
+        first_connect_fails ? "job3" : "job2", "node-a", 60s);
+    watcher.prepare();
+    auto until = std::chrono::steady_clock::now() + 10s;
+    while (opened == 0 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(10ms);
+    }
+    ASSERT_EQ(opened, 1) << "prepare() did not connect before any watch()";
+    std::promise<RendezvousEvent> got;
+    watcher.watch(0, [&](const RendezvousEvent& e) { got.set_value(e); });
+    TcpStoreClientOptions o;
+    o.port = port_;
+    TcpStoreClient peer(o);
+    ASSERT_TRUE(publish_event(peer, first_connect_fails ? "job3" : "job2", 0,
+                              {RendezvousEvent::Kind::kRestartRequested, "node-b", "rank 3 failed"}));
+    auto f = got.get_future();
+    ASSERT_EQ(f.wait_for(10s), std::future_status::ready) << "the event was not delivered";
+    EXPECT_EQ(f.get().reason, "rank 3 failed");
+    EXPECT_EQ(opened, first_connect_fails ? 2 : 1);
+  }
 }
 
 TEST(RendezvousRegistry, UnknownBackendAndBadConf) {
