@@ -4,7 +4,11 @@
 //
 //   rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] [--keep-alive-seconds 5]
 //            [--keep-alive-interval 1] [--driver fibers|threads] [--no-loss] [--by-op]
+//            [--perf-round PREFIX]
 //            [--backend c10d|etcd [--etcd_endpoint HOST:PORT [--etcd_pid PID]]]
+//
+// --perf-round PREFIX records the store host with `perf record -g` during each round only, to
+// PREFIX-<N>.data (compare two N with `perf report --no-children`: what grows faster than N).
 //
 // --backend etcd runs the same phases through the real etcd handler (etcd_rendezvous.h) against
 // a real etcd (a fresh private one per N unless --etcd_endpoint names one): etcd_sim_backend.h.
@@ -96,6 +100,7 @@ struct Options {
   int keep_alive_interval = 0;  // 0: 1 s (c10d), 5 s (etcd: torchrun's default)
   bool loss = true;
   bool by_op = false;  // each agent process prints its requests and bytes by operation (etcd: calls by path)
+  std::string perf_round;  // non-empty: `perf record` the store host during each round, to <this>-<N>.data
 };
 
 // Every store call an agent makes, counted (one request on the wire each), with its bytes on
@@ -656,6 +661,28 @@ void stop_server(Server& s) {
   sim::stop_etcd_server(s.etcd);
 }
 
+// --perf-round: the store host's samples during the round alone (the connects before it and the
+// keep-alives after it would swamp them), for finding what grows faster than N.
+pid_t start_perf(pid_t target, const std::string& prefix, int n) {
+  const std::string out = fmt::format("{}-{}.data", prefix, n);
+  const std::string pid = std::to_string(target);
+  pid_t p = fork();
+  if (p == 0) {
+    execlp("perf", "perf", "record", "-q", "-F", "4999", "-g", "-p", pid.c_str(), "-o",
+           out.c_str(), static_cast<char*>(nullptr));
+    std::fprintf(stderr, "rdzv_sim: --perf-round: cannot run perf: %s\n", std::strerror(errno));
+    _exit(127);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));  // perf attaches
+  return p;
+}
+
+void stop_perf(pid_t p) {
+  kill(p, SIGINT);
+  int status = 0;
+  waitpid(p, &status, 0);
+}
+
 Result run_n(int n, const Options& opt) {
   Result res;
   res.n = n;
@@ -702,6 +729,7 @@ Result run_n(int n, const Options& opt) {
   }
 
   // The round.
+  pid_t perf = opt.perf_round.empty() || server.pid <= 0 ? 0 : start_perf(server.pid, opt.perf_round, n);
   HostUsage before = host_usage();
   HostUsage agents_before = usage_of_agents(procs);
   Traffic traffic_before = total_requests(procs, rep[0]);
@@ -726,6 +754,7 @@ Result run_n(int n, const Options& opt) {
     }
   }
   HostUsage after = host_usage();
+  if (perf > 0) stop_perf(perf);
   res.agents_round_cpu_s = usage_of_agents(procs).cpu_s - agents_before.cpu_s;
   if (!joins.empty()) {
     std::sort(joins.begin(), joins.end());
@@ -906,13 +935,15 @@ int main(int argc, char** argv) {
       opt.etcd_pid = std::stoi(next());
     } else if (a == "--by-op") {
       opt.by_op = true;
+    } else if (a == "--perf-round") {
+      opt.perf_round = next();
     } else if (a == "--no-loss") {
       opt.loss = false;
     } else {
       std::fprintf(stderr,
                    "usage: rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] "
                    "[--keep-alive-seconds 5] [--keep-alive-interval 1] [--driver fibers|threads] "
-                   "[--no-loss] [--by-op] [--backend c10d|etcd [--etcd_endpoint HOST:PORT "
+                   "[--no-loss] [--by-op] [--perf-round PREFIX] [--backend c10d|etcd [--etcd_endpoint HOST:PORT "
                    "[--etcd_pid PID]]]\n");
       return 2;
     }
