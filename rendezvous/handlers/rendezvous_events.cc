@@ -116,10 +116,17 @@ void EventWatcher::run_loop() {
   // watcher tries again when armed, and says so then.
   try {
     store = open_store_();
-    std::lock_guard<std::mutex> lock(mutex_);
-    watched_store_ = store;
-    if (stopping_) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      watched_store_ = store;
+      if (stopping_) return;
+    }
+    store->connect();  // a lazy client would connect at the first wait, after the round
+  } catch (const StoreInterruptedError&) {
+    // stop() ended the connect; the loop sees stopping_ (a dropped client connects again).
   } catch (const Error&) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    watched_store_.reset();
     store.reset();
   }
   // A store outage is reported by the keep-alive (once, and once more when it is back); here

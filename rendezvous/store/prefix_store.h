@@ -36,6 +36,7 @@ class PrefixStore final : public Store {
   bool can_delete_prefix() const override { return base_->can_delete_prefix(); }
   int64_t delete_prefix(const std::string& prefix) override;
   void interrupt() override { base_->interrupt(); }
+  void connect() override { base_->connect(); }
 
  private:
   std::string full(const std::string& key) const { return prefix_ + "/" + key; }

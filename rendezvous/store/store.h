@@ -93,6 +93,10 @@ class Store {
   // nothing, so a caller that must stop a thread repeats it until the thread is out (see
   // EventWatcher::stop). Never blocks, never throws.
   virtual void interrupt() {}
+  // Opens the connection now where the backend opens it at the first call (a TcpStoreClient
+  // with lazy_connect), so a caller can take the connect off a later, busier moment; throws
+  // what that first call would. interrupt() ends it. Elsewhere nothing.
+  virtual void connect() {}
 
   // Atomic: one thread may change the timeout while others are inside calls that read it.
   Duration timeout() const { return timeout_.load(std::memory_order_relaxed); }

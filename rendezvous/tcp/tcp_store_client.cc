@@ -380,7 +380,7 @@ void TcpStoreClient::recv_exact(void* dst, size_t n, SteadyTime::time_point dead
     // recv() calls, not two per value.
     if (rpos_ < rend_) {
       size_t take = std::min(n - got, rend_ - rpos_);
-      std::memcpy(p + got, rbuf_.data() + rpos_, take);
+      std::memcpy(p + got, rbuf_.get() + rpos_, take);
       rpos_ += take;
       got += take;
       continue;
@@ -405,9 +405,9 @@ void TcpStoreClient::recv_exact(void* dst, size_t n, SteadyTime::time_point dead
       into = p + got;
       room = n - got;
     } else {
-      if (rbuf_.size() < kRecvBuffer) rbuf_.resize(kRecvBuffer);
-      into = rbuf_.data();
-      room = rbuf_.size();
+      if (!rbuf_) rbuf_.reset(new uint8_t[kRecvBuffer]);  // uninitialised on purpose
+      into = rbuf_.get();
+      room = kRecvBuffer;
     }
     ssize_t r = ::recv(fd_, into, room, 0);
     if (r < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) {
@@ -516,6 +516,11 @@ Bytes TcpStoreClient::compare_set(const std::string& key, const Bytes& expected,
   wire::put_bytes(frame, desired);
   send_framed(Op::kCompareSet);
   return recv_bytes(deadline_after(timeout()), "COMPARE_SET", key);
+}
+
+void TcpStoreClient::connect() {
+  CallScope call(*this);
+  ensure_connected();
 }
 
 bool TcpStoreClient::check(const std::vector<std::string>& keys) {
