@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 #include <signal.h>
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "launcher/agent_core.h"
 
@@ -64,11 +66,16 @@ void RendezvousLoop::begin_generation() {
 void RendezvousLoop::on_round_done(const RendezvousResult& r) {
   AgentCore& a = agent_;
   if (a.phase == AgentPhase::kDone) return;
-  a.monitor->events().emit("rendezvous_closed", {{"round", r.round},
-                                                 {"node_rank", r.group_rank},
-                                                 {"nodes", r.group_world_size},
-                                                 {"members", r.hosts},
-                                                 {"restart_count", r.restart_count}});
+  // A large round's table names no hosts (round_table.h): its members would be N empty
+  // strings, written by each of the N agents just when they all start their workers.
+  const bool hosts_known = std::none_of(r.hosts.begin(), r.hosts.end(),
+                                        [](const std::string& h) { return h.empty(); });
+  EventFields closed{{"round", r.round},
+                     {"node_rank", r.group_rank},
+                     {"nodes", r.group_world_size},
+                     {"restart_count", r.restart_count}};
+  if (hosts_known) closed.emplace_back("members", r.hosts);
+  a.monitor->events().emit("rendezvous_closed", closed);
   // The workers first: publishing the status endpoint starts a thread that talks to the store,
   // and with N agents released by one round close that would compete with the N spawns (the
   // event watcher's thread and connection were made ahead, in begin_generation). Nothing is
