@@ -93,6 +93,8 @@ class DynamicRendezvous final : public RendezvousHandler {
     return prefix_ + "/tables/" + std::to_string(round) + "/" + suffix;
   }
   std::optional<DynamicState> read_state();
+  // A joining node's read: the record, created as round 0 (OPEN) when there is none.
+  std::optional<DynamicState> read_or_create_state();
 
   // One next_rendezvous() call's way through the join state machine (decide_join), a step at
   // a time: read what changed, decide, act, and wait for news when there is nothing to do.

@@ -355,11 +355,13 @@ TEST_F(RendezvousTest, DynamicWaitingNodesLearnTheirPlaceWithTheirWakeUp) {
     std::string all;
     for (const auto& [what, n] : calls) all += what + "=" + std::to_string(n) + " ";
     EXPECT_GE(calls["wait_get"], 1) << "node " << i << ": " << all;
-    // Joining is a read of the record, an add and one descriptor (the node creating the record
-    // reads it again); nothing is read after the wake-up (the old path: a WAIT, then GET
-    // "done", then MULTI_GET of the place).
+    // Joining is a read of the record, an add and one descriptor; nothing is read after the
+    // wake-up (the old path: a WAIT, then GET "done", then MULTI_GET of the place). The read
+    // creates the record where there is none: with all nodes started at once, the ones that
+    // found none each read, created (all but one in vain) and read again.
     EXPECT_EQ(calls["get"] + calls["multi_get"] + calls["wait"], 0) << "node " << i << ": " << all;
     EXPECT_EQ(calls["set"], 1) << "node " << i << ": " << all;
+    EXPECT_EQ(calls["compare_set"], 1) << "node " << i << ": " << all;
   }
   EXPECT_EQ(closers, 1);
   for (auto& h : hs) h->shutdown();
