@@ -10,6 +10,9 @@
 //            /bin/true); implies every agent finished its rendezvous and spawned its worker;
 //   exit     until the last agent exited (all must exit 0): includes the exit barrier, where
 //            every agent waits for the others before leaving.
+//   CPU      user + system CPU of the agents with their workers (and everything else they
+//            reaped), whole life, per agent: getrusage(RUSAGE_CHILDREN) around the job. On a
+//            shared 2-core host the steadiest figure of what the agents cost.
 // And from the agents' own log lines (wall clock, millisecond resolution, on stderr):
 //   up       until the last agent logged its first line (it was started and set up);
 //   rdzv     until the first / the last agent logged "attempt 0: starting", i.e. learned that
@@ -77,10 +80,22 @@ struct JobResult {
   std::optional<double> up_s;          // first spawn -> the last agent's first log line
   std::optional<double> rdzv_first_s;  // first spawn -> first "attempt 0: starting" line
   std::optional<double> rdzv_last_s;   // first spawn -> last "attempt 0: starting" line
+  double cpu_ms_per_agent = -1;        // user + system CPU of the reaped agents, their workers
+                                       // (and whatever else they reaped), whole life, per agent
   int failed = 0;                      // agents that exited, but not with 0
   int killed = 0;                      // agents still running at the deadline (SIGKILLed)
   std::string err_tail;
 };
+
+// User + system CPU seconds of this process's reaped children and their reaped descendants
+// (getrusage(RUSAGE_CHILDREN)). Steadier than wall times on a shared 2-core host: what a job's
+// agents and workers cost, whenever it ran.
+double children_cpu_s() {
+  rusage u{};
+  getrusage(RUSAGE_CHILDREN, &u);
+  auto s = [](const timeval& t) { return static_cast<double>(t.tv_sec) + t.tv_usec / 1e6; };
+  return s(u.ru_utime) + s(u.ru_stime);
+}
 
 std::string tail_of(const std::string& path, size_t bytes) {
   std::ifstream f(path);
@@ -122,6 +137,7 @@ JobResult run_job(const std::vector<std::vector<std::string>>& argvs, int expect
 
   JobResult r;
   std::set<pid_t> running;
+  const double cpu0 = children_cpu_s();
   int64_t t0 = mono_ns();
   double wall0 = wall_of_day();
   for (const auto& argv : argvs) {
@@ -170,6 +186,7 @@ JobResult run_job(const std::vector<std::vector<std::string>>& argvs, int expect
     usleep(200);
   }
   r.exit_s = static_cast<double>(last_exit - t0) / 1e9;
+  if (!argvs.empty()) r.cpu_ms_per_agent = (children_cpu_s() - cpu0) * 1e3 / argvs.size();
 
   std::ifstream out(out_path);
   std::string line;
@@ -241,8 +258,10 @@ JobResult run_job(const std::vector<std::vector<std::string>>& argvs, int expect
 }
 
 // The fork/exec floor (--floor): seconds from waking n idle processes at once to the last of
-// their n stamp_worker children printing its stamp, or nullopt when a stamp is missing.
-std::optional<double> fork_exec_floor(int n) {
+// their n stamp_worker children printing its stamp, or nullopt when a stamp is missing; in
+// `cpu_ms_per_process`, each process's CPU with its worker's, whole life (as the agents').
+std::optional<double> fork_exec_floor(int n, double& cpu_ms_per_process) {
+  const double cpu0 = children_cpu_s();
   char path_template[] = "/tmp/agents_floor_XXXXXX";
   int out_fd = mkstemp(path_template);
   std::string out_path = path_template;
@@ -300,6 +319,7 @@ std::optional<double> fork_exec_floor(int n) {
     }
   }
   unlink(out_path.c_str());
+  cpu_ms_per_process = (children_cpu_s() - cpu0) * 1e3 / n;
   if (!ok || stamps != n) return {};
   return static_cast<double>(latest - t0) / 1e9;
 }
@@ -364,6 +384,7 @@ std::string range(const std::vector<double>& v) {
 struct Figures {
   std::vector<double> exit_s, workers_s, first_worker_s, up_s, rdzv_first_s, rdzv_last_s;
   std::vector<double> up_to_workers_s;  // per run: the last agent up -> the last worker began
+  std::vector<double> cpu_ms_per_agent;
   int failures = 0;
 };
 
@@ -378,12 +399,14 @@ void print_row(const std::string& name, int n, const Figures& f) {
   std::printf(
       "%-9s %5d agents: agents up %s s; rendezvous done first %s, last %s%s s; "
       "first worker %s s, workers started %s%s s [%zu runs] (%s%s s after the last agent "
-      "was up), all exited 0 %s%s s [%zu runs; %d failed]\n",
+      "was up), all exited 0 %s%s s [%zu runs; %d failed]; CPU per agent %s%s ms (with its "
+      "worker, whole life)\n",
       name.c_str(), n, med(f.up_s).c_str(), med(f.rdzv_first_s).c_str(), med(f.rdzv_last_s).c_str(),
       range(f.rdzv_last_s).c_str(), med(f.first_worker_s).c_str(), med(f.workers_s).c_str(),
       range(f.workers_s).c_str(), f.workers_s.size(), med(f.up_to_workers_s).c_str(),
       range(f.up_to_workers_s).c_str(), med(f.exit_s).c_str(), range(f.exit_s).c_str(),
-      f.exit_s.size(), f.failures);
+      f.exit_s.size(), f.failures, med(f.cpu_ms_per_agent).c_str(),
+      range(f.cpu_ms_per_agent).c_str());
   std::fflush(stdout);
 }
 
@@ -394,6 +417,7 @@ void record(Figures& f, const JobResult& r, const std::string& what) {
   if (r.first_worker_s) f.first_worker_s.push_back(*r.first_worker_s);
   if (r.up_s) f.up_s.push_back(*r.up_s);
   if (r.up_s && r.workers_s) f.up_to_workers_s.push_back(*r.workers_s - *r.up_s);
+  if (r.cpu_ms_per_agent >= 0) f.cpu_ms_per_agent.push_back(r.cpu_ms_per_agent);
   if (r.rdzv_first_s) f.rdzv_first_s.push_back(*r.rdzv_first_s);
   if (r.rdzv_last_s) f.rdzv_last_s.push_back(*r.rdzv_last_s);
   if (!r.ok) {
@@ -476,14 +500,18 @@ int main(int argc, char** argv) {
       print_row(backend, n, f);
     }
     if (floor) {
-      std::vector<double> fl;
+      std::vector<double> fl, cpu;
       for (int r = 0; r < (n >= 512 ? repeat_large : repeat); ++r) {
-        if (auto s = fork_exec_floor(n)) fl.push_back(*s);
+        double ms = -1;
+        if (auto s = fork_exec_floor(n, ms)) fl.push_back(*s);
+        if (ms >= 0) cpu.push_back(ms);
       }
       std::printf(
           "floor     %5d idle processes woken at once, each fork/exec one stamp_worker: "
-          "last worker started %s%s s after the wake [%zu runs]\n",
-          n, med(fl).c_str(), range(fl).c_str(), fl.size());
+          "last worker started %s%s s after the wake [%zu runs]; CPU per process %s%s ms "
+          "(with its worker, whole life)\n",
+          n, med(fl).c_str(), range(fl).c_str(), fl.size(), med(cpu).c_str(),
+          range(cpu).c_str());
       std::fflush(stdout);
     }
   }
