@@ -12,6 +12,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "tests/support/subprocess.h"
 #include "rendezvous/store/in_memory_store.h"
 #include "rendezvous/handlers/rendezvous_handler.h"
 
@@ -281,9 +283,9 @@ TEST(Agent, BackgroundChildrenOfASuccessfulWorkerMayFinishWithinTheGraceUntouche
   auto cfg = config(2, 0);
   cfg.shutdown_grace = 60s;  // ended by the leftover's own exit, not by the grace
   Agent agent(cfg, procs, io, options());
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   int code = agent.run();
-  std::string err = testing::internal::GetCapturedStderr();
+  std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(code, exit_codes::kSuccess);
   EXPECT_FALSE(procs.leftovers[0].got_sigterm) << "signalled although it finished in the grace";
   EXPECT_FALSE(procs.leftovers[0].killed) << "SIGKILLed although it ended within the grace";
@@ -299,9 +301,9 @@ TEST(Agent, BackgroundChildrenStillRunningAfterTheGraceGetSigterm) {
   procs.script = [](int64_t, int64_t) { return Behaviour{ExitStatus::exited(0)}; };
   procs.leftovers = {{"pid 77 (python3 serve.py)", 20ms}};
   Agent agent(config(1, 0), procs, io, options());  // grace 50 ms
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   int code = agent.run();
-  std::string err = testing::internal::GetCapturedStderr();
+  std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(code, exit_codes::kSuccess);
   EXPECT_TRUE(procs.leftovers[0].got_sigterm);
   EXPECT_FALSE(procs.leftovers[0].killed) << "SIGKILLed although SIGTERM ended it";
@@ -314,9 +316,9 @@ TEST(Agent, BackgroundChildrenIgnoringSigtermAreKilledAfterTheGraceWithAWarning)
   procs.script = [](int64_t, int64_t) { return Behaviour{ExitStatus::exited(0)}; };
   procs.leftovers = {{"pid 78 (sleep 1000)", std::nullopt}, {"pid 79 (true)", 1ms}};
   Agent agent(config(1, 0), procs, io, options());  // grace 50 ms
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   int code = agent.run();
-  std::string err = testing::internal::GetCapturedStderr();
+  std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(code, exit_codes::kSuccess);
   EXPECT_TRUE(procs.leftovers[0].got_sigterm);
   EXPECT_TRUE(procs.leftovers[0].killed);
@@ -749,12 +751,6 @@ TEST(AgentRendezvous, ARoundEndingAfterTheAgentIsGoneTouchesNothing) {
 // they were a tenth of the agents' CPU in that window). The workers get them.
 class AttemptDirTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    char templ[] = "/tmp/dlaunch_attempt_dir_XXXXXX";
-    ASSERT_NE(mkdtemp(templ), nullptr);
-    base_ = templ;
-  }
-  void TearDown() override { std::filesystem::remove_all(base_); }
   // The run directories create_run_dir made under --log_dir that hold `attempt`.
   std::vector<std::string> with(const std::string& attempt) const {
     std::vector<std::string> found;
@@ -763,54 +759,49 @@ class AttemptDirTest : public ::testing::Test {
     }
     return found;
   }
-  std::string base_;
+  // Runs an agent of two workers that exit 0 with --log_dir base_; `during_round` runs while
+  // its round blocks, which then completes (or fails, with `round_fails`). Returns the exit code.
+  int run_agent(bool round_fails, const std::function<void()>& during_round) {
+    auto rdzv = std::make_shared<BlockingRendezvous>();
+    rdzv->fail = round_fails;
+    asio::io_context io;
+    FakeProcessContext procs(io);
+    procs.script = [](int64_t, int64_t) { return Behaviour{ExitStatus::exited(0)}; };
+    auto opts = options();
+    opts.rendezvous = rdzv;
+    LaunchConfig cfg = config(2, 0);
+    cfg.log_dir = base_;
+    Agent agent(cfg, procs, io, opts);
+    std::thread round([&]() {
+      rdzv->wait_entered();
+      during_round();
+      rdzv->release();
+    });
+    int code = agent.run();
+    round.join();
+    spawned_ = procs.spawned;
+    return code;
+  }
+  dlaunch::testing::TempDir dir_;  // --log_dir
+  const std::string& base_ = dir_.path();
+  std::vector<SpawnRequest> spawned_;
 };
 
 TEST_F(AttemptDirTest, TheFirstAttemptsDirectoriesExistBeforeTheRoundEndsAndTheWorkersUseThem) {
-  auto rdzv = std::make_shared<BlockingRendezvous>();
-  asio::io_context io;
-  FakeProcessContext procs(io);
-  procs.script = [](int64_t, int64_t) { return Behaviour{ExitStatus::exited(0)}; };
-  auto opts = options();
-  opts.rendezvous = rdzv;
-  LaunchConfig cfg = config(2, 0);
-  cfg.log_dir = base_;
-  Agent agent(cfg, procs, io, opts);
   std::vector<std::string> during;
-  std::thread round([&]() {
-    rdzv->wait_entered();
-    during = with("attempt_0/1");
-    rdzv->release();
-  });
-  EXPECT_EQ(agent.run(), exit_codes::kSuccess);
-  round.join();
+  EXPECT_EQ(run_agent(false, [&] { during = with("attempt_0/1"); }), exit_codes::kSuccess);
   ASSERT_EQ(during.size(), 1u) << "attempt_0/1 was not made while the round formed";
-  ASSERT_EQ(procs.spawned.size(), 2u);
-  EXPECT_EQ(env_of(procs.spawned[1], "TORCHELASTIC_ERROR_FILE"), during[0] + "/error.json");
+  ASSERT_EQ(spawned_.size(), 2u);
+  EXPECT_EQ(env_of(spawned_[1], "TORCHELASTIC_ERROR_FILE"), during[0] + "/error.json");
 }
 
 TEST_F(AttemptDirTest, ARoundThatFailsLeavesNoEmptyAttemptInTheLogDir) {
-  auto rdzv = std::make_shared<BlockingRendezvous>();
-  rdzv->fail = true;
-  asio::io_context io;
-  FakeProcessContext procs(io);
-  procs.script = [](int64_t, int64_t) { return Behaviour{ExitStatus::exited(0)}; };
-  auto opts = options();
-  opts.rendezvous = rdzv;
-  LaunchConfig cfg = config(2, 0);
-  cfg.log_dir = base_;
-  Agent agent(cfg, procs, io, opts);
   size_t during = 0;
-  std::thread round([&]() {
-    rdzv->wait_entered();
-    during = with("attempt_0").size();
-    rdzv->release();
-  });
-  EXPECT_EQ(agent.run(), exit_codes::kWorkersFailed);
-  round.join();
+  EXPECT_EQ(run_agent(true, [&] { during = with("attempt_0").size(); }),
+            exit_codes::kWorkersFailed);
   EXPECT_EQ(during, 1u);
   EXPECT_TRUE(with("attempt_0").empty()) << "the prepared attempt_0 was left behind";
-  EXPECT_TRUE(procs.spawned.empty());
+  EXPECT_TRUE(spawned_.empty());
 }
 
 }  // namespace
