@@ -71,7 +71,6 @@ void WorkerFiles::prepare_attempt(int64_t generation, int64_t nproc) {
     }
   }
   prepared_generation_ = generation;
-  prepared_nproc_ = nproc;
 }
 
 std::optional<std::vector<WorkerRecord>> WorkerFiles::make_attempt(int64_t generation,
@@ -79,7 +78,7 @@ std::optional<std::vector<WorkerRecord>> WorkerFiles::make_attempt(int64_t gener
                                                                    int64_t nproc) {
   std::string attempt_dir = attempt_path(path_, generation);
   std::error_code ec;
-  const bool prepared = prepared_generation_ == generation && prepared_nproc_ == nproc;
+  const bool prepared = prepared_generation_ == generation;
   if (prepared_generation_ >= 0 && !prepared) drop_prepared();
   prepared_generation_ = -1;
   // Never replace an attempt directory. The run directory is this run's own (open()), so one

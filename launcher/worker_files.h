@@ -30,7 +30,8 @@ class WorkerFiles {
                                                         int64_t nproc);
   // Makes generation `generation`'s directories ahead, while the rendezvous forms, so the
   // mkdirs are not on the path from the round's end to the workers; make_attempt then uses
-  // them. Quiet on failure: make_attempt tries again and says why. Loop thread only.
+  // them (`nproc` is the agent's fixed --nproc_per_node, as make_attempt's). Quiet on failure:
+  // make_attempt tries again and says why. Loop thread only.
   void prepare_attempt(int64_t generation, int64_t nproc);
 
   // The job ended with `exit_code`: a temporary directory is deleted after a success or a
@@ -46,7 +47,6 @@ class WorkerFiles {
   // prepare_attempt's directories, made and not yet used by make_attempt (-1: none). close()
   // removes them: a job that ends before its round leaves no empty attempt in --log_dir.
   int64_t prepared_generation_ = -1;
-  int64_t prepared_nproc_ = 0;
 };
 
 }  // namespace dlaunch

@@ -109,18 +109,20 @@ void EventWatcher::run() {
   changed_.notify_all();
 }
 
+bool EventWatcher::open(std::shared_ptr<Store>& store) {
+  store = open_store_();
+  std::lock_guard<std::mutex> lock(mutex_);
+  watched_store_ = store;
+  return !stopping_;
+}
+
 void EventWatcher::run_loop() {
   std::shared_ptr<Store> store;
   // Connected before the first watch() (prepare()): with N agents released by one round, N
   // connects there would compete with their spawns. A failure here is not reported: the
   // watcher tries again when armed, and says so then.
   try {
-    store = open_store_();
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      watched_store_ = store;
-      if (stopping_) return;
-    }
+    if (!open(store)) return;
     store->connect();  // a lazy client would connect at the first wait, after the round
   } catch (const StoreInterruptedError&) {
     // stop() ended the connect; the loop sees stopping_ (a dropped client connects again).
@@ -146,12 +148,7 @@ void EventWatcher::run_loop() {
     }
     std::optional<EventRecord> event;
     try {
-      if (!store) {
-        store = open_store_();
-        std::lock_guard<std::mutex> lock(mutex_);
-        watched_store_ = store;
-        if (stopping_) return;
-      }
+      if (!store && !open(store)) return;
       std::string key = event_key(prefix_, round);
       store->wait({key}, slice_);
       event = decode_event(store->get(key));

@@ -60,6 +60,9 @@ class EventWatcher {
  private:
   void run();
   void run_loop();
+  // Opens the thread's store into `store` and makes it the one stop() interrupts; false when
+  // stopping. Throws what open_store throws.
+  bool open(std::shared_ptr<Store>& store);
 
   std::function<std::shared_ptr<Store>()> open_store_;
   std::string prefix_, self_;
