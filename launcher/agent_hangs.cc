@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "launcher/agent_core.h"
+#include "launcher/node_status.h"
 #include "launcher/stack_capture.h"
 
 namespace dlaunch {
@@ -35,6 +36,7 @@ void HangWatch::cancel() {
 
 void HangWatch::check() {
   AgentCore& a = agent_;
+  if (paused_) return;
   TimePoint now = a.opts.clock->now();
   // Suspects: silent for half the timeout. The rank that got stuck and the ranks that then
   // block in a collective go silent within a step of each other, in either order, so the
@@ -44,15 +46,17 @@ void HangWatch::check() {
     if (!w.running()) continue;
     auto beat = a.opts.last_beat(w.heartbeat_file);
     bool from_start = a.cfg.hang_timeout_from_start;
-    if (WorkerGroup::is_hung(w.started, beat, now, a.cfg.hang_timeout, from_start)) {
+    const TimePoint since = std::max(w.started, resumed_);
+    if (WorkerGroup::is_hung(since, beat, now, a.cfg.hang_timeout, from_start)) {
       hung.push_back(w.local_rank);
-    } else if (WorkerGroup::is_hung(w.started, beat, now, a.cfg.hang_timeout / 2, from_start)) {
+    } else if (WorkerGroup::is_hung(since, beat, now, a.cfg.hang_timeout / 2, from_start)) {
       suspects.push_back(w.local_rank);
     }
   }
-  if (hung.empty()) return;
   // The hung first: without stacks to tell, the first hung one is named.
   suspects.insert(suspects.begin(), hung.begin(), hung.end());
+  mark_silent_cpu(suspects);
+  if (hung.empty()) return;
   // The first by index stands as the root cause until the stacks tell who is stuck and who
   // waits for it in a collective (investigate).
   a.group->on_hung(hung.front(), now, std::chrono::system_clock::now());
@@ -70,10 +74,43 @@ void HangWatch::log_hung(const std::vector<int64_t>& hung) {
                               {"pid", w.pid},
                               {"hang_timeout_seconds", to_seconds(a.cfg.hang_timeout)}});
     log_error("local rank {} (rank {}, pid {}) is hung: its heartbeat file {} was not touched "
-              "for more than {:.1f} s (--hang_timeout)",
+              "for more than {:.1f} s (--hang_timeout){}",
               w.local_rank, w.global_rank, w.pid, w.heartbeat_file,
-              to_seconds(a.cfg.hang_timeout));
+              to_seconds(a.cfg.hang_timeout), cpu_note(w.pid, a.opts.clock->now()));
   }
+}
+
+void HangWatch::mark_silent_cpu(const std::vector<int64_t>& silent) {
+  AgentCore& a = agent_;
+  std::map<int, CpuMark> kept;
+  for (int64_t local_rank : silent) {
+    const int pid = a.group->worker(local_rank).pid;
+    if (auto it = silent_cpu_.find(pid); it != silent_cpu_.end()) {
+      kept.insert(*it);
+    } else if (auto usage = read_proc_usage(pid)) {
+      kept[pid] = CpuMark{a.opts.clock->now(), usage->cpu_seconds};
+    }
+  }
+  silent_cpu_ = std::move(kept);
+}
+
+// A silent worker at full CPU is busy (a long step) or spinning (a collective that polls), not
+// asleep: it is still stopped at the timeout, but the report says which, so that a user with
+// long steps knows to raise the timeout.
+std::string HangWatch::cpu_note(int pid, TimePoint now) const {
+  auto it = silent_cpu_.find(pid);
+  if (it == silent_cpu_.end()) return "";
+  auto usage = read_proc_usage(pid);
+  const double wall = to_seconds(now - it->second.at);
+  if (!usage || wall <= 0) return "";
+  const double cpu = usage->cpu_seconds - it->second.cpu_seconds;
+  if (cpu >= 0.25 * wall) {  // a sleeper uses next to nothing; a spinner on a loaded host less than all
+    return fmt::format("; it used {:.1f} s of CPU in its last {:.1f} s of silence: busy or "
+                       "spinning; raise --hang_timeout if its steps can take this long",
+                       cpu, wall);
+  }
+  return fmt::format("; it used {:.1f} s of CPU in its last {:.1f} s of silence: blocked", cpu,
+                     wall);
 }
 
 HangInvestigation::Options HangWatch::capture_options() const {
@@ -172,7 +209,7 @@ void HangWatch::kill_silent_workers() {
   for (auto& w : a.group->workers()) {
     if (!w.running() || w.pid <= 0) continue;
     auto beat = a.opts.last_beat(w.heartbeat_file);
-    if (w.hung || WorkerGroup::is_hung(w.started, beat, now, a.cfg.hang_timeout,
+    if (w.hung || WorkerGroup::is_hung(std::max(w.started, resumed_), beat, now, a.cfg.hang_timeout,
                                        a.cfg.hang_timeout_from_start)) {
       a.procs.signal_group(w.pid, SIGKILL);
     }

@@ -6,9 +6,12 @@
 
 #include <boost/asio/steady_timer.hpp>
 #include <cstdint>
+#include <map>
+#include <string>
 #include <optional>
 #include <vector>
 
+#include "common/clock.h"
 #include "launcher/hang_exchange.h"
 #include "launcher/hang_investigation.h"
 
@@ -29,10 +32,33 @@ class HangWatch {
   // SIGKILL for the workers silent past --hang_timeout; every stop of the group starts with it
   // (GroupStopper::stop).
   void kill_silent_workers();
+  // The workers are being stopped (SIGTSTP): no verdicts until resumed(). After the agent's own
+  // stop a due check may run before the SIGCONT handler does.
+  void pause() { paused_ = true; }
+  // The workers go on from `now` (SIGCONT): the time they spent stopped is no silence of theirs,
+  // so the hang clock starts again from here.
+  void resumed(TimePoint now) {
+    paused_ = false;
+    resumed_ = now;
+  }
 
  private:
   AgentCore& agent_;
   boost::asio::steady_timer timer_;
+  TimePoint resumed_{};  // the last SIGCONT; silence is counted from it at the earliest
+  bool paused_ = false;
+  // A silent worker's CPU time when it was first seen silent (a suspect), by pid: the verdict
+  // says whether it then spun or slept.
+  struct CpuMark {
+    TimePoint at;
+    double cpu_seconds = 0;
+  };
+  std::map<int, CpuMark> silent_cpu_;
+
+  // Keeps silent_cpu_ for exactly the silent workers.
+  void mark_silent_cpu(const std::vector<int64_t>& silent);
+  // ", using C s of CPU in its last W s: busy or spinning; ..." or "" when not measured.
+  std::string cpu_note(int pid, TimePoint now) const;
   HangInvestigation probe_;  // hung workers' stacks and diagnosis (phase kCapturing)
 
   void check();

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include "common/log.h"
 #include "launcher/agent_core.h"
@@ -11,7 +12,7 @@ namespace dlaunch {
 AgentSignals::AgentSignals(AgentCore& agent) : agent_(agent), signals_(agent.io) {}
 
 void AgentSignals::install() {
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCHLD}) {
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT, SIGCHLD}) {
     // A signal our caller ignored (nohup: SIGHUP) stays ignored, here and, as nothing handles
     // it, in the workers (spawn() resets only handled signals). SIGCHLD is ours.
     struct sigaction sa {};
@@ -48,14 +49,15 @@ void AgentSignals::forward(int sig) {
   }
 }
 
-void AgentSignals::on_signal(int sig) {
+void AgentSignals::on_signal(int sig, const std::string& by) {
   AgentCore& a = agent_;
   if (sig == SIGCHLD) {
     a.procs.reap_orphan_zombies();
     return;
   }
+  if (sig == SIGTSTP || sig == SIGCONT) return on_job_control(sig);
   if (a.phase == AgentPhase::kDone) return;
-  a.monitor->events().emit("signal_received", {{"signal", signal_name(sig)}});
+  if (by.empty()) a.monitor->events().emit("signal_received", {{"signal", signal_name(sig)}});
   const bool user_signal = sig == SIGUSR1 || sig == SIGUSR2;
   if (a.phase == AgentPhase::kExitBarrier) {
     // Only the exit barrier is left: a terminating signal ends the wait.
@@ -76,7 +78,25 @@ void AgentSignals::on_signal(int sig) {
     a.stopper.kill_now();
     return;
   }
-  stop_job(sig);
+  stop_job(sig, by);
+}
+
+// The workers lead their own process groups, so the terminal's Ctrl-Z (SIGTSTP to dlaunch's
+// group) would stop dlaunch alone while they train on: pass it on, then stop as the default
+// action would have. SIGSTOP, as SIGTSTP is handled here. `fg` continues dlaunch (SIGCONT), which
+// continues the workers.
+void AgentSignals::on_job_control(int sig) {
+  AgentCore& a = agent_;
+  if (sig == SIGTSTP) {
+    log_info("received SIGTSTP; stopping the workers and dlaunch (fg or SIGCONT resumes them)");
+    a.hangs.pause();
+    forward(SIGTSTP);
+    ::kill(::getpid(), SIGSTOP);
+    return;
+  }
+  a.hangs.resumed(a.opts.clock->now());
+  forward(SIGCONT);
+  log_info("received SIGCONT; the workers go on");
 }
 
 void AgentSignals::on_user_signal(int sig) {
@@ -91,11 +111,16 @@ void AgentSignals::on_user_signal(int sig) {
   }
 }
 
-void AgentSignals::stop_job(int sig) {
+void AgentSignals::stop_job(int sig, const std::string& by) {
   AgentCore& a = agent_;
   a.cause.record_signal(sig);
-  log_warning("received {}; forwarding it to every worker and stopping the job",
-              signal_name(sig));
+  if (by.empty()) {
+    log_warning("received {}; forwarding it to every worker and stopping the job",
+                signal_name(sig));
+  } else {
+    log_warning("stop requested by {}; sending {} to every worker and stopping the job", by,
+                signal_name(sig));
+  }
   switch (a.phase) {
     case AgentPhase::kRendezvous:
       a.finish(exit_codes::kSignalBase + sig);

@@ -1,10 +1,13 @@
 // The signals dlaunch receives. SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to
 // every worker's process group; SIGINT/SIGTERM/SIGHUP then stop the job (a second one skips the
 // grace period); SIGUSR1 also records the preemption notice (exit 75). SIGCHLD reaps reparented
-// orphans. A signal the caller ignored (nohup: SIGHUP) stays ignored. Loop thread only.
+// orphans. SIGTSTP (Ctrl-Z) is forwarded, then dlaunch stops itself; SIGCONT is forwarded and
+// restarts the hang clock. A signal the caller ignored (nohup: SIGHUP) stays ignored. Loop
+// thread only.
 #pragma once
 
 #include <boost/asio/signal_set.hpp>
+#include <string>
 
 namespace dlaunch {
 
@@ -16,8 +19,9 @@ class AgentSignals {
 
   // Starts receiving the signals above (AgentOptions::handle_signals).
   void install();
-  // What a signal does; also `dlaunch stop` (as SIGTERM).
-  void on_signal(int sig);
+  // What a signal does; also `dlaunch stop` (as SIGTERM, `by` naming who asked: the log then
+  // says that instead of "received SIGTERM").
+  void on_signal(int sig, const std::string& by = "");
   // No more signals (the loop ends).
   void cancel();
 
@@ -29,7 +33,8 @@ class AgentSignals {
   // Sends `sig` to every running worker's group.
   void forward(int sig);
   void on_user_signal(int sig);
-  void stop_job(int sig);
+  void on_job_control(int sig);
+  void stop_job(int sig, const std::string& by);
 };
 
 }  // namespace dlaunch

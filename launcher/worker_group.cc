@@ -133,9 +133,9 @@ bool WorkerGroup::all_exited() const {
 
 bool WorkerGroup::is_hung(TimePoint started, std::optional<TimePoint> last_beat, TimePoint now,
                           Duration timeout, bool from_start) {
-  // A file older than the start (left by someone else) is not this worker's beat.
-  bool beat = last_beat && *last_beat > started;
-  if (!beat && !from_start) return false;
+  // Any beat counts (launcher/heartbeat_file.h arms the file before the spawn); one stamped
+  // before the start by the coarse file clock counts as made at the start.
+  if (!last_beat && !from_start) return false;
   TimePoint last = started;
   if (last_beat && *last_beat > last) last = *last_beat;
   return now - last > timeout;

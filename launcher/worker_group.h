@@ -96,7 +96,8 @@ class WorkerGroup {
   std::optional<int64_t> root_cause() const { return root_cause_; }
   const std::string& stop_reason() const { return stop_reason_; }
 
-  // Pure hang rule: the last sign of life is the later of the start and the last heartbeat. A
+  // Pure hang rule: the last sign of life is the later of the start and the last heartbeat
+  // (`last_beat`: any touch of the armed file, launcher/heartbeat_file.h). A
   // worker that never beat is hung only when `from_start` (--hang_timeout_from_start): by
   // default one that does not heartbeat at all (a program that knows nothing of dlaunch, or a
   // Python script before its first optimizer step) is healthy, not hung.

@@ -31,6 +31,7 @@ sigset_t stop_set() {
   sigemptyset(&set);
   sigaddset(&set, SIGUSR1);
   sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
   return set;
 }
 
@@ -49,10 +50,14 @@ void die_by(int sig) {
 // Idempotent once armed: Slurm with proctrack/linuxproc signals the workers itself and dlaunch
 // forwards the same signal, and the SIGTERM that follows a notice must not cut the checkpoint
 // short (whoever must stop dtrain at once has SIGKILL, as dlaunch after --shutdown_grace).
+// A second SIGINT is the user insisting (Ctrl-C twice): it ends the process at once.
 void record_or_die(int sig) {
   if (!g_armed.load()) return die_by(sig);
   int expected = 0;
-  g_requested.compare_exchange_strong(expected, sig);
+  if (!g_requested.compare_exchange_strong(expected, sig) && sig == SIGINT &&
+      expected == SIGINT) {
+    die_by(sig);
+  }
 }
 
 // A thread started before main took the signal: the signal thread must see it too, to start
@@ -124,6 +129,7 @@ void install_stop_signals() {
   sa.sa_flags = SA_RESTART;
   ::sigaction(SIGUSR1, &sa, nullptr);
   ::sigaction(SIGTERM, &sa, nullptr);
+  ::sigaction(SIGINT, &sa, nullptr);
   const sigset_t set = stop_set();
   ::pthread_sigmask(SIG_BLOCK, &set, nullptr);
   std::thread(wait_loop).detach();
@@ -135,6 +141,8 @@ const char* stop_signal_name(int sig) {
       return "SIGUSR1";
     case SIGTERM:
       return "SIGTERM";
+    case SIGINT:
+      return "SIGINT";
     default:
       return "a signal";
   }
