@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <boost/asio/executor_work_guard.hpp>
@@ -16,6 +15,7 @@
 #include "launcher/agent_core.h"
 #include "launcher/exit_barrier.h"
 #include "launcher/failure_report.h"
+#include "launcher/heartbeat_file.h"
 #include "launcher/parent_error_file.h"
 
 extern char** environ;
@@ -24,17 +24,6 @@ namespace dlaunch {
 namespace asio = boost::asio;
 
 namespace {
-
-std::optional<TimePoint> mtime_on_steady_clock(const std::string& path) {
-  struct stat st;
-  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
-  auto mtime = std::chrono::system_clock::time_point(
-      std::chrono::duration_cast<std::chrono::system_clock::duration>(
-          std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
-  auto age = std::chrono::system_clock::now() - mtime;
-  return std::chrono::steady_clock::now() -
-         std::chrono::duration_cast<std::chrono::steady_clock::duration>(age);
-}
 
 // A port nobody listens on right now (the same race torchrun accepts: it is handed to the
 // workers, whose rank 0 binds it).
@@ -99,7 +88,7 @@ AgentCore::AgentCore(LaunchConfig c, ProcessContext& p, asio::io_context& i, Age
       stopper(*this),
       signals(*this),
       status(*this) {
-  if (!opts.last_beat) opts.last_beat = mtime_on_steady_clock;
+  if (!opts.last_beat) opts.last_beat = last_heartbeat;
 }
 
 // ---- setup --------------------------------------------------------------------------------------
@@ -288,6 +277,7 @@ void AgentCore::finish_now(int code) {
   phase = AgentPhase::kDone;
   exit_code = code;
   monitor->events().emit("job_finished", {{"exit_code", code}, {"restarts", restarts_used}});
+  workers.report_output_losses();
   files.close(code);
   if (opts.rendezvous && (code == exit_codes::kWorkersFailed || code == exit_codes::kUsage)) {
     // The job failed for good (or cannot run here at all): no more rounds for anyone.

@@ -4,6 +4,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "common/error.h"
 #include "common/log.h"
 #include "launcher/agent_core.h"
@@ -55,7 +57,9 @@ bool WorkerSupervisor::spawn(const RendezvousResult& r, WorkerPlacement place,
     add_python_hooks_env(req.env, a.opts.python_hooks_dir, w.log_dir + "/py_stack.txt");
   }
   try {
-    auto out = std::make_shared<WorkerOutput>(a.cfg, local_rank, w.log_dir, console);
+    auto out = std::make_shared<WorkerOutput>(
+        a.cfg, local_rank, w.log_dir, console,
+        [this](std::shared_ptr<const OutputLoss> loss) { on_output_loss(std::move(loss)); });
     outputs_[static_cast<size_t>(local_rank)] = out;
     int pid = a.procs.spawn(req, callbacks(local_rank, out));
     a.group->on_started(local_rank, pid, a.opts.clock->now(), std::chrono::system_clock::now());
@@ -133,6 +137,37 @@ void WorkerSupervisor::on_exit(int64_t gen, int64_t local_rank, const ExitStatus
     return on_success();
   }
   if (a.phase == AgentPhase::kStopping && a.group->all_exited()) a.group_stopped();
+}
+
+void WorkerSupervisor::on_output_loss(std::shared_ptr<const OutputLoss> loss) {
+  AgentCore& a = agent_;
+  const char* stream = loss->stream == 1 ? "stdout" : "stderr";
+  log_warning("cannot write local rank {}'s {} to {}: {}; the file stops here ({} byte(s) not "
+              "written); from now on this output goes {}",
+              loss->local_rank, stream, loss->path, std::strerror(loss->error), loss->bytes,
+              loss->console_fallback ? "to the console instead (it was redirected there)"
+                                     : "to the console only");
+  a.monitor->events().emit("log_write_failed", {{"local_rank", loss->local_rank},
+                                                {"stream", stream},
+                                                {"path", loss->path},
+                                                {"error", std::strerror(loss->error)},
+                                                {"attempt", a.generation}});
+  output_losses_.push_back(std::move(loss));
+}
+
+void WorkerSupervisor::report_output_losses() const {
+  if (output_losses_.empty()) return;
+  uint64_t total = 0;
+  std::string files;
+  for (const auto& loss : output_losses_) {
+    total += loss->bytes;
+    files += fmt::format("\n  {} ({}): {} byte(s) missing{}", loss->path,
+                         std::strerror(loss->error), loss->bytes,
+                         loss->console_fallback ? ", shown on the console instead" : "");
+  }
+  log_warning("worker output is missing from {} log file(s), {} byte(s) in all (free space on "
+              "the --log_dir disk, or give another --log_dir):{}",
+              output_losses_.size(), total, files);
 }
 
 void WorkerSupervisor::on_success() {

@@ -26,6 +26,9 @@ class WorkerSupervisor {
   void prepare();
   // A new generation for round `r`: its worker group, then every worker spawned.
   void start(const RendezvousResult& r);
+  // At the job's end: the log files that could not take all of their worker's output (a full
+  // disk), with what is missing from each; nothing when none.
+  void report_output_losses() const;
 
  private:
   AgentCore& agent_;
@@ -33,6 +36,7 @@ class WorkerSupervisor {
   const bool console_is_terminal_;
   bool exec_failure_logged_ = false;  // "cannot execute" is said once per job
   std::vector<std::shared_ptr<WorkerOutput>> outputs_;
+  std::vector<std::shared_ptr<const OutputLoss>> output_losses_;  // every generation's
   PartialLineTimer partial_lines_;
 
   // Spawns `local_rank`; false when it could not be (the group is then being stopped).
@@ -41,6 +45,7 @@ class WorkerSupervisor {
   ProcessCallbacks callbacks(int64_t local_rank, const std::shared_ptr<WorkerOutput>& out);
   void on_exit(int64_t gen, int64_t local_rank, const ExitStatus& st);
   void on_success();
+  void on_output_loss(std::shared_ptr<const OutputLoss> loss);
   // The program was found but could not be executed: a usage problem, no restart helps.
   void on_exec_failed(int64_t gen, int64_t local_rank, const std::string& message);
   void log_spawn_error(const std::string& message);

@@ -13,15 +13,18 @@ namespace dlaunch {
 
 namespace {
 
-// Writes all of `data`, or gives up quietly: a console that went away (a closed pipe) or a full
-// disk is not a reason to stop the job.
-void write_all(int fd, std::string_view data) {
-  while (!data.empty()) {
-    ssize_t n = ::write(fd, data.data(), data.size());
+// Writes all of `data`, or gives up: a console that went away (a closed pipe) or a full disk is
+// not a reason to stop the job. Returns how much was written; errno tells why the rest was not.
+size_t write_all(int fd, std::string_view data) {
+  size_t written = 0;
+  while (written < data.size()) {
+    ssize_t n = ::write(fd, data.data() + written, data.size() - written);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    data.remove_prefix(static_cast<size_t>(n));
+    if (n == 0) errno = ENOSPC;  // a regular file that takes nothing is full
+    if (n <= 0) break;
+    written += static_cast<size_t>(n);
   }
+  return written;
 }
 
 // --log_timestamps: "14:05:01.123 " in local time, when the agent got the line.
@@ -49,19 +52,25 @@ bool writes_file(const LaunchConfig& cfg, int64_t local_rank, int stream) {
 }
 
 WorkerOutput::WorkerOutput(const LaunchConfig& cfg, int64_t local_rank, const std::string& rank_dir,
-                           std::shared_ptr<SharedConsole> shared)
-    : shared_(std::move(shared)) {
-  const std::string prefix = fmt::format("[{}{}]:", cfg.role, local_rank);
+                           std::shared_ptr<SharedConsole> shared, OutputLossCallback on_loss)
+    : shared_(std::move(shared)),
+      on_loss_(std::move(on_loss)),
+      local_rank_(local_rank),
+      prefix_(fmt::format("[{}{}]:", cfg.role, local_rank)) {
   for (int stream : {1, 2}) {
-    ConsoleStyle style;
+    ConsoleStyle& style = style_[stream];
     style.rank = local_rank;
-    if (shared_ && shared_->fold[stream]) style.fold = &*shared_->fold[stream];
+    // A fold is made only for the streams the console shows (make_shared_console).
+    if (shared_ && shared_->fold[stream] && cfg.console_shows(local_rank, stream)) {
+      style.fold = &*shared_->fold[stream];
+    }
     if (cfg.log_timestamps) style.stamp = console_timestamp;
-    if (cfg.console_shows(local_rank, stream)) console_[stream].emplace(prefix, std::move(style));
+    if (cfg.console_shows(local_rank, stream)) console_[stream].emplace(prefix_, style);
     if (!writes_file(cfg, local_rank, stream)) continue;
-    std::string path = rank_dir + (stream == 1 ? "/stdout.log" : "/stderr.log");
-    int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
-    if (fd < 0) throw SystemError(errno_message("cannot create log file " + path, errno));
+    path_[stream] = rank_dir + (stream == 1 ? "/stdout.log" : "/stderr.log");
+    int fd = ::open(path_[stream].c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
+                    0644);
+    if (fd < 0) throw SystemError(errno_message("cannot create log file " + path_[stream], errno));
     file_fd_[stream] = fd;
   }
 }
@@ -78,11 +87,39 @@ void WorkerOutput::show(int stream, const std::string& text) {
 
 void WorkerOutput::write(int stream, std::string_view bytes, TimePoint now) {
   if (stream != 1 && stream != 2) return;
-  if (file_fd_[stream] >= 0) write_all(file_fd_[stream], bytes);
+  std::string_view for_console = bytes;
+  if (file_fd_[stream] >= 0) {
+    size_t written = write_all(file_fd_[stream], bytes);
+    if (written < bytes.size()) {
+      const bool had_console = console_[stream].has_value();
+      on_file_failed(stream, bytes.substr(written), errno);
+      // A console copy started just now shows what the file did not take.
+      if (!had_console) for_console = bytes.substr(written);
+    }
+  } else if (loss_[stream]) {
+    loss_[stream]->bytes += bytes.size();
+  }
   if (!console_[stream]) return;
   scratch_.clear();
-  console_[stream]->feed(bytes, now, scratch_);
+  console_[stream]->feed(for_console, now, scratch_);
   show(stream, scratch_);
+}
+
+void WorkerOutput::on_file_failed(int stream, std::string_view rest, int error) {
+  ::close(file_fd_[stream]);
+  file_fd_[stream] = -1;
+  auto loss = std::make_shared<OutputLoss>();
+  loss->local_rank = local_rank_;
+  loss->stream = stream;
+  loss->path = path_[stream];
+  loss->error = error;
+  loss->bytes = rest.size();
+  if (!console_[stream]) {
+    console_[stream].emplace(prefix_, style_[stream]);
+    loss->console_fallback = true;
+  }
+  loss_[stream] = loss;
+  if (on_loss_) on_loss_(loss);
 }
 
 void WorkerOutput::flush_due(TimePoint now) {

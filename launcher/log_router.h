@@ -9,9 +9,14 @@
 // workers never interleave mid-line; an unterminated tail (a prompt, a '\r' progress bar) shows
 // once it has waited kPartialLineDelay. Blocks only as long as the console or disk does.
 // Throws SystemError when a log file cannot be created.
+//
+// A log file that cannot be written (a full disk: ENOSPC) is not written again, so it stays an
+// exact prefix of the output; the loss is reported at once through the callback, and from then
+// on the stream goes to the console even where it was redirected (-r), so nothing is lost.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -35,12 +40,24 @@ struct SharedConsole {
 // gets no fold.
 std::shared_ptr<SharedConsole> make_shared_console(const LaunchConfig& cfg);
 
+// A worker's log file that a write to failed. The writer keeps counting into it.
+struct OutputLoss {
+  int64_t local_rank = 0;
+  int stream = 1;       // 1 stdout, 2 stderr
+  std::string path;     // the log file
+  int error = 0;        // errno of the failed write (ENOSPC, EDQUOT, EIO...)
+  uint64_t bytes = 0;   // the output missing from the file
+  bool console_fallback = false;  // the stream was not on the console before the failure
+};
+using OutputLossCallback = std::function<void(std::shared_ptr<const OutputLoss>)>;
+
 class WorkerOutput {
  public:
   // `rank_dir`: the worker's directory for this attempt (created by the caller).
   // `shared`: from make_shared_console, the same for every worker of the generation.
+  // `on_loss`: called once per stream, at its log file's first failed write.
   WorkerOutput(const LaunchConfig& cfg, int64_t local_rank, const std::string& rank_dir,
-               std::shared_ptr<SharedConsole> shared = nullptr);
+               std::shared_ptr<SharedConsole> shared = nullptr, OutputLossCallback on_loss = {});
   ~WorkerOutput();
   WorkerOutput(const WorkerOutput&) = delete;
   WorkerOutput& operator=(const WorkerOutput&) = delete;
@@ -59,10 +76,18 @@ class WorkerOutput {
 
  private:
   void show(int stream, const std::string& text);
+  // The log file of `stream` took only part of a write; `rest` is what it did not take.
+  void on_file_failed(int stream, std::string_view rest, int error);
 
   std::shared_ptr<SharedConsole> shared_;
   std::optional<ConsoleLines> console_[3];
   int file_fd_[3] = {-1, -1, -1};
+  std::string path_[3];
+  std::shared_ptr<OutputLoss> loss_[3];
+  OutputLossCallback on_loss_;
+  int64_t local_rank_;
+  std::string prefix_;          // "[default0]:"
+  ConsoleStyle style_[3];       // for a console copy started after a failed file write
   std::string scratch_;  // console bytes being assembled (kept to reuse its capacity)
 };
 

@@ -16,11 +16,13 @@
 #include "launcher/agent.h"
 #include "launcher/cli.h"
 #include "launcher/flash_dir.h"
+#include "launcher/flash_persist.h"
 #include "launcher/flash_sweep.h"
 #include "launcher/job_control.h"
 #include "launcher/job_services.h"
 #include "launcher/launch_config.h"
 #include "launcher/process/posix_process_context.h"
+#include "launcher/process/standard_fds.h"
 #include "launcher/program_check.h"
 #include "launcher/python_hooks.h"
 #include "launcher/slurm/slurm_launch.h"
@@ -125,6 +127,15 @@ int run_agent(const dlaunch::LaunchConfig& cfg, const dlaunch::HostInfo& host) {
       Agent agent(cfg, procs, io, opts);
       code = agent.run();
     }
+    // The newest training state may exist only in memory (a stop cut short, a failure): what
+    // the workers asked to keep goes to disk before the directory goes.
+    if (code != exit_codes::kSuccess) {
+      for (const auto& path : persist_flash_state(flash.path())) {
+        log_info("kept the workers' flash state {} on disk (it was only in memory; their "
+                 "resume finds it)",
+                 path);
+      }
+    }
     // The outcome is decided and the agent's handlers are gone (Asio restores the default
     // action). Slurm signals every process of a step at once, so a SIGTERM can land after the
     // workers already ended: it must not turn `code` (75 after a preemption notice) into death
@@ -144,6 +155,7 @@ int run_agent(const dlaunch::LaunchConfig& cfg, const dlaunch::HostInfo& host) {
 
 int main(int argc, char** argv) {
   using namespace dlaunch;
+  open_missing_standard_fds();
   std::vector<std::string> args(argv + 1, argv + argc);
   // `dlaunch status|stop|restart|dump`: talk to a running job (job_control.h). A program of
   // one of these names runs as ./status or after `--`.
@@ -151,14 +163,15 @@ int main(int argc, char** argv) {
   LaunchConfig cfg;
   HostInfo host;
   if (auto code = read_config(args, cfg, host)) return *code;
-  if (cfg.dry_run) {
-    std::cout << cfg.describe();
-    return 0;
-  }
-  // A program that cannot run fails every attempt the same way: say so now, spend no restart.
+  // A program that cannot run fails every attempt the same way: say so now, spend no restart
+  // (and --dry_run makes the same check).
   if (auto problem = check_program(cfg, current_program_check_env())) {
     std::fprintf(stderr, "dlaunch: error: %s\n", problem->c_str());
     return exit_codes::kUsage;
+  }
+  if (cfg.dry_run) {
+    std::cout << cfg.describe();
+    return 0;
   }
   if (cfg.slurm_mode == "task") {
     // One Slurm task per worker: no agent; become the worker (returns only by throwing).

@@ -4,11 +4,14 @@
 #include <stdlib.h>
 
 #include <cerrno>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 
 #include "common/error.h"
 #include "common/log.h"
 #include "launcher/agent.h"
+#include "launcher/heartbeat_file.h"
 #include "launcher/log_router.h"
 #include "launcher/run_dir.h"
 
@@ -29,7 +32,11 @@ void WorkerFiles::open(const LaunchConfig& cfg, ProcessContext& procs) {
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (!::mkdtemp(buf.data())) {
-    throw SystemError(errno_message("cannot create a directory from " + templ, errno));
+    // The user's environment, not the job, is at fault: a usage error (exit 2) that says so.
+    throw UsageError(fmt::format(
+        "cannot create the job's worker directory {}: {}; set TMPDIR to a writable directory "
+        "or give --log_dir",
+        templ, std::strerror(errno)));
   }
   path_ = buf.data();
   temp_ = true;
@@ -104,6 +111,11 @@ std::optional<std::vector<WorkerRecord>> WorkerFiles::make_attempt(int64_t gener
     }
     w.error_file = w.log_dir + "/error.json";
     w.heartbeat_file = w.log_dir + "/heartbeat";
+    if (!arm_heartbeat_file(w.heartbeat_file)) {
+      log_warning("cannot prepare the heartbeat file {}: {}; a beat in the worker's first "
+                  "milliseconds may be missed by --hang_timeout",
+                  w.heartbeat_file, std::strerror(errno));
+    }
     records.push_back(std::move(w));
   }
   return records;
@@ -115,18 +127,51 @@ void WorkerFiles::drop_prepared() {
   prepared_generation_ = -1;
 }
 
+namespace {
+
+// Whether `file` (a worker's, or the run's) can explain anything: an error file, a stack, some
+// output. Heartbeats, the job's events and a Python stack file holding only its header cannot.
+bool explains_something(const fs::directory_entry& file) {
+  std::error_code ec;
+  if (!file.is_regular_file(ec) || file.file_size(ec) == 0 || ec) return false;
+  const std::string name = file.path().filename().string();
+  if (name == "error.json" || name == "stack.txt" || name == "stdout.log" ||
+      name == "stderr.log") {
+    return true;
+  }
+  if (name == "py_stack.txt") {
+    std::ifstream in(file.path());
+    std::string line;
+    while (std::getline(in, line)) {
+      if (line.find("File \"") != std::string::npos) return true;  // a frame of a dumped stack
+    }
+  }
+  return false;
+}
+
+bool holds_something_of_value(const std::string& dir) {
+  std::error_code ec;
+  for (fs::recursive_directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    if (explains_something(*it)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
 void WorkerFiles::close(int exit_code) {
   if (prepared_generation_ >= 0) drop_prepared();
   if (!temp_) return;
-  // Kept when it may explain something (error files, stacks); not for success or a program
-  // that never started.
+  // Kept when it may explain something (error files, stacks, output); a success keeps only -r/-t
+  // output, which exists nowhere else.
+  const bool success = exit_code == exit_codes::kSuccess;
   if (keep_temp_ && exit_code != exit_codes::kUsage) {
     log_info("worker output files (--redirects/--tee) are kept in {}", path_);
-  } else if (exit_code == exit_codes::kSuccess || exit_code == exit_codes::kUsage) {
+  } else if (!success && exit_code != exit_codes::kUsage && holds_something_of_value(path_)) {
+    log_info("worker files (error files, stacks, output) are kept in {}", path_);
+  } else {
     std::error_code ec;
     fs::remove_all(path_, ec);
-  } else {
-    log_info("worker files (error files, heartbeats, stacks) are kept in {}", path_);
   }
 }
 

@@ -17,7 +17,7 @@ namespace dlaunch {
 
 class WorkerFiles {
  public:
-  // Makes the run directory. Throws SystemError when the temporary one cannot be made, what
+  // Makes the run directory. Throws UsageError when the temporary one cannot be made, what
   // create_run_dir throws for --log_dir.
   void open(const LaunchConfig& cfg, ProcessContext& procs);
 

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -407,6 +408,49 @@ TEST(DlaunchSignals, SigtermIsForwardedAndExitIs143) {
   }
 }
 
+// The state letter of /proc/<pid>/stat ('T' when stopped), or 0 when the process is gone.
+char process_state(pid_t pid) {
+  std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  size_t paren = stat.rfind(") ");
+  return paren == std::string::npos || paren + 2 >= stat.size() ? 0 : stat[paren + 2];
+}
+
+// Ctrl-Z: the workers lead their own process groups, so only dlaunch got the terminal's
+// SIGTSTP and they trained on. Now they stop with it, `fg` (SIGCONT) resumes them, and the time
+// they spent stopped (longer than --hang_timeout) is not taken for a hang.
+TEST(DlaunchSignals, CtrlZStopsTheWorkersAndSigcontResumesThem) {
+  TempDir dir;
+  Subprocess p({"/usr/bin/env", "--default-signal=TSTP,CONT,TERM", kDlaunch, "--standalone",
+                "--nproc_per_node", "2", "--hang_timeout", "2", "--no_python", "/bin/sh", "-c",
+                "echo $$ > " + dir.path() + "/pid.$LOCAL_RANK.tmp && mv " + dir.path() +
+                    "/pid.$LOCAL_RANK.tmp " + dir.path() +
+                    "/pid.$LOCAL_RANK; while :; do touch \"$DLAUNCH_HEARTBEAT_FILE\"; "
+                    "sleep 0.05; done"});
+  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("pid.0")) && file_exists(dir.file("pid.1")); },
+                         30s))
+      << p.err();
+  std::vector<pid_t> workers = {std::stoi(read_file(dir.file("pid.0"))),
+                                std::stoi(read_file(dir.file("pid.1")))};
+  p.signal(SIGTSTP);
+  EXPECT_TRUE(wait_until([&] {
+    return process_state(workers[0]) == 'T' && process_state(workers[1]) == 'T' &&
+           process_state(p.pid()) == 'T';
+  }, 30s)) << "states: " << process_state(workers[0]) << process_state(workers[1])
+           << process_state(p.pid());
+  std::this_thread::sleep_for(3s);  // longer than --hang_timeout
+  p.signal(SIGCONT);
+  EXPECT_TRUE(wait_until([&] {
+    return process_state(workers[0]) != 'T' && process_state(workers[1]) != 'T' &&
+           process_state(p.pid()) != 'T';
+  }, 30s));
+  std::this_thread::sleep_for(1500ms);  // a few hang checks after the resume
+  p.signal(SIGTERM);
+  auto exit = p.wait(60s);
+  ASSERT_TRUE(exit) << p.err();
+  EXPECT_EQ(exit->shell_code(), 128 + SIGTERM) << p.err();
+  EXPECT_EQ(p.err().find("is hung"), std::string::npos) << p.err();
+}
+
 TEST(DlaunchSignals, SigintAndSighupExitWith128PlusN) {
   for (int sig : {SIGINT, SIGHUP}) {
     TempDir dir;
@@ -660,6 +704,35 @@ TEST(DlaunchHang, WorkerThatNeverBeatsIsNotHungUnlessAsked) {
   EXPECT_NE(r.err.find("is hung"), std::string::npos) << r.err;
 }
 
+// A worker whose only beat comes in its first milliseconds and that then blocks: the file's
+// coarse clock could stamp that beat before the recorded start, and the worker was taken for one
+// that never beats (never judged).
+TEST(DlaunchHang, WorkerThatBeatsOnlyAtItsStartIsHung) {
+  for (int i = 0; i < 5; ++i) {
+    auto r = run({kDlaunch, "--standalone", "--hang_timeout", "1", "--shutdown_grace", "1",
+                  "--nproc_per_node", "2", "--no_python", "/bin/sh", "-c",
+                  "touch \"$DLAUNCH_HEARTBEAT_FILE\"; exec sleep 60"},
+                 {}, 50s);
+    ASSERT_FALSE(r.timed_out) << "try " << i << ": the hang was not detected\n" << r.err;
+    EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+    EXPECT_NE(r.err.find("is hung"), std::string::npos) << r.err;
+    EXPECT_NE(r.err.find("of silence: blocked"), std::string::npos) << r.err;
+  }
+}
+
+// A silent worker that burns CPU is still stopped at the timeout (a spinning collective burns
+// CPU too), and the report says it was busy, so a user with long steps knows what to change.
+TEST(DlaunchHang, ASilentWorkerUsingCpuIsReportedAsBusy) {
+  auto r = run({kDlaunch, "--standalone", "--hang_timeout", "2", "--shutdown_grace", "1",
+                "--no_python", "/bin/sh", "-c",
+                "touch \"$DLAUNCH_HEARTBEAT_FILE\"; while :; do :; done"},
+               {}, 60s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("is hung"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("busy or spinning; raise --hang_timeout"), std::string::npos) << r.err;
+}
+
 TEST(DlaunchHang, BeatingWorkerIsNotHung) {
   // Beats every 50 ms for twice the timeout; the timeout is generous so a busy machine's
   // scheduling gaps cannot look like a hang.
@@ -667,6 +740,109 @@ TEST(DlaunchHang, BeatingWorkerIsNotHung) {
                    {"beat", "seconds=4"}));
   EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
   EXPECT_EQ(r.err.find("is hung"), std::string::npos) << r.err;
+}
+
+// dlaunch started with its stdin closed (`<&-`, cron, CI): the workers' stdin is /dev/null, not
+// whatever file the agent opened first into descriptor 0.
+TEST(DlaunchLogs, WorkersOfAnAgentWithoutStdinReadDevNull) {
+  auto r = run({"/bin/sh", "-c", "exec \"$0\" \"$@\" <&-", kDlaunch, "--standalone",
+                "--nproc_per_node", "2", "--hang_timeout", "30", "--no_python", "/bin/sh", "-c",
+                "echo stdin=$(readlink /proc/self/fd/0)"});
+  ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.out.find("[default0]:stdin=/dev/null"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[default1]:stdin=/dev/null"), std::string::npos) << r.out;
+}
+
+// A tmpfs of `size` mounted on a fresh directory, unmounted on destruction; mounted() is false
+// where this process may not mount (not root).
+class SmallDisk {
+ public:
+  explicit SmallDisk(const std::string& size) {
+    mounted_ = ::mount("tmpfs", dir_.path().c_str(), "tmpfs", 0, ("size=" + size).c_str()) == 0;
+  }
+  ~SmallDisk() {
+    if (mounted_) ::umount2(dir_.path().c_str(), MNT_DETACH);
+  }
+  bool mounted() const { return mounted_; }
+  std::string file(const std::string& name) const { return dir_.file(name); }
+
+ private:
+  TempDir dir_;
+  bool mounted_ = false;
+};
+
+size_t count_lines(const std::string& text, const std::string& prefix) {
+  return lines_with_prefix(text, prefix).size();
+}
+
+// The --log_dir disk fills up: the agent says so at once and at the end, naming the file and
+// the error, and the output that the files could not take is on the console, not lost.
+TEST(DlaunchLogs, AFullLogDiskIsReportedAndLosesNoOutput) {
+  SmallDisk disk("256k");
+  if (!disk.mounted()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  const std::string lines = "40000";  // ~230 KB per rank: the two ranks cannot both fit
+  auto r = run({kDlaunch, "--standalone", "--nproc_per_node", "2", "--log_dir", disk.file("L"),
+                "--rdzv_id", "full", "--redirects", "1", "--no_python", "/usr/bin/seq", lines},
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.err.find("No space left on device"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the file stops here"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("worker output is missing from"), std::string::npos) << r.err;
+  for (int rank = 0; rank < 2; ++rank) {
+    std::string file = read_file(disk.file("L/full/attempt_0/" + std::to_string(rank) +
+                                           "/stdout.log"));
+    size_t in_file = static_cast<size_t>(std::count(file.begin(), file.end(), '\n'));
+    size_t on_console = count_lines(r.out, "[default" + std::to_string(rank) + "]:");
+    // The file is an exact prefix, the console has the rest (a line cut by the full disk is in
+    // both): every line is somewhere.
+    EXPECT_GE(in_file + on_console, 40000u) << "rank " << rank << ": " << in_file << " in the file, "
+                                            << on_console << " on the console";
+    if (!file.empty()) EXPECT_EQ(file.substr(0, 2), "1\n");
+  }
+}
+
+std::vector<std::string> entries_of(const std::string& dir) {
+  std::vector<std::string> names;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    names.push_back(e.path().filename().string());
+  }
+  return names;
+}
+
+// Without --log_dir, the job's directory under $TMPDIR stays only when it holds something that
+// can explain the end (output, an error file, a stack), and the log says where it is.
+TEST(DlaunchLogs, TheTemporaryWorkerDirectoryStaysOnlyWithSomethingOfValue) {
+  {
+    TempDir tmp;
+    auto r = run({kDlaunch, "--standalone", "--nproc_per_node", "2", "--no_python", "/bin/sh",
+                  "-c", "exit 3"},
+                 {{"TMPDIR", tmp.path()}});
+    EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+    EXPECT_TRUE(entries_of(tmp.path()).empty()) << "left: " << entries_of(tmp.path())[0];
+  }
+  {
+    TempDir tmp;
+    Subprocess p({kDlaunch, "--standalone", "--nproc_per_node", "2", "--hang_timeout", "60",
+                  "--no_python", "/bin/sleep", "60"},
+                 {{"TMPDIR", tmp.path()}});
+    ASSERT_TRUE(wait_until([&] { return p.err().find("starting 2 worker") != std::string::npos; },
+                           30s))
+        << p.err();
+    p.signal(SIGTERM);
+    auto exit = p.wait(60s);
+    ASSERT_TRUE(exit) << p.err();
+    EXPECT_EQ(exit->shell_code(), 128 + SIGTERM) << p.err();
+    EXPECT_TRUE(entries_of(tmp.path()).empty()) << "left: " << entries_of(tmp.path())[0];
+  }
+  {
+    TempDir tmp;
+    auto r = run(cmd({"--standalone"}, {"write-error-file"}), {{"TMPDIR", tmp.path()}});
+    EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+    auto left = entries_of(tmp.path());
+    ASSERT_EQ(left.size(), 1u) << r.err;
+    EXPECT_NE(r.err.find("are kept in " + tmp.path() + "/" + left[0]), std::string::npos) << r.err;
+  }
 }
 
 TEST(DlaunchLogs, RedirectsTeeFilterAndFiles) {

@@ -116,6 +116,36 @@ TEST(FlashDirJob, KeptAcrossARestartAndRemovedAtTheEnd) {
   EXPECT_FALSE(fs::exists(flash)) << flash << " outlived its job";
 }
 
+// A worker asks for its flash state to be kept (.persist_to): a job that fails leaves it on
+// disk, where the worker's resume looks (cached data and dot files excepted, files already
+// there untouched); a job that succeeds keeps nothing.
+TEST(FlashDirJob, StateAskedForIsWrittenToDiskWhenTheJobDoesNotSucceed) {
+  for (int code : {3, 0}) {
+    TempDir dir;
+    const std::string out = dir.file("out");
+    fs::create_directories(out);
+    { std::ofstream(out + "/older.ckpt") << "on disk already"; }
+    const std::string script =
+        "d=\"$DLAUNCH_FLASH_DIR/w\"; mkdir -p \"$d\" && echo " + out +
+        " > \"$d/.persist_to\" && echo state-at-step-9 > \"$d/step_9.ckpt\" && echo cached > "
+        "\"$d/data_123.bin\" && echo flash > \"$d/older.ckpt\"; exit " +
+        std::to_string(code);
+    auto r = run(sh_job({}, script), {}, 60s);
+    ASSERT_EQ(r.exit.shell_code(), code == 0 ? 0 : 1) << r.err;
+    EXPECT_EQ(trim(read_file(out + "/older.ckpt")), "on disk already");
+    EXPECT_FALSE(fs::exists(out + "/data_123.bin"));
+    EXPECT_FALSE(fs::exists(out + "/.persist_to"));
+    if (code == 0) {
+      EXPECT_FALSE(fs::exists(out + "/step_9.ckpt")) << "a success keeps nothing";
+      continue;
+    }
+    EXPECT_EQ(trim(read_file(out + "/step_9.ckpt")), "state-at-step-9") << r.err;
+    EXPECT_NE(r.err.find("kept the workers' flash state " + out + "/step_9.ckpt"),
+              std::string::npos)
+        << r.err;
+  }
+}
+
 TEST(FlashDirJob, NoneWithLimitZero) {
   auto r = run(sh_job({"--flash_limit", "0"}, "echo \"flash=[${DLAUNCH_FLASH_DIR-unset}]\""), {}, 60s);
   ASSERT_EQ(r.exit.shell_code(), 0) << r.err;
