@@ -110,6 +110,7 @@ struct AgentMonitor::Impl {
   std::string address;
   ControlNonces nonces;
   std::thread publisher;
+  bool published_locally = false;  // publish() then has nothing to add
   std::list<StackCaptureRun> captures;  // kept until the agent ends: their callbacks hold them
   int64_t dumps = 0;
 
@@ -162,7 +163,14 @@ struct AgentMonitor::Impl {
       owner.events_.emit("control_request", {{"action", name}, {"by", who}});
       if (*action == ControlAction::kDump) return dump(who, std::move(respond));
       ControlAnswer a = hooks.control(*action, who);
+      if (a.http_status >= 400) {
+        owner.events_.emit("control_refused",
+                           {{"action", name}, {"peer", r.peer}, {"why", a.message}});
+      }
       return respond(message(a.http_status, a.message));
+    }
+    if (path == "/status" || path == "/metrics" || path == "/events" || path == "/control/nonce") {
+      return respond(message(405, r.method + " is not allowed on " + path + "; use GET"));
     }
     respond(
         message(404, "not found: " + path +
@@ -282,7 +290,7 @@ std::string AgentMonitor::start_endpoint(MonitorHooks hooks) {
 }
 
 void AgentMonitor::publish(std::function<std::shared_ptr<Store>()> open_store) {
-  if (impl_->address.empty() || impl_->publisher.joinable()) return;
+  if (impl_->address.empty() || impl_->publisher.joinable() || impl_->published_locally) return;
   nlohmann::json entry = {{"address", impl_->address},
                           {"host", impl_->opts.host},
                           {"pid", static_cast<int>(::getpid())}};
@@ -311,6 +319,7 @@ void AgentMonitor::publish_local(TcpStoreServer& server) {
   try {
     int64_t index = server.add_local(prefix + kStatusAgentsKey, 1) - 1;
     server.set_local(prefix + status_agent_key(index), to_bytes(entry.dump()));
+    impl_->published_locally = true;
   } catch (const std::exception& e) {
     log_warning("could not publish the status endpoint in the job's store ({}); `dlaunch "
                 "status` will not list this node",

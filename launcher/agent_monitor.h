@@ -95,8 +95,10 @@ class AgentMonitor {
   // Publishes the endpoint's address in the job's store (already scoped to the job) on a
   // helper thread, once per agent; `open_store` runs on that thread. Failures are logged.
   void publish(std::function<std::shared_ptr<Store>()> open_store);
-  // The same into the store this agent hosts itself (a single node), at once, on this thread
-  // (a write on the server's thread, microseconds): no client connection, no helper thread.
+  // The same into the store this agent hosts itself, at once, on this thread (a write on the
+  // server's thread, microseconds): no client connection, no helper thread. The hosting agent
+  // of a rendezvous does this before the round, so `dlaunch status` finds the job while it
+  // waits for nodes; publish() then adds nothing.
   void publish_local(TcpStoreServer& server);
   // Stops the endpoint (answers in flight are dropped) and waits for the publisher.
   void stop();

@@ -28,7 +28,7 @@ void AgentStatus::start_monitor() {
     return on_control(action, who);
   };
   a.monitor->start_endpoint(std::move(hooks));
-  if (!a.opts.rendezvous && a.opts.store_server) a.monitor->publish_local(*a.opts.store_server);
+  if (a.opts.store_server) a.monitor->publish_local(*a.opts.store_server);
 }
 
 NodeStatus AgentStatus::snapshot() const {
@@ -64,10 +64,9 @@ ControlAnswer AgentStatus::on_control(ControlAction action, const std::string& w
   AgentCore& a = agent_;
   if (action != ControlAction::kStop) return restart(who);
   if (a.phase == AgentPhase::kDone) return {409, a.opts.host + ": the job is already over"};
-  log_warning("stop requested by {}", who);
   // After the answer is on its way: stopping may end the loop at once (no worker left, a
   // rendezvous round pending), and then the answer would never be written.
-  boost::asio::post(a.io, [this]() { agent_.signals.on_signal(SIGTERM); });
+  boost::asio::post(a.io, [this, who]() { agent_.signals.on_signal(SIGTERM, who); });
   return {200, fmt::format("{}: stopping (as on SIGTERM; dlaunch exits {})", a.opts.host,
                            exit_codes::kSignalBase + SIGTERM)};
 }

@@ -114,7 +114,11 @@ int64_t parse_flash_limit(const std::string& text, const std::string& what, int6
   if (suffix.size() > 1 && suffix.back() == 'B' && suffix != "B") suffix.pop_back();  // "512MB"
   double bytes;
   if (suffix == "%") {
-    if (v > 100) throw bad();
+    if (v > 100) {
+      throw UsageError(fmt::format(
+          "{}='{}' is more than this host's memory; expected a percentage from 0 to 100%", what,
+          text));
+    }
     bytes = v / 100 * static_cast<double>(ram_bytes);
   } else {
     const std::string units = "KMGT";

@@ -1,8 +1,13 @@
 #include "launcher/job_control.h"
 
 #include <fmt/format.h>
+#include <netdb.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -118,9 +123,14 @@ Options parse(const std::vector<std::string>& args) {
       o.json = true;
     else if (a == "__events")
       o.events = true;
-    else if (a == "__timeout")
-      o.timeout = std::stod(value());
-    else if (a == "__help" || a == "_h")
+    else if (a == "__timeout") {
+      std::string text = value();
+      o.timeout = parse_double(text, "--timeout");
+      if (!(o.timeout > 0 && o.timeout <= 1e7)) {  // also refuses nan
+        throw UsageError(fmt::format(
+            "--timeout {} is not allowed; expected seconds, more than 0 and at most 1e7", text));
+      }
+    } else if (a == "__help" || a == "_h")
       o.help = true;
     else {
       throw UsageError(
@@ -144,6 +154,39 @@ struct Agent {
   int pid = 0;
 };
 
+// Whether `hp` refuses connections (every address it resolves to answers RST): nothing listens
+// there, so there is no job to wait for. Anything else (it accepts, it is silent, it does not
+// resolve) is left to the store client and its timeout.
+bool refuses_connections(const HostPort& hp) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(hp.host.c_str(), std::to_string(hp.port).c_str(), &hints, &res) != 0) {
+    return false;
+  }
+  bool refused = res != nullptr;
+  for (addrinfo* ai = res; ai && refused; ai = ai->ai_next) {
+    int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+    if (fd < 0) {
+      refused = false;
+      break;
+    }
+    int err = ::connect(fd, ai->ai_addr, ai->ai_addrlen) == 0 ? 0 : errno;
+    if (err == EINPROGRESS) {
+      pollfd p{fd, POLLOUT, 0};
+      err = ETIMEDOUT;
+      if (::poll(&p, 1, 2000) == 1) {
+        socklen_t len = sizeof(err);
+        ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len);
+      }
+    }
+    ::close(fd);
+    refused = err == ECONNREFUSED;
+  }
+  ::freeaddrinfo(res);
+  return refused;
+}
+
 // The job's store (agent_monitor.h), where the agents published their endpoints: in etcd with
 // --rdzv_backend etcd (the rendezvous' result store lives there, etcd_rendezvous.h), else the
 // TCP store at the rendezvous endpoint or MASTER_ADDR:MASTER_PORT.
@@ -159,6 +202,10 @@ std::unique_ptr<Store> open_job_store(const Options& o, std::string& where) {
                     ? HostPort{o.master_addr, static_cast<uint16_t>(o.master_port)}
                     : parse_host_port(o.rdzv_endpoint, 29400, "--rdzv_endpoint");
   where = hp.to_string();
+  if (refuses_connections(hp)) {
+    throw ConnectionError("nothing listens there (connection refused): no job runs with its "
+                          "store at that address");
+  }
   TcpStoreClientOptions c;
   c.host = hp.host;
   c.port = hp.port;

@@ -24,6 +24,9 @@
 namespace dlaunch {
 namespace {
 
+// The longest duration a flag of seconds takes.
+constexpr double kMaxSeconds = 1e7;
+
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -101,9 +104,11 @@ class Resolver {
   double seconds(const std::string& name, bool allow_zero) {
     Raw r = raw(name);
     double v = parse_double(r.text, r.what);
-    if (v < 0 || (!allow_zero && v == 0) || v > 1e7) {
-      throw UsageError(fmt::format("{}={} is not allowed; expected a number of seconds {} 0",
-                                   r.what, r.text, allow_zero ? ">=" : ">"));
+    // !(v <= kMaxSeconds) also refuses nan, which every comparison lets through.
+    if (v < 0 || (!allow_zero && v == 0) || !(v <= kMaxSeconds)) {
+      throw UsageError(fmt::format(
+          "{}={} is not allowed; expected a number of seconds from {} to {:g} (about 115 days)",
+          r.what, r.text, allow_zero ? "0" : "more than 0", kMaxSeconds));
     }
     return v;
   }
@@ -117,6 +122,34 @@ class Resolver {
   const EnvLookup& env_;
   LaunchConfig& cfg_;
 };
+
+// The run id names directories (<log_dir>/<run_id>, $TMPDIR/dlaunch_<run_id>_*) and store keys:
+// it must stay one path component.
+void check_run_id(const Raw& r) {
+  const std::string& id = r.text;
+  std::string why;
+  if (id.empty()) {
+    why = "it is empty";
+  } else if (id == "." || id == "..") {
+    why = "it is a directory name ('" + id + "')";
+  } else if (id.find('/') != std::string::npos) {
+    why = "it contains '/'";
+  } else {
+    for (char c : id) {
+      if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+        why = fmt::format("it contains the control character 0x{:02x}", static_cast<int>(c));
+        break;
+      }
+    }
+  }
+  if (why.empty()) return;
+  std::string shown = id.size() > 80 ? id.substr(0, 80) + "..." : id;
+  for (char& c : shown) c = static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c;
+  throw UsageError(fmt::format(
+      "{}='{}' is not allowed: {}; expected a name such as job7 (letters, digits, '-', '_', "
+      "'.'; no '/', no control characters), as it names this job's log directory",
+      r.what, shown, why));
+}
 
 int64_t resolve_nproc(const Raw& r, const HostInfo& host) {
   if (r.text == "cpu") return host.cpus;
@@ -329,6 +362,18 @@ void check_endpoints(const LaunchConfig& cfg, const Raw& port) {
   }
 }
 
+// Node 0's store binds --master_port; the status endpoint could never bind it too.
+void check_ports(const LaunchConfig& cfg) {
+  const bool hosts_store = cfg.node_rank == 0 || cfg.max_nodes == 1;
+  if (cfg.rdzv_backend == "static" && hosts_store && cfg.status_port > 0 &&
+      cfg.status_port == cfg.master_port) {
+    throw UsageError(fmt::format(
+        "--status_port {} is also --master_port, where node 0 hosts the job's store; give "
+        "--status_port another port (or 0 for a free one, -1 for none)",
+        cfg.status_port));
+  }
+}
+
 }  // namespace
 
 int StdSpec::for_rank(int64_t local_rank) const {
@@ -535,7 +580,13 @@ void read_job_flags(Resolver& r, const HostInfo& host, LaunchConfig& cfg, Quoted
   q.node_rank = r.raw("node_rank");
   cfg.node_rank_given = q.node_rank.given();
   cfg.node_rank = r.integer("node_rank", 0, 1 << 20);
-  cfg.master_addr = r.str("master_addr");
+  Raw master_addr = r.raw("master_addr");
+  if (master_addr.text.empty()) {
+    throw UsageError(fmt::format(
+        "{} is empty; expected node 0's address (a host name or IP, e.g. 10.0.0.1)",
+        master_addr.what));
+  }
+  cfg.master_addr = master_addr.text;
   q.port = r.raw("master_port");
   cfg.master_port = r.integer("master_port", 0, 65535);
   q.backend = r.raw("rdzv_backend");
@@ -543,6 +594,7 @@ void read_job_flags(Resolver& r, const HostInfo& host, LaunchConfig& cfg, Quoted
   cfg.rdzv_endpoint = r.str("rdzv_endpoint");
   q.run_id = r.raw("rdzv_id");
   cfg.run_id = q.run_id.text;
+  check_run_id(q.run_id);
   Raw rdzv_conf = r.raw("rdzv_conf");
   cfg.rdzv_conf = parse_rdzv_conf(rdzv_conf);
   check_rdzv_conf(cfg.rdzv_conf, rdzv_conf);
@@ -667,6 +719,13 @@ void apply_standalone(LaunchConfig& cfg, const QuotedFlags& q, const HostInfo& h
     cfg.master_port = 0;
     cfg.origin["master_port"] = "--standalone (free port)";
   }
+  // c10d and static are what --standalone means on one node; another backend would be dropped.
+  if (q.backend.given() && q.backend.text != "c10d" && q.backend.text != "static") {
+    throw UsageError(fmt::format(
+        "--standalone runs its own store on this node, but {}={} asks for another rendezvous; "
+        "drop --standalone to use {}, or drop {}",
+        q.backend.what, q.backend.text, q.backend.text, q.backend.what));
+  }
   cfg.rdzv_backend = "static";
   cfg.origin["rdzv_backend"] = "--standalone";
 }
@@ -704,6 +763,7 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   check_std_ranks(cfg.redirects, q.redirects, cfg.nproc_per_node);
   check_std_ranks(cfg.tee, q.tee, cfg.nproc_per_node);
   check_endpoints(cfg, q.port);
+  check_ports(cfg);
   resolve_program(cli, host, cfg);
   return cfg;
 }

@@ -24,7 +24,7 @@ std::string make_unique_dir(const std::string& prefix) {
   std::vector<char> buf(templ.begin(), templ.end());
   buf.push_back('\0');
   if (!::mkdtemp(buf.data())) {
-    throw SystemError(
+    throw UsageError(
         fmt::format("cannot create a run directory {}: {}; give a writable "
                     "--log_dir",
                     templ, std::strerror(errno)));
@@ -40,7 +40,7 @@ RunDir create_run_dir(const std::string& log_dir, const std::string& run_id, boo
   std::error_code ec;
   fs::create_directories(base, ec);
   if (ec) {
-    throw SystemError(
+    throw UsageError(
         fmt::format("cannot create the log directory {}: {}; give a writable "
                     "--log_dir",
                     base.string(), ec.message()));
@@ -58,7 +58,7 @@ RunDir create_run_dir(const std::string& log_dir, const std::string& run_id, boo
   }
   int err = errno;
   if (err != EEXIST) {
-    throw SystemError(
+    throw UsageError(
         fmt::format("cannot create the run directory {}: {}; give a writable "
                     "--log_dir",
                     named, std::strerror(err)));

@@ -10,7 +10,8 @@
 // <run_id>_<random> and says so. Creation is an atomic mkdir, so two agents racing for the same
 // name cannot both get it. TORCHELASTIC_RUN_ID is the run id either way, never the directory.
 //
-// Blocks on the file system only. Throws SystemError when the directory cannot be created.
+// Blocks on the file system only. Throws UsageError (exit 2: give a writable --log_dir) when
+// the directory cannot be created.
 #pragma once
 
 #include <string>

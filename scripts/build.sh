@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Configures and builds into build/ (Release). Extra arguments go to cmake's configure step.
-# DLAUNCH_BUILD_TARGET=T builds only target T (scripts/package.sh: what the package holds).
+# DLAUNCH_BUILD_TARGET="T ..." builds only those targets (scripts/package.sh: what the package
+# holds; scripts/demo.sh: what the demo runs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 generator=()
@@ -10,4 +11,6 @@ if [[ ! -f build/CMakeCache.txt ]]; then
 elif (($# > 0)); then
   cmake -S . -B build "$@"
 fi
-cmake --build build -j "$(nproc)" ${DLAUNCH_BUILD_TARGET:+--target "$DLAUNCH_BUILD_TARGET"}
+targets=()
+for t in ${DLAUNCH_BUILD_TARGET:-}; do targets+=(--target "$t"); done
+cmake --build build -j "$(nproc)" "${targets[@]}"

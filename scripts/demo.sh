@@ -5,5 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh
+# What the demo runs, not the tests (most of the build): dlaunch, dtrain and, where a GPU is
+# present and the CUDA toolkit was found, dtrain's CUDA and NCCL plugins.
+targets="dlaunch dtrain"
+if [[ -e /dev/nvidia0 ]]; then targets+=" dlaunch_cuda_plugins"; fi
+DLAUNCH_BUILD_TARGET="$targets" scripts/build.sh
 exec build/bin/dlaunch --standalone --nproc_per_node=2 build/bin/dtrain "$@"

@@ -47,7 +47,11 @@ namespace {
 
 Duration parse_seconds(const std::string& key, const std::string& value) {
   double s = parse_double(value, fmt::format("--rdzv_conf {}", key));
-  if (s < 0) throw UsageError(fmt::format("--rdzv_conf {}={}: expected seconds >= 0", key, value));
+  // !(s <= 1e7) also refuses nan, which every comparison lets through.
+  if (s < 0 || !(s <= 1e7)) {
+    throw UsageError(fmt::format("--rdzv_conf {}={}: expected a number of seconds from 0 to 1e7",
+                                 key, value));
+  }
   return from_seconds(s);
 }
 

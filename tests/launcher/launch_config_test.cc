@@ -281,6 +281,47 @@ TEST(LaunchConfig, EndpointsAndPortsAreCheckedBeforeAnythingStarts) {
             1);
 }
 
+TEST(LaunchConfig, SecondsMustBeFiniteAndNameTheirBound) {
+  for (const char* flag : {"--hang_timeout", "--shutdown_grace", "--monitor_interval"}) {
+    for (const char* value : {"nan", "NaN", "inf", "-inf", "1e9"}) {
+      std::string e = usage_error({flag, value, "p"});
+      EXPECT_NE(e.find(std::string(flag) + "=" + value + " is not allowed"), std::string::npos)
+          << flag << " " << value << ": " << e;
+      EXPECT_NE(e.find("to 1e+07"), std::string::npos) << e;
+    }
+  }
+  EXPECT_NE(usage_error({"p"}, {{"DLAUNCH_HANG_TIMEOUT", "nan"}}).find("DLAUNCH_HANG_TIMEOUT"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--rdzv_conf", "join_timeout=nan", "p"}).find("join_timeout=nan"),
+            std::string::npos);
+  EXPECT_EQ(resolve({"--hang_timeout", "0", "p"}).hang_timeout, Duration::zero());
+}
+
+TEST(LaunchConfig, RunIdsStayOnePathComponent) {
+  for (const char* id : {"../esc", "a/b", "..", ".", "", "tab\there", "bell\a"}) {
+    std::string e = usage_error({"--rdzv_id", id, "p"});
+    EXPECT_NE(e.find("--rdzv_id="), std::string::npos) << "'" << id << "': " << e;
+    EXPECT_NE(e.find("names this job's log directory"), std::string::npos) << e;
+    EXPECT_EQ(e.find('\a'), std::string::npos) << "control characters are not echoed: " << e;
+  }
+  EXPECT_NE(usage_error({"p"}, {{"DLAUNCH_RDZV_ID", "x/y"}}).find("DLAUNCH_RDZV_ID"),
+            std::string::npos);
+  EXPECT_EQ(resolve({"--rdzv_id", "job-7_a.b", "p"}).run_id, "job-7_a.b");
+}
+
+TEST(LaunchConfig, UsageProblemsFoundBeforeAnythingStarts) {
+  EXPECT_NE(usage_error({"--master_addr", "", "p"}).find("--master_addr is empty"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--master_port", "29511", "--status_port", "29511", "p"})
+                .find("--status_port 29511 is also --master_port"),
+            std::string::npos);
+  EXPECT_EQ(resolve({"--master_port", "29511", "--status_port", "29512", "p"}).status_port, 29512);
+  EXPECT_NE(usage_error({"--standalone", "--rdzv_backend", "etcd", "p"})
+                .find("--standalone runs its own store on this node, but --rdzv_backend=etcd"),
+            std::string::npos);
+  EXPECT_EQ(resolve({"--standalone", "--rdzv_backend", "c10d", "p"}).rdzv_backend, "static");
+}
+
 TEST(LaunchConfig, DescribeShowsEveryResolvedSetting) {
   HostInfo host{8, 0, "feedfacecafebeef", "node-a"};
   auto lookup = [](const std::string&) -> std::optional<std::string> { return std::nullopt; };

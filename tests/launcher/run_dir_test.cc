@@ -55,7 +55,7 @@ TEST_F(RunDirTest, AnUnwritableLogDirIsAClearError) {
   try {
     create_run_dir(file + "/logs", "none", false);
     FAIL() << "no error for a log dir under a file";
-  } catch (const SystemError& e) {
+  } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("give a writable --log_dir"), std::string::npos)
         << e.what();
   }

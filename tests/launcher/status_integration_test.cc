@@ -114,6 +114,8 @@ TEST(StatusEndpoint, ServesStatusAndMetricsOfRunningWorkers) {
   EXPECT_NE(m.body.find("\",node_rank=\"0\",rank=\"2\",local_rank=\"2\"} 1"), std::string::npos)
       << m.body;
   EXPECT_EQ(http_request(addr, "GET", "/nope").status, 404);
+  EXPECT_EQ(http_request(addr, "POST", "/status").status, 405);
+  EXPECT_EQ(http_request(addr, "DELETE", "/metrics").status, 405);
   agent.signal(SIGTERM);
   auto e = agent.wait(30s);
   ASSERT_TRUE(e);
@@ -149,12 +151,32 @@ TEST(StatusEndpoint, StatusCommandListsWorkersAndStopEndsTheJobAsSigterm) {
   ASSERT_TRUE(e);
   EXPECT_EQ(e->shell_code(), 143) << agent.err();
   EXPECT_NE(agent.err().find("stop requested by dlaunch stop from 127.0.0.1"), std::string::npos);
+  EXPECT_EQ(agent.err().find("received SIGTERM"), std::string::npos)
+      << "no signal came: " << agent.err();
   std::string events = events_text(logs.path(), "st-stop");
   for (const char* kind : {"\"agent_started\"", "\"worker_started\"", "\"control_request\"",
-                           "\"signal_received\"", "\"worker_exited\"", "\"job_finished\""}) {
+                           "\"worker_exited\"", "\"job_finished\""}) {
     EXPECT_NE(events.find(kind), std::string::npos) << kind << " in\n" << events;
   }
+  EXPECT_EQ(events.find("\"signal_received\""), std::string::npos) << events;
   EXPECT_NE(events.find("\"exit_code\":143"), std::string::npos) << events;
+}
+
+// While node 0 waits at the rendezvous for the others (the moment a user most needs it),
+// `dlaunch status` finds the job through node 0's store and shows it waiting.
+TEST(StatusEndpoint, StatusCommandWorksWhileTheJobWaitsForNodes) {
+  std::string port = std::to_string(free_port());
+  Subprocess agent({kDlaunch, "--nnodes", "2", "--node_rank", "0", "--master_addr", "127.0.0.1",
+                    "--master_port", port, "--rdzv_id", "st-wait", "--no_python", "/bin/true"});
+  ASSERT_FALSE(endpoint_of(agent).empty()) << agent.err();
+  RunResult table;
+  EXPECT_TRUE(wait_until([&] {
+    table = run({kDlaunch, "status", "--master_port", port, "--rdzv_id", "st-wait"});
+    return table.exit.shell_code() == 0;
+  }, 30s)) << table.err;
+  EXPECT_NE(table.out.find("rendezvous"), std::string::npos) << table.out;
+  agent.signal(SIGTERM);
+  ASSERT_TRUE(agent.wait(30s));
 }
 
 TEST(StatusEndpoint, RestartIsCountedAndRefusedOnceTheBudgetIsSpent) {
@@ -179,6 +201,8 @@ TEST(StatusEndpoint, RestartIsCountedAndRefusedOnceTheBudgetIsSpent) {
   EXPECT_NE(r2.err.find("restart budget is spent"), std::string::npos) << r2.err;
   EXPECT_EQ(get_json(addr, "/status")["phase"], "running") << "a refused restart changes nothing";
   EXPECT_NE(events_text(logs.path(), "st-restart").find("\"counted\":true"), std::string::npos);
+  EXPECT_NE(events_text(logs.path(), "st-restart").find("\"control_refused\""), std::string::npos)
+      << "the refused restart is in the timeline";
   agent.signal(SIGTERM);
   ASSERT_TRUE(agent.wait(30s));
 }
@@ -243,6 +267,17 @@ TEST(StatusEndpoint, JobControlUsage) {
   EXPECT_EQ(nowhere.exit.shell_code(), 2);
   EXPECT_NE(nowhere.err.find("cannot read the job's agents from its store"), std::string::npos)
       << nowhere.err;
+  // Nothing listens: said at once, not retried for the whole --timeout.
+  RunResult none = run({kDlaunch, "stop", "--master_port", std::to_string(free_port())});
+  EXPECT_EQ(none.exit.shell_code(), 2);
+  EXPECT_NE(none.err.find("nothing listens there (connection refused)"), std::string::npos)
+      << none.err;
+  for (const char* bad : {"nan", "0", "-1", "inf"}) {
+    RunResult t = run({kDlaunch, "status", "--timeout", bad});
+    EXPECT_EQ(t.exit.shell_code(), 2) << bad;
+    EXPECT_NE(t.err.find("--timeout " + std::string(bad) + " is not allowed"), std::string::npos)
+        << t.err;
+  }
 }
 
 size_t entries(const std::string& dir) {
