@@ -104,7 +104,9 @@ std::string HangWatch::cpu_note(int pid, TimePoint now) const {
   const double wall = to_seconds(now - it->second.at);
   if (!usage || wall <= 0) return "";
   const double cpu = usage->cpu_seconds - it->second.cpu_seconds;
-  if (cpu >= 0.25 * wall) {  // a sleeper uses next to nothing; a spinner on a loaded host less than all
+  // A blocked worker uses next to nothing; a spinning one on a loaded host may get a small share
+  // of a core, but still far more than that.
+  if (cpu >= 0.1 * wall) {
     return fmt::format("; it used {:.1f} s of CPU in its last {:.1f} s of silence: busy or "
                        "spinning; raise --hang_timeout if its steps can take this long",
                        cpu, wall);

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cctype>
 
+#include "launcher/job_control.h"
+
 namespace dlaunch {
 namespace {
 
@@ -19,6 +21,21 @@ std::string dashed(std::string name) {
 std::string join(const std::vector<std::string>& words) {
   std::string out;
   for (const auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+std::string bar_joined(const std::vector<std::string>& words) {
+  std::string out;
+  for (const auto& w : words) out += (out.empty() ? "" : "|") + w;
+  return out;
+}
+
+std::vector<std::string> both_spellings(const std::vector<std::string>& flags) {
+  std::vector<std::string> out;
+  for (const auto& f : flags) {
+    out.push_back(f);
+    if (dashed(f) != f) out.push_back(dashed(f));
+  }
   return out;
 }
 
@@ -84,6 +101,22 @@ _dlaunch() {{
   elif [[ $prev == "=" && $COMP_CWORD -ge 2 ]]; then
     prev=${{COMP_WORDS[COMP_CWORD-2]}}
   fi
+  # dlaunch status|stop|restart|dump: their own flags.
+  case ${{COMP_WORDS[1]}} in
+    {control_commands_pattern})
+      if ((COMP_CWORD > 1)); then
+        case $prev in
+          --rdzv_backend|--rdzv-backend)
+            mapfile -t COMPREPLY < <(compgen -W "static c10d etcd" -- "$cur"); return ;;
+          --token_file|--token-file)
+            compopt -o filenames; mapfile -t COMPREPLY < <(compgen -f -- "$cur"); return ;;
+          --rdzv_endpoint|--rdzv-endpoint|--master_addr|--master-addr|--master_port|--master-port|--rdzv_id|--rdzv-id|--run_id|--run-id|--rdzv_conf|--rdzv-conf|--timeout)
+            COMPREPLY=(); return ;;
+        esac
+        mapfile -t COMPREPLY < <(compgen -W "{control_flags}" -- "$cur")
+        return
+      fi ;;
+  esac
   # Options end at "--" or at the first word that is not a flag or a flag's value: the
   # program. Its arguments are its own; offer files.
   for ((i = 1; i < COMP_CWORD; i++)); do
@@ -102,14 +135,20 @@ _dlaunch() {{
     mapfile -t COMPREPLY < <(compgen -W "{all_flags}" -- "$cur")
     return
   fi
-  # The program: a file or a command.
+  # The program: a file or a command; first on the line, also a subcommand.
   compopt -o default
   mapfile -t COMPREPLY < <(compgen -c -- "$cur")
+  if ((COMP_CWORD == 1)); then
+    mapfile -t -O "${{#COMPREPLY[@]}}" COMPREPLY < <(compgen -W "{control_commands}" -- "$cur")
+  fi
 }}
 complete -F _dlaunch dlaunch
 )",
       fmt::arg("value_flags", value_flags), fmt::arg("value_cases", value_cases),
-      fmt::arg("all_flags", join(all_flags)));
+      fmt::arg("all_flags", join(all_flags)),
+      fmt::arg("control_commands_pattern", bar_joined(job_control_commands())),
+      fmt::arg("control_commands", join(job_control_commands())),
+      fmt::arg("control_flags", join(both_spellings(job_control_flags()))));
 }
 
 }  // namespace dlaunch

@@ -27,6 +27,10 @@ namespace dlaunch {
 
 // Whether argv[1] names one of the subcommands.
 bool is_job_control_command(const std::string& word);
+// The subcommands, and the flags they take (one spelling each; '_' or '-' both work), for the
+// bash completion.
+const std::vector<std::string>& job_control_commands();
+const std::vector<std::string>& job_control_flags();
 // `args`: argv[1..], starting with the subcommand. Never throws.
 int run_job_control(const std::vector<std::string>& args);
 

@@ -195,7 +195,7 @@ SlurmEnv read_slurm_env(const EnvGetter& env) {
 SlurmSettings resolve_slurm_settings(const SlurmEnv& slurm, const UserSettings& user) {
   SlurmSettings out;
   if (user.no_slurm) {
-    out.notes.push_back("Slurm values ignored (--no_slurm)");
+    out.notes.push_back("Slurm values ignored (" + user.no_slurm_by + ")");
     return out;
   }
   if (!slurm.detected) {

@@ -122,6 +122,7 @@ struct UserSettings {
   std::optional<std::string> slurm_mode;      // "auto" | "agent" | "task"
   bool force_slurm = false;                   // --slurm: fail if SLURM_* is missing
   bool no_slurm = false;                      // --no_slurm: ignore SLURM_* entirely
+  std::string no_slurm_by = "--no_slurm";      // what said so (--standalone implies it)
 };
 
 struct SlurmSettings {

@@ -38,7 +38,11 @@ bool switch_on(const CliArgs& cli, const EnvLookup& env, const std::string& name
 void apply_slurm(const CliArgs& cli, const EnvLookup& env, LaunchConfig& cfg) {
   UserSettings user;
   user.force_slurm = switch_on(cli, env, "slurm");
-  user.no_slurm = switch_on(cli, env, "no_slurm") || cfg.standalone;
+  user.no_slurm = switch_on(cli, env, "no_slurm");
+  if (!user.no_slurm && cfg.standalone) {
+    user.no_slurm = true;
+    user.no_slurm_by = "--standalone";
+  }
   if (auto it = cli.values.find("slurm_mode"); it != cli.values.end()) {
     user.slurm_mode = it->second;
   } else if (auto v = env(flag_spec("slurm_mode").env)) {

@@ -723,7 +723,7 @@ TEST(DlaunchHang, WorkerThatBeatsOnlyAtItsStartIsHung) {
 // A silent worker that burns CPU is still stopped at the timeout (a spinning collective burns
 // CPU too), and the report says it was busy, so a user with long steps knows what to change.
 TEST(DlaunchHang, ASilentWorkerUsingCpuIsReportedAsBusy) {
-  auto r = run({kDlaunch, "--standalone", "--hang_timeout", "2", "--shutdown_grace", "1",
+  auto r = run({kDlaunch, "--standalone", "--hang_timeout", "4", "--shutdown_grace", "1",
                 "--no_python", "/bin/sh", "-c",
                 "touch \"$DLAUNCH_HEARTBEAT_FILE\"; while :; do :; done"},
                {}, 60s);

@@ -320,6 +320,8 @@ TEST(LaunchConfig, UsageProblemsFoundBeforeAnythingStarts) {
                 .find("--standalone runs its own store on this node, but --rdzv_backend=etcd"),
             std::string::npos);
   EXPECT_EQ(resolve({"--standalone", "--rdzv_backend", "c10d", "p"}).rdzv_backend, "static");
+  EXPECT_NE(resolve({"--standalone", "p"}).describe().find("Slurm values ignored (--standalone)"),
+            std::string::npos);
 }
 
 TEST(LaunchConfig, DescribeShowsEveryResolvedSetting) {

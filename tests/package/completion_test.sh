@@ -35,6 +35,11 @@ expect "auto agent task" dlaunch --slurm_mode ""
 expect "--standalone" dlaunch --nproc_per_node 2 --stand
 # After the program, words belong to it: no dlaunch flags.
 expect "" dlaunch --standalone train.py --stand
+# The job control subcommands and their flags.
+expect "restart" dlaunch restar
+expect "--rdzv_id --rdzv-id" dlaunch status --rdzv_i
+expect "--json" dlaunch status --master_port 29500 --js
+expect "etcd" dlaunch stop --rdzv_backend e
 
 all=" $(complete_words dlaunch --) "
 help_flags=$("$dlaunch" --help | grep -oE '^  (-[a-z], )?--[a-z_]+' | grep -oE -- '--[a-z_]+')

@@ -48,6 +48,22 @@ TEST(FlashWriter, KeepsOnlyTheNewestCopyUnderDtrain) {
   EXPECT_FALSE(FlashWriter("").enabled());
 }
 
+// With an output directory the writer asks the agent to keep its copies there if the job ends
+// without success (launcher/flash_persist.h); without one it asks nothing.
+TEST(FlashWriter, AsksTheAgentToKeepItsCopiesInTheOutputDir) {
+  TempDir flash;
+  FlashWriter w(flash.path(), "/abs/run/out");
+  std::ifstream in(w.dir() + "/.persist_to");
+  std::string target;
+  std::getline(in, target);
+  EXPECT_EQ(target, "/abs/run/out");
+  w.write(partial_checkpoint_file_name(0, 3), *bytes_of(state(3, "r")));
+  EXPECT_EQ(load_latest_valid(w.dir())->ckpt.meta["step"], 3) << "the request is no checkpoint";
+  TempDir plain;
+  FlashWriter none(plain.path());
+  EXPECT_FALSE(fs::exists(none.dir() + "/.persist_to"));
+}
+
 TEST(FlashWriter, NewestWithFlashPicksTheNewerStateOfTheSameRunAndSkipsATornCopy) {
   TempDir flash, disk;
   FlashWriter w(flash.path());

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <fstream>
 #include <system_error>
 #include <utility>
 
@@ -14,7 +15,7 @@
 namespace dlaunch::ckpt {
 namespace fs = std::filesystem;
 
-FlashWriter::FlashWriter(const std::string& flash_dir) {
+FlashWriter::FlashWriter(const std::string& flash_dir, const std::string& persist_to) {
   if (flash_dir.empty()) return;
   std::string dir = (fs::path(flash_dir) / "dtrain").string();
   std::error_code ec;
@@ -22,6 +23,11 @@ FlashWriter::FlashWriter(const std::string& flash_dir) {
   if (ec) {
     throw SystemError(fmt::format("cannot create {} in the flash directory (DLAUNCH_FLASH_DIR): {}",
                                   dir, ec.message()));
+  }
+  if (!persist_to.empty()) {
+    // The agent's file name (launcher/flash_persist.h: kPersistRequestFile); a worker cannot
+    // include the launcher, the contract is the file.
+    std::ofstream(fs::path(dir) / ".persist_to") << persist_to << "\n";
   }
   dir_ = std::move(dir);
 }

@@ -44,8 +44,11 @@ using Bytes = std::shared_ptr<const std::vector<uint8_t>>;
 class FlashWriter {
  public:
   // `flash_dir` empty: disabled (enabled() is false, write() must not be called). Creates
-  // <flash_dir>/dtrain; throws SystemError when it cannot.
-  explicit FlashWriter(const std::string& flash_dir);
+  // <flash_dir>/dtrain; throws SystemError when it cannot. With `persist_to` (an absolute
+  // directory: the run's --output_dir), asks the agent to write the copies there if the job
+  // ends without success (<flash_dir>/dtrain/.persist_to, launcher/flash_persist.h), so the
+  // state of a stop cut short or a failure is on disk for the next run's resume.
+  explicit FlashWriter(const std::string& flash_dir, const std::string& persist_to = "");
 
   bool enabled() const { return !dir_.empty(); }
   // <flash_dir>/dtrain: where the copies are (and where resuming looks).

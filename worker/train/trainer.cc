@@ -1049,7 +1049,9 @@ TrainSummary Trainer::run() {
   // rank 0 after a re-rendezvous); rank 0 reads its node's copy when resuming.
   if (c_.flash_every > 0 && env_.local_rank == 0 && !env_.flash_dir.empty()) {
     try {
-      flash_ = std::make_unique<ckpt::FlashWriter>(env_.flash_dir);
+      const std::string persist_to =
+          c_.output_dir.empty() ? "" : std::filesystem::absolute(c_.output_dir).string();
+      flash_ = std::make_unique<ckpt::FlashWriter>(env_.flash_dir, persist_to);
     } catch (const SystemError& e) {
       log_warning("no flash copies: {}", e.what());
     }
