@@ -141,12 +141,32 @@ void TcpStoreClient::ensure_connected() {
   auto deadline = deadline_after(bound);
   auto backoff = std::chrono::milliseconds(20);
   std::string last_error;
+  // The last attempt connected and the peer did not answer its handshake; `judged_silent`: an
+  // attempt gave it the whole handshake_timeout (the last may be cut short by `deadline`).
+  bool silent_peer = false;
+  bool judged_silent = false;
   const auto started = SteadyTime::now();
   auto next_note = started + options_.waiting_note_every;
   while (true) {
+    silent_peer = false;
     try {
       connect_once(deadline);
-      handshake(deadline);
+      // A peer that was a store before and is silent now is a store in trouble, and a
+      // handshake cut short by the connect's own bound proves nothing.
+      const auto handshake_deadline = deadline_after(options_.handshake_timeout);
+      const bool judge = !connected_once_ && handshake_deadline < deadline;
+      try {
+        handshake(std::min(deadline, handshake_deadline));
+      } catch (const TimeoutError&) {
+        silent_peer = true;
+        if (judge && !judged_silent) {
+          judged_silent = true;
+          log_warning("{}; still trying, up to {:g} s, in case it is a store too busy to "
+                      "answer; check that no other service listens on that port",
+                      silent_answer(), to_seconds(bound));
+        }
+        throw;
+      }
       connected_once_ = true;
       return;
     } catch (const ConnectionError& e) {
@@ -160,14 +180,22 @@ void TcpStoreClient::ensure_connected() {
       drop();
       last_error = e.what();
     }
+    silent_peer = silent_peer && judged_silent;
+    if (silent_peer) last_error = silent_answer();
     if (SteadyTime::now() + backoff >= deadline) break;
     if (!connected_once_ && SteadyTime::now() >= next_note) {
       next_note += options_.waiting_note_every;
-      log_info("still waiting for the store at {} ({:.0f} s so far, up to {:g} s; last error: {}); "
-               "it is hosted by the agent of node rank 0 (static) or the one owning "
-               "--rdzv_endpoint (c10d): start it, or check its address and port",
-               endpoint(), to_seconds(SteadyTime::now() - started), to_seconds(bound),
-               last_error);
+      if (silent_peer) {
+        log_info("still waiting for the store at {} ({:.0f} s so far, up to {:g} s): {}",
+                 endpoint(), to_seconds(SteadyTime::now() - started), to_seconds(bound),
+                 last_error);
+      } else {
+        log_info("still waiting for the store at {} ({:.0f} s so far, up to {:g} s; last error: "
+                 "{}); it is hosted by the agent of node rank 0 (static) or the one owning "
+                 "--rdzv_endpoint (c10d): start it, or check its address and port",
+                 endpoint(), to_seconds(SteadyTime::now() - started), to_seconds(bound),
+                 last_error);
+      }
     }
     {
       // Back off, but wake at once for interrupt().
@@ -178,11 +206,35 @@ void TcpStoreClient::ensure_connected() {
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
   if (interrupted()) throw_closed("");
+  if (silent_peer) {
+    throw ConnectionError(not_a_store(fmt::format(
+        "for {:g} s it accepted connections and never answered the store handshake (each "
+        "given {:g} s); another service holds the port: stop it, or give the job a free port "
+        "(--rdzv_endpoint for c10d, --master_port for static)",
+        to_seconds(bound), to_seconds(options_.handshake_timeout))));
+  }
   throw ConnectionError(fmt::format(
       "cannot reach the store at {} within {:g} s (last error: {}); check that the agent "
       "hosting it (node rank 0, or the owner of --rdzv_endpoint) is running, that the address "
       "and port are right, and that no firewall blocks the port",
       endpoint(), to_seconds(bound), last_error));
+}
+
+std::string TcpStoreClient::silent_answer() const {
+  return not_a_store(
+      fmt::format("it accepts connections but did not answer the store handshake within {:g} s",
+                  to_seconds(options_.handshake_timeout)));
+}
+
+std::string TcpStoreClient::not_a_store(const std::string& why) const {
+  return fmt::format("{} answers but is not a dlaunch or PyTorch store: {}", endpoint(), why);
+}
+
+void TcpStoreClient::throw_not_a_store(const std::string& why) {
+  drop();
+  throw StateError(not_a_store(why) +
+                   "; another service holds the port: stop it, or give the job a free port "
+                   "(--rdzv_endpoint for c10d, --master_port for static)");
 }
 
 void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
@@ -255,15 +307,21 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
     uint32_t nonce = static_cast<uint32_t>(::getpid()) ^ 0x5eed;
     wire::put_u32(hello, nonce);
     send_raw(hello, "PING");
-    if (options_.agent) recv_u8(deadline, "DECLARE_AGENT");
-    uint32_t echoed = 0;
+    if (options_.agent) {
+      uint8_t declared = recv_u8(deadline, "DECLARE_AGENT");
+      if (declared != 0) {
+        throw_not_a_store(fmt::format("it answered the handshake with byte 0x{:02x}, where a "
+                                      "store answers 0x00",
+                                      declared));
+      }
+    }
     uint8_t buf[4];
     recv_exact(buf, 4, deadline, "PING", "");
-    echoed = load_le<uint32_t>(buf);
+    const uint32_t echoed = load_le<uint32_t>(buf);
     if (echoed != nonce) {
-      drop();
-      throw StateError(fmt::format(
-          "the service at {} is not a dlaunch/PyTorch store (bad PING reply)", endpoint()));
+      throw_not_a_store(fmt::format(
+          "it answered the handshake's PING with 0x{:08x}, where a store echoes 0x{:08x}", echoed,
+          nonce));
     }
     if (ask_features) read_features(deadline);
     return;
@@ -274,6 +332,10 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
   wire::encode_request(wire::Dialect::kTorch2, begin, hello);
   send_raw(hello, "AUTH_BEGIN");
   uint8_t mode = recv_u8(deadline, "AUTH_BEGIN");
+  if (mode > 1) {
+    throw_not_a_store(fmt::format(
+        "it answered the handshake with byte 0x{:02x}, where a store answers 0x00 or 0x01", mode));
+  }
   wire::Digest server_nonce, proof;
   recv_exact(server_nonce.data(), server_nonce.size(), deadline, "AUTH_BEGIN", "");
   recv_exact(proof.data(), proof.size(), deadline, "AUTH_BEGIN", "");

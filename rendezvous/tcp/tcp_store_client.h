@@ -3,7 +3,9 @@
 // 2.x TCPStore server when no token is used.
 //
 // Blocking and timeouts: the constructor connects, retrying refused/unreachable attempts with
-// backoff until connect_timeout passes (ConnectionError naming host:port and what to check).
+// backoff until connect_timeout passes (ConnectionError naming host:port and what to check);
+// each attempt's handshake is bounded by handshake_timeout, so a foreign service on the port
+// is named within seconds ("host:port answers but is not a dlaunch or PyTorch store").
 // Every request waits for its reply at most timeout() (get/wait/multi_get: for the keys to
 // appear; others: for the server to answer), then throws TimeoutError. A timed-out wait() is
 // cancelled on the wire (CANCEL_WAIT) and keeps the connection, so waiting in short slices is
@@ -11,7 +13,8 @@
 // next call reconnects.
 // Errors: ClosedError when the server closes the connection mid-request (the server or its
 // agent died); ConnectionError when a reconnect fails; ProtocolError on a malformed reply;
-// StateError when the job token is refused or the server is not this job's.
+// StateError when the job token is refused, the server is not this job's, or the peer answers
+// the handshake with bytes no store sends.
 // Thread-safe: one request at a time per client (a mutex); use one client per thread that
 // blocks in get/wait while others must go on. interrupt() is the one call that does not wait
 // for that mutex: another thread uses it to end a blocked call at once (a watcher's stop()).
@@ -51,6 +54,11 @@ struct TcpStoreClientOptions {
   // While the first connect keeps failing (the host is not up yet: a node started before node
   // 0), say so this often, so a waiting node is not silent for the whole join timeout.
   Duration waiting_note_every = std::chrono::seconds(30);
+  // A store answers the handshake in milliseconds. A peer that accepts and stays silent this
+  // long is some other service on the port (or a store too busy to answer yet): said at once in
+  // the log, and the connect goes on retrying until its bound. One that answers with bytes no
+  // store sends ends the connect at once (StateError).
+  Duration handshake_timeout = std::chrono::seconds(5);
   Duration timeout = Store::kDefaultTimeout;
   std::optional<std::string> token;  // the job token; nullopt: connect without one
   // true: declare this connection an agent's (dlaunch's DECLARE_AGENT, which only dlaunch's
@@ -105,6 +113,10 @@ class TcpStoreClient final : public Store {
   void ensure_connected();
   void connect_once(std::chrono::steady_clock::time_point deadline);
   void handshake(std::chrono::steady_clock::time_point deadline);
+  // "host:port answers but is not a dlaunch or PyTorch store: <why>".
+  std::string not_a_store(const std::string& why) const;
+  std::string silent_answer() const;
+  [[noreturn]] void throw_not_a_store(const std::string& why);
   // Asks FEATURES into server_features_; a connection closed instead marks an older server.
   void read_features(std::chrono::steady_clock::time_point deadline);
   void send_request(const wire::Request& request);

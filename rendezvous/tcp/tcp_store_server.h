@@ -9,9 +9,10 @@
 // Behaviour: binds exactly the given address (no reverse DNS; "[v6]" literals work); port 0
 // picks a free port. SO_REUSEADDR so a restarted agent can rebind at once, but a port held by
 // a live listener fails with AddressInUseError. TCP_NODELAY, listen backlog 4096, accepts in a
-// loop, and raises the soft RLIMIT_NOFILE to the hard limit so 10,000+ clients fit. GET, WAIT
-// and MULTI_GET on missing keys are parked per key and answered when a set/add/compare_set/
-// append creates them. A malformed or oversized frame closes that connection only (logged,
+// loop, and raises the soft RLIMIT_NOFILE to the hard limit so 10,000+ clients fit. GET and
+// MULTI_GET on missing keys are parked per key and answered when a set/add/compare_set/append
+// creates them; a WAIT is answered then too, but, as in PyTorch's servers, its client's later
+// requests are served meanwhile (tcp_store_state.h). A malformed or oversized frame closes that connection only (logged,
 // rate-limited). stop() closes every connection; clients blocked on it see the close.
 //
 // Job token: when `token` is set, a client must prove it (see rendezvous/tcp/job_token.h) before

@@ -1,6 +1,7 @@
 #include "rendezvous/tcp/tcp_store_state.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "common/error.h"
 #include "rendezvous/tcp/worker_namespace.h"
@@ -11,6 +12,18 @@ using wire::Op;
 using wire::Request;
 
 // ---- the requests -------------------------------------------------------------------------
+
+// The reply to a change goes before what the change itself appended to the same session since
+// `at` (its own pending WAIT answered, its watch event), as PyTorch's server (1.13, and 2.x's
+// classic backend) sends the reply first: a 1.13 client whose wait on a counter timed out then
+// reads ADD's value, and the late STOP_WAITING after it.
+template <typename Put>
+void TcpStoreState::put_reply_first(Bytes& out, size_t at, Put put) {
+  if (out.size() == at) return put(out);
+  Bytes reply;
+  put(reply);
+  out.insert(out.begin() + static_cast<std::ptrdiff_t>(at), reply.begin(), reply.end());
+}
 
 // A flat switch over the op set: one case per op, read top to bottom.
 TcpStoreState::Handled TcpStoreState::handle(StoreSession& s, Request& q, std::string& error) {
@@ -28,9 +41,12 @@ TcpStoreState::Handled TcpStoreState::handle(StoreSession& s, Request& q, std::s
       // reused request, to be filled by the next decode.
       table_.exchange(q.keys[0], q.values[0]);
       return Handled::kQuiet;
-    case Op::kCompareSet:
-      wire::put_bytes(reply, table_.compare_set(q.keys[0], q.values[0], q.values[1]));
+    case Op::kCompareSet: {
+      const size_t at = reply.size();
+      auto&& now = table_.compare_set(q.keys[0], q.values[0], q.values[1]);
+      put_reply_first(reply, at, [&](Bytes& b) { wire::put_bytes(b, now); });
       break;
+    }
     case Op::kWaitGet:
       if (q.keys.empty()) {
         error = "WAIT_GET without keys (the first is the one to wait for)";
@@ -38,12 +54,20 @@ TcpStoreState::Handled TcpStoreState::handle(StoreSession& s, Request& q, std::s
       }
       [[fallthrough]];
     case Op::kGet:
-    case Op::kWait:
     case Op::kMultiGet:
-      if (park_if_missing(s, q)) return Handled::kQuiet;
+      if (wait_if_missing(s, q, /*pending_wait=*/false)) return Handled::kQuiet;
+      answer_ready(s, q);
+      break;
+    case Op::kWait:
+      // As PyTorch's servers do, the session goes on while its WAIT is pending. A WAIT that
+      // must wait replaces an older pending one (a client whose wait timed out waits again):
+      // one STOP_WAITING comes for the keys of the latest.
+      if (s.pending_wait_.active && !all_exist(q.keys)) forget(s, /*pending_wait=*/true);
+      if (wait_if_missing(s, q, /*pending_wait=*/true)) return Handled::kQuiet;
       answer_ready(s, q);
       break;
     case Op::kAdd: {
+      const size_t at = reply.size();
       int64_t value = 0;
       try {
         value = table_.add(q.keys[0], q.delta);
@@ -51,15 +75,12 @@ TcpStoreState::Handled TcpStoreState::handle(StoreSession& s, Request& q, std::s
         error = std::string("ADD: ") + e.what();
         return Handled::kBadRequest;
       }
-      wire::put_i64(reply, value);
+      put_reply_first(reply, at, [&](Bytes& b) { wire::put_i64(b, value); });
       break;
     }
-    case Op::kCheck: {
-      bool ready = true;
-      for (const auto& k : q.keys) ready = ready && exists(k);
-      wire::put_u8(reply, ready ? wire::kCheckReady : wire::kCheckNotReady);
+    case Op::kCheck:
+      wire::put_u8(reply, all_exist(q.keys) ? wire::kCheckReady : wire::kCheckNotReady);
       break;
-    }
     case Op::kNumKeys:
       wire::put_i64(reply, static_cast<int64_t>(table_.size()));
       break;
@@ -77,7 +98,7 @@ TcpStoreState::Handled TcpStoreState::handle(StoreSession& s, Request& q, std::s
       for (size_t i = 0; i < q.keys.size(); ++i) table_.exchange(q.keys[i], q.values[i]);
       return Handled::kQuiet;
     case Op::kCancelWait:
-      wire::put_u8(reply, wire::kWaitCanceled);
+      cancel_wait(s);
       break;
     case Op::kQueuePush:
       queues_[q.keys[0]].push_back(std::move(q.values[0]));
@@ -137,6 +158,13 @@ bool TcpStoreState::exists(const std::string& key) const {
   return q != queues_.end() && !q->second.empty();
 }
 
+bool TcpStoreState::all_exist(const std::vector<std::string>& keys) const {
+  for (const auto& k : keys) {
+    if (!exists(k)) return false;
+  }
+  return true;
+}
+
 // ---- watchers -----------------------------------------------------------------------------
 
 bool TcpStoreState::wants_old_value(const std::string& key) const {
@@ -183,12 +211,13 @@ void TcpStoreState::notify_watchers(const std::string& key, uint8_t kind, const 
 void TcpStoreState::wake_all(const std::string& key) {
   auto it = waiters_.find(key);
   if (it == waiters_.end()) return;
-  std::vector<SessionPtr> woken = std::move(it->second);
+  std::vector<Waiter> woken = std::move(it->second);
   waiters_.erase(it);
-  for (auto& s : woken) {
-    if (s->closed || !s->parked_) continue;
-    if (s->awaiting_ > 0) --s->awaiting_;
-    if (s->awaiting_ == 0) try_complete_parked(*s);
+  for (auto& w : woken) {
+    StoreSession::Waiting& waiting = w.waiting();
+    if (w.session->closed || !waiting.active) continue;
+    if (waiting.awaiting > 0) --waiting.awaiting;
+    if (waiting.awaiting == 0) try_complete(*w.session, w.pending_wait);
   }
 }
 
@@ -197,31 +226,32 @@ void TcpStoreState::wake_all(const std::string& key) {
 // this key was the last one missing; the other waiters stay parked even though the queue is
 // not empty (the woken one is expected to pop the item). Waiters that still miss other keys
 // count this one as present and leave its list (PyTorch leaves them on it and counts them
-// down again at every push; completion re-checks every key anyway, see try_complete_parked).
+// down again at every push; completion re-checks every key anyway, see try_complete).
 void TcpStoreState::wake_one(const std::string& key) {
   auto it = waiters_.find(key);
   if (it == waiters_.end()) return;
-  std::vector<SessionPtr>& list = it->second;
-  SessionPtr chosen;
+  std::vector<Waiter>& list = it->second;
+  std::optional<Waiter> chosen;
   size_t kept = 0;
   for (size_t i = 0; i < list.size(); ++i) {
-    SessionPtr& s = list[i];
-    if (s->closed || !s->parked_) continue;  // stale entry: drop it
-    if (!chosen && s->awaiting_ <= 1) {
-      chosen = s;
+    Waiter& w = list[i];
+    StoreSession::Waiting& waiting = w.waiting();
+    if (w.session->closed || !waiting.active) continue;  // stale entry: drop it
+    if (!chosen && waiting.awaiting <= 1) {
+      chosen = std::move(w);
       continue;
     }
-    if (!chosen && s->awaiting_ > 1) {
-      --s->awaiting_;  // passed over: this key counts as present for it
+    if (!chosen && waiting.awaiting > 1) {
+      --waiting.awaiting;  // passed over: this key counts as present for it
       continue;
     }
-    list[kept++] = std::move(s);  // after the chosen one: still waiting for this key
+    list[kept++] = std::move(w);  // after the chosen one: still waiting for this key
   }
-  list.resize(kept);
+  list.resize(kept, Waiter{nullptr, false});
   if (list.empty()) waiters_.erase(it);
   if (chosen) {
-    chosen->awaiting_ = 0;
-    try_complete_parked(*chosen);
+    chosen->waiting().awaiting = 0;
+    try_complete(*chosen->session, chosen->pending_wait);
   }
 }
 
@@ -235,10 +265,10 @@ void TcpStoreState::put_marked_values(Bytes& reply, const Request& q) const {
 }
 
 bool TcpStoreState::expire_wait(StoreSession& s) {
-  if (!s.parked_ || s.parked_request_.op != Op::kWaitGet) return false;
+  if (!s.parked_.active || s.parked_.request.op != Op::kWaitGet) return false;
   SessionPtr keep = s.shared_from_this();
-  Request q = std::move(s.parked_request_);
-  unpark(s);
+  Request q = std::move(s.parked_.request);
+  forget(s, /*pending_wait=*/false);
   wire::put_u8(s.out, wire::kWaitTimedOut);
   put_marked_values(s.out, q);
   s.replied();
@@ -247,12 +277,14 @@ bool TcpStoreState::expire_wait(StoreSession& s) {
 }
 
 void TcpStoreState::cancel_wait(StoreSession& s) {
-  unpark(s);
+  if (s.pending_wait_.active) forget(s, /*pending_wait=*/true);
+  if (s.parked_.active) forget(s, /*pending_wait=*/false);
   wire::put_u8(s.out, wire::kWaitCanceled);
 }
 
 void TcpStoreState::drop(StoreSession& s) {
-  if (s.parked_) unpark(s);
+  if (s.pending_wait_.active) forget(s, /*pending_wait=*/true);
+  if (s.parked_.active) forget(s, /*pending_wait=*/false);
 }
 
 void TcpStoreState::forget_clients() {
@@ -260,33 +292,36 @@ void TcpStoreState::forget_clients() {
   watchers_.clear();
 }
 
-// The keys a parked request waits for: all of them, but only the first of a WAIT_GET (the
+// The keys a waiting request waits for: all of them, but only the first of a WAIT_GET (the
 // others are read as they are when it is answered).
 static size_t awaited_keys(const Request& q) {
   return q.op == Op::kWaitGet ? std::min<size_t>(1, q.keys.size()) : q.keys.size();
 }
 
-// Removes `s` from every wait list it is on.
-void TcpStoreState::unpark(StoreSession& s) {
-  const auto& keys = s.parked_request_.keys;
-  for (size_t i = 0; i < awaited_keys(s.parked_request_); ++i) {
-    const auto& key = keys[i];
-    auto it = waiters_.find(key);
+// Takes one of the session's waiting requests off every wait list it is on.
+void TcpStoreState::forget(StoreSession& s, bool pending_wait) {
+  StoreSession::Waiting& waiting = pending_wait ? s.pending_wait_ : s.parked_;
+  const auto& keys = waiting.request.keys;
+  for (size_t i = 0; i < awaited_keys(waiting.request); ++i) {
+    auto it = waiters_.find(keys[i]);
     if (it == waiters_.end()) continue;
     auto& list = it->second;
     list.erase(std::remove_if(list.begin(), list.end(),
-                              [&](const SessionPtr& p) { return p.get() == &s; }),
+                              [&](const Waiter& w) {
+                                return w.session.get() == &s && w.pending_wait == pending_wait;
+                              }),
                list.end());
     if (list.empty()) waiters_.erase(it);
   }
-  s.parked_ = false;
-  s.awaiting_ = 0;
-  s.parked_request_ = Request();
+  waiting.active = false;
+  waiting.awaiting = 0;
+  waiting.request = Request();
 }
 
-// Parks `s` on the keys of `q` that are missing; false when none is missing.
-bool TcpStoreState::park_if_missing(StoreSession& s, const Request& q) {
-  // One wait-list entry per missing key occurrence, counted in `awaiting_`; no duplicate
+// Makes `q` wait on its keys that are missing (as the session's pending WAIT or its parked
+// request); false when none is missing.
+bool TcpStoreState::wait_if_missing(StoreSession& s, const Request& q, bool pending_wait) {
+  // One wait-list entry per missing key occurrence, counted in `awaiting`; no duplicate
   // search, which would make a WAIT on N keys by N clients cost N^3.
   size_t missing = 0;
   SessionPtr self;
@@ -294,27 +329,30 @@ bool TcpStoreState::park_if_missing(StoreSession& s, const Request& q) {
     const auto& key = q.keys[i];
     if (!exists(key)) {
       if (!self) self = s.shared_from_this();
-      waiters_[key].push_back(self);
+      waiters_[key].push_back(Waiter{self, pending_wait});
       ++missing;
     }
   }
   if (missing == 0) return false;
-  s.parked_ = true;
-  s.awaiting_ = missing;
-  s.parked_request_ = q;
+  StoreSession::Waiting& waiting = pending_wait ? s.pending_wait_ : s.parked_;
+  waiting.active = true;
+  waiting.awaiting = missing;
+  waiting.request = q;
   return true;
 }
 
-void TcpStoreState::try_complete_parked(StoreSession& s) {
-  // Hold the session: unpark() may drop the last wait-list reference to it.
+void TcpStoreState::try_complete(StoreSession& s, bool pending_wait) {
+  // Hold the session: forget() may drop the last wait-list reference to it.
   SessionPtr keep = s.shared_from_this();
-  Request q = std::move(s.parked_request_);
-  unpark(s);
-  // A key may have been deleted between its set and now: park again on what is missing.
-  if (park_if_missing(s, q)) return;
+  StoreSession::Waiting& waiting = pending_wait ? s.pending_wait_ : s.parked_;
+  Request q = std::move(waiting.request);
+  forget(s, pending_wait);
+  // A key may have been deleted between its set and now: wait again on what is missing.
+  if (wait_if_missing(s, q, pending_wait)) return;
   answer_ready(s, q);
   s.replied();
-  s.resumed();
+  // Requests decoded behind a parked one go on; a pending WAIT held none up.
+  if (!pending_wait) s.resumed();
 }
 
 // Answers a GET/WAIT/MULTI_GET whose keys all exist, or a WAIT_GET whose first key does.

@@ -6,8 +6,15 @@
 // follows Asio's HTTP server example: connection and manager there, request handler here.
 //
 // Threading: not thread-safe; the server calls it from its one thread only. Nothing here
-// blocks: a GET/WAIT/MULTI_GET (or a WAIT_GET on its first key) on missing keys parks its session
-// and is answered later, when a set/add/compare_set/append/queue push creates the keys. Never
+// blocks. Requests on missing keys wait in one of two ways:
+//   WAIT                      pending, as in PyTorch's servers: the session goes on with its
+//                             next requests, and STOP_WAITING is sent whenever the keys are
+//                             there (or never, after CANCEL_WAIT). A PyTorch 1.13 client whose
+//                             wait timed out has no cancel and keeps using its connection.
+//   GET, MULTI_GET, WAIT_GET  parked (dlaunch's: PyTorch's servers never wait on these): the
+//                             reply is the value, so the session's later requests are answered
+//                             only after it.
+// Both are answered when a set/add/compare_set/append/queue push creates the keys. Never
 // throws: a request that breaks the protocol (an ADD to a non-counter) comes back as
 // Handled::kBadRequest.
 #pragma once
@@ -36,13 +43,13 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   // skips closed sessions it still holds.
   bool closed = false;
 
-  // Whether a GET/WAIT/MULTI_GET/WAIT_GET of this session waits for keys: only CANCEL_WAIT may be
-  // handled before it is answered.
-  bool parked() const { return parked_; }
+  // Whether a GET/MULTI_GET/WAIT_GET of this session waits for keys: only CANCEL_WAIT may be
+  // handled before it is answered. A pending WAIT does not count: it holds nothing up.
+  bool parked() const { return parked_.active; }
 
  protected:
   // Bytes were appended to `out` outside a handle() call for this session (a watch event, a
-  // parked request answered): send them. Never throws.
+  // waiting request answered): send them. Never throws.
   virtual void replied() = 0;
   // The parked request was answered: decode this session's next requests (later, not from
   // inside the call, so one set waking many sessions does not recurse). Never throws.
@@ -50,15 +57,19 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
 
  private:
   friend class TcpStoreState;
+  // A request waiting for `awaiting` of its keys to appear.
+  struct Waiting {
+    bool active = false;
+    wire::Request request;
+    size_t awaiting = 0;
+  };
   // Keys of a session that did not declare itself an agent's get its round's worker namespace,
   // fixed at its first key operation.
   bool agent_ = false;
   bool scope_known_ = false;
   std::string scope_;
-  // A parked GET/WAIT/MULTI_GET/WAIT_GET waiting for `awaiting_` keys to appear.
-  bool parked_ = false;
-  wire::Request parked_request_;
-  size_t awaiting_ = 0;
+  Waiting parked_;        // a GET/MULTI_GET/WAIT_GET: the session's next requests wait for it
+  Waiting pending_wait_;  // a WAIT: the session goes on meanwhile
 };
 
 class TcpStoreState final : private StoreTable::Observer {
@@ -77,7 +88,8 @@ class TcpStoreState final : private StoreTable::Observer {
   // be the decoder's reused request: its buffers may be taken (a SET swaps its value into the
   // table), so it is left unspecified.
   Handled handle(StoreSession& s, wire::Request& q, std::string& error);
-  // CANCEL_WAIT overtaking a parked request: forgets the wait and appends the answer.
+  // CANCEL_WAIT, also overtaking a parked request: forgets the session's pending WAIT and its
+  // parked request, and appends WAIT_CANCELED (PyTorch's answer even when nothing waited).
   void cancel_wait(StoreSession& s);
   // A parked WAIT_GET's timeout passed (the connection keeps the timer): answers it
   // WAIT_TIMED_OUT with the keys' values as they are, like a completed one (replied(),
@@ -95,6 +107,14 @@ class TcpStoreState final : private StoreTable::Observer {
 
  private:
   using SessionPtr = std::shared_ptr<StoreSession>;
+  // One entry of a key's wait list: the session, and which of its waiting requests.
+  struct Waiter {
+    SessionPtr session;
+    bool pending_wait;  // its WAIT (else its parked request)
+    StoreSession::Waiting& waiting() const {
+      return pending_wait ? session->pending_wait_ : session->parked_;
+    }
+  };
 
   // StoreTable::Observer: watch events and waking the waiters of a changed key.
   bool wants_old_value(const std::string& key) const override;
@@ -102,21 +122,24 @@ class TcpStoreState final : private StoreTable::Observer {
   void erased(const std::string& key, const Bytes& old) override;
 
   bool exists(const std::string& key) const;
+  bool all_exist(const std::vector<std::string>& keys) const;
+  template <typename Put>
+  static void put_reply_first(Bytes& out, size_t at, Put put);
   void scope_keys(StoreSession& s, wire::Request& q);
   void notify_watchers(const std::string& key, uint8_t kind, const Bytes& old_value,
                        const Bytes& new_value);
   void wake_all(const std::string& key);
   void wake_one(const std::string& key);
-  void unpark(StoreSession& s);
-  bool park_if_missing(StoreSession& s, const wire::Request& q);
-  void try_complete_parked(StoreSession& s);
+  void forget(StoreSession& s, bool pending_wait);
+  bool wait_if_missing(StoreSession& s, const wire::Request& q, bool pending_wait);
+  void try_complete(StoreSession& s, bool pending_wait);
   void answer_ready(StoreSession& s, const wire::Request& q);
   void put_marked_values(Bytes& reply, const wire::Request& q) const;
   void queue_pop(StoreSession& s, const std::string& key);
 
   StoreTable table_;
   std::unordered_map<std::string, std::deque<Bytes>> queues_;
-  std::unordered_map<std::string, std::vector<SessionPtr>> waiters_;
+  std::unordered_map<std::string, std::vector<Waiter>> waiters_;
   std::unordered_map<std::string, std::vector<std::weak_ptr<StoreSession>>> watchers_;
 };
 

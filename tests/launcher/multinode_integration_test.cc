@@ -4,10 +4,12 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <set>
@@ -299,6 +301,90 @@ TEST(DlaunchMultiNode, PyTorchAllReduceAcrossTwoAgents) {
     EXPECT_NE(all_out.find("rank " + std::to_string(r) + "/4: all_reduce sum 6"), std::string::npos)
         << all_out;
   }
+}
+
+// A service that is not a store, listening on 127.0.0.1: it accepts every connection, writes
+// `answer` to it (nothing: it stays silent) and keeps it open until destroyed.
+class ForeignService {
+ public:
+  explicit ForeignService(std::string answer) : answer_(std::move(answer)) {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in sa{};
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof(sa);
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&sa), len) != 0 ||
+        ::listen(listen_fd_, 16) != 0 ||
+        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&sa), &len) != 0) {
+      throw std::runtime_error("cannot listen on 127.0.0.1");
+    }
+    port_ = ntohs(sa.sin_port);
+    thread_ = std::thread([this] { serve(); });
+  }
+  ~ForeignService() {
+    stop_ = true;
+    thread_.join();
+    for (int fd : accepted_) ::close(fd);
+    ::close(listen_fd_);
+  }
+  uint16_t port() const { return port_; }
+
+ private:
+  void serve() {
+    while (!stop_) {
+      pollfd p{listen_fd_, POLLIN, 0};
+      if (::poll(&p, 1, 100) <= 0) continue;
+      int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) continue;
+      if (!answer_.empty()) (void)::send(fd, answer_.data(), answer_.size(), MSG_NOSIGNAL);
+      accepted_.push_back(fd);
+    }
+  }
+  std::string answer_;
+  int listen_fd_ = -1;
+  uint16_t port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::vector<int> accepted_;
+  std::thread thread_;
+};
+
+// Another service holds the c10d endpoint's port: the agent cannot host the store there, joins
+// as a client, and must name that service within seconds. It used to wait the whole join
+// timeout with nothing in its log, then blame "the agent hosting" the store.
+TEST(DlaunchMultiNode, SilentServiceOnTheC10dPortIsNamedWhileTheAgentWaits) {
+  ForeignService service("");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(service.port());
+  const std::string sentence = endpoint + " answers but is not a dlaunch or PyTorch store";
+  Subprocess agent({kDlaunch, "--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+                    endpoint, "--rdzv_id", "foreign", "--rdzv_conf", "join_timeout=25", kWorker,
+                    "ok"});
+  // The handshake gives up after 5 s; the join timeout is 25 s.
+  ASSERT_TRUE(wait_until([&] { return agent.err().find(sentence) != std::string::npos; }, 30s))
+      << agent.err();
+  EXPECT_FALSE(agent.wait(0ms)) << "said only when it gave up:\n" << agent.err();
+  auto e = agent.wait(90s);
+  ASSERT_TRUE(e) << agent.err();
+  EXPECT_NE(e->shell_code(), 0) << agent.err();
+  const std::string err = agent.err();
+  EXPECT_NE(err.find(sentence, err.find(sentence) + 1), std::string::npos)
+      << "the final error must say it too:\n" << err;
+  EXPECT_EQ(err.find("agent hosting it"), std::string::npos) << err;
+}
+
+// A service that answers bytes no store sends ends the join at once.
+TEST(DlaunchMultiNode, ServiceAnsweringGarbageOnTheC10dPortEndsTheJoinAtOnce) {
+  ForeignService service("HTTP/1.1 400 Bad Request\r\n\r\n");
+  const std::string endpoint = "127.0.0.1:" + std::to_string(service.port());
+  Subprocess agent({kDlaunch, "--nnodes", "1:2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+                    endpoint, "--rdzv_id", "foreign", "--rdzv_conf", "join_timeout=600", kWorker,
+                    "ok"});
+  auto e = agent.wait(30s);  // the join timeout is 600 s
+  ASSERT_TRUE(e) << "still joining:\n" << agent.err();
+  EXPECT_NE(e->shell_code(), 0) << agent.err();
+  EXPECT_NE(agent.err().find(endpoint + " answers but is not a dlaunch or PyTorch store"),
+            std::string::npos)
+      << agent.err();
+  EXPECT_EQ(agent.err().find("agent hosting it"), std::string::npos) << agent.err();
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <fstream>
 #include <future>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "common/byte_order.h"
@@ -160,27 +161,64 @@ TEST_F(ServerTest, Torch113WaitIsParkedUntilAnotherClientSets) {
   EXPECT_EQ(waiter.recv(1), u8(0));
 }
 
-// Requests a client sent behind a parked WAIT (in the same write, or while it was parked) are
-// answered in order once the WAIT ends; the wake-up must not skip them.
-TEST_F(ServerTest, RequestsBehindAParkedWaitAreAnsweredWhenItEnds) {
+// Requests a client sent behind a parked GET (dlaunch's: a GET on a missing key waits for it)
+// are answered in order once the GET is; the wake-up must not skip them.
+TEST_F(ServerTest, RequestsBehindAParkedGetAreAnsweredWhenItEnds) {
   start();
-  Raw waiter(port_), setter(port_);
+  Raw getter(port_), setter(port_);
   setter.send(cat({u8(0), str("k"), str("v")}));
   setter.send(cat({u8(2), str("k")}));  // GET, so the SET is known to be done
   EXPECT_EQ(setter.recv(9), str("v"));
-  waiter.send(cat({u8(5), u64(1), str("a"), u8(2), str("k")}));  // WAIT a, GET k: one write
-  EXPECT_TRUE(waiter.silent(100));
-  waiter.send(cat({u8(2), str("k")}));  // arrives while the WAIT is parked
-  EXPECT_TRUE(waiter.silent(100));
+  getter.send(cat({u8(2), str("a"), u8(2), str("k")}));  // GET a, GET k: one write
+  EXPECT_TRUE(getter.silent(100));
+  getter.send(cat({u8(2), str("k")}));  // arrives while the GET is parked
+  EXPECT_TRUE(getter.silent(100));
   setter.send(cat({u8(0), str("a"), str("1")}));
-  EXPECT_EQ(waiter.recv(1 + 9 + 9), cat({u8(0), str("v"), str("v")}));
-  // And a lone WAIT (nothing behind it) goes on to serve what comes after it.
-  waiter.send(cat({u8(5), u64(1), str("b")}));
-  EXPECT_TRUE(waiter.silent(100));
+  EXPECT_EQ(getter.recv(9 + 9 + 9), cat({str("1"), str("v"), str("v")}));
+  // And a lone GET (nothing behind it) goes on to serve what comes after it.
+  getter.send(cat({u8(2), str("b")}));
+  EXPECT_TRUE(getter.silent(100));
   setter.send(cat({u8(0), str("b"), str("2")}));
-  EXPECT_EQ(waiter.recv(1), u8(0));
-  waiter.send(cat({u8(2), str("b")}));
-  EXPECT_EQ(waiter.recv(9), str("2"));
+  EXPECT_EQ(getter.recv(9), str("2"));
+  getter.send(cat({u8(6)}));  // GETNUMKEYS
+  EXPECT_EQ(getter.recv(8), u64(3));
+}
+
+// A PyTorch 1.13 client times a WAIT out on its own (SO_RCVTIMEO) and has no cancel: it goes
+// on using the connection. As PyTorch's server does, ours answers its next requests at once and
+// sends the STOP_WAITING still due when the keys appear; a reply to the request that made them
+// appear comes before it.
+TEST_F(ServerTest, Torch113PendingWaitDoesNotHoldUpTheConnection) {
+  start();
+  Raw c(port_), other(port_);
+  c.send(cat({u8(5), u64(1), str("a")}));  // WAIT a: times out on the client
+  EXPECT_TRUE(c.silent(100));
+  c.send(cat({u8(0), str("k"), str("v")}));  // SET
+  c.send(cat({u8(2), str("k")}));             // GET
+  EXPECT_EQ(c.recv(9), str("v"));
+  c.send(u8(6));  // GETNUMKEYS
+  EXPECT_EQ(c.recv(8), u64(1));
+  c.send(cat({u8(8), str("k")}));  // DELETE_KEY
+  EXPECT_EQ(c.recv(8), u64(1));
+  c.send(cat({u8(4), u64(1), str("a")}));  // CHECK
+  EXPECT_EQ(c.recv(1), u8(1));
+  other.send(cat({u8(0), str("a"), str("1")}));
+  EXPECT_EQ(c.recv(1), u8(0));  // the late STOP_WAITING
+  EXPECT_TRUE(c.silent(100));
+  // A WAIT that must wait replaces the pending one: one STOP_WAITING, for the latest's keys.
+  c.send(cat({u8(5), u64(1), str("x")}));
+  c.send(cat({u8(5), u64(1), str("y")}));
+  EXPECT_TRUE(c.silent(100));
+  other.send(cat({u8(0), str("x"), str("1")}));
+  EXPECT_TRUE(c.silent(200));
+  other.send(cat({u8(0), str("y"), str("1")}));
+  EXPECT_EQ(c.recv(1), u8(0));
+  // Its own ADD completes its pending WAIT: ADD's value first, then STOP_WAITING.
+  c.send(cat({u8(5), u64(1), str("n")}));
+  EXPECT_TRUE(c.silent(100));
+  c.send(cat({u8(3), str("n"), u64(5)}));
+  EXPECT_EQ(c.recv(8 + 1), cat({u64(5), u8(0)}));
+  EXPECT_TRUE(c.silent(100));
 }
 
 TEST_F(ServerTest, SpeaksTorch2ByteForByte) {
@@ -212,6 +250,58 @@ TEST_F(ServerTest, SpeaksTorch2ByteForByte) {
   c.send(u8(12));
   EXPECT_EQ(c.recv(1), u8(1));
   c.send(cat({u8(13), u32(7)}));
+  EXPECT_EQ(c.recv(4), u32(7));
+}
+
+// PyTorch 2.x's client (TCPStore::doWait) sends WAIT, and when its timeout passes with no
+// answer, CANCEL_WAIT; it then reads WAIT_CANCELED, or STOP_WAITING and WAIT_CANCELED when the
+// keys came just before the cancel, and goes on with the connection. Its get() is the same
+// WAIT before a GET. The frames as its SendBuffer writes them: the opcode, then for WAIT the
+// key count (u64) and each key (u64 length, bytes); CANCEL_WAIT is the opcode alone.
+TEST_F(ServerTest, Torch2CancelWaitEndsThePendingWaitAndTheConnectionGoesOn) {
+  start();
+  Raw c(port_), other(port_);
+  c.send(kValidate);
+  other.send(kValidate);
+  const Bytes kWaitNever = cat({u8(6), u64(1), str("/never")});
+  const Bytes kCancelWait = u8(12);
+  c.send(kWaitNever);
+  EXPECT_TRUE(c.silent(100));
+  c.send(kCancelWait);
+  EXPECT_EQ(c.recv(1), u8(1));  // WAIT_CANCELED
+  // The cancelled wait is forgotten: its key appearing sends nothing.
+  other.send(cat({u8(1), str("/never"), str("late")}));
+  other.send(cat({u8(3), str("/never")}));  // GET, so the SET is known to be done
+  EXPECT_EQ(other.recv(12), str("late"));
+  EXPECT_TRUE(c.silent(200));
+  // The connection goes on: set, get, num_keys, delete_key.
+  c.send(cat({u8(1), str("/k"), str("v")}));
+  c.send(cat({u8(3), str("/k")}));
+  EXPECT_EQ(c.recv(9), str("v"));
+  c.send(u8(7));
+  EXPECT_EQ(c.recv(8), u64(2));
+  c.send(cat({u8(8), str("/k")}));
+  EXPECT_EQ(c.recv(8), u64(1));
+  // The keys come just before the cancel: STOP_WAITING, then WAIT_CANCELED.
+  c.send(cat({u8(6), u64(2), str("/a"), str("/b")}));
+  EXPECT_TRUE(c.silent(100));
+  other.send(cat({u8(11), u64(2), str("/a"), str("1"), str("/b"), str("2")}));  // MULTI_SET
+  EXPECT_EQ(c.recv(1), u8(0));
+  c.send(kCancelWait);
+  EXPECT_EQ(c.recv(1), u8(1));
+  // As PyTorch's server, a request sent while a WAIT is pending is answered at once, and
+  // CANCEL_WAIT with nothing waiting is answered WAIT_CANCELED.
+  c.send(cat({u8(6), u64(1), str("/gone")}));
+  c.send(cat({u8(6), u64(1), str("/other")}));  // replaces the pending one
+  c.send(u8(7));
+  EXPECT_EQ(c.recv(8), u64(3));
+  c.send(kCancelWait);
+  EXPECT_EQ(c.recv(1), u8(1));
+  c.send(kCancelWait);
+  EXPECT_EQ(c.recv(1), u8(1));
+  other.send(cat({u8(1), str("/other"), str("x")}));
+  EXPECT_TRUE(c.silent(200));
+  c.send(cat({u8(13), u32(7)}));  // PING
   EXPECT_EQ(c.recv(4), u32(7));
 }
 
@@ -659,6 +749,74 @@ if __name__ == "__main__":
   o.port = port;
   TcpStoreClient ours(o);
   EXPECT_TRUE(ours.check({"/torch.rendezvous.compat"})) << "keys: " << ours.num_keys();
+}
+
+// PyTorch 1.13's client times a wait (and the wait inside get) out on its own and keeps the
+// connection; every later request on it must work as against PyTorch's own server. The same
+// script runs against ours and against a PyTorch server it starts itself; the transcripts must
+// be the same. Its last steps make awaited keys appear: both servers then send the STOP_WAITING
+// still due, which this client reads as the first byte of its next reply.
+TEST_F(ServerTest, Pytorch113ClientGoesOnAfterATimedOutWaitAsAgainstPytorchsServer) {
+  if (!have_torch()) GTEST_SKIP() << "/usr/bin/python3 has no torch (apt-get install python3-torch)";
+  start();
+  std::string script = R"PY(
+import sys, datetime
+import torch.distributed as d
+T = datetime.timedelta
+
+def transcript(port):
+    lines = []
+    def note(name, call):
+        try:
+            lines.append(f"{name} -> {call()!r}")
+        except RuntimeError as e:
+            lines.append(f"{name} raised RuntimeError")
+    other = d.TCPStore("127.0.0.1", port, is_master=False, timeout=T(seconds=30))
+    s = d.TCPStore("127.0.0.1", port, is_master=False, timeout=T(seconds=2))
+    note("wait", lambda: s.wait(["never"], T(milliseconds=300)))
+    note("get", lambda: s.get("not_yet"))
+    note("set", lambda: s.set("k", "v"))
+    note("get k", lambda: s.get("k"))
+    note("num_keys", s.num_keys)
+    note("delete_key", lambda: s.delete_key("k"))
+    note("delete_key again", lambda: s.delete_key("k"))
+    note("add", lambda: s.add("n", 5))
+    note("compare_set", lambda: s.compare_set("n", "5", "6"))
+    note("num_keys", s.num_keys)
+    other.set("not_yet", "x")
+    other.get("not_yet")  # the set is done, the late STOP_WAITING on its way
+    note("num_keys after the late STOP_WAITING", s.num_keys)
+    # Its own ADD makes the awaited key appear: ADD's value first, then the STOP_WAITING.
+    s2 = d.TCPStore("127.0.0.1", port, is_master=False, timeout=T(seconds=2))
+    note("wait for a counter", lambda: s2.wait(["counter"], T(milliseconds=300)))
+    note("add to it", lambda: s2.add("counter", 5))
+    note("num_keys after its STOP_WAITING", s2.num_keys)
+    return lines
+
+ours = transcript(int(sys.argv[1]))
+server = d.TCPStore("127.0.0.1", 0, is_master=True, timeout=T(seconds=30))
+torch = transcript(server.port)
+for line in ours:
+    print("ours:", line)
+for line in torch:
+    print("torch:", line)
+)PY";
+  std::string out = run_python(script, std::to_string(port_));
+  std::vector<std::string> ours, torch;
+  std::istringstream lines(out);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind("ours: ", 0) == 0) ours.push_back(line.substr(6));
+    if (line.rfind("torch: ", 0) == 0) torch.push_back(line.substr(7));
+  }
+  ASSERT_EQ(ours.size(), 14u) << out;
+  EXPECT_EQ(ours, torch) << out;
+  const std::vector<std::string> expected_first = {
+      "wait raised RuntimeError", "get raised RuntimeError", "set -> None",
+      "get k -> b'v'",            "num_keys -> 1",           "delete_key -> True",
+      "delete_key again -> False", "add -> 5",               "compare_set -> b'6'",
+      "num_keys -> 1"};
+  EXPECT_EQ(std::vector<std::string>(ours.begin(), ours.begin() + 10), expected_first) << out;
+  EXPECT_EQ(ours[12], "add to it -> 5") << out;
 }
 
 }  // namespace
