@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -408,6 +409,58 @@ TEST_F(DtrainProcessTest, TwoRunsCheckpointsAreRefusedButUnnamedOldOnesContinue)
   Proc again = spawn_dtrain(args("b", 4), env, log("again.log"));
   ASSERT_EQ(wait_for(again), 0) << slurp(again.log);
   EXPECT_NE(slurp(again.log).find("checkpoint_epoch_0003.dtck"), std::string::npos) << slurp(again.log);
+}
+
+// A diverged run (issue 27): the loss goes to inf/NaN under --lr 1e6. Two workers stop together
+// with exit 1 naming the steps, instead of training on and pruning the good checkpoints for
+// garbage ones; every checkpoint left holds finite weights. --lr inf (accepted) ends the same way.
+TEST_F(DtrainProcessTest, DivergedRunStopsWithExitOneAndKeepsItsFiniteCheckpoints) {
+  const fs::path out = dir_ / "out";
+  const std::vector<std::string> env = {"DTRAIN_LIMIT_TRAIN_SAMPLES=128", "DTRAIN_LIMIT_TEST_SAMPLES=32",
+                                        "DLAUNCH_CONV_CACHE=" + (dir_ / "conv.txt").string()};
+  auto args = [&](int epochs, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--width=8", "--batch_size=16", "--log_every=2",
+                                  "--epochs=" + std::to_string(epochs), "--output_dir=" + out.string()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  Proc good = spawn_dtrain(args(3, {}), env, log("good.log"));
+  ASSERT_EQ(wait_for(good), 0) << slurp(good.log);
+  const std::vector<std::string> files = files_in(out);
+
+  TcpStoreServer server(TcpStoreServerOptions{});
+  const uint16_t port = server.start();
+  std::vector<Proc> ranks;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> rank_env = env;
+    rank_env.insert(rank_env.end(), {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r),
+                                     "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                     "MASTER_PORT=" + std::to_string(port)});
+    ranks.push_back(spawn_dtrain(args(6, {"--lr=1e6"}), rank_env, log(fmt::format("rank{}.log", r))));
+  }
+  for (const Proc& p : ranks) {
+    EXPECT_EQ(wait_for(p), 1) << slurp(p.log);
+    const std::string text = slurp(p.log);
+    EXPECT_TRUE(std::regex_search(text, std::regex("training diverged: the (training loss|weights) "
+                                                   "became .* between step [0-9]+ and step [0-9]+")))
+        << text;
+    EXPECT_EQ(text.find("done:"), std::string::npos) << text;
+  }
+  EXPECT_EQ(files_in(out), files) << "a checkpoint of the diverged state was written or a good one pruned";
+
+  Proc inf_lr = spawn_dtrain(args(6, {"--lr=inf"}), env, log("inf.log"));
+  EXPECT_EQ(wait_for(inf_lr), 1) << slurp(inf_lr.log);
+  EXPECT_NE(slurp(inf_lr.log).find("training diverged: "), std::string::npos) << slurp(inf_lr.log);
+  EXPECT_EQ(files_in(out), files);
+
+  for (const std::string& name : files) {
+    if (name.rfind("checkpoint_", 0) != 0) continue;
+    const ckpt::Checkpoint c = ckpt::read_checkpoint((out / name).string());
+    for (const auto& [array, values] : c.arrays) {
+      EXPECT_TRUE(std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); }))
+          << name << " " << array;
+    }
+  }
 }
 
 TEST_F(DtrainProcessTest, MissingDataDirExitsTwo) {
