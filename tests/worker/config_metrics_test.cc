@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -178,8 +179,9 @@ TEST(TrainConfig, BadValuesSayWhatIsAllowed) {
     return "";
   };
   EXPECT_NE(message({"--model=resnet50"}).find("resnet18, resnet34"), std::string::npos);
-  EXPECT_NE(message({"--epochs=0"}).find(">= 1"), std::string::npos);
-  EXPECT_NE(message({"--lr=-1"}).find("negative"), std::string::npos);
+  EXPECT_NE(message({"--epochs=0"}).find("--epochs=0 is below 1; expected an integer from 1"), std::string::npos);
+  EXPECT_NE(message({"--lr=-1"}).find("--lr=-1 is below 0; expected a learning rate >= 0"),
+            std::string::npos);
   EXPECT_NE(message({"--width"}).find("needs a value"), std::string::npos);
   EXPECT_NE(message({"--frobnicate"}).find("unknown flag"), std::string::npos);
   EXPECT_NE(message({"stray"}).find("unexpected argument"), std::string::npos);
@@ -190,9 +192,59 @@ TEST(TrainConfig, BadValuesSayWhatIsAllowed) {
   EXPECT_NE(message({"--stem=resnet"}).find("auto, imagenet, cifar"), std::string::npos)
       << message({"--stem=resnet"});
   EXPECT_EQ(parse({"--image-size=224", "--stem=imagenet"}).image_size, 224);
-  EXPECT_NE(message({"--max_decoded_mib=-1"}).find("negative; expected MiB >= 0"), std::string::npos);
+  EXPECT_NE(message({"--max_decoded_mib=-1"}).find("is below 0; expected MiB from 0 to"), std::string::npos);
   EXPECT_EQ(parse({"--max-decoded-mib=0"}).max_decoded_mib, 0);
   EXPECT_EQ(parse({}).max_decoded_mib, 4096);
+}
+
+// Issue 27: "nan" was a number (--lr nan said "negative", --collective_timeout nan passed);
+// every numeric flag refuses nan and inf (but --lr inf, which dtrain stops on as divergence)
+// with exit 2, and a range error names the bound crossed.
+TEST(TrainConfig, NumericFlagsRefuseNanAndInfinityAndNameTheBound) {
+  auto message = [](std::vector<std::string> args) -> std::string {
+    try {
+      parse(args);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::vector<std::string> numeric = {
+      "lr",        "warmup_epochs", "momentum", "weight_decay",     "bn_lr_scale", "ema",
+      "label_smoothing", "collective_timeout", "width", "epochs", "batch_size", "cutout",
+      "ema_every", "seed",          "eval_every", "threads",        "log_every",   "max_steps",
+      "flash_every", "image_size",  "max_decoded_mib"};
+  for (const std::string& flag : numeric) {
+    EXPECT_NE(train::train_usage().find("--" + flag + " "), std::string::npos) << flag;
+    for (const char* bad : {"nan", "NaN", "-nan", "-inf"}) {
+      const std::string text = message({"--" + flag + "=" + bad});
+      EXPECT_NE(text.find("--" + flag + "="), std::string::npos) << flag << "=" << bad << ": " << text;
+      EXPECT_EQ(text.find("negative"), std::string::npos) << text;
+    }
+    if (flag != "lr") {
+      EXPECT_NE(message({"--" + flag + "=inf"}), "") << flag << "=inf was accepted";
+      EXPECT_NE(message({"--" + flag + "=infinity"}), "") << flag << "=infinity was accepted";
+    }
+  }
+  EXPECT_NE(message({"--lr=nan"}).find("--lr=nan is not a number; expected a learning rate >= 0"),
+            std::string::npos)
+      << message({"--lr=nan"});
+  EXPECT_TRUE(std::isinf(parse({"--lr=inf"}).lr));
+  EXPECT_NE(message({"--momentum=inf"}).find("is not finite"), std::string::npos);
+  EXPECT_NE(message({"--collective_timeout=nan"}).find("is not a number"), std::string::npos);
+  EXPECT_NE(message({"--collective_timeout=0"}).find("is not above 0"), std::string::npos);
+  EXPECT_NE(message({"--collective_timeout=1e300"}).find("is above 1000000000"), std::string::npos);
+  EXPECT_NE(message({"--ema=1"}).find("--ema=1 is not below 1; expected a decay"), std::string::npos);
+  EXPECT_NE(message({"--warmup_epochs=nan%"}).find("--warmup_epochs=nan% is not a number"),
+            std::string::npos)
+      << message({"--warmup_epochs=nan%"});
+  EXPECT_NE(message({"--warmup_epochs=100%"}).find("is not below 100"), std::string::npos);
+  EXPECT_NE(message({"--epochs=2000000000"}).find("is above 1000000000; expected an integer from 1 to "
+                                                  "1000000000"),
+            std::string::npos)
+      << message({"--epochs=2000000000"});
+  EXPECT_NE(message({"--max_decoded_mib=9000000000000"}).find("is above 8796093022207"),
+            std::string::npos);
 }
 
 TEST(Metrics, WritesReadsAndSkipsTornLines) {
