@@ -1145,8 +1145,8 @@ TEST_F(DtrainProcessTest, ImageFolderBadDataExitCodes) {
   };
   auto [bad_rc, bad_log] = run(data.string(), "bad");
   EXPECT_EQ(bad_rc, 1) << bad_log;
-  EXPECT_NE(bad_log.find("cannot decode image " + (data / "train/bee/3.jpg").string() +
-                         ": neither JPEG nor PNG"),
+  EXPECT_NE(bad_log.find("1 image(s) in --data_dir=" + data.string() + " do not decode: " +
+                         (data / "train/bee/3.jpg").string() + ": neither JPEG nor PNG"),
             std::string::npos)
       << bad_log;
   auto [skip_rc, skip_log] = run(data.string(), "skip", {"--skip_bad_images"});
@@ -1158,6 +1158,16 @@ TEST_F(DtrainProcessTest, ImageFolderBadDataExitCodes) {
   std::string line;
   ASSERT_TRUE(std::getline(metrics, line));
   EXPECT_EQ(json::parse(line)["skipped_bad_images"], 1) << line;
+  // Every bee bad: skipping them would leave a class never trained on; refused as an empty
+  // class folder is.
+  for (int i = 0; i < 8; ++i) std::ofstream(data / "train" / "bee" / fmt::format("{}.jpg", i)) << "no";
+  auto [all_bad_rc, all_bad_log] = run(data.string(), "all_bad", {"--skip_bad_images"});
+  EXPECT_EQ(all_bad_rc, 2) << all_bad_log;
+  EXPECT_NE(all_bad_log.find("class folder train/bee in --data_dir=" + data.string() +
+                             " has no image that decodes: --skip_bad_images skipped all 8"),
+            std::string::npos)
+      << all_bad_log;
+  write_image_folder(data, {"ant", "bee"});
 
   std::ofstream(dir_ / "notes.tar.gz") << "plain text, not an archive";
   auto [tar_rc, tar_log] = run((dir_ / "notes.tar.gz").string(), "tar");
