@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -252,7 +253,7 @@ TEST(Metrics, WritesReadsAndSkipsTornLines) {
                      ("dtrain_metrics_" + std::to_string(::getpid()) + ".jsonl");
   std::filesystem::remove(path);
   {
-    metrics::MetricsLog log(path);
+    metrics::MetricsLog log(path, 0);
     log.write({{"kind", "step"}, {"epoch_progress", 0.5}, {"loss", 2.0}});
     log.write({{"kind", "epoch"}, {"epoch", 1}, {"loss", 1.5}, {"train_accuracy", 0.4},
                {"test_loss", 1.6}, {"test_accuracy", 0.35}});
@@ -262,7 +263,7 @@ TEST(Metrics, WritesReadsAndSkipsTornLines) {
     torn << "{\"kind\": \"step\", \"lo";  // a crash mid-line
   }
   {
-    metrics::MetricsLog log(path);  // a resumed run appends
+    metrics::MetricsLog log(path, 1);  // a resumed run appends
     log.write({{"kind", "epoch"}, {"epoch", 2}, {"loss", 1.0}, {"train_accuracy", 0.6},
                {"test_loss", 1.1}, {"test_accuracy", 0.55}});
   }
@@ -270,6 +271,8 @@ TEST(Metrics, WritesReadsAndSkipsTornLines) {
   // The torn line is dropped; the resumed run's record after it survives.
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(records[2]["epoch"], 2);
+  EXPECT_EQ(records[0]["attempt"], 0);  // each record says which attempt wrote it
+  EXPECT_EQ(records[2]["attempt"], 1);
   std::string svg = metrics::render_curves_svg(records, "run <1>");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
@@ -277,6 +280,45 @@ TEST(Metrics, WritesReadsAndSkipsTornLines) {
   EXPECT_NE(svg.find("test accuracy"), std::string::npos);
   EXPECT_NE(svg.find("<polyline"), std::string::npos);
   std::filesystem::remove(path);
+}
+
+// Issue 27: after a flash restart metrics.jsonl holds the redone steps twice and curves.svg
+// plotted both. The line that survived: attempt 1 starts again at step 8 (its flash copy), so the
+// first attempt's step 12 and its partial epoch 2 are dropped; each step keeps one record.
+TEST(Metrics, ThePlotKeepsTheNewestAttemptOfEachStep) {
+  using nlohmann::json;
+  auto step = [](int64_t s, double loss, int attempt) {
+    return json{{"kind", "step"}, {"step", s}, {"epoch_progress", s / 8.0}, {"loss", loss},
+                {"attempt", attempt}};
+  };
+  const std::vector<json> records = {
+      {{"kind", "start"}, {"step", 0}, {"attempt", 0}},
+      step(4, 2.0, 0),
+      step(8, 1.8, 0),
+      {{"kind", "epoch"}, {"epoch", 1}, {"step", 8}, {"loss", 1.9}, {"train_accuracy", 0.3}},
+      step(12, 9.0, 0),
+      {{"kind", "epoch"}, {"epoch", 2}, {"step", 13}, {"loss", 9.0}, {"train_accuracy", 0.1}},
+      {{"kind", "start"}, {"step", 8}, {"attempt", 1}},
+      step(12, 1.5, 1),
+      step(16, 1.2, 1),
+      {{"kind", "epoch"}, {"epoch", 2}, {"step", 16}, {"loss", 1.4}, {"train_accuracy", 0.5}},
+      // An older file without start records: a step logged again replaces the earlier one.
+      step(16, 1.1, 2),
+  };
+  const std::vector<json> kept = metrics::surviving_records(records);
+  std::vector<std::pair<int64_t, double>> steps;
+  std::vector<std::pair<int64_t, double>> epochs;
+  for (const json& r : kept) {
+    (r["kind"] == "step" ? steps : epochs).emplace_back(r["step"].get<int64_t>(), r["loss"].get<double>());
+  }
+  EXPECT_EQ(steps, (std::vector<std::pair<int64_t, double>>{{4, 2.0}, {8, 1.8}, {12, 1.5}, {16, 1.1}}));
+  EXPECT_EQ(epochs, (std::vector<std::pair<int64_t, double>>{{8, 1.9}, {16, 1.4}}));
+  // The plot draws that line: the step-loss polyline (the first) has 4 points, not 6.
+  const std::string svg = metrics::render_curves_svg(records, "restarted");
+  const size_t at = svg.find("points=\"");
+  ASSERT_NE(at, std::string::npos) << svg;
+  const std::string points = svg.substr(at + 8, svg.find('"', at + 8) - at - 8);
+  EXPECT_EQ(std::count(points.begin(), points.end(), ','), 4) << points;
 }
 
 TEST(Metrics, EmptyHistoryStillRenders) {

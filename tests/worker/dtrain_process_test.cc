@@ -703,6 +703,24 @@ TEST_F(DtrainProcessTest, KilledWorkerResumesFromTheFlashCopyWithTheSameLosses) 
   EXPECT_EQ(eb[1]["test_accuracy"], ea[1]["test_accuracy"]);
   // The epoch's train loss sums the same terms in another order after the resume.
   EXPECT_NEAR(eb[1]["loss"].get<double>(), ea[1]["loss"].get<double>(), 1e-9);
+  // The redone steps 10 and 11 are in metrics.jsonl twice, told apart by their attempt; from
+  // the restart on every record is attempt 1's; curves.svg plots each step once, the newest.
+  std::vector<std::pair<int64_t, int64_t>> step_attempts;
+  for (const json& j : step_lines(dir_ / "killed" / "metrics.jsonl"))
+    step_attempts.emplace_back(j["step"].get<int64_t>(), j.value("attempt", int64_t{-1}));
+  ASSERT_EQ(step_attempts.size(), 18u) << killed;
+  for (size_t i = 0; i < step_attempts.size(); ++i) {
+    EXPECT_EQ(step_attempts[i], std::make_pair(static_cast<int64_t>(i < 11 ? i + 1 : i - 1),
+                                               int64_t{i < 11 ? 0 : 1}))
+        << i;
+  }
+  for (const char* name : {"whole", "killed"}) {
+    const std::string svg = slurp(dir_ / name / "curves.svg");
+    const size_t points_at = svg.find("points=\"");
+    ASSERT_NE(points_at, std::string::npos) << svg;
+    const std::string points = svg.substr(points_at + 8, svg.find('"', points_at + 8) - points_at - 8);
+    EXPECT_EQ(std::count(points.begin(), points.end(), ','), 16) << name << ": " << points;
+  }
   // The flash directory went with the job.
   const size_t at = killed.find("flash directory /dev/shm/");
   ASSERT_NE(at, std::string::npos) << killed;

@@ -1164,7 +1164,8 @@ void Trainer::continue_inside_epoch(const json& meta, int64_t start_epoch, int64
 }
 
 void Trainer::open_metrics() {
-  metrics_ = std::make_unique<metrics::MetricsLog>((fs::path(c_.output_dir) / "metrics.jsonl").string());
+  metrics_ = std::make_unique<metrics::MetricsLog>((fs::path(c_.output_dir) / "metrics.jsonl").string(),
+                                                   env_.restart_count);
   if (c_.dataset == "imagefolder") {
     // What was read, for a later look at a run: the bad images skipped are named here too.
     json skipped = json::array();
@@ -1180,6 +1181,10 @@ void Trainer::open_metrics() {
                      {"skipped_bad_images", skipped.size()},
                      {"skipped_bad_image_files", skipped}});
   }
+  // Where this run or attempt goes on from: the records after this step written before it are
+  // of steps lost and redone now (the plot drops them: svg_plot.h).
+  metrics_->write({{"kind", "start"}, {"step", global_step_}, {"epochs_done", summary_.epochs_done},
+                   {"world_size", pg_.size()}});
   // Under dlaunch stdout is a pipe; DLAUNCH_CONSOLE_TTY says it ends on a terminal anyway.
   progress_ = metrics::ProgressBar(metrics::stdout_is_terminal() || env_.console_tty);
 }
