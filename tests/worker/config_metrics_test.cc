@@ -185,6 +185,14 @@ TEST(TrainConfig, BadValuesSayWhatIsAllowed) {
             std::string::npos);
   EXPECT_NE(message({"--width"}).find("needs a value"), std::string::npos);
   EXPECT_NE(message({"--frobnicate"}).find("unknown flag"), std::string::npos);
+  EXPECT_EQ(message({"--frobnicate"}).find("did you mean"), std::string::npos) << "no flag is near";
+  // A typo gets the flag it was probably meant to be (dashes or underscores alike).
+  EXPECT_NE(message({"--epoch=3"}).find("unknown flag '--epoch=3' (did you mean --epochs?)"),
+            std::string::npos)
+      << message({"--epoch=3"});
+  EXPECT_NE(message({"--batch-szie", "8"}).find("(did you mean --batch_size?)"), std::string::npos)
+      << message({"--batch-szie", "8"});
+  EXPECT_NE(message({"--skip_bad_image"}).find("(did you mean --skip_bad_images?)"), std::string::npos);
   EXPECT_NE(message({"stray"}).find("unexpected argument"), std::string::npos);
   EXPECT_NE(message({"--nesterov", "--momentum=0"}).find("momentum"), std::string::npos);
   EXPECT_NE(message({"--epochs=2", "--warmup_epochs=2"}).find("below"), std::string::npos);
