@@ -2,7 +2,7 @@
 // worker contract) or alone as a world of one. See docs/dtrain.md.
 //
 // Exit codes: 0 done, 2 bad usage (flags, a missing --data_dir, a checkpoint from another model
-// or run), 1 any other failure (the reason is also written to TORCHELASTIC_ERROR_FILE for the
+// or run), 1 any other failure (a diverged run among them: inf/NaN loss or weights) (the reason is also written to TORCHELASTIC_ERROR_FILE for the
 // agent). Stopped by SIGUSR1 or SIGTERM after writing a checkpoint: 0 under a launcher (dlaunch
 // decides: 75 after SIGUSR1, preempted), else 75 (EX_TEMPFAIL: requeue) after SIGUSR1 and
 // 128 + 15 after SIGTERM.
@@ -39,6 +39,7 @@ const char* error_type(const std::exception& e) {
   if (dynamic_cast<const ConnectionError*>(&e)) return "ConnectionError";
   if (dynamic_cast<const ckpt::CheckpointError*>(&e)) return "CheckpointError";
   if (dynamic_cast<const data::DataError*>(&e)) return "DataError";
+  if (dynamic_cast<const train::DivergedError*>(&e)) return "DivergedError";
   if (dynamic_cast<const Error*>(&e)) return "Error";
   return "RuntimeError";
 }

@@ -129,6 +129,11 @@ TEST_F(CheckpointTest, EpochNumbersBeyondInt64AreSkippedWithAWarning) {
   EXPECT_NE(err.find(huge), std::string::npos) << err;
   EXPECT_NE(err.find(over), std::string::npos) << err;
   EXPECT_NE(err.find("does not fit in 64 bits"), std::string::npos) << err;
+  // Listed again (every epoch's pruning lists the directory): said once, not every epoch.
+  ::testing::internal::CaptureStderr();
+  EXPECT_EQ(list_checkpoints(dir_.string()).size(), 2u);
+  const std::string again = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(again.find("does not fit in 64 bits"), std::string::npos) << again;
 
   fs::remove(dir_ / max);
   ::testing::internal::CaptureStderr();

@@ -2,6 +2,8 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 
@@ -178,10 +180,19 @@ TEST(TrainConfig, BadValuesSayWhatIsAllowed) {
     return "";
   };
   EXPECT_NE(message({"--model=resnet50"}).find("resnet18, resnet34"), std::string::npos);
-  EXPECT_NE(message({"--epochs=0"}).find(">= 1"), std::string::npos);
-  EXPECT_NE(message({"--lr=-1"}).find("negative"), std::string::npos);
+  EXPECT_NE(message({"--epochs=0"}).find("--epochs=0 is below 1; expected an integer from 1"), std::string::npos);
+  EXPECT_NE(message({"--lr=-1"}).find("--lr=-1 is below 0; expected a learning rate >= 0"),
+            std::string::npos);
   EXPECT_NE(message({"--width"}).find("needs a value"), std::string::npos);
   EXPECT_NE(message({"--frobnicate"}).find("unknown flag"), std::string::npos);
+  EXPECT_EQ(message({"--frobnicate"}).find("did you mean"), std::string::npos) << "no flag is near";
+  // A typo gets the flag it was probably meant to be (dashes or underscores alike).
+  EXPECT_NE(message({"--epoch=3"}).find("unknown flag '--epoch=3' (did you mean --epochs?)"),
+            std::string::npos)
+      << message({"--epoch=3"});
+  EXPECT_NE(message({"--batch-szie", "8"}).find("(did you mean --batch_size?)"), std::string::npos)
+      << message({"--batch-szie", "8"});
+  EXPECT_NE(message({"--skip_bad_image"}).find("(did you mean --skip_bad_images?)"), std::string::npos);
   EXPECT_NE(message({"stray"}).find("unexpected argument"), std::string::npos);
   EXPECT_NE(message({"--nesterov", "--momentum=0"}).find("momentum"), std::string::npos);
   EXPECT_NE(message({"--epochs=2", "--warmup_epochs=2"}).find("below"), std::string::npos);
@@ -190,9 +201,59 @@ TEST(TrainConfig, BadValuesSayWhatIsAllowed) {
   EXPECT_NE(message({"--stem=resnet"}).find("auto, imagenet, cifar"), std::string::npos)
       << message({"--stem=resnet"});
   EXPECT_EQ(parse({"--image-size=224", "--stem=imagenet"}).image_size, 224);
-  EXPECT_NE(message({"--max_decoded_mib=-1"}).find("negative; expected MiB >= 0"), std::string::npos);
+  EXPECT_NE(message({"--max_decoded_mib=-1"}).find("is below 0; expected MiB from 0 to"), std::string::npos);
   EXPECT_EQ(parse({"--max-decoded-mib=0"}).max_decoded_mib, 0);
   EXPECT_EQ(parse({}).max_decoded_mib, 4096);
+}
+
+// Issue 27: "nan" was a number (--lr nan said "negative", --collective_timeout nan passed);
+// every numeric flag refuses nan and inf (but --lr inf, which dtrain stops on as divergence)
+// with exit 2, and a range error names the bound crossed.
+TEST(TrainConfig, NumericFlagsRefuseNanAndInfinityAndNameTheBound) {
+  auto message = [](std::vector<std::string> args) -> std::string {
+    try {
+      parse(args);
+    } catch (const UsageError& e) {
+      return e.what();
+    }
+    return "";
+  };
+  const std::vector<std::string> numeric = {
+      "lr",        "warmup_epochs", "momentum", "weight_decay",     "bn_lr_scale", "ema",
+      "label_smoothing", "collective_timeout", "width", "epochs", "batch_size", "cutout",
+      "ema_every", "seed",          "eval_every", "threads",        "log_every",   "max_steps",
+      "flash_every", "image_size",  "max_decoded_mib"};
+  for (const std::string& flag : numeric) {
+    EXPECT_NE(train::train_usage().find("--" + flag + " "), std::string::npos) << flag;
+    for (const char* bad : {"nan", "NaN", "-nan", "-inf"}) {
+      const std::string text = message({"--" + flag + "=" + bad});
+      EXPECT_NE(text.find("--" + flag + "="), std::string::npos) << flag << "=" << bad << ": " << text;
+      EXPECT_EQ(text.find("negative"), std::string::npos) << text;
+    }
+    if (flag != "lr") {
+      EXPECT_NE(message({"--" + flag + "=inf"}), "") << flag << "=inf was accepted";
+      EXPECT_NE(message({"--" + flag + "=infinity"}), "") << flag << "=infinity was accepted";
+    }
+  }
+  EXPECT_NE(message({"--lr=nan"}).find("--lr=nan is not a number; expected a learning rate >= 0"),
+            std::string::npos)
+      << message({"--lr=nan"});
+  EXPECT_TRUE(std::isinf(parse({"--lr=inf"}).lr));
+  EXPECT_NE(message({"--momentum=inf"}).find("is not finite"), std::string::npos);
+  EXPECT_NE(message({"--collective_timeout=nan"}).find("is not a number"), std::string::npos);
+  EXPECT_NE(message({"--collective_timeout=0"}).find("is not above 0"), std::string::npos);
+  EXPECT_NE(message({"--collective_timeout=1e300"}).find("is above 1000000000"), std::string::npos);
+  EXPECT_NE(message({"--ema=1"}).find("--ema=1 is not below 1; expected a decay"), std::string::npos);
+  EXPECT_NE(message({"--warmup_epochs=nan%"}).find("--warmup_epochs=nan% is not a number"),
+            std::string::npos)
+      << message({"--warmup_epochs=nan%"});
+  EXPECT_NE(message({"--warmup_epochs=100%"}).find("is not below 100"), std::string::npos);
+  EXPECT_NE(message({"--epochs=2000000000"}).find("is above 1000000000; expected an integer from 1 to "
+                                                  "1000000000"),
+            std::string::npos)
+      << message({"--epochs=2000000000"});
+  EXPECT_NE(message({"--max_decoded_mib=9000000000000"}).find("is above 8796093022207"),
+            std::string::npos);
 }
 
 TEST(Metrics, WritesReadsAndSkipsTornLines) {
@@ -200,7 +261,7 @@ TEST(Metrics, WritesReadsAndSkipsTornLines) {
                      ("dtrain_metrics_" + std::to_string(::getpid()) + ".jsonl");
   std::filesystem::remove(path);
   {
-    metrics::MetricsLog log(path);
+    metrics::MetricsLog log(path, 0);
     log.write({{"kind", "step"}, {"epoch_progress", 0.5}, {"loss", 2.0}});
     log.write({{"kind", "epoch"}, {"epoch", 1}, {"loss", 1.5}, {"train_accuracy", 0.4},
                {"test_loss", 1.6}, {"test_accuracy", 0.35}});
@@ -210,7 +271,7 @@ TEST(Metrics, WritesReadsAndSkipsTornLines) {
     torn << "{\"kind\": \"step\", \"lo";  // a crash mid-line
   }
   {
-    metrics::MetricsLog log(path);  // a resumed run appends
+    metrics::MetricsLog log(path, 1);  // a resumed run appends
     log.write({{"kind", "epoch"}, {"epoch", 2}, {"loss", 1.0}, {"train_accuracy", 0.6},
                {"test_loss", 1.1}, {"test_accuracy", 0.55}});
   }
@@ -218,6 +279,8 @@ TEST(Metrics, WritesReadsAndSkipsTornLines) {
   // The torn line is dropped; the resumed run's record after it survives.
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(records[2]["epoch"], 2);
+  EXPECT_EQ(records[0]["attempt"], 0);  // each record says which attempt wrote it
+  EXPECT_EQ(records[2]["attempt"], 1);
   std::string svg = metrics::render_curves_svg(records, "run <1>");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
@@ -225,6 +288,45 @@ TEST(Metrics, WritesReadsAndSkipsTornLines) {
   EXPECT_NE(svg.find("test accuracy"), std::string::npos);
   EXPECT_NE(svg.find("<polyline"), std::string::npos);
   std::filesystem::remove(path);
+}
+
+// Issue 27: after a flash restart metrics.jsonl holds the redone steps twice and curves.svg
+// plotted both. The line that survived: attempt 1 starts again at step 8 (its flash copy), so the
+// first attempt's step 12 and its partial epoch 2 are dropped; each step keeps one record.
+TEST(Metrics, ThePlotKeepsTheNewestAttemptOfEachStep) {
+  using nlohmann::json;
+  auto step = [](int64_t s, double loss, int attempt) {
+    return json{{"kind", "step"}, {"step", s}, {"epoch_progress", s / 8.0}, {"loss", loss},
+                {"attempt", attempt}};
+  };
+  const std::vector<json> records = {
+      {{"kind", "start"}, {"step", 0}, {"attempt", 0}},
+      step(4, 2.0, 0),
+      step(8, 1.8, 0),
+      {{"kind", "epoch"}, {"epoch", 1}, {"step", 8}, {"loss", 1.9}, {"train_accuracy", 0.3}},
+      step(12, 9.0, 0),
+      {{"kind", "epoch"}, {"epoch", 2}, {"step", 13}, {"loss", 9.0}, {"train_accuracy", 0.1}},
+      {{"kind", "start"}, {"step", 8}, {"attempt", 1}},
+      step(12, 1.5, 1),
+      step(16, 1.2, 1),
+      {{"kind", "epoch"}, {"epoch", 2}, {"step", 16}, {"loss", 1.4}, {"train_accuracy", 0.5}},
+      // An older file without start records: a step logged again replaces the earlier one.
+      step(16, 1.1, 2),
+  };
+  const std::vector<json> kept = metrics::surviving_records(records);
+  std::vector<std::pair<int64_t, double>> steps;
+  std::vector<std::pair<int64_t, double>> epochs;
+  for (const json& r : kept) {
+    (r["kind"] == "step" ? steps : epochs).emplace_back(r["step"].get<int64_t>(), r["loss"].get<double>());
+  }
+  EXPECT_EQ(steps, (std::vector<std::pair<int64_t, double>>{{4, 2.0}, {8, 1.8}, {12, 1.5}, {16, 1.1}}));
+  EXPECT_EQ(epochs, (std::vector<std::pair<int64_t, double>>{{8, 1.9}, {16, 1.4}}));
+  // The plot draws that line: the step-loss polyline (the first) has 4 points, not 6.
+  const std::string svg = metrics::render_curves_svg(records, "restarted");
+  const size_t at = svg.find("points=\"");
+  ASSERT_NE(at, std::string::npos) << svg;
+  const std::string points = svg.substr(at + 8, svg.find('"', at + 8) - at - 8);
+  EXPECT_EQ(std::count(points.begin(), points.end(), ','), 4) << points;
 }
 
 TEST(Metrics, EmptyHistoryStillRenders) {

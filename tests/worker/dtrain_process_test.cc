@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -410,6 +411,58 @@ TEST_F(DtrainProcessTest, TwoRunsCheckpointsAreRefusedButUnnamedOldOnesContinue)
   EXPECT_NE(slurp(again.log).find("checkpoint_epoch_0003.dtck"), std::string::npos) << slurp(again.log);
 }
 
+// A diverged run (issue 27): the loss goes to inf/NaN under --lr 1e6. Two workers stop together
+// with exit 1 naming the steps, instead of training on and pruning the good checkpoints for
+// garbage ones; every checkpoint left holds finite weights. --lr inf (accepted) ends the same way.
+TEST_F(DtrainProcessTest, DivergedRunStopsWithExitOneAndKeepsItsFiniteCheckpoints) {
+  const fs::path out = dir_ / "out";
+  const std::vector<std::string> env = {"DTRAIN_LIMIT_TRAIN_SAMPLES=128", "DTRAIN_LIMIT_TEST_SAMPLES=32",
+                                        "DLAUNCH_CONV_CACHE=" + (dir_ / "conv.txt").string()};
+  auto args = [&](int epochs, std::vector<std::string> extra) {
+    std::vector<std::string> a = {"--width=8", "--batch_size=16", "--log_every=2",
+                                  "--epochs=" + std::to_string(epochs), "--output_dir=" + out.string()};
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  Proc good = spawn_dtrain(args(3, {}), env, log("good.log"));
+  ASSERT_EQ(wait_for(good), 0) << slurp(good.log);
+  const std::vector<std::string> files = files_in(out);
+
+  TcpStoreServer server(TcpStoreServerOptions{});
+  const uint16_t port = server.start();
+  std::vector<Proc> ranks;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> rank_env = env;
+    rank_env.insert(rank_env.end(), {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r),
+                                     "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                                     "MASTER_PORT=" + std::to_string(port)});
+    ranks.push_back(spawn_dtrain(args(6, {"--lr=1e6"}), rank_env, log(fmt::format("rank{}.log", r))));
+  }
+  for (const Proc& p : ranks) {
+    EXPECT_EQ(wait_for(p), 1) << slurp(p.log);
+    const std::string text = slurp(p.log);
+    EXPECT_TRUE(std::regex_search(text, std::regex("training diverged: the (training loss|weights) "
+                                                   "became .* between step [0-9]+ and step [0-9]+")))
+        << text;
+    EXPECT_EQ(text.find("done:"), std::string::npos) << text;
+  }
+  EXPECT_EQ(files_in(out), files) << "a checkpoint of the diverged state was written or a good one pruned";
+
+  Proc inf_lr = spawn_dtrain(args(6, {"--lr=inf"}), env, log("inf.log"));
+  EXPECT_EQ(wait_for(inf_lr), 1) << slurp(inf_lr.log);
+  EXPECT_NE(slurp(inf_lr.log).find("training diverged: "), std::string::npos) << slurp(inf_lr.log);
+  EXPECT_EQ(files_in(out), files);
+
+  for (const std::string& name : files) {
+    if (name.rfind("checkpoint_", 0) != 0) continue;
+    const ckpt::Checkpoint c = ckpt::read_checkpoint((out / name).string());
+    for (const auto& [array, values] : c.arrays) {
+      EXPECT_TRUE(std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); }))
+          << name << " " << array;
+    }
+  }
+}
+
 TEST_F(DtrainProcessTest, MissingDataDirExitsTwo) {
   Proc synthetic = spawn_dtrain({"--data_dir=/nonexistent"}, {}, log("synthetic.log"));
   EXPECT_EQ(wait_for(synthetic), 2);
@@ -650,6 +703,24 @@ TEST_F(DtrainProcessTest, KilledWorkerResumesFromTheFlashCopyWithTheSameLosses) 
   EXPECT_EQ(eb[1]["test_accuracy"], ea[1]["test_accuracy"]);
   // The epoch's train loss sums the same terms in another order after the resume.
   EXPECT_NEAR(eb[1]["loss"].get<double>(), ea[1]["loss"].get<double>(), 1e-9);
+  // The redone steps 10 and 11 are in metrics.jsonl twice, told apart by their attempt; from
+  // the restart on every record is attempt 1's; curves.svg plots each step once, the newest.
+  std::vector<std::pair<int64_t, int64_t>> step_attempts;
+  for (const json& j : step_lines(dir_ / "killed" / "metrics.jsonl"))
+    step_attempts.emplace_back(j["step"].get<int64_t>(), j.value("attempt", int64_t{-1}));
+  ASSERT_EQ(step_attempts.size(), 18u) << killed;
+  for (size_t i = 0; i < step_attempts.size(); ++i) {
+    EXPECT_EQ(step_attempts[i], std::make_pair(static_cast<int64_t>(i < 11 ? i + 1 : i - 1),
+                                               int64_t{i < 11 ? 0 : 1}))
+        << i;
+  }
+  for (const char* name : {"whole", "killed"}) {
+    const std::string svg = slurp(dir_ / name / "curves.svg");
+    const size_t points_at = svg.find("points=\"");
+    ASSERT_NE(points_at, std::string::npos) << svg;
+    const std::string points = svg.substr(points_at + 8, svg.find('"', points_at + 8) - points_at - 8);
+    EXPECT_EQ(std::count(points.begin(), points.end(), ','), 16) << name << ": " << points;
+  }
   // The flash directory went with the job.
   const size_t at = killed.find("flash directory /dev/shm/");
   ASSERT_NE(at, std::string::npos) << killed;
@@ -1092,8 +1163,8 @@ TEST_F(DtrainProcessTest, ImageFolderBadDataExitCodes) {
   };
   auto [bad_rc, bad_log] = run(data.string(), "bad");
   EXPECT_EQ(bad_rc, 1) << bad_log;
-  EXPECT_NE(bad_log.find("cannot decode image " + (data / "train/bee/3.jpg").string() +
-                         ": neither JPEG nor PNG"),
+  EXPECT_NE(bad_log.find("1 image(s) in --data_dir=" + data.string() + " do not decode: " +
+                         (data / "train/bee/3.jpg").string() + ": neither JPEG nor PNG"),
             std::string::npos)
       << bad_log;
   auto [skip_rc, skip_log] = run(data.string(), "skip", {"--skip_bad_images"});
@@ -1105,6 +1176,16 @@ TEST_F(DtrainProcessTest, ImageFolderBadDataExitCodes) {
   std::string line;
   ASSERT_TRUE(std::getline(metrics, line));
   EXPECT_EQ(json::parse(line)["skipped_bad_images"], 1) << line;
+  // Every bee bad: skipping them would leave a class never trained on; refused as an empty
+  // class folder is.
+  for (int i = 0; i < 8; ++i) std::ofstream(data / "train" / "bee" / fmt::format("{}.jpg", i)) << "no";
+  auto [all_bad_rc, all_bad_log] = run(data.string(), "all_bad", {"--skip_bad_images"});
+  EXPECT_EQ(all_bad_rc, 2) << all_bad_log;
+  EXPECT_NE(all_bad_log.find("class folder train/bee in --data_dir=" + data.string() +
+                             " has no image that decodes: --skip_bad_images skipped all 8"),
+            std::string::npos)
+      << all_bad_log;
+  write_image_folder(data, {"ant", "bee"});
 
   std::ofstream(dir_ / "notes.tar.gz") << "plain text, not an archive";
   auto [tar_rc, tar_log] = run((dir_ / "notes.tar.gz").string(), "tar");

@@ -10,6 +10,8 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <fmt/format.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -315,28 +317,31 @@ TEST(ImageFolderTest, BadImageStopsNamingTheMemberUnlessSkipped) {
   auto& good = files["train/dog/y.jpg"];
   files["train/dog/y.jpg"] =
       std::vector<uint8_t>(good.begin(), good.begin() + static_cast<long>(good.size() / 2));
-  files["test/cat/t.jpg"] = {'n', 'o', 't', ' ', 'a', ' ', 'j', 'p', 'e', 'g'};
+  files["test/cat/v.jpg"] = {'n', 'o', 't', ' ', 'a', ' ', 'j', 'p', 'e', 'g'};
   write_tar(dir.path() / "bad.tgz", files, true);
   const std::string archive = (dir.path() / "bad.tgz").string();
+  // One error for both splits, each bad image with its reason.
   std::string e = error_of<DataError>([&] { load_image_folder(archive, {}); });
-  EXPECT_NE(e.find("cannot decode image train/dog/y.jpg (member of archive " + archive +
-                   "): corrupt or truncated JPEG"),
+  EXPECT_NE(e.find("2 image(s) in archive " + archive + " do not decode: train/dog/y.jpg: corrupt "
+                   "or truncated JPEG"),
             std::string::npos)
       << e;
+  EXPECT_NE(e.find("; test/cat/v.jpg: neither JPEG nor PNG"), std::string::npos) << e;
   EXPECT_NE(e.find("--skip_bad_images"), std::string::npos) << e;
 
   write_tree(dir.path() / "folder", files);
   e = error_of<DataError>([&] { load_image_folder((dir.path() / "folder").string(), {}); });
-  EXPECT_NE(e.find("cannot decode image " + (dir.path() / "folder/train/dog/y.jpg").string()),
+  EXPECT_NE(e.find("do not decode: " + (dir.path() / "folder/train/dog/y.jpg").string() + ": "),
             std::string::npos)
       << e;
+  EXPECT_NE(e.find((dir.path() / "folder/test/cat/v.jpg").string() + ": "), std::string::npos) << e;
 
   ImageFolderOptions skip;
   skip.skip_bad_images = true;
   const DatasetSplits s = load_image_folder(archive, skip);
   EXPECT_EQ(s.train.size(), 4);
-  EXPECT_EQ(s.test.size(), 1);
-  EXPECT_EQ(s.test.labels, std::vector<uint8_t>{1});
+  EXPECT_EQ(s.test.size(), 2);
+  EXPECT_EQ(s.test.labels, (std::vector<uint8_t>{0, 1}));
   ASSERT_EQ(s.train.skipped_bad_images.size(), 1u);
   EXPECT_EQ(s.train.skipped_bad_images[0].rfind("train/dog/y.jpg (corrupt or truncated JPEG", 0),
             0u)
@@ -347,6 +352,83 @@ TEST(ImageFolderTest, BadImageStopsNamingTheMemberUnlessSkipped) {
   // The images kept are the good ones, moved up in order.
   const DatasetSplits clean = load_image_folder((dir.path() / "folder").string(), skip);
   EXPECT_EQ(clean.train.pixels, s.train.pixels);
+}
+
+// Issue 27: one run per bad image (each stopped at the first); --skip_bad_images leaving a class
+// with no image trained on (only the info line said "bird 0").
+TEST(ImageFolderTest, EveryBadImageIsCountedInOneErrorAndNoClassIsLeftEmpty) {
+  TempDir dir;
+  auto files = small_folder();
+  for (int i = 0; i < 12; ++i) files[fmt::format("train/dog/bad{:02}.jpg", i)] = {'x', 'y', 'z'};
+  write_tar(dir.path() / "many.tar", files, false);
+  const std::string archive = (dir.path() / "many.tar").string();
+  const std::string e = error_of<DataError>([&] { load_image_folder(archive, {}); });
+  EXPECT_NE(e.find("12 image(s) in archive " + archive + " do not decode: train/dog/bad00.jpg: "),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("train/dog/bad09.jpg: "), std::string::npos) << e;
+  EXPECT_EQ(e.find("bad10.jpg"), std::string::npos) << "more than 10 named: " << e;
+  EXPECT_NE(e.find("; and 2 more."), std::string::npos) << e;
+
+  ImageFolderOptions skip;
+  skip.skip_bad_images = true;
+  EXPECT_EQ(load_image_folder(archive, skip).train.size(), 5);
+  // Every image of a class bad: refused as an empty class folder is, naming it.
+  files["train/dog/x.jpg"] = {'n', 'o'};
+  files["train/dog/y.jpg"] = {'n', 'o'};
+  write_tar(dir.path() / "no_dog.tar", files, false);
+  const std::string empty = error_of<UsageError>(
+      [&] { load_image_folder((dir.path() / "no_dog.tar").string(), skip); });
+  EXPECT_NE(empty.find("class folder train/dog in --data_dir=" + (dir.path() / "no_dog.tar").string() +
+                       " has no image that decodes: --skip_bad_images skipped all 14 of them"),
+            std::string::npos)
+      << empty;
+}
+
+// A symlink leading nowhere in a folder and a symlink member in its tarball are both counted as
+// ignored files (a link to an image in a folder is followed, as torchvision does).
+TEST(ImageFolderTest, DanglingSymlinksAndArchiveSymlinksCountAsIgnored) {
+  TempDir dir;
+  const fs::path folder = dir.path() / "folder";
+  write_tree(folder, small_folder());
+  fs::create_symlink("missing.jpg", folder / "train/cat/gone.jpg");
+  fs::create_symlink("x.jpg", folder / "train/dog/same.jpg");  // a good image, followed
+  const DatasetSplits from_dir = load_image_folder(folder.string(), {});
+  EXPECT_EQ(from_dir.train.size(), 6);
+  EXPECT_EQ(from_dir.train.ignored_files, 3);  // README, notes.txt, gone.jpg
+
+  // The same tree as a tarball: the dangling link is a symlink member (counted as ignored); the
+  // good one is stored as its file.
+  auto files = small_folder();
+  files["train/dog/same.jpg"] = files["train/dog/x.jpg"];
+  {  // write_tar's files plus one symlink member
+    archive* a = archive_write_new();
+    archive_write_set_format_pax_restricted(a);
+    ASSERT_EQ(archive_write_open_filename(a, (dir.path() / "links.tar").c_str()), ARCHIVE_OK);
+    archive_entry* e = archive_entry_new();
+    for (const auto& [name, bytes] : files) {
+      archive_entry_clear(e);
+      archive_entry_set_pathname(e, name.c_str());
+      archive_entry_set_filetype(e, AE_IFREG);
+      archive_entry_set_perm(e, 0644);
+      archive_entry_set_size(e, static_cast<la_int64_t>(bytes.size()));
+      archive_write_header(a, e);
+      archive_write_data(a, bytes.data(), bytes.size());
+    }
+    archive_entry_clear(e);
+    archive_entry_set_pathname(e, "train/cat/gone.jpg");
+    archive_entry_set_filetype(e, AE_IFLNK);
+    archive_entry_set_symlink(e, "missing.jpg");
+    archive_entry_set_perm(e, 0777);
+    archive_write_header(a, e);
+    archive_entry_free(e);
+    archive_write_close(a);
+    archive_write_free(a);
+  }
+  const DatasetSplits from_tar = load_image_folder((dir.path() / "links.tar").string(), {});
+  EXPECT_EQ(from_tar.train.size(), from_dir.train.size());
+  EXPECT_EQ(from_tar.train.ignored_files, from_dir.train.ignored_files);
+  EXPECT_EQ(from_tar.train.pixels, from_dir.train.pixels);
 }
 
 TEST(ImageFolderTest, TruncatedArchiveNamesTheMember) {

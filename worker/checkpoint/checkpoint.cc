@@ -12,7 +12,9 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
+#include <mutex>
 #include <random>
+#include <set>
 #include <tuple>
 
 #include "common/byte_order.h"
@@ -117,8 +119,8 @@ struct NameKey {
 
 // The sort key of a checkpoint file name; nullopt for names that are not ours (or whose numbers
 // do not fit in int64: such a file cannot have been written by us, and std::stoll would throw
-// std::out_of_range out of --resume auto).
-std::optional<NameKey> key_from_name(const std::string& name) {
+// std::out_of_range out of --resume auto; the warning names `path`, the file).
+std::optional<NameKey> key_from_name(const std::string& name, const std::string& path) {
   const size_t plen = std::strlen(kFilePrefix), slen = std::strlen(kFileSuffix);
   if (name.size() <= plen + slen || name.compare(0, plen, kFilePrefix) != 0 ||
       name.compare(name.size() - slen, slen, kFileSuffix) != 0) {
@@ -136,9 +138,16 @@ std::optional<NameKey> key_from_name(const std::string& name) {
   std::optional<int64_t> step = int64_t{0};
   if (mark != std::string::npos) step = parse_number(step_digits, &overflow);
   if (overflow) {
-    log_warning("ignoring {}: a number in it does not fit in 64 bits (not a dtrain checkpoint "
-                "name; rename or remove it)",
-                name);
+    // The directory is listed at every checkpoint (pruning, on the persister's thread too): the
+    // warning is said once per file and process, not once per epoch.
+    static std::mutex warned_mu;
+    static std::set<std::string> warned;
+    std::lock_guard<std::mutex> lock(warned_mu);
+    if (warned.insert(path).second) {
+      log_warning("ignoring {}: a number in its name does not fit in 64 bits (not a dtrain "
+                  "checkpoint name; rename or remove it)",
+                  path);
+    }
     return std::nullopt;
   }
   if (!epoch || !step) return std::nullopt;
@@ -340,7 +349,7 @@ std::vector<std::string> list_checkpoints(const std::string& dir) {
   if (ec) fail("open");
   for (fs::directory_iterator end; it != end; it.increment(ec)) {
     if (ec) fail("read");
-    const auto key = key_from_name(it->path().filename().string());
+    const auto key = key_from_name(it->path().filename().string(), it->path().string());
     if (!key) continue;
     // A name of ours that is not a regular file (a directory, a dangling link) cannot be a
     // checkpoint; an error asking is an unreadable directory entry.
@@ -411,7 +420,7 @@ std::vector<std::string> remove_stale_temporaries(const std::string& dir) {
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
     const size_t mark = name.rfind(kTmpMark);
-    if (mark == std::string::npos || !key_from_name(name.substr(0, mark))) continue;
+    if (mark == std::string::npos || !key_from_name(name.substr(0, mark), it->path().string())) continue;
     bool overflow = false;
     const auto pid = parse_number(name.substr(mark + std::strlen(kTmpMark)), &overflow);
     if (!pid || *pid > std::numeric_limits<pid_t>::max()) continue;

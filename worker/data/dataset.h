@@ -109,15 +109,17 @@ struct DatasetSplits {
 // place): train/ and test/ (or val/), at the top or inside one top-level folder, each with one
 // sub-folder per class. Classes are the sorted sub-folder names of train/ (test/ must have the
 // same), labels their index; .jpg/.jpeg/.png files (any case, at any depth below the class
-// folder) are images, other files are ignored and counted. Images are decoded to RGB as Pillow's
+// folder) are images, other files are ignored and counted, and so are symlinks that lead
+// nowhere (folders; those that lead to a file are followed) and symlink members (archives). Images are decoded to RGB as Pillow's
 // convert("RGB") does (image_decode.h) on `threads` threads and must all be of one size unless
 // options.image_size is set (then they are kept at their own sizes: ImageDataset::stored).
 // Normalisation: per-channel mean and standard deviation of the training split (both splits use
 // them). Throws UsageError (exit 2) for a layout problem (no train/, no test/, an empty class
-// folder, class lists that differ, images of different sizes without --image_size, a path that
-// is not a folder or a
-// tar archive), DataError for an image that does not decode (unless skip_bad_images) or a
-// damaged archive: each names the file (and the archive member).
+// folder, or one whose images were all skipped as bad, class lists that differ, images of
+// different sizes without --image_size, a path that is not a folder or a tar archive), DataError
+// for images that do not decode (unless skip_bad_images: one error for both splits, with the
+// count and the first 10, each with its reason) or a damaged archive: each names the file (and
+// the archive member).
 DatasetSplits load_image_folder(const std::string& path, const ImageFolderOptions& options);
 
 // Per-split log lines for an image folder: the class list, images per class, totals, files

@@ -43,9 +43,17 @@ void read_directory(FileTree& t) {
   const size_t cut = it == end ? 0 : root.string().size() + (root.string().back() == '/' ? 0 : 1);
   for (; !ec && it != end; it.increment(ec)) {
     const std::string rel = it->path().generic_string().substr(cut);
-    if (it->is_directory(ec)) {
+    // What a link leads to; a link to nothing (or a loop of links) is no error of the listing.
+    std::error_code target_ec;
+    const fs::file_status target = it->status(target_ec);
+    if (target_ec && it->is_symlink(ec)) {
+      t.files.push_back({rel, it->path().string(), {}, /*unread_link=*/true});
+      add_parents(t, rel);
+    } else if (target_ec) {
+      ec = target_ec;
+    } else if (fs::is_directory(target)) {
       t.dirs.insert(rel);
-    } else if (it->is_regular_file(ec)) {
+    } else if (fs::is_regular_file(target)) {
       t.files.push_back({rel, it->path().string(), {}});
       add_parents(t, rel);
     }
@@ -97,6 +105,11 @@ void read_archive(FileTree& t, const std::function<bool(const std::string&)>& wa
     if (type == AE_IFDIR) {
       t.dirs.insert(path);
       add_parents(t, path);
+      continue;
+    }
+    if (type == AE_IFLNK) {  // not followed inside the archive: counted as ignored
+      add_parents(t, path);
+      t.files.push_back({path, {}, {}, /*unread_link=*/true});
       continue;
     }
     if (type != AE_IFREG) continue;

@@ -20,6 +20,10 @@ struct TreeFile {
   std::string path;            // relative to the root, '/'-separated, no leading "./"
   std::string disk_path;       // directory roots: the file to read; empty for archive members
   std::vector<uint8_t> bytes;  // archive members accepted by `want`; empty otherwise
+  // A symbolic link that is not read: one leading nowhere in a directory (one that leads to a
+  // file is followed, as torchvision does), and any symlink member of an archive. Listed so that
+  // it is counted among the files ignored, the same in a folder and in its tarball.
+  bool unread_link = false;
 };
 
 struct FileTree {

@@ -54,11 +54,6 @@ struct Split {
   std::string ignored_example;
 };
 
-// Where the user will find the file: the path on disk, or the member and the archive.
-std::string describe_file(const FileTree& tree, const TreeFile& f) {
-  return tree.archive ? fmt::format("{} (member of archive {})", f.path, tree.root) : f.disk_path;
-}
-
 Split list_split(const FileTree& tree, const std::string& dir) {
   Split s;
   s.dir = dir;
@@ -85,7 +80,7 @@ Split list_split(const FileTree& tree, const std::string& dir) {
   for (const auto& f : tree.files) {
     if (f.path.rfind(prefix, 0) != 0) continue;
     const auto slash = f.path.find('/', prefix.size());
-    const bool image = is_image_name(f.path);
+    const bool image = is_image_name(f.path) && !f.unread_link;
     if (slash == std::string::npos || !image) {  // beside the class folders, or not an image
       if (s.ignored++ == 0) s.ignored_example = f.path;
       if (slash != std::string::npos)
@@ -150,11 +145,13 @@ void to_planar_counting(const DecodedImage& img, uint8_t* out, ChannelSums<uint6
 // steps in order; the members are what the steps share.
 class SplitDecoder {
  public:
+  // `bad` collects the images that do not decode, with the reason (in the order of the split).
   SplitDecoder(const FileTree& tree, const Split& split, const std::string& name,
-               const ImageFolderOptions& options)
+               const ImageFolderOptions& options, std::vector<std::string>* bad)
       : tree_(tree),
         split_(split),
         options_(options),
+        bad_(bad),
         n_(split.items.size()),
         any_size_(options.image_size > 0),
         limit_(options.max_decoded_bytes),
@@ -171,6 +168,8 @@ class SplitDecoder {
     if (first_good_ < n_) decode_all();
     throw_if_sizes_differ();
     collect_bad_images();
+    // Without --skip_bad_images the caller refuses the set, naming the bad images of both splits.
+    if (!options_.skip_bad_images && !ds_.skipped_bad_images.empty()) return {};
     // Keep the images that decoded, in order: at one size (the first's), or, when --image_size
     // asks for another size or they differ, each at its own (ImageDataset::stored).
     resample_ = any_size_ && (sizes_differ_ || ds_.height != options_.image_size ||
@@ -198,22 +197,17 @@ class SplitDecoder {
     return f.bytes;
   }
 
-  DataError bad_image(size_t i) const {
-    return DataError(
-        fmt::format("cannot decode image {}: {}; replace or remove the file, or pass "
-                    "--skip_bad_images to train without it",
-                    describe_file(tree_, *split_.items[i].file), errors_[i]));
-  }
-
   // The first image that decodes fixes the size every other one must have.
   void decode_first() {
     DecodedImage first;
     for (std::vector<uint8_t> buf; first_good_ < n_; ++first_good_) {
-      const auto& b = bytes_of(*split_.items[first_good_].file, buf);
-      if (first_decoder_.decode(b.data(), b.size(), first, errors_[first_good_])) break;
-      if (!options_.skip_bad_images) break;
+      try {
+        const auto& b = bytes_of(*split_.items[first_good_].file, buf);
+        if (first_decoder_.decode(b.data(), b.size(), first, errors_[first_good_])) break;
+      } catch (const std::exception& e) {  // unreadable: as bad as a corrupt one
+        errors_[first_good_] = e.what();
+      }
     }
-    if (first_good_ < n_ && !errors_[first_good_].empty()) throw bad_image(first_good_);
     ds_.channels = 3;
     ds_.height = first.height;
     ds_.width = first.width;
@@ -262,8 +256,8 @@ class SplitDecoder {
     }
   }
 
-  // False when image i does not decode (its error recorded; the pass stops unless bad images
-  // are skipped).
+  // False when image i does not decode (its error recorded). The pass goes on either way, so
+  // that one error can name every bad image (or they are all skipped).
   bool decode_one(ImageDecoder& decoder, size_t i, DecodedImage& img, std::vector<uint8_t>& buf) {
     try {
       const auto& b = bytes_of(*split_.items[i].file, buf);
@@ -271,7 +265,6 @@ class SplitDecoder {
     } catch (const std::exception& e) {  // a file that cannot be read: as bad as a corrupt one
       errors_[i] = e.what();
     }
-    if (!options_.skip_bad_images) stop_ = true;
     return false;
   }
 
@@ -320,9 +313,10 @@ class SplitDecoder {
   void collect_bad_images() {
     for (size_t i = 0; i < n_; ++i) {
       if (errors_[i].empty()) continue;
-      if (!options_.skip_bad_images) throw bad_image(i);
-      ds_.skipped_bad_images.push_back(
-          fmt::format("{} ({})", split_.items[i].file->path, errors_[i]));
+      const TreeFile& f = *split_.items[i].file;
+      // Where the user will find it: the member (the message names the archive), or the file.
+      bad_->push_back(fmt::format("{}: {}", tree_.archive ? f.path : f.disk_path, errors_[i]));
+      ds_.skipped_bad_images.push_back(fmt::format("{} ({})", f.path, errors_[i]));
     }
   }
 
@@ -402,6 +396,7 @@ class SplitDecoder {
   const FileTree& tree_;
   const Split& split_;
   const ImageFolderOptions& options_;
+  std::vector<std::string>* bad_;
   const size_t n_;
   // With --image_size, images of another size than the first wait in odd_ (planar CHW) until
   // the split is put together in its resampled layout.
@@ -428,8 +423,44 @@ class SplitDecoder {
 };
 
 ImageDataset decode_split(const FileTree& tree, const Split& split, const std::string& name,
-                          const ImageFolderOptions& options) {
-  return SplitDecoder(tree, split, name, options).run();
+                          const ImageFolderOptions& options, std::vector<std::string>* bad) {
+  return SplitDecoder(tree, split, name, options, bad).run();
+}
+
+// The bad images listed in a refusal: enough to start on, and the count says how many more.
+constexpr size_t kBadImagesNamed = 10;
+
+// Without --skip_bad_images: one error for every image of both splits that does not decode.
+void refuse_bad_images(const FileTree& tree, const std::vector<std::string>& bad) {
+  std::string list;
+  for (size_t i = 0; i < bad.size() && i < kBadImagesNamed; ++i) list += (i ? "; " : "") + bad[i];
+  if (bad.size() > kBadImagesNamed) list += fmt::format("; and {} more", bad.size() - kBadImagesNamed);
+  throw DataError(fmt::format(
+      "{} image(s) {} do not decode: {}. Replace or remove them, or pass --skip_bad_images to "
+      "train without them (they are then named in the log and in metrics.jsonl)",
+      bad.size(), tree.archive ? "in archive " + tree.root : "in --data_dir=" + tree.root, list));
+}
+
+// With --skip_bad_images: a class whose images were all skipped is refused, as an empty class
+// folder is (the model would be trained with a class it never sees).
+void refuse_classes_left_empty(const FileTree& tree, const Split& split, const ImageDataset& ds) {
+  std::vector<int64_t> count(split.classes.size(), 0);
+  for (uint8_t l : ds.labels) ++count[l];
+  for (size_t c = 0; c < split.classes.size(); ++c) {
+    if (count[c] > 0) continue;
+    const std::string prefix = split.dir + "/" + split.classes[c] + "/";
+    int64_t skipped = 0;
+    std::string first;
+    for (const std::string& s : ds.skipped_bad_images) {
+      if (s.rfind(prefix, 0) != 0) continue;
+      if (skipped++ == 0) first = s;
+    }
+    throw UsageError(fmt::format(
+        "class folder {}/{} in --data_dir={} has no image that decodes: --skip_bad_images "
+        "skipped all {} of them (the first: {}); every class needs images (torchvision refuses "
+        "an empty class too): replace them or remove the folder",
+        split.dir, split.classes[c], tree.root, skipped, first));
+  }
 }
 
 }  // namespace
@@ -466,8 +497,12 @@ DatasetSplits load_image_folder(const std::string& path, const ImageFolderOption
         path, train.dir, join_names(train.classes), test.dir, join_names(test.classes)));
   }
   DatasetSplits out;
-  out.train = decode_split(tree, train, "imagefolder-train", options);
-  out.test = decode_split(tree, test, "imagefolder-test", options);
+  std::vector<std::string> bad;
+  out.train = decode_split(tree, train, "imagefolder-train", options, &bad);
+  out.test = decode_split(tree, test, "imagefolder-test", options, &bad);
+  if (!options.skip_bad_images && !bad.empty()) refuse_bad_images(tree, bad);
+  refuse_classes_left_empty(tree, train, out.train);
+  refuse_classes_left_empty(tree, test, out.test);
   if (out.train.height != out.test.height || out.train.width != out.test.width) {
     throw UsageError(
         fmt::format("--data_dir={}: the images of {}/ are {}x{} but those of {}/ are "

@@ -7,7 +7,7 @@
 
 namespace dlaunch::metrics {
 
-MetricsLog::MetricsLog(const std::string& path) : path_(path) {
+MetricsLog::MetricsLog(const std::string& path, int64_t attempt) : path_(path), attempt_(attempt) {
   file_ = std::fopen(path.c_str(), "a+");
   if (file_ == nullptr) throw SystemError(errno_message("opening metrics file " + path, errno));
   // A run killed mid-line left a torn last line: end it, so our first record starts clean.
@@ -22,7 +22,9 @@ MetricsLog::~MetricsLog() {
 }
 
 void MetricsLog::write(const nlohmann::json& record) {
-  std::string line = record.dump() + "\n";
+  nlohmann::json stamped = record;
+  stamped["attempt"] = attempt_;
+  std::string line = stamped.dump() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
     throw SystemError(errno_message("writing metrics file " + path_, errno));
   }

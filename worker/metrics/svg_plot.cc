@@ -110,7 +110,37 @@ void panel(std::string& svg, double x0, double y0, double w, double h, const std
   }
 }
 
+double number(const nlohmann::json& j, const char* key) {
+  auto it = j.find(key);
+  return it != j.end() && it->is_number() ? it->get<double>() : std::nan("");
+}
+
 }  // namespace
+
+std::vector<nlohmann::json> surviving_records(const std::vector<nlohmann::json>& records) {
+  // Each list stays sorted by its key: a record first drops those it supersedes, all at its end.
+  std::vector<nlohmann::json> steps, epochs;
+  auto drop_from = [](std::vector<nlohmann::json>& kept, const char* key, double from) {
+    while (!kept.empty() && !(number(kept.back(), key) < from)) kept.pop_back();
+  };
+  for (const auto& r : records) {
+    const std::string kind = r.value("kind", "");
+    if (kind == "start") {
+      const double resumed_at = number(r, "step");
+      if (std::isnan(resumed_at)) continue;
+      drop_from(steps, "step", resumed_at + 1);
+      drop_from(epochs, "step", resumed_at + 1);
+    } else if (kind == "step" && !std::isnan(number(r, "step"))) {
+      drop_from(steps, "step", number(r, "step"));
+      steps.push_back(r);
+    } else if (kind == "epoch" && !std::isnan(number(r, "epoch"))) {
+      drop_from(epochs, "epoch", number(r, "epoch"));
+      epochs.push_back(r);
+    }
+  }
+  steps.insert(steps.end(), epochs.begin(), epochs.end());
+  return steps;
+}
 
 std::string render_curves_svg(const std::vector<nlohmann::json>& records, const std::string& title) {
   Series step_loss{"train loss (steps)", "#9ecae1", false, {}};
@@ -118,11 +148,8 @@ std::string render_curves_svg(const std::vector<nlohmann::json>& records, const 
   Series test_loss{"test loss", "#e6550d", true, {}};
   Series train_acc{"train accuracy", "#3182bd", true, {}};
   Series test_acc{"test accuracy", "#e6550d", true, {}};
-  auto num = [](const nlohmann::json& j, const char* k) -> double {
-    auto it = j.find(k);
-    return it != j.end() && it->is_number() ? it->get<double>() : std::nan("");
-  };
-  for (const auto& r : records) {
+  auto num = number;
+  for (const auto& r : surviving_records(records)) {
     std::string kind = r.value("kind", "");
     if (kind == "step") {
       step_loss.points.emplace_back(num(r, "epoch_progress"), num(r, "loss"));

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
+#include <limits>
 #include <map>
 
 #include "common/env.h"
@@ -32,27 +34,74 @@ std::string choice(const std::string& flag, const std::string& value,
   return value;
 }
 
-int positive_int(const std::string& flag, const std::string& value, int min) {
-  int64_t v = parse_int(value, flag);
-  if (v < min || v > 1'000'000'000) {
-    throw UsageError(fmt::format("{}={} is out of range; expected an integer >= {}", flag, value, min));
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Where a numeric flag's value may lie: [min, max], an end excluded where said. The one parser of
+// every numeric flag below (number_flag, integer_flag), so each refusal names the bound it
+// crossed and what the flag takes.
+struct Bounds {
+  double min = 0;
+  double max = kInf;
+  bool min_excluded = false;  // the value must be above min
+  bool max_excluded = false;  // the value must be below max
+  bool infinity_allowed = false;  // +inf means something for this flag (--lr inf)
+};
+
+std::string bound_text(double bound) { return fmt::format("{}", bound); }
+
+// Throws the refusal of `v` (already a number) when it is outside `b`; `expected` says what the
+// flag takes ("a learning rate >= 0").
+void check_bounds(const std::string& flag, const std::string& value, double v, const Bounds& b,
+                  const std::string& expected) {
+  std::string why;
+  if (std::isnan(v)) {
+    why = "is not a number";
+  } else if (std::isinf(v) && !(v > 0 && b.infinity_allowed)) {
+    why = "is not finite";
+  } else if (v < b.min || (b.min_excluded && v == b.min)) {
+    why = b.min_excluded ? "is not above " + bound_text(b.min) : "is below " + bound_text(b.min);
+  } else if (v > b.max || (b.max_excluded && v == b.max)) {
+    why = b.max_excluded ? "is not below " + bound_text(b.max) : "is above " + bound_text(b.max);
   }
-  return static_cast<int>(v);
+  if (!why.empty()) throw UsageError(fmt::format("{}={} {}; expected {}", flag, value, why, expected));
 }
 
-double nonneg_double(const std::string& flag, const std::string& value) {
-  double v = parse_double(value, flag);
-  if (!(v >= 0)) throw UsageError(fmt::format("{}={} is negative; expected a number >= 0", flag, value));
+double number_flag(const std::string& flag, const std::string& value, const Bounds& b,
+                   const std::string& expected) {
+  const double v = parse_double(value, flag);
+  check_bounds(flag, value, v, b, expected);
   return v;
+}
+
+int64_t integer_flag(const std::string& flag, const std::string& value, int64_t min, int64_t max,
+                     const std::string& expected) {
+  const int64_t v = parse_int(value, flag);
+  Bounds b;
+  b.min = static_cast<double>(min);
+  b.max = static_cast<double>(max);
+  if (v < min || v > max) check_bounds(flag, value, static_cast<double>(v), b, expected);
+  return v;
+}
+
+// The counts (epochs, steps, widths, ...) that fit an int and stay far from overflowing products.
+constexpr int64_t kMaxCount = 1'000'000'000;
+
+int positive_int(const std::string& flag, const std::string& value, int min) {
+  return static_cast<int>(integer_flag(
+      flag, value, min, kMaxCount, fmt::format("an integer from {} to {}", min, kMaxCount)));
+}
+
+// A number >= 0 that must be finite: the optimizer's and the schedule's settings.
+double nonneg_double(const std::string& flag, const std::string& value) {
+  return number_flag(flag, value, Bounds{}, "a finite number >= 0");
 }
 
 // A rate in [0, 1) where 0 turns the option off (--ema's decay, --label_smoothing's EPS).
 double rate_below_one(const std::string& flag, const std::string& value, const char* expected) {
-  const double v = nonneg_double(flag, value);
-  if (v >= 1) {
-    throw UsageError(fmt::format("{}={} is not below 1; expected {} (0: off)", flag, value, expected));
-  }
-  return v;
+  Bounds b;
+  b.max = 1;
+  b.max_excluded = true;
+  return number_flag(flag, value, b, fmt::format("{} (0: off)", expected));
 }
 
 std::string fmt_bool(bool b) { return b ? "true" : "false"; }
@@ -96,7 +145,11 @@ const std::vector<Flag>& flags() {
        [](TrainConfig& c, auto& f, auto& v) { c.batch_size = positive_int(f, v, 1); },
        [](const TrainConfig& c) { return std::to_string(c.batch_size); }},
       {"lr", "base learning rate", false,
-       [](TrainConfig& c, auto& f, auto& v) { c.lr = nonneg_double(f, v); },
+       [](TrainConfig& c, auto& f, auto& v) {
+         Bounds b;
+         b.infinity_allowed = true;  // it diverges at once, and dtrain stops on that
+         c.lr = number_flag(f, v, b, "a learning rate >= 0");
+       },
        [](const TrainConfig& c) { return fmt_double(c.lr); }},
       {"lr_schedule",
        "cosine | step (x0.1 every 30 epochs) | constant | triangle (after the warm-up, linear "
@@ -109,9 +162,15 @@ const std::vector<Flag>& flags() {
       {"warmup_epochs", "linear warm-up from 0 over this many epochs, or P% of --epochs", false,
        [](TrainConfig& c, auto& f, auto& v) {
          const bool percent = !v.empty() && v.back() == '%';
-         const double x = nonneg_double(f, percent ? v.substr(0, v.size() - 1) : v);
-         if (percent && x >= 100)
-           throw UsageError(fmt::format("{}={} is not below 100%; expected e.g. 20%", f, v));
+         Bounds b;
+         if (percent) {
+           b.max = 100;
+           b.max_excluded = true;
+         }
+         const double x = parse_double(percent ? v.substr(0, v.size() - 1) : v, f);
+         check_bounds(f, v, x, b,
+                      percent ? "a share of --epochs in [0%, 100%), e.g. 20%"
+                              : "a number of epochs >= 0, or P% of --epochs");
          c.warmup_epochs = percent ? 0 : x;
          c.warmup_percent = percent ? x : -1;
        },
@@ -187,9 +246,8 @@ const std::vector<Flag>& flags() {
        [](const TrainConfig& c) { return fmt_bool(c.sync_bn); }},
       {"seed", "seed for the model, shuffling, augmentation and synthetic data", false,
        [](TrainConfig& c, auto& f, auto& v) {
-         int64_t s = parse_int(v, f);
-         if (s < 0) throw UsageError(fmt::format("{}={} is negative; expected an integer >= 0", f, v));
-         c.seed = static_cast<uint64_t>(s);
+         c.seed = static_cast<uint64_t>(
+             integer_flag(f, v, 0, std::numeric_limits<int64_t>::max(), "an integer >= 0"));
        },
        [](const TrainConfig& c) { return std::to_string(c.seed); }},
       {"output_dir", "checkpoints, metrics.jsonl and curves.svg go here", false,
@@ -238,10 +296,10 @@ const std::vector<Flag>& flags() {
        "this worker exits with an error naming it, so dlaunch restarts the group",
        false,
        [](TrainConfig& c, auto& f, auto& v) {
-         c.collective_timeout = nonneg_double(f, v);
-         if (c.collective_timeout <= 0) {
-           throw UsageError(fmt::format("{}={} must be a number of seconds > 0", f, v));
-         }
+         Bounds b;
+         b.min_excluded = true;
+         b.max = kMaxCount;  // milliseconds of it must fit in 64 bits
+         c.collective_timeout = number_flag(f, v, b, fmt::format("seconds above 0 and at most {}", kMaxCount));
        },
        [](const TrainConfig& c) { return fmt_double(c.collective_timeout); }},
       {"log_every", "write a metrics line every N steps (0: epochs only)", false,
@@ -249,9 +307,8 @@ const std::vector<Flag>& flags() {
        [](const TrainConfig& c) { return std::to_string(c.log_every); }},
       {"max_steps", "stop after this many optimizer steps in total (0: no limit)", false,
        [](TrainConfig& c, auto& f, auto& v) {
-         int64_t s = parse_int(v, f);
-         if (s < 0) throw UsageError(fmt::format("{}={} is negative; expected an integer >= 0", f, v));
-         c.max_steps = s;
+         c.max_steps = integer_flag(f, v, 0, std::numeric_limits<int64_t>::max(),
+                                    "a number of steps >= 0 (0: no limit)");
        },
        [](const TrainConfig& c) { return std::to_string(c.max_steps); }},
       {"flash_every",
@@ -289,10 +346,9 @@ const std::vector<Flag>& flags() {
        "them decoded)",
        false,
        [](TrainConfig& c, auto& f, auto& v) {
-         const int64_t mib = parse_int(v, f);
-         if (mib < 0)
-           throw UsageError(fmt::format("{}={} is negative; expected MiB >= 0", f, v));
-         c.max_decoded_mib = mib;
+         // Bytes of it (MiB << 20) must fit in 64 bits.
+         const int64_t max = std::numeric_limits<int64_t>::max() >> 20;
+         c.max_decoded_mib = integer_flag(f, v, 0, max, fmt::format("MiB from 0 to {} (0: no limit)", max));
        },
        [](const TrainConfig& c) { return std::to_string(c.max_decoded_mib); }},
       {"stem",
@@ -304,6 +360,37 @@ const std::vector<Flag>& flags() {
        [](const TrainConfig& c) { return c.stem; }},
   };
   return kFlags;
+}
+
+// Levenshtein distance (single-byte insertions, deletions, substitutions).
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The flag closest to `name` (already with '_' for '-'), or "" when none is a likely typo: a
+// few edits away, as dlaunch's own hint (launcher/cli.h) judges it.
+std::string closest_flag(const std::string& name) {
+  std::string best;
+  size_t best_distance = 0;
+  for (const Flag& f : flags()) {
+    const size_t d = edit_distance(name, f.name);
+    if (best.empty() || d < best_distance) {
+      best = f.name;
+      best_distance = d;
+    }
+  }
+  return best_distance <= std::max<size_t>(2, name.size() / 3) ? best : "";
 }
 
 const Flag& find_flag(const std::string& name) {
@@ -340,7 +427,9 @@ TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help) {
     std::replace(name.begin(), name.end(), '-', '_');
     auto it = std::find_if(flags().begin(), flags().end(), [&](const Flag& f) { return name == f.name; });
     if (it == flags().end()) {
-      throw UsageError(fmt::format("unknown flag '{}'; see dtrain --help for the list", arg));
+      const std::string guess = closest_flag(name);
+      throw UsageError(fmt::format("unknown flag '{}'{}; see dtrain --help for the list", arg,
+                                   guess.empty() ? "" : fmt::format(" (did you mean --{}?)", guess)));
     }
     if (!has_value) {
       if (it->boolean) {

@@ -292,6 +292,14 @@ class Trainer {
   // Every rank: whether any rank received a stop signal (the largest signal number, 0: none).
   // One all-reduce of one number.
   int agree_stop();
+  // Every rank, at the same points, with figures all-reduced over the ranks so that all of them
+  // stop together: `loss_sum` the summed training loss of the steps since the last check (not
+  // checked with fp16, whose loss scaler skips such steps), `bad_weights` the weights that are
+  // inf or NaN (nullopt: not counted here). Throws DivergedError naming the steps since the last
+  // check that passed; it runs before every checkpoint, so none holds a diverged state.
+  void check_finite(std::optional<double> loss_sum, std::optional<double> bad_weights);
+  // This rank's count of inf/NaN weights (one read of one number from the backend).
+  double count_non_finite_weights();
   std::pair<double, double> evaluate();  // mean loss, accuracy
   // `epoch_step` > 0: a stop inside epoch `epochs_done` + 1 after that many of its steps, with
   // the epoch's all-reduced totals so far. Returns the path written ("" on ranks other than 0).
@@ -328,6 +336,8 @@ class Trainer {
   metrics::ProgressBar progress_{false};
   Tensor images_;  // the batch: on the host, or on backend_ with data on the device
   int64_t global_step_ = 0;
+  // The global steps after which check_finite last found the loss and the weights finite.
+  int64_t loss_finite_at_ = 0, weights_finite_at_ = 0;
   bool stop_ = false;
   int stop_signal_ = 0;
   std::string run_id_;  // rank 0: the identity written into every checkpoint of this run
@@ -693,6 +703,29 @@ std::optional<json> Trainer::resume() {
   return decision["meta"];
 }
 
+double Trainer::count_non_finite_weights() {
+  // x * 1 leaves every value as it was: the op only counts here.
+  return static_cast<double>(backend_.unscale_count_non_finite(
+      static_cast<int64_t>(model_->num_params()), 1.0f, model_->params()));
+}
+
+void Trainer::check_finite(std::optional<double> loss_sum, std::optional<double> bad_weights) {
+  const bool loss_bad = loss_sum && !precision_->loss_scaling() && !std::isfinite(*loss_sum);
+  const bool weights_bad = bad_weights && *bad_weights > 0;
+  if (!loss_bad && !weights_bad) {
+    if (loss_sum) loss_finite_at_ = global_step_;
+    if (bad_weights) weights_finite_at_ = global_step_;
+    return;
+  }
+  throw DivergedError(fmt::format(
+      "training diverged: the {} became {} between step {} and step {} (--lr {}, --precision "
+      "{}); stopped without writing a checkpoint of it (those in {} are from before): resume "
+      "from them with a lower --lr, more --warmup_epochs or another --precision",
+      loss_bad ? "training loss" : "weights",
+      loss_bad ? fmt::format("{}", *loss_sum) : std::string("inf or NaN"),
+      loss_bad ? loss_finite_at_ : weights_finite_at_, global_step_, c_.lr, c_.precision, c_.output_dir));
+}
+
 int Trainer::agree_stop() {
   double sig = stop_requested();
   const auto t0 = Clock::now();
@@ -813,13 +846,19 @@ void Trainer::log_window(EpochRun& run) {
     metrics_->write(rec);
   }
   run.window_start = Clock::now();
+  // After the window's record: the metrics show the step the loss went bad at.
+  check_finite(w[0], std::nullopt);
 }
 
 void Trainer::finish_epoch(EpochRun& run) {
   step_sums_->read_totals(run.totals);  // waits for the epoch's last step
   double train_secs = seconds_since(run.start);
-  // Rank 0's resumed totals are counted once: the others add zeros for them.
-  pg_.allreduce(run.totals, 3, comm::ReduceOp::kSum);
+  // Rank 0's resumed totals are counted once: the others add zeros for them. The inf/NaN
+  // weights ride along, checked before the evaluation and the checkpoint.
+  double all[4] = {run.totals[0], run.totals[1], run.totals[2], count_non_finite_weights()};
+  pg_.allreduce(all, 4, comm::ReduceOp::kSum);
+  std::copy(all, all + 3, run.totals);
+  check_finite(all[0], all[3]);
   EpochFigures f;
   f.loss = run.totals[0] / run.totals[2];
   f.accuracy = run.totals[1] / run.totals[2];
@@ -966,8 +1005,9 @@ std::string Trainer::save_checkpoint(int64_t epochs_done, int64_t epoch_step,
 
 void Trainer::save_flash(int64_t epoch, int64_t epoch_step, const double* epoch_totals) {
   // Summed over the ranks (rank 0 carries a resumed epoch's totals), as a stop's checkpoint.
-  double tot[3] = {epoch_totals[0], epoch_totals[1], epoch_totals[2]};
-  pg_.allreduce(tot, 3, comm::ReduceOp::kSum);
+  double tot[4] = {epoch_totals[0], epoch_totals[1], epoch_totals[2], count_non_finite_weights()};
+  pg_.allreduce(tot, 4, comm::ReduceOp::kSum);
+  check_finite(tot[0], tot[3]);
   if (!flash_) return;
   // The copy's own cost (the all-reduce above mostly waits for the slowest rank, which the next
   // gradient all-reduce would wait for anyway).
@@ -1059,6 +1099,7 @@ TrainSummary Trainer::run() {
   int64_t start_epoch = 0;
   if (auto meta = resume()) start_epoch = continue_from(*meta);
   start_ema();
+  loss_finite_at_ = weights_finite_at_ = global_step_;
   if (rank0_) open_metrics();
   heartbeat();
   // From here a stop signal is honoured at the next step boundary (before, there is nothing
@@ -1125,7 +1166,8 @@ void Trainer::continue_inside_epoch(const json& meta, int64_t start_epoch, int64
 }
 
 void Trainer::open_metrics() {
-  metrics_ = std::make_unique<metrics::MetricsLog>((fs::path(c_.output_dir) / "metrics.jsonl").string());
+  metrics_ = std::make_unique<metrics::MetricsLog>((fs::path(c_.output_dir) / "metrics.jsonl").string(),
+                                                   env_.restart_count);
   if (c_.dataset == "imagefolder") {
     // What was read, for a later look at a run: the bad images skipped are named here too.
     json skipped = json::array();
@@ -1141,6 +1183,10 @@ void Trainer::open_metrics() {
                      {"skipped_bad_images", skipped.size()},
                      {"skipped_bad_image_files", skipped}});
   }
+  // Where this run or attempt goes on from: the records after this step written before it are
+  // of steps lost and redone now (the plot drops them: svg_plot.h).
+  metrics_->write({{"kind", "start"}, {"step", global_step_}, {"epochs_done", summary_.epochs_done},
+                   {"world_size", pg_.size()}});
   // Under dlaunch stdout is a pipe; DLAUNCH_CONSOLE_TTY says it ends on a terminal anyway.
   progress_ = metrics::ProgressBar(metrics::stdout_is_terminal() || env_.console_tty);
 }

@@ -11,19 +11,29 @@
 // Every rank runs run(); all collective calls happen in the same order on every rank.
 // run() blocks for the whole training and throws on failure: UsageError (a checkpoint from a
 // different model/dataset, bad data dir), data::DataError, ckpt::CheckpointError (an explicit
-// --resume PATH that is corrupt), TimeoutError/ConnectionError (a peer died).
+// --resume PATH that is corrupt), TimeoutError/ConnectionError (a peer died), DivergedError
+// (the loss or the weights became inf/NaN: every rank throws it at the same step, and no
+// checkpoint of that state is written).
 #pragma once
 
 #include <csignal>
 #include <cstdint>
 #include <string>
 
+#include "common/error.h"
 #include "common/worker_env.h"
 #include "kernels/backend.h"
 #include "worker/comm/process_group.h"
 #include "worker/train/train_config.h"
 
 namespace dlaunch::train {
+
+// Training diverged: the training loss (fp32, bf16) or the weights (any precision) became
+// infinite or NaN. Thrown on every rank alike, before any checkpoint of that state is written.
+class DivergedError : public Error {
+ public:
+  using Error::Error;
+};
 
 struct TrainSummary {
   int64_t epochs_done = 0;  // completed epochs, counting those restored from a checkpoint
