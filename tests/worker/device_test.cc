@@ -220,7 +220,10 @@ void expect_precision_curves_follow_fp32(const std::string& device) {
     ASSERT_EQ(low.size(), 20u) << p;
     for (size_t q = 0; q < 4; ++q) {
       const double ref = quarter_mean(fp32, q), got = quarter_mean(low, q);
-      EXPECT_NEAR(got, ref, 0.02 * ref) << p << ", steps " << 50 * q + 1 << "-" << 50 * q + 50;
+      // 4%: low-precision trajectories drift from fp32's chaotically, and how far depends on the
+      // host's kernels: fp16's last quarter was 1.3% off on one machine and 2.8% on another with
+      // the same build (OMP_NUM_THREADS=1). A broken precision path is off by far more.
+      EXPECT_NEAR(got, ref, 0.04 * ref) << p << ", steps " << 50 * q + 1 << "-" << 50 * q + 50;
     }
     if (std::string(p) == "fp16") {
       // The scaler ran: every record carries its scale, a power of two at most the initial one.
