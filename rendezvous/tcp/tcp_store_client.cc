@@ -255,7 +255,14 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
     uint32_t nonce = static_cast<uint32_t>(::getpid()) ^ 0x5eed;
     wire::put_u32(hello, nonce);
     send_raw(hello, "PING");
-    if (options_.agent) recv_u8(deadline, "DECLARE_AGENT");
+    if (options_.agent && recv_u8(deadline, "DECLARE_AGENT") == wire::kDeclareRefusedNoToken) {
+      drop();
+      throw UsageError(fmt::format(
+          "the store at {} refused this agent: this job requires a job token "
+          "(DLAUNCH_JOB_TOKEN) and this agent has none; give every node the job's "
+          "DLAUNCH_JOB_TOKEN (or the same token_file= in --rdzv_conf)",
+          endpoint()));
+    }
     uint32_t echoed = 0;
     uint8_t buf[4];
     recv_exact(buf, 4, deadline, "PING", "");
@@ -266,6 +273,7 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
           "the service at {} is not a dlaunch/PyTorch store (bad PING reply)", endpoint()));
     }
     if (ask_features) read_features(deadline);
+    declare_run(deadline);
     return;
   }
   Request begin;
@@ -310,6 +318,22 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
         endpoint()));
   }
   if (ask_features) read_features(deadline);
+  declare_run(deadline);
+}
+
+void TcpStoreClient::declare_run(SteadyTime::time_point deadline) {
+  if (options_.run_id.empty() || !(server_features_ & wire::kFeatureDeclareRun)) return;
+  Request declare;
+  declare.op = Op::kDeclareRun;
+  declare.keys = {options_.run_id};
+  send_request(declare);
+  if (recv_u8(deadline, "DECLARE_RUN") == wire::kDeclareAccepted) return;
+  std::string theirs = to_string(recv_bytes(deadline, "DECLARE_RUN"));
+  drop();
+  throw UsageError(fmt::format(
+      "the store at {} serves run '{}'; this agent's run is '{}': give this job its own "
+      "--rdzv_endpoint (or the same --rdzv_id, if it is the same job)",
+      endpoint(), theirs, options_.run_id));
 }
 
 void TcpStoreClient::read_features(SteadyTime::time_point deadline) {
