@@ -141,6 +141,7 @@ void TcpStoreClient::ensure_connected() {
   auto deadline = deadline_after(bound);
   auto backoff = std::chrono::milliseconds(20);
   std::string last_error;
+  bool every_attempt_refused = true;  // nothing listens: StoreRefusedError, not silence
   const auto started = SteadyTime::now();
   auto next_note = started + options_.waiting_note_every;
   while (true) {
@@ -152,13 +153,16 @@ void TcpStoreClient::ensure_connected() {
     } catch (const ConnectionError& e) {
       drop();
       last_error = e.what();
+      if (!dynamic_cast<const StoreRefusedError*>(&e)) every_attempt_refused = false;
     } catch (const ClosedError& e) {
       // The server accepted and then closed: it is starting up, or overloaded. Retry.
       drop();
       last_error = e.what();
+      every_attempt_refused = false;
     } catch (const TimeoutError& e) {
       drop();
       last_error = e.what();
+      every_attempt_refused = false;
     }
     if (SteadyTime::now() + backoff >= deadline) break;
     if (!connected_once_ && SteadyTime::now() >= next_note) {
@@ -178,11 +182,13 @@ void TcpStoreClient::ensure_connected() {
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
   }
   if (interrupted()) throw_closed("");
-  throw ConnectionError(fmt::format(
+  std::string message = fmt::format(
       "cannot reach the store at {} within {:g} s (last error: {}); check that the agent "
       "hosting it (node rank 0, or the owner of --rdzv_endpoint) is running, that the address "
       "and port are right, and that no firewall blocks the port",
-      endpoint(), to_seconds(bound), last_error));
+      endpoint(), to_seconds(bound), last_error);
+  if (every_attempt_refused) throw StoreRefusedError(message);
+  throw ConnectionError(message);
 }
 
 void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
@@ -198,11 +204,13 @@ void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
   }
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> free_res(res, freeaddrinfo);
   std::string error = "no address";
+  bool every_address_refused = true;
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
                       ai->ai_protocol);
     if (fd < 0) {
       error = std::strerror(errno);
+      every_address_refused = false;
       continue;
     }
     set_fd(fd);  // from here on interrupt() can shut it down
@@ -225,6 +233,7 @@ void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
       errno = soerr;
     }
     if (r != 0) {
+      if (errno != ECONNREFUSED) every_address_refused = false;
       error = std::strerror(errno);
       drop();
       if (interrupted()) throw_closed("");
@@ -237,6 +246,7 @@ void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return;
   }
+  if (every_address_refused && res != nullptr) throw StoreRefusedError(error);
   throw ConnectionError(error);
 }
 

@@ -10,7 +10,8 @@
 // cheap; any other timeout drops the connection (the server forgets the parked request) and the
 // next call reconnects.
 // Errors: ClosedError when the server closes the connection mid-request (the server or its
-// agent died); ConnectionError when a reconnect fails; ProtocolError on a malformed reply;
+// agent died); ConnectionError when a reconnect fails (StoreRefusedError when every attempt was
+// refused: nothing listens at the address); ProtocolError on a malformed reply;
 // StateError when the job token is refused or the server is not this job's; UsageError when
 // the store refuses this agent for what the user must change: it requires a job token this
 // agent lacks, or it serves another run (options.run_id). Neither is retried.
