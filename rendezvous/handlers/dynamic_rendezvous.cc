@@ -684,9 +684,10 @@ void DynamicRendezvous::throw_store_lost(const std::string& why) { throw Connect
 
 void DynamicRendezvous::declare_store_lost(Duration silent, bool refused) {
   const std::string what =
-      refused ? fmt::format("closed its connection and refuses new ones ({:.1f} s since it last "
-                            "answered): it died",
-                            to_seconds(silent))
+      refused ? fmt::format(
+                    "closed its connection and refuses new ones ({:.1f} s since it last "
+                    "answered): it died",
+                    to_seconds(silent))
               : fmt::format("has not answered for {:.1f} s: it died or was cut off",
                             to_seconds(silent));
   std::string reason = fmt::format(
@@ -850,7 +851,7 @@ void DynamicRendezvous::store_answered() {
 }
 
 bool DynamicRendezvous::keep_alive_failed(const std::string& what, bool unexpected,
-                                           StoreFailure failure) {
+                                          StoreFailure failure) {
   auto& ka = keep_alive_state_;
   ka.store.reset();
   ka.liveness.reset();

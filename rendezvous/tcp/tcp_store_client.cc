@@ -267,11 +267,11 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
     send_raw(hello, "PING");
     if (options_.agent && recv_u8(deadline, "DECLARE_AGENT") == wire::kDeclareRefusedNoToken) {
       drop();
-      throw UsageError(fmt::format(
-          "the store at {} refused this agent: this job requires a job token "
-          "(DLAUNCH_JOB_TOKEN) and this agent has none; give every node the job's "
-          "DLAUNCH_JOB_TOKEN (or the same token_file= in --rdzv_conf)",
-          endpoint()));
+      throw UsageError(
+          fmt::format("the store at {} refused this agent: this job requires a job token "
+                      "(DLAUNCH_JOB_TOKEN) and this agent has none; give every node the job's "
+                      "DLAUNCH_JOB_TOKEN (or the same token_file= in --rdzv_conf)",
+                      endpoint()));
     }
     uint32_t echoed = 0;
     uint8_t buf[4];

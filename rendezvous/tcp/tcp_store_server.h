@@ -51,8 +51,8 @@ struct TcpStoreServerOptions {
   std::string run_id;
   wire::Limits limits;
   int backlog = 4096;
-  // false: FEATURES, WAIT_GET and DECLARE_RUN close the connection as unknown opcodes, as a dlaunch build
-  // older than them does; for tests of a newer agent meeting an older store host.
+  // false: FEATURES, WAIT_GET and DECLARE_RUN close the connection as unknown opcodes, as a dlaunch
+  // build older than them does; for tests of a newer agent meeting an older store host.
   bool knows_features = true;
 };
 

@@ -240,7 +240,8 @@ TEST(DlaunchMultiNode, StoreHostKilledWithDefaultSettingsIsSeenByItsClosedPort) 
     EXPECT_EQ(e->shell_code(), 1) << nodes[i]->err();
     const std::string err = nodes[i]->err();
     EXPECT_EQ(count_of(err, "single point of failure"), 1u) << err;
-    EXPECT_NE(err.find("c10d store at " + endpoint + " (--rdzv_endpoint) closed its connection "
+    EXPECT_NE(err.find("c10d store at " + endpoint +
+                       " (--rdzv_endpoint) closed its connection "
                        "and refuses new ones"),
               std::string::npos)
         << err;

@@ -41,10 +41,10 @@ TEST(DlaunchSharedEndpoint, TwoRunsStartedTogetherNeverMixTheirWorkers) {
     const std::vector<std::string> runs = {"runx", "runx", "runy", "runy"};
     std::vector<std::unique_ptr<Subprocess>> agents;
     for (const auto& run : runs) {
-      agents.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
-          kDlaunch, "--nnodes", "2:2", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint,
-          "--rdzv_id", run, "--rdzv_conf", "join_timeout=60", kWorker, "store-members",
-          "delay=3"}));
+      agents.push_back(std::make_unique<Subprocess>(
+          std::vector<std::string>{kDlaunch, "--nnodes", "2:2", "--rdzv_backend", "c10d",
+                                   "--rdzv_endpoint", endpoint, "--rdzv_id", run, "--rdzv_conf",
+                                   "join_timeout=60", kWorker, "store-members", "delay=3"}));
     }
     std::map<std::string, int> trained, refused;
     for (size_t i = 0; i < agents.size(); ++i) {
@@ -54,8 +54,7 @@ TEST(DlaunchSharedEndpoint, TwoRunsStartedTogetherNeverMixTheirWorkers) {
       ASSERT_TRUE(e) << agents[i]->err();
       if (e->shell_code() == 2) {
         EXPECT_EQ(count_of(agents[i]->err(), refusal(other, run)), 1u) << agents[i]->err();
-        EXPECT_NE(agents[i]->err().find("give this job its own --rdzv_endpoint"),
-                  std::string::npos)
+        EXPECT_NE(agents[i]->err().find("give this job its own --rdzv_endpoint"), std::string::npos)
             << agents[i]->err();
         EXPECT_EQ(agents[i]->out().find("members"), std::string::npos) << agents[i]->out();
         ++refused[run];
@@ -115,9 +114,9 @@ TEST(DlaunchSharedEndpoint, AnAgentWithoutTheJobTokenIsRefusedAtOnce) {
   for (int i = 0; i < 2; ++i) {
     job.push_back(std::make_unique<Subprocess>(
         std::vector<std::string>{kDlaunch, "--nnodes", "2:3", "--rdzv_backend", "c10d",
-                                 "--rdzv_endpoint", endpoint, "--rdzv_id", "guarded",
-                                 "--rdzv_conf", "last_call_timeout=0.5", kWorker, "sleep",
-                                 "seconds=8", "ready=" + ready.path()},
+                                 "--rdzv_endpoint", endpoint, "--rdzv_id", "guarded", "--rdzv_conf",
+                                 "last_call_timeout=0.5", kWorker, "sleep", "seconds=8",
+                                 "ready=" + ready.path()},
         token));
   }
   ASSERT_TRUE(wait_ready(ready, 2, 60s)) << job[0]->err() << job[1]->err();

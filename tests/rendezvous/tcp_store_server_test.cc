@@ -505,7 +505,7 @@ TEST_F(ServerTest, AgentWithoutTheTokenIsRefusedAtOnceEvenFromAnAgentsHost) {
   {
     Raw raw(port_);
     raw.send(cat({kValidate, u8(0xA3), u8(0x0D), u32(7)}));  // DECLARE_AGENT, PING
-    EXPECT_EQ(raw.recv(1), u8(1));                          // refused: no token
+    EXPECT_EQ(raw.recv(1), u8(1));                           // refused: no token
     EXPECT_TRUE(raw.closed_by_peer());                       // and nothing more
   }
   const auto began = std::chrono::steady_clock::now();
@@ -533,7 +533,7 @@ TEST_F(ServerTest, AgentOfAnotherRunIsRefusedWithTheRunTheStoreServes) {
   {
     Raw raw(port_);
     raw.send(cat({kValidate, u8(0xA3), u8(0xA6), str("job-b")}));
-    EXPECT_EQ(raw.recv(1), u8(0));                       // DECLARE_AGENT accepted
+    EXPECT_EQ(raw.recv(1), u8(0));                               // DECLARE_AGENT accepted
     EXPECT_EQ(raw.recv(1 + 8 + 5), cat({u8(2), str("job-a")}));  // DECLARE_RUN refused
     EXPECT_TRUE(raw.closed_by_peer());
   }
