@@ -21,7 +21,7 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
     try {
       server = host_job_store(
           HostPort{cfg.master_addr, static_cast<uint16_t>(cfg.master_port)},
-          get_env(env_names::kJobToken),
+          get_env(env_names::kJobToken), cfg.run_id,
           "pass a free --master_port, or --master_port 0 / --standalone to pick one");
     } catch (const UsageError& e) {
       throw UsageError(fmt::format(

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <utility>
 
 #include "common/error.h"
 #include "common/log.h"
@@ -681,13 +682,19 @@ std::string DynamicRendezvous::store_lost() {
 
 void DynamicRendezvous::throw_store_lost(const std::string& why) { throw ConnectionError(why); }
 
-void DynamicRendezvous::declare_store_lost(Duration silent) {
+void DynamicRendezvous::declare_store_lost(Duration silent, bool refused) {
+  const std::string what =
+      refused ? fmt::format(
+                    "closed its connection and refuses new ones ({:.1f} s since it last "
+                    "answered): it died",
+                    to_seconds(silent))
+              : fmt::format("has not answered for {:.1f} s: it died or was cut off",
+                            to_seconds(silent));
   std::string reason = fmt::format(
-      "the agent hosting the c10d store at {} (--rdzv_endpoint) has not answered for {:.1f} s: "
-      "it died or was cut off, and since that store is the job's single point of failure the "
-      "job cannot go on; start it again, or use --rdzv_backend etcd, whose store outlives any "
-      "agent",
-      params_.endpoint, to_seconds(silent));
+      "the agent hosting the c10d store at {} (--rdzv_endpoint) {}, and since that store is the "
+      "job's single point of failure the job cannot go on; start it again, or use "
+      "--rdzv_backend etcd, whose store outlives any agent",
+      params_.endpoint, what);
   std::function<void(const RendezvousEvent&)> on_event;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -720,6 +727,9 @@ void DynamicRendezvous::keep_alive_loop() {
     if (first) {
       first = false;
       wait = tick + share_of(tick, node_id_ + "/tick");
+    }
+    if (std::exchange(keep_alive_state_.look_again_now, false)) {
+      wait = std::min<Duration>(wait, std::chrono::milliseconds(50));
     }
     std::unique_lock<std::mutex> lock(mutex_);
     wake_.wait_for(lock, wait, [&] { return stopping_; });
@@ -765,6 +775,12 @@ bool DynamicRendezvous::keep_alive_step() {
     beat_when_due();
     if (!watched.empty()) report_lost_neighbours(watched, round);
     store_answered();
+  } catch (const StoreRefusedError& e) {
+    return keep_alive_failed(e.what(), false, StoreFailure::kRefused);
+  } catch (const StoreInterruptedError& e) {
+    return keep_alive_failed(e.what(), false);
+  } catch (const ClosedError& e) {
+    return keep_alive_failed(e.what(), false, StoreFailure::kClosed);
   } catch (const Error& e) {
     return keep_alive_failed(e.what(), false);
   } catch (const std::exception& e) {
@@ -834,7 +850,8 @@ void DynamicRendezvous::store_answered() {
   keep_alive_healthy_ = true;
 }
 
-bool DynamicRendezvous::keep_alive_failed(const std::string& what, bool unexpected) {
+bool DynamicRendezvous::keep_alive_failed(const std::string& what, bool unexpected,
+                                          StoreFailure failure) {
   auto& ka = keep_alive_state_;
   ka.store.reset();
   ka.liveness.reset();
@@ -854,14 +871,20 @@ bool DynamicRendezvous::keep_alive_failed(const std::string& what, bool unexpect
   } else if (!ka.in_trouble) {
     log_warning("rendezvous keep-alive: {}; retrying{}", what,
                 store_dies_with_host_
-                    ? fmt::format(" (the store counts as lost after {:g} s)", to_seconds(window))
+                    ? fmt::format(" (the store counts as lost after {:g} s without an answer, "
+                                  "or at once when nothing listens on its port)",
+                                  to_seconds(window))
                     : std::string(" quietly until it answers"));
   } else {
     log_debug("rendezvous keep-alive: {}; retrying", what);
   }
   ka.in_trouble = true;
-  if (store_dies_with_host_ && now - ka.last_contact >= window) {
-    declare_store_lost(now - ka.last_contact);
+  ka.look_again_now = failure == StoreFailure::kClosed;
+  if (!store_dies_with_host_) return true;
+  if (failure == StoreFailure::kRefused) {
+    declare_store_lost(now - ka.last_contact, true);
+  } else if (now - ka.last_contact >= window) {
+    declare_store_lost(now - ka.last_contact, false);
   }
   return true;
 }

@@ -27,8 +27,12 @@
 // Store loss (c10d): the keep-alive thread is the judge. When the store has not answered it
 // for keep_alive_interval x keep_alive_max_attempt, the agent hosting it is gone, and with it
 // every key of the job: next_rendezvous() and every other call then throw ConnectionError with
-// one sentence naming the store host, and watch()'s callback gets kStoreLost. Until then a
-// next_rendezvous() whose store call fails retries (a reconnect is bounded by a few seconds).
+// one sentence naming the store host, and watch()'s callback gets kStoreLost. A store whose
+// connection closed and whose port then refuses every connect for the reconnect bound
+// (StoreRefusedError: nothing listens there) is gone for certain: it is declared lost then,
+// without waiting out the window, which is for silence (a partition, an overloaded host).
+// Until then a next_rendezvous() whose store call fails retries (a reconnect is bounded by a
+// few seconds).
 //
 // Failures and node loss: a worker failure is published (request_restart) at once, but whether
 // it spends the budget is settled per round (settle_failure): every node that sees the failure
@@ -183,7 +187,11 @@ class DynamicRendezvous final : public RendezvousHandler {
   // After a failed step: drops the connection, says so (once for store trouble, every time for
   // an unexpected exception), declares the store lost after the window (c10d); false once
   // stopping.
-  bool keep_alive_failed(const std::string& what, bool unexpected);
+  // How a keep-alive call failed: the store did not answer (or another error), its connection
+  // was closed (look again at once), or nothing listens at its address any more.
+  enum class StoreFailure { kOther, kClosed, kRefused };
+  bool keep_alive_failed(const std::string& what, bool unexpected,
+                         StoreFailure failure = StoreFailure::kOther);
   void keep_alive_finish();  // marks this node as left when the store answers
   std::vector<NodeRef> watched_nodes(int64_t reported_round);  // mutex_ held
   void start_keep_alive();
@@ -191,7 +199,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   // the store did not answer for the keep-alive window; from then on every call fails at once
   // with the sentence, a call blocked on the store is interrupted, and the watcher's callback
   // gets kStoreLost.
-  void declare_store_lost(Duration silent);
+  void declare_store_lost(Duration silent, bool refused);
   std::string store_lost();
   [[noreturn]] void throw_store_lost(const std::string& why);
   // This node saw the round's failure (once per round): counts it in round/<r>/acks, and the
@@ -237,6 +245,9 @@ class DynamicRendezvous final : public RendezvousHandler {
     // one line when it is back, not one per retry.
     TimePoint last_contact{};
     bool in_trouble = false;
+    // The last call saw the connection closed: the next step comes at once, not a tick later,
+    // so a store host that died is found refusing within the reconnect bound.
+    bool look_again_now = false;
   } keep_alive_state_;
   // c10d: the store is hosted by one agent and dies with it. A backend that brings its own
   // ledger (etcd) keeps its store outside any agent: an outage there is waited out.

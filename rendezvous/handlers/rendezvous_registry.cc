@@ -119,7 +119,7 @@ std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams
   std::shared_ptr<TcpStoreServer> server;
   if (p.host_store && p.node_rank == 0) {
     server = host_job_store(
-        parse_host_port(p.endpoint, 29500, "--rdzv_endpoint"), p.token,
+        parse_host_port(p.endpoint, 29500, "--rdzv_endpoint"), p.token, p.run_id,
         "pass a free --master_port (node 0 publishes it to nobody else, so every node needs the "
         "same value)");
   }
@@ -134,7 +134,7 @@ std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& 
   RendezvousParams params = p;
   if (p.host_store) {
     HostPort where = parse_host_port(p.endpoint, 29400, "--rdzv_endpoint");
-    server = try_host_job_store(where, p.token);
+    server = try_host_job_store(where, p.token, p.run_id);
     // Port 0 (torchrun's --standalone spelling): join the store on the port it was given.
     if (server && where.port == 0) {
       where.port = server->port();
@@ -184,7 +184,8 @@ namespace detail {
 namespace {
 
 // Where and as whom an agent's connection to the job's store connects: declared an agent's, so
-// it sees the store unscoped, outside the workers' per-round namespace (worker_namespace.h).
+// it sees the store unscoped, outside the workers' per-round namespace (worker_namespace.h),
+// and of its run, so that another job's store on the same endpoint refuses it.
 TcpStoreClientOptions agent_store_options(const RendezvousParams& params,
                                           const RendezvousConfig& config) {
   HostPort hp = parse_host_port(params.endpoint, 29400, "--rdzv_endpoint");
@@ -193,6 +194,7 @@ TcpStoreClientOptions agent_store_options(const RendezvousParams& params,
   o.port = hp.port;
   o.token = params.token ? params.token : load_job_token(config.token_file);
   o.agent = true;
+  o.run_id = params.run_id;  // a store serving another run refuses this agent at once
   return o;
 }
 

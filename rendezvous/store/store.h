@@ -35,6 +35,14 @@ class StoreInterruptedError : public ClosedError {
   using ClosedError::ClosedError;
 };
 
+// Every attempt to connect to the store for its whole bound was refused: nothing listens at
+// its address. Unlike silence (a partition, an overloaded host), that is conclusive for a
+// store hosted by an agent: the agent, and the store's keys with it, are gone.
+class StoreRefusedError : public ConnectionError {
+ public:
+  using ConnectionError::ConnectionError;
+};
+
 struct WaitGetResult {
   bool ready = false;  // the first key exists; false: the timeout passed first
   std::vector<std::optional<Bytes>> values;  // one per key, nullopt where it is missing

@@ -14,7 +14,7 @@ namespace {
 enum class Args : uint8_t {
   kNone,           // GETNUMKEYS, CANCEL_WAIT, DECLARE_AGENT, FEATURES
   kU32,            // VALIDATE magic, PING nonce
-  kKey,            // key
+  kKey,            // key (DECLARE_RUN: the run id)
   kKeyValue,       // key, value
   kKeyTwoValues,   // key, expected, desired (COMPARE_SET)
   kKeyDelta,       // key, i64 (ADD)
@@ -61,6 +61,7 @@ constexpr OpRow kOpTable[] = {
     {Op::kDeclareAgent, "DECLARE_AGENT", kNoCode, op2::kDeclareAgent, Args::kNone},
     {Op::kFeatures, "FEATURES", kNoCode, op2::kFeatures, Args::kNone},
     {Op::kWaitGet, "WAIT_GET", kNoCode, op2::kWaitGet, Args::kTimeoutKeys},
+    {Op::kDeclareRun, "DECLARE_RUN", kNoCode, op2::kDeclareRun, Args::kKey},
 };
 constexpr size_t kNumOps = sizeof(kOpTable) / sizeof(kOpTable[0]);
 
@@ -68,7 +69,7 @@ constexpr bool table_in_op_order() {
   for (size_t i = 0; i < kNumOps; ++i) {
     if (static_cast<size_t>(kOpTable[i].op) != i) return false;
   }
-  return static_cast<size_t>(Op::kWaitGet) + 1 == kNumOps;
+  return static_cast<size_t>(Op::kDeclareRun) + 1 == kNumOps;
 }
 static_assert(table_in_op_order(), "kOpTable must list every Op once, in Op's order");
 

@@ -15,7 +15,8 @@
 //                                                  QUEUE_POP=15 QUEUE_LEN=16
 //   dlaunch   2.x, then AUTH_BEGIN/AUTH_PROOF      AUTH_BEGIN=0xA0 AUTH_PROOF=0xA1
 //                                                  DELETE_PREFIX=0xA2 DECLARE_AGENT=0xA3
-//                                                  FEATURES=0xA4 WAIT_GET=0xA5 (2.x only)
+//                                                  FEATURES=0xA4 WAIT_GET=0xA5
+//                                                  DECLARE_RUN=0xA6 (2.x only)
 //
 // docs/store_protocol.md has every request and reply layout.
 #pragma once
@@ -46,19 +47,27 @@ inline constexpr uint8_t kValidate = 0, kSet = 1, kCompareSet = 2, kGet = 3, kAd
                          kQueuePush = 14, kQueuePop = 15, kQueueLen = 16,
                          // dlaunch's extension, accepted only in the 2.x dialect.
                          kAuthBegin = 0xA0, kAuthProof = 0xA1, kDeletePrefix = 0xA2,
-                         kDeclareAgent = 0xA3, kFeatures = 0xA4, kWaitGet = 0xA5;
+                         kDeclareAgent = 0xA3, kFeatures = 0xA4, kWaitGet = 0xA5,
+                         kDeclareRun = 0xA6;
 }
 
 // FEATURES' reply: a u32 of these bits, what this server does beyond DECLARE_AGENT. A server
 // older than FEATURES closes the connection on it instead (an unknown opcode): the client then
 // connects again without asking and uses none (docs/store_protocol.md).
 inline constexpr uint32_t kFeatureWaitGet = 1u << 0;
-inline constexpr uint32_t kServerFeatures = kFeatureWaitGet;
+// DECLARE_RUN: the server knows the run it serves and refuses agents of another run.
+inline constexpr uint32_t kFeatureDeclareRun = 1u << 1;
+inline constexpr uint32_t kServerFeatures = kFeatureWaitGet | kFeatureDeclareRun;
 
 // Reply codes (u8).
 inline constexpr uint8_t kCheckReady = 0, kCheckNotReady = 1;
 inline constexpr uint8_t kStopWaiting = 0, kWaitCanceled = 1;
 inline constexpr uint8_t kWaitTimedOut = 2;  // WAIT_GET's answer when its timeout passed first
+// DECLARE_AGENT's and DECLARE_RUN's answer. A refusal is the last thing the server sends on
+// that connection: it closes it after the reply (and, for another run, the run it serves).
+inline constexpr uint8_t kDeclareAccepted = 0;
+inline constexpr uint8_t kDeclareRefusedNoToken = 1;   // the store requires the job token
+inline constexpr uint8_t kDeclareRefusedOtherRun = 2;  // then a string: the run it serves
 inline constexpr uint8_t kWatchKeyUpdated = 0, kWatchKeyCreated = 1, kWatchKeyDeleted = 2,
                          kWatchCallbackRegistered = 3;
 
@@ -67,7 +76,7 @@ inline constexpr uint8_t kWatchKeyUpdated = 0, kWatchKeyCreated = 1, kWatchKeyDe
 enum class Op : uint8_t {
   kValidate, kPing, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys, kWatchKey,
   kDeleteKey, kAppend, kMultiGet, kMultiSet, kCancelWait, kQueuePush, kQueuePop, kQueueLen,
-  kAuthBegin, kAuthProof, kDeletePrefix, kDeclareAgent, kFeatures, kWaitGet,
+  kAuthBegin, kAuthProof, kDeletePrefix, kDeclareAgent, kFeatures, kWaitGet, kDeclareRun,
 };
 const char* op_name(Op op);
 
@@ -76,7 +85,8 @@ using Digest = std::array<uint8_t, 32>;
 
 struct Request {
   Op op = Op::kPing;
-  std::vector<std::string> keys;  // SET/GET/...: one; CHECK/WAIT/MULTI_*: several
+  std::vector<std::string> keys;  // SET/GET/...: one; CHECK/WAIT/MULTI_*: several; DECLARE_RUN:
+                                  // the run id
   std::vector<Bytes> values;      // SET/APPEND/QUEUE_PUSH: one; COMPARE_SET: expected, desired
   int64_t delta = 0;              // ADD
   uint64_t timeout_ms = 0;        // WAIT_GET: answered at the latest after this (0: no limit)

@@ -10,8 +10,10 @@ namespace dlaunch {
 namespace {
 
 std::shared_ptr<TcpStoreServer> make_server(const HostPort& where,
-                                            const std::optional<std::string>& token) {
+                                            const std::optional<std::string>& token,
+                                            const std::string& run_id) {
   TcpStoreServerOptions o;
+  o.run_id = run_id;
   o.host = where.host;
   o.port = where.port;
   o.token = token;
@@ -22,8 +24,9 @@ std::shared_ptr<TcpStoreServer> make_server(const HostPort& where,
 
 std::shared_ptr<TcpStoreServer> host_job_store(const HostPort& where,
                                                const std::optional<std::string>& token,
+                                               const std::string& run_id,
                                                const std::string& in_use_hint) {
-  auto server = make_server(where, token);
+  auto server = make_server(where, token, run_id);
   try {
     server->start();
   } catch (const AddressInUseError&) {
@@ -36,8 +39,9 @@ std::shared_ptr<TcpStoreServer> host_job_store(const HostPort& where,
 }
 
 std::shared_ptr<TcpStoreServer> try_host_job_store(const HostPort& where,
-                                                   const std::optional<std::string>& token) {
-  auto server = make_server(where, token);
+                                                   const std::optional<std::string>& token,
+                                                   const std::string& run_id) {
+  auto server = make_server(where, token, run_id);
   try {
     server->start();
     return server;

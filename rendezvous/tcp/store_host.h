@@ -18,15 +18,19 @@ namespace dlaunch {
 
 class TcpStoreServer;
 
-// Starts the store on `where` (port 0: a free one) with `token` (nullopt: none). `in_use_hint`
-// says what to do when the port is held ("pass a free --master_port ...").
+// Starts the store of run `run_id` on `where` (port 0: a free one) with `token` (nullopt:
+// none); agents of another run are refused (TcpStoreServerOptions::run_id). `in_use_hint` says
+// what to do when the port is held ("pass a free --master_port ...").
 std::shared_ptr<TcpStoreServer> host_job_store(const HostPort& where,
                                                const std::optional<std::string>& token,
+                                               const std::string& run_id,
                                                const std::string& in_use_hint);
 
 // The same, but null when this agent cannot bind `where` (the port is held: another agent of
-// the job hosts it; or the address is not this host's): the agent joins as a client.
+// the job hosts it, or another job's; or the address is not this host's): the agent joins as a
+// client, and is refused there if the store serves another run.
 std::shared_ptr<TcpStoreServer> try_host_job_store(const HostPort& where,
-                                                   const std::optional<std::string>& token);
+                                                   const std::optional<std::string>& token,
+                                                   const std::string& run_id);
 
 }  // namespace dlaunch

@@ -145,6 +145,7 @@ void TcpStoreClient::ensure_connected() {
   // attempt gave it the whole handshake_timeout (the last may be cut short by `deadline`).
   bool silent_peer = false;
   bool judged_silent = false;
+  bool every_attempt_refused = true;  // nothing listens: StoreRefusedError, not silence
   const auto started = SteadyTime::now();
   auto next_note = started + options_.waiting_note_every;
   while (true) {
@@ -172,13 +173,16 @@ void TcpStoreClient::ensure_connected() {
     } catch (const ConnectionError& e) {
       drop();
       last_error = e.what();
+      if (!dynamic_cast<const StoreRefusedError*>(&e)) every_attempt_refused = false;
     } catch (const ClosedError& e) {
       // The server accepted and then closed: it is starting up, or overloaded. Retry.
       drop();
       last_error = e.what();
+      every_attempt_refused = false;
     } catch (const TimeoutError& e) {
       drop();
       last_error = e.what();
+      every_attempt_refused = false;
     }
     silent_peer = silent_peer && judged_silent;
     if (silent_peer) last_error = silent_answer();
@@ -213,11 +217,13 @@ void TcpStoreClient::ensure_connected() {
         "(--rdzv_endpoint for c10d, --master_port for static)",
         to_seconds(bound), to_seconds(options_.handshake_timeout))));
   }
-  throw ConnectionError(fmt::format(
+  std::string message = fmt::format(
       "cannot reach the store at {} within {:g} s (last error: {}); check that the agent "
       "hosting it (node rank 0, or the owner of --rdzv_endpoint) is running, that the address "
       "and port are right, and that no firewall blocks the port",
-      endpoint(), to_seconds(bound), last_error));
+      endpoint(), to_seconds(bound), last_error);
+  if (every_attempt_refused) throw StoreRefusedError(message);
+  throw ConnectionError(message);
 }
 
 std::string TcpStoreClient::silent_answer() const {
@@ -250,11 +256,13 @@ void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
   }
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> free_res(res, freeaddrinfo);
   std::string error = "no address";
+  bool every_address_refused = true;
   for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
     int fd = ::socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC | SOCK_NONBLOCK,
                       ai->ai_protocol);
     if (fd < 0) {
       error = std::strerror(errno);
+      every_address_refused = false;
       continue;
     }
     set_fd(fd);  // from here on interrupt() can shut it down
@@ -277,6 +285,7 @@ void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
       errno = soerr;
     }
     if (r != 0) {
+      if (errno != ECONNREFUSED) every_address_refused = false;
       error = std::strerror(errno);
       drop();
       if (interrupted()) throw_closed("");
@@ -289,6 +298,7 @@ void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return;
   }
+  if (every_address_refused && res != nullptr) throw StoreRefusedError(error);
   throw ConnectionError(error);
 }
 
@@ -309,6 +319,14 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
     send_raw(hello, "PING");
     if (options_.agent) {
       uint8_t declared = recv_u8(deadline, "DECLARE_AGENT");
+      if (declared == wire::kDeclareRefusedNoToken) {
+        drop();
+        throw UsageError(
+            fmt::format("the store at {} refused this agent: this job requires a job token "
+                        "(DLAUNCH_JOB_TOKEN) and this agent has none; give every node the job's "
+                        "DLAUNCH_JOB_TOKEN (or the same token_file= in --rdzv_conf)",
+                        endpoint()));
+      }
       if (declared != 0) {
         throw_not_a_store(fmt::format("it answered the handshake with byte 0x{:02x}, where a "
                                       "store answers 0x00",
@@ -324,6 +342,7 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
           nonce));
     }
     if (ask_features) read_features(deadline);
+    declare_run(deadline);
     return;
   }
   Request begin;
@@ -372,6 +391,22 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
         endpoint()));
   }
   if (ask_features) read_features(deadline);
+  declare_run(deadline);
+}
+
+void TcpStoreClient::declare_run(SteadyTime::time_point deadline) {
+  if (options_.run_id.empty() || !(server_features_ & wire::kFeatureDeclareRun)) return;
+  Request declare;
+  declare.op = Op::kDeclareRun;
+  declare.keys = {options_.run_id};
+  send_request(declare);
+  if (recv_u8(deadline, "DECLARE_RUN") == wire::kDeclareAccepted) return;
+  std::string theirs = to_string(recv_bytes(deadline, "DECLARE_RUN"));
+  drop();
+  throw UsageError(fmt::format(
+      "the store at {} serves run '{}'; this agent's run is '{}': give this job its own "
+      "--rdzv_endpoint (or the same --rdzv_id, if it is the same job)",
+      endpoint(), theirs, options_.run_id));
 }
 
 void TcpStoreClient::read_features(SteadyTime::time_point deadline) {

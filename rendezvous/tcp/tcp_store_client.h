@@ -12,9 +12,12 @@
 // cheap; any other timeout drops the connection (the server forgets the parked request) and the
 // next call reconnects.
 // Errors: ClosedError when the server closes the connection mid-request (the server or its
-// agent died); ConnectionError when a reconnect fails; ProtocolError on a malformed reply;
+// agent died); ConnectionError when a reconnect fails (StoreRefusedError when every attempt was
+// refused: nothing listens at the address); ProtocolError on a malformed reply;
 // StateError when the job token is refused, the server is not this job's, or the peer answers
-// the handshake with bytes no store sends.
+// the handshake with bytes no store sends; UsageError when the store refuses this agent for
+// what the user must change: it requires a job token this agent lacks, or it serves another run
+// (options.run_id). Neither is retried.
 // Thread-safe: one request at a time per client (a mutex); use one client per thread that
 // blocks in get/wait while others must go on. interrupt() is the one call that does not wait
 // for that mutex: another thread uses it to end a blocked call at once (a watcher's stop()).
@@ -66,6 +69,10 @@ struct TcpStoreClientOptions {
   // false: like PyTorch's clients, its keys go to the worker namespace of its round
   // (rendezvous/tcp/worker_namespace.h).
   bool agent = false;
+  // The run (--rdzv_id) this agent belongs to, declared after the handshake (DECLARE_RUN) to a
+  // server that knows the op: a store serving another run refuses the connection, and the
+  // constructor (or the first call) throws UsageError naming both runs. Empty: declare none.
+  std::string run_id;
 };
 
 class TcpStoreClient final : public Store {
@@ -119,6 +126,9 @@ class TcpStoreClient final : public Store {
   [[noreturn]] void throw_not_a_store(const std::string& why);
   // Asks FEATURES into server_features_; a connection closed instead marks an older server.
   void read_features(std::chrono::steady_clock::time_point deadline);
+  // Declares options_.run_id (DECLARE_RUN) to a server that has the op; throws UsageError when
+  // the store serves another run.
+  void declare_run(std::chrono::steady_clock::time_point deadline);
   void send_request(const wire::Request& request);
   // Frames a one-key request straight into wbuf_ (no Request, no copy of the value), after
   // connecting if needed: the 2.x opcode of `op`, then `key`. The caller appends the op's

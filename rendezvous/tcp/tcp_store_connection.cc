@@ -84,7 +84,7 @@ void TcpStoreConnection::start_read() {
   socket_.async_read_some(asio::buffer(rbuf_.get(), chunk),
                           [c = self()](const boost::system::error_code& ec, size_t n) {
                             c->reading_ = false;
-                            if (c->closed) return;
+                            if (c->closed || c->closing_) return;
                             if (ec) {
                               c->close();
                               return;
@@ -120,7 +120,11 @@ void TcpStoreConnection::send(const Bytes& bytes) {
 }
 
 void TcpStoreConnection::flush() {
-  if (writing_ || out.empty() || closed) return;
+  if (writing_ || closed) return;
+  if (out.empty()) {
+    if (closing_) close();  // the refusal is written
+    return;
+  }
   out_writing_.swap(out);
   out.clear();
   writing_ = true;
@@ -182,7 +186,7 @@ void TcpStoreConnection::process() {
 void TcpStoreConnection::process_frames() {
   Request& q = manager_.scratch;
   const wire::Limits& limits = manager_.options.limits;
-  while (!closed) {
+  while (!closed && !closing_) {
     const uint8_t* data = in_.data() + in_begin_;
     size_t size = in_.size() - in_begin_;
     if (!dialect_known_) {
@@ -197,7 +201,8 @@ void TcpStoreConnection::process_frames() {
     auto r = wire::decode_request(dialect_, data, size, limits, &q);
     if (r.status == wire::Status::kNeedMore) break;
     if (r.status == wire::Status::kBad) return bad_frame(r.error);
-    if (!manager_.options.knows_features && (q.op == Op::kFeatures || q.op == Op::kWaitGet)) {
+    if (!manager_.options.knows_features &&
+        (q.op == Op::kFeatures || q.op == Op::kWaitGet || q.op == Op::kDeclareRun)) {
       return bad_frame("unknown opcode " + std::to_string(wire::opcode(dialect_, q.op)) +
                        " (this server plays a build older than FEATURES)");
     }
@@ -225,7 +230,7 @@ void TcpStoreConnection::resumed() {
   process_posted_ = true;
   asio::post(manager_.ctx, [c = self()] {
     c->process_posted_ = false;
-    if (c->closed) return;
+    if (c->closed || c->closing_) return;
     c->process();
     c->start_read();
   });
@@ -272,6 +277,27 @@ void TcpStoreConnection::handle_auth(const Request& q) {
   send(reply);
 }
 
+void TcpStoreConnection::refuse(const Bytes& reply, const std::string& why) {
+  manager_.complain(why);
+  closing_ = true;
+  send(reply);
+}
+
+// An agent of another run would share this store's keys with ours (the workers' namespace is
+// store-wide): refused, told which run the store serves.
+void TcpStoreConnection::declare_run(const std::string& run_id) {
+  const std::string& mine = manager_.options.run_id;
+  Bytes reply;
+  if (mine.empty() || run_id == mine) {
+    wire::put_u8(reply, wire::kDeclareAccepted);
+    return send(reply);
+  }
+  wire::put_u8(reply, wire::kDeclareRefusedOtherRun);
+  wire::put_string(reply, mine);
+  refuse(reply, "refused agent " + peer_ + " of run '" + run_id + "': this store serves run '" +
+                    mine + "' (another job was given this job's --rdzv_endpoint)");
+}
+
 // Whether this client may use the store; closes it (logged) when not.
 bool TcpStoreConnection::admit(const Request& q) {
   const auto& o = manager_.options;
@@ -302,7 +328,18 @@ void TcpStoreConnection::arm_wait_timeout(uint64_t timeout_ms) {
 // `q` is the reused scratch request: the state may take its buffers.
 void TcpStoreConnection::handle(Request& q) {
   if (q.op == Op::kAuthBegin || q.op == Op::kAuthProof) return handle_auth(q);
+  // The exception for unauthenticated clients on an agent's host is for PyTorch's workers,
+  // which cannot prove the token; an agent can, so one that did not is refused, from any
+  // address, with a reply that lets it say why at once rather than retry.
+  if (q.op == Op::kDeclareAgent && manager_.options.token && !authenticated_) {
+    Bytes reply;
+    wire::put_u8(reply, wire::kDeclareRefusedNoToken);
+    return refuse(reply, "refused agent " + peer_ +
+                             ": it has no job token and this job requires one "
+                             "(give every node the same DLAUNCH_JOB_TOKEN)");
+  }
   if (!admitted_ && !admit(q)) return;
+  if (q.op == Op::kDeclareRun) return declare_run(q.keys[0]);
   std::string error;
   const auto began = std::chrono::steady_clock::now();
   const auto handled = manager_.state.handle(*this, q, error);

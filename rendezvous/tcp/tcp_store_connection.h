@@ -90,6 +90,10 @@ class TcpStoreConnection final : public StoreSession {
   void handle(wire::Request& q);
   void handle_auth(const wire::Request& q);
   bool admit(const wire::Request& q);
+  void declare_run(const std::string& run_id);
+  // Sends `reply`, then closes the connection; reads nothing more from it. `why` is logged
+  // (rate-limited).
+  void refuse(const Bytes& reply, const std::string& why);
   void arm_wait_timeout(uint64_t timeout_ms);
 
   TcpStoreConnectionManager& manager_;
@@ -105,6 +109,7 @@ class TcpStoreConnection final : public StoreSession {
   bool writing_ = false;
   bool reading_ = false;
   bool in_process_ = false;  // inside process(): replies collect in `out`, one write
+  bool closing_ = false;     // refused: close once `out` is written
   bool process_posted_ = false;
   // A parked WAIT_GET's timeout. wait_generation_ counts the WAIT_GETs parked, so a timer that
   // fires after its request was answered (or cancelled) does not expire a later one.

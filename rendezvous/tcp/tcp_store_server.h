@@ -18,7 +18,12 @@
 // Job token: when `token` is set, a client must prove it (see rendezvous/tcp/job_token.h) before
 // any store operation. PyTorch clients cannot; with admit_unauthenticated_from_agent_hosts
 // they are served when they connect from an address where an authenticated client already
-// connected from (an agent's host). docs/rendezvous.md explains the threat model.
+// connected from (an agent's host); an agent (DECLARE_AGENT) never is: it is refused at once.
+// docs/rendezvous.md explains the threat model.
+//
+// One run per store: when `run_id` is set, an agent that declares another run (DECLARE_RUN) is
+// refused at once with the run this store serves, so two jobs on one endpoint never share
+// keys (their workers' namespaces are store-wide: rendezvous/tcp/worker_namespace.h).
 #pragma once
 
 #include <cstdint>
@@ -43,10 +48,12 @@ struct TcpStoreServerOptions {
   uint16_t port = 0;               // 0: pick a free port
   std::optional<std::string> token;
   bool admit_unauthenticated_from_agent_hosts = true;
+  // The run (--rdzv_id) this store serves; agents of another run are refused. Empty: any.
+  std::string run_id;
   wire::Limits limits;
   int backlog = 4096;
-  // false: FEATURES and WAIT_GET close the connection as unknown opcodes, as a dlaunch build
-  // older than them does; for tests of a newer agent meeting an older store host.
+  // false: FEATURES, WAIT_GET and DECLARE_RUN close the connection as unknown opcodes, as a dlaunch
+  // build older than them does; for tests of a newer agent meeting an older store host.
   bool knows_features = true;
 };
 

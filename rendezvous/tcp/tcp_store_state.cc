@@ -126,6 +126,7 @@ TcpStoreState::Handled TcpStoreState::handle(StoreSession& s, Request& q, std::s
       break;
     case Op::kAuthBegin:
     case Op::kAuthProof:
+    case Op::kDeclareRun:
       // The connection's business; never passed here.
       return Handled::kQuiet;
   }

@@ -38,6 +38,12 @@ std::map<std::string, std::string> env_of(const std::string& out, int local_rank
   return env;
 }
 
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
 // The first agent that does not host the job's store (killing the host is another test); size()
 // when every one does.
 size_t first_node_not_hosting_the_store(const std::vector<std::unique_ptr<Subprocess>>& nodes) {
@@ -206,6 +212,41 @@ TEST(DlaunchMultiNode, StoreHostKilledEndsEveryOtherAgentWithOneSentence) {
                                                                                << err;
     EXPECT_NE(err.find("c10d store at " + endpoint), std::string::npos) << err;
     EXPECT_NE(err.find("--rdzv_backend etcd"), std::string::npos) << err;
+  }
+}
+
+// The same with the default keep-alive (a 15 s window): a SIGKILLed store host closes its
+// connections and its port then refuses, which is conclusive, so the others do not wait out the
+// window meant for silence; their sentence says what they saw.
+TEST(DlaunchMultiNode, StoreHostKilledWithDefaultSettingsIsSeenByItsClosedPort) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  TempDir ready;
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "2:3", "--rdzv_endpoint", endpoint, "--rdzv_id", "hostclosed",
+        "--rdzv_conf", "last_call_timeout=0.5", kWorker, "sleep", "ready=" + ready.path()}));
+  }
+  ASSERT_TRUE(wait_ready(ready, 3, 60s));
+  size_t host = nodes.size();
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (nodes[i]->err().find("hosting the job's store") != std::string::npos) host = i;
+  }
+  ASSERT_LT(host, nodes.size());
+  nodes[host]->signal(SIGKILL);
+  ASSERT_TRUE(nodes[host]->wait(30s));
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i == host) continue;
+    auto e = nodes[i]->wait(60s);
+    ASSERT_TRUE(e) << "still running a minute after the store host died:\n" << nodes[i]->err();
+    EXPECT_EQ(e->shell_code(), 1) << nodes[i]->err();
+    const std::string err = nodes[i]->err();
+    EXPECT_EQ(count_of(err, "single point of failure"), 1u) << err;
+    EXPECT_NE(err.find("c10d store at " + endpoint +
+                       " (--rdzv_endpoint) closed its connection "
+                       "and refuses new ones"),
+              std::string::npos)
+        << err;
   }
 }
 

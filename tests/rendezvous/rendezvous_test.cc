@@ -779,6 +779,25 @@ TEST_F(RendezvousTest, DynamicStoreHostGoneIsDeclaredLostAndNothingWaitsOnIt) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, 30s) << "waited for the join timeout";
 }
 
+// A store host that dies closes its connections, and then nothing listens on its port: that is
+// conclusive, unlike silence, so with the default keep-alive (a 15 s window) the store is
+// declared lost once reconnects have been refused for their bound, and the sentence says how.
+TEST_F(RendezvousTest, DynamicStoreHostWhosePortRefusesIsDeclaredLostWithoutTheWindow) {
+  auto p = params("c10d", 1, 1, "h");
+  p.config = {{"join_timeout", "120"}, {"last_call_timeout", "0.1"}};
+  auto h = create_rendezvous_handler(p);
+  h->next_rendezvous();
+  EventLog log;
+  h->watch(log.sink());
+  server_->stop();
+  ASSERT_TRUE(log.wait_for(1, 60s));
+  EXPECT_EQ(log.events[0].kind, RendezvousEvent::Kind::kStoreLost);
+  const std::string& why = log.events[0].reason;
+  EXPECT_NE(why.find("closed its connection and refuses new ones"), std::string::npos) << why;
+  EXPECT_NE(why.find("127.0.0.1:" + std::to_string(port_)), std::string::npos) << why;
+  EXPECT_NE(why.find("single point of failure"), std::string::npos) << why;
+}
+
 // A node waiting for its round when the store host dies hears so within the keep-alive
 // window, not at the join timeout.
 TEST_F(RendezvousTest, DynamicRoundWaitingOnADeadStoreFailsWithTheStoreLostSentence) {

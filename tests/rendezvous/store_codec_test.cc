@@ -144,6 +144,21 @@ TEST(StoreCodec, FeaturesAndWaitGetGoldenFrames) {
   EXPECT_EQ(decode(Dialect::kTorch113, u8(0xA4), &q).status, Status::kBad);
 }
 
+// DECLARE_RUN (2.x dialect only): the run id as a string.
+TEST(StoreCodec, DeclareRunGoldenFrame) {
+  Request q;
+  const Bytes frame = cat({u8(0xA6), str("run-7")});
+  auto r = decode(Dialect::kTorch2, frame, &q);
+  ASSERT_EQ(r.status, Status::kOk) << r.error;
+  EXPECT_EQ(r.consumed, frame.size());
+  EXPECT_EQ(q.op, Op::kDeclareRun);
+  EXPECT_EQ(q.keys, (std::vector<std::string>{"run-7"}));
+  Bytes again;
+  encode_request(Dialect::kTorch2, q, again);
+  EXPECT_EQ(again, frame);
+  EXPECT_EQ(decode(Dialect::kTorch113, u8(0xA6), &q).status, Status::kBad);
+}
+
 // The server decodes every request into one reused Request: nothing of an earlier request may
 // leak into a later one, and a cut-short frame must not spoil the next decode.
 TEST(StoreCodec, ReusedRequestHoldsExactlyEachNewRequest) {

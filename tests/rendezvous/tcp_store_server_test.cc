@@ -310,7 +310,7 @@ TEST_F(ServerTest, WaitGetByteForByte) {
   start();
   Raw c(port_);
   c.send(cat({kValidate, u8(0xA3), u8(0xA4)}));  // DECLARE_AGENT, FEATURES
-  EXPECT_EQ(c.recv(1 + 4), cat({u8(0), u32(1)}));  // bit 0: WAIT_GET
+  EXPECT_EQ(c.recv(1 + 4), cat({u8(0), u32(3)}));  // bit 0: WAIT_GET, bit 1: DECLARE_RUN
   c.send(cat({u8(1), str("v"), str("xy")}));       // SET v
   // WAIT_GET [w, v, none] with 60 s: parked on w only (v's presence does not release it).
   c.send(cat({u8(0xA5), u64(60000), u64(3), str("w"), str("v"), str("none")}));
@@ -581,6 +581,74 @@ TEST_F(ServerTest, StrictTokenModeRefusesEveryUnauthenticatedClient) {
   Raw torch(port_);
   torch.send(cat({u8(2), str("k")}));
   EXPECT_TRUE(torch.closed_by_peer());
+}
+
+// The host exception is for PyTorch's workers, which cannot prove the token; an agent that
+// declares itself without proving it is refused from any address, with a reply that tells it
+// why, so it stops at once instead of retrying for its whole join timeout.
+TEST_F(ServerTest, AgentWithoutTheTokenIsRefusedAtOnceEvenFromAnAgentsHost) {
+  TcpStoreServerOptions o;
+  o.token = "right";
+  start(o);
+  auto agent = client("right", 5s, /*agent=*/true);  // 127.0.0.1 is now an agent's host
+  agent->set("k", to_bytes("v"));
+  {
+    Raw raw(port_);
+    raw.send(cat({kValidate, u8(0xA3), u8(0x0D), u32(7)}));  // DECLARE_AGENT, PING
+    EXPECT_EQ(raw.recv(1), u8(1));                           // refused: no token
+    EXPECT_TRUE(raw.closed_by_peer());                       // and nothing more
+  }
+  const auto began = std::chrono::steady_clock::now();
+  try {
+    client(std::nullopt, 60s, /*agent=*/true);
+    FAIL() << "a tokenless agent was admitted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("this job requires a job token (DLAUNCH_JOB_TOKEN)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - began, 30s);  // not the 60 s connect timeout
+  Raw torch(port_);  // PyTorch workers on the agent's host are still served
+  torch.send(cat({u8(2), str("k")}));
+  EXPECT_EQ(torch.recv(9), str("v"));
+}
+
+// One run per store: an agent of another run is refused at once, told the run the store
+// serves; agents of the store's run, agents that declare none (older builds) and workers are
+// served.
+TEST_F(ServerTest, AgentOfAnotherRunIsRefusedWithTheRunTheStoreServes) {
+  TcpStoreServerOptions o;
+  o.run_id = "job-a";
+  start(o);
+  {
+    Raw raw(port_);
+    raw.send(cat({kValidate, u8(0xA3), u8(0xA6), str("job-b")}));
+    EXPECT_EQ(raw.recv(1), u8(0));                               // DECLARE_AGENT accepted
+    EXPECT_EQ(raw.recv(1 + 8 + 5), cat({u8(2), str("job-a")}));  // DECLARE_RUN refused
+    EXPECT_TRUE(raw.closed_by_peer());
+  }
+  auto agent_of = [&](const std::string& run) {
+    TcpStoreClientOptions c;
+    c.port = port_;
+    c.connect_timeout = 60s;
+    c.timeout = 5s;
+    c.agent = true;
+    c.run_id = run;
+    return std::make_shared<TcpStoreClient>(c);
+  };
+  try {
+    agent_of("job-b");
+    FAIL() << "an agent of another run was admitted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("serves run 'job-a'; this agent's run is 'job-b'"),
+              std::string::npos)
+        << e.what();
+  }
+  agent_of("job-a")->set("k", to_bytes("v"));
+  EXPECT_EQ(agent_of("")->get("k"), to_bytes("v"));
+  Raw torch(port_);
+  torch.send(cat({u8(3), str("w"), u64(1)}));  // a 1.13 worker's ADD
+  EXPECT_EQ(torch.recv(8), u64(1));
 }
 
 TEST_F(ServerTest, ClientWithTokenRefusesAStoreWithoutOne) {

@@ -31,6 +31,13 @@
 //   sleep [seconds=S]   sleep S seconds (default: forever), exit 0
 //   record-signals file=PATH   append "SIGNAME" lines to PATH.<rank> for each of SIGINT,
 //                       SIGTERM, SIGHUP, SIGUSR1, SIGUSR2; exit 128+N on INT/TERM/HUP
+//   store-members [delay=S]   after S seconds (default 0), through the job's store at
+//                       MASTER_ADDR:MASTER_PORT as a worker connects (PyTorch's way, no
+//                       declaration), count itself in ("members/arrived") and record its run
+//                       ("members/<RANK>" = TORCHELASTIC_RUN_ID); once WORLD_SIZE ranks have
+//                       recorded theirs, wait 1 s for stragglers, then print
+//                       "members run=R world=W arrived=N runs=r0,r1,..." and exit 0. Workers of
+//                       two jobs sharing keys show it as arrived > W or a foreign run.
 // Options for every mode:
 //   rank=R              only global rank R runs MODE; the others run `others`
 //   others=MODE         what the other ranks do (default: sleep, i.e. until stopped)
@@ -50,9 +57,11 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "common/heartbeat.h"
 #include "common/worker_env.h"
+#include "rendezvous/tcp/tcp_store_client.h"
 
 namespace {
 
@@ -122,7 +131,35 @@ int print_later_attempt() {
   return 0;
 }
 
+// store-members: what one job's workers see of each other in the store.
+int store_members() {
+  using namespace std::chrono_literals;
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(opt("delay", "0").c_str())));
+  dlaunch::TcpStoreClientOptions o;
+  o.host = env_or("MASTER_ADDR", "127.0.0.1");
+  o.port = static_cast<uint16_t>(std::atoi(env_or("MASTER_PORT", "0")));
+  o.connect_timeout = 30s;
+  o.timeout = 60s;
+  dlaunch::TcpStoreClient store(o);
+  const std::string run = env_or("TORCHELASTIC_RUN_ID", "?");
+  const int world = std::atoi(env_or("WORLD_SIZE", "1"));
+  store.add("members/arrived", 1);
+  store.set("members/" + std::to_string(g_rank), dlaunch::to_bytes(run));
+  std::vector<std::string> keys;
+  for (int r = 0; r < world; ++r) keys.push_back("members/" + std::to_string(r));
+  store.wait(keys, 60s);
+  std::this_thread::sleep_for(1s);
+  std::string runs;
+  for (const auto& value : store.multi_get(keys)) {
+    runs += (runs.empty() ? "" : ",") + dlaunch::to_string(value);
+  }
+  std::printf("members run=%s world=%d arrived=%lld runs=%s\n", run.c_str(), world,
+              static_cast<long long>(store.add("members/arrived", 0)), runs.c_str());
+  return 0;
+}
+
 int run_mode(const std::string& mode) {
+  if (mode == "store-members") return store_members();
   if (mode == "ok") {
     mark_ready();
     std::printf("ok rank=%d\n", g_rank);
