@@ -7,6 +7,7 @@
 #   P/share/doc/dlaunch/examples/                examples/ (Slurm batch scripts, PyTorch, ...)
 #   P/share/man/man1/dlaunch.1, dtrain.1         from --help, when help2man is installed
 #   P/share/bash-completion/completions/dlaunch  from the flag table (launcher/completion.h)
+#   P/share/bash-completion/completions/dtrain   from dtrain --help (scripts/dtrain_completion.sh)
 #   P/share/dlaunch/python/sitecustomize.py      hooks for Python workers (launcher/python_hooks.h)
 #   P/lib/dlaunch/libdlaunch_cuda.so, libdlaunch_nccl.so  the GPU plugins (CUDA builds only),
 #                                                where dtrain looks second (common/plugin.h)
@@ -57,6 +58,21 @@ install(DIRECTORY ${CMAKE_SOURCE_DIR}/examples/ DESTINATION ${CMAKE_INSTALL_DOCD
   USE_SOURCE_PERMISSIONS PATTERN CMakeLists.txt EXCLUDE PATTERN __pycache__ EXCLUDE)
 
 install(FILES ${DLAUNCH_COMPLETION_FILE}
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions)
+
+# dtrain's completion, from the flags its --help lists (scripts/dtrain_completion.sh), so it
+# always matches the binary.
+set(DLAUNCH_DTRAIN_COMPLETION_FILE ${CMAKE_BINARY_DIR}/share/bash-completion/completions/dtrain
+    CACHE INTERNAL "generated bash completion for dtrain")
+add_custom_command(OUTPUT ${DLAUNCH_DTRAIN_COMPLETION_FILE}
+  COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/share/bash-completion/completions
+  COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/dtrain_completion.sh $<TARGET_FILE:dtrain>
+          > ${DLAUNCH_DTRAIN_COMPLETION_FILE}
+  DEPENDS dtrain ${CMAKE_SOURCE_DIR}/scripts/dtrain_completion.sh
+  COMMENT "Generating the bash completion for dtrain")
+add_custom_target(dtrain_completion ALL DEPENDS ${DLAUNCH_DTRAIN_COMPLETION_FILE})
+add_dependencies(dlaunch_installables dtrain_completion)
+install(FILES ${DLAUNCH_DTRAIN_COMPLETION_FILE}
   DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions)
 
 # Man pages: help2man runs each binary's --help and --version and adds docs/man/<name>.h2m

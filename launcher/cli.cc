@@ -7,6 +7,7 @@
 #include <optional>
 
 #include "common/error.h"
+#include "common/suggest.h"
 
 namespace dlaunch {
 namespace {
@@ -147,35 +148,8 @@ const FlagSpec& find_short(char c, const std::string& spelled) {
 
 }  // namespace
 
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates) {
-  std::string w = normalize(word);
-  std::string best;
-  size_t best_distance = 0;
-  for (const auto& c : candidates) {
-    size_t d = edit_distance(w, normalize(c));
-    if (best.empty() || d < best_distance) {
-      best = c;
-      best_distance = d;
-    }
-  }
-  // A typo is a few edits away; beyond that the suggestion would be noise.
-  size_t allowed = std::max<size_t>(2, w.size() / 3);
-  return !best.empty() && best_distance <= allowed ? best : "";
+  return closest_word(word, candidates, normalize);
 }
 
 const std::vector<FlagSpec>& flag_specs() {
@@ -256,10 +230,11 @@ CliArgs parse_cli(const std::vector<std::string>& args) {
 
 std::string help_text() {
   std::string text =
-      "usage: dlaunch [options] [program [args...]]\n"
-      "       dlaunch status|stop|restart|dump [--rdzv_endpoint H:P | --master_addr H\n"
-      "               --master_port P] --rdzv_id ID [--json] [--events]   (a running job;\n"
-      "               see docs/monitoring.md)\n"
+      // GNU's "Usage: ... / or: ..." lines, one each, which help2man turns into the synopsis.
+      "Usage: dlaunch [options] [program [args...]]\n"
+      "  or:  dlaunch status|stop|restart|dump [--rdzv_endpoint H:P | --master_addr H "
+      "--master_port P] --rdzv_id ID [--json] [--events]\n"
+      "(the second form talks to a running job: monitoring.md in dlaunch's docs)\n"
       "\n"
       "Starts --nproc_per_node workers running `program` with torchrun's environment contract,\n"
       "supervises them (restarts, hang detection, no orphans) and reports the first failure.\n"

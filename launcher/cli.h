@@ -52,7 +52,5 @@ std::string help_text();
 // The candidate closest to `word` (edit distance, '-' and '_' alike), or "" when none is close
 // enough to be a likely typo. For "did you mean ...?" hints.
 std::string closest_match(const std::string& word, const std::vector<std::string>& candidates);
-// Levenshtein distance: insertions, deletions and substitutions of single bytes.
-size_t edit_distance(const std::string& a, const std::string& b);
 
 }  // namespace dlaunch

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <vector>
 
+#include "common/suggest.h"
 #include "launcher/cli.h"
 #include "launcher/process/posix_process_context.h"
 

@@ -178,10 +178,24 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
   std::string error_key = round_prefix + "/error";
   const std::vector<std::string> release = release_keys(round);
   Duration slice = std::chrono::seconds(1);
+  // Said at 5, 10, 20, 40... s, so a waiting node is never silent for long. Node 0 (usually the
+  // store's host) reads the count; the others do not, so that a large job's round makes no
+  // more requests for it.
+  Duration next_note = std::chrono::seconds(5);
   WaitGetResult released;
   while (true) {
     auto now = clock_.now();
     if (now >= deadline) throw_join_timeout(keys);
+    if (now - start >= next_note) {
+      next_note *= 2;
+      const std::string joined =
+          me == 0 ? fmt::format("{} of {} nodes joined", store_->add(round_prefix + "/joined", 0), n)
+                  : fmt::format("this is node {} of {}", me, n);
+      log_info("static rendezvous: waiting for the other nodes ({}) for {:.0f} s of the {:g} s "
+               "join timeout; every node needs --nnodes {} and --master_addr/--master_port {}",
+               joined, to_seconds(now - start), to_seconds(config_.join_timeout), n,
+               params_.endpoint);
+    }
     // One request brings what the node needs after the release: N agents woken by one round
     // each read nothing more (the store's WAIT_GET; see Store::wait_get for older hosts).
     released = store_->wait_get(release, std::min<Duration>(slice, deadline - now));

@@ -175,6 +175,10 @@ TEST(StatusEndpoint, StatusCommandWorksWhileTheJobWaitsForNodes) {
     return table.exit.shell_code() == 0;
   }, 30s)) << table.err;
   EXPECT_NE(table.out.find("rendezvous"), std::string::npos) << table.out;
+  // The waiting agent says so, with the count, after a few seconds (not after the join timeout).
+  EXPECT_TRUE(wait_until([&] { return agent.err().find("(1 of 2 nodes joined)") != std::string::npos; },
+                         30s))
+      << agent.err();
   agent.signal(SIGTERM);
   ASSERT_TRUE(agent.wait(30s));
 }

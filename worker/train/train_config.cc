@@ -11,6 +11,7 @@
 
 #include "common/env.h"
 #include "common/error.h"
+#include "common/suggest.h"
 #include "worker/train/recipe.h"
 
 namespace dlaunch::train {
@@ -362,35 +363,11 @@ const std::vector<Flag>& flags() {
   return kFlags;
 }
 
-// Levenshtein distance (single-byte insertions, deletions, substitutions).
-size_t edit_distance(const std::string& a, const std::string& b) {
-  std::vector<size_t> row(b.size() + 1);
-  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (size_t i = 1; i <= a.size(); ++i) {
-    size_t diag = row[0];
-    row[0] = i;
-    for (size_t j = 1; j <= b.size(); ++j) {
-      const size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diag = up;
-    }
-  }
-  return row[b.size()];
-}
-
-// The flag closest to `name` (already with '_' for '-'), or "" when none is a likely typo: a
-// few edits away, as dlaunch's own hint (launcher/cli.h) judges it.
+// The flag closest to `name` (already with '_' for '-'), or "" when none is a likely typo.
 std::string closest_flag(const std::string& name) {
-  std::string best;
-  size_t best_distance = 0;
-  for (const Flag& f : flags()) {
-    const size_t d = edit_distance(name, f.name);
-    if (best.empty() || d < best_distance) {
-      best = f.name;
-      best_distance = d;
-    }
-  }
-  return best_distance <= std::max<size_t>(2, name.size() / 3) ? best : "";
+  std::vector<std::string> names;
+  for (const Flag& f : flags()) names.push_back(f.name);
+  return closest_word(name, names);
 }
 
 const Flag& find_flag(const std::string& name) {
