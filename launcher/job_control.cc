@@ -20,6 +20,7 @@
 #include "launcher/http_client.h"
 #include "launcher/job_events.h"
 #include "launcher/node_status.h"
+#include "rendezvous/etcd/etcd_endpoints.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_store.h"
 #include "rendezvous/tcp/host_port.h"
@@ -150,10 +151,11 @@ struct Agent {
 std::unique_ptr<Store> open_job_store(const Options& o, std::string& where) {
   auto limit = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.timeout));
   if (o.rdzv_backend == "etcd") {
-    HostPort hp = parse_host_port(o.rdzv_endpoint, 2379, "--rdzv_endpoint");
-    where = "etcd at " + hp.to_string();
+    const std::string members =
+        etcd::format_endpoints(etcd::parse_endpoints(o.rdzv_endpoint, "--rdzv_endpoint"));
+    where = "etcd at " + members;
     return std::make_unique<PrefixStore>(job_store_prefix(o.run_id),
-                                         open_etcd_run_store(hp.to_string(), o.run_id, limit));
+                                         open_etcd_run_store(members, o.run_id, limit));
   }
   HostPort hp = o.rdzv_endpoint.empty()
                     ? HostPort{o.master_addr, static_cast<uint16_t>(o.master_port)}
