@@ -1,7 +1,7 @@
 // Real dlaunch agents with --rdzv_backend etcd against a real etcd 3.4 (label cluster): the
 // workers' contract across agents, node loss (an agent SIGKILLed, its lease expires, the
-// others re-form and restart their workers with the smaller world), a 3-member etcd
-// cluster losing members under the agents, and `dlaunch status|
+// others re-form and restart their workers with the smaller world), also during an etcd
+// outage, a 3-member etcd cluster losing members under the agents, and `dlaunch status|
 // restart|stop` finding the agents through etcd.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -162,6 +162,49 @@ TEST_F(EtcdDlaunchTest, KilledAgentWhosePeersFailDoesNotSpendTheRestartBudget) {
   agents[2]->wait(10s);
   for (int i = 0; i < 2; ++i) {
     auto e = agents[i]->wait(60s);
+    ASSERT_TRUE(e) << agents[i]->err();
+    EXPECT_EQ(e->shell_code(), 0) << agents[i]->err();
+    EXPECT_NE(agents[i]->out().find("world=2 attempt=1 restart_count=0"), std::string::npos)
+        << agents[i]->out() << agents[i]->err();
+    EXPECT_NE(agents[i]->err().find("node 127.0.0.13 (node rank "), std::string::npos)
+        << agents[i]->err();
+  }
+}
+
+// A node SIGKILLed while etcd is down, etcd back long after the failure's usual verdict budget
+// (window + 2 keep-alive intervals = 3 s here): the survivors' workers failed at once (their
+// peer is gone), but nobody could tell whether a node was lost until etcd answered again. The
+// failure waits for the lease verdict from then, so the job re-forms without spending
+// --max_restarts 0.
+TEST_F(EtcdDlaunchTest, NodeLostDuringAnEtcdOutageDoesNotSpendTheRestartBudget) {
+  test::PrivateEtcd etcd(1);
+  ASSERT_TRUE(etcd.ok()) << etcd.start_log();
+  endpoint_ = etcd.endpoints();
+  testing::TempDir ready;
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int h = 1; h <= 3; ++h) {
+    agents.push_back(agent(h, "1:3", 1,
+                           {TEST_WORKER_BIN, "fail-when-peer-dies", "ready=" + ready.path()},
+                           {"--max_restarts", "0"}));
+  }
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        for (int r = 0; r < 3; ++r) {
+          if (!testing::file_exists(ready.file("ready." + std::to_string(r)))) return false;
+        }
+        return true;
+      },
+      60s))
+      << agents[0]->err() << agents[1]->err() << agents[2]->err();
+  ASSERT_TRUE(all_say(agents, " of 3 (node ")) << agents[0]->err();
+  etcd.kill_member(1);
+  std::this_thread::sleep_for(1s);
+  agents[2]->signal(SIGKILL);
+  agents[2]->wait(10s);
+  std::this_thread::sleep_for(8s);
+  ASSERT_TRUE(etcd.restart_member(1));
+  for (int i = 0; i < 2; ++i) {
+    auto e = agents[i]->wait(90s);
     ASSERT_TRUE(e) << agents[i]->err();
     EXPECT_EQ(e->shell_code(), 0) << agents[i]->err();
     EXPECT_NE(agents[i]->out().find("world=2 attempt=1 restart_count=0"), std::string::npos)
