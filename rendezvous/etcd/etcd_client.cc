@@ -272,7 +272,8 @@ std::string Client::call(const std::string& path, const std::string& body) {
   for (int attempt = 0;; ++attempt) {
     bool reused = false;
     auto conn = impl_->take(reused);
-    const std::string member = impl_->members[conn->member].to_string();
+    const size_t member_index = conn->member;  // conn may go back to the pool below
+    const std::string member = impl_->members[member_index].to_string();
     const TimePoint deadline = steady_clock().now() + impl_->options.request_timeout;
     auto req = make_request(member, path, body);
     error_code ec = run_op(conn->ioc, conn->socket, deadline,
@@ -284,7 +285,7 @@ std::string Client::call(const std::string& path, const std::string& body) {
       });
     }
     if (ec == asio::error::timed_out) {
-      impl_->failed(conn->member, fmt::format("{} did not answer {} in time", member, path));
+      impl_->failed(member_index, fmt::format("{} did not answer {} in time", member, path));
       if (may_resend(path) && ++resent < n_members) continue;
       throw TimeoutError(fmt::format("etcd at {} did not answer {} within {:.1f} s", member, path,
                                      to_seconds(impl_->options.request_timeout)));
@@ -297,10 +298,10 @@ std::string Client::call(const std::string& path, const std::string& body) {
           reused && (ec == http::error::end_of_stream || ec == asio::error::eof ||
                      ec == asio::error::connection_reset || ec == asio::error::broken_pipe);
       if (stale && attempt == 0) {
-        impl_->drop_idle(conn->member);
+        impl_->drop_idle(member_index);
         continue;
       }
-      impl_->failed(conn->member, fmt::format("{} broke the connection ({})", member, ec.message()));
+      impl_->failed(member_index, fmt::format("{} broke the connection ({})", member, ec.message()));
       if (may_resend(path) && ++resent < n_members) continue;
       throw ConnectionError(fmt::format("etcd at {} broke the connection during {}: {}", member,
                                         path, ec.message()));
@@ -311,7 +312,7 @@ std::string Client::call(const std::string& path, const std::string& body) {
       if (cannot_serve_now(e)) {
         // Not a refusal of this request: etcd cannot serve right now. Callers retry
         // ConnectionError (an election takes a second or two); another member may serve now.
-        impl_->failed(conn->member, fmt::format("{} cannot serve now ({})", member, e.message));
+        impl_->failed(member_index, fmt::format("{} cannot serve now ({})", member, e.message));
         if (may_resend(path) && ++resent < n_members) continue;
         throw ConnectionError(fmt::format(
             "etcd at {} cannot serve {} now: {} (gRPC code {}: no leader, a leader change, no "

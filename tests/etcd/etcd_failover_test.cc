@@ -82,5 +82,35 @@ TEST_F(EtcdFailoverTest, LosingTheFirstEndpointsMemberOfAClusterCostsNothing) {
   setter.join();
 }
 
+// The leader of a 3-member cluster dies: until the others elect a new one (a second or two),
+// etcd answers UNAVAILABLE, which the client turns into ConnectionError (what the rendezvous
+// retries), not a refusal; then every call works again, with the data intact.
+TEST_F(EtcdFailoverTest, LosingTheLeaderIsAShortConnectionErrorThenNothing) {
+  test::PrivateEtcd cluster(3);
+  ASSERT_TRUE(cluster.ok()) << cluster.start_log();
+  etcd::ClientOptions o;
+  o.endpoint = cluster.endpoints();
+  auto store = std::make_shared<EtcdStore>(std::make_shared<etcd::Client>(o), prefix_);
+  store->set("k", to_bytes("1"));
+  std::optional<int> leader;
+  ASSERT_TRUE([&] {
+    for (int n = 0; n < 100 && !(leader = cluster.leader()); ++n) std::this_thread::sleep_for(100ms);
+    return leader.has_value();
+  }());
+  cluster.kill_member(*leader);
+  int written = 0;
+  for (int n = 0; n < 300 && written < 5; ++n) {
+    try {
+      store->set("k", to_bytes(std::to_string(2 + written)));
+      EXPECT_EQ(to_string(store->get("k")), std::to_string(2 + written));
+      ++written;
+    } catch (const ConnectionError& e) {
+      std::this_thread::sleep_for(100ms);  // the election; anything else fails the test
+    }
+  }
+  EXPECT_EQ(written, 5);
+  EXPECT_EQ(store->add("n", 1), 1);
+}
+
 }  // namespace
 }  // namespace dlaunch
