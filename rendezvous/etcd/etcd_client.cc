@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <atomic>
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
@@ -11,7 +12,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
-#include <algorithm>
 #include <deque>
 #include <mutex>
 
@@ -301,10 +301,11 @@ std::string Client::call(const std::string& path, const std::string& body) {
         impl_->drop_idle(member_index);
         continue;
       }
-      impl_->failed(member_index, fmt::format("{} broke the connection ({})", member, ec.message()));
+      impl_->failed(member_index,
+                    fmt::format("{} broke the connection ({})", member, ec.message()));
       if (may_resend(path) && ++resent < n_members) continue;
-      throw ConnectionError(fmt::format("etcd at {} broke the connection during {}: {}", member,
-                                        path, ec.message()));
+      throw ConnectionError(
+          fmt::format("etcd at {} broke the connection during {}: {}", member, path, ec.message()));
     }
     if (res.keep_alive()) impl_->give_back(std::move(conn));
     if (res.result() != http::status::ok) {
@@ -478,9 +479,9 @@ std::unique_ptr<Watch> Client::watch(const std::string& key, const std::string& 
     }
     if (ec) {
       const bool timed_out = ec == asio::error::timed_out;
-      impl_->failed(member_index, timed_out ? fmt::format("{} did not open a watch in time", member)
-                                            : fmt::format("{} broke a watch request ({})", member,
-                                                          ec.message()));
+      impl_->failed(member_index,
+                    timed_out ? fmt::format("{} did not open a watch in time", member)
+                              : fmt::format("{} broke a watch request ({})", member, ec.message()));
       if (tried < impl_->members.size()) continue;
       if (timed_out) {
         throw TimeoutError(fmt::format("etcd at {} did not open a watch within {:.1f} s", member,
@@ -498,8 +499,8 @@ std::unique_ptr<Watch> Client::watch(const std::string& key, const std::string& 
     // the same read.
     while (!impl->take_lines()) {
       if (!impl->read_more(deadline)) {
-        throw TimeoutError(fmt::format("etcd at {} did not confirm a watch within {:.1f} s",
-                                       member, to_seconds(impl_->options.request_timeout)));
+        throw TimeoutError(fmt::format("etcd at {} did not confirm a watch within {:.1f} s", member,
+                                       to_seconds(impl_->options.request_timeout)));
       }
     }
     return std::unique_ptr<Watch>(new Watch(std::move(impl)));

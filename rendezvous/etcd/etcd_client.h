@@ -16,8 +16,9 @@
 // A Watch owns its own connection; next() blocks until events arrive or its deadline passes.
 //
 // Errors: ConnectionError (no member accepts a connection / the connection broke mid-call /
-// etcd answered UNAVAILABLE, naming the member), TimeoutError, ProtocolError (not the gateway's JSON), GatewayStatusError (etcd
-// answered with a gRPC error, e.g. "requested lease not found"). Thread-safe.
+// etcd answered UNAVAILABLE, naming the member), TimeoutError, ProtocolError (not the gateway's
+// JSON), GatewayStatusError (etcd answered with a gRPC error, e.g. "requested lease not found").
+// Thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -43,12 +43,12 @@ std::vector<HostPort> parse_endpoints(const std::string& text, const std::string
     const std::string entry =
         text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (entry.find_first_not_of(" \t") == std::string::npos) {
-      throw UsageError(fmt::format("{}: endpoint {} of '{}' is empty; {}", what, index, text,
-                                   kExpected));
+      throw UsageError(
+          fmt::format("{}: endpoint {} of '{}' is empty; {}", what, index, text, kExpected));
     }
     if (entry.find_first_of(" \t") != std::string::npos) {
-      throw UsageError(fmt::format("{}: endpoint '{}' contains a space; {}", what, entry,
-                                   kExpected));
+      throw UsageError(
+          fmt::format("{}: endpoint '{}' contains a space; {}", what, entry, kExpected));
     }
     // parse_host_port's sentences then name the flag and the entry.
     HostPort hp = parse_host_port(strip_scheme(entry, what), kDefaultClientPort,

@@ -619,9 +619,10 @@ FailureVerdict DynamicRendezvous::settle_failure() {
         store_->check({verdict_key});  // answers, or throws again
         silent = false;
         deadline = std::max(deadline, clock_.now() + 2 * budget);
-        log_debug("rendezvous {}: the store answers again; the failure's verdict is awaited "
-                  "until {:.1f} s from now",
-                  params_.run_id, to_seconds(deadline - clock_.now()));
+        log_debug(
+            "rendezvous {}: the store answers again; the failure's verdict is awaited "
+            "until {:.1f} s from now",
+            params_.run_id, to_seconds(deadline - clock_.now()));
       }
       if (!acked) {
         ack_failure();

@@ -225,8 +225,8 @@ TEST_F(EtcdDlaunchTest, AgentsOnAThreeMemberClusterOutliveTheFirstEndpointAndThe
   endpoint_ = cluster.endpoints();
   std::vector<std::unique_ptr<Subprocess>> agents;
   for (int h = 1; h <= 3; ++h) agents.push_back(agent(h, "2:3", 1, {TEST_WORKER_BIN, "sleep"}));
-  ASSERT_TRUE(testing::wait_until([&] { return all_say(agents, "attempt 0: starting 1 worker(s)"); },
-                                  60s))
+  ASSERT_TRUE(
+      testing::wait_until([&] { return all_say(agents, "attempt 0: starting 1 worker(s)"); }, 60s))
       << agents[0]->err() << agents[1]->err() << agents[2]->err();
   ASSERT_TRUE(all_say(agents, " of 3 (node ")) << agents[0]->err();
   cluster.kill_member(1);

@@ -25,8 +25,8 @@ TEST(EtcdEndpoints, OneEndpointOrAListInEtcdctlsForm) {
                                              "--rdzv_endpoint")),
             "127.0.0.1:23801,127.0.0.1:23811,127.0.0.1:23821");
   // etcdctl's and etcd's own spelling, IPv6 in brackets, the default port.
-  EXPECT_EQ(format_endpoints(parse_endpoints(
-                "http://etcd-a:2379,http://[fd00::7]:2380/,etcd-c", "--rdzv_endpoint")),
+  EXPECT_EQ(format_endpoints(parse_endpoints("http://etcd-a:2379,http://[fd00::7]:2380/,etcd-c",
+                                             "--rdzv_endpoint")),
             "etcd-a:2379,[fd00::7]:2380,etcd-c:2379");
 }
 

@@ -94,7 +94,8 @@ TEST_F(EtcdFailoverTest, LosingTheLeaderIsAShortConnectionErrorThenNothing) {
   store->set("k", to_bytes("1"));
   std::optional<int> leader;
   ASSERT_TRUE([&] {
-    for (int n = 0; n < 100 && !(leader = cluster.leader()); ++n) std::this_thread::sleep_for(100ms);
+    for (int n = 0; n < 100 && !(leader = cluster.leader()); ++n)
+      std::this_thread::sleep_for(100ms);
     return leader.has_value();
   }());
   cluster.kill_member(*leader);

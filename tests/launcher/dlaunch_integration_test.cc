@@ -332,9 +332,9 @@ TEST(DlaunchUsage, HelpAndDryRun) {
 
 // A list of etcd members passes --dry_run: it is parsed, not dialled.
 TEST(DlaunchUsage, DryRunAcceptsAListOfEtcdMembers) {
-  auto r = run({kDlaunch, "--dry_run", "--nnodes", "1:3", "--rdzv_backend", "etcd",
-                "--rdzv_endpoint", "127.0.0.1:23801,http://127.0.0.1:23811,[::1]:23821",
-                "--no_python", "/bin/true"});
+  auto r =
+      run({kDlaunch, "--dry_run", "--nnodes", "1:3", "--rdzv_backend", "etcd", "--rdzv_endpoint",
+           "127.0.0.1:23801,http://127.0.0.1:23811,[::1]:23821", "--no_python", "/bin/true"});
   EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
   EXPECT_NE(r.out.find("127.0.0.1:23801,http://127.0.0.1:23811,[::1]:23821"), std::string::npos)
       << r.out;

@@ -272,10 +272,10 @@ TEST(LaunchConfig, EndpointsAndPortsAreCheckedBeforeAnythingStarts) {
   EXPECT_NE(usage_error({"--rdzv_backend", "etcd", "p"}).find("etcd's client URL"),
             std::string::npos);
   // etcd takes a list of a cluster's members; each must parse.
-  EXPECT_EQ(resolve({"--rdzv_backend", "etcd", "--rdzv_endpoint", "10.0.0.5:2379,10.0.0.6:2379",
-                     "p"})
-                .rdzv_endpoint,
-            "10.0.0.5:2379,10.0.0.6:2379");
+  EXPECT_EQ(
+      resolve({"--rdzv_backend", "etcd", "--rdzv_endpoint", "10.0.0.5:2379,10.0.0.6:2379", "p"})
+          .rdzv_endpoint,
+      "10.0.0.5:2379,10.0.0.6:2379");
   EXPECT_NE(usage_error({"--rdzv_backend", "etcd", "--rdzv_endpoint", "10.0.0.5:2379,", "p"})
                 .find("endpoint 2 of '10.0.0.5:2379,' is empty"),
             std::string::npos);
