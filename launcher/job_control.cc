@@ -61,8 +61,8 @@ void check_options(const Options& o) {
   }
   if (o.rdzv_backend == "etcd" && o.rdzv_endpoint.empty()) {
     throw UsageError(
-        "--rdzv_backend etcd needs --rdzv_endpoint HOST:PORT, etcd's client URL as the job was "
-        "given it (e.g. 10.0.0.5:2379)");
+        "--rdzv_backend etcd needs --rdzv_endpoint HOST:PORT, etcd's client URL (or its "
+        "members' list) as the job was given it (e.g. 10.0.0.5:2379)");
   }
   if ((o.events || o.json) && o.command != "status") {
     throw UsageError(
