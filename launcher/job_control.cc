@@ -25,6 +25,7 @@
 #include "launcher/http_client.h"
 #include "launcher/job_events.h"
 #include "launcher/node_status.h"
+#include "rendezvous/etcd/etcd_endpoints.h"
 #include "rendezvous/etcd/etcd_rendezvous.h"
 #include "rendezvous/etcd/etcd_store.h"
 #include "rendezvous/tcp/host_port.h"
@@ -65,8 +66,8 @@ void check_options(const Options& o) {
   }
   if (o.rdzv_backend == "etcd" && o.rdzv_endpoint.empty()) {
     throw UsageError(
-        "--rdzv_backend etcd needs --rdzv_endpoint HOST:PORT, etcd's client URL as the job was "
-        "given it (e.g. 10.0.0.5:2379)");
+        "--rdzv_backend etcd needs --rdzv_endpoint HOST:PORT, etcd's client URL (or its "
+        "members' list) as the job was given it (e.g. 10.0.0.5:2379)");
   }
   if ((o.events || o.json) && o.command != "status") {
     throw UsageError(
@@ -193,10 +194,11 @@ bool refuses_connections(const HostPort& hp) {
 std::unique_ptr<Store> open_job_store(const Options& o, std::string& where) {
   auto limit = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.timeout));
   if (o.rdzv_backend == "etcd") {
-    HostPort hp = parse_host_port(o.rdzv_endpoint, 2379, "--rdzv_endpoint");
-    where = "etcd at " + hp.to_string();
+    const std::string members =
+        etcd::format_endpoints(etcd::parse_endpoints(o.rdzv_endpoint, "--rdzv_endpoint"));
+    where = "etcd at " + members;
     return std::make_unique<PrefixStore>(job_store_prefix(o.run_id),
-                                         open_etcd_run_store(hp.to_string(), o.run_id, limit));
+                                         open_etcd_run_store(members, o.run_id, limit));
   }
   HostPort hp = o.rdzv_endpoint.empty()
                     ? HostPort{o.master_addr, static_cast<uint16_t>(o.master_port)}

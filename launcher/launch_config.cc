@@ -18,6 +18,7 @@
 #include "common/error.h"
 #include "launcher/slurm/slurm_env.h"
 #include "launcher/slurm/slurm_launch.h"
+#include "rendezvous/etcd/etcd_endpoints.h"
 #include "rendezvous/tcp/host_port.h"
 #include "rendezvous/handlers/rendezvous_registry.h"
 
@@ -355,10 +356,13 @@ void check_endpoints(const LaunchConfig& cfg, const Raw& port) {
           "would not know the port this one picked; give every node the same free port",
           cfg.rdzv_endpoint, cfg.min_nodes, cfg.max_nodes));
     }
-  } else if (cfg.rdzv_backend == "etcd" && cfg.rdzv_endpoint.empty()) {
-    throw UsageError(
-        "--rdzv_backend etcd needs --rdzv_endpoint host:port of etcd's client URL (e.g. "
-        "10.0.0.5:2379)");
+  } else if (cfg.rdzv_backend == "etcd") {
+    if (cfg.rdzv_endpoint.empty()) {
+      throw UsageError(
+          "--rdzv_backend etcd needs --rdzv_endpoint host:port of etcd's client URL (e.g. "
+          "10.0.0.5:2379), or a comma-separated list of the etcd cluster's members");
+    }
+    etcd::parse_endpoints(cfg.rdzv_endpoint, "--rdzv_endpoint");
   }
 }
 

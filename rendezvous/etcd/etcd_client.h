@@ -3,14 +3,22 @@
 // Boost.Beast does the HTTP; it stays in etcd_client.cc (pimpl) because its headers cost
 // seconds per translation unit. Message encoding and the gateway's quirks live in etcd_codec.h.
 //
+// Several members: the endpoint may list members of one etcd cluster (etcd_endpoints.h). Calls
+// go to one member; when it refuses a connection, the next in the list is tried at once, and
+// when it breaks a call, times out or answers UNAVAILABLE (no leader), later calls go to the
+// next one. A call that broke is sent again to the next member only when sending it twice is
+// harmless (range, put, delete, lease renewal/lookup/revoke); a transaction or a lease grant
+// throws, and its caller decides (they retry ConnectionError).
+//
 // Blocking and timeouts: every unary call blocks until etcd answers or `request_timeout`
 // passes (TimeoutError; the connection is dropped). Connections are pooled and reused
 // (keep-alive), so concurrent calls from several threads run in parallel on separate sockets.
 // A Watch owns its own connection; next() blocks until events arrive or its deadline passes.
 //
-// Errors: ConnectionError (cannot connect / the connection broke mid-call, naming the
-// endpoint), TimeoutError, ProtocolError (not the gateway's JSON), GatewayStatusError (etcd
-// answered with a gRPC error, e.g. "requested lease not found"). Thread-safe.
+// Errors: ConnectionError (no member accepts a connection / the connection broke mid-call /
+// etcd answered UNAVAILABLE, naming the member), TimeoutError, ProtocolError (not the gateway's
+// JSON), GatewayStatusError (etcd answered with a gRPC error, e.g. "requested lease not found").
+// Thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -37,7 +45,9 @@ class GatewayStatusError : public StateError {
 };
 
 struct ClientOptions {
-  std::string endpoint;  // "host:port" (etcd's client URL without http://)
+  // "host:port" of etcd's client URL, or a comma-separated list of a cluster's members
+  // (etcd_endpoints.h: "http://" allowed, default port 2379).
+  std::string endpoint;
   Duration connect_timeout = std::chrono::seconds(5);
   Duration request_timeout = std::chrono::seconds(10);
 };
@@ -53,13 +63,13 @@ void note(const std::string& what, int64_t n = 1);
 
 class Client {
  public:
-  // Does not connect yet; a malformed endpoint throws UsageError.
+  // Does not connect yet; a malformed endpoint (or list) throws UsageError.
   explicit Client(ClientOptions options);
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
 
-  const std::string& endpoint() const;
+  const std::string& endpoint() const;  // as given: the whole list
 
   int64_t put(const std::string& key, const std::string& value, int64_t lease = 0);
   RangeResponse range(const std::string& key, const std::string& range_end = "",

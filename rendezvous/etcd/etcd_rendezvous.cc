@@ -182,7 +182,7 @@ EtcdRendezvous::EtcdRendezvous(const RendezvousParams& params)
   if (params.endpoint.empty()) {
     throw UsageError(
         "--rdzv_backend etcd needs --rdzv_endpoint host:port of etcd's client URL (e.g. "
-        "10.0.0.5:2379)");
+        "10.0.0.5:2379), or a comma-separated list of the etcd cluster's members");
   }
   token_ = params.token ? params.token : load_job_token(config_.token_file);
   const std::string endpoint = params.endpoint;

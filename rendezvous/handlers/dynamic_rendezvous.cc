@@ -598,17 +598,33 @@ FailureVerdict DynamicRendezvous::settle_failure() {
     round = running_round_;
   }
   DL_CHECK(round >= 0) << "settle_failure() before next_rendezvous()";
-  auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
+  const auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
   // The keep-alive observer of a dead node rules within the window of the node's last beat
   // (plus its check period); past that, with no verdict, the failure is charged.
-  auto deadline = clock_.now() + window + 2 * config_.keep_alive_interval;
+  const auto budget = window + 2 * config_.keep_alive_interval;
+  auto deadline = clock_.now() + budget;
   const std::string verdict_key = round_key(round, "verdict");
   bool acked = false;
+  // While the store does not answer, nobody can rule: no lease runs out in an etcd that is
+  // down (it gives every lease a full TTL again when it is back, after electing a leader), and
+  // the observers' keep-alive waits too. So an outage does not use up the budget: once the store
+  // answers again, the verdict gets a budget from then, twice the usual (the lease's new TTL
+  // after the election, and the observer's fresh look at the node), before it is charged.
+  bool silent = false;
   while (true) {
     if (auto lost = store_lost(); !lost.empty()) {
       return {FailureVerdict::Kind::kStoreLost, lost};
     }
     try {
+      if (silent) {
+        store_->check({verdict_key});  // answers, or throws again
+        silent = false;
+        deadline = std::max(deadline, clock_.now() + 2 * budget);
+        log_debug(
+            "rendezvous {}: the store answers again; the failure's verdict is awaited "
+            "until {:.1f} s from now",
+            params_.run_id, to_seconds(deadline - clock_.now()));
+      }
       if (!acked) {
         ack_failure();
         acked = true;
@@ -628,8 +644,13 @@ FailureVerdict DynamicRendezvous::settle_failure() {
       }
       return {FailureVerdict::Kind::kCharged, ""};
     } catch (const ClosedError& e) {
+      silent = true;
       log_debug("rendezvous {}: settling the failure: {}", params_.run_id, e.what());
     } catch (const ConnectionError& e) {
+      silent = true;
+      log_debug("rendezvous {}: settling the failure: {}", params_.run_id, e.what());
+    } catch (const TimeoutError& e) {  // a call etcd did not answer in time (a partition)
+      silent = true;
       log_debug("rendezvous {}: settling the failure: {}", params_.run_id, e.what());
     }
     std::unique_lock<std::mutex> lock(mutex_);

@@ -1,6 +1,7 @@
 // Real dlaunch agents with --rdzv_backend etcd against a real etcd 3.4 (label cluster): the
 // workers' contract across agents, node loss (an agent SIGKILLed, its lease expires, the
-// others re-form and restart their workers with the smaller world), and `dlaunch status|
+// others re-form and restart their workers with the smaller world), also during an etcd
+// outage, a 3-member etcd cluster losing members under the agents, and `dlaunch status|
 // restart|stop` finding the agents through etcd.
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -14,6 +15,7 @@
 #include <thread>
 
 #include "etcd_test_env.h"
+#include "private_etcd.h"
 #include "tests/support/subprocess.h"
 
 namespace dlaunch {
@@ -63,9 +65,17 @@ class EtcdDlaunchTest : public ::testing::Test {
     return std::make_unique<Subprocess>(argv);
   }
 
+  // The fixture's etcd; a test with an etcd of its own (private_etcd.h) points it there.
   std::string endpoint_;
   std::string run_id_;
 };
+
+bool all_say(const std::vector<std::unique_ptr<Subprocess>>& agents, const std::string& what) {
+  for (auto& p : agents) {
+    if (p->err().find(what) == std::string::npos) return false;
+  }
+  return true;
+}
 
 TEST_F(EtcdDlaunchTest, TwoAgentsGiveEveryWorkerTheSameWorldAndAgentStore) {
   auto a = agent(1, "2:3", 2, {TEST_WORKER_BIN, "print-env"});
@@ -159,6 +169,88 @@ TEST_F(EtcdDlaunchTest, KilledAgentWhosePeersFailDoesNotSpendTheRestartBudget) {
     EXPECT_NE(agents[i]->err().find("node 127.0.0.13 (node rank "), std::string::npos)
         << agents[i]->err();
   }
+}
+
+// A node SIGKILLed while etcd is down, etcd back long after the failure's usual verdict budget
+// (window + 2 keep-alive intervals = 3 s here): the survivors' workers failed at once (their
+// peer is gone), but nobody could tell whether a node was lost until etcd answered again. The
+// failure waits for the lease verdict from then, so the job re-forms without spending
+// --max_restarts 0.
+TEST_F(EtcdDlaunchTest, NodeLostDuringAnEtcdOutageDoesNotSpendTheRestartBudget) {
+  test::PrivateEtcd etcd(1);
+  ASSERT_TRUE(etcd.ok()) << etcd.start_log();
+  endpoint_ = etcd.endpoints();
+  testing::TempDir ready;
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int h = 1; h <= 3; ++h) {
+    agents.push_back(agent(h, "1:3", 1,
+                           {TEST_WORKER_BIN, "fail-when-peer-dies", "ready=" + ready.path()},
+                           {"--max_restarts", "0"}));
+  }
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        for (int r = 0; r < 3; ++r) {
+          if (!testing::file_exists(ready.file("ready." + std::to_string(r)))) return false;
+        }
+        return true;
+      },
+      60s))
+      << agents[0]->err() << agents[1]->err() << agents[2]->err();
+  ASSERT_TRUE(all_say(agents, " of 3 (node ")) << agents[0]->err();
+  etcd.kill_member(1);
+  std::this_thread::sleep_for(1s);
+  agents[2]->signal(SIGKILL);
+  agents[2]->wait(10s);
+  std::this_thread::sleep_for(8s);
+  ASSERT_TRUE(etcd.restart_member(1));
+  for (int i = 0; i < 2; ++i) {
+    auto e = agents[i]->wait(90s);
+    ASSERT_TRUE(e) << agents[i]->err();
+    EXPECT_EQ(e->shell_code(), 0) << agents[i]->err();
+    EXPECT_NE(agents[i]->out().find("world=2 attempt=1 restart_count=0"), std::string::npos)
+        << agents[i]->out() << agents[i]->err();
+    EXPECT_NE(agents[i]->err().find("node 127.0.0.13 (node rank "), std::string::npos)
+        << agents[i]->err();
+  }
+}
+
+// --rdzv_endpoint lists the members of a 3-member etcd cluster (etcdctl's form). Losing the
+// member of the first endpoint, and later the leader, costs the running job nothing: the agents
+// renew their leases through the other members, so nobody is declared lost and the round
+// stands. And etcd still serves the rendezvous afterwards: an agent lost then is noticed and
+// the others re-form.
+TEST_F(EtcdDlaunchTest, AgentsOnAThreeMemberClusterOutliveTheFirstEndpointAndTheLeader) {
+  test::PrivateEtcd cluster(3);
+  ASSERT_TRUE(cluster.ok()) << cluster.start_log();
+  endpoint_ = cluster.endpoints();
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int h = 1; h <= 3; ++h) agents.push_back(agent(h, "2:3", 1, {TEST_WORKER_BIN, "sleep"}));
+  ASSERT_TRUE(
+      testing::wait_until([&] { return all_say(agents, "attempt 0: starting 1 worker(s)"); }, 60s))
+      << agents[0]->err() << agents[1]->err() << agents[2]->err();
+  ASSERT_TRUE(all_say(agents, " of 3 (node ")) << agents[0]->err();
+  cluster.kill_member(1);
+  std::this_thread::sleep_for(4s);  // two lease TTLs
+  ASSERT_TRUE(cluster.restart_member(1));
+  std::optional<int> leader;
+  ASSERT_TRUE(testing::wait_until([&] { return (leader = cluster.leader()).has_value(); }, 30s));
+  cluster.kill_member(*leader);
+  std::this_thread::sleep_for(4s);
+  for (auto& p : agents) {
+    EXPECT_EQ(p->err().find("membership changed"), std::string::npos) << p->err();
+    EXPECT_EQ(p->err().find("attempt 1"), std::string::npos) << p->err();
+  }
+  agents[2]->signal(SIGKILL);
+  agents[2]->wait(10s);
+  ASSERT_TRUE(testing::wait_until(
+      [&] {
+        return agents[0]->err().find("of 2 (node ") != std::string::npos &&
+               agents[1]->err().find("of 2 (node ") != std::string::npos;
+      },
+      60s))
+      << agents[0]->err() << agents[1]->err();
+  for (int i = 0; i < 2; ++i) agents[i]->signal(SIGTERM);
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(agents[i]->wait(30s).has_value());
 }
 
 // Issue 13: `dlaunch status|restart|stop --rdzv_backend etcd` read the agents' status endpoints

@@ -244,6 +244,13 @@ TEST(DlaunchUsage, BadInputExitsTwoWithOneSentence) {
       {{"--slurm_mode", "foo", "x"}, "--slurm_mode='foo'"},
       {{"--master_port", "0", "--nnodes", "2", "x"}, "--master_port=0"},
       {{"--nnodes", "1:2", "x"}, "needs --rdzv_endpoint"},
+      // etcd's endpoint list (etcdctl's form): each entry must parse.
+      {{"--nnodes", "1:2", "--rdzv_backend", "etcd", "--rdzv_endpoint",
+        "127.0.0.1:23801,,127.0.0.1:23811", "x"},
+       "--rdzv_endpoint: endpoint 2 of '127.0.0.1:23801,,127.0.0.1:23811' is empty"},
+      {{"--nnodes", "1:2", "--rdzv_backend", "etcd", "--rdzv_endpoint",
+        "127.0.0.1:23801,127.0.0.1:http", "x"},
+       "--rdzv_endpoint: endpoint '127.0.0.1:http'"},
   };
   // --dry_run refuses exactly what a run refuses.
   for (const std::vector<std::string>& mode : {std::vector<std::string>{}, {"--dry_run"}}) {
@@ -322,6 +329,16 @@ TEST(DlaunchUsage, HelpAndDryRun) {
   EXPECT_NE(r.out.find("DLAUNCH_NPROC_PER_NODE"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("--max-restarts"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("worker command (local rank 0): /bin/true"), std::string::npos) << r.out;
+}
+
+// A list of etcd members passes --dry_run: it is parsed, not dialled.
+TEST(DlaunchUsage, DryRunAcceptsAListOfEtcdMembers) {
+  auto r =
+      run({kDlaunch, "--dry_run", "--nnodes", "1:3", "--rdzv_backend", "etcd", "--rdzv_endpoint",
+           "127.0.0.1:23801,http://127.0.0.1:23811,[::1]:23821", "--no_python", "/bin/true"});
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.out.find("127.0.0.1:23801,http://127.0.0.1:23811,[::1]:23821"), std::string::npos)
+      << r.out;
 }
 
 TEST(DlaunchUsage, DryRunQuotesTheWorkerCommandAndShowsIgnoredSettings) {

@@ -271,6 +271,17 @@ TEST(LaunchConfig, EndpointsAndPortsAreCheckedBeforeAnythingStarts) {
             std::string::npos);
   EXPECT_NE(usage_error({"--rdzv_backend", "etcd", "p"}).find("etcd's client URL"),
             std::string::npos);
+  // etcd takes a list of a cluster's members; each must parse.
+  EXPECT_EQ(
+      resolve({"--rdzv_backend", "etcd", "--rdzv_endpoint", "10.0.0.5:2379,10.0.0.6:2379", "p"})
+          .rdzv_endpoint,
+      "10.0.0.5:2379,10.0.0.6:2379");
+  EXPECT_NE(usage_error({"--rdzv_backend", "etcd", "--rdzv_endpoint", "10.0.0.5:2379,", "p"})
+                .find("endpoint 2 of '10.0.0.5:2379,' is empty"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--rdzv_backend", "etcd", "--rdzv_endpoint", "[fd00::5:2379", "p"})
+                .find("[v6addr]:port"),
+            std::string::npos);
   EXPECT_NE(usage_error({"--rdzv_backend", "etcd-v2", "--rdzv_endpoint", "h:2379", "p"})
                 .find("--rdzv_backend etcd"),
             std::string::npos);
