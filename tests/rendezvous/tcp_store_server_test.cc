@@ -346,9 +346,10 @@ TEST_F(ServerTest, Torch2ListKeysAndBarrierByteForByte) {
   EXPECT_EQ(c.recv(4), u32(7));
 }
 
-// A barrier of three holds its first two clients until the third arrives. PyTorch 2.15's libuv
-// server answers a waiting BARRIER at any change of its key, so its second arrival lets the
-// first one through early (docs/store_protocol.md): dlaunch's does not.
+// A barrier of three holds its first two clients until the third arrives, and a plain ADD that
+// does not bring the counter to the world size releases nobody. (PyTorch 2.15's libuv server
+// releases a waiting BARRIER at any ADD or SET of its key, whatever the count: a deliberate
+// difference, docs/store_protocol.md.)
 TEST_F(ServerTest, Torch2BarrierWaitsForTheWholeWorld) {
   start();
   Raw a(port_), b(port_), c(port_), setter(port_);
@@ -364,11 +365,14 @@ TEST_F(ServerTest, Torch2BarrierWaitsForTheWholeWorld) {
   EXPECT_EQ(c.recv(1), u8(0));
   EXPECT_EQ(a.recv(1), u8(0));
   EXPECT_EQ(b.recv(1), u8(0));
-  // A plain ADD that brings the counter to the world size releases a waiter too.
-  a.send(cat({u8(18), str("/bar2"), u64(2)}));
+  // A plain ADD short of the world size releases nobody; one that brings the counter there does.
+  a.send(cat({u8(18), str("/bar2"), u64(3)}));
   EXPECT_TRUE(a.silent(100));
   setter.send(cat({u8(4), str("/bar2"), u64(1)}));
   EXPECT_EQ(setter.recv(8), u64(2));
+  EXPECT_TRUE(a.silent(200));
+  setter.send(cat({u8(4), str("/bar2"), u64(1)}));
+  EXPECT_EQ(setter.recv(8), u64(3));
   EXPECT_EQ(a.recv(1), u8(0));
 }
 
