@@ -47,6 +47,11 @@ class StoreTable {
   const Bytes* find(const std::string& key) const;
   bool contains(const std::string& key) const { return table_.count(key) > 0; }
   size_t size() const { return table_.size(); }
+  // Calls f(key) for every key, in no particular order.
+  template <typename F>
+  void for_each_key(F f) const {
+    for (const auto& entry : table_) f(entry.first);
+  }
 
   void set(const std::string& key, const Bytes& value);
   // set() that stores `value`'s buffer and hands the old one back in `value`, for a caller

@@ -12,12 +12,12 @@ namespace {
 // What follows an op's opcode on the wire: decode_request, encode_request and the emptying of
 // the arguments an op does not carry all go by this.
 enum class Args : uint8_t {
-  kNone,           // GETNUMKEYS, CANCEL_WAIT, DECLARE_AGENT, FEATURES
+  kNone,           // GETNUMKEYS, CANCEL_WAIT, LIST_KEYS, DECLARE_AGENT, FEATURES
   kU32,            // VALIDATE magic, PING nonce
   kKey,            // key (DECLARE_RUN: the run id)
   kKeyValue,       // key, value
   kKeyTwoValues,   // key, expected, desired (COMPARE_SET)
-  kKeyDelta,       // key, i64 (ADD)
+  kKeyDelta,       // key, i64 (ADD's delta, BARRIER's world size)
   kKeys,           // u64 count, keys (CHECK, WAIT, MULTI_GET)
   kTimeoutKeys,    // u64 timeout in ms, u64 count, keys (WAIT_GET)
   kKeyValuePairs,  // u64 count, (key, value) pairs (MULTI_SET)
@@ -55,6 +55,8 @@ constexpr OpRow kOpTable[] = {
     {Op::kQueuePush, "QUEUE_PUSH", kNoCode, op2::kQueuePush, Args::kKeyValue},
     {Op::kQueuePop, "QUEUE_POP", kNoCode, op2::kQueuePop, Args::kKey},
     {Op::kQueueLen, "QUEUE_LEN", kNoCode, op2::kQueueLen, Args::kKey},
+    {Op::kListKeys, "LIST_KEYS", kNoCode, op2::kListKeys, Args::kNone},
+    {Op::kBarrier, "BARRIER", kNoCode, op2::kBarrier, Args::kKeyDelta},
     {Op::kAuthBegin, "AUTH_BEGIN", kNoCode, op2::kAuthBegin, Args::kDigest},
     {Op::kAuthProof, "AUTH_PROOF", kNoCode, op2::kAuthProof, Args::kDigest},
     {Op::kDeletePrefix, "DELETE_PREFIX", kNoCode, op2::kDeletePrefix, Args::kKey},
@@ -294,8 +296,15 @@ DecodeResult decode_request(Dialect dialect, const uint8_t* data, size_t size,
   Request& q = *out;
   if (!map_opcode(dialect, code, &q.op)) {
     result.status = Status::kBad;
-    result.error = "unknown opcode " + std::to_string(code) + " for the " +
-                   (dialect == Dialect::kTorch113 ? "PyTorch 1.13" : "PyTorch 2.x") + " dialect";
+    // Said so that whoever reads the log knows what was expected and what to suspect.
+    result.error =
+        dialect == Dialect::kTorch113
+            ? fmt::format("unknown opcode {} for the PyTorch 1.13 dialect (it has 0-{})", code,
+                          op113::kDeleteKey)
+            : fmt::format("unknown opcode {} for the PyTorch 2.x dialect (it has 0-{}, and "
+                          "dlaunch's {}-{}): a PyTorch newer than this dlaunch knows, or a "
+                          "client that is no store client",
+                          code, op2::kBarrier, op2::kAuthBegin, op2::kWaitGet);
     return result;
   }
   q.delta = 0;

@@ -12,7 +12,8 @@
 //                                                  CHECK=5 WAIT=6 GETNUMKEYS=7 DELETE_KEY=8
 //                                                  APPEND=9 MULTI_GET=10 MULTI_SET=11
 //                                                  CANCEL_WAIT=12 PING=13 QUEUE_PUSH=14
-//                                                  QUEUE_POP=15 QUEUE_LEN=16
+//                                                  QUEUE_POP=15 QUEUE_LEN=16 LIST_KEYS=17
+//                                                  BARRIER=18
 //   dlaunch   2.x, then AUTH_BEGIN/AUTH_PROOF      AUTH_BEGIN=0xA0 AUTH_PROOF=0xA1
 //                                                  DELETE_PREFIX=0xA2 DECLARE_AGENT=0xA3
 //                                                  FEATURES=0xA4 WAIT_GET=0xA5
@@ -44,7 +45,8 @@ namespace op2 {
 inline constexpr uint8_t kValidate = 0, kSet = 1, kCompareSet = 2, kGet = 3, kAdd = 4,
                          kCheck = 5, kWait = 6, kNumKeys = 7, kDeleteKey = 8, kAppend = 9,
                          kMultiGet = 10, kMultiSet = 11, kCancelWait = 12, kPing = 13,
-                         kQueuePush = 14, kQueuePop = 15, kQueueLen = 16,
+                         kQueuePush = 14, kQueuePop = 15, kQueueLen = 16, kListKeys = 17,
+                         kBarrier = 18,
                          // dlaunch's extension, accepted only in the 2.x dialect.
                          kAuthBegin = 0xA0, kAuthProof = 0xA1, kDeletePrefix = 0xA2,
                          kDeclareAgent = 0xA3, kFeatures = 0xA4, kWaitGet = 0xA5,
@@ -76,7 +78,8 @@ inline constexpr uint8_t kWatchKeyUpdated = 0, kWatchKeyCreated = 1, kWatchKeyDe
 enum class Op : uint8_t {
   kValidate, kPing, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys, kWatchKey,
   kDeleteKey, kAppend, kMultiGet, kMultiSet, kCancelWait, kQueuePush, kQueuePop, kQueueLen,
-  kAuthBegin, kAuthProof, kDeletePrefix, kDeclareAgent, kFeatures, kWaitGet, kDeclareRun,
+  kListKeys, kBarrier, kAuthBegin, kAuthProof, kDeletePrefix, kDeclareAgent, kFeatures,
+  kWaitGet, kDeclareRun,
 };
 const char* op_name(Op op);
 
@@ -88,7 +91,7 @@ struct Request {
   std::vector<std::string> keys;  // SET/GET/...: one; CHECK/WAIT/MULTI_*: several; DECLARE_RUN:
                                   // the run id
   std::vector<Bytes> values;      // SET/APPEND/QUEUE_PUSH: one; COMPARE_SET: expected, desired
-  int64_t delta = 0;              // ADD
+  int64_t delta = 0;              // ADD; BARRIER's world size
   uint64_t timeout_ms = 0;        // WAIT_GET: answered at the latest after this (0: no limit)
   uint32_t u32 = 0;               // VALIDATE magic, PING nonce
   Digest digest{};                // AUTH_BEGIN client nonce, AUTH_PROOF proof

@@ -112,6 +112,11 @@ TcpStoreState::Handled TcpStoreState::handle(StoreSession& s, Request& q, std::s
       wire::put_i64(reply, it == queues_.end() ? 0 : static_cast<int64_t>(it->second.size()));
       break;
     }
+    case Op::kListKeys:
+      list_keys(s);
+      break;
+    case Op::kBarrier:
+      return barrier(s, q, error);
     case Op::kDeletePrefix:
       // dlaunch's extension: clears a finished generation's keys (e.g. PyTorch's
       // "/worker/attempt_N/...") before the next one starts.
@@ -141,6 +146,79 @@ void TcpStoreState::queue_pop(StoreSession& s, const std::string& key) {
     queue.pop_front();
   }
   if (queue.empty()) queues_.erase(key);
+}
+
+// The keys in the table (not the queues, as PyTorch's server), in the session's namespace with
+// the namespace taken off; sorted, so that the answer does not depend on the hash table.
+void TcpStoreState::list_keys(StoreSession& s) {
+  Request none;
+  scope_keys(s, none);  // a worker's namespace is fixed by its first look at the keys
+  std::vector<std::string> keys;
+  table_.for_each_key([&](const std::string& key) {
+    if (key.compare(0, s.scope_.size(), s.scope_) == 0) keys.push_back(key.substr(s.scope_.size()));
+  });
+  std::sort(keys.begin(), keys.end());
+  wire::put_i64(s.out, static_cast<int64_t>(keys.size()));
+  for (const auto& key : keys) wire::put_string(s.out, key);
+}
+
+// PyTorch 2.x's BARRIER: adds 1 to the key's counter; when the count reaches the world size
+// the request names, answers STOP_WAITING at once, else waits (pending, as a WAIT) until
+// a change brings the counter there. Every waiter whose world size the count now reaches is
+// answered by that change, after the change's own reply. A key that holds no counter is a bad
+// request, as for ADD.
+TcpStoreState::Handled TcpStoreState::barrier(StoreSession& s, Request& q, std::string& error) {
+  const std::string& key = q.keys[0];
+  const size_t at = s.out.size();
+  int64_t count = 0;
+  try {
+    count = table_.add(key, 1);
+  } catch (const Error& e) {
+    error = std::string("BARRIER: ") + e.what();
+    return Handled::kBadRequest;
+  }
+  if (count >= q.delta) {
+    put_reply_first(s.out, at, [](Bytes& b) { wire::put_u8(b, wire::kStopWaiting); });
+    return Handled::kReplied;
+  }
+  if (s.pending_wait_.active) forget(s, /*pending_wait=*/true);
+  barrier_waiters_[key].push_back(s.shared_from_this());
+  s.pending_wait_.active = true;
+  s.pending_wait_.awaiting = 1;
+  s.pending_wait_.request = q;
+  return Handled::kQuiet;
+}
+
+// The key's value changed to `count`: answers the BARRIERs waiting on it whose world size
+// that reaches. A value that is no counter answers none.
+void TcpStoreState::release_barrier_waiters(const std::string& key, const Bytes& count) {
+  auto it = barrier_waiters_.find(key);
+  if (it == barrier_waiters_.end()) return;
+  int64_t now = 0;
+  try {
+    now = parse_counter(count, key);
+  } catch (const Error&) {
+    return;
+  }
+  std::vector<SessionPtr> released;
+  auto& list = it->second;
+  list.erase(std::remove_if(list.begin(), list.end(),
+                            [&](const SessionPtr& w) {
+                              const auto& waiting = w->pending_wait_;
+                              bool stale = w->closed || !waiting.active ||
+                                           waiting.request.op != Op::kBarrier ||
+                                           waiting.request.keys[0] != key;
+                              bool reached = !stale && now >= waiting.request.delta;
+                              if (reached) released.push_back(w);
+                              return stale || reached;
+                            }),
+             list.end());
+  if (list.empty()) barrier_waiters_.erase(it);
+  for (auto& w : released) {
+    w->pending_wait_ = StoreSession::Waiting();
+    wire::put_u8(w->out, wire::kStopWaiting);
+    w->replied();
+  }
 }
 
 void TcpStoreState::scope_keys(StoreSession& s, Request& q) {
@@ -178,6 +256,7 @@ void TcpStoreState::changed(const std::string& key, bool created, const Bytes* o
     notify_watchers(key, created ? wire::kWatchKeyCreated : wire::kWatchKeyUpdated, *old, now);
   }
   wake_all(key);
+  if (!barrier_waiters_.empty()) release_barrier_waiters(key, now);
 }
 
 void TcpStoreState::erased(const std::string& key, const Bytes& old) {
@@ -290,12 +369,15 @@ void TcpStoreState::drop(StoreSession& s) {
 
 void TcpStoreState::forget_clients() {
   waiters_.clear();
+  barrier_waiters_.clear();
   watchers_.clear();
 }
 
-// The keys a waiting request waits for: all of them, but only the first of a WAIT_GET (the
-// others are read as they are when it is answered).
+// The keys a waiting request waits for (on waiters_): all of them, but only the first of a
+// WAIT_GET (the others are read as they are when it is answered), and none of a BARRIER (its
+// key exists; it is on barrier_waiters_).
 static size_t awaited_keys(const Request& q) {
+  if (q.op == Op::kBarrier) return 0;
   return q.op == Op::kWaitGet ? std::min<size_t>(1, q.keys.size()) : q.keys.size();
 }
 
@@ -303,6 +385,16 @@ static size_t awaited_keys(const Request& q) {
 void TcpStoreState::forget(StoreSession& s, bool pending_wait) {
   StoreSession::Waiting& waiting = pending_wait ? s.pending_wait_ : s.parked_;
   const auto& keys = waiting.request.keys;
+  if (waiting.request.op == Op::kBarrier) {
+    auto it = barrier_waiters_.find(keys[0]);
+    if (it != barrier_waiters_.end()) {
+      auto& list = it->second;
+      list.erase(std::remove_if(list.begin(), list.end(),
+                                [&](const SessionPtr& w) { return w.get() == &s; }),
+                 list.end());
+      if (list.empty()) barrier_waiters_.erase(it);
+    }
+  }
   for (size_t i = 0; i < awaited_keys(waiting.request); ++i) {
     auto it = waiters_.find(keys[i]);
     if (it == waiters_.end()) continue;

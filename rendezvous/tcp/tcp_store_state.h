@@ -14,6 +14,8 @@
 //   GET, MULTI_GET, WAIT_GET  parked (dlaunch's: PyTorch's servers never wait on these): the
 //                             reply is the value, so the session's later requests are answered
 //                             only after it.
+//   BARRIER                   pending as a WAIT (in the same place: one per session), until
+//                             its counter reaches the world size it names; CANCEL_WAIT ends it.
 // Both are answered when a set/add/compare_set/append/queue push creates the keys. Never
 // throws: a request that breaks the protocol (an ADD to a non-counter) comes back as
 // Handled::kBadRequest.
@@ -69,7 +71,7 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   bool scope_known_ = false;
   std::string scope_;
   Waiting parked_;        // a GET/MULTI_GET/WAIT_GET: the session's next requests wait for it
-  Waiting pending_wait_;  // a WAIT: the session goes on meanwhile
+  Waiting pending_wait_;  // a WAIT or BARRIER: the session goes on meanwhile
 };
 
 class TcpStoreState final : private StoreTable::Observer {
@@ -88,8 +90,8 @@ class TcpStoreState final : private StoreTable::Observer {
   // be the decoder's reused request: its buffers may be taken (a SET swaps its value into the
   // table), so it is left unspecified.
   Handled handle(StoreSession& s, wire::Request& q, std::string& error);
-  // CANCEL_WAIT, also overtaking a parked request: forgets the session's pending WAIT and its
-  // parked request, and appends WAIT_CANCELED (PyTorch's answer even when nothing waited).
+  // CANCEL_WAIT, also overtaking a parked request: forgets the session's pending WAIT (or
+  // BARRIER) and its parked request, and appends WAIT_CANCELED (PyTorch's answer even when nothing waited).
   void cancel_wait(StoreSession& s);
   // A parked WAIT_GET's timeout passed (the connection keeps the timer): answers it
   // WAIT_TIMED_OUT with the keys' values as they are, like a completed one (replied(),
@@ -136,10 +138,16 @@ class TcpStoreState final : private StoreTable::Observer {
   void answer_ready(StoreSession& s, const wire::Request& q);
   void put_marked_values(Bytes& reply, const wire::Request& q) const;
   void queue_pop(StoreSession& s, const std::string& key);
+  void list_keys(StoreSession& s);
+  Handled barrier(StoreSession& s, wire::Request& q, std::string& error);
+  void release_barrier_waiters(const std::string& key, const Bytes& count);
 
   StoreTable table_;
   std::unordered_map<std::string, std::deque<Bytes>> queues_;
   std::unordered_map<std::string, std::vector<Waiter>> waiters_;
+  // Sessions whose BARRIER on the key waits for its counter to reach their world size (their
+  // pending_wait_ holds the request): a key that exists, so not on waiters_.
+  std::unordered_map<std::string, std::vector<SessionPtr>> barrier_waiters_;
   std::unordered_map<std::string, std::vector<std::weak_ptr<StoreSession>>> watchers_;
 };
 

@@ -815,7 +815,9 @@ TEST(DlaunchLogs, AFullLogDiskIsReportedAndLosesNoOutput) {
     // both): every line is somewhere.
     EXPECT_GE(in_file + on_console, 40000u) << "rank " << rank << ": " << in_file << " in the file, "
                                             << on_console << " on the console";
-    if (!file.empty()) EXPECT_EQ(file.substr(0, 2), "1\n");
+    if (!file.empty()) {
+      EXPECT_EQ(file.substr(0, 2), "1\n");
+    }
   }
 }
 

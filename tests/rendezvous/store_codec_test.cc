@@ -97,6 +97,10 @@ TEST(StoreCodec, Torch2GoldenFramesAreShiftedByOne) {
       {cat({u8(14), str("q"), str("item")}), Op::kQueuePush},
       {cat({u8(15), str("q")}), Op::kQueuePop},
       {cat({u8(16), str("q")}), Op::kQueueLen},
+      // As PyTorch 2.15's client sends them (captured): LIST_KEYS alone; BARRIER with the key
+      // and the world size as an i64.
+      {u8(17), Op::kListKeys},
+      {cat({u8(18), str("/bar2"), u64(2)}), Op::kBarrier},
   };
   for (const auto& c : cases) {
     auto r = decode(Dialect::kTorch2, c.frame, &q);
@@ -112,7 +116,13 @@ TEST(StoreCodec, Torch2GoldenFramesAreShiftedByOne) {
   EXPECT_EQ(q.u32, kValidationMagic);
   decode(Dialect::kTorch2, cat({u8(13), Bytes{1, 2, 3, 4}}), &q);
   EXPECT_EQ(q.u32, 0x04030201u);
-  EXPECT_EQ(decode(Dialect::kTorch2, u8(17), &q).status, Status::kBad);
+  decode(Dialect::kTorch2, cat({u8(18), str("/bar2"), u64(2)}), &q);
+  EXPECT_EQ(q.delta, 2);
+  auto unknown = decode(Dialect::kTorch2, u8(19), &q);
+  EXPECT_EQ(unknown.status, Status::kBad);
+  EXPECT_EQ(unknown.error,
+            "unknown opcode 19 for the PyTorch 2.x dialect (it has 0-18, and dlaunch's 160-165): a "
+            "PyTorch newer than this dlaunch knows, or a client that is no store client");
 }
 
 // dlaunch's own ops (2.x dialect only): FEATURES carries nothing; WAIT_GET a u64 timeout in ms,

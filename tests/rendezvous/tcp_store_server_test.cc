@@ -305,6 +305,136 @@ TEST_F(ServerTest, Torch2CancelWaitEndsThePendingWaitAndTheConnectionGoesOn) {
   EXPECT_EQ(c.recv(4), u32(7));
 }
 
+// PyTorch 2.15's LIST_KEYS and BARRIER, byte for byte as its client sends them: LIST_KEYS
+// answers an i64 count and the keys (not the queues); BARRIER adds 1 to the key's counter and
+// answers STOP_WAITING once it reaches the world size, to every client waiting on it; a timed-out
+// one is cancelled with CANCEL_WAIT (its arrival still counts) and the connection goes on.
+TEST_F(ServerTest, Torch2ListKeysAndBarrierByteForByte) {
+  start();
+  Raw c(port_), other(port_);
+  c.send(kValidate);
+  other.send(kValidate);
+  c.send(cat({u8(1), str("/k"), str("v")}));   // SET
+  c.send(cat({u8(14), str("/q"), str("x")}));  // QUEUE_PUSH
+  c.send(cat({u8(4), str("/n"), u64(1)}));     // ADD
+  EXPECT_EQ(c.recv(8), u64(1));
+  c.send(u8(17));  // LIST_KEYS
+  EXPECT_EQ(c.recv(8 + 10 + 10), cat({u64(2), str("/k"), str("/n")}));
+  c.send(cat({u8(18), str("/b1"), u64(1)}));  // BARRIER of one: passes at once
+  EXPECT_EQ(c.recv(1), u8(0));
+  c.send(cat({u8(18), str("/b2"), u64(2)}));  // BARRIER of two: waits for the other
+  EXPECT_TRUE(c.silent(100));
+  c.send(u8(7));  // the connection goes on meanwhile, as with a pending WAIT
+  EXPECT_EQ(c.recv(8), u64(4));
+  other.send(cat({u8(18), str("/b2"), u64(2)}));
+  EXPECT_EQ(other.recv(1), u8(0));
+  EXPECT_EQ(c.recv(1), u8(0));
+  c.send(cat({u8(3), str("/b2")}));  // GET: the counter
+  EXPECT_EQ(c.recv(9), str("2"));
+  // Timed out: CANCEL_WAIT, WAIT_CANCELED; the arrival still counts.
+  c.send(cat({u8(18), str("/b3"), u64(2)}));
+  EXPECT_TRUE(c.silent(100));
+  c.send(u8(12));
+  EXPECT_EQ(c.recv(1), u8(1));
+  other.send(cat({u8(18), str("/b3"), u64(2)}));
+  EXPECT_EQ(other.recv(1), u8(0));
+  EXPECT_TRUE(c.silent(200));  // the cancelled barrier is forgotten
+  // A BARRIER on a value that is no counter breaks the protocol, as an ADD would.
+  other.send(cat({u8(18), str("/k"), u64(1)}));
+  EXPECT_TRUE(other.closed_by_peer());
+  c.send(cat({u8(13), u32(7)}));  // PING
+  EXPECT_EQ(c.recv(4), u32(7));
+}
+
+// A barrier of three holds its first two clients until the third arrives, and a plain ADD that
+// does not bring the counter to the world size releases nobody. (PyTorch 2.15's libuv server
+// releases a waiting BARRIER at any ADD or SET of its key, whatever the count: a deliberate
+// difference, docs/store_protocol.md.)
+TEST_F(ServerTest, Torch2BarrierWaitsForTheWholeWorld) {
+  start();
+  Raw a(port_), b(port_), c(port_), setter(port_);
+  for (Raw* r : {&a, &b, &c, &setter}) r->send(kValidate);
+  a.send(cat({u8(18), str("/bar"), u64(3)}));
+  EXPECT_TRUE(a.silent(100));
+  b.send(cat({u8(18), str("/bar"), u64(3)}));
+  EXPECT_TRUE(a.silent(200));
+  EXPECT_TRUE(b.silent(0));
+  setter.send(cat({u8(3), str("/bar")}));  // GET: two arrived
+  EXPECT_EQ(setter.recv(9), str("2"));
+  c.send(cat({u8(18), str("/bar"), u64(3)}));
+  EXPECT_EQ(c.recv(1), u8(0));
+  EXPECT_EQ(a.recv(1), u8(0));
+  EXPECT_EQ(b.recv(1), u8(0));
+  // A plain ADD short of the world size releases nobody; one that brings the counter there does.
+  a.send(cat({u8(18), str("/bar2"), u64(3)}));
+  EXPECT_TRUE(a.silent(100));
+  setter.send(cat({u8(4), str("/bar2"), u64(1)}));
+  EXPECT_EQ(setter.recv(8), u64(2));
+  EXPECT_TRUE(a.silent(200));
+  setter.send(cat({u8(4), str("/bar2"), u64(1)}));
+  EXPECT_EQ(setter.recv(8), u64(3));
+  EXPECT_EQ(a.recv(1), u8(0));
+}
+
+// LIST_KEYS from a worker's connection lists its round's keys as it wrote them, without the
+// namespace; an agent's lists every key.
+TEST_F(ServerTest, Torch2ListKeysShowsAWorkerItsNamespaceOnly) {
+  start();
+  auto agent = client(std::nullopt, 5s, /*agent=*/true);
+  agent->set("dlaunch/own", to_bytes("x"));
+  begin_worker_namespace(*agent, "ns1/");
+  Raw worker(port_);
+  worker.send(cat({kValidate, u8(17)}));  // LIST_KEYS first: fixes its namespace too
+  EXPECT_EQ(worker.recv(8), u64(0));
+  worker.send(cat({u8(1), str("/x"), str("1")}));
+  worker.send(u8(17));
+  EXPECT_EQ(worker.recv(8 + 10), cat({u64(1), str("/x")}));
+  Raw agent_raw(port_);
+  agent_raw.send(cat({kValidate, u8(0xA3)}));  // DECLARE_AGENT
+  EXPECT_EQ(agent_raw.recv(1), u8(0));
+  agent_raw.send(u8(17));
+  const Bytes all = cat({u64(3), str("dlaunch/own"), str(kWorkerNamespaceKey), str("ns1//x")});
+  EXPECT_EQ(agent_raw.recv(all.size()), all);
+}
+
+// A 2.x client sending an opcode this server does not know, or a malformed frame: one log line
+// that says what came and what was expected, that connection closed, the server serving on.
+TEST_F(ServerTest, Torch2UnknownOpcodeOrMalformedFrameIsLoggedAndClosesOnlyThatConnection) {
+  struct Case {
+    Bytes frame;
+    std::string logged;
+  };
+  const std::vector<Case> cases = {
+      {cat({kValidate, u8(19)}),
+       "unknown opcode 19 for the PyTorch 2.x dialect (it has 0-18, and dlaunch's 160-165): a "
+       "PyTorch newer than this dlaunch knows, or a client that is no store client"},
+      {cat({kValidate, u8(0xFF)}), "unknown opcode 255 for the PyTorch 2.x dialect"},
+      {cat({kValidate, kValidate}), "VALIDATE after the first message"},
+      {cat({kValidate, u8(1), str("k"), u64(1ull << 40)}), "value"},
+      {cat({kValidate, u8(1), str("/t"), str("text"), u8(18), str("/t"), u64(1)}),
+       "BARRIER: store key '/t' holds 'text', expected a decimal counter"},
+  };
+  for (const auto& c : cases) {
+    start();  // a server of its own: its log lines are not held back by the previous one's
+    auto good = client();
+    good->set("k", to_bytes("v"));
+    ::testing::internal::CaptureStderr();
+    {
+      Raw bad(port_);
+      bad.send(c.frame);
+      EXPECT_TRUE(bad.closed_by_peer()) << c.logged;
+    }
+    std::string err = ::testing::internal::GetCapturedStderr();
+    EXPECT_NE(err.find("store server: closing client 127.0.0.1:"), std::string::npos) << err;
+    EXPECT_NE(err.find(c.logged), std::string::npos) << err;
+    EXPECT_EQ(to_string(good->get("k")), "v");
+    Raw fresh(port_);
+    fresh.send(cat({kValidate, u8(13), u32(9)}));
+    EXPECT_EQ(fresh.recv(4), u32(9));
+    server_.reset();
+  }
+}
+
 // dlaunch's FEATURES and WAIT_GET, byte for byte (docs/store_protocol.md).
 TEST_F(ServerTest, WaitGetByteForByte) {
   start();
