@@ -17,6 +17,20 @@ using namespace std::chrono_literals;
 
 class EtcdFailoverTest : public test::EtcdTest {};
 
+// A get of a missing key blocks on a watch: a set through another client of the same endpoint
+// list releases it.
+void expect_a_blocked_get_released(EtcdStore& store, const etcd::ClientOptions& o,
+                                   const std::string& prefix) {
+  EtcdStore other(std::make_shared<etcd::Client>(o), prefix);
+  std::thread setter([&] {
+    std::this_thread::sleep_for(300ms);
+    other.set("later", to_bytes("x"));
+  });
+  store.set_timeout(30s);
+  EXPECT_EQ(to_string(store.get("later")), "x");
+  setter.join();
+}
+
 // The first endpoint of the list never answers (nothing listens there): every call, and every
 // watch, goes to the next one without the caller seeing an error.
 TEST_F(EtcdFailoverTest, AListWhoseFirstMemberIsDownWorksThroughTheNext) {
@@ -27,15 +41,7 @@ TEST_F(EtcdFailoverTest, AListWhoseFirstMemberIsDownWorksThroughTheNext) {
   store->set("k", to_bytes("v"));
   EXPECT_EQ(to_string(store->get("k")), "v");
   EXPECT_EQ(store->add("n", 2), 2);
-  // A blocked get is a watch: released by a set through another client of the same list.
-  auto other = std::make_shared<EtcdStore>(std::make_shared<etcd::Client>(o), prefix_);
-  std::thread setter([&] {
-    std::this_thread::sleep_for(300ms);
-    other->set("later", to_bytes("x"));
-  });
-  store->set_timeout(30s);
-  EXPECT_EQ(to_string(store->get("later")), "x");
-  setter.join();
+  expect_a_blocked_get_released(*store, o, prefix_);
 }
 
 // No member answers: one sentence naming each, saying what to do, and no test script.
@@ -72,14 +78,7 @@ TEST_F(EtcdFailoverTest, LosingTheFirstEndpointsMemberOfAClusterCostsNothing) {
   store->set("k", to_bytes("2"));
   EXPECT_EQ(to_string(store->get("k")), "2");
   EXPECT_EQ(store->add("n", 1), 2);
-  auto other = std::make_shared<EtcdStore>(std::make_shared<etcd::Client>(o), prefix_);
-  std::thread setter([&] {
-    std::this_thread::sleep_for(300ms);
-    other->set("later", to_bytes("x"));
-  });
-  store->set_timeout(30s);
-  EXPECT_EQ(to_string(store->get("later")), "x");
-  setter.join();
+  expect_a_blocked_get_released(*store, o, prefix_);
 }
 
 // The leader of a 3-member cluster dies: until the others elect a new one (a second or two),

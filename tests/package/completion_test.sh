@@ -37,7 +37,8 @@ expect "--standalone" dlaunch --nproc_per_node 2 --stand
 expect "" dlaunch --standalone train.py --stand
 # The job control subcommands and their flags.
 expect "restart" dlaunch restar
-expect "--rdzv_id --rdzv-id" dlaunch status --rdzv_i
+expect "--rdzv_id" dlaunch status --rdzv_i
+expect "--rdzv-id" dlaunch status --rdzv-i
 expect "--json" dlaunch status --master_port 29500 --js
 expect "etcd" dlaunch stop --rdzv_backend e
 
