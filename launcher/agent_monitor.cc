@@ -68,7 +68,8 @@ MonitorOptions monitor_options(const LaunchConfig& cfg, const AgentOptions& opts
   std::string where;
   if (cfg.rdzv_backend == "etcd") {
     where = "--rdzv_backend etcd --rdzv_endpoint " + cfg.rdzv_endpoint;
-  } else if (cfg.rdzv_backend == "c10d" && !cfg.rdzv_endpoint.empty()) {
+  } else if (!cfg.rdzv_endpoint.empty() && (cfg.rdzv_backend == "c10d" || cfg.max_nodes > 1)) {
+    // c10d's endpoint, or a static job's given as --rdzv_endpoint instead of the master's.
     where = "--rdzv_endpoint " + cfg.rdzv_endpoint;
   } else {
     std::string addr = opts.master_addr.empty() ? cfg.master_addr : opts.master_addr;

@@ -256,6 +256,11 @@ bool DynamicRendezvous::act(const JoinDecision& d, JoinAttempt& a, TimePoint now
           publish_event(*store_, prefix_, a.state->round,
                         {RendezvousEvent::Kind::kMembershipChanged, node_id_,
                          fmt::format("node {} is waiting to join", params_.host)});
+        } else {
+          // Nothing will happen for a while: say why this node waits, once.
+          log_info("rendezvous '{}': the job is full ({} of --nnodes MAX={} nodes) and running; "
+                   "this node waits for a place (a node lost or leaving), up to the join timeout",
+                   params_.run_id, a.state->participants, limits_.max_nodes);
         }
       }
       return true;

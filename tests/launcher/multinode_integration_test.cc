@@ -150,6 +150,32 @@ TEST(DlaunchMultiNode, ElasticC10dTwoAgents) {
   EXPECT_EQ(ranks, (std::set<std::string>{"0", "1"}));
 }
 
+// A third agent of a full 2:2 job says why it waits, instead of waiting without a word.
+TEST(DlaunchMultiNode, AnAgentOfAFullJobSaysItWaitsForAPlace) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  TempDir ready;
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "2:2", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint,
+        "--rdzv_id", "full", kWorker, "sleep", "ready=" + ready.path()}));
+  }
+  ASSERT_TRUE(wait_ready(ready, 2, 60s));
+  Subprocess extra({kDlaunch, "--nnodes", "2:2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+                    endpoint, "--rdzv_id", "full", kWorker, "sleep"});
+  EXPECT_TRUE(wait_until(
+      [&] { return extra.err().find("the job is full (2 of --nnodes MAX=2 nodes)") !=
+                   std::string::npos; },
+      30s))
+      << extra.err();
+  extra.signal(SIGTERM);
+  EXPECT_TRUE(extra.wait(30s));
+  for (auto& n : nodes) {
+    n->signal(SIGTERM);
+    EXPECT_TRUE(n->wait(30s));
+  }
+}
+
 // An agent SIGKILLed mid-run (not the one hosting the store): the others notice through the
 // keep-alive, stop their workers and re-form with the smaller world, without spending the
 // restart budget (--max_restarts 0).

@@ -183,6 +183,25 @@ TEST(StatusEndpoint, StatusCommandWorksWhileTheJobWaitsForNodes) {
   ASSERT_TRUE(agent.wait(30s));
 }
 
+// A static job given its store as --rdzv_endpoint: the command the agent prints finds it there.
+TEST(StatusEndpoint, ThePrintedStatusCommandNamesTheEndpointTheJobWasGiven) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  Subprocess agent({kDlaunch, "--nnodes", "2", "--node_rank", "0", "--rdzv_endpoint", endpoint,
+                    "--rdzv_id", "st-endpoint", "--no_python", "/bin/true"});
+  ASSERT_FALSE(endpoint_of(agent).empty()) << agent.err();
+  EXPECT_NE(agent.err().find("every node's: dlaunch status --rdzv_endpoint " + endpoint +
+                             " --rdzv_id st-endpoint"),
+            std::string::npos)
+      << agent.err();
+  RunResult table;
+  EXPECT_TRUE(wait_until([&] {
+    table = run({kDlaunch, "status", "--rdzv_endpoint", endpoint, "--rdzv_id", "st-endpoint"});
+    return table.exit.shell_code() == 0;
+  }, 30s)) << table.err;
+  agent.signal(SIGTERM);
+  ASSERT_TRUE(agent.wait(30s));
+}
+
 TEST(StatusEndpoint, RestartIsCountedAndRefusedOnceTheBudgetIsSpent) {
   TempDir logs;
   std::string port = std::to_string(free_port());
