@@ -716,11 +716,21 @@ void DynamicRendezvous::declare_store_lost(Duration silent, bool refused) {
                     to_seconds(silent))
               : fmt::format("has not answered for {:.1f} s: it died or was cut off",
                             to_seconds(silent));
-  std::string reason = fmt::format(
-      "the agent hosting the c10d store at {} (--rdzv_endpoint) {}, and since that store is the "
-      "job's single point of failure the job cannot go on; start it again, or use "
-      "--rdzv_backend etcd, whose store outlives any agent",
-      params_.endpoint, what);
+  // Silence says less than a refusal: this node may be the one cut off, and the others may
+  // have re-formed and trained on without it. Say only what this node knows.
+  std::string reason =
+      refused ? fmt::format(
+                    "the agent hosting the c10d store at {} (--rdzv_endpoint) {}, and since that "
+                    "store is the job's single point of failure the job cannot go on; start it "
+                    "again, or use --rdzv_backend etcd, whose store outlives any agent",
+                    params_.endpoint, what)
+              : fmt::format(
+                    "the agent hosting the c10d store at {} (--rdzv_endpoint) {}; this node "
+                    "leaves the job. If that agent died, the job cannot go on (its store is the "
+                    "job's single point of failure): start it again, or use --rdzv_backend etcd, "
+                    "whose store outlives any agent; if only this node was cut off, the job may "
+                    "go on without it",
+                    params_.endpoint, what);
   std::function<void(const RendezvousEvent&)> on_event;
   {
     std::lock_guard<std::mutex> lock(mutex_);
