@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -316,10 +317,18 @@ int events_command(const Options& o, const std::vector<Agent>& agents) {
 }
 
 // One agent's answer to GET /status: its status, or why it has none.
+// An agent whose status port refuses connections has ended (its host answers, nothing listens
+// any more): it left the job, which is no error of the job's.
+bool left(const Answer& a) {
+  return a.error.find(std::string("cannot connect: ") + std::strerror(ECONNREFUSED)) !=
+         std::string::npos;
+}
+
 struct AgentStatus {
   Agent agent;
   std::optional<NodeStatus> status;
   std::string unreachable;
+  bool left = false;  // it ended (its port refuses)
 };
 
 // Asks every agent for its status; `all` gets each answer as JSON with the agent's address, or
@@ -330,7 +339,7 @@ std::vector<AgentStatus> ask_statuses(const Options& o, const std::vector<Agent>
       agents, [&](const Agent& a) { return ask(a.address, "GET", "/status", {}, o.timeout); });
   std::vector<AgentStatus> nodes;
   for (size_t i = 0; i < agents.size(); ++i) {
-    AgentStatus node{agents[i], std::nullopt, ""};
+    AgentStatus node{agents[i], std::nullopt, "", left(answers[i])};
     if (answers[i].ok) {
       try {
         auto j = nlohmann::json::parse(answers[i].body);
@@ -344,11 +353,15 @@ std::vector<AgentStatus> ask_statuses(const Options& o, const std::vector<Agent>
     if (!node.status) {
       node.unreachable =
           answers[i].error.empty() ? fmt::format("HTTP {}", answers[i].status) : answers[i].error;
-      all.push_back(
-          {{"address", agents[i].address},
-           {"host", agents[i].host},
-           {"agent_pid", agents[i].pid},
-           {"unreachable", answers[i].error.empty() ? answers[i].body : answers[i].error}});
+      nlohmann::json gone = {{"address", agents[i].address},
+                             {"host", agents[i].host},
+                             {"agent_pid", agents[i].pid}};
+      if (node.left) {
+        gone["left"] = true;
+      } else {
+        gone["unreachable"] = answers[i].error.empty() ? answers[i].body : answers[i].error;
+      }
+      all.push_back(gone);
     }
     nodes.push_back(std::move(node));
   }
@@ -360,10 +373,12 @@ std::string format_agent_table(const std::vector<AgentStatus>& nodes) {
   std::string out =
       fmt::format("{:<5} {:<22} {:<8} {:<16} {:>7} {:>5} {:>9} {:>8} {}\n", "NODE", "ENDPOINT",
                   "AGENT", "PHASE", "ATTEMPT", "ROUND", "RESTARTS", "RSS", "STORE");
-  for (const auto& [a, s, unreachable] : nodes) {
+  for (const auto& [a, s, unreachable, gone] : nodes) {
     if (!s) {
-      out += fmt::format("{:<5} {:<22} {:<8} unreachable: {}\n", "?", a.address, a.pid,
-                         unreachable);
+      out += gone ? fmt::format("{:<5} {:<22} {:<8} left (its agent ended)\n", "-", a.address,
+                                a.pid)
+                  : fmt::format("{:<5} {:<22} {:<8} unreachable: {}\n", "?", a.address, a.pid,
+                                unreachable);
       continue;
     }
     std::string store = "-";
@@ -409,8 +424,10 @@ int status_command(const Options& o, const std::vector<Agent>& agents) {
       std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   nlohmann::json all = nlohmann::json::array();
   std::vector<AgentStatus> nodes = ask_statuses(o, agents, all);
-  const bool any_unreachable = std::any_of(nodes.begin(), nodes.end(),
-                                           [](const AgentStatus& n) { return !n.status; });
+  // Agents that left are listed as such, not as errors; only an agent that should answer and
+  // does not makes the exit 1.
+  const bool any_unreachable = std::any_of(
+      nodes.begin(), nodes.end(), [](const AgentStatus& n) { return !n.status && !n.left; });
   const int code = any_unreachable ? 1 : 0;
   if (o.json) {
     std::cout << nlohmann::json({{"run_id", o.run_id}, {"agents", all}}).dump(2) << "\n";
@@ -485,6 +502,11 @@ int control_command(const Options& o, const std::vector<Agent>& agents) {
   int code = 0;
   for (size_t i = 0; i < agents.size(); ++i) {
     const Answer& r = answers[i];
+    if (!r.ok && left(r)) {
+      std::cout << fmt::format("{} ({}): left the job already\n", agents[i].host,
+                               agents[i].address);
+      continue;
+    }
     if (!r.ok) {
       code = 1;
       std::fprintf(stderr, "dlaunch: %s (%s): %s\n", agents[i].host.c_str(),

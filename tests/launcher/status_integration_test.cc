@@ -452,6 +452,45 @@ TEST(StatusEndpoint, FailureReportLinksTheTimeline) {
   EXPECT_NE(events.find("\"exit_code\":3"), std::string::npos) << events;
 }
 
+// An agent that ended (its status port refuses) is listed as left, not as an error: status
+// and stop exit 0 while every agent still running answers.
+TEST(StatusEndpoint, AnAgentThatLeftIsListedAsLeftAndIsNoError) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "2:3", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint,
+        "--rdzv_id", "st-left", "--rdzv_conf", "last_call_timeout=0.5,keep_alive_interval=1",
+        "--no_python", "/bin/sleep", "60"}));
+  }
+  std::vector<std::string> addrs;
+  for (auto& n : nodes) addrs.push_back(endpoint_of(*n));
+  RunResult js;
+  ASSERT_TRUE(wait_until(
+      [&]() {
+        js = run({kDlaunch, "status", "--rdzv_endpoint", endpoint, "--rdzv_id", "st-left",
+                  "--json"});
+        return js.exit.shell_code() == 0 && nlohmann::json::parse(js.out)["agents"].size() == 3;
+      },
+      60s))
+      << js.out << js.err;
+  // One that does not host the store ends.
+  size_t gone = nodes[0]->err().find("hosting the job's store") == std::string::npos ? 0 : 1;
+  nodes[gone]->signal(SIGKILL);
+  ASSERT_TRUE(nodes[gone]->wait(30s));
+  RunResult table = run({kDlaunch, "status", "--rdzv_endpoint", endpoint, "--rdzv_id", "st-left"});
+  EXPECT_EQ(table.exit.shell_code(), 0) << table.out << table.err;
+  EXPECT_NE(table.out.find(addrs[gone] + " "), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("left (its agent ended)"), std::string::npos) << table.out;
+  EXPECT_EQ(table.out.find("unreachable"), std::string::npos) << table.out;
+  RunResult stop = run({kDlaunch, "stop", "--rdzv_endpoint", endpoint, "--rdzv_id", "st-left"});
+  EXPECT_EQ(stop.exit.shell_code(), 0) << stop.out << stop.err;
+  EXPECT_NE(stop.out.find("left the job already"), std::string::npos) << stop.out;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i != gone) EXPECT_TRUE(nodes[i]->wait(60s)) << nodes[i]->err();
+  }
+}
+
 TEST(StatusEndpoint, SeveralNodesShowInOneStatusAndRestartTogether) {
   TempDir logs;
   std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
