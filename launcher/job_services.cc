@@ -1,6 +1,8 @@
 #include "launcher/job_services.h"
 
 #include <fmt/format.h>
+#include <netdb.h>
+#include <sys/socket.h>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -12,6 +14,25 @@
 #include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch {
+
+std::optional<std::string> store_address_problem(const LaunchConfig& cfg) {
+  const bool binds_store = cfg.rdzv_backend == "static" && (cfg.max_nodes == 1 || cfg.node_rank == 0);
+  if (!binds_store) return std::nullopt;
+  const bool endpoint = cfg.max_nodes > 1 && !cfg.rdzv_endpoint.empty();
+  const std::string host =
+      endpoint ? parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint").host : cfg.master_addr;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (res) ::freeaddrinfo(res);
+  if (rc != EAI_NONAME && rc != EAI_NODATA) return std::nullopt;
+  return fmt::format(
+      "{}={} does not resolve ({}): this node (node rank 0) hosts the job's store there; give an "
+      "address or host name of this machine that the other nodes reach",
+      endpoint ? "--rdzv_endpoint" : "--master_addr", endpoint ? cfg.rdzv_endpoint : host,
+      ::gai_strerror(rc));
+}
 
 JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
                                const std::string& version) {

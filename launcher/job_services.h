@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "launcher/launch_config.h"
@@ -37,6 +38,13 @@ struct JobServices {
 
 // `version`: this agent's build ("0.1.0+3467aab"), published at rendezvous so a job whose agents
 // run different builds warns (rendezvous/handlers/version_mix.h); empty: none.
+// What start_job_services would refuse about the address this node must bind, checked before
+// anything starts (and by --dry_run): a static job's node 0 (or a single node) binds
+// --master_addr (or the static --rdzv_endpoint's host), which must resolve. nullopt when fine,
+// or when resolving failed only for now (a DNS server that did not answer). Blocks on one
+// forward lookup; never throws.
+std::optional<std::string> store_address_problem(const LaunchConfig& cfg);
+
 JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
                                const std::string& version = "");
 

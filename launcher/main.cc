@@ -163,9 +163,11 @@ int main(int argc, char** argv) {
   LaunchConfig cfg;
   HostInfo host;
   if (auto code = read_config(args, cfg, host)) return *code;
-  // A program that cannot run fails every attempt the same way: say so now, spend no restart
-  // (and --dry_run makes the same check).
-  if (auto problem = check_program(cfg, current_program_check_env())) {
+  // A program that cannot run, or a store address that cannot be bound, fails every attempt
+  // the same way: say so now, spend no restart (and --dry_run makes the same checks).
+  for (auto problem : {check_program(cfg, current_program_check_env()),
+                       store_address_problem(cfg)}) {
+    if (!problem) continue;
     std::fprintf(stderr, "dlaunch: error: %s\n", problem->c_str());
     return exit_codes::kUsage;
   }

@@ -331,6 +331,28 @@ TEST(DlaunchUsage, HelpAndDryRun) {
   EXPECT_NE(r.out.find("worker command (local rank 0): /bin/true"), std::string::npos) << r.out;
 }
 
+// --dry_run makes the run's own checks: a program that is not there, and an address node 0
+// cannot host the store on (it does not resolve); both exit 2, as the run would, at once.
+TEST(DlaunchUsage, DryRunRefusesWhatTheRunWould) {
+  for (bool dry : {true, false}) {
+    std::vector<std::string> flags = {kDlaunch, "--nnodes", "2", "--node_rank", "0",
+                                      "--master_addr", "no-such-host.invalid", "--master_port",
+                                      std::to_string(free_port()), "--no_python", "/bin/true"};
+    if (dry) flags.insert(flags.begin() + 1, "--dry_run");
+    auto r = run(flags);
+    EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+    EXPECT_NE(r.err.find("--master_addr=no-such-host.invalid does not resolve"), std::string::npos)
+        << r.err;
+  }
+  auto r = run({kDlaunch, "--dry_run", "--standalone", "trian.py"});
+  EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+  EXPECT_NE(r.err.find("trian.py"), std::string::npos) << r.err;
+  // Node 1 connects to node 0, whose name may resolve only later (a pod not yet scheduled).
+  r = run({kDlaunch, "--dry_run", "--nnodes", "2", "--node_rank", "1", "--master_addr",
+           "no-such-host.invalid", "--no_python", "/bin/true"});
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+}
+
 // A list of etcd members passes --dry_run: it is parsed, not dialled.
 TEST(DlaunchUsage, DryRunAcceptsAListOfEtcdMembers) {
   auto r =
