@@ -100,6 +100,20 @@ std::optional<std::string> check_module(const LaunchConfig& cfg, const ProgramCh
       cfg.program, cfg.python, top, env.cwd, top);
 }
 
+// The interpreter a .py program or -m runs under (--python) must exist, or every worker's exec
+// fails the same way.
+std::optional<std::string> check_interpreter(const LaunchConfig& cfg, const ProgramCheckEnv& env) {
+  const std::string& python = cfg.python;
+  const bool found = python.find('/') == std::string::npos
+                         ? !resolve_program(python, env.path).empty()
+                         : ::access(absolute(python, env.cwd).c_str(), X_OK) == 0;
+  if (found) return std::nullopt;
+  return fmt::format(
+      "the Python interpreter '{}' (--python) was not found{}; choose it with --python, e.g. "
+      "--python /usr/bin/python3 for Debian's PyTorch",
+      python, python.find('/') == std::string::npos ? " in PATH (" + env.path + ")" : "");
+}
+
 std::optional<std::string> check_direct(const LaunchConfig& cfg, const ProgramCheckEnv& env) {
   const std::string& program = cfg.program;
   if (program.find('/') == std::string::npos) {
@@ -194,6 +208,9 @@ ProgramCheckEnv current_program_check_env() {
 
 std::optional<std::string> check_program(const LaunchConfig& cfg, const ProgramCheckEnv& env) {
   if (cfg.program.empty()) return std::nullopt;
+  if (cfg.module || cfg.runs_python()) {
+    if (auto problem = check_interpreter(cfg, env)) return problem;
+  }
   if (cfg.module) return check_module(cfg, env);
   if (cfg.runs_python()) return check_script(cfg, env);
   return check_direct(cfg, env);

@@ -49,6 +49,27 @@ TEST_F(ProgramCheck, MissingScriptIsNotFoundAndACloseNameIsSuggested) {
   EXPECT_NE(problem->find("was not found"), std::string::npos) << *problem;
 }
 
+// `--python py3 train.py` failed only at each worker's exec; --dry_run said nothing.
+TEST_F(ProgramCheck, AMissingInterpreterIsSaidBeforeAnythingStarts) {
+  touch("train.py");
+  for (const std::string python : {"py3", "/nonexistent/python3"}) {
+    LaunchConfig c = script("train.py");
+    c.python = python;
+    auto problem = check_program(c, env_);
+    ASSERT_TRUE(problem) << python;
+    EXPECT_NE(problem->find("the Python interpreter '" + python + "' (--python) was not found"),
+              std::string::npos)
+        << *problem;
+    c.module = true;
+    c.program = "json";
+    EXPECT_TRUE(check_program(c, env_)) << "-m runs under the interpreter too";
+  }
+  LaunchConfig direct = script("/bin/true");
+  direct.no_python = true;
+  direct.python = "py3";
+  EXPECT_FALSE(check_program(direct, env_)) << "--no_python runs no interpreter";
+}
+
 TEST_F(ProgramCheck, ScriptDirectoryNeedsMainPy) {
   ASSERT_EQ(mkdir((dir_ + "/app.py").c_str(), 0755), 0);
   auto problem = check_program(script("app.py"), env_);
