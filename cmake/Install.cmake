@@ -60,17 +60,7 @@ install(DIRECTORY ${CMAKE_SOURCE_DIR}/examples/ DESTINATION ${CMAKE_INSTALL_DOCD
 install(FILES ${DLAUNCH_COMPLETION_FILE}
   DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions)
 
-# dtrain's completion, from the flags its --help lists (scripts/dtrain_completion.sh), so it
-# always matches the binary.
-set(DLAUNCH_DTRAIN_COMPLETION_FILE ${CMAKE_BINARY_DIR}/share/bash-completion/completions/dtrain
-    CACHE INTERNAL "generated bash completion for dtrain")
-add_custom_command(OUTPUT ${DLAUNCH_DTRAIN_COMPLETION_FILE}
-  COMMAND ${CMAKE_COMMAND} -E make_directory ${CMAKE_BINARY_DIR}/share/bash-completion/completions
-  COMMAND bash ${CMAKE_SOURCE_DIR}/scripts/dtrain_completion.sh $<TARGET_FILE:dtrain>
-          > ${DLAUNCH_DTRAIN_COMPLETION_FILE}
-  DEPENDS dtrain ${CMAKE_SOURCE_DIR}/scripts/dtrain_completion.sh
-  COMMENT "Generating the bash completion for dtrain")
-add_custom_target(dtrain_completion ALL DEPENDS ${DLAUNCH_DTRAIN_COMPLETION_FILE})
+# dtrain's, generated in worker/CMakeLists.txt from its --help.
 add_dependencies(dlaunch_installables dtrain_completion)
 install(FILES ${DLAUNCH_DTRAIN_COMPLETION_FILE}
   DESTINATION ${CMAKE_INSTALL_DATADIR}/bash-completion/completions)
