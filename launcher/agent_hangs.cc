@@ -211,7 +211,8 @@ void HangWatch::kill_silent_workers() {
   for (auto& w : a.group->workers()) {
     if (!w.running() || w.pid <= 0) continue;
     auto beat = a.opts.last_beat(w.heartbeat_file);
-    if (w.hung || WorkerGroup::is_hung(std::max(w.started, resumed_), beat, now, a.cfg.hang_timeout,
+    const TimePoint since = std::max(w.started, resumed_);
+    if (w.hung || WorkerGroup::is_hung(since, beat, now, a.cfg.hang_timeout,
                                        a.cfg.hang_timeout_from_start)) {
       a.procs.signal_group(w.pid, SIGKILL);
     }

@@ -48,7 +48,9 @@ bool copy_durably(const fs::path& from, const fs::path& to, std::string& why) {
   return true;
 }
 
-bool skipped(const std::string& name) { return name.empty() || name[0] == '.' || name.rfind("data_", 0) == 0; }
+bool skipped(const std::string& name) {
+  return name.empty() || name[0] == '.' || name.rfind("data_", 0) == 0;
+}
 
 }  // namespace
 

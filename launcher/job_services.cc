@@ -16,11 +16,13 @@
 namespace dlaunch {
 
 std::optional<std::string> store_address_problem(const LaunchConfig& cfg) {
-  const bool binds_store = cfg.rdzv_backend == "static" && (cfg.max_nodes == 1 || cfg.node_rank == 0);
+  const bool binds_store =
+      cfg.rdzv_backend == "static" && (cfg.max_nodes == 1 || cfg.node_rank == 0);
   if (!binds_store) return std::nullopt;
   const bool endpoint = cfg.max_nodes > 1 && !cfg.rdzv_endpoint.empty();
-  const std::string host =
-      endpoint ? parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint").host : cfg.master_addr;
+  const std::string host = endpoint
+                               ? parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint").host
+                               : cfg.master_addr;
   addrinfo hints{};
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
