@@ -1,5 +1,5 @@
 // Small helpers the benchmark programs share (benchmarks do not link tests/support): a
-// monotonic clock in ns, CPU time from getrusage, and loopback sockets.
+// monotonic clock in ns, CPU time from getrusage, loopback sockets, and the PyTorch peers.
 #pragma once
 
 #include "tests/support/free_port.h"
@@ -13,6 +13,8 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -58,6 +60,43 @@ inline int dial_loopback(uint16_t port) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
   return fd;
+}
+
+// A PyTorch the benchmarks put beside dlaunch: its interpreter and the version it reports.
+struct TorchPeer {
+  std::string python;
+  std::string version;  // torch.__version__ without a local part ("2.15.0"), "" when absent
+  bool is_2x() const { return !version.empty() && version[0] != '1'; }
+};
+
+// "2.15.0+cu128" from `python -c 'import torch...'`, or "" when that interpreter has no torch.
+inline std::string torch_version_of(const std::string& python) {
+  std::string cmd = "'" + python + "' -c 'import torch; print(torch.__version__)' 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return "";
+  char buf[128] = {};
+  std::string out = fgets(buf, sizeof(buf), p) ? buf : "";
+  pclose(p);
+  out = out.substr(0, out.find_first_of("+\n"));
+  return out;
+}
+
+// Debian's PyTorch 1.13 and the pinned 2.x of scripts/setup_torch2.sh (the tests' place, or
+// $DLAUNCH_TORCH2_PYTHON), each only when its interpreter imports torch: the peers' figures
+// then come from the same run as ours.
+inline std::vector<TorchPeer> torch_peers() {
+  const char* env = std::getenv("DLAUNCH_TORCH2_PYTHON");
+  std::vector<TorchPeer> peers;
+  for (std::string python : {std::string("/usr/bin/python3"),
+                             std::string(env && *env ? env : DLAUNCH_TORCH2_PYTHON)}) {
+    std::string version = torch_version_of(python);
+    if (version.empty()) {
+      std::printf("peer: %s has no torch; its column is left out\n", python.c_str());
+      continue;
+    }
+    peers.push_back({python, version});
+  }
+  return peers;
 }
 
 }  // namespace dlaunch::bench

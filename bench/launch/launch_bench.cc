@@ -1,4 +1,5 @@
-// Launch benchmarks, dlaunch beside torchrun (Debian's python3-torch 1.13) in the same run:
+// Launch benchmarks, dlaunch beside torchrun in the same run (Debian's python3-torch 1.13 and the
+// PyTorch 2.x of scripts/setup_torch2.sh, each where present):
 //   1. end to end: 2 workers of /bin/true (the whole launcher: start, spawn, reap, exit);
 //   2. agent start -> each worker's exec (the latest of the 2 workers' first instruction);
 //   3. crash -> restarted group (rank 0 exits 1; time until the first worker of the new group);
@@ -35,7 +36,6 @@ using dlaunch::bench::mono_ns;
 
 const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kStamp = STAMP_WORKER_BIN;
-const std::string kPython = "/usr/bin/python3";
 
 struct Stamp {
   int64_t ns;
@@ -164,23 +164,24 @@ int main(int argc, char** argv) {
     if (a == "--runs" && i + 1 < argc) runs = std::atoi(argv[++i]);
     if (a == "--no_torchrun") torchrun = false;
   }
-  if (torchrun) {
-    auto probe = run({kPython, "-c", "import torch.distributed.run"}, false);
-    if (probe.exit_code != 0) {
-      std::printf("torchrun: /usr/bin/python3 cannot import torch.distributed.run; skipping it\n");
-      torchrun = false;
-    }
-  }
   // torchrun 1.13 on Python 3.11 crashes unless -r and -t are given, and only 1 and 2 parse
   // (Std.from_str("0") and ("3") return None there): -r 2 -t 2 leaves stdout, where the
   // stamps go, untouched and sends stderr through its tee, the closest it gets to -r 0 -t 0.
+  // torchrun 2.x runs at its defaults (no redirection; its monitor interval is 0.1 s there).
   std::vector<Launcher> launchers = {
       {"dlaunch", {kDlaunch, "--standalone", "--nproc_per_node", "2", "--no_python"}, true}};
-  if (torchrun) {
-    std::vector<std::string> base = {kPython, "-m", "torch.distributed.run", "--standalone",
-                                     "--nproc_per_node", "2", "-r", "2", "-t", "2"};
-    launchers.push_back({"torchrun (monitor 5 s, default)", cat(base, {"--no_python"}), false});
-    launchers.push_back({"torchrun --monitor_interval 0.1",
+  for (const auto& peer : torchrun ? dlaunch::bench::torch_peers()
+                                   : std::vector<dlaunch::bench::TorchPeer>{}) {
+    std::vector<std::string> base = {peer.python, "-m", "torch.distributed.run", "--standalone",
+                                     "--nproc_per_node", "2"};
+    std::string name = "torchrun " + peer.version;
+    if (peer.is_2x()) {
+      launchers.push_back({name + " (default)", cat(base, {"--no_python"}), false});
+      continue;
+    }
+    base = cat(base, {"-r", "2", "-t", "2"});
+    launchers.push_back({name + " (monitor 5 s, default)", cat(base, {"--no_python"}), false});
+    launchers.push_back({name + " --monitor_interval 0.1",
                          cat(base, {"--monitor_interval", "0.1", "--no_python"}), false});
   }
 

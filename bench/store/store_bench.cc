@@ -1,6 +1,7 @@
-// Store operations per second on loopback: dlaunch's TcpStoreServer against PyTorch 1.13's own
-// TCPStore server, driven by the same client (PyTorch 1.13 dialect, one blocking connection
-// per client thread, SET + GET + ADD per iteration, GET and ADD wait for their replies).
+// Store operations per second on loopback: dlaunch's TcpStoreServer against PyTorch's own
+// TCPStore servers (Debian's 1.13; the 2.x of scripts/setup_torch2.sh, libuv and classic), driven
+// by the same client in each peer's dialect (one blocking connection per client thread, SET + GET
+// + ADD per iteration, GET and ADD wait for their replies).
 // Also holds N idle connections open (from a child process, which has its own fd table) while
 // measuring, to show the server carries 10,000 clients. With --depth 1 it also runs the loop
 // through dlaunch's own TcpStoreClient (2.x dialect) against our server. Each figure comes with
@@ -93,19 +94,31 @@ struct ClientResult {
   double cpu = 0;  // this client thread's CPU seconds
 };
 
-// One client: SET k v; GET k; ADD c 1 (1.13 opcodes 0, 2, 3), `depth` iterations sent before
-// the replies are read (1: plain request/response). Returns ops done.
-uint64_t client_loop(uint16_t port, int id, int depth, const std::atomic<bool>& stop) {
+// The wire dialect of the raw client: PyTorch 1.13's, or 2.x's (which opens with VALIDATE and
+// numbers its opcodes one higher; the replies are the same). docs/store_protocol.md has both.
+enum class Dialect { kTorch113, kTorch2 };
+
+const char* dialect_name(Dialect d) { return d == Dialect::kTorch113 ? "1.13" : "2.x"; }
+
+// One client: SET k v; GET k; ADD c 1, `depth` iterations sent before the replies are read
+// (1: plain request/response). Returns ops done.
+uint64_t client_loop(uint16_t port, int id, int depth, Dialect dialect,
+                     const std::atomic<bool>& stop) {
   int fd = dial_loopback(port);
   if (fd < 0) return 0;
+  uint8_t shift = dialect == Dialect::kTorch2 ? 1 : 0;
+  if (dialect == Dialect::kTorch2 && !send_all(fd, {0x00, 0xCE, 0xF7, 0x85, 0x3C})) {
+    ::close(fd);
+    return 0;
+  }
   std::string key = "/bench/k" + std::to_string(id);
   std::vector<uint8_t> set, get, add;
-  set.push_back(0);
+  set.push_back(0 + shift);
   put_str(set, key);
   put_str(set, std::string(64, 'v'));
-  get.push_back(2);
+  get.push_back(2 + shift);
   put_str(get, key);
-  add.push_back(3);
+  add.push_back(3 + shift);
   put_str(add, "/bench/counter");
   put_u64(add, 1);
   uint64_t ops = 0;
@@ -156,7 +169,7 @@ uint64_t dlaunch_client_loop(uint16_t port, int id, const std::atomic<bool>& sto
 // Runs the clients against `port` for `seconds`. The server's CPU is that of `server_pid`, or
 // when it is 0 (our server, a thread of this process), this process's CPU less the clients'.
 Measurement measure(uint16_t port, int clients, int depth, double seconds, pid_t server_pid,
-                    bool dlaunch_client = false) {
+                    Dialect dialect, bool dlaunch_client = false) {
   std::atomic<bool> stop{false};
   std::vector<ClientResult> results(clients);
   std::vector<std::thread> threads;
@@ -165,7 +178,7 @@ Measurement measure(uint16_t port, int clients, int depth, double seconds, pid_t
     threads.emplace_back([&, i] {
       double cpu0 = cpu_seconds(RUSAGE_THREAD);
       results[i].ops = dlaunch_client ? dlaunch_client_loop(port, i, stop)
-                                      : client_loop(port, i, depth, stop);
+                                      : client_loop(port, i, depth, dialect, stop);
       results[i].cpu = cpu_seconds(RUSAGE_THREAD) - cpu0;
     });
   }
@@ -246,21 +259,25 @@ pid_t start_own_server(uint16_t* port) {
   return pid;
 }
 
-// Starts PyTorch 1.13's TCPStore server in /usr/bin/python3; returns its pid and port. The
-// pipe stays open (in *out_fd) until the server is killed, so its stdout never breaks.
-pid_t start_torch_server(uint16_t* port, int* out_fd) {
+// Starts a PyTorch TCPStore server in `python` (2.x: the libuv one, or the classic one with
+// use_libuv=False); returns its pid and port. The pipe stays open (in *out_fd) until the server
+// is killed, so its stdout never breaks.
+pid_t start_torch_server(const std::string& python, const std::string& extra_args, uint16_t* port,
+                         int* out_fd) {
   int p[2];
   if (pipe(p) != 0) return -1;
+  std::string code =
+      "import datetime, time, torch.distributed as d\n"
+      "s = d.TCPStore('127.0.0.1', 0, None, True, datetime.timedelta(seconds=600), False" +
+      extra_args +
+      ")\n"
+      "print(s.port, flush=True)\n"
+      "time.sleep(1e6)\n";
   pid_t pid = fork();
   if (pid == 0) {
     dup2(p[1], 1);
     ::close(p[0]);
-    execl("/usr/bin/python3", "python3", "-c",
-          "import datetime, time, torch.distributed as d\n"
-          "s = d.TCPStore('127.0.0.1', 0, None, True, datetime.timedelta(seconds=600), False)\n"
-          "print(s.port, flush=True)\n"
-          "time.sleep(1e6)\n",
-          (char*)nullptr);
+    execl(python.c_str(), python.c_str(), "-c", code.c_str(), (char*)nullptr);
     _exit(127);
   }
   ::close(p[1]);
@@ -275,6 +292,14 @@ pid_t start_torch_server(uint16_t* port, int* out_fd) {
   }
   *port = static_cast<uint16_t>(std::stoi(buf));
   return pid;
+}
+
+void print_measurement(const std::string& who, int clients, int depth, Dialect dialect,
+                       const Measurement& m) {
+  std::printf("%s: %d clients x depth %d (%s dialect), %.0f ops/s\n", who.c_str(), clients, depth,
+              dialect_name(dialect), m.ops_per_s);
+  std::printf("  CPU per op: server %.2f us, clients %.2f us\n", m.server_us_per_op,
+              m.client_us_per_op);
 }
 
 }  // namespace
@@ -322,46 +347,54 @@ int main(int argc, char** argv) {
     std::printf("held connections: %d of %d answered (server reports %zu open), opened in %.2f s\n",
                 ok, hold, local->num_connections(), dt);
   }
-  Measurement ours = measure(port, clients, depth, seconds, server_pid);
-  std::printf("dlaunch TcpStoreServer: %d clients x depth %d, %.0f ops/s%s\n", clients, depth,
-              ours.ops_per_s, hold > 0 ? " (while holding the idle connections)" : "");
-  std::printf("  CPU per op: server %.2f us, clients %.2f us\n", ours.server_us_per_op,
-              ours.client_us_per_op);
+  // Ours in both dialects, so that each peer is compared with the dialect its clients speak.
+  Measurement ours[2];
+  for (Dialect d : {Dialect::kTorch113, Dialect::kTorch2}) {
+    ours[static_cast<int>(d)] = measure(port, clients, depth, seconds, server_pid, d);
+    print_measurement(std::string("dlaunch TcpStoreServer") +
+                          (hold > 0 ? " (while holding the idle connections)" : ""),
+                      clients, depth, d, ours[static_cast<int>(d)]);
+  }
   if (holder > 0) {
     kill(holder, SIGKILL);
     waitpid(holder, nullptr, 0);
   }
   if (depth == 1) {
-    Measurement own = measure(port, clients, 1, seconds, server_pid, /*dlaunch_client=*/true);
-    std::printf("dlaunch TcpStoreClient -> dlaunch TcpStoreServer (2.x dialect): %d clients, "
-                "%.0f ops/s\n",
-                clients, own.ops_per_s);
-    std::printf("  CPU per op: server %.2f us, clients %.2f us\n", own.server_us_per_op,
-                own.client_us_per_op);
+    Measurement own =
+        measure(port, clients, 1, seconds, server_pid, Dialect::kTorch2, /*dlaunch_client=*/true);
+    print_measurement("dlaunch TcpStoreClient -> dlaunch TcpStoreServer", clients, 1,
+                      Dialect::kTorch2, own);
   }
   if (server_pid > 0) {
     kill(server_pid, SIGKILL);
     waitpid(server_pid, nullptr, 0);
   }
-  if (peer) {
-    uint16_t torch_port = 0;
-    int torch_fd = -1;
-    pid_t torch = start_torch_server(&torch_port, &torch_fd);
-    if (torch < 0) {
-      std::printf("PyTorch 1.13 TCPStore: not measured (/usr/bin/python3 has no torch)\n");
-      return 0;
+  if (!peer) return 0;
+  for (const auto& torch : dlaunch::bench::torch_peers()) {
+    Dialect d = torch.is_2x() ? Dialect::kTorch2 : Dialect::kTorch113;
+    std::vector<std::pair<std::string, std::string>> servers = {{"", ""}};
+    if (torch.is_2x()) servers = {{" (libuv)", ", use_libuv=True"}, {" (classic)", ", use_libuv=False"}};
+    for (const auto& [label, args] : servers) {
+      std::string who = "PyTorch " + torch.version + " TCPStore server" + label;
+      uint16_t torch_port = 0;
+      int torch_fd = -1;
+      pid_t pid = start_torch_server(torch.python, args, &torch_port, &torch_fd);
+      if (pid < 0) {
+        std::printf("%s: not measured (%s could not start it)\n", who.c_str(),
+                    torch.python.c_str());
+        continue;
+      }
+      Measurement theirs = measure(torch_port, clients, depth, seconds, pid, d);
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+      ::close(torch_fd);
+      print_measurement(who, clients, depth, d, theirs);
+      const Measurement& mine = ours[static_cast<int>(d)];
+      std::printf("ratio dlaunch / %s: %.2fx ops/s (server CPU per op: %.2fx less)\n",
+                  who.c_str(), theirs.ops_per_s > 0 ? mine.ops_per_s / theirs.ops_per_s : 0.0,
+                  mine.server_us_per_op > 0 ? theirs.server_us_per_op / mine.server_us_per_op
+                                             : 0.0);
     }
-    Measurement theirs = measure(torch_port, clients, depth, seconds, torch);
-    kill(torch, SIGKILL);
-    waitpid(torch, nullptr, 0);
-    ::close(torch_fd);
-    std::printf("PyTorch 1.13 TCPStore server: %d clients x depth %d, %.0f ops/s\n", clients, depth,
-                theirs.ops_per_s);
-    std::printf("  CPU per op: server %.2f us, clients %.2f us\n", theirs.server_us_per_op,
-                theirs.client_us_per_op);
-    std::printf("ratio dlaunch / PyTorch: %.2fx (server CPU per op: %.2fx less)\n",
-                theirs.ops_per_s > 0 ? ours.ops_per_s / theirs.ops_per_s : 0.0,
-                ours.server_us_per_op > 0 ? theirs.server_us_per_op / ours.server_us_per_op : 0.0);
   }
   return 0;
 }
