@@ -2,10 +2,12 @@
 # Elastic scale-up with real PyTorch DDP workers: one c10d agent runs tests/compat/elastic_ddp.py
 # (gloo on CPU), a second agent joins; measured from the second agent's start until every rank
 # of the new 2-rank world has printed "joined" (init_process_group returned: a working group),
-# dlaunch beside torchrun (Debian's python3-torch 1.13) in the same run, both with
-# last_call_timeout=2 (torchrun's default is 30 s).
+# dlaunch beside torchrun in the same run, both with last_call_timeout=2 (torchrun's default is
+# 30 s), both with the workers and torchrun of one PyTorch: Debian's 1.13 by default, or another
+# interpreter's (e.g. the 2.15 venv of scripts/setup_torch2.sh) with PYTHON=.
 #
-#   bench/rendezvous/scale_up_bench.sh [RUNS]     (default 5 per launcher)
+#   [PYTHON=~/.cache/dlaunch/venv-torch-2.15.0/bin/python] bench/rendezvous/scale_up_bench.sh [RUNS]
+#   (default 5 runs per launcher)
 #
 # Each figure includes the workers' own start (python + import torch, about 1-3 s here), the
 # same for both launchers; dlaunch's agent log also says when it restarted the workers.
@@ -13,7 +15,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:-5}
-python=/usr/bin/python3
+python=${PYTHON:-/usr/bin/python3}
 script=$PWD/tests/compat/elastic_ddp.py
 dlaunch=${DLAUNCH:-$PWD/build/bin/dlaunch}
 tmp=$(mktemp -d)

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""The peer for rendezvous_bench: PyTorch 1.13's own c10d rendezvous (what torchrun runs).
+"""The peer for rendezvous_bench: PyTorch's own c10d rendezvous (what torchrun runs), in the
+interpreter that runs this script (Debian's 1.13, or e.g. the 2.15 venv of setup_torch2.sh).
 
 N agent processes on 127.0.0.1 import torch first; then all are released at once and each runs
 get_rendezvous_handler(c10d).next_rendezvous(). Time = from the release to the last return, so
@@ -7,6 +8,7 @@ Python start-up and `import torch` are not counted (dlaunch's figure includes it
 The first process binds the endpoint and hosts PyTorch's TCPStore, as torchrun does.
 
     /usr/bin/python3 bench/rendezvous/torch_c10d_bench.py --agents 2,8,32 [--repeat 1]
+    ~/.cache/dlaunch/venv-torch-2.15.0/bin/python bench/rendezvous/torch_c10d_bench.py --agents 32
 """
 import argparse
 import os

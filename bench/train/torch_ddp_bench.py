@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""PyTorch 1.13's training throughput for the ResNet of torch_resnet.py: forward, loss, backward
+"""PyTorch's training throughput (1.13 eager; 2.x eager or torch.compile with --compile) for the ResNet of torch_resnet.py: forward, loss, backward
 (DDP over gloo when WORLD_SIZE > 1) and an SGD step on a fixed random batch (no data loading:
 PyTorch's best case). Prints one JSON line on rank 0 with the whole job's images/s.
 
@@ -35,6 +35,8 @@ def main():
     p.add_argument("--device", default="cpu", help="cpu | cuda (GPU LOCAL_RANK)")
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16", "fp16"])
     p.add_argument("--channels_last", action="store_true")
+    p.add_argument("--compile", action="store_true",
+                   help="torch.compile the (DDP) model (PyTorch 2.x; the warm-up steps compile)")
     args = p.parse_args()
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -50,6 +52,8 @@ def main():
     model = ResNet(args.depth, args.width).to(device, memory_format=memory_format)
     if world > 1:
         model = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device] if cuda else None)
+    if args.compile:
+        model = torch.compile(model)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=5e-4)
     x = torch.randn(args.batch_size, 3, 32, 32, device=device).to(memory_format=memory_format)
     y = torch.randint(0, 10, (args.batch_size,), device=device)
@@ -80,7 +84,8 @@ def main():
                           "world_size": world, "threads": args.threads, "width": args.width,
                           "batch_size": args.batch_size, "steps": args.steps,
                           "device": args.device, "precision": args.precision,
-                          "channels_last": args.channels_last}), flush=True)
+                          "channels_last": args.channels_last, "compile": args.compile,
+                          "torch": torch.__version__}), flush=True)
     if world > 1:
         dist.destroy_process_group()
 
