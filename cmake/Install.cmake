@@ -3,7 +3,7 @@
 #                                                is found from its own path (/proc/self/exe,
 #                                                launch_config.cc), so any prefix works, moved
 #                                                or shared
-#   P/share/doc/dlaunch/                         README.md and docs/*.md
+#   P/share/doc/dlaunch/                         README.md, docs/*.md, copyright
 #   P/share/doc/dlaunch/examples/                examples/ (Slurm batch scripts, PyTorch, ...)
 #   P/share/man/man1/dlaunch.1, dtrain.1         from --help, when help2man is installed
 #   P/share/bash-completion/completions/dlaunch  from the flag table (launcher/completion.h)
@@ -54,6 +54,8 @@ endforeach()
 # CMAKE_INSTALL_DOCDIR is share/doc/${PROJECT_NAME}: share/doc/dlaunch, Debian's place.
 file(GLOB _dlaunch_docs ${CMAKE_SOURCE_DIR}/docs/*.md)
 install(FILES ${CMAKE_SOURCE_DIR}/README.md ${_dlaunch_docs} DESTINATION ${CMAKE_INSTALL_DOCDIR})
+# Debian's place for the copyright and license notices (a machine-readable DEP-5 file).
+install(FILES ${CMAKE_SOURCE_DIR}/cmake/copyright DESTINATION ${CMAKE_INSTALL_DOCDIR})
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/examples/ DESTINATION ${CMAKE_INSTALL_DOCDIR}/examples
   USE_SOURCE_PERMISSIONS PATTERN CMakeLists.txt EXCLUDE PATTERN __pycache__ EXCLUDE)
 

@@ -40,7 +40,7 @@ root=$tmp/root
 dpkg-deb -x "$deb" "$root" || { echo "FAIL: dpkg-deb -x failed"; exit 1; }
 expected=(usr/bin/dlaunch usr/bin/dtrain usr/share/bash-completion/completions/dlaunch
   usr/share/bash-completion/completions/dtrain
-  usr/share/doc/dlaunch/README.md usr/share/doc/dlaunch/quickstart.md
+  usr/share/doc/dlaunch/README.md usr/share/doc/dlaunch/quickstart.md usr/share/doc/dlaunch/copyright
   usr/share/doc/dlaunch/examples/slurm/dtrain.sbatch usr/share/dlaunch/python/sitecustomize.py)
 [[ $man_pages == ON ]] && expected+=(usr/share/man/man1/dlaunch.1 usr/share/man/man1/dtrain.1)
 for f in "${expected[@]}"; do
