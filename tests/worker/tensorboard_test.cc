@@ -48,7 +48,7 @@ TEST(TfRecordTest, Crc32cAndFrameMatchTensorFlows) {
 }
 
 TEST(TensorBoardScalarsTest, EveryNumberOfStepAndEpochRecordsButStepAttemptAndTime) {
-  const json step = {{"kind", "step"}, {"step", 7},  {"loss", 2.5},    {"lr", 0.1},
+  const json step = {{"kind", "step"}, {"step", 7},   {"loss", 2.5},     {"lr", 0.1},
                      {"attempt", 1},   {"time", 1e9}, {"world_size", 2}, {"complete", true}};
   const auto scalars = metrics::tensorboard_scalars(step);
   const std::map<std::string, double> got(scalars.begin(), scalars.end());
@@ -96,18 +96,22 @@ class DtrainTensorBoardTest : public ::testing::Test {
     auto e = probe.wait(std::chrono::seconds(120));
     if (!e || e->shell_code() != 0) {
       GTEST_SKIP() << kPython << " cannot import tensorboard: run scripts/setup_torch2.sh (it pins "
-                   << "tensorboard in scripts/torch2-requirements.txt)\n" << probe.err();
+                   << "tensorboard in scripts/torch2-requirements.txt)\n"
+                   << probe.err();
     }
     out_ = fs::path(dir_.path()) / "out";
   }
 
   // A tiny run: 128 samples in batches of 32 = 4 steps per epoch, a metrics line every step.
-  int run_dtrain(const std::vector<std::string>& extra, std::map<std::string, std::string> env = {}) {
+  int run_dtrain(const std::vector<std::string>& extra,
+                 std::map<std::string, std::string> env = {}) {
     std::vector<std::string> argv = {DTRAIN_BINARY, "--width=4", "--batch_size=32", "--log_every=1",
                                      "--output_dir=" + out_.string()};
     argv.insert(argv.end(), extra.begin(), extra.end());
-    env.insert({{"DTRAIN_LIMIT_TRAIN_SAMPLES", "128"}, {"DTRAIN_LIMIT_TEST_SAMPLES", "32"},
-                {"OMP_NUM_THREADS", "1"}, {"DLAUNCH_CONV_CACHE", "off"}});
+    env.insert({{"DTRAIN_LIMIT_TRAIN_SAMPLES", "128"},
+                {"DTRAIN_LIMIT_TEST_SAMPLES", "32"},
+                {"OMP_NUM_THREADS", "1"},
+                {"DLAUNCH_CONV_CACHE", "off"}});
     Subprocess p(argv, env);
     auto e = p.wait(std::chrono::seconds(300));
     last_log_ = p.out() + p.err();
@@ -201,7 +205,8 @@ TEST_F(DtrainTensorBoardTest, KilledRunWithGarbageTailResumesWithEachStepOnce) {
   }
   got = read_back();
   expect_same_as_metrics(got);
-  EXPECT_EQ(got["accumulator"]["step/loss"].size(), 6u) << "the records before the garbage are read";
+  EXPECT_EQ(got["accumulator"]["step/loss"].size(), 6u)
+      << "the records before the garbage are read";
 
   ASSERT_EQ(run_dtrain({"--epochs=2"}), 0) << last_log_;
   EXPECT_NE(last_log_.find("resum"), std::string::npos) << last_log_;

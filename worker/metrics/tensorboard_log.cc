@@ -90,9 +90,10 @@ int remove_event_files(const std::string& dir, const std::string& keep) {
     if (name.rfind(kEventFilePrefix, 0) != 0 || name == keep) continue;
     std::error_code rm;
     if (!fs::remove(entry.path(), rm) && rm) {
-      throw SystemError(fmt::format("deleting the old TensorBoard event file {}: {}; expected a "
-                                    "writable output directory{}",
-                                    entry.path().string(), rm.message(), kTurnOff));
+      throw SystemError(
+          fmt::format("deleting the old TensorBoard event file {}: {}; expected a "
+                      "writable output directory{}",
+                      entry.path().string(), rm.message(), kTurnOff));
     }
     ++removed;
   }
