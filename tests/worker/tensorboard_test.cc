@@ -1,8 +1,9 @@
 // dtrain's TensorBoard event files: the TFRecord framing and the scalars of a record (pure
 // logic), then real dtrain runs read back by the tensorboard package's own readers (the venv of
 // PyTorch 2.x, DLAUNCH_TORCH2_PYTHON, which pins tensorboard): every scalar equals metrics.jsonl's,
-// and after a crash, garbage at the file's tail and a resume, each step is there once, with the
-// value of the line that survived. Those tests skip, saying why, without the venv or tensorboard.
+// and after a crash, garbage at the file's tail and a resume (or a flash restart under dlaunch),
+// each step is there once, with the value of the line that survived. Those tests skip, saying
+// why, without the venv or tensorboard.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -215,6 +216,34 @@ TEST_F(DtrainTensorBoardTest, KilledRunWithGarbageTailResumesWithEachStepOnce) {
   expect_same_as_metrics(got);
   EXPECT_EQ(got["accumulator"]["step/loss"].size(), 8u);
   EXPECT_EQ(got["accumulator"]["epoch/loss"].size(), 2u);
+}
+
+// Under dlaunch, rank 1 killed after step 11 of 16: the group restarts from the flash copy at
+// step 9 and redoes steps 10 and 11 (metrics.jsonl has them twice, told apart by the attempt).
+// Rank 0 alone writes the event file, which has each of them once, with attempt 1's values.
+TEST_F(DtrainTensorBoardTest, FlashRestartUnderDlaunchKeepsEachStepOnce) {
+  Subprocess p({DLAUNCH_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
+                "--hang_timeout=120", DTRAIN_BINARY, "--width=4", "--batch_size=32", "--epochs=2",
+                "--log_every=1", "--flash_every=3", "--output_dir=" + out_.string()},
+               {{"DTRAIN_LIMIT_TRAIN_SAMPLES", "512"},
+                {"DTRAIN_LIMIT_TEST_SAMPLES", "32"},
+                {"DTRAIN_FAIL_AT_STEP", "11"},
+                {"DTRAIN_FAIL_RANK", "1"},
+                {"OMP_NUM_THREADS", "1"},
+                {"DLAUNCH_CONV_CACHE", "off"}});
+  auto e = p.wait(std::chrono::seconds(300));
+  const std::string log = p.out() + p.err();
+  ASSERT_TRUE(e && e->shell_code() == 0) << log;
+  ASSERT_NE(log.find("fault injection: killing rank 1 after step 11"), std::string::npos) << log;
+  int step_lines = 0;
+  std::ifstream in(out_ / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) step_lines += json::parse(line)["kind"] == "step";
+  ASSERT_EQ(step_lines, 18) << "16 steps, 10 and 11 twice";
+
+  const json got = read_back();
+  ASSERT_EQ(got["files"].size(), 1u) << got["files"];
+  expect_same_as_metrics(got);
+  EXPECT_EQ(got["accumulator"]["step/loss"].size(), 16u);
 }
 
 }  // namespace
