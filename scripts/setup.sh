@@ -2,16 +2,16 @@
 # Installs what dlaunch needs from Debian's archive (apt-get); --test also PyTorch 2.x from the
 # Python package index (pip, into a venv of its own; Debian has only 1.13).
 #   scripts/setup.sh          build and run dependencies
-#   scripts/setup.sh --test   plus what the tests use: PyTorch 1.13 (Debian's), PyTorch 2.15 (from
-#                             the Python package index into a venv outside the checkout:
-#                             scripts/setup_torch2.sh), Pillow, Slurm, munge, etcd, gdb, iproute2,
-#                             prometheus (scrapes the agents' /metrics in a test), universal-ctags
-#                             (scripts/long_functions.sh)
+#   scripts/setup.sh --test   plus what the tests use: PyTorch 1.13 (Debian's), PyTorch 2.15 and
+#                             tensorboard (from the Python package index into a venv outside the
+#                             checkout: scripts/setup_torch2.sh), Pillow, Slurm, munge, etcd, gdb,
+#                             iproute2, prometheus (scrapes the agents' /metrics in a test),
+#                             universal-ctags (scripts/long_functions.sh)
 #   scripts/setup.sh --bench  plus what the benchmarks use (hyperfine, clang for the fuzzer,
 #                             torchvision + Pillow for the image loading peer)
 #   scripts/setup.sh --gpu-bundle  plus what scripts/gpu_check.sh --bundle uses (patchelf)
 # Idempotent and quick when everything is present: apt-get runs only for missing packages, pip
-# only when the PyTorch 2.x venv is missing or incomplete.
+# only when the PyTorch 2.x venv is missing, incomplete or made from other pins.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -21,6 +21,7 @@ packages=(
   libboost-dev libfmt-dev nlohmann-json3-dev libgtest-dev
   libdnnl-dev libopenblas-dev libgloo-dev zlib1g-dev
   libarchive-dev libturbojpeg0-dev libpng-dev libssl-dev
+  libprotobuf-dev protobuf-compiler
   procps python3
   help2man dpkg-dev file
 )

@@ -160,6 +160,13 @@ TEST(TrainConfig, OverwriteStartsANewRunAndContradictsAResumePath) {
   EXPECT_NE(train::train_usage().find("--overwrite"), std::string::npos);
 }
 
+TEST(TrainConfig, TensorBoardFilesAreOnByDefaultAndCanBeTurnedOff) {
+  EXPECT_TRUE(parse({}).tensorboard);
+  EXPECT_FALSE(parse({"--tensorboard=false"}).tensorboard);
+  EXPECT_TRUE(parse({"--tensorboard"}).tensorboard);
+  EXPECT_NE(train::train_usage().find("--tensorboard"), std::string::npos);
+}
+
 TEST(TrainConfig, DataDirMustBeADirectoryWhenItIsRead) {
   EXPECT_NO_THROW(train::check_data_dir(parse({})));  // synthetic, no --data_dir: not read
   EXPECT_THROW(train::check_data_dir(parse({"--data_dir=/nonexistent"})), UsageError);
@@ -281,6 +288,9 @@ TEST(Metrics, WritesReadsAndSkipsTornLines) {
   EXPECT_EQ(records[2]["epoch"], 2);
   EXPECT_EQ(records[0]["attempt"], 0);  // each record says which attempt wrote it
   EXPECT_EQ(records[2]["attempt"], 1);
+  // and when (TensorBoard's wall time), in seconds since the Unix epoch: after 2020, in order.
+  EXPECT_GT(records[0]["time"].get<double>(), 1.58e9);
+  EXPECT_LE(records[0]["time"].get<double>(), records[2]["time"].get<double>());
   std::string svg = metrics::render_curves_svg(records, "run <1>");
   EXPECT_EQ(svg.rfind("<svg", 0), 0u);
   EXPECT_NE(svg.find("</svg>"), std::string::npos);

@@ -130,9 +130,14 @@ bool wait_for_step(const fs::path& metrics, int64_t step, pid_t pid) {
   return false;
 }
 
+// The names in `dir`, sorted; TensorBoard's event file (its name has the time of the run's last
+// start in it) as "events.out.tfevents.*".
 std::vector<std::string> files_in(const fs::path& dir) {
   std::vector<std::string> names;
-  for (auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename().string());
+  for (auto& e : fs::directory_iterator(dir)) {
+    const std::string name = e.path().filename().string();
+    names.push_back(name.rfind("events.out.tfevents.", 0) == 0 ? "events.out.tfevents.*" : name);
+  }
   std::sort(names.begin(), names.end());
   return names;
 }
@@ -310,7 +315,8 @@ TEST_F(DtrainProcessTest, NewRunRefusesAnotherRunsCheckpointsUnlessOverwrite) {
   Proc old_run = spawn_dtrain(args({"--epochs=4"}), env, log("old.log"));
   ASSERT_EQ(wait_for(old_run), 0) << slurp(old_run.log);
   const std::vector<std::string> old_files = {"checkpoint_epoch_0002.dtck", "checkpoint_epoch_0003.dtck",
-                                              "checkpoint_epoch_0004.dtck", "curves.svg", "metrics.jsonl"};
+                                              "checkpoint_epoch_0004.dtck", "curves.svg",
+                                              "events.out.tfevents.*", "metrics.jsonl"};
   ASSERT_EQ(files_in(dir_ / "out"), old_files);
 
   Proc fresh = spawn_dtrain(args({"--epochs=2", "--resume=none", "--seed=1"}), env, log("fresh.log"));
@@ -324,7 +330,7 @@ TEST_F(DtrainProcessTest, NewRunRefusesAnotherRunsCheckpointsUnlessOverwrite) {
   ASSERT_EQ(wait_for(over), 0) << slurp(over.log);
   EXPECT_EQ(files_in(dir_ / "out"),
             (std::vector<std::string>{"checkpoint_epoch_0001.dtck", "checkpoint_epoch_0002.dtck",
-                                      "curves.svg", "metrics.jsonl"}));
+                                      "curves.svg", "events.out.tfevents.*", "metrics.jsonl"}));
   EXPECT_EQ(epoch_lines(dir_ / "out" / "metrics.jsonl").size(), 2u) << "the old run's lines remain";
   const auto meta1 = ckpt::read_checkpoint((dir_ / "out" / "checkpoint_epoch_0001.dtck").string()).meta;
   const auto meta2 = ckpt::read_checkpoint((dir_ / "out" / "checkpoint_epoch_0002.dtck").string()).meta;

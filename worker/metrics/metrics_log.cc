@@ -1,6 +1,7 @@
 #include "worker/metrics/metrics_log.h"
 
 #include <cerrno>
+#include <chrono>
 #include <fstream>
 
 #include "common/error.h"
@@ -21,13 +22,16 @@ MetricsLog::~MetricsLog() {
   if (file_ != nullptr) std::fclose(file_);
 }
 
-void MetricsLog::write(const nlohmann::json& record) {
+nlohmann::json MetricsLog::write(const nlohmann::json& record) {
   nlohmann::json stamped = record;
   stamped["attempt"] = attempt_;
+  stamped["time"] =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
   std::string line = stamped.dump() + "\n";
   if (std::fwrite(line.data(), 1, line.size(), file_) != line.size() || std::fflush(file_) != 0) {
     throw SystemError(errno_message("writing metrics file " + path_, errno));
   }
+  return stamped;
 }
 
 std::vector<nlohmann::json> read_metrics(const std::string& path) {

@@ -3,7 +3,8 @@
 // "start", at the global step it resumed from). Values are already reduced over all workers by
 // the caller (mean loss and accuracy, the whole job's images/s). Every record carries the
 // attempt that wrote it ("attempt": TORCHELASTIC_RESTART_COUNT, 0 without a launcher), so the
-// steps a restarted attempt redoes can be told from the first try's. Only rank 0 writes.
+// steps a restarted attempt redoes can be told from the first try's, and the time it was written
+// ("time": seconds since the Unix epoch; TensorBoard's wall time). Only rank 0 writes.
 // Appends, so a resumed run continues the same file (a torn last line from a crash is ended
 // first); each line is flushed as it is written, so a crash loses nothing logged before it.
 // Blocks on the write; I/O failures throw SystemError.
@@ -26,7 +27,8 @@ class MetricsLog {
   MetricsLog(const MetricsLog&) = delete;
   MetricsLog& operator=(const MetricsLog&) = delete;
 
-  void write(const nlohmann::json& record);
+  // Returns the record as written (stamped), for the logs fed the same records.
+  nlohmann::json write(const nlohmann::json& record);
   const std::string& path() const { return path_; }
 
  private:

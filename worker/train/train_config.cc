@@ -251,7 +251,8 @@ const std::vector<Flag>& flags() {
              integer_flag(f, v, 0, std::numeric_limits<int64_t>::max(), "an integer >= 0"));
        },
        [](const TrainConfig& c) { return std::to_string(c.seed); }},
-      {"output_dir", "checkpoints, metrics.jsonl and curves.svg go here", false,
+      {"output_dir", "checkpoints, metrics.jsonl, curves.svg and TensorBoard's event file go here",
+       false,
        [](TrainConfig& c, auto& f, auto& v) {
          if (v.empty()) throw UsageError(fmt::format("{} is empty; expected a directory", f));
          c.output_dir = v;
@@ -264,8 +265,8 @@ const std::vector<Flag>& flags() {
        },
        [](const TrainConfig& c) { return c.resume; }},
       {"overwrite",
-       "start a new run even if output_dir holds checkpoints: deletes them, metrics.jsonl and "
-       "curves.svg first",
+       "start a new run even if output_dir holds checkpoints: deletes them, metrics.jsonl, "
+       "curves.svg and the TensorBoard event files first",
        true, [](TrainConfig& c, auto& f, auto& v) { c.overwrite = parse_bool(v, f); },
        [](const TrainConfig& c) { return fmt_bool(c.overwrite); }},
       {"eval_every", "evaluate on the test set every N epochs (0: after the last only)", false,
@@ -306,6 +307,11 @@ const std::vector<Flag>& flags() {
       {"log_every", "write a metrics line every N steps (0: epochs only)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.log_every = positive_int(f, v, 0); },
        [](const TrainConfig& c) { return std::to_string(c.log_every); }},
+      {"tensorboard",
+       "also write metrics.jsonl's scalars as a TensorBoard event file in output_dir "
+       "(events.out.tfevents.*; --tensorboard=false: none)",
+       true, [](TrainConfig& c, auto& f, auto& v) { c.tensorboard = parse_bool(v, f); },
+       [](const TrainConfig& c) { return fmt_bool(c.tensorboard); }},
       {"max_steps", "stop after this many optimizer steps in total (0: no limit)", false,
        [](TrainConfig& c, auto& f, auto& v) {
          c.max_steps = integer_flag(f, v, 0, std::numeric_limits<int64_t>::max(),
@@ -490,7 +496,7 @@ std::string train_usage() {
   }
   out +=
       "\nOutputs in --output_dir: checkpoint_epoch_NNNN.dtck (each epoch), metrics.jsonl, "
-      "curves.svg.\nSee docs/dtrain.md.\n";
+      "curves.svg,\nevents.out.tfevents.* (tensorboard --logdir OUTPUT_DIR).\nSee docs/dtrain.md.\n";
   return out;
 }
 

@@ -62,6 +62,7 @@ struct TrainConfig {
   // agent restarts the group; joining the group waits max(this, 300 s).
   double collective_timeout = 300;
   int log_every = 20;           // steps; 0 = epoch lines only
+  bool tensorboard = true;      // metrics.jsonl's scalars also as a TensorBoard event file
   int64_t max_steps = 0;        // 0 = no limit
   // Steps between flash copies of the training state into DLAUNCH_FLASH_DIR (dlaunch's flash
   // directory; none without it). 0 = off.

@@ -23,6 +23,7 @@
 #include "worker/data/transforms.h"
 #include "worker/ddp/data_parallel.h"
 #include "worker/metrics/metrics_log.h"
+#include "worker/metrics/tensorboard_log.h"
 #include "worker/metrics/progress_bar.h"
 #include "worker/metrics/svg_plot.h"
 #include "worker/model/resnet.h"
@@ -268,6 +269,8 @@ class Trainer {
   int64_t continue_from(const json& meta);
   void continue_inside_epoch(const json& meta, int64_t start_epoch, int64_t epoch_step);
   void open_metrics();  // rank 0
+  // Rank 0: one record into metrics.jsonl and, as written there, into the TensorBoard file.
+  void record_metrics(const json& record);
   void log_autotuning();
   // After the last epoch: checkpoints on disk, the figures logged, the curves drawn.
   void finish_run();
@@ -333,6 +336,7 @@ class Trainer {
   std::unique_ptr<MixedPrecision> precision_;  // --precision: rounding, fp16's loss scale
   optim::LrSchedule schedule_;
   std::unique_ptr<metrics::MetricsLog> metrics_;
+  std::unique_ptr<metrics::TensorBoardLog> tensorboard_;  // null with --tensorboard=false
   metrics::ProgressBar progress_{false};
   Tensor images_;  // the batch: on the host, or on backend_ with data on the device
   int64_t global_step_ = 0;
@@ -503,9 +507,10 @@ void Trainer::overwrite_output_dir() {
     std::error_code ec;
     if (fs::remove(fs::path(c_.output_dir) / name, ec)) ++removed;
   }
+  removed += metrics::remove_event_files(c_.output_dir);
   if (removed > 0) {
     log_warning("--overwrite: deleted {} file(s) of earlier runs from {} (checkpoints, "
-                "metrics.jsonl, curves.svg)",
+                "metrics.jsonl, curves.svg, TensorBoard event files)",
                 removed, c_.output_dir);
   }
 }
@@ -843,7 +848,7 @@ void Trainer::log_window(EpochRun& run) {
       rec["loss_scale"] = precision_->loss_scale();
       rec["skipped_steps"] = precision_->skipped_steps();
     }
-    metrics_->write(rec);
+    record_metrics(rec);
   }
   run.window_start = Clock::now();
   // After the window's record: the metrics show the step the loss went bad at.
@@ -938,7 +943,7 @@ void Trainer::report_epoch(const EpochRun& run, const EpochFigures& f,
     rec["test_loss"] = test->first;
     rec["test_accuracy"] = test->second;
   }
-  metrics_->write(rec);
+  record_metrics(rec);
 }
 
 void Trainer::broadcast_buffers() {
@@ -1187,8 +1192,18 @@ void Trainer::open_metrics() {
   // of steps lost and redone now (the plot drops them: svg_plot.h).
   metrics_->write({{"kind", "start"}, {"step", global_step_}, {"epochs_done", summary_.epochs_done},
                    {"world_size", pg_.size()}});
+  // After the start record: the history it is rebuilt from then leaves out the steps redone now.
+  if (c_.tensorboard) {
+    tensorboard_ = std::make_unique<metrics::TensorBoardLog>(
+        c_.output_dir, metrics::surviving_records(metrics::read_metrics(metrics_->path())));
+  }
   // Under dlaunch stdout is a pipe; DLAUNCH_CONSOLE_TTY says it ends on a terminal anyway.
   progress_ = metrics::ProgressBar(metrics::stdout_is_terminal() || env_.console_tty);
+}
+
+void Trainer::record_metrics(const json& record) {
+  const json written = metrics_->write(record);
+  if (tensorboard_) tensorboard_->write(written);
 }
 
 // The first epoch pays for choosing the convolution algorithms; say how much, so a slow first
