@@ -30,7 +30,8 @@ while not os.path.exists(go):
 params = RendezvousParameters(backend="c10d", endpoint=f"127.0.0.1:{port}", run_id="bench",
                               min_nodes=n, max_nodes=n, join_timeout=600)
 handler = get_rendezvous_handler(params)
-store, rank, world = handler.next_rendezvous()
+info = handler.next_rendezvous()  # 1.13: (store, rank, world); 2.x: a RendezvousInfo
+rank, world = (info[1], info[2]) if isinstance(info, tuple) else (info.rank, info.world_size)
 print("done", time.monotonic(), rank, world, flush=True)
 while not os.path.exists(go + ".exit"):  # the host's store must outlive everyone's rendezvous
     time.sleep(0.01)
