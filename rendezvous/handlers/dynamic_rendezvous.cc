@@ -807,7 +807,9 @@ bool DynamicRendezvous::keep_alive_step() {
   // (std::terminate) without a word. A store error is retried; anything else is reported and
   // retried the same way (meanwhile this node cannot prove it is alive, and the others see it).
   try {
+    ka.doing = "connecting to the store";
     if (!ka.store && !open_keep_alive_store()) return false;
+    ka.doing = "sending this node's keep-alive";
     beat_when_due();
     if (!watched.empty()) report_lost_neighbours(watched, round);
     store_answered();
@@ -854,7 +856,13 @@ void DynamicRendezvous::report_lost_neighbours(const std::vector<NodeRef>& watch
                                                int64_t round) {
   auto& ka = keep_alive_state_;
   std::vector<std::string> ids;
-  for (const auto& w : watched) ids.push_back(w.id);
+  std::string neighbours;
+  for (const auto& w : watched) {
+    ids.push_back(w.id);
+    neighbours += fmt::format("{}node {} (node rank {})", neighbours.empty() ? "" : ", ", w.host,
+                              w.rank);
+  }
+  ka.doing = "reading the keep-alives of the nodes this node watches: " + neighbours;
   auto dead = ka.liveness->dead(ids);
   if (dead.empty()) return;
   std::string who;
@@ -865,6 +873,7 @@ void DynamicRendezvous::report_lost_neighbours(const std::vector<NodeRef>& watch
   std::string reason =
       fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(keep_alive_window()));
   log_warning("rendezvous '{}' round {}: {}", params_.run_id, round, reason);
+  ka.doing = "telling the other nodes: " + reason;
   // The verdict first: nodes whose workers already failed wait for it (settle_failure).
   write_verdict(*ka.store, round, "L|" + reason);
   publish_event(*ka.store, prefix_, round,
@@ -905,7 +914,8 @@ bool DynamicRendezvous::keep_alive_failed(const std::string& what, bool unexpect
               "report it; retrying",
               what);
   } else if (!ka.in_trouble) {
-    log_warning("rendezvous keep-alive: {}; retrying{}", what,
+    log_warning("rendezvous keep-alive of node {} ({}): {}; retrying{}", params_.host, ka.doing,
+                what,
                 store_dies_with_host_
                     ? fmt::format(" (the store counts as lost after {:g} s without an answer, "
                                   "or at once when nothing listens on its port)",

@@ -248,6 +248,9 @@ class DynamicRendezvous final : public RendezvousHandler {
     // The last call saw the connection closed: the next step comes at once, not a tick later,
     // so a store host that died is found refusing within the reconnect bound.
     bool look_again_now = false;
+    // What the step was doing, for its warning: a store error names the key it was on, and a
+    // watched neighbour's key would read as if this node were that one.
+    std::string doing;
   } keep_alive_state_;
   // c10d: the store is hosted by one agent and dies with it. A backend that brings its own
   // ledger (etcd) keeps its store outside any agent: an outage there is waited out.
