@@ -305,6 +305,8 @@ void AgentCore::emergency_stop() {
 
 void AgentCore::stop_loop() {
   if (opts.rendezvous) {
+    // Before the store can go: nodes waiting for a place learn that the job is over.
+    if (passed_exit_barrier) opts.rendezvous->mark_finished();
     try {
       opts.rendezvous->shutdown();
     } catch (const std::exception& e) {

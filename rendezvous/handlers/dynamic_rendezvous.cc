@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <thread>
 #include <utility>
 
 #include "common/error.h"
@@ -130,10 +131,13 @@ std::optional<RendezvousResult> DynamicRendezvous::join_step(JoinAttempt& a) {
   if (now >= a.deadline) throw_join_timeout(a, d);
   const int64_t round = a.state->round;
   if (d.step == JoinStep::kWaitNextRound) {
-    // A late arrival: woken when the next round opens, and meanwhile looks at the running
-    // round's nodes once per keep-alive interval (check_running_round_gone).
+    // A late arrival: woken when the next round opens (or the running one finished), and
+    // meanwhile looks at the running round's nodes once per keep-alive interval
+    // (check_running_round_gone).
+    if (a.finish_checked_round != round) check_finished_while_waiting(a, round, true);
     ledger_->wait(round, round_key(round, "superseded"), nullptr,
                   std::min(a.deadline, now + config_.keep_alive_interval));
+    check_finished_while_waiting(a, round, false);
   } else if (!wait_in_my_round(a)) {
     ledger_->wait(round, round_key(round, "done"), &limits_, a.deadline);
   }
@@ -190,6 +194,23 @@ void DynamicRendezvous::take_arrivals(const RoundLedger::Count& count) {
     view_.arrivals = count.arrivals;
     view_.arrivals_changed_at = count.changed_at;
   }
+}
+
+void DynamicRendezvous::check_finished_while_waiting(JoinAttempt& a, int64_t round,
+                                                     bool first_look) {
+  const bool finished = store_->check({round_key(round, "finished")});
+  if (first_look) {
+    a.finish_checked_round = round;
+    a.finished_before = finished;
+    return;
+  }
+  if (!finished || a.finished_before) return;
+  // The finishing node waits a moment for the waiting nodes to be told before its store goes.
+  store_->add(round_key(round, "finished_told"), 1);
+  throw JobFinishedError(fmt::format(
+      "rendezvous '{}': the job finished (its {} node(s) succeeded) while this node waited for "
+      "a place; this node had no part in it and has nothing left to do",
+      params_.run_id, a.state ? a.state->participants : 0));
 }
 
 void DynamicRendezvous::check_running_round_gone(JoinAttempt& a, TimePoint now) {
@@ -669,6 +690,33 @@ int64_t DynamicRendezvous::num_nodes_waiting() {
   if (!state || state->status != DynamicState::Status::kComplete) return 0;
   int64_t arrivals = ledger_->arrivals(state->round, clock_.now()).arrivals;
   return std::max<int64_t>(0, arrivals - state->participants);
+}
+
+void DynamicRendezvous::mark_finished() {
+  int64_t round, rank;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    round = running_round_;
+    rank = my_rank_;
+  }
+  // One writer is enough: the store's host (its store goes next), else node rank 0.
+  const bool hosts_store = hosted_store() != nullptr;
+  if (round < 0 || (!hosts_store && rank != 0) || !store_lost().empty()) return;
+  try {
+    store_->set(round_key(round, "finished"), to_bytes("1"));
+    store_->set(round_key(round, "superseded"), to_bytes("1"));  // wakes the waiting nodes
+    if (!hosts_store) return;
+    // They are told within a round trip of waking; one that died while waiting (still counted
+    // as waiting) costs this bounded wait at the job's end, nothing more.
+    const int64_t waiting = num_nodes_waiting();
+    const auto until = clock_.now() + std::chrono::seconds(3);
+    while (waiting > 0 && store_->add(round_key(round, "finished_told"), 0) < waiting &&
+           clock_.now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const Error& e) {
+    log_debug("rendezvous {}: could not mark the job finished: {}", params_.run_id, e.what());
+  }
 }
 
 void DynamicRendezvous::set_closed() {

@@ -74,6 +74,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   void request_restart(const std::string& report) override;
   FailureVerdict settle_failure() override;
   int64_t num_nodes_waiting() override;
+  void mark_finished() override;
   void set_closed() override;
   bool is_closed() override;
   void shutdown() override;
@@ -112,6 +113,10 @@ class DynamicRendezvous final : public RendezvousHandler {
     bool announced_waiting = false;  // as a late arrival, to the running round
     TimePoint last_gone_check{};
     std::unique_ptr<Liveness> waiting_liveness;  // only while waiting for a full round to end
+    // The running round this node waits to follow, and whether it was marked finished when this
+    // node first looked (a mark from a job that ended before this node came: etcd keeps it).
+    int64_t finish_checked_round = -1;
+    bool finished_before = false;
     std::optional<RendezvousResult> result;      // this node's round formed
   };
   // One step; the result once this node's round formed.
@@ -127,6 +132,10 @@ class DynamicRendezvous final : public RendezvousHandler {
   // The arrival count of the round this node joined, while that round is open.
   void refresh_arrivals(const std::optional<DynamicState>& state, TimePoint now);
   void take_arrivals(const RoundLedger::Count& count);
+  // A late arrival waiting for the running round `round` to end: throws JobFinishedError when
+  // that round was marked finished while this node waited (mark_finished), after counting
+  // this node as told.
+  void check_finished_while_waiting(JoinAttempt& a, int64_t round, bool first_look);
   // A late arrival waiting for a full round to end: are all its nodes gone (dead or left)?
   // Once per keep-alive interval; sets view_.running_round_dead.
   void check_running_round_gone(JoinAttempt& a, TimePoint now);

@@ -18,9 +18,17 @@
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "rendezvous/store/store.h"
 
 namespace dlaunch {
+
+// next_rendezvous() of a node that waited for a place in a full job when that job finished
+// normally (mark_finished()): not a failure, nothing left to do; the message says so.
+class JobFinishedError : public StateError {
+ public:
+  using StateError::StateError;
+};
 
 class TcpStoreServer;
 
@@ -107,6 +115,10 @@ class RendezvousHandler {
   virtual FailureVerdict settle_failure() { return {}; }
   // Nodes that asked to join and wait for the next round (elastic scale-up).
   virtual int64_t num_nodes_waiting() = 0;
+  // After this node passed the exit barrier (every node's workers succeeded): tells the nodes
+  // that wait for a place in the full job that it finished, so they exit 0 instead of taking
+  // the store's end for its death. Bounded by a few seconds; never throws. Default: nothing.
+  virtual void mark_finished() {}
   // Closes the rendezvous for everyone: no more rounds (job finished or failed for good).
   // Bounded by a few seconds when the store is gone.
   virtual void set_closed() = 0;
