@@ -69,6 +69,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   FailureVerdict settle_failure() override;
   int64_t num_nodes_waiting() override;
   void mark_finished() override;
+  std::string joined_so_far() const override;
   void set_closed() override;
   bool is_closed() override;
   void shutdown() override;

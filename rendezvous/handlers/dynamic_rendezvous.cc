@@ -94,11 +94,15 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
   start_keep_alive();
   JoinAttempt attempt;
   attempt.deadline = clock_.now() + config_.join_timeout;
+  attempt.notes = WaitNotes(clock_.now());
   view_.running_round_dead = false;
   while (true) {
     if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
     try {
-      if (auto result = join_step(attempt)) return *result;
+      if (auto result = join_step(attempt)) {
+        note_joined("");
+        return *result;
+      }
       continue;
     } catch (const ClosedError& e) {  // also StoreInterruptedError (store loss declared)
       retry_or_rethrow(attempt.deadline, e);
@@ -129,6 +133,17 @@ std::optional<RendezvousResult> DynamicRendezvous::join_step(JoinAttempt& a) {
             join_step_name(d.step));
   if (!act(d, a, now)) return std::move(a.result);  // a result, or decide again at once
   if (now >= a.deadline) throw_join_timeout(a, d);
+  if (d.step == JoinStep::kWaitNextRound) {
+    note_joined(fmt::format("the job is full and running ({} of --nnodes MAX={} nodes); this "
+                            "node waits for a place",
+                            a.state->participants, limits_.max_nodes));
+  } else if (d.step == JoinStep::kWait && view_.joined_round == a.state->round) {
+    note_joined(fmt::format("{} of --nnodes {}:{} nodes joined round {}", view_.arrivals,
+                            limits_.min_nodes, limits_.max_nodes, a.state->round));
+  }
+  if ((d.step == JoinStep::kWait || d.step == JoinStep::kWaitNextRound) && a.notes.due(now)) {
+    note_waiting(a, d, now);
+  }
   const int64_t round = a.state->round;
   if (d.step == JoinStep::kWaitNextRound) {
     // A late arrival: woken when the next round opens (or the running one finished), and
@@ -194,6 +209,31 @@ void DynamicRendezvous::take_arrivals(const RoundLedger::Count& count) {
     view_.arrivals = count.arrivals;
     view_.arrivals_changed_at = count.changed_at;
   }
+}
+
+void DynamicRendezvous::note_waiting(const JoinAttempt& a, const JoinDecision& d,
+                                     TimePoint now) {
+  const std::string how_long = a.notes.how_long(now, config_.join_timeout);
+  const int64_t round = a.state ? a.state->round : 0;
+  if (d.step == JoinStep::kWaitNextRound) {
+    log_info("rendezvous '{}': still waiting for a place in the running round {} ({} of "
+             "--nnodes {}:{} nodes) {}",
+             params_.run_id, round, a.state ? a.state->participants : 0, limits_.min_nodes,
+             limits_.max_nodes, how_long);
+    return;
+  }
+  // Who joined: read by the round's first arrival only, and only for a small round, so a
+  // large job's waiting nodes add no requests.
+  std::string who;
+  if (view_.arrival_index == 1 && view_.arrivals <= 16 && view_.joined_round == round) {
+    for (const auto& node : ledger_->described(round, view_.arrivals, now).nodes) {
+      who += (who.empty() ? ": " : ", ") + node.host;
+    }
+  }
+  log_info("rendezvous '{}': waiting for the other nodes ({} of --nnodes {}:{} joined round "
+           "{}{}) {}; every node needs the same --rdzv_id and --rdzv_endpoint {}",
+           params_.run_id, view_.arrivals, limits_.min_nodes, limits_.max_nodes, round, who,
+           how_long, params_.endpoint);
 }
 
 void DynamicRendezvous::check_finished_while_waiting(JoinAttempt& a, int64_t round,

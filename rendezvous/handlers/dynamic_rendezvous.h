@@ -52,6 +52,7 @@
 #include "rendezvous/handlers/rendezvous_events.h"
 #include "rendezvous/handlers/rendezvous_registry.h"
 #include "rendezvous/handlers/round_table.h"
+#include "rendezvous/handlers/wait_notes.h"
 
 namespace dlaunch {
 
@@ -105,6 +106,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   // a time: read what changed, decide, act, and wait for news when there is nothing to do.
   struct JoinAttempt {
     TimePoint deadline;  // the join timeout
+    WaitNotes notes{TimePoint{}};  // when a waiting node says so again
     std::optional<DynamicState> state;
     // `state` and the arrival count are news enough to decide again without reading them:
     // this node just joined (the state OPEN, as it was, and the count its join returned; two
@@ -132,6 +134,9 @@ class DynamicRendezvous final : public RendezvousHandler {
   // The arrival count of the round this node joined, while that round is open.
   void refresh_arrivals(const std::optional<DynamicState>& state, TimePoint now);
   void take_arrivals(const RoundLedger::Count& count);
+  // Says that this node still waits, how many nodes joined (and which, for the round's first
+  // arrival of a small round) and for how long of the join timeout.
+  void note_waiting(const JoinAttempt& a, const JoinDecision& d, TimePoint now);
   // A late arrival waiting for the running round `round` to end: throws JobFinishedError when
   // that round was marked finished while this node waited (mark_finished), after counting
   // this node as told.

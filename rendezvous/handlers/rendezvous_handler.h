@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -132,8 +133,24 @@ class RendezvousHandler {
   std::shared_ptr<TcpStoreServer> hosted_store() const { return hosted_store_; }
   void keep_hosted_store(std::shared_ptr<TcpStoreServer> server) { hosted_store_ = std::move(server); }
 
+  // While next_rendezvous() waits: what it last saw of its round ("1 of --nnodes 2:3 nodes
+  // joined round 0"); empty when it saw nothing yet or does not wait. Never blocks: for the
+  // status endpoint, from any thread.
+  virtual std::string joined_so_far() const {
+    std::lock_guard<std::mutex> lock(joined_mutex_);
+    return joined_;
+  }
+
+ protected:
+  void note_joined(std::string text) {
+    std::lock_guard<std::mutex> lock(joined_mutex_);
+    joined_ = std::move(text);
+  }
+
  private:
   std::shared_ptr<TcpStoreServer> hosted_store_;
+  mutable std::mutex joined_mutex_;
+  std::string joined_;
 };
 
 }  // namespace dlaunch
