@@ -217,6 +217,8 @@ void AgentCore::report_failure(int64_t restart_count) {
   if (!group->root_cause() && group->stop_reason().empty()) return;
   ReportContext ctx;
   ctx.host = opts.host;
+  ctx.local_addr = cfg.local_addr;
+  if (last_round && last_round->group_world_size > 1) ctx.node_rank = last_round->group_rank;
   ctx.version = opts.version;
   ctx.max_restarts = cfg.max_restarts;
   ctx.restarts_used = restart_count;
@@ -305,6 +307,8 @@ void AgentCore::emergency_stop() {
 
 void AgentCore::stop_loop() {
   if (opts.rendezvous) {
+    // Before the store can go: nodes waiting for a place learn that the job is over.
+    if (passed_exit_barrier) opts.rendezvous->mark_finished();
     try {
       opts.rendezvous->shutdown();
     } catch (const std::exception& e) {

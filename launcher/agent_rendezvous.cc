@@ -56,6 +56,9 @@ void RendezvousLoop::begin_generation() {
     try {
       RendezvousResult r = handler->next_rendezvous();
       post_from_thread(g, [this, r]() { on_round_done(r); });
+    } catch (const JobFinishedError& e) {
+      std::string msg = e.what();
+      post_from_thread(g, [this, msg]() { on_job_finished_while_waiting(msg); });
     } catch (const std::exception& e) {
       std::string msg = e.what();
       post_from_thread(g, [this, msg]() { on_round_failed(msg); });
@@ -97,6 +100,15 @@ void RendezvousLoop::on_round_failed(const std::string& msg) {
   log_error("rendezvous failed: {}", msg);
   a.monitor->events().emit("rendezvous_failed", {{"error", msg}});
   a.finish(exit_codes::kWorkersFailed);
+}
+
+// A spare node of a full job: the job succeeded without it, which is no failure of its own.
+void RendezvousLoop::on_job_finished_while_waiting(const std::string& msg) {
+  AgentCore& a = agent_;
+  if (a.phase == AgentPhase::kDone) return;
+  log_info("{}", msg);
+  a.monitor->events().emit("job_finished_elsewhere", {{"reason", msg}});
+  a.finish_now(exit_codes::kSuccess);
 }
 
 void RendezvousLoop::on_event(const RendezvousEvent& ev) {

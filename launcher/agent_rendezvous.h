@@ -50,6 +50,7 @@ class RendezvousLoop {
 
   void on_round_done(const RendezvousResult& r);
   void on_round_failed(const std::string& msg);
+  void on_job_finished_while_waiting(const std::string& msg);
   void on_event(const RendezvousEvent& ev);
   // The job's store is gone (c10d: the agent hosting it died).
   void on_store_lost(const std::string& reason);

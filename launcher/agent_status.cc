@@ -36,8 +36,12 @@ NodeStatus AgentStatus::snapshot() const {
   NodeStatus s;
   s.run_id = a.cfg.run_id;
   s.host = a.opts.host;
+  s.local_addr = a.cfg.local_addr;
   s.agent_pid = static_cast<int>(::getpid());
   s.phase = agent_phase_name(a.phase);
+  if (a.phase == AgentPhase::kRendezvous && a.opts.rendezvous) {
+    s.rendezvous_joined = a.opts.rendezvous->joined_so_far();
+  }
   s.attempt = a.generation;
   s.max_restarts = a.cfg.max_restarts;
   s.restarts = a.restart_count();

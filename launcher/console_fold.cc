@@ -32,10 +32,11 @@ void ConsoleFold::line(int64_t rank, std::string_view text, std::string_view sta
   while (at < held_.size() && held_[at].text != text) ++at;
   if (at < held_.size()) {
     held_[at].ranks.push_back(rank);
+    held_[at].latest = now;
   } else {
-    at = from;
+    at = stamp.empty() ? from : held_.size();
     held_.insert(held_.begin() + static_cast<std::ptrdiff_t>(at),
-                 Fold{std::string(text), std::string(stamp), {rank}, now, next_id_++});
+                 Fold{std::string(text), std::string(stamp), {rank}, now, now, next_id_++});
   }
   last_[rank] = held_[at].id;
   while (!held_.empty() && (held_.front().ranks.size() >= shown_ || held_.size() > kMaxHeld)) {
@@ -61,18 +62,23 @@ void ConsoleFold::finish_rank(std::string& out) {
 }
 
 void ConsoleFold::flush_due(TimePoint now, Duration min_age, std::string& out) {
-  while (auto oldest = pending_since()) {
-    if (now - *oldest < min_age && held_.front().ranks.size() < shown_) return;
+  while (auto first_due = pending_since(min_age)) {
+    if (now - *first_due < min_age && held_.front().ranks.size() < shown_) return;
     emit_head(out);
   }
 }
 
-std::optional<TimePoint> ConsoleFold::pending_since() const {
-  std::optional<TimePoint> oldest;
+TimePoint ConsoleFold::wait_began(const Fold& f, Duration min_age) {
+  return std::min(f.latest, f.since + kMaxWait - min_age);
+}
+
+std::optional<TimePoint> ConsoleFold::pending_since(Duration min_age) const {
+  std::optional<TimePoint> first;
   for (const auto& f : held_) {
-    if (!oldest || f.since < *oldest) oldest = f.since;
+    const TimePoint began = wait_began(f, min_age);
+    if (!first || began < *first) first = began;
   }
-  return oldest;
+  return first;
 }
 
 }  // namespace dlaunch

@@ -6,9 +6,13 @@
 // lies after the rank's own previous line; else it starts a new fold right there, after its
 // previous line. So each rank's lines keep their order, a line that differs is not folded, and
 // the ranks' identical lines after it still can be ("[default0-7]:done" after eight different
-// "loss" lines). The queue's head goes out when every rank shown on the stream is in it, and
-// heads go out while any fold has waited as long as a partial line would (the caller's timer),
-// so no line waits much longer than that. Anything of the stream that is not a
+// "loss" lines). With time stamps shown, a new fold goes last instead: the console then stays
+// in time order (a fold shows its first line's time), at the cost of fewer folds when ranks
+// run apart. The queue's head goes out when every rank shown on the stream is in it, and
+// heads go out while any fold has waited as long as a partial line would (the caller's timer)
+// since its latest line, or kMaxWait since its first: a fold that ranks still join keeps
+// waiting for the others (ranks tens of milliseconds apart fold into one line), and no line
+// waits much longer than that. Anything of the stream that is not a
 // whole line (a '\r' update, a tail shown without its '\n') first empties the queue, so it never
 // overtakes a line; the end of the last rank's stream empties it too. The log files never see any
 // of this (log_router.h).
@@ -44,23 +48,30 @@ class ConsoleFold {
   void flush(std::string& out);
   // A rank's stream ended (the worker exited): after the last one, everything held goes out.
   void finish_rank(std::string& out);
-  // The folds at the head that are complete or waited at least `min_age`.
+  // The folds at the head that are complete, or while any fold is due: it waited `min_age`
+  // since its latest line, or kMaxWait since its first.
   void flush_due(TimePoint now, Duration min_age, std::string& out);
-  // When the oldest held fold's first line came; nullopt when none is held.
-  std::optional<TimePoint> pending_since() const;
+  // When the wait of the fold due first began (it is due `min_age` later); nullopt when none
+  // is held.
+  std::optional<TimePoint> pending_since(Duration min_age = Duration::zero()) const;
 
   // More folds than this held: the head goes out (bounds memory and the delay).
   static constexpr size_t kMaxHeld = 256;
+  // The longest a fold that ranks keep joining waits.
+  static constexpr Duration kMaxWait = std::chrono::seconds(1);
 
  private:
   struct Fold {
     std::string text;
     std::string stamp;
     std::vector<int64_t> ranks;
-    TimePoint since{};
+    TimePoint since{};   // its first line
+    TimePoint latest{};  // its latest line
     uint64_t id = 0;
   };
   void emit_head(std::string& out);
+  // When `f`'s wait of `min_age` began: its latest line, or earlier for one that grew long.
+  static TimePoint wait_began(const Fold& f, Duration min_age);
 
   std::string role_;
   size_t shown_;

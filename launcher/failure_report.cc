@@ -1,6 +1,7 @@
 #include "launcher/failure_report.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 
 #include <fstream>
@@ -158,7 +159,11 @@ std::string format_worker_output(const WorkerRecord& w) {
 std::string format_local_root_cause(const WorkerRecord& w, const ReportContext& ctx) {
   std::string out = "Root cause (first observed failure):\n";
   out += fmt::format("  time      : {}\n", format_wall_time(w.exited_wall));
-  out += fmt::format("  host      : {}\n", ctx.host);
+  std::vector<std::string> which;
+  if (ctx.node_rank >= 0) which.push_back(fmt::format("node rank {}", ctx.node_rank));
+  if (!ctx.local_addr.empty() && ctx.local_addr != ctx.host) which.push_back(ctx.local_addr);
+  out += fmt::format("  host      : {}{}\n", ctx.host,
+                     which.empty() ? "" : fmt::format(" ({})", fmt::join(which, ", ")));
   out += fmt::format("  rank      : {} (local_rank: {})\n", w.global_rank, w.local_rank);
   if (w.hung) {
     out += fmt::format("  hung      : no heartbeat for more than {:.1f} s (pid: {})\n",

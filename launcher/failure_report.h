@@ -27,6 +27,10 @@ std::optional<ErrorFileContents> read_error_file(const std::string& path);
 
 struct ReportContext {
   std::string host;
+  // Tell apart the nodes of one host: this node's rank in the last round (-1: none, or a
+  // single node) and its --local_addr (empty, or the host name: not shown).
+  int64_t node_rank = -1;
+  std::string local_addr;
   // "dlaunch 0.1.0 (commit e8ba0f2, Release build)": a report pasted into a bug says what ran.
   // Empty: no line.
   std::string version;

@@ -392,6 +392,14 @@ std::string format_agent_table(const std::vector<AgentStatus>& nodes) {
                        fmt::format("{}/{}", s->restarts, s->max_restarts),
                        s->agent_usage ? bytes(s->agent_usage->rss_bytes) : "-", store);
   }
+  // A job that waits at the rendezvous: how far its round got, as each waiting agent saw it.
+  for (const auto& node : nodes) {
+    const auto& s = node.status;
+    if (!s || s->phase != "rendezvous" || s->rendezvous_joined.empty()) continue;
+    out += fmt::format("{} ({}) waits at the rendezvous: {}\n",
+                       host_and_address(s->host, s->local_addr), node.agent.address,
+                       s->rendezvous_joined);
+  }
   return out;
 }
 
@@ -408,7 +416,8 @@ std::string format_worker_table(const std::vector<AgentStatus>& nodes, double no
                          : w.exit_signal ? fmt::format("signal {}", *w.exit_signal)
                                          : "-";
       out += fmt::format("{:<5} {:<16} {:>5} {:>5} {:>8} {:<10} {:>8} {:>9} {:>8} {:>8} {}\n",
-                         s->node_rank, s->host, w.global_rank, w.local_rank, w.pid, w.state,
+                         s->node_rank, host_and_address(s->host, s->local_addr), w.global_rank,
+                         w.local_rank, w.pid, w.state,
                          w.start_time > 0 && w.state == "running" ? age(now - w.start_time) : "-",
                          w.heartbeat_age_seconds ? age(*w.heartbeat_age_seconds) : "-",
                          w.usage ? bytes(w.usage->rss_bytes) : "-",

@@ -1,6 +1,7 @@
 #include "launcher/job_services.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <netdb.h>
 #include <sys/socket.h>
 
@@ -8,12 +9,42 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "common/worker_env.h"
+#include "rendezvous/etcd/etcd_endpoints.h"
 #include "rendezvous/tcp/host_port.h"
 #include "rendezvous/handlers/rendezvous_registry.h"
 #include "rendezvous/tcp/store_host.h"
 #include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch {
+
+namespace {
+
+// The resolver's error when `host` surely does not resolve (no such name), else 0 (it does,
+// or the lookup failed only for now: a DNS server that did not answer).
+int no_such_name(const std::string& host) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
+  if (res) ::freeaddrinfo(res);
+  return rc == EAI_NONAME || rc == EAI_NODATA ? rc : 0;
+}
+
+}  // namespace
+
+std::optional<std::string> etcd_endpoint_problem(const LaunchConfig& cfg) {
+  if (cfg.rdzv_backend != "etcd" || cfg.rdzv_endpoint.empty()) return std::nullopt;
+  std::vector<std::string> reasons;
+  for (const auto& member : etcd::parse_endpoints(cfg.rdzv_endpoint, "--rdzv_endpoint")) {
+    const int rc = no_such_name(member.host);
+    if (rc == 0) return std::nullopt;  // the client fails over to any member that resolves
+    reasons.push_back(fmt::format("{} ({})", member.host, ::gai_strerror(rc)));
+  }
+  return fmt::format(
+      "--rdzv_endpoint={}: no etcd member's host name resolves: {}; expected the host:port of "
+      "etcd's client URL (as `etcdctl --endpoints` takes it): check the name",
+      cfg.rdzv_endpoint, fmt::join(reasons, ", "));
+}
 
 std::optional<std::string> store_address_problem(const LaunchConfig& cfg) {
   const bool binds_store =
@@ -23,12 +54,8 @@ std::optional<std::string> store_address_problem(const LaunchConfig& cfg) {
   const std::string host = endpoint
                                ? parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint").host
                                : cfg.master_addr;
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (res) ::freeaddrinfo(res);
-  if (rc != EAI_NONAME && rc != EAI_NODATA) return std::nullopt;
+  const int rc = no_such_name(host);
+  if (rc == 0) return std::nullopt;
   return fmt::format(
       "{}={} does not resolve ({}): this node (node rank 0) hosts the job's store there; give an "
       "address or host name of this machine that the other nodes reach",

@@ -147,9 +147,9 @@ std::optional<TimePoint> WorkerOutput::next_due() const {
   std::optional<TimePoint> due;
   for (int stream : {1, 2}) {
     if (!console_[stream]) continue;
+    const ConsoleFold* fold = shared_ && shared_->fold[stream] ? &*shared_->fold[stream] : nullptr;
     for (auto since : {console_[stream]->pending_since(),
-                       shared_ && shared_->fold[stream] ? shared_->fold[stream]->pending_since()
-                                                        : std::nullopt}) {
+                       fold ? fold->pending_since(kPartialLineDelay) : std::nullopt}) {
       if (!since) continue;
       TimePoint t = *since + kPartialLineDelay;
       if (!due || t < *due) due = t;

@@ -152,8 +152,10 @@ nlohmann::json node_status_json(const NodeStatus& s) {
   nlohmann::json j;
   j["run_id"] = s.run_id;
   j["host"] = s.host;
+  j["local_addr"] = s.local_addr;
   j["agent_pid"] = s.agent_pid;
   j["phase"] = s.phase;
+  j["rendezvous_joined"] = s.rendezvous_joined;
   j["attempt"] = s.attempt;
   j["round"] = s.round;
   j["node_rank"] = s.node_rank;
@@ -196,7 +198,9 @@ NodeStatus node_status_from_json(const nlohmann::json& j) {
   s.run_id = j.at("run_id").get<std::string>();
   s.host = j.at("host").get<std::string>();
   s.agent_pid = j.value("agent_pid", 0);
+  s.local_addr = j.value("local_addr", std::string());
   s.phase = j.at("phase").get<std::string>();
+  s.rendezvous_joined = j.value("rendezvous_joined", std::string());
   s.attempt = j.value("attempt", int64_t{-1});
   s.round = j.value("round", int64_t{-1});
   s.node_rank = j.value("node_rank", int64_t{-1});
@@ -344,6 +348,11 @@ std::string to_prometheus(const NodeStatus& s) {
   add_worker_metrics(e, s);
   if (s.store) add_store_metrics(e, *s.store);
   return e.take();
+}
+
+std::string host_and_address(const std::string& host, const std::string& local_addr) {
+  if (local_addr.empty() || local_addr == host) return host;
+  return fmt::format("{} ({})", host, local_addr);
 }
 
 }  // namespace dlaunch

@@ -45,8 +45,13 @@ struct WorkerStatus {
 struct NodeStatus {
   std::string run_id;
   std::string host;  // the node's name (DLAUNCH_NODE_ID)
+  // --local_addr when given: tells apart the nodes of one host (all of them `host`).
+  std::string local_addr;
   int agent_pid = 0;
   std::string phase;       // "rendezvous", "running", "capturing", "stopping", ...
+  // While waiting at the rendezvous, what this node last saw: "1 of 2 nodes joined"; empty
+  // when it knows nothing yet or does not wait there.
+  std::string rendezvous_joined;
   int64_t attempt = -1;    // DLAUNCH_ATTEMPT of the current generation; -1 before the first
   int64_t round = -1;      // the rendezvous round
   int64_t node_rank = -1;  // GROUP_RANK
@@ -75,5 +80,8 @@ NodeStatus node_status_from_json(const nlohmann::json& j);
 // labels run_id, node (host) and node_rank on every series, rank and local_rank on per-worker
 // ones.
 std::string to_prometheus(const NodeStatus& s);
+
+// "vm (127.0.0.2)" for a node given --local_addr other than its host name; else "vm".
+std::string host_and_address(const std::string& host, const std::string& local_addr);
 
 }  // namespace dlaunch

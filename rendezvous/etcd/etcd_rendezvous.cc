@@ -259,6 +259,8 @@ void EtcdRendezvous::watch(std::function<void(const RendezvousEvent&)> on_event)
 void EtcdRendezvous::request_restart(const std::string& report) { inner_->request_restart(report); }
 FailureVerdict EtcdRendezvous::settle_failure() { return inner_->settle_failure(); }
 int64_t EtcdRendezvous::num_nodes_waiting() { return inner_->num_nodes_waiting(); }
+void EtcdRendezvous::mark_finished() { inner_->mark_finished(); }
+std::string EtcdRendezvous::joined_so_far() const { return inner_->joined_so_far(); }
 void EtcdRendezvous::set_closed() { inner_->set_closed(); }
 bool EtcdRendezvous::is_closed() { return inner_->is_closed(); }
 

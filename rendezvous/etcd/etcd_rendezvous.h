@@ -68,6 +68,8 @@ class EtcdRendezvous final : public RendezvousHandler {
   void request_restart(const std::string& report) override;
   FailureVerdict settle_failure() override;
   int64_t num_nodes_waiting() override;
+  void mark_finished() override;
+  std::string joined_so_far() const override;
   void set_closed() override;
   bool is_closed() override;
   void shutdown() override;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <thread>
 #include <utility>
 
 #include "common/error.h"
@@ -93,11 +94,15 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
   start_keep_alive();
   JoinAttempt attempt;
   attempt.deadline = clock_.now() + config_.join_timeout;
+  attempt.notes = WaitNotes(clock_.now());
   view_.running_round_dead = false;
   while (true) {
     if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
     try {
-      if (auto result = join_step(attempt)) return *result;
+      if (auto result = join_step(attempt)) {
+        note_joined("");
+        return *result;
+      }
       continue;
     } catch (const ClosedError& e) {  // also StoreInterruptedError (store loss declared)
       retry_or_rethrow(attempt.deadline, e);
@@ -128,12 +133,26 @@ std::optional<RendezvousResult> DynamicRendezvous::join_step(JoinAttempt& a) {
             join_step_name(d.step));
   if (!act(d, a, now)) return std::move(a.result);  // a result, or decide again at once
   if (now >= a.deadline) throw_join_timeout(a, d);
+  if (d.step == JoinStep::kWaitNextRound) {
+    note_joined(fmt::format("the job is full and running ({} of --nnodes MAX={} nodes); this "
+                            "node waits for a place",
+                            a.state->participants, limits_.max_nodes));
+  } else if (d.step == JoinStep::kWait && view_.joined_round == a.state->round) {
+    note_joined(fmt::format("{} of --nnodes {}:{} nodes joined round {}", view_.arrivals,
+                            limits_.min_nodes, limits_.max_nodes, a.state->round));
+  }
+  if ((d.step == JoinStep::kWait || d.step == JoinStep::kWaitNextRound) && a.notes.due(now)) {
+    note_waiting(a, d, now);
+  }
   const int64_t round = a.state->round;
   if (d.step == JoinStep::kWaitNextRound) {
-    // A late arrival: woken when the next round opens, and meanwhile looks at the running
-    // round's nodes once per keep-alive interval (check_running_round_gone).
+    // A late arrival: woken when the next round opens (or the running one finished), and
+    // meanwhile looks at the running round's nodes once per keep-alive interval
+    // (check_running_round_gone).
+    if (a.finish_checked_round != round) check_finished_while_waiting(a, round, true);
     ledger_->wait(round, round_key(round, "superseded"), nullptr,
                   std::min(a.deadline, now + config_.keep_alive_interval));
+    check_finished_while_waiting(a, round, false);
   } else if (!wait_in_my_round(a)) {
     ledger_->wait(round, round_key(round, "done"), &limits_, a.deadline);
   }
@@ -190,6 +209,48 @@ void DynamicRendezvous::take_arrivals(const RoundLedger::Count& count) {
     view_.arrivals = count.arrivals;
     view_.arrivals_changed_at = count.changed_at;
   }
+}
+
+void DynamicRendezvous::note_waiting(const JoinAttempt& a, const JoinDecision& d,
+                                     TimePoint now) {
+  const std::string how_long = a.notes.how_long(now, config_.join_timeout);
+  const int64_t round = a.state ? a.state->round : 0;
+  if (d.step == JoinStep::kWaitNextRound) {
+    log_info("rendezvous '{}': still waiting for a place in the running round {} ({} of "
+             "--nnodes {}:{} nodes) {}",
+             params_.run_id, round, a.state ? a.state->participants : 0, limits_.min_nodes,
+             limits_.max_nodes, how_long);
+    return;
+  }
+  // Who joined: read by the round's first arrival only, and only for a small round, so a
+  // large job's waiting nodes add no requests.
+  std::string who;
+  if (view_.arrival_index == 1 && view_.arrivals <= 16 && view_.joined_round == round) {
+    for (const auto& node : ledger_->described(round, view_.arrivals, now).nodes) {
+      who += (who.empty() ? ": " : ", ") + node.host;
+    }
+  }
+  log_info("rendezvous '{}': waiting for the other nodes ({} of --nnodes {}:{} joined round "
+           "{}{}) {}; every node needs the same --rdzv_id and --rdzv_endpoint {}",
+           params_.run_id, view_.arrivals, limits_.min_nodes, limits_.max_nodes, round, who,
+           how_long, params_.endpoint);
+}
+
+void DynamicRendezvous::check_finished_while_waiting(JoinAttempt& a, int64_t round,
+                                                     bool first_look) {
+  const bool finished = store_->check({round_key(round, "finished")});
+  if (first_look) {
+    a.finish_checked_round = round;
+    a.finished_before = finished;
+    return;
+  }
+  if (!finished || a.finished_before) return;
+  // The finishing node waits a moment for the waiting nodes to be told before its store goes.
+  store_->add(round_key(round, "finished_told"), 1);
+  throw JobFinishedError(fmt::format(
+      "rendezvous '{}': the job finished (its {} node(s) succeeded) while this node waited for "
+      "a place; this node had no part in it and has nothing left to do",
+      params_.run_id, a.state ? a.state->participants : 0));
 }
 
 void DynamicRendezvous::check_running_round_gone(JoinAttempt& a, TimePoint now) {
@@ -671,6 +732,33 @@ int64_t DynamicRendezvous::num_nodes_waiting() {
   return std::max<int64_t>(0, arrivals - state->participants);
 }
 
+void DynamicRendezvous::mark_finished() {
+  int64_t round, rank;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    round = running_round_;
+    rank = my_rank_;
+  }
+  // One writer is enough: the store's host (its store goes next), else node rank 0.
+  const bool hosts_store = hosted_store() != nullptr;
+  if (round < 0 || (!hosts_store && rank != 0) || !store_lost().empty()) return;
+  try {
+    store_->set(round_key(round, "finished"), to_bytes("1"));
+    store_->set(round_key(round, "superseded"), to_bytes("1"));  // wakes the waiting nodes
+    if (!hosts_store) return;
+    // They are told within a round trip of waking; one that died while waiting (still counted
+    // as waiting) costs this bounded wait at the job's end, nothing more.
+    const int64_t waiting = num_nodes_waiting();
+    const auto until = clock_.now() + std::chrono::seconds(3);
+    while (waiting > 0 && store_->add(round_key(round, "finished_told"), 0) < waiting &&
+           clock_.now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  } catch (const Error& e) {
+    log_debug("rendezvous {}: could not mark the job finished: {}", params_.run_id, e.what());
+  }
+}
+
 void DynamicRendezvous::set_closed() {
   // Nothing to close when the store is gone; a store that just died costs one bounded
   // reconnect (kStoreReconnectTimeout), never the join timeout.
@@ -807,7 +895,9 @@ bool DynamicRendezvous::keep_alive_step() {
   // (std::terminate) without a word. A store error is retried; anything else is reported and
   // retried the same way (meanwhile this node cannot prove it is alive, and the others see it).
   try {
+    ka.doing = "connecting to the store";
     if (!ka.store && !open_keep_alive_store()) return false;
+    ka.doing = "sending this node's keep-alive";
     beat_when_due();
     if (!watched.empty()) report_lost_neighbours(watched, round);
     store_answered();
@@ -854,7 +944,13 @@ void DynamicRendezvous::report_lost_neighbours(const std::vector<NodeRef>& watch
                                                int64_t round) {
   auto& ka = keep_alive_state_;
   std::vector<std::string> ids;
-  for (const auto& w : watched) ids.push_back(w.id);
+  std::string neighbours;
+  for (const auto& w : watched) {
+    ids.push_back(w.id);
+    neighbours += fmt::format("{}node {} (node rank {})", neighbours.empty() ? "" : ", ", w.host,
+                              w.rank);
+  }
+  ka.doing = "reading the keep-alives of the nodes this node watches: " + neighbours;
   auto dead = ka.liveness->dead(ids);
   if (dead.empty()) return;
   std::string who;
@@ -865,6 +961,7 @@ void DynamicRendezvous::report_lost_neighbours(const std::vector<NodeRef>& watch
   std::string reason =
       fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(keep_alive_window()));
   log_warning("rendezvous '{}' round {}: {}", params_.run_id, round, reason);
+  ka.doing = "telling the other nodes: " + reason;
   // The verdict first: nodes whose workers already failed wait for it (settle_failure).
   write_verdict(*ka.store, round, "L|" + reason);
   publish_event(*ka.store, prefix_, round,
@@ -905,7 +1002,8 @@ bool DynamicRendezvous::keep_alive_failed(const std::string& what, bool unexpect
               "report it; retrying",
               what);
   } else if (!ka.in_trouble) {
-    log_warning("rendezvous keep-alive: {}; retrying{}", what,
+    log_warning("rendezvous keep-alive of node {} ({}): {}; retrying{}", params_.host, ka.doing,
+                what,
                 store_dies_with_host_
                     ? fmt::format(" (the store counts as lost after {:g} s without an answer, "
                                   "or at once when nothing listens on its port)",

@@ -52,6 +52,7 @@
 #include "rendezvous/handlers/rendezvous_events.h"
 #include "rendezvous/handlers/rendezvous_registry.h"
 #include "rendezvous/handlers/round_table.h"
+#include "rendezvous/handlers/wait_notes.h"
 
 namespace dlaunch {
 
@@ -74,6 +75,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   void request_restart(const std::string& report) override;
   FailureVerdict settle_failure() override;
   int64_t num_nodes_waiting() override;
+  void mark_finished() override;
   void set_closed() override;
   bool is_closed() override;
   void shutdown() override;
@@ -104,6 +106,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   // a time: read what changed, decide, act, and wait for news when there is nothing to do.
   struct JoinAttempt {
     TimePoint deadline;  // the join timeout
+    WaitNotes notes{TimePoint{}};  // when a waiting node says so again
     std::optional<DynamicState> state;
     // `state` and the arrival count are news enough to decide again without reading them:
     // this node just joined (the state OPEN, as it was, and the count its join returned; two
@@ -112,6 +115,10 @@ class DynamicRendezvous final : public RendezvousHandler {
     bool announced_waiting = false;  // as a late arrival, to the running round
     TimePoint last_gone_check{};
     std::unique_ptr<Liveness> waiting_liveness;  // only while waiting for a full round to end
+    // The running round this node waits to follow, and whether it was marked finished when this
+    // node first looked (a mark from a job that ended before this node came: etcd keeps it).
+    int64_t finish_checked_round = -1;
+    bool finished_before = false;
     std::optional<RendezvousResult> result;      // this node's round formed
   };
   // One step; the result once this node's round formed.
@@ -127,6 +134,13 @@ class DynamicRendezvous final : public RendezvousHandler {
   // The arrival count of the round this node joined, while that round is open.
   void refresh_arrivals(const std::optional<DynamicState>& state, TimePoint now);
   void take_arrivals(const RoundLedger::Count& count);
+  // Says that this node still waits, how many nodes joined (and which, for the round's first
+  // arrival of a small round) and for how long of the join timeout.
+  void note_waiting(const JoinAttempt& a, const JoinDecision& d, TimePoint now);
+  // A late arrival waiting for the running round `round` to end: throws JobFinishedError when
+  // that round was marked finished while this node waited (mark_finished), after counting
+  // this node as told.
+  void check_finished_while_waiting(JoinAttempt& a, int64_t round, bool first_look);
   // A late arrival waiting for a full round to end: are all its nodes gone (dead or left)?
   // Once per keep-alive interval; sets view_.running_round_dead.
   void check_running_round_gone(JoinAttempt& a, TimePoint now);
@@ -248,6 +262,9 @@ class DynamicRendezvous final : public RendezvousHandler {
     // The last call saw the connection closed: the next step comes at once, not a tick later,
     // so a store host that died is found refusing within the reconnect bound.
     bool look_again_now = false;
+    // What the step was doing, for its warning: a store error names the key it was on, and a
+    // watched neighbour's key would read as if this node were that one.
+    std::string doing;
   } keep_alive_state_;
   // c10d: the store is hosted by one agent and dies with it. A backend that brings its own
   // ledger (etcd) keeps its store outside any agent: an outage there is waited out.

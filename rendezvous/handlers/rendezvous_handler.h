@@ -15,12 +15,21 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "common/error.h"
 #include "rendezvous/store/store.h"
 
 namespace dlaunch {
+
+// next_rendezvous() of a node that waited for a place in a full job when that job finished
+// normally (mark_finished()): not a failure, nothing left to do; the message says so.
+class JobFinishedError : public StateError {
+ public:
+  using StateError::StateError;
+};
 
 class TcpStoreServer;
 
@@ -107,6 +116,10 @@ class RendezvousHandler {
   virtual FailureVerdict settle_failure() { return {}; }
   // Nodes that asked to join and wait for the next round (elastic scale-up).
   virtual int64_t num_nodes_waiting() = 0;
+  // After this node passed the exit barrier (every node's workers succeeded): tells the nodes
+  // that wait for a place in the full job that it finished, so they exit 0 instead of taking
+  // the store's end for its death. Bounded by a few seconds; never throws. Default: nothing.
+  virtual void mark_finished() {}
   // Closes the rendezvous for everyone: no more rounds (job finished or failed for good).
   // Bounded by a few seconds when the store is gone.
   virtual void set_closed() = 0;
@@ -120,8 +133,24 @@ class RendezvousHandler {
   std::shared_ptr<TcpStoreServer> hosted_store() const { return hosted_store_; }
   void keep_hosted_store(std::shared_ptr<TcpStoreServer> server) { hosted_store_ = std::move(server); }
 
+  // While next_rendezvous() waits: what it last saw of its round ("1 of --nnodes 2:3 nodes
+  // joined round 0"); empty when it saw nothing yet or does not wait. Never blocks: for the
+  // status endpoint, from any thread.
+  virtual std::string joined_so_far() const {
+    std::lock_guard<std::mutex> lock(joined_mutex_);
+    return joined_;
+  }
+
+ protected:
+  void note_joined(std::string text) {
+    std::lock_guard<std::mutex> lock(joined_mutex_);
+    joined_ = std::move(text);
+  }
+
  private:
   std::shared_ptr<TcpStoreServer> hosted_store_;
+  mutable std::mutex joined_mutex_;
+  std::string joined_;
 };
 
 }  // namespace dlaunch

@@ -11,6 +11,7 @@
 #include "rendezvous/store/prefix_store.h"
 #include "rendezvous/store/store_table.h"
 #include "rendezvous/handlers/round_table.h"
+#include "rendezvous/handlers/wait_notes.h"
 #include "rendezvous/handlers/version_mix.h"
 
 namespace dlaunch {
@@ -170,7 +171,9 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
   // WAIT names one key instead of N (N agents x N keys is what makes 1,000 agents slow).
   std::string round_prefix = prefix_ + "/round/" + std::to_string(round);
   std::string all_key = round_prefix + "/all";
-  if (store_->add(round_prefix + "/joined", 1) == n) {
+  const int64_t joined_at_arrival = store_->add(round_prefix + "/joined", 1);
+  note_joined(fmt::format("{} of --nnodes {} nodes joined", joined_at_arrival, n));
+  if (joined_at_arrival == n) {
     // This node completed the count: it checks every record against its own once and writes
     // the round's table, so the others read one key instead of all N (issue 16).
     close_round(round, mine, keys, deadline);
@@ -178,23 +181,23 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
   std::string error_key = round_prefix + "/error";
   const std::vector<std::string> release = release_keys(round);
   Duration slice = std::chrono::seconds(1);
-  // Said at 5, 10, 20, 40... s, so a waiting node is never silent for long. Node 0 (usually the
-  // store's host) reads the count; the others do not, so that a large job's round makes no
-  // more requests for it.
-  Duration next_note = std::chrono::seconds(5);
+  // Node 0 (usually the store's host) reads the count for its notes; the others do not, so
+  // that a large job's round makes no more requests for it.
+  WaitNotes notes(start);
   WaitGetResult released;
   while (true) {
     auto now = clock_.now();
     if (now >= deadline) throw_join_timeout(keys);
-    if (now - start >= next_note) {
-      next_note *= 2;
-      const std::string joined =
-          me == 0 ? fmt::format("{} of {} nodes joined", store_->add(round_prefix + "/joined", 0), n)
-                  : fmt::format("this is node {} of {}", me, n);
-      log_info("static rendezvous: waiting for the other nodes ({}) for {:.0f} s of the {:g} s "
-               "join timeout; every node needs --nnodes {} and --master_addr/--master_port {}",
-               joined, to_seconds(now - start), to_seconds(config_.join_timeout), n,
-               params_.endpoint);
+    if (notes.due(now)) {
+      std::string joined = fmt::format("this is node {} of {}", me, n);
+      if (me == 0) {
+        const int64_t count = store_->add(round_prefix + "/joined", 0);
+        joined = fmt::format("{} of {} nodes joined", count, n);
+        note_joined(fmt::format("{} of --nnodes {} nodes joined", count, n));
+      }
+      log_info("static rendezvous: waiting for the other nodes ({}) {}; every node needs "
+               "--nnodes {} and --master_addr/--master_port {}",
+               joined, notes.how_long(now, config_.join_timeout), n, params_.endpoint);
     }
     // One request brings what the node needs after the release: N agents woken by one round
     // each read nothing more (the store's WAIT_GET; see Store::wait_get for older hosts).
@@ -211,6 +214,7 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
     slice = std::min<Duration>(slice * 2, std::chrono::seconds(30));
   }
 
+  note_joined("");
   return read_result(round, mine, keys, deadline, released.values);
 }
 

@@ -202,6 +202,48 @@ TEST(ConsoleFold, NoLineWaitsMuchLongerThanATail) {
   EXPECT_NE(c.flush_due().find("[d1]:old\n"), std::string::npos);
 }
 
+// Ranks that print the same line 50 ms apart, each, fold into one line: a fold that ranks keep
+// joining waits on (the timer still fires every 10 ms). It went out after 100 ms with the
+// first two ranks, and the others printed it again.
+TEST(ConsoleFold, RanksFiftyMillisecondsApartStillFold) {
+  FoldedConsole c(4);
+  std::string shown;
+  for (int tick = 0; tick <= 40; ++tick) {
+    shown += c.flush_due();
+    if (tick % 5 == 0 && tick / 5 < 4) shown += c.feed(static_cast<size_t>(tick / 5), "epoch 1\n");
+    c.now += 10ms;
+  }
+  EXPECT_EQ(shown, "[d0-3]:epoch 1\n");
+  // A fold that keeps growing still goes out within ConsoleFold::kMaxWait of its first line.
+  FoldedConsole slow(40);
+  shown.clear();
+  TimePoint first = slow.now;
+  for (size_t r = 0; r < 40 && shown.empty(); ++r) {
+    shown += slow.feed(r, "epoch 1\n");
+    slow.now += 50ms;
+    shown += slow.flush_due();
+  }
+  EXPECT_NE(shown.find("epoch 1"), std::string::npos);
+  EXPECT_LE(slow.now - first, ConsoleFold::kMaxWait + 100ms);
+}
+
+// With --log_timestamps the console stays in time order: a rank's new line goes after the lines
+// held before it, of every rank (without time stamps it may go before other ranks' held lines,
+// so that more identical lines can fold).
+TEST(ConsoleFold, WithTimestampsTheConsoleStaysInTimeOrder) {
+  int n = 0;
+  FoldedConsole c(3, [&n] { return "t" + std::to_string(n++) + " "; });
+  EXPECT_EQ(c.feed(1, "loss 0.1\n"), "");
+  EXPECT_EQ(c.feed(0, "loss 0.0\n"), "");
+  EXPECT_EQ(c.feed(2, "loss 0.2\n"), "");
+  c.now += 110ms;
+  EXPECT_EQ(c.flush_due(), "t0 [d1]:loss 0.1\nt1 [d0]:loss 0.0\nt2 [d2]:loss 0.2\n");
+  // Identical lines printed in step still fold.
+  EXPECT_EQ(c.feed(2, "epoch 2\n"), "");
+  EXPECT_EQ(c.feed(0, "epoch 2\n"), "");
+  EXPECT_EQ(c.feed(1, "epoch 2\n"), "t3 [d0-2]:epoch 2\n");
+}
+
 TEST(ConsoleFold, ProgressUpdatesAndTailsKeepTheConsoleOrder) {
   FoldedConsole c(2);
   EXPECT_EQ(c.feed(0, "start\n"), "");

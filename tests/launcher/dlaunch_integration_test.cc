@@ -353,6 +353,28 @@ TEST(DlaunchUsage, DryRunRefusesWhatTheRunWould) {
   EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
 }
 
+// An etcd endpoint whose host name does not resolve fails the run at start: --dry_run says so
+// too (exit 2). A list passes while one member resolves (the client fails over to it).
+TEST(DlaunchUsage, DryRunRefusesAnEtcdHostThatDoesNotResolve) {
+  for (bool dry : {true, false}) {
+    std::vector<std::string> flags = {kDlaunch,        "--nnodes",
+                                      "1:2",           "--rdzv_backend",
+                                      "etcd",          "--rdzv_endpoint",
+                                      "no-such-etcd.invalid:2379", "--no_python",
+                                      "/bin/true"};
+    if (dry) flags.insert(flags.begin() + 1, "--dry_run");
+    auto r = run(flags);
+    EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+    EXPECT_NE(r.err.find("no etcd member's host name resolves: no-such-etcd.invalid"),
+              std::string::npos)
+        << r.err;
+  }
+  auto r = run({kDlaunch, "--dry_run", "--nnodes", "1:2", "--rdzv_backend", "etcd",
+                "--rdzv_endpoint", "no-such-etcd.invalid:2379,127.0.0.1:2379", "--no_python",
+                "/bin/true"});
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+}
+
 // A list of etcd members passes --dry_run: it is parsed, not dialled.
 TEST(DlaunchUsage, DryRunAcceptsAListOfEtcdMembers) {
   auto r =

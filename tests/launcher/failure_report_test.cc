@@ -97,6 +97,26 @@ TEST(FailureReport, RootCauseFirstOthersAsConsequences) {
   EXPECT_NE(r.find("attempt 0: rank 5"), std::string::npos) << r;
 }
 
+// Several nodes of one host (--local_addr 127.0.0.2, 127.0.0.3...) share its name: the report
+// says which node it is.
+TEST(FailureReport, RootCauseNamesTheNodeRankAndAddressOfItsHost) {
+  std::vector<WorkerRecord> ws(1);
+  WorkerGroup g(0, ws);
+  auto wall = std::chrono::system_clock::now();
+  g.on_started(0, 100, TimePoint{}, wall);
+  g.on_exit(0, ExitStatus::exited(3), TimePoint{}, wall);
+  ReportContext ctx;
+  ctx.host = "vm";
+  ctx.node_rank = 1;
+  ctx.local_addr = "127.0.0.3";
+  std::string r = format_failure_report(g, ctx);
+  EXPECT_NE(r.find("host      : vm (node rank 1, 127.0.0.3)\n"), std::string::npos) << r;
+  ctx.node_rank = -1;  // a single node
+  ctx.local_addr = "vm";
+  r = format_failure_report(g, ctx);
+  EXPECT_NE(r.find("host      : vm\n"), std::string::npos) << r;
+}
+
 WorkerGroup one_worker_ending(const ExitStatus& end) {
   std::vector<WorkerRecord> ws(1);
   WorkerGroup g(0, ws);

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <memory>
@@ -174,6 +175,39 @@ TEST(DlaunchMultiNode, AnAgentOfAFullJobSaysItWaitsForAPlace) {
     n->signal(SIGTERM);
     EXPECT_TRUE(n->wait(30s));
   }
+}
+
+// When the full job then finishes normally, the waiting agent says so and exits 0: the job
+// succeeded and it had no part in it. It used to take the store's end for its death (exit 1).
+TEST(DlaunchMultiNode, AnAgentWaitingForAPlaceExitsZeroWhenTheJobFinishes) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  TempDir dir;
+  // Runs until the test creates `go`.
+  const std::string worker = "touch \"" + dir.path() + "/ready.$RANK\"; while [ ! -e \"" +
+                             dir.path() + "/go\" ]; do sleep 0.1; done";
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 2; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "2:2", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint,
+        "--rdzv_id", "fullends", "--no_python", "/bin/sh", "-c", worker}));
+  }
+  ASSERT_TRUE(wait_ready(dir, 2, 60s));
+  Subprocess extra({kDlaunch, "--nnodes", "2:2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+                    endpoint, "--rdzv_id", "fullends", "--no_python", "/bin/sh", "-c", worker});
+  ASSERT_TRUE(wait_until(
+      [&] { return extra.err().find("the job is full") != std::string::npos; }, 30s))
+      << extra.err();
+  std::ofstream(dir.file("go")).close();
+  for (auto& n : nodes) {
+    auto e = n->wait(60s);
+    ASSERT_TRUE(e) << n->err();
+    EXPECT_EQ(e->shell_code(), 0) << n->err();
+  }
+  auto e = extra.wait(60s);
+  ASSERT_TRUE(e) << extra.err();
+  EXPECT_EQ(e->shell_code(), 0) << extra.err();
+  EXPECT_NE(extra.err().find("the job finished"), std::string::npos) << extra.err();
+  EXPECT_EQ(extra.err().find("died"), std::string::npos) << extra.err();
 }
 
 // An agent SIGKILLed mid-run (not the one hosting the store): the others notice through the

@@ -175,12 +175,75 @@ TEST(StatusEndpoint, StatusCommandWorksWhileTheJobWaitsForNodes) {
     return table.exit.shell_code() == 0;
   }, 30s)) << table.err;
   EXPECT_NE(table.out.find("rendezvous"), std::string::npos) << table.out;
+  EXPECT_NE(table.out.find("waits at the rendezvous: 1 of --nnodes 2 nodes joined"),
+            std::string::npos)
+      << table.out;
   // The waiting agent says so, with the count, after a few seconds (not after the join timeout).
   EXPECT_TRUE(wait_until([&] { return agent.err().find("(1 of 2 nodes joined)") != std::string::npos; },
                          30s))
       << agent.err();
   agent.signal(SIGTERM);
   ASSERT_TRUE(agent.wait(30s));
+}
+
+// The same for an elastic (c10d) job: its status shows how many nodes joined the forming round,
+// and the waiting agent says so at growing intervals, naming who joined and how long of the
+// join timeout has passed.
+TEST(StatusEndpoint, StatusAndLogShowAnElasticRoundThatWaitsForNodes) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  Subprocess agent({kDlaunch, "--nnodes", "2:3", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+                    endpoint, "--rdzv_id", "st-wait-c10d", "--local_addr", "127.0.0.1",
+                    "--no_python", "/bin/true"});
+  ASSERT_FALSE(endpoint_of(agent).empty()) << agent.err();
+  RunResult table;
+  EXPECT_TRUE(wait_until([&] {
+    table = run({kDlaunch, "status", "--rdzv_endpoint", endpoint, "--rdzv_id", "st-wait-c10d"});
+    return table.exit.shell_code() == 0 &&
+           table.out.find("waits at the rendezvous") != std::string::npos;
+  }, 30s)) << table.out << table.err;
+  EXPECT_NE(table.out.find("waits at the rendezvous: 1 of --nnodes 2:3 nodes joined round 0"),
+            std::string::npos)
+      << table.out;
+  EXPECT_TRUE(wait_until(
+      [&] {
+        const std::string err = agent.err();
+        const size_t at = err.find(
+            "waiting for the other nodes (1 of --nnodes 2:3 joined round 0: 127.0.0.1) for ");
+        return at != std::string::npos &&
+               err.find(" s of the 600 s join timeout", at) != std::string::npos;
+      },
+      30s))
+      << agent.err();
+  agent.signal(SIGTERM);
+  ASSERT_TRUE(agent.wait(30s));
+}
+
+// Nodes of one host (--local_addr 127.0.0.2 and 127.0.0.3) share its name: the status says
+// which node a worker belongs to by its address too.
+TEST(StatusEndpoint, NodesOfOneHostAreToldApartByTheirAddress) {
+  std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (const char* addr : {"127.0.0.2", "127.0.0.3"}) {
+    nodes.push_back(std::make_unique<Subprocess>(std::vector<std::string>{
+        kDlaunch, "--nnodes", "2", "--rdzv_backend", "c10d", "--rdzv_endpoint", endpoint,
+        "--rdzv_id", "st-addr", "--local_addr", addr, "--no_python", "/bin/sleep", "60"}));
+  }
+  for (auto& n : nodes) ASSERT_TRUE(workers_running(endpoint_of(*n), 1)) << n->err();
+  RunResult table;
+  EXPECT_TRUE(wait_until([&] {
+    table = run({kDlaunch, "status", "--rdzv_endpoint", endpoint, "--rdzv_id", "st-addr"});
+    return table.exit.shell_code() == 0 && table.out.find("2 agent(s)") != std::string::npos;
+  }, 30s)) << table.out << table.err;
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  for (const char* addr : {"127.0.0.2", "127.0.0.3"}) {
+    EXPECT_NE(table.out.find(std::string(host) + " (" + addr + ")"), std::string::npos)
+        << table.out;
+  }
+  for (auto& n : nodes) {
+    n->signal(SIGTERM);
+    EXPECT_TRUE(n->wait(30s));
+  }
 }
 
 // A static job given its store as --rdzv_endpoint: the command the agent prints finds it there.

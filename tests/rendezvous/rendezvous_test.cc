@@ -521,6 +521,57 @@ TEST_F(RendezvousTest, KeepAliveThreadReportsAnUnexpectedExceptionAndGoesOn) {
   EXPECT_NE(err.find("rendezvous keep-alive: unexpected error (boom)"), std::string::npos) << err;
 }
 
+// A store error while this node reads its neighbours' keep-alives names their key: the warning
+// says whose keep-alive this node was reading, and names this node, so that a line on
+// 127.0.0.3 naming 127.0.0.2's key does not read as if 127.0.0.3 were 127.0.0.2.
+TEST_F(RendezvousTest, KeepAliveWarningNamesThisNodeAndTheNeighbourItWasReading) {
+  std::vector<std::unique_ptr<RendezvousHandler>> hs;
+  auto fail_once = std::make_shared<std::atomic<bool>>(false);
+  for (int i = 0; i < 2; ++i) {
+    auto p = params("c10d", 2, 2, "127.0.0." + std::to_string(i + 2));
+    p.config["keep_alive_interval"] = "0.1";
+    if (i == 1) {
+      p.liveness = [fail_once](std::shared_ptr<Store> store, const std::string& prefix,
+                               const std::string& self, Duration window,
+                               const Clock& clock) -> std::unique_ptr<Liveness> {
+        struct L : Liveness {
+          std::unique_ptr<Liveness> inner;
+          std::shared_ptr<std::atomic<bool>> fail_once;
+          std::string prefix;
+          void beat() override { inner->beat(); }
+          std::vector<std::string> dead(const std::vector<std::string>& ids) override {
+            if (fail_once->exchange(false)) {
+              throw TimeoutError("store 127.0.0.1:29400: ADD '" + prefix + "/hb/" + ids.at(0) +
+                                 "' got no answer in time");
+            }
+            return inner->dead(ids);
+          }
+          void leave() override { inner->leave(); }
+        };
+        auto l = std::make_unique<L>();
+        l->inner = make_store_liveness(store, prefix, self, window, clock);
+        l->fail_once = fail_once;
+        l->prefix = prefix;
+        return l;
+      };
+    }
+    hs.push_back(create_rendezvous_handler(p));
+  }
+  auto rs = meet(hs);
+  ::testing::internal::CaptureStderr();
+  *fail_once = true;
+  for (int i = 0; i < 200 && *fail_once; ++i) std::this_thread::sleep_for(50ms);
+  std::this_thread::sleep_for(300ms);  // the warning follows the failed call
+  for (auto& h : hs) h->shutdown();
+  std::string err = ::testing::internal::GetCapturedStderr();
+  const int64_t neighbour_rank = rs[0].group_rank;
+  EXPECT_NE(err.find("rendezvous keep-alive of node 127.0.0.3 (reading the keep-alives of the "
+                     "nodes this node watches: node 127.0.0.2 (node rank " +
+                     std::to_string(neighbour_rank) + ")"),
+            std::string::npos)
+      << err;
+}
+
 struct EventLog {
   std::mutex m;
   std::condition_variable cv;

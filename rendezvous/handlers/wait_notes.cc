@@ -1,0 +1,18 @@
+#include "rendezvous/handlers/wait_notes.h"
+
+#include <fmt/format.h>
+
+namespace dlaunch {
+
+bool WaitNotes::due(TimePoint now) {
+  if (now - start_ < next_) return false;
+  next_ *= 2;
+  return true;
+}
+
+std::string WaitNotes::how_long(TimePoint now, Duration join_timeout) const {
+  return fmt::format("for {:.0f} s of the {:g} s join timeout", to_seconds(now - start_),
+                     to_seconds(join_timeout));
+}
+
+}  // namespace dlaunch
