@@ -34,34 +34,63 @@ void HangWatch::cancel() {
   probe_.cancel();
 }
 
-void HangWatch::check() {
+HangWatch::Silent HangWatch::silent_workers(TimePoint now) const {
   AgentCore& a = agent_;
-  if (paused_) return;
-  TimePoint now = a.opts.clock->now();
   // Suspects: silent for half the timeout. The rank that got stuck and the ranks that then
   // block in a collective go silent within a step of each other, in either order, so the
   // stuck one may not be over the timeout yet when its first victim is.
-  std::vector<int64_t> hung, suspects;
+  Silent s;
   for (auto& w : a.group->workers()) {
     if (!w.running()) continue;
     auto beat = a.opts.last_beat(w.heartbeat_file);
     bool from_start = a.cfg.hang_timeout_from_start;
     const TimePoint since = std::max(w.started, resumed_);
     if (WorkerGroup::is_hung(since, beat, now, a.cfg.hang_timeout, from_start)) {
-      hung.push_back(w.local_rank);
+      s.hung.push_back(w.local_rank);
     } else if (WorkerGroup::is_hung(since, beat, now, a.cfg.hang_timeout / 2, from_start)) {
-      suspects.push_back(w.local_rank);
+      s.suspects.push_back(w.local_rank);
     }
   }
   // The hung first: without stacks to tell, the first hung one is named.
-  suspects.insert(suspects.begin(), hung.begin(), hung.end());
-  mark_silent_cpu(suspects);
-  if (hung.empty()) return;
+  s.suspects.insert(s.suspects.begin(), s.hung.begin(), s.hung.end());
+  return s;
+}
+
+void HangWatch::check() {
+  AgentCore& a = agent_;
+  if (paused_) return;
+  TimePoint now = a.opts.clock->now();
+  Silent s = silent_workers(now);
+  mark_silent_cpu(s.suspects);
+  if (!s.hung.empty()) start_hang(s, now);
+}
+
+void HangWatch::start_hang(const Silent& s, TimePoint now) {
+  AgentCore& a = agent_;
   // The first by index stands as the root cause until the stacks tell who is stuck and who
   // waits for it in a collective (investigate).
-  a.group->on_hung(hung.front(), now, std::chrono::system_clock::now());
-  log_hung(hung);
-  investigate(suspects);
+  a.group->on_hung(s.hung.front(), now, std::chrono::system_clock::now());
+  log_hung(s.hung);
+  investigate(s.suspects, false);
+}
+
+bool HangWatch::investigate_for_peer() {
+  AgentCore& a = agent_;
+  if (a.cfg.hang_timeout.count() <= 0 || paused_ || a.phase != AgentPhase::kRunning) return false;
+  const TimePoint now = a.opts.clock->now();
+  Silent s = silent_workers(now);
+  if (s.suspects.empty()) return false;
+  mark_silent_cpu(s.suspects);
+  // Past the timeout here too (the check had not looked yet): this node's hang as well.
+  if (!s.hung.empty()) {
+    start_hang(s, now);
+    return true;
+  }
+  log_warning("local rank(s) {} silent for more than {:.1f} s (half --hang_timeout): reading "
+              "their stacks and the other nodes' hang verdicts before stopping",
+              fmt::join(s.suspects, ", "), to_seconds(a.cfg.hang_timeout / 2));
+  investigate(s.suspects, true);
+  return true;
 }
 
 void HangWatch::log_hung(const std::vector<int64_t>& hung) {
@@ -126,9 +155,9 @@ HangInvestigation::Options HangWatch::capture_options() const {
   return o;
 }
 
-void HangWatch::investigate(const std::vector<int64_t>& suspects) {
+void HangWatch::investigate(const std::vector<int64_t>& suspects, bool for_peer) {
   AgentCore& a = agent_;
-  if (!a.opts.capture_stacks) return blame(suspects, {});
+  if (!a.opts.capture_stacks) return blame(suspects, {}, for_peer);
   HangInvestigation::Options o = capture_options();
   if (stack_capture_command(0, o.path_env).empty()) {
     log_warning("no native stacks of the hung workers: neither eu-stack (elfutils) nor gdb is "
@@ -144,14 +173,14 @@ void HangWatch::investigate(const std::vector<int64_t>& suspects) {
   a.phase = AgentPhase::kCapturing;
   const int64_t gen = a.generation;
   probe_.start(std::move(targets), std::move(o),
-               [this, gen, suspects](std::vector<HangInvestigation::Result> results) {
+               [this, gen, suspects, for_peer](std::vector<HangInvestigation::Result> results) {
                  if (gen != agent_.generation || agent_.phase != AgentPhase::kCapturing) return;
-                 blame(suspects, results);
+                 blame(suspects, results, for_peer);
                });
 }
 
 void HangWatch::blame(const std::vector<int64_t>& suspects,
-                      const std::vector<HangInvestigation::Result>& results) {
+                      const std::vector<HangInvestigation::Result>& results, bool for_peer) {
   AgentCore& a = agent_;
   a.phase = AgentPhase::kCapturing;  // until the verdict is final (end()); also without stacks
   HangVerdict v = judge_hang(suspects, results);
@@ -160,7 +189,13 @@ void HangWatch::blame(const std::vector<int64_t>& suspects,
     w.hang_where = r.finding.where;
     w.python_stack = r.finding.python_stack;
   }
-  for (const auto& line : v.log) log_error("{}", line);
+  if (for_peer) {
+    // What each silent worker does (one line per stack read), not a verdict: this node's
+    // workers were not past --hang_timeout, and the exchange below says who is stuck.
+    for (size_t i = 0; i < results.size() && i < v.log.size(); ++i) log_warning("{}", v.log[i]);
+  } else {
+    for (const auto& line : v.log) log_error("{}", line);
+  }
   a.group->blame_hang(v.root);
   // Before stopping: compare with the other nodes, so a rank stuck on another node is named
   // instead of a local victim (hang_exchange.h; at most kHangExchangeWait, off the loop).
@@ -169,16 +204,19 @@ void HangWatch::blame(const std::vector<int64_t>& suspects,
   HangExchangeRequest req{round ? round->round : 0, round ? round->group_world_size : 1,
                           node_hang_verdict(v, round ? round->group_rank : 0, a.opts.host,
                                             w.global_rank, w.pid, w.log_dir)};
+  // Asked by a peer, before any worker here passed --hang_timeout: the hang is not this node's
+  // to claim, and the peer's verdict is what to read (it was written before its request).
+  if (for_peer) req.mine.stuck_here = false;
   const int64_t gen = a.generation;
   start_hang_exchange(
       round ? round->store : nullptr, req,
       [g = a.gate](std::function<void()> f) { post_from_thread(g, std::move(f)); },
-      [this, gen](std::optional<NodeHangVerdict> root) {
-        if (gen == agent_.generation) end(root);
+      [this, gen, for_peer](std::optional<NodeHangVerdict> root) {
+        if (gen == agent_.generation) end(root, for_peer);
       });
 }
 
-void HangWatch::end(const std::optional<NodeHangVerdict>& elsewhere) {
+void HangWatch::end(const std::optional<NodeHangVerdict>& elsewhere, bool for_peer) {
   AgentCore& a = agent_;
   a.stuck_elsewhere = elsewhere;
   if (elsewhere) {
@@ -187,7 +225,8 @@ void HangWatch::end(const std::optional<NodeHangVerdict>& elsewhere) {
   }
   if (a.phase != AgentPhase::kCapturing) return;
   const WorkerRecord& w = a.group->worker(a.group->root_cause().value_or(0));
-  if (a.opts.rendezvous) {
+  // The peer that asked has told every node already.
+  if (a.opts.rendezvous && !for_peer) {
     a.rendezvous.report_to_peers(
         elsewhere ? fmt::format("the ranks on {} hung waiting for {}", a.opts.host,
                                 describe_remote_hang_root(*elsewhere))

@@ -130,8 +130,9 @@ void RendezvousLoop::on_event(const RendezvousEvent& ev) {
       a.group->on_stop_requested("restart requested by another node: " + ev.reason);
       a.cause.record(StopKind::kPeerRestart);
       // Mid-hang (another node saw it first): read the stacks and compare the verdicts first,
-      // which is bounded; HangWatch::end stops the group.
-      if (a.phase == AgentPhase::kCapturing) break;
+      // which is bounded; HangWatch::end stops the group. The same when workers here are
+      // silent but not yet past --hang_timeout (the stuck rank's node saw it first).
+      if (a.phase == AgentPhase::kCapturing || a.hangs.investigate_for_peer()) break;
       a.stop_group(SIGTERM);
       break;
     case RendezvousEvent::Kind::kShutdownRequested:

@@ -897,6 +897,15 @@ bool DynamicRendezvous::keep_alive_step() {
   try {
     ka.doing = "connecting to the store";
     if (!ka.store && !open_keep_alive_store()) return false;
+    if (round != ka.looked_round) {
+      // The round's nodes all joined it, so they were alive when it formed: a neighbour's
+      // silence before does not carry over. Carried over, a node whose link was cut for a
+      // moment and that is back in time to join the re-formed round (while its keep-alive still
+      // waits out TCP's retransmissions) would be reported again at the first look, and every
+      // re-form would bring the next.
+      ka.liveness->restart_windows();
+      ka.looked_round = round;
+    }
     ka.doing = "sending this node's keep-alive";
     beat_when_due();
     if (!watched.empty()) report_lost_neighbours(watched, round);

@@ -255,6 +255,7 @@ class DynamicRendezvous final : public RendezvousHandler {
     TimePoint last_beat{};
     bool beaten = false;
     int64_t reported_round = -1;
+    int64_t looked_round = -1;  // the round whose nodes the liveness's windows are about
     // When the store last answered, and whether it does not now: one warning when it stops,
     // one line when it is back, not one per retry.
     TimePoint last_contact{};

@@ -25,26 +25,32 @@ class StoreLiveness final : public Liveness {
 
   void leave() override { store_->set(prefix_ + "/left/" + self_, to_bytes("1")); }
 
+  void restart_windows() override { seen_.clear(); }
+
  private:
   // The nodes silent for the window; those that left cleanly too when `left_counts`.
   std::vector<std::string> absent(const std::vector<std::string>& node_ids, bool left_counts) {
     std::vector<std::string> result;
-    auto now = clock_.now();
     for (const auto& id : node_ids) {
       if (id == self_) continue;
       if (left_counts && has_left(id)) {
         result.push_back(id);
         continue;
       }
+      // Silence is proven only between answers: from the answer that first showed this count
+      // to the asking of this read. A read can take as long as this node's own link is down (a
+      // request waiting out TCP's retransmissions); that time is this node's silence, not the
+      // neighbour's, whose beats in it simply could not be seen.
+      auto asked_at = clock_.now();
       // add(0) reads the counter without blocking, creating it at 0 for a node that never beat.
       int64_t count = store_->add(prefix_ + "/hb/" + id, 0);
       auto it = seen_.find(id);
       if (it == seen_.end() || it->second.count != count) {
-        seen_[id] = {count, now};
+        seen_[id] = {count, clock_.now()};
         continue;
       }
       // (With left_counts, has_left(id) was false just now.)
-      if (now - it->second.changed_at >= window_ && (left_counts || !has_left(id))) {
+      if (asked_at - it->second.changed_at >= window_ && (left_counts || !has_left(id))) {
         result.push_back(id);
       }
     }
@@ -54,7 +60,7 @@ class StoreLiveness final : public Liveness {
 
   struct Seen {
     int64_t count;
-    TimePoint changed_at;
+    TimePoint changed_at;  // when the answer that first showed `count` came
   };
   std::shared_ptr<Store> store_;
   std::string prefix_, self_;

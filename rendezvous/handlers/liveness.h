@@ -29,6 +29,10 @@ class Liveness {
   virtual std::vector<std::string> dead(const std::vector<std::string>& node_ids) = 0;
   // This node leaves on purpose (job done); observers stop watching it.
   virtual void leave() = 0;
+  // The nodes watched from now on were alive a moment ago (they joined the round that now
+  // runs): their windows start again at the next look, whatever their counters did before. A
+  // liveness that proves life otherwise (leases) has nothing to forget.
+  virtual void restart_windows() {}
   // Which of `node_ids` will not act any more: dead as above, or left cleanly. A node waiting
   // for a running round to end asks this: a round whose nodes all left (the whole job was
   // SIGTERMed, then started again with the same run id) has nobody to open the next round, as

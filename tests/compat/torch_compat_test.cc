@@ -460,5 +460,45 @@ TEST(TorchCompat, HangOfARankOnAnotherNodeIsBlamedOnItByEveryNode) {
             std::string::npos);
 }
 
+// The same hang, but node 1's agent sees it first by far (its --hang_timeout is half node 0's):
+// its restart request reaches node 0 while node 0's rank is silent but not yet past its own
+// timeout, which under load happened with equal timeouts too. Node 0 reads its rank's stacks
+// and the nodes' hang verdicts before it stops, and its report names node 1's stuck rank as
+// node 1's does, not "restart requested by another node".
+TEST(TorchCompat, HangOfARankOnAnotherNodeIsBlamedOnItByANodeThatHadNotSeenTheHangYet) {
+  SKIP_WITHOUT_TORCH();
+  TempDir logs;
+  const std::string port = std::to_string(free_port());
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (const char* rank : {"0", "1"}) {
+    const std::string hang_timeout = std::string(rank) == "0" ? "8" : "4";
+    agents.push_back(std::make_unique<Subprocess>(
+        agent_argv({"--nnodes", "2", "--node_rank", rank, "--master_addr", "127.0.0.1",
+                    "--master_port", port, "--nproc_per_node", "1", "--hang_timeout",
+                    hang_timeout, "--max_restarts", "0", "--shutdown_grace", "2", "--log_dir",
+                    logs.path() + "/node" + rank, "--rdzv_id", "xhangpeer"},
+                   {kCompatDir + "/ddp_hang.py"}),
+        std::map<std::string, std::string>{{"COMPAT_HANG_RANK", "1"}}));
+  }
+  auto job = wait_all(agents, 1);
+  EXPECT_NE(job.out.find("rank 1: stuck now"), std::string::npos) << job.context;
+  const std::string node0 = agents[0]->err();
+  EXPECT_NE(node0.find("(half --hang_timeout): reading their stacks"), std::string::npos)
+      << node0;
+  EXPECT_EQ(node0.find("is hung"), std::string::npos) << "node 0 saw the hang itself:\n" << node0;
+  EXPECT_NE(node0.find("root cause of the hang: rank 1 on node 1"), std::string::npos) << node0;
+  size_t report = node0.rfind("Root cause");
+  ASSERT_NE(report, std::string::npos) << node0;
+  const std::string summary = node0.substr(report);
+  EXPECT_NE(summary.find("a rank stuck on another node"), std::string::npos) << summary;
+  EXPECT_TRUE(std::regex_search(summary, std::regex(R"(rank\s*:\s*1 \(local_rank: 0\))")))
+      << summary;
+  EXPECT_NE(summary.find("line 22 in wait_for_a_batch_that_never_comes"), std::string::npos)
+      << summary;
+  EXPECT_NE(summary.find("Workers on this node (its victims"), std::string::npos) << summary;
+  const std::string stack = read_file(logs.path() + "/node0/xhangpeer/attempt_0/0/py_stack.txt");
+  EXPECT_NE(stack.find("in backward"), std::string::npos) << stack;
+}
+
 }  // namespace
 }  // namespace dlaunch::testing

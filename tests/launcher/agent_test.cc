@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/error.h"
+#include "launcher/hang_exchange.h"
 #include "tests/support/subprocess.h"
 #include "rendezvous/store/in_memory_store.h"
 #include "rendezvous/handlers/rendezvous_handler.h"
@@ -396,6 +397,7 @@ class FakeRendezvous : public RendezvousHandler {
     r.master_addr = "10.0.0.1";
     r.master_port = 29400;
     r.restart_count = restart_count_;
+    r.store = store;
     return r;
   }
   // An event fired before the agent watches is delivered when it does, as the real handlers'
@@ -447,6 +449,7 @@ class FakeRendezvous : public RendezvousHandler {
   bool shut_down = false;
   FailureVerdict verdict;  // what settle_failure() answers
   int settled = 0;
+  std::shared_ptr<Store> store;  // the rounds' job store (hang verdicts); none when null
 
  private:
   std::mutex mutex_;
@@ -538,6 +541,65 @@ TEST(AgentRendezvous, SilentWorkersGetSigkillAtOnceWhenAPeerAsksForARestart) {
     ASSERT_NE(first, procs.signals.end()) << pid;
     EXPECT_EQ(first->second, SIGKILL) << "pid " << pid << " got signal " << first->second << " first";
   }
+}
+
+// A rank hung on the other node (node 0): its agent saw it first, wrote its hang verdict and
+// asked for a restart while this node's workers, blocked in a collective with it, were silent
+// but not yet past --hang_timeout. This node takes the hang exchange's verdict before it stops,
+// so its report names the rank stuck on node 0 the way node 0's does, not as "restart requested
+// by another node".
+TEST(AgentRendezvous, APeersRestartRequestDuringAHangTakesTheHangExchangesVerdict) {
+  asio::io_context io;
+  FakeProcessContext procs(io);
+  auto rdzv = std::make_shared<FakeRendezvous>();
+  rdzv->store = std::make_shared<InMemoryStore>();
+  FakeClock clock;
+  procs.script = [&](int64_t lr, int64_t attempt) {
+    if (lr == 1 && attempt == 0) {
+      // On the loop thread once both have started: the peer's verdict and request come before
+      // this node's own hang check could name anyone.
+      asio::post(io, [&clock, rdzv]() {
+        clock.advance(6s);  // silent for more than half of --hang_timeout, not all of it
+        NodeHangVerdict stuck;
+        stuck.node_rank = 0;
+        stuck.host = "a";
+        stuck.stuck_here = true;
+        stuck.rank = 2;
+        stuck.local_rank = 2;
+        stuck.pid = 4242;
+        stuck.where = "wait_for_a_batch (train.py:22)";
+        rdzv->store->set(hang_verdict_key(0, 0), to_bytes(encode_hang_verdict(stuck)));
+        std::thread([rdzv]() {
+          rdzv->fire(RendezvousEvent::Kind::kRestartRequested,
+                     "rank 2 on a hung (no heartbeat for 10.0 s) in wait_for_a_batch "
+                     "(train.py:22)",
+                     true);
+        }).detach();
+      });
+    }
+    return Behaviour{};
+  };
+  auto opts = options();
+  opts.rendezvous = rdzv;
+  opts.use_agent_store = true;
+  opts.clock = &clock;
+  opts.last_beat = [](const std::string&) -> std::optional<TimePoint> { return std::nullopt; };
+  auto cfg = config(2, 0);
+  cfg.hang_timeout = 10s;
+  cfg.hang_timeout_from_start = true;  // the workers never beat
+  Agent agent(cfg, procs, io, opts);
+  ::testing::internal::CaptureStderr();
+  const int code = agent.run();
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, exit_codes::kWorkersFailed);
+  EXPECT_NE(err.find("root cause of the hang: rank 2 on node 0 (a, local rank 2, pid 4242)"),
+            std::string::npos)
+      << err;
+  const size_t report = err.rfind("Root cause");
+  ASSERT_NE(report, std::string::npos) << err;
+  EXPECT_NE(err.find("a rank stuck on another node", report), std::string::npos) << err;
+  EXPECT_NE(err.find("Workers on this node (its victims", report), std::string::npos) << err;
+  EXPECT_TRUE(rdzv->reports.empty()) << "the peer that asked told every node already";
 }
 
 TEST(AgentRendezvous, LocalFailureIsPushedToTheOtherNodes) {
