@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "common/error.h"
@@ -50,6 +51,9 @@ void FilteredCopy::feed(int64_t local_rank, int stream, std::string_view bytes,
                         const std::string& prefix) {
   if ((stream != 1 && stream != 2) || fd_[stream] < 0) return;
   if (!(cfg_.tee.for_rank(local_rank) & (stream == 1 ? StdSpec::kOut : StdSpec::kErr))) return;
+  // torchrun tails only the ranks --local_ranks_filter shows, for the copies too.
+  const auto& shown = cfg_.local_ranks_filter;
+  if (!shown.empty() && std::find(shown.begin(), shown.end(), local_rank) == shown.end()) return;
   std::string& line = pending_[{local_rank, stream}];
   while (!bytes.empty()) {
     size_t nl = bytes.find('\n');

@@ -1,5 +1,5 @@
 // torchrun 2.x's --duplicate_stdout_filters / --duplicate_stderr_filters: the teed (-t) lines of
-// every local rank that contain any of the filter texts are copied, with the rank's console
+// every local rank --local_ranks_filter shows that contain any of the filter texts are copied, with the rank's console
 // prefix, to one file per stream in the attempt's directory: attempt_<n>/filtered_stdout.log
 // and filtered_stderr.log, as torchrun names them. A line is copied once complete (with its
 // '\n'), or when its worker exits (without one). Loop thread only.

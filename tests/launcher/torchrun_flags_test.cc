@@ -4,6 +4,9 @@
 #include <signal.h>
 
 #include "common/error.h"
+#include "launcher/filtered_copy.h"
+#include "launcher/launch_config.h"
+#include "tests/support/subprocess.h"
 
 namespace dlaunch {
 namespace {
@@ -78,6 +81,33 @@ TEST(RefusedValues, DefaultsPassOthersNameTheFlag) {
       EXPECT_EQ(std::string(e.what()).rfind("--the-flag='other' is not", 0), 0u) << e.what();
     }
   }
+}
+
+// Only teed streams of the ranks --local_ranks_filter shows are copied; a line goes out whole,
+// an unterminated last one when its worker exits.
+TEST(FilteredCopy, CopiesMatchingTeedLinesOfShownRanks) {
+  testing::TempDir dir;
+  LaunchConfig cfg;
+  cfg.nproc_per_node = 3;
+  cfg.tee = parse_std_spec("0:3,1:1,2:3", "--tee");
+  cfg.local_ranks_filter = {0, 1};
+  cfg.duplicate_stdout_filters = {"keep"};
+  cfg.duplicate_stderr_filters = {"err"};
+  auto copy = FilteredCopy::open(cfg, dir.path());
+  ASSERT_TRUE(copy);
+  copy->feed(0, 1, "keep a\ndrop b\nke", "[r0]:");
+  copy->feed(1, 2, "err not teed\n", "[r1]:");
+  copy->feed(2, 1, "keep filtered out\n", "[r2]:");
+  copy->feed(0, 1, "ep c\nkeep d", "[r0]:");
+  copy->feed(0, 2, "an err\n", "[r0]:");
+  copy->finish(0, "[r0]:");
+  copy.reset();
+  EXPECT_EQ(testing::read_file(dir.file("filtered_stdout.log")),
+            "[r0]:keep a\n[r0]:keep c\n[r0]:keep d");
+  EXPECT_EQ(testing::read_file(dir.file("filtered_stderr.log")), "[r0]:an err\n");
+  cfg.duplicate_stdout_filters.clear();
+  cfg.duplicate_stderr_filters.clear();
+  EXPECT_FALSE(FilteredCopy::open(cfg, dir.path()));
 }
 
 }  // namespace
