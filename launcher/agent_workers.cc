@@ -62,6 +62,9 @@ bool WorkerSupervisor::spawn(const RendezvousResult& r, WorkerPlacement place,
   req.env = full_worker_env(worker_contract(inputs, r, place, local_rank, w.log_dir),
                             a.opts.base_env);
   if (a.cfg.virtual_local_rank) apply_virtual_local_rank(req.env, local_rank);
+  // torchrun 2.x's agent exports its --signals_to_handle, and its workers inherit it (a worker
+  // that starts processes with torch.distributed.elastic handles the same signals).
+  set_env(req.env, "TORCHELASTIC_SIGNALS_TO_HANDLE", a.cfg.signals_to_handle);
   const std::string prefix = console_prefix(a.cfg, local_rank, w.global_rank, a.opts.host);
   if (!a.cfg.no_python_hooks && !a.opts.python_hooks_dir.empty()) {
     add_python_hooks_env(req.env, a.opts.python_hooks_dir, w.log_dir + "/py_stack.txt");

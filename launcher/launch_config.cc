@@ -680,6 +680,7 @@ void read_worker_flags(Resolver& r, LaunchConfig& cfg, QuotedFlags& q) {
   read_shutdown_timeout(r, cfg);
   Raw signals = r.raw("signals_to_handle");
   cfg.stop_signals = parse_signal_list(signals.text, signals.what);
+  cfg.signals_to_handle = signals.text;
   cfg.virtual_local_rank = r.boolean("virtual_local_rank");
   cfg.log_line_prefix_template = r.str("log_line_prefix_template");
   for (auto [name, filters] : {std::pair{"duplicate_stdout_filters", &cfg.duplicate_stdout_filters},

@@ -86,6 +86,7 @@ struct LaunchConfig {
   // --signals_to_handle. SIGUSR1/SIGUSR2/SIGTSTP/SIGCONT keep their own meaning either way; a
   // stop signal left out keeps its default action (it ends dlaunch; the workers die with it).
   std::vector<int> stop_signals;
+  std::string signals_to_handle;  // as given; workers get it as TORCHELASTIC_SIGNALS_TO_HANDLE
   // The status endpoint (agent_monitor.h): -1 off, 0 a free port; empty address: --local_addr,
   // else loopback for one node and the host name for several.
   int64_t status_port = 0;

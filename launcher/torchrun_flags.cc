@@ -144,19 +144,22 @@ std::vector<int> parse_signal_list(const std::string& text, const std::string& w
   return signals;
 }
 
+void set_env(std::vector<std::pair<std::string, std::string>>& env, const std::string& name,
+             const std::string& value) {
+  auto it = std::find_if(env.begin(), env.end(), [&](const auto& kv) { return kv.first == name; });
+  if (it == env.end()) {
+    env.emplace_back(name, value);
+  } else {
+    it->second = value;
+  }
+}
+
 void apply_virtual_local_rank(std::vector<std::pair<std::string, std::string>>& env,
                               int64_t local_rank) {
   auto find = [&](const char* name) {
     return std::find_if(env.begin(), env.end(), [&](const auto& kv) { return kv.first == name; });
   };
-  auto set = [&](const char* name, const std::string& value) {
-    auto it = find(name);
-    if (it == env.end()) {
-      env.emplace_back(name, value);
-    } else {
-      it->second = value;
-    }
-  };
+  auto set = [&](const char* name, const std::string& value) { set_env(env, name, value); };
   set("LOCAL_RANK", "0");
   auto hip = find("HIP_VISIBLE_DEVICES");
   bool from_hip = hip != env.end() && !hip->second.empty();

@@ -40,6 +40,10 @@ std::vector<int> parse_signal_list(const std::string& text, const std::string& w
 void apply_virtual_local_rank(std::vector<std::pair<std::string, std::string>>& env,
                               int64_t local_rank);
 
+// Sets `name` in `env`, replacing an inherited value.
+void set_env(std::vector<std::pair<std::string, std::string>>& env, const std::string& name,
+             const std::string& value);
+
 // Refuses what dlaunch does not do, with a sentence (UsageError); `what` names the flag as the
 // user spelled it. The defaults (null, default, unset) pass.
 void check_event_log_handler(const std::string& value, const std::string& what);

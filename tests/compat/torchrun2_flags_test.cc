@@ -116,8 +116,8 @@ std::map<std::string, std::string> per_rank_files(const std::string& dir) {
 // A worker that writes its launcher-given environment to $OUT_DIR/$RANK.
 const char* kEnvWorker =
     "#!/bin/sh\n"
-    "echo \"LOCAL_RANK=$LOCAL_RANK CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset}\" "
-    "> \"$OUT_DIR/$RANK\"\n";
+    "echo \"LOCAL_RANK=$LOCAL_RANK CUDA_VISIBLE_DEVICES=${CUDA_VISIBLE_DEVICES-unset} "
+    "TORCHELASTIC_SIGNALS_TO_HANDLE=$TORCHELASTIC_SIGNALS_TO_HANDLE\" > \"$OUT_DIR/$RANK\"\n";
 
 class Torchrun2Flags : public ::testing::Test {
  protected:
@@ -142,6 +142,7 @@ class Torchrun2Flags : public ::testing::Test {
 
 // --virtual-local-rank, also as PET_VIRTUAL_LOCAL_RANK: every worker has LOCAL_RANK=0 and its
 // own entry of the inherited CUDA_VISIBLE_DEVICES (or its local rank when none is inherited).
+// The workers also inherit --signals-to-handle as TORCHELASTIC_SIGNALS_TO_HANDLE.
 TEST_F(Torchrun2Flags, VirtualLocalRankGivesEachWorkerItsDeviceAsZero) {
   SKIP_WITHOUT_TORCH2();
   struct Case {
@@ -152,6 +153,8 @@ TEST_F(Torchrun2Flags, VirtualLocalRankGivesEachWorkerItsDeviceAsZero) {
       {{"--nproc-per-node=2", "--virtual-local-rank", "--no-python"},
        {{"CUDA_VISIBLE_DEVICES", "3,5"}}},
       {{"--nproc-per-node=2", "--no-python"}, {{"PET_VIRTUAL_LOCAL_RANK", "1"}}},
+      {{"--nproc-per-node=2", "--no-python", "--signals-to-handle", "SIGTERM, SIGUSR1"},
+       {{"CUDA_VISIBLE_DEVICES", "2,1"}}},
   };
   for (const auto& c : cases) {
     std::map<std::string, std::string> seen[2];
@@ -168,8 +171,9 @@ TEST_F(Torchrun2Flags, VirtualLocalRankGivesEachWorkerItsDeviceAsZero) {
   RunResult r;
   std::string out = run_env_worker(Launcher::kDlaunch, cases[0].flags, cases[0].env, &r);
   auto files = per_rank_files(out);
-  EXPECT_EQ(files["0"], "LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=3\n");
-  EXPECT_EQ(files["1"], "LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=5\n");
+  const std::string signals = " TORCHELASTIC_SIGNALS_TO_HANDLE=SIGTERM,SIGINT,SIGHUP,SIGQUIT\n";
+  EXPECT_EQ(files["0"], "LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=3" + signals);
+  EXPECT_EQ(files["1"], "LOCAL_RANK=0 CUDA_VISIBLE_DEVICES=5" + signals);
 }
 
 // 2.15's default for one node without --master-port: a free port and a fresh run id, not 29500
