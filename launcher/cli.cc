@@ -28,7 +28,9 @@ std::vector<FlagSpec> make_specs() {
       flag("nnodes", 0, true, "1", "N|MIN:MAX", "number of nodes, or an elastic range"),
       flag("node_rank", 0, true, "0", "K", "this node's rank (static rendezvous)"),
       flag("master_addr", 0, true, "127.0.0.1", "HOST", "address of node 0 (hosts the store)"),
-      flag("master_port", 0, true, "29500", "PORT", "port of the job's store; 0 picks a free one"),
+      flag("master_port", 0, true, "29500", "PORT",
+           "port of the job's store; 0 picks a free one, as does a one-node job given no port "
+           "(torchrun 2.x)"),
       flag("standalone", 0, false, "false", "",
            "single-node job with its own store on a free port and a random run id"),
       flag("rdzv_backend", 0, true, "static", "static|c10d|etcd",
