@@ -1,7 +1,7 @@
 // torchrun 2.x's --duplicate_stdout_filters / --duplicate_stderr_filters: the teed (-t) lines of
-// every local rank --local_ranks_filter shows that contain any of the filter texts are copied, with the rank's console
-// prefix, to one file per stream in the attempt's directory: attempt_<n>/filtered_stdout.log
-// and filtered_stderr.log, as torchrun names them. A line is copied once complete (with its
+// every local rank --local_ranks_filter shows that contain any of the filter texts are copied,
+// with the rank's console prefix, to one file per stream in the attempt's directory:
+// attempt_<n>/filtered_stdout.log and filtered_stderr.log, as torchrun names them. A line is copied once complete (with its
 // '\n'), or when its worker exits (without one). Loop thread only.
 #pragma once
 
@@ -19,7 +19,8 @@ namespace dlaunch {
 class FilteredCopy {
  public:
   // Null when neither filter list was given. Throws SystemError when a file cannot be created.
-  static std::unique_ptr<FilteredCopy> open(const LaunchConfig& cfg, const std::string& attempt_dir);
+  static std::unique_ptr<FilteredCopy> open(const LaunchConfig& cfg,
+                                            const std::string& attempt_dir);
   ~FilteredCopy();
   FilteredCopy(const FilteredCopy&) = delete;
   FilteredCopy& operator=(const FilteredCopy&) = delete;

@@ -571,8 +571,9 @@ std::string LaunchConfig::describe() const {
       {"local_ranks_filter", filter},
       {"log_fold", log_fold ? "true" : "false"},
       {"log_timestamps", log_timestamps ? "true" : "false"},
-      {"log_line_prefix_template",
-       log_line_prefix_template.empty() ? "[${role_name}${local_rank}]:" : log_line_prefix_template},
+      {"log_line_prefix_template", log_line_prefix_template.empty()
+                                       ? "[${role_name}${local_rank}]:"
+                                       : log_line_prefix_template},
       {"duplicate_stdout_filters", filter_text(duplicate_stdout_filters)},
       {"duplicate_stderr_filters", filter_text(duplicate_stderr_filters)},
       {"signals_to_handle", signal_text},
@@ -683,8 +684,9 @@ void read_worker_flags(Resolver& r, LaunchConfig& cfg, QuotedFlags& q) {
   cfg.signals_to_handle = signals.text;
   cfg.virtual_local_rank = r.boolean("virtual_local_rank");
   cfg.log_line_prefix_template = r.str("log_line_prefix_template");
-  for (auto [name, filters] : {std::pair{"duplicate_stdout_filters", &cfg.duplicate_stdout_filters},
-                               std::pair{"duplicate_stderr_filters", &cfg.duplicate_stderr_filters}}) {
+  for (auto [name, filters] :
+       {std::pair{"duplicate_stdout_filters", &cfg.duplicate_stdout_filters},
+        std::pair{"duplicate_stderr_filters", &cfg.duplicate_stderr_filters}}) {
     // Given, even as "", the list is torchrun's: [""] matches every line.
     if (Raw raw = r.raw(name); raw.given()) *filters = parse_filter_list(raw.text);
   }

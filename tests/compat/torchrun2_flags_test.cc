@@ -303,7 +303,8 @@ std::string signal_run(const TempDir& dir, Launcher l, const std::vector<std::st
   EXPECT_TRUE(file_exists(out + "/ready.0"))
       << name(l) << " did not start the worker\n"
       << p.err();
-  usleep(300 * 1000);  // the shell has set its trap before it wrote ready.0; let the launcher settle
+  // The shell set its trap before it wrote ready.0; give the launcher a moment to settle.
+  usleep(300 * 1000);
   p.signal(sig);
   auto st = p.wait(kJobTimeout);
   EXPECT_TRUE(st.has_value()) << name(l) << " did not end after " << sig_name;
