@@ -801,7 +801,7 @@ void apply_standalone(LaunchConfig& cfg, const QuotedFlags& q, const HostInfo& h
 
 // torchrun 2.x: a one-node static job given no --master_port (nor a twin, nor Slurm's) and no
 // --rdzv_endpoint runs its store on a free port under a fresh run id, so two such jobs on one
-// host never collide on 29500. An explicit --rdzv_id is kept (torchrun replaces it too).
+// host never collide on 29500. An explicit --rdzv_id is kept (torchrun replaces even that).
 void apply_one_node_default_port(LaunchConfig& cfg, const HostInfo& host) {
   if (cfg.standalone || cfg.rdzv_backend != "static" || cfg.max_nodes != 1 ||
       !cfg.rdzv_endpoint.empty() || cfg.slurm_mode == "task" ||
@@ -831,7 +831,7 @@ void check_torchrun2_flags(const LaunchConfig& cfg, const EnvLookup& env) {
     visible = env(name);
   }
   if (!visible) return;  // worker N gets device N
-  auto entries = parse_filter_list(*visible);
+  auto entries = split(*visible, ',');  // as torchrun splits it: no escapes
   if (static_cast<int64_t>(entries.size()) < cfg.nproc_per_node) {
     throw UsageError(fmt::format(
         "--virtual_local_rank gives each worker the entry of {} at its local rank, but "

@@ -167,7 +167,14 @@ void apply_virtual_local_rank(std::vector<std::pair<std::string, std::string>>& 
   std::string device = std::to_string(local_rank);
   if (parent != env.end()) {
     // resolve_config checked that the list has an entry for every local rank.
-    auto entries = parse_filter_list(parent->second);
+    std::vector<std::string> entries(1);  // torchrun's str.split(","): no escapes
+    for (char c : parent->second) {
+      if (c == ',') {
+        entries.emplace_back();
+      } else {
+        entries.back() += c;
+      }
+    }
     if (local_rank < static_cast<int64_t>(entries.size())) {
       std::string entry = entries[static_cast<size_t>(local_rank)];
       size_t b = entry.find_first_not_of(" \t");

@@ -66,6 +66,10 @@ TEST(VirtualLocalRank, EachWorkerSeesItsDeviceAsZero) {
   apply_virtual_local_rank(hip, 1);
   EXPECT_EQ(get(hip, "HIP_VISIBLE_DEVICES"), "7");
   EXPECT_EQ(get(hip, "CUDA_VISIBLE_DEVICES"), "7");
+  // Split on every comma, as Python's str.split: ",," is an empty entry, not an escape.
+  Env doubled = {{"CUDA_VISIBLE_DEVICES", "4,,6"}};
+  apply_virtual_local_rank(doubled, 2);
+  EXPECT_EQ(get(doubled, "CUDA_VISIBLE_DEVICES"), "6");
 }
 
 TEST(RefusedValues, DefaultsPassOthersNameTheFlag) {
