@@ -4,6 +4,9 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <vector>
+
 #include "common/log.h"
 #include "launcher/agent_core.h"
 
@@ -12,7 +15,13 @@ namespace dlaunch {
 AgentSignals::AgentSignals(AgentCore& agent) : agent_(agent), signals_(agent.io) {}
 
 void AgentSignals::install() {
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT, SIGCHLD}) {
+  // The stop signals are --signals_to_handle's (SIGTERM, SIGINT, SIGHUP, SIGQUIT by default);
+  // the others always have the meaning described in agent_signals.h.
+  std::vector<int> handled = agent_.cfg.stop_signals;
+  for (int s : {SIGUSR1, SIGUSR2, SIGTSTP, SIGCONT, SIGCHLD}) {
+    if (std::find(handled.begin(), handled.end(), s) == handled.end()) handled.push_back(s);
+  }
+  for (int s : handled) {
     // A signal our caller ignored (nohup: SIGHUP) stays ignored, here and, as nothing handles
     // it, in the workers (spawn() resets only handled signals). SIGCHLD is ours.
     struct sigaction sa {};

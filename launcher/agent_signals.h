@@ -1,6 +1,7 @@
-// The signals dlaunch receives. SIGINT, SIGTERM, SIGHUP, SIGUSR1 and SIGUSR2 are forwarded to
-// every worker's process group; SIGINT/SIGTERM/SIGHUP then stop the job (a second one skips the
-// grace period); SIGUSR1 also records the preemption notice (exit 75). SIGCHLD reaps reparented
+// The signals dlaunch receives. The stop signals (LaunchConfig::stop_signals, --signals_to_handle:
+// SIGTERM, SIGINT, SIGHUP, SIGQUIT by default), SIGUSR1 and SIGUSR2 are forwarded to every
+// worker's process group; a stop signal then stops the job (a second one skips the grace
+// period); SIGUSR1 also records the preemption notice (exit 75). SIGCHLD reaps reparented
 // orphans. SIGTSTP (Ctrl-Z) is forwarded, then dlaunch stops itself; SIGCONT is forwarded and
 // restarts the hang clock. A signal the caller ignored (nohup: SIGHUP) stays ignored. Loop
 // thread only.

@@ -11,6 +11,7 @@
 #include "launcher/agent_core.h"
 #include "launcher/line_splitter.h"
 #include "launcher/python_hooks.h"
+#include "launcher/torchrun_flags.h"
 
 namespace dlaunch {
 
@@ -38,6 +39,13 @@ void WorkerSupervisor::start(const RendezvousResult& r) {
            r.group_world_size, r.restart_count, a.cfg.max_restarts);
   a.phase = AgentPhase::kRunning;
   auto console = make_shared_console(a.cfg);  // --log_fold
+  filtered_.reset();
+  try {
+    const std::string& rank_dir = a.group->worker(0).log_dir;
+    filtered_ = FilteredCopy::open(a.cfg, rank_dir.substr(0, rank_dir.rfind('/')));
+  } catch (const Error& e) {
+    log_warning("{}; --duplicate_*_filters copies nothing in attempt {}", e.what(), a.generation);
+  }
   for (int64_t local_rank = 0; local_rank < a.cfg.nproc_per_node; ++local_rank) {
     if (!spawn(r, place, local_rank, console)) return;
   }
@@ -53,15 +61,21 @@ bool WorkerSupervisor::spawn(const RendezvousResult& r, WorkerPlacement place,
   req.argv = a.cfg.worker_argv(local_rank);
   req.env = full_worker_env(worker_contract(inputs, r, place, local_rank, w.log_dir),
                             a.opts.base_env);
+  if (a.cfg.virtual_local_rank) apply_virtual_local_rank(req.env, local_rank);
+  // torchrun 2.x's agent exports its --signals_to_handle, and its workers inherit it (a worker
+  // that starts processes with torch.distributed.elastic handles the same signals).
+  set_env(req.env, "TORCHELASTIC_SIGNALS_TO_HANDLE", a.cfg.signals_to_handle);
+  const std::string prefix = console_prefix(a.cfg, local_rank, w.global_rank, a.opts.host);
   if (!a.cfg.no_python_hooks && !a.opts.python_hooks_dir.empty()) {
     add_python_hooks_env(req.env, a.opts.python_hooks_dir, w.log_dir + "/py_stack.txt");
   }
   try {
     auto out = std::make_shared<WorkerOutput>(
         a.cfg, local_rank, w.log_dir, console,
-        [this](std::shared_ptr<const OutputLoss> loss) { on_output_loss(std::move(loss)); });
+        [this](std::shared_ptr<const OutputLoss> loss) { on_output_loss(std::move(loss)); },
+        prefix);
     outputs_[static_cast<size_t>(local_rank)] = out;
-    int pid = a.procs.spawn(req, callbacks(local_rank, out));
+    int pid = a.procs.spawn(req, callbacks(local_rank, out, prefix));
     a.group->on_started(local_rank, pid, a.opts.clock->now(), std::chrono::system_clock::now());
     a.monitor->events().emit("worker_started", {{"rank", w.global_rank},
                                                 {"local_rank", local_rank},
@@ -82,8 +96,10 @@ bool WorkerSupervisor::spawn(const RendezvousResult& r, WorkerPlacement place,
 }
 
 ProcessCallbacks WorkerSupervisor::callbacks(int64_t local_rank,
-                                             const std::shared_ptr<WorkerOutput>& out) {
+                                             const std::shared_ptr<WorkerOutput>& out,
+                                             const std::string& prefix) {
   const int64_t gen = agent_.generation;
+  std::shared_ptr<FilteredCopy> filtered = filtered_;
   auto tail = std::make_shared<LineSplitter>();
   auto add_tail = [this, gen, local_rank](std::string_view line) {
     if (gen == agent_.generation && agent_.group) {
@@ -91,13 +107,17 @@ ProcessCallbacks WorkerSupervisor::callbacks(int64_t local_rank,
     }
   };
   ProcessCallbacks cb;
-  cb.on_output = [this, out, tail, add_tail](int stream, std::string_view bytes) {
+  cb.on_output = [this, out, tail, add_tail, filtered, local_rank, prefix](
+                     int stream, std::string_view bytes) {
     out->write(stream, bytes, agent_.opts.clock->now());
+    if (filtered) filtered->feed(local_rank, stream, bytes, prefix);
     if (stream == 2) tail->feed(bytes, add_tail);
     if (out->next_due()) partial_lines_.watch(out);
   };
-  cb.on_exit = [this, gen, local_rank, out, tail, add_tail](const ExitStatus& st) {
+  cb.on_exit = [this, gen, local_rank, out, tail, add_tail, filtered,
+                prefix](const ExitStatus& st) {
     out->finish();
+    if (filtered) filtered->finish(local_rank, prefix);
     if (out->next_due()) partial_lines_.watch(out);  // lines held by --log_fold
     tail->flush(add_tail);
     on_exit(gen, local_rank, st);

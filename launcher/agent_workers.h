@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "launcher/filtered_copy.h"
 #include "launcher/log_router.h"
 #include "launcher/partial_line_timer.h"
 #include "launcher/process/process_context.h"
@@ -36,13 +37,16 @@ class WorkerSupervisor {
   const bool console_is_terminal_;
   bool exec_failure_logged_ = false;  // "cannot execute" is said once per job
   std::vector<std::shared_ptr<WorkerOutput>> outputs_;
+  // This generation's --duplicate_*_filters files; null without the flags.
+  std::shared_ptr<FilteredCopy> filtered_;
   std::vector<std::shared_ptr<const OutputLoss>> output_losses_;  // every generation's
   PartialLineTimer partial_lines_;
 
   // Spawns `local_rank`; false when it could not be (the group is then being stopped).
   bool spawn(const RendezvousResult& r, WorkerPlacement place, int64_t local_rank,
              const std::shared_ptr<SharedConsole>& console);
-  ProcessCallbacks callbacks(int64_t local_rank, const std::shared_ptr<WorkerOutput>& out);
+  ProcessCallbacks callbacks(int64_t local_rank, const std::shared_ptr<WorkerOutput>& out,
+                             const std::string& prefix);
   void on_exit(int64_t gen, int64_t local_rank, const ExitStatus& st);
   void on_success();
   void on_output_loss(std::shared_ptr<const OutputLoss> loss);

@@ -28,7 +28,9 @@ std::vector<FlagSpec> make_specs() {
       flag("nnodes", 0, true, "1", "N|MIN:MAX", "number of nodes, or an elastic range"),
       flag("node_rank", 0, true, "0", "K", "this node's rank (static rendezvous)"),
       flag("master_addr", 0, true, "127.0.0.1", "HOST", "address of node 0 (hosts the store)"),
-      flag("master_port", 0, true, "29500", "PORT", "port of the job's store; 0 picks a free one"),
+      flag("master_port", 0, true, "29500", "PORT",
+           "port of the job's store; 0 picks a free one, as does a one-node job given no port "
+           "(torchrun 2.x)"),
       flag("standalone", 0, false, "false", "",
            "single-node job with its own store on a free port and a random run id"),
       flag("rdzv_backend", 0, true, "static", "static|c10d|etcd",
@@ -40,7 +42,7 @@ std::vector<FlagSpec> make_specs() {
            "keep_alive_max_attempt, close_timeout, ..."),
       flag("local_addr", 0, true, "", "ADDR", "address this node advertises to the others"),
       flag("max_restarts", 0, true, "0", "N", "group restarts allowed after failures"),
-      flag("monitor_interval", 0, true, "5", "SECONDS",
+      flag("monitor_interval", 0, true, "0.1", "SECONDS",
            "accepted for torchrun compatibility; dlaunch sees exits as events, not by polling"),
       flag("start_method", 0, true, "spawn", "spawn|fork|forkserver",
            "accepted for torchrun compatibility; workers are always fresh processes"),
@@ -49,6 +51,9 @@ std::vector<FlagSpec> make_specs() {
       flag("no_python", 0, false, "false", "", "run the program directly, never under python"),
       flag("python", 0, true, "python3", "PATH",
            "interpreter for .py programs and -m (Debian's torch lives in /usr/bin/python3)"),
+      flag("run_path", 0, false, "false", "",
+           "run the program under <python> -u even without .py (torchrun's runpy.run_path; wins "
+           "over --no_python and -m)"),
       flag("append_local_rank_arg", 0, false, "false", "",
            "append --local_rank=N to the program's arguments, for torch.distributed.launch "
            "scripts"),
@@ -64,6 +69,15 @@ std::vector<FlagSpec> make_specs() {
            "copy stdout (1), stderr (2) or both (3) to the log files and the console"),
       flag("local_ranks_filter", 0, true, "", "R,R,...",
            "show only these local ranks' output on the console (files get everything)"),
+      flag("log_line_prefix_template", 0, true, "", "TEMPLATE",
+           "the console prefix of each worker line instead of [${role_name}${local_rank}]:, with "
+           "the macros ${role_name}, ${rank}, ${local_rank} and ${hostname} (also read from "
+           "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE)"),
+      flag("duplicate_stdout_filters", 0, true, "", "TEXT,TEXT,...",
+           "copy the teed (-t) stdout lines that contain any TEXT, prefixed, to "
+           "attempt_<n>/filtered_stdout.log in the run directory (',,' is a comma)"),
+      flag("duplicate_stderr_filters", 0, true, "", "TEXT,TEXT,...",
+           "the same for stderr: attempt_<n>/filtered_stderr.log"),
       flag("log_fold", 0, false, "false", "",
            "print consecutive identical console lines of several ranks once, as "
            "[default0-7]:line (files get every line)"),
@@ -79,6 +93,16 @@ std::vector<FlagSpec> make_specs() {
            "every torch optimizer step and dumps Python stacks of hung workers)"),
       flag("shutdown_grace", 0, true, "5", "SECONDS",
            "time between SIGTERM and SIGKILL when stopping workers"),
+      flag("shutdown_timeout", 0, true, "", "SECONDS",
+           "torchrun's name for --shutdown_grace (also read from TORCH_ELASTIC_SHUTDOWN_TIMEOUT); "
+           "dlaunch's default stays 5, not torchrun's 30"),
+      flag("signals_to_handle", 0, true, "SIGTERM,SIGINT,SIGHUP,SIGQUIT", "SIG,SIG,...",
+           "the signals that stop the job: forwarded to every worker, which get --shutdown_grace "
+           "before SIGKILL (SIGUSR1, SIGUSR2, SIGTSTP and SIGCONT are always handled as "
+           "docs/cli.md says)"),
+      flag("virtual_local_rank", 0, false, "false", "",
+           "every worker gets LOCAL_RANK=0 and only its own GPU, as device 0 "
+           "(CUDA_VISIBLE_DEVICES = the local rank's entry of the inherited list)"),
       flag("status_port", 0, true, "0", "PORT",
            "serve GET /status, /metrics and the control endpoints (dlaunch status|stop|restart|"
            "dump) here; 0 picks a free port, -1 serves nothing"),
@@ -88,6 +112,16 @@ std::vector<FlagSpec> make_specs() {
       flag("flash_limit", 0, true, "25%", "SIZE|P%|0",
            "size limit of the job's flash directory (DLAUNCH_FLASH_DIR, a tmpfs): bytes with "
            "K/M/G suffix, a percentage of RAM, or 0 for none"),
+      flag("event_log_handler", 0, true, "null", "null",
+           "accepted for torchrun compatibility with its default only: dlaunch writes its events "
+           "to the run directory's events.jsonl"),
+      flag("logs_specs", 0, true, "default", "default",
+           "accepted for torchrun compatibility with its default only: no logs_specs plugins"),
+      flag("numa_binding", 0, true, "", "MODE",
+           "refused: dlaunch does not bind workers to NUMA nodes (torchrun 2.x's node, socket, "
+           "exclusive, core-complex)"),
+      flag("print_completion", 0, true, "", "bash",
+           "print dlaunch's bash completion script and exit (zsh and tcsh are refused)"),
       flag("dry_run", 0, false, "false", "",
            "print the resolved configuration and where each value came from; start nothing"),
       // Slurm (launcher/slurm/slurm_launch.h, docs/slurm.md).
@@ -253,7 +287,7 @@ std::string help_text() {
     left += "--" + s.name;
     if (s.takes_value) left += " " + s.metavar;
     text += fmt::format("{}\n      {}", left, s.help);
-    if (s.name != "help" && s.name != "version") {
+    if (s.name != "help" && s.name != "version" && s.name != "print_completion") {
       text += fmt::format(" [{}", s.env);
       if (!s.fallback.empty() && s.fallback != "false") text += fmt::format(", default {}", s.fallback);
       text += "]";

@@ -1,6 +1,8 @@
 #include "launcher/launch_config.h"
 
+#include "launcher/exit_status.h"
 #include "launcher/flash_dir.h"
+#include "launcher/torchrun_flags.h"
 
 #include <dirent.h>
 #include <fmt/format.h>
@@ -57,11 +59,20 @@ std::string torchrun_twin(const std::string& name) {
       "nnodes", "nproc_per_node", "rdzv_backend", "rdzv_endpoint", "rdzv_id", "rdzv_conf",
       "standalone", "max_restarts", "monitor_interval", "start_method", "role", "module",
       "no_python", "log_dir", "redirects", "tee", "node_rank", "master_addr", "master_port",
-      "local_addr", "local_ranks_filter", "use_env"};
+      "local_addr", "local_ranks_filter", "use_env", "log_line_prefix_template",
+      "duplicate_stdout_filters", "duplicate_stderr_filters", "event_log_handler",
+      "signals_to_handle", "shutdown_timeout", "virtual_local_rank", "run_path"};
   if (!kTorchrunFlags.count(name)) return "";
   std::string env = "PET_";
   for (char c : name) env += static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   return env;
+}
+
+// The variable torchrun 2.x reads after the flag and its PET_ twin, or "".
+std::string torchrun_fallback(const std::string& name) {
+  if (name == "log_line_prefix_template") return "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE";
+  if (name == "shutdown_timeout") return "TORCH_ELASTIC_SHUTDOWN_TIMEOUT";
+  return "";
 }
 
 // One flag's raw text and where it came from (flag > DLAUNCH_ twin > PET_ twin > default).
@@ -87,6 +98,8 @@ class Resolver {
     } else if (auto pet = torchrun_twin(name); !pet.empty() && env_(pet)) {
       // torchrun's own twins (PET_NPROC_PER_NODE...) keep torchrun job scripts working.
       r = {*env_(pet), pet, pet};
+    } else if (auto var = torchrun_fallback(name); !var.empty() && env_(var)) {
+      r = {*env_(var), var, var};
     } else {
       r = {spec.fallback, "default", "--" + name};
     }
@@ -455,6 +468,7 @@ std::string random_run_id() {
 }
 
 bool LaunchConfig::runs_python() const {
+  if (run_path) return true;
   if (no_python) return false;
   return module || ends_with(program, ".py");
 }
@@ -463,7 +477,7 @@ std::vector<std::string> LaunchConfig::worker_argv(int64_t local_rank) const {
   std::vector<std::string> argv;
   if (runs_python()) {
     argv = {python, "-u"};
-    if (module) argv.push_back("-m");
+    if (module && !run_path) argv.push_back("-m");
   }
   argv.push_back(program);
   // torch.distributed.launch put --local_rank before the script's own arguments.
@@ -505,6 +519,14 @@ std::string LaunchConfig::describe() const {
   for (const auto& [k, v] : rdzv_conf) conf += fmt::format("{}{}={}", conf.empty() ? "" : ",", k, v);
   std::string filter;
   for (auto r : local_ranks_filter) filter += fmt::format("{}{}", filter.empty() ? "" : ",", r);
+  auto filter_text = [](const std::vector<std::string>& needles) {
+    if (needles.empty()) return std::string("(none)");
+    std::string t;
+    for (const auto& n : needles) t += (t.empty() ? "'" : ",'") + n + "'";
+    return t;
+  };
+  std::string signal_text;
+  for (int sig : stop_signals) signal_text += (signal_text.empty() ? "" : ",") + signal_name(sig);
   std::vector<std::pair<std::string, std::string>> rows = {
       {"nproc_per_node", std::to_string(nproc_per_node)},
       {"nnodes", min_nodes == max_nodes ? std::to_string(min_nodes)
@@ -549,6 +571,14 @@ std::string LaunchConfig::describe() const {
       {"local_ranks_filter", filter},
       {"log_fold", log_fold ? "true" : "false"},
       {"log_timestamps", log_timestamps ? "true" : "false"},
+      {"log_line_prefix_template", log_line_prefix_template.empty()
+                                       ? "[${role_name}${local_rank}]:"
+                                       : log_line_prefix_template},
+      {"duplicate_stdout_filters", filter_text(duplicate_stdout_filters)},
+      {"duplicate_stderr_filters", filter_text(duplicate_stderr_filters)},
+      {"signals_to_handle", signal_text},
+      {"virtual_local_rank", virtual_local_rank ? "true" : "false"},
+      {"run_path", run_path ? "true" : "false"},
       {"slurm", slurm ? "true" : "false"},
       {"no_slurm", no_slurm ? "true" : "false"},
       {"slurm_mode", slurm_mode},
@@ -624,6 +654,22 @@ void read_job_flags(Resolver& r, const HostInfo& host, LaunchConfig& cfg, Quoted
   cfg.role = role.text;
 }
 
+// torchrun 2.x's --shutdown_timeout sets --shutdown_grace; both at once must agree.
+void read_shutdown_timeout(Resolver& r, LaunchConfig& cfg) {
+  Raw grace = r.raw("shutdown_grace");
+  Raw timeout = r.raw("shutdown_timeout");
+  if (!timeout.given()) return;
+  double seconds = r.seconds("shutdown_timeout", true);
+  if (grace.given() && from_seconds(seconds) != cfg.shutdown_grace) {
+    throw UsageError(fmt::format(
+        "{}={} and {}={} were both given; they are the same setting (torchrun's name and "
+        "dlaunch's), so give one",
+        timeout.what, timeout.text, grace.what, grace.text));
+  }
+  cfg.shutdown_grace = from_seconds(seconds);
+  cfg.origin["shutdown_grace"] = timeout.origin;
+}
+
 // Supervision, the program and its output, Slurm.
 void read_worker_flags(Resolver& r, LaunchConfig& cfg, QuotedFlags& q) {
   cfg.hang_timeout = from_seconds(r.seconds("hang_timeout", true));
@@ -632,6 +678,24 @@ void read_worker_flags(Resolver& r, LaunchConfig& cfg, QuotedFlags& q) {
   cfg.log_fold = r.boolean("log_fold");
   cfg.log_timestamps = r.boolean("log_timestamps");
   cfg.shutdown_grace = from_seconds(r.seconds("shutdown_grace", true));
+  read_shutdown_timeout(r, cfg);
+  Raw signals = r.raw("signals_to_handle");
+  cfg.stop_signals = parse_signal_list(signals.text, signals.what);
+  cfg.signals_to_handle = signals.text;
+  cfg.virtual_local_rank = r.boolean("virtual_local_rank");
+  cfg.log_line_prefix_template = r.str("log_line_prefix_template");
+  for (auto [name, filters] :
+       {std::pair{"duplicate_stdout_filters", &cfg.duplicate_stdout_filters},
+        std::pair{"duplicate_stderr_filters", &cfg.duplicate_stderr_filters}}) {
+    // Given, even as "", the list is torchrun's: [""] matches every line.
+    if (Raw raw = r.raw(name); raw.given()) *filters = parse_filter_list(raw.text);
+  }
+  Raw handler = r.raw("event_log_handler");
+  check_event_log_handler(handler.text, handler.what);
+  Raw logs_specs = r.raw("logs_specs");
+  check_logs_specs(logs_specs.text, logs_specs.what);
+  Raw numa = r.raw("numa_binding");
+  check_numa_binding(numa.text, numa.what);
   cfg.status_port = r.integer("status_port", -1, 65535);
   cfg.status_addr = r.str("status_addr");
   Raw flash_limit = r.raw("flash_limit");
@@ -645,6 +709,7 @@ void read_worker_flags(Resolver& r, LaunchConfig& cfg, QuotedFlags& q) {
   }
   cfg.python = python.text;
   cfg.append_local_rank = r.boolean("append_local_rank_arg");
+  cfg.run_path = r.boolean("run_path");
   cfg.use_env = r.boolean("use_env");
   cfg.log_dir = r.str("log_dir");
   q.redirects = r.raw("redirects");
@@ -734,6 +799,48 @@ void apply_standalone(LaunchConfig& cfg, const QuotedFlags& q, const HostInfo& h
   cfg.origin["rdzv_backend"] = "--standalone";
 }
 
+// torchrun 2.x: a one-node static job given no --master_port (nor a twin, nor Slurm's) and no
+// --rdzv_endpoint runs its store on a free port under a fresh run id, so two such jobs on one
+// host never collide on 29500. An explicit --rdzv_id is kept (torchrun replaces even that).
+void apply_one_node_default_port(LaunchConfig& cfg, const HostInfo& host) {
+  if (cfg.standalone || cfg.rdzv_backend != "static" || cfg.max_nodes != 1 ||
+      !cfg.rdzv_endpoint.empty() || cfg.slurm_mode == "task" ||
+      cfg.origin["master_port"] != "default") {
+    return;
+  }
+  cfg.master_port = 0;
+  cfg.origin["master_port"] = "default (one node: a free port, as torchrun 2.x)";
+  if (cfg.origin["rdzv_id"] == "default") {
+    cfg.run_id = host.fresh_run_id.empty() ? random_run_id() : host.fresh_run_id;
+    cfg.origin["rdzv_id"] = "default (one node: random, as torchrun 2.x)";
+  }
+}
+
+// The flags torchrun 2.x added, where they meet others or the environment.
+void check_torchrun2_flags(const LaunchConfig& cfg, const EnvLookup& env) {
+  if (!cfg.log_line_prefix_template.empty() && cfg.log_fold) {
+    throw UsageError(
+        "--log_line_prefix_template and --log_fold were both given; a folded line's prefix "
+        "names several ranks ([default0-7]:), which a per-rank template cannot, so drop one");
+  }
+  if (!cfg.virtual_local_rank) return;
+  const char* name = "HIP_VISIBLE_DEVICES";
+  auto visible = env(name);
+  if (!visible || visible->empty()) {
+    name = "CUDA_VISIBLE_DEVICES";
+    visible = env(name);
+  }
+  if (!visible) return;  // worker N gets device N
+  auto entries = split(*visible, ',');  // as torchrun splits it: no escapes
+  if (static_cast<int64_t>(entries.size()) < cfg.nproc_per_node) {
+    throw UsageError(fmt::format(
+        "--virtual_local_rank gives each worker the entry of {} at its local rank, but "
+        "{}='{}' has {} entries for --nproc_per_node={}; list a device per worker or start "
+        "fewer workers",
+        name, name, *visible, entries.size(), cfg.nproc_per_node));
+  }
+}
+
 // The program, else dtrain beside dlaunch.
 void resolve_program(const CliArgs& cli, const HostInfo& host, LaunchConfig& cfg) {
   cfg.program = cli.program;
@@ -762,6 +869,8 @@ LaunchConfig resolve_config(const CliArgs& cli, const EnvLookup& env, const Host
   if (cfg.standalone) apply_standalone(cfg, q, host);
   // Slurm fills what the user left at its default (explicit flag > twin > SLURM_* > default).
   apply_slurm(cli, env, cfg);
+  apply_one_node_default_port(cfg, host);
+  check_torchrun2_flags(cfg, env);
   // Local ranks are checked against the final worker count (Slurm may have set it).
   cfg.local_ranks_filter = parse_rank_list(q.ranks_filter, cfg.nproc_per_node);
   check_std_ranks(cfg.redirects, q.redirects, cfg.nproc_per_node);

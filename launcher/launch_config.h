@@ -81,7 +81,12 @@ struct LaunchConfig {
   bool hang_timeout_from_start = false;
   // Workers get no dlaunch sitecustomize (optimizer-step heartbeats, Python stacks on a hang).
   bool no_python_hooks = false;
-  Duration shutdown_grace = std::chrono::seconds(5);
+  Duration shutdown_grace = std::chrono::seconds(5);  // also torchrun's --shutdown_timeout
+  // Signals that stop the job (forwarded, then --shutdown_grace, then SIGKILL): torchrun 2.x's
+  // --signals_to_handle. SIGUSR1/SIGUSR2/SIGTSTP/SIGCONT keep their own meaning either way; a
+  // stop signal left out keeps its default action (it ends dlaunch; the workers die with it).
+  std::vector<int> stop_signals;
+  std::string signals_to_handle;  // as given; workers get it as TORCHELASTIC_SIGNALS_TO_HANDLE
   // The status endpoint (agent_monitor.h): -1 off, 0 a free port; empty address: --local_addr,
   // else loopback for one node and the host name for several.
   int64_t status_port = 0;
@@ -92,6 +97,9 @@ struct LaunchConfig {
   bool module = false;
   bool no_python = false;
   bool append_local_rank = false;
+  bool run_path = false;  // <python> -u program, whatever its name (torchrun's runpy.run_path)
+  // Every worker gets LOCAL_RANK=0 and its own device as device 0 (torchrun_flags.h).
+  bool virtual_local_rank = false;
   std::string python = "python3";
   std::string program;
   std::vector<std::string> program_args;
@@ -102,6 +110,12 @@ struct LaunchConfig {
   std::vector<int64_t> local_ranks_filter;  // empty: every local rank on the console
   bool log_fold = false;        // identical lines of several ranks once: "[default0-7]:line"
   bool log_timestamps = false;  // console lines start with the time the agent got them
+  // torchrun's console prefix template ("" : "[<role><local_rank>]:"), torchrun_flags.h.
+  std::string log_line_prefix_template;
+  // Teed lines containing any of these go to attempt_<n>/filtered_std{out,err}.log, prefixed;
+  // empty: no such file.
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
   bool dry_run = false;
   // Under Slurm (slurm_launch.h): "off", "agent" (one dlaunch per node) or "task" (exec the
   // program as this Slurm task's worker).

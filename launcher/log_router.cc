@@ -8,6 +8,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "launcher/torchrun_flags.h"
 
 namespace dlaunch {
 
@@ -45,6 +46,13 @@ std::shared_ptr<SharedConsole> make_shared_console(const LaunchConfig& cfg) {
   return shared;
 }
 
+std::string console_prefix(const LaunchConfig& cfg, int64_t local_rank, int64_t rank,
+                           const std::string& hostname) {
+  if (cfg.log_line_prefix_template.empty()) return fmt::format("[{}{}]:", cfg.role, local_rank);
+  return render_log_line_prefix(cfg.log_line_prefix_template,
+                                PrefixMacros{cfg.role, rank, local_rank, hostname});
+}
+
 bool writes_file(const LaunchConfig& cfg, int64_t local_rank, int stream) {
   int bit = stream == 1 ? StdSpec::kOut : StdSpec::kErr;
   return !cfg.log_dir.empty() || (cfg.redirects.for_rank(local_rank) & bit) ||
@@ -52,11 +60,12 @@ bool writes_file(const LaunchConfig& cfg, int64_t local_rank, int stream) {
 }
 
 WorkerOutput::WorkerOutput(const LaunchConfig& cfg, int64_t local_rank, const std::string& rank_dir,
-                           std::shared_ptr<SharedConsole> shared, OutputLossCallback on_loss)
+                           std::shared_ptr<SharedConsole> shared, OutputLossCallback on_loss,
+                           std::string prefix)
     : shared_(std::move(shared)),
       on_loss_(std::move(on_loss)),
       local_rank_(local_rank),
-      prefix_(fmt::format("[{}{}]:", cfg.role, local_rank)) {
+      prefix_(prefix.empty() ? fmt::format("[{}{}]:", cfg.role, local_rank) : std::move(prefix)) {
   for (int stream : {1, 2}) {
     ConsoleStyle& style = style_[stream];
     style.rank = local_rank;

@@ -56,8 +56,10 @@ class WorkerOutput {
   // `rank_dir`: the worker's directory for this attempt (created by the caller).
   // `shared`: from make_shared_console, the same for every worker of the generation.
   // `on_loss`: called once per stream, at its log file's first failed write.
+  // `prefix`: what starts each console line; "" : torchrun's "[<role><local_rank>]:".
   WorkerOutput(const LaunchConfig& cfg, int64_t local_rank, const std::string& rank_dir,
-               std::shared_ptr<SharedConsole> shared = nullptr, OutputLossCallback on_loss = {});
+               std::shared_ptr<SharedConsole> shared = nullptr, OutputLossCallback on_loss = {},
+               std::string prefix = "");
   ~WorkerOutput();
   WorkerOutput(const WorkerOutput&) = delete;
   WorkerOutput& operator=(const WorkerOutput&) = delete;
@@ -90,6 +92,11 @@ class WorkerOutput {
   ConsoleStyle style_[3];       // for a console copy started after a failed file write
   std::string scratch_;  // console bytes being assembled (kept to reuse its capacity)
 };
+
+// The console prefix of a worker's lines: --log_line_prefix_template rendered for it
+// (torchrun_flags.h), else torchrun's "[<role><local_rank>]:".
+std::string console_prefix(const LaunchConfig& cfg, int64_t local_rank, int64_t rank,
+                           const std::string& hostname);
 
 // True when the configuration writes this rank's stream to a file.
 bool writes_file(const LaunchConfig& cfg, int64_t local_rank, int stream);

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <fmt/format.h>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -15,6 +16,7 @@
 #include "common/version.h"
 #include "launcher/agent.h"
 #include "launcher/cli.h"
+#include "launcher/completion.h"
 #include "launcher/flash_dir.h"
 #include "launcher/flash_persist.h"
 #include "launcher/flash_sweep.h"
@@ -72,6 +74,16 @@ std::optional<int> read_config(const std::vector<std::string>& args, dlaunch::La
     }
     if (cli.help) {
       std::cout << help_text();
+      return 0;
+    }
+    if (auto shell = cli.values.find("print_completion"); shell != cli.values.end()) {
+      // torchrun 2.x's --print_completion SHELL; dlaunch generates bash's only.
+      if (shell->second != "bash") {
+        throw UsageError(fmt::format(
+            "{}='{}' is not supported: dlaunch prints bash completion only; use {} bash",
+            cli.spelled.at("print_completion"), shell->second, cli.spelled.at("print_completion")));
+      }
+      std::cout << bash_completion_script(flag_specs());
       return 0;
     }
     host = HostInfo::detect();
@@ -140,7 +152,10 @@ int run_agent(const dlaunch::LaunchConfig& cfg, const dlaunch::HostInfo& host) {
     // action). Slurm signals every process of a step at once, so a SIGTERM can land after the
     // workers already ended: it must not turn `code` (75 after a preemption notice) into death
     // by signal while the store server and the orphan guard shut down.
-    for (int s : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2}) ::signal(s, SIG_IGN);
+    for (int s : cfg.stop_signals) {
+      if (s != SIGCHLD && s != SIGTSTP && s != SIGCONT) ::signal(s, SIG_IGN);
+    }
+    for (int s : {SIGUSR1, SIGUSR2}) ::signal(s, SIG_IGN);
     return code;
   } catch (const UsageError& e) {
     log_error("{}", e.what());

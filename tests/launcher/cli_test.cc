@@ -101,11 +101,35 @@ TEST(Cli, HelpListsEveryFlagWithItsTwin) {
   std::string h = help_text();
   for (const auto& s : flag_specs()) {
     EXPECT_NE(h.find("--" + s.name), std::string::npos) << s.name;
-    if (s.name != "help" && s.name != "version") {  // they act at once, no twin
+    // They act at once, with no twin.
+    if (s.name != "help" && s.name != "version" && s.name != "print_completion") {
       EXPECT_NE(h.find(s.env), std::string::npos) << s.env;
     }
   }
   EXPECT_TRUE(parse_cli({"-h"}).help);
+}
+
+// torchrun 2.15's flags are dlaunch flags, in both spellings (docs/cli.md, "Every torchrun 2.15
+// flag").
+TEST(Cli, TakesEveryTorchrunTwoFifteenFlag) {
+  for (const char* flag :
+       {"nnodes", "nproc-per-node", "rdzv-backend", "rdzv-endpoint", "rdzv-id", "rdzv-conf",
+        "standalone", "max-restarts", "monitor-interval", "start-method", "event-log-handler",
+        "role", "module", "no-python", "run-path", "log-dir", "redirects", "tee",
+        "log-line-prefix-template", "local-ranks-filter", "duplicate-stdout-filters",
+        "duplicate-stderr-filters", "node-rank", "master-addr", "master-port", "local-addr",
+        "logs-specs", "numa-binding", "signals-to-handle", "shutdown-timeout",
+        "virtual-local-rank", "print-completion", "help"}) {
+    std::string dashed = std::string("--") + flag;
+    std::string underscored = dashed;
+    for (size_t i = 2; i < underscored.size(); ++i) {
+      if (underscored[i] == '-') underscored[i] = '_';
+    }
+    for (const auto& spelled : {dashed, underscored}) {
+      auto cli = parse_cli({spelled + "=1", "p"});
+      EXPECT_EQ(cli.values.size(), 1u) << spelled;
+    }
+  }
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "launcher/launch_config.h"
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 
 #include <map>
@@ -36,6 +37,13 @@ TEST(LaunchConfig, DefaultsAreTorchruns) {
   EXPECT_EQ(c.min_nodes, 1);
   EXPECT_EQ(c.max_nodes, 1);
   EXPECT_EQ(c.master_addr, "127.0.0.1");
+  // torchrun 2.x: one node without --master_port: a free port and a fresh run id.
+  EXPECT_EQ(c.master_port, 0);
+  EXPECT_EQ(c.run_id, "feedfacecafebeef");
+  EXPECT_EQ(c.monitor_interval, 0.1);
+  EXPECT_EQ(c.stop_signals, (std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT}));
+  EXPECT_EQ(c.shutdown_grace, std::chrono::seconds(5));
+  c = resolve({"--nnodes", "2", "p"});
   EXPECT_EQ(c.master_port, 29500);
   EXPECT_EQ(c.run_id, "none");
   EXPECT_EQ(c.rdzv_backend, "static");
@@ -393,6 +401,100 @@ TEST(LaunchConfig, SecondsAndSwitchesFromEnv) {
   EXPECT_TRUE(c.standalone);
   EXPECT_FALSE(c.hang_timeout_from_start);
   EXPECT_TRUE(resolve({"p"}, {{"DLAUNCH_HANG_TIMEOUT_FROM_START", "1"}}).hang_timeout_from_start);
+}
+
+// torchrun 2.x, one node: a free port and a fresh run id only when nothing chose the port (a
+// flag, a twin, --rdzv_endpoint); an explicit run id is kept.
+TEST(LaunchConfig, OneNodeWithoutMasterPortTakesAFreePort) {
+  auto c = resolve({"p"});
+  EXPECT_EQ(c.master_port, 0);
+  EXPECT_NE(c.origin.at("master_port").find("free port"), std::string::npos);
+  EXPECT_EQ(resolve({"--rdzv_id", "job7", "p"}).run_id, "job7");
+  EXPECT_EQ(resolve({"--rdzv_id", "job7", "p"}).master_port, 0);
+  c = resolve({"--master_port", "29511", "p"});
+  EXPECT_EQ(c.master_port, 29511);
+  EXPECT_EQ(c.run_id, "none");
+  EXPECT_EQ(resolve({"p"}, {{"PET_MASTER_PORT", "29512"}}).master_port, 29512);
+  EXPECT_EQ(resolve({"p"}, {{"DLAUNCH_MASTER_PORT", "29513"}}).master_port, 29513);
+  EXPECT_EQ(resolve({"--rdzv_endpoint", "127.0.0.1:29514", "p"}).master_port, 29500);
+}
+
+TEST(LaunchConfig, TorchrunTwoFlagsHaveTheirPetTwins) {
+  auto c = resolve({"p"}, {{"PET_LOG_LINE_PREFIX_TEMPLATE", "${rank}> "},
+                           {"PET_DUPLICATE_STDOUT_FILTERS", "a,b"},
+                           {"PET_DUPLICATE_STDERR_FILTERS", "c"},
+                           {"PET_EVENT_LOG_HANDLER", "null"},
+                           {"PET_SIGNALS_TO_HANDLE", "SIGTERM,SIGUSR2"},
+                           {"PET_SHUTDOWN_TIMEOUT", "7"},
+                           {"PET_VIRTUAL_LOCAL_RANK", "1"},
+                           {"PET_RUN_PATH", "1"}});
+  EXPECT_EQ(c.log_line_prefix_template, "${rank}> ");
+  EXPECT_EQ(c.duplicate_stdout_filters, (std::vector<std::string>{"a", "b"}));
+  EXPECT_EQ(c.duplicate_stderr_filters, (std::vector<std::string>{"c"}));
+  EXPECT_EQ(c.stop_signals, (std::vector<int>{SIGTERM, SIGUSR2}));
+  EXPECT_EQ(c.shutdown_grace, std::chrono::seconds(7));
+  EXPECT_EQ(c.origin.at("shutdown_grace"), "PET_SHUTDOWN_TIMEOUT");
+  EXPECT_TRUE(c.virtual_local_rank);
+  EXPECT_TRUE(c.run_path);
+  // torchrun's own fallbacks, after the flag and the PET_ twin.
+  c = resolve({"p"}, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "x "},
+                      {"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"}});
+  EXPECT_EQ(c.log_line_prefix_template, "x ");
+  EXPECT_EQ(c.shutdown_grace, std::chrono::seconds(9));
+  c = resolve({"--shutdown-timeout", "3", "p"}, {{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT", "9"}});
+  EXPECT_EQ(c.shutdown_grace, std::chrono::seconds(3));
+}
+
+TEST(LaunchConfig, ShutdownTimeoutIsShutdownGrace) {
+  EXPECT_EQ(resolve({"--shutdown_timeout", "0", "p"}).shutdown_grace, Duration(0));
+  EXPECT_EQ(resolve({"--shutdown_timeout", "4", "--shutdown_grace", "4", "p"}).shutdown_grace,
+            std::chrono::seconds(4));
+  EXPECT_NE(usage_error({"--shutdown_timeout", "4", "--shutdown_grace", "6", "p"})
+                .find("--shutdown_timeout=4 and --shutdown_grace=6 were both given"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--shutdown_timeout", "-1", "p"}).find("--shutdown_timeout=-1"),
+            std::string::npos);
+}
+
+TEST(LaunchConfig, RefusedTorchrunValuesNameTheFlag) {
+  EXPECT_EQ(usage_error({"--event_log_handler", "null", "--logs_specs", "default", "p"}), "");
+  EXPECT_NE(usage_error({"--event-log-handler", "console", "p"})
+                .find("--event-log-handler='console' is not supported"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--logs_specs", "mine", "p"}).find("--logs_specs='mine' is not supported"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--signals_to_handle", "SIGTERM,TERM", "p"})
+                .find("--signals_to_handle='SIGTERM,TERM' names 'TERM'"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--signals_to_handle", "SIGKILL", "p"}).find("no process can catch"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--signals_to_handle", "SIGSEGV", "p"}).find("'SIGSEGV'"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--log_line_prefix_template", "x", "--log_fold", "p"})
+                .find("--log_line_prefix_template and --log_fold were both given"),
+            std::string::npos);
+}
+
+TEST(LaunchConfig, VirtualLocalRankNeedsADevicePerWorker) {
+  EXPECT_EQ(usage_error({"--virtual_local_rank", "--nproc_per_node", "2", "p"},
+                        {{"CUDA_VISIBLE_DEVICES", "3,5"}}),
+            "");
+  EXPECT_EQ(usage_error({"--virtual_local_rank", "--nproc_per_node", "4", "p"}), "");
+  EXPECT_NE(usage_error({"--virtual_local_rank", "--nproc_per_node", "3", "p"},
+                        {{"CUDA_VISIBLE_DEVICES", "3,5"}})
+                .find("CUDA_VISIBLE_DEVICES='3,5' has 2 entries for --nproc_per_node=3"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"--virtual_local_rank", "--nproc_per_node", "2", "p"},
+                        {{"CUDA_VISIBLE_DEVICES", "0,1"}, {"HIP_VISIBLE_DEVICES", "4"}})
+                .find("HIP_VISIBLE_DEVICES='4'"),
+            std::string::npos);
+}
+
+TEST(LaunchConfig, RunPathRunsAnyProgramUnderPython) {
+  auto c = resolve({"--run_path", "--no_python", "--python", "py", "/x/job", "a"});
+  EXPECT_EQ(c.worker_argv(0), (std::vector<std::string>{"py", "-u", "/x/job", "a"}));
+  c = resolve({"--run_path", "-m", "--python", "py", "/x/job.py"});
+  EXPECT_EQ(c.worker_argv(0), (std::vector<std::string>{"py", "-u", "/x/job.py"}));
 }
 
 }  // namespace
