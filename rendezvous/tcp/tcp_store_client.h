@@ -16,8 +16,9 @@
 // refused: nothing listens at the address); ProtocolError on a malformed reply;
 // StateError when the job token is refused, the server is not this job's, or the peer answers
 // the handshake with bytes no store sends; UsageError when the store refuses this agent for
-// what the user must change: it requires a job token this agent lacks, or it serves another run
-// (options.run_id). Neither is retried.
+// what the user must change: it requires a job token this agent lacks, it serves another run
+// (options.run_id), or it is no dlaunch store (PyTorch's own, such as torchrun's, answers PING
+// and closes the connection on an agent's DECLARE_AGENT or AUTH_BEGIN). None is retried.
 // Thread-safe: one request at a time per client (a mutex); use one client per thread that
 // blocks in get/wait while others must go on. interrupt() is the one call that does not wait
 // for that mutex: another thread uses it to end a blocked call at once (a watcher's stop()).

@@ -9,7 +9,10 @@
 //    it itself, and the listening socket belongs to the dlaunch agent hosting the store;
 //  - a worker decorated with @record that raises: the failure report names the rank and shows the
 //    Python exception from TORCHELASTIC_ERROR_FILE;
-//  - `-m module` and `script.py` forms (two standalone jobs at once, on separate stores).
+//  - `-m module` and `script.py` forms (two standalone jobs at once, on separate stores);
+//  - elastic 1 -> 2 -> 3 -> 2 agents, a DDP group each round; hangs caught through the optimizer
+//    hooks and blamed on the stuck rank (on this node and across nodes);
+//  - the workers' whole environment against torchrun's for the same command.
 //
 // The scripts live beside this file (ddp_train.py, record_fail.py). Skipped, per interpreter,
 // when it cannot import torch.distributed. Timeouts are generous: importing torch takes 5-25 s
