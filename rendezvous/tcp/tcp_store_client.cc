@@ -318,15 +318,7 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
     wire::put_u32(hello, nonce);
     send_raw(hello, "PING");
     if (options_.agent) {
-      uint8_t declared;
-      try {
-        declared = recv_u8(deadline, "DECLARE_AGENT");
-      } catch (const StoreInterruptedError&) {
-        throw;
-      } catch (const ClosedError&) {
-        refuse_if_foreign_store(deadline);
-        throw;
-      }
+      uint8_t declared = recv_dlaunch_reply(deadline, "DECLARE_AGENT");
       if (declared == wire::kDeclareRefusedNoToken) {
         drop();
         throw UsageError(
@@ -358,15 +350,7 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
   begin.digest = random_nonce();
   wire::encode_request(wire::Dialect::kTorch2, begin, hello);
   send_raw(hello, "AUTH_BEGIN");
-  uint8_t mode;
-  try {
-    mode = recv_u8(deadline, "AUTH_BEGIN");
-  } catch (const StoreInterruptedError&) {
-    throw;
-  } catch (const ClosedError&) {
-    refuse_if_foreign_store(deadline);
-    throw;
-  }
+  uint8_t mode = recv_dlaunch_reply(deadline, "AUTH_BEGIN");
   if (mode > 1) {
     throw_not_a_store(fmt::format(
         "it answered the handshake with byte 0x{:02x}, where a store answers 0x00 or 0x01", mode));
@@ -408,6 +392,17 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
   }
   if (ask_features) read_features(deadline);
   declare_run(deadline);
+}
+
+uint8_t TcpStoreClient::recv_dlaunch_reply(SteadyTime::time_point deadline, const char* what) {
+  try {
+    return recv_u8(deadline, what);
+  } catch (const StoreInterruptedError&) {
+    throw;
+  } catch (const ClosedError&) {
+    refuse_if_foreign_store(deadline);
+    throw;
+  }
 }
 
 void TcpStoreClient::refuse_if_foreign_store(SteadyTime::time_point deadline) {

@@ -135,6 +135,9 @@ class TcpStoreClient final : public Store {
   // that answers PyTorch's requests but not that op (PyTorch's own TCPStore); else returns,
   // its connection dropped, and the caller's close stands.
   void refuse_if_foreign_store(std::chrono::steady_clock::time_point deadline);
+  // The first reply to the handshake's dlaunch-only op; a close there goes through
+  // refuse_if_foreign_store before it is rethrown.
+  uint8_t recv_dlaunch_reply(std::chrono::steady_clock::time_point deadline, const char* what);
   // Asks FEATURES into server_features_; a connection closed instead marks an older server.
   void read_features(std::chrono::steady_clock::time_point deadline);
   // Declares options_.run_id (DECLARE_RUN) to a server that has the op; throws UsageError when

@@ -13,8 +13,8 @@
 // did not declare itself an agent's (PyTorch's, dtrain's) the namespace current at its first key
 // operation and prepends it to every key it sends. Agents' connections (TcpStoreClient's
 // default) see the store unscoped. Static and c10d rounds both set one. Without a namespace
-// set (a store used outside dlaunch) nothing is prepended. One job per store: the namespace is store-wide, so the
-// server refuses agents of another run (TcpStoreServerOptions::run_id), whose workers would
+// set (a store used outside dlaunch) nothing is prepended. One job per store: the namespace is
+// store-wide, so the server refuses agents of another run (TcpStoreServerOptions::run_id), whose workers would
 // otherwise take this run's namespace or give theirs to this run's workers.
 #pragma once
 

@@ -6,6 +6,7 @@ dlaunch give the same command. Imports nothing of torch: the environment is the 
 import os
 import sys
 
-lines = [f"{k}={v.encode('unicode_escape').decode('ascii')}\n" for k, v in sorted(os.environ.items())]
+lines = [f"{k}={v.encode('unicode_escape').decode('ascii')}\n"
+         for k, v in sorted(os.environ.items())]
 with open(os.path.join(sys.argv[1], f"env.{os.environ['RANK']}"), "w") as f:
     f.writelines(lines)

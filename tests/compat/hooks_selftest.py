@@ -43,7 +43,7 @@ def real():
         make()  # a second instance must not wrap the class again
         step = type(opt).step
         if global_hook:
-            assert not getattr(step, "_dlaunch_beats", False), f"{type(opt).__name__} wrapped on 2.x"
+            assert not getattr(step, "_dlaunch_beats", False), f"{type(opt).__name__} wrapped"
         else:
             assert getattr(step, "_dlaunch_beats", False), f"{type(opt).__name__}.step not hooked"
             assert not getattr(step.__wrapped__, "_dlaunch_beats", False), "wrapped twice"
