@@ -33,7 +33,9 @@ inline constexpr const char kRunId[] = "TORCHELASTIC_RUN_ID";
 inline constexpr const char kUseAgentStore[] = "TORCHELASTIC_USE_AGENT_STORE";
 inline constexpr const char kErrorFile[] = "TORCHELASTIC_ERROR_FILE";
 inline constexpr const char kOmpNumThreads[] = "OMP_NUM_THREADS";
+// PyTorch 1.x's name, and 2.x's.
 inline constexpr const char kNcclAsyncErrorHandling[] = "NCCL_ASYNC_ERROR_HANDLING";
+inline constexpr const char kTorchNcclAsyncErrorHandling[] = "TORCH_NCCL_ASYNC_ERROR_HANDLING";
 // dlaunch's extras.
 inline constexpr const char kHeartbeatFile[] = "DLAUNCH_HEARTBEAT_FILE";
 inline constexpr const char kNodeId[] = "DLAUNCH_NODE_ID";

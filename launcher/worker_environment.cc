@@ -62,17 +62,24 @@ WorkerEnv worker_contract(const WorkerEnvInputs& in, const RendezvousResult& r,
 EnvPairs full_worker_env(const WorkerEnv& contract_env, const EnvPairs& base_env) {
   auto contract = contract_env.to_env();
   EnvPairs env;
-  env.reserve(base_env.size() + contract.size() + 1);
+  env.reserve(base_env.size() + contract.size() + 2);
   bool has_nccl_async = false;
   for (const auto& kv : base_env) {
     bool overridden = std::any_of(contract.begin(), contract.end(),
                                   [&](const auto& c) { return c.first == kv.first; });
     if (!overridden) env.push_back(kv);
-    has_nccl_async |= kv.first == env_names::kNcclAsyncErrorHandling;
+    has_nccl_async |= kv.first == env_names::kNcclAsyncErrorHandling ||
+                      kv.first == env_names::kTorchNcclAsyncErrorHandling;
   }
   env.insert(env.end(), contract.begin(), contract.end());
-  // torchrun 1.13's agent sets it unless the user did, so NCCL errors abort instead of hang.
-  if (!has_nccl_async) env.emplace_back(env_names::kNcclAsyncErrorHandling, "1");
+  // torchrun sets it unless the user did, so NCCL errors abort instead of hang: 1.13 under the
+  // old name, 2.x under the new one. The worker's PyTorch is not known here, so both; a user
+  // who set either chose, and gets neither added (2.x warns that the old name is deprecated,
+  // so a 2.x user who minds sets TORCH_NCCL_ASYNC_ERROR_HANDLING).
+  if (!has_nccl_async) {
+    env.emplace_back(env_names::kTorchNcclAsyncErrorHandling, "1");
+    env.emplace_back(env_names::kNcclAsyncErrorHandling, "1");
+  }
   return env;
 }
 

@@ -41,7 +41,8 @@ WorkerEnv worker_contract(const WorkerEnvInputs& in, const RendezvousResult& r,
                           WorkerPlacement place, int64_t local_rank, const std::string& rank_dir);
 
 // `base_env` with the contract on top (contract keys replace inherited ones), plus torchrun's
-// NCCL_ASYNC_ERROR_HANDLING=1 unless the user set it.
+// NCCL async error handling: TORCH_NCCL_ASYNC_ERROR_HANDLING=1 (2.x's name) and
+// NCCL_ASYNC_ERROR_HANDLING=1 (1.x's) when the user set neither.
 EnvPairs full_worker_env(const WorkerEnv& contract, const EnvPairs& base_env);
 
 }  // namespace dlaunch

@@ -149,10 +149,12 @@ struct Measurement {
 };
 
 // The same loop through dlaunch's own TcpStoreClient (2.x dialect, what agents and dtrain use):
-// set, get, add per iteration.
+// set, get, add per iteration. As an agent's connection: its get is one request (a worker's
+// WAITs first, a round trip more, as it may face PyTorch's own server).
 uint64_t dlaunch_client_loop(uint16_t port, int id, const std::atomic<bool>& stop) {
   TcpStoreClientOptions o;
   o.port = port;
+  o.agent = true;
   TcpStoreClient client(o);
   std::string key = "/bench/c" + std::to_string(id);
   Bytes value(64, 'v');

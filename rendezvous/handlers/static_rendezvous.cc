@@ -13,6 +13,7 @@
 #include "rendezvous/handlers/round_table.h"
 #include "rendezvous/handlers/wait_notes.h"
 #include "rendezvous/handlers/version_mix.h"
+#include "rendezvous/tcp/worker_namespace.h"
 
 namespace dlaunch {
 
@@ -347,6 +348,12 @@ void StaticRendezvous::close_round(int64_t round, const Record& mine,
     by_rank.push_back(nodes.size());
     nodes.push_back(std::move(d));
   }
+  // Before anyone is released, every worker of this round gets a namespace of its own, and the
+  // previous round's keys go (every node stopped its workers before joining). PyTorch 1.13's
+  // workers put TORCHELASTIC_RESTART_COUNT in their keys; 2.x's do not (torchrun 2.x gives each
+  // restart a store of its own), so without it a restarted 2.x group reads the failed group's
+  // gloo addresses and cannot connect.
+  begin_worker_namespace(*store_, worker_namespace(params_.run_id, round));
   store_->set(round_prefix + "/table", RoundTable::make(nodes, by_rank).encode());
   store_->set(all_key, to_bytes(kAllWithTable));
 }

@@ -318,7 +318,7 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
     wire::put_u32(hello, nonce);
     send_raw(hello, "PING");
     if (options_.agent) {
-      uint8_t declared = recv_u8(deadline, "DECLARE_AGENT");
+      uint8_t declared = recv_dlaunch_reply(deadline, "DECLARE_AGENT");
       if (declared == wire::kDeclareRefusedNoToken) {
         drop();
         throw UsageError(
@@ -350,7 +350,7 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
   begin.digest = random_nonce();
   wire::encode_request(wire::Dialect::kTorch2, begin, hello);
   send_raw(hello, "AUTH_BEGIN");
-  uint8_t mode = recv_u8(deadline, "AUTH_BEGIN");
+  uint8_t mode = recv_dlaunch_reply(deadline, "AUTH_BEGIN");
   if (mode > 1) {
     throw_not_a_store(fmt::format(
         "it answered the handshake with byte 0x{:02x}, where a store answers 0x00 or 0x01", mode));
@@ -392,6 +392,69 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
   }
   if (ask_features) read_features(deadline);
   declare_run(deadline);
+}
+
+uint8_t TcpStoreClient::recv_dlaunch_reply(SteadyTime::time_point deadline, const char* what) {
+  try {
+    return recv_u8(deadline, what);
+  } catch (const StoreInterruptedError&) {
+    throw;
+  } catch (const ClosedError&) {
+    refuse_if_foreign_store(deadline);
+    throw;
+  }
+}
+
+void TcpStoreClient::refuse_if_foreign_store(SteadyTime::time_point deadline) {
+  // The close may also be a dlaunch store starting up or shedding load, so it is judged only on
+  // a second connection that asks PyTorch's PING first and dlaunch's op alone after the echo: a
+  // store that answers the one and then closes on the other does not know the op. A dlaunch
+  // store answers both (DECLARE_AGENT without a token is answered 1; AUTH_BEGIN always), so
+  // only a foreign store is refused. Anything else: the caller's close stands and the connect
+  // goes on retrying.
+  deadline = std::min(deadline, deadline_after(options_.handshake_timeout));
+  const char* ours_name = options_.token ? "AUTH_BEGIN" : "DECLARE_AGENT";
+  bool echoed = false;
+  try {
+    drop();
+    connect_once(deadline);
+    Bytes probe;
+    wire::put_u8(probe, wire::op2::kValidate);
+    wire::put_u32(probe, wire::kValidationMagic);
+    wire::put_u8(probe, wire::op2::kPing);
+    const uint32_t nonce = 0xD1A0C0DE;
+    wire::put_u32(probe, nonce);
+    send_raw(probe, "PING");
+    uint8_t buf[4];
+    recv_exact(buf, 4, deadline, "PING", "");
+    if (load_le<uint32_t>(buf) != nonce) return drop();
+    echoed = true;
+    Bytes ours;
+    if (options_.token) {
+      Request begin;
+      begin.op = Op::kAuthBegin;
+      begin.digest = random_nonce();
+      wire::encode_request(wire::Dialect::kTorch2, begin, ours);
+    } else {
+      wire::put_u8(ours, wire::op2::kDeclareAgent);
+    }
+    send_raw(ours, ours_name);
+    recv_u8(deadline, ours_name);
+  } catch (const StoreInterruptedError&) {
+    throw;
+  } catch (const ClosedError&) {
+    if (echoed) {
+      throw UsageError(fmt::format(
+          "the store at {} is not a dlaunch store: it answers PyTorch's store requests but "
+          "closed the connection on dlaunch's {} (it is PyTorch's own TCPStore, such as "
+          "torchrun's); dlaunch agents meet only on a store a dlaunch agent hosts: give this "
+          "job a --rdzv_endpoint (or --master_port) that no torchrun uses, and the first "
+          "dlaunch agent there hosts the store",
+          endpoint(), ours_name));
+    }
+  } catch (const Error&) {
+  }
+  drop();  // it answered (a dlaunch store after all), or proved nothing: the caller retries
 }
 
 void TcpStoreClient::declare_run(SteadyTime::time_point deadline) {
@@ -587,6 +650,7 @@ void TcpStoreClient::set(const std::string& key, const Bytes& value) {
 
 Bytes TcpStoreClient::get(const std::string& key) {
   CallScope call(*this);
+  if (!options_.agent) wait_locked({key}, timeout());
   begin_request(Op::kGet, key);
   send_framed(Op::kGet);
   try {
@@ -635,6 +699,10 @@ bool TcpStoreClient::check(const std::vector<std::string>& keys) {
 
 void TcpStoreClient::wait(const std::vector<std::string>& keys, Duration timeout) {
   CallScope call(*this);
+  wait_locked(keys, timeout);
+}
+
+void TcpStoreClient::wait_locked(const std::vector<std::string>& keys, Duration timeout) {
   ensure_connected();
   send_request(make(Op::kWait, keys));
   // Poll for the answer ourselves: on timeout we cancel the parked WAIT (2.x CANCEL_WAIT) and
@@ -742,6 +810,7 @@ int64_t TcpStoreClient::num_keys() {
 
 std::vector<Bytes> TcpStoreClient::multi_get(const std::vector<std::string>& keys) {
   CallScope call(*this);
+  if (!options_.agent) wait_locked(keys, timeout());
   ensure_connected();
   send_request(make(Op::kMultiGet, keys));
   auto deadline = deadline_after(timeout());

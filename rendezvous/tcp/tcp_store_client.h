@@ -16,8 +16,9 @@
 // refused: nothing listens at the address); ProtocolError on a malformed reply;
 // StateError when the job token is refused, the server is not this job's, or the peer answers
 // the handshake with bytes no store sends; UsageError when the store refuses this agent for
-// what the user must change: it requires a job token this agent lacks, or it serves another run
-// (options.run_id). Neither is retried.
+// what the user must change: it requires a job token this agent lacks, it serves another run
+// (options.run_id), or it is no dlaunch store (PyTorch's own, such as torchrun's, answers PING
+// and closes the connection on an agent's DECLARE_AGENT or AUTH_BEGIN). None is retried.
 // Thread-safe: one request at a time per client (a mutex); use one client per thread that
 // blocks in get/wait while others must go on. interrupt() is the one call that does not wait
 // for that mutex: another thread uses it to end a blocked call at once (a watcher's stop()).
@@ -83,6 +84,10 @@ class TcpStoreClient final : public Store {
   TcpStoreClient& operator=(const TcpStoreClient&) = delete;
 
   void set(const std::string& key, const Bytes& value) override;
+  // get and multi_get: an agent's connection sends one request, which dlaunch's server parks
+  // until the keys exist. Anyone else's may face PyTorch's own server (dtrain under torchrun),
+  // which answers GET of a missing key at once (libuv: an empty value; legacy: it closes the
+  // connection), so it first WAITs for the keys, as PyTorch's client does: a round trip more.
   Bytes get(const std::string& key) override;
   int64_t add(const std::string& key, int64_t delta) override;
   Bytes compare_set(const std::string& key, const Bytes& expected, const Bytes& desired) override;
@@ -119,11 +124,20 @@ class TcpStoreClient final : public Store {
   // All run with mutex_ held.
   void ensure_connected();
   void connect_once(std::chrono::steady_clock::time_point deadline);
+  void wait_locked(const std::vector<std::string>& keys, Duration timeout);
   void handshake(std::chrono::steady_clock::time_point deadline);
   // "host:port answers but is not a dlaunch or PyTorch store: <why>".
   std::string not_a_store(const std::string& why) const;
   std::string silent_answer() const;
   [[noreturn]] void throw_not_a_store(const std::string& why);
+  // Called when the server closed the connection on the handshake's dlaunch-only op
+  // (DECLARE_AGENT or AUTH_BEGIN): throws UsageError when a second connection shows a store
+  // that answers PyTorch's requests but not that op (PyTorch's own TCPStore); else returns,
+  // its connection dropped, and the caller's close stands.
+  void refuse_if_foreign_store(std::chrono::steady_clock::time_point deadline);
+  // The first reply to the handshake's dlaunch-only op; a close there goes through
+  // refuse_if_foreign_store before it is rethrown.
+  uint8_t recv_dlaunch_reply(std::chrono::steady_clock::time_point deadline, const char* what);
   // Asks FEATURES into server_features_; a connection closed instead marks an older server.
   void read_features(std::chrono::steady_clock::time_point deadline);
   // Declares options_.run_id (DECLARE_RUN) to a server that has the op; throws UsageError when

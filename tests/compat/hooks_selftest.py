@@ -1,9 +1,10 @@
 """Checks dlaunch's sitecustomize (python/dlaunch_hooks) inside one interpreter, for
 torch_compat_test.cc. Run with the hooks first on PYTHONPATH and DLAUNCH_HEARTBEAT_FILE set.
 
-  hooks_selftest.py real    Debian's PyTorch (1.13: each optimizer class's step is wrapped):
-                            SGD, Adam and a subclass of SGD touch the heartbeat file, at most
-                            every 100 ms, and a class is wrapped once however many instances.
+  hooks_selftest.py real    the PyTorch of this python: SGD, Adam and a subclass of SGD touch
+                            the heartbeat file, at most every 100 ms. 1.13: each optimizer
+                            class's step is wrapped, once however many instances; 2.x: one
+                            global step post hook, and no class is wrapped.
   hooks_selftest.py fake2   a stand-in torch package with PyTorch 2.x's global
                             register_optimizer_step_post_hook (no PyTorch 2 here): the hooks use
                             it instead of wrapping.
@@ -28,14 +29,24 @@ def real():
     class MySGD(torch.optim.SGD):  # a user's subclass that keeps SGD's step
         pass
 
+    import torch.optim.optimizer as optimizer
+
+    global_hook = hasattr(optimizer, "register_optimizer_step_post_hook")
+    assert global_hook == (int(torch.__version__.split(".")[0]) >= 2), torch.__version__
+    if global_hook:
+        hooks = list(optimizer._global_optimizer_post_hooks.values())
+        assert [h.__module__ for h in hooks] == ["sitecustomize"], f"global hooks: {hooks}"
     p = torch.nn.Parameter(torch.ones(2))
     for make in (lambda: torch.optim.SGD([p], lr=0.1), lambda: torch.optim.Adam([p]),
                  lambda: MySGD([p], lr=0.1)):
         opt = make()
         make()  # a second instance must not wrap the class again
         step = type(opt).step
-        assert getattr(step, "_dlaunch_beats", False), f"{type(opt).__name__}.step not hooked"
-        assert not getattr(step.__wrapped__, "_dlaunch_beats", False), "wrapped twice"
+        if global_hook:
+            assert not getattr(step, "_dlaunch_beats", False), f"{type(opt).__name__} wrapped"
+        else:
+            assert getattr(step, "_dlaunch_beats", False), f"{type(opt).__name__}.step not hooked"
+            assert not getattr(step.__wrapped__, "_dlaunch_beats", False), "wrapped twice"
         before = mtime()
         time.sleep(0.15)
         p.grad = torch.ones(2)

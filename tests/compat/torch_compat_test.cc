@@ -1,5 +1,7 @@
-// PyTorch compatibility: unmodified torchrun-style scripts run with Debian's PyTorch 1.13
-// (/usr/bin/python3, gloo on CPU) under real dlaunch agents on 127.0.0.1.
+// PyTorch compatibility: unmodified torchrun-style scripts run under real dlaunch agents on
+// 127.0.0.1 (gloo on CPU), each test once with Debian's PyTorch 1.13 (/usr/bin/python3, test
+// names ending /Torch113) and once with the pinned PyTorch 2.15 of scripts/setup_torch2.sh's venv
+// (/Torch215).
 //
 //  - 2 agents x 2 workers, static and c10d rendezvous: DDP training ends with bitwise identical
 //    parameters on every rank and a lower loss, and every worker used the agent's store
@@ -7,23 +9,29 @@
 //    it itself, and the listening socket belongs to the dlaunch agent hosting the store;
 //  - a worker decorated with @record that raises: the failure report names the rank and shows the
 //    Python exception from TORCHELASTIC_ERROR_FILE;
-//  - `-m module` and `script.py` forms (two standalone jobs at once, on separate stores).
+//  - `-m module` and `script.py` forms (two standalone jobs at once, on separate stores);
+//  - elastic 1 -> 2 -> 3 -> 2 agents, a DDP group each round; hangs caught through the optimizer
+//    hooks and blamed on the stuck rank (on this node and across nodes);
+//  - the workers' whole environment against torchrun's for the same command.
 //
-// The scripts live beside this file (ddp_train.py, record_fail.py). Skipped when /usr/bin/python3
-// cannot import torch.distributed. Timeouts are generous: importing torch takes 5-25 s on the
-// shared 2-core machine.
+// The scripts live beside this file (ddp_train.py, record_fail.py). Skipped, per interpreter,
+// when it cannot import torch.distributed. Timeouts are generous: importing torch takes 5-25 s
+// (1.13) and up to 30 s (2.15) on the shared 2-core machine.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <csignal>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <regex>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -36,23 +44,56 @@ using namespace std::chrono_literals;
 
 const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kCompatDir = COMPAT_DIR;
-const std::string kPython = "/usr/bin/python3";
 const std::string kHooksDir = HOOKS_DIR;  // python/dlaunch_hooks in the source tree
 constexpr auto kJobTimeout = 240s;
 
-bool torch_missing() {
-  static const bool missing = [] {
-    auto probe = run({kPython, "-c", "import torch.distributed.elastic.multiprocessing.errors"},
-                     {}, 120s);
-    return probe.timed_out || probe.exit.shell_code() != 0;
-  }();
-  return missing;
+// An interpreter whose PyTorch the tests run: Debian's 1.13, and the pinned 2.15 of the venv
+// scripts/setup_torch2.sh makes (CMake's DLAUNCH_TORCH2_PYTHON).
+struct TorchPython {
+  std::string name;    // the test name's suffix
+  std::string python;  // its interpreter
+  std::string setup;   // what makes it, for the skip message
+};
+
+// For gtest's and ctest's test lists: the name, not the struct's bytes.
+void PrintTo(const TorchPython& p, std::ostream* os) { *os << p.name; }
+
+const TorchPython kTorch113{"Torch113", "/usr/bin/python3",
+                            "install python3-torch (scripts/setup.sh --test)"};
+const TorchPython kTorch215{"Torch215", DLAUNCH_TORCH2_PYTHON,
+                            "run scripts/setup_torch2.sh (scripts/test.sh does)"};
+
+bool torch_missing(const std::string& python) {
+  static std::map<std::string, bool> missing;
+  auto it = missing.find(python);
+  if (it == missing.end()) {
+    auto probe = run({python, "-c", "import torch.distributed.elastic.multiprocessing.errors"},
+                     {}, 180s);
+    it = missing.emplace(python, probe.timed_out || probe.exit.shell_code() != 0).first;
+  }
+  return it->second;
 }
 
-#define SKIP_WITHOUT_TORCH()                                                              \
-  if (torch_missing())                                                                    \
-  GTEST_SKIP() << "Debian's python3-torch (1.13) cannot be imported by " << kPython \
-               << "; install python3-torch (scripts/setup.sh --test)"
+// Every test runs once per interpreter: the same scripts, unmodified.
+class TorchCompat : public ::testing::TestWithParam<TorchPython> {
+ protected:
+  const std::string& python() const { return GetParam().python; }
+  bool missing() const { return torch_missing(python()); }
+  std::string why_missing() const {
+    return python() + " cannot import torch.distributed (" + GetParam().name + "); " +
+           GetParam().setup;
+  }
+  std::vector<std::string> agent_argv(std::vector<std::string> flags,
+                                      const std::vector<std::string>& program) const {
+    flags.insert(flags.begin(), kDlaunch);
+    flags.insert(flags.end(), {"--python", python()});
+    flags.insert(flags.end(), program.begin(), program.end());
+    return flags;
+  }
+};
+
+#define SKIP_WITHOUT_TORCH() \
+  if (missing()) GTEST_SKIP() << why_missing()
 
 // What ddp_train.py printed for one rank.
 struct RankReport {
@@ -137,14 +178,6 @@ void expect_on_agent_store(const std::map<int, RankReport>& reports, int port, l
   }
 }
 
-std::vector<std::string> agent_argv(std::vector<std::string> flags,
-                                    const std::vector<std::string>& program) {
-  flags.insert(flags.begin(), kDlaunch);
-  flags.insert(flags.end(), {"--python", kPython});
-  flags.insert(flags.end(), program.begin(), program.end());
-  return flags;
-}
-
 struct JobResult {
   std::string out;      // every agent's stdout, concatenated
   std::string context;  // every agent's stdout and stderr, for failure messages
@@ -167,7 +200,7 @@ JobResult wait_all(std::vector<std::unique_ptr<Subprocess>>& agents, int expecte
 }
 
 // (a) and (e): static rendezvous, node 0 hosts the store at --master_port.
-TEST(TorchCompat, StaticTwoAgentsDdpOnAgentStore) {
+TEST_P(TorchCompat, StaticTwoAgentsDdpOnAgentStore) {
   SKIP_WITHOUT_TORCH();
   int port = free_port();
   std::vector<std::unique_ptr<Subprocess>> agents;
@@ -185,7 +218,7 @@ TEST(TorchCompat, StaticTwoAgentsDdpOnAgentStore) {
 
 // (b) and (e): c10d elastic rendezvous at MIN=MAX=2; the agent that bound the endpoint hosts the
 // store and the workers use it (MASTER_PORT = the endpoint's port).
-TEST(TorchCompat, ElasticC10dTwoAgentsDdpOnAgentStore) {
+TEST_P(TorchCompat, ElasticC10dTwoAgentsDdpOnAgentStore) {
   SKIP_WITHOUT_TORCH();
   int port = free_port();
   std::vector<std::unique_ptr<Subprocess>> agents;
@@ -214,7 +247,7 @@ TEST(TorchCompat, ElasticC10dTwoAgentsDdpOnAgentStore) {
 // before rounds had a store namespace of their own: "address.cc:45 ... 136 vs 0", or a hang).
 // With --max_restarts 0: no membership change may spend the budget, also not the leave, whose
 // peers' workers fail at once (gloo: connection closed by peer).
-TEST(TorchCompat, ElasticScaleUpAndDownFormsAWorkingDdpGroupEachRound) {
+TEST_P(TorchCompat, ElasticScaleUpAndDownFormsAWorkingDdpGroupEachRound) {
   SKIP_WITHOUT_TORCH();
   TempDir dir;
   const std::string stop = dir.file("stop");
@@ -274,7 +307,7 @@ TEST(TorchCompat, ElasticScaleUpAndDownFormsAWorkingDdpGroupEachRound) {
 // (c): rank 1 (node 1's only worker) raises inside @record. Node 1's report names the rank and
 // shows the exception from the error file (the `traceback :` field appears only when the error
 // file was read; otherwise the report shows the stderr tail). Node 0 is told by the push.
-TEST(TorchCompat, RecordedExceptionReachesFailureReport) {
+TEST_P(TorchCompat, RecordedExceptionReachesFailureReport) {
   SKIP_WITHOUT_TORCH();
   std::string port = std::to_string(free_port());
   std::vector<std::unique_ptr<Subprocess>> agents;
@@ -310,7 +343,7 @@ TEST(TorchCompat, RecordedExceptionReachesFailureReport) {
 
 // (d): the same script as `-m ddp_train` (found through PYTHONPATH) and as a path, two
 // standalone jobs at the same time: each gets its own store (port), its arguments, and trains.
-TEST(TorchCompat, ModuleAndScriptFormsAsTwoStandaloneJobs) {
+TEST_P(TorchCompat, ModuleAndScriptFormsAsTwoStandaloneJobs) {
   SKIP_WITHOUT_TORCH();
   std::map<std::string, std::string> env{{"PYTHONPATH", kCompatDir}};
   std::vector<std::unique_ptr<Subprocess>> jobs;
@@ -337,8 +370,9 @@ TEST(TorchCompat, ModuleAndScriptFormsAsTwoStandaloneJobs) {
 
 // (f) issue 13: dlaunch's sitecustomize runs the user's own sitecustomize (the one it shadows on
 // PYTHONPATH), does not import torch for a script that does not, and --no_python_hooks leaves it
-// out. Needs only /usr/bin/python3.
-TEST(TorchCompat, PythonHooksKeepTheUsersSitecustomizeAndImportNothing) {
+// out. Needs only the interpreter, not torch.
+TEST_P(TorchCompat, PythonHooksKeepTheUsersSitecustomizeAndImportNothing) {
+  if (::access(python().c_str(), X_OK) != 0) GTEST_SKIP() << why_missing();
   TempDir user;
   std::ofstream(user.file("sitecustomize.py")) << "import builtins\nbuiltins.compat_user_site = 'mine'\n";
   std::map<std::string, std::string> env{{"PYTHONPATH", user.path()}};
@@ -354,16 +388,17 @@ TEST(TorchCompat, PythonHooksKeepTheUsersSitecustomizeAndImportNothing) {
   }
 }
 
-// (f') issue 13: the optimizer heartbeats inside one interpreter (hooks_selftest.py): Debian's
-// PyTorch 1.13 (per-class step wrapping: SGD and Adam beat, at most every 100 ms, wrapped once),
-// and a stand-in package with PyTorch 2.x's global step post hook (no PyTorch 2 here).
-TEST(TorchCompat, OptimizerStepsHeartbeatThroughTheHooks) {
+// (f') issue 13: the optimizer heartbeats inside one interpreter (hooks_selftest.py): the real
+// PyTorch (1.13: per-class step wrapping, wrapped once; 2.15: the global step post hook, nothing
+// wrapped; both: SGD and Adam beat, at most every 100 ms), and a stand-in package with PyTorch
+// 2.x's global step post hook.
+TEST_P(TorchCompat, OptimizerStepsHeartbeatThroughTheHooks) {
   TempDir dir;
   for (const char* mode : {"fake2", "real"}) {
-    if (std::string(mode) == "real" && torch_missing()) continue;
+    if (std::string(mode) == "real" && missing()) continue;
     std::map<std::string, std::string> env{{"PYTHONPATH", kHooksDir},
                                            {"DLAUNCH_HEARTBEAT_FILE", dir.file(mode)}};
-    auto r = run({kPython, kCompatDir + "/hooks_selftest.py", mode}, env, kJobTimeout);
+    auto r = run({python(), kCompatDir + "/hooks_selftest.py", mode}, env, kJobTimeout);
     ASSERT_FALSE(r.timed_out) << mode;
     EXPECT_EQ(r.exit.shell_code(), 0) << mode << "\n" << r.out << r.err;
     EXPECT_NE(r.out.find("selftest ok"), std::string::npos) << mode << "\n" << r.out << r.err;
@@ -375,7 +410,7 @@ TEST(TorchCompat, OptimizerStepsHeartbeatThroughTheHooks) {
 // so --hang_timeout sees the stop; rank 0, blocked in DDP's all-reduce, goes silent too, and the
 // stacks must name rank 1 (the old report named rank 0, the first by index). Both attempts
 // hang, so the group is restarted once and the final report is printed.
-TEST(TorchCompat, HangInAnUnmodifiedDdpScriptIsCaughtAndBlamedOnTheStuckRank) {
+TEST_P(TorchCompat, HangInAnUnmodifiedDdpScriptIsCaughtAndBlamedOnTheStuckRank) {
   SKIP_WITHOUT_TORCH();
   TempDir logs;
   auto r = run(agent_argv({"--standalone", "--nproc_per_node", "2", "--hang_timeout", "4",
@@ -420,7 +455,7 @@ TEST(TorchCompat, HangInAnUnmodifiedDdpScriptIsCaughtAndBlamedOnTheStuckRank) {
 // alone could only name its own victim: the nodes compare their verdicts through the job's
 // store (launcher/hang_exchange.h) and node 0's report names node 1's rank 1, where it is
 // stuck and its Python stack, and calls its own rank a victim.
-TEST(TorchCompat, HangOfARankOnAnotherNodeIsBlamedOnItByEveryNode) {
+TEST_P(TorchCompat, HangOfARankOnAnotherNodeIsBlamedOnItByEveryNode) {
   SKIP_WITHOUT_TORCH();
   TempDir logs;
   const std::string port = std::to_string(free_port());
@@ -465,7 +500,7 @@ TEST(TorchCompat, HangOfARankOnAnotherNodeIsBlamedOnItByEveryNode) {
 // timeout, which under load happened with equal timeouts too. Node 0 reads its rank's stacks
 // and the nodes' hang verdicts before it stops, and its report names node 1's stuck rank as
 // node 1's does, not "restart requested by another node".
-TEST(TorchCompat, HangOfARankOnAnotherNodeIsBlamedOnItByANodeThatHadNotSeenTheHangYet) {
+TEST_P(TorchCompat, HangOfARankOnAnotherNodeIsBlamedOnItByANodeThatHadNotSeenTheHangYet) {
   SKIP_WITHOUT_TORCH();
   TempDir logs;
   const std::string port = std::to_string(free_port());
@@ -499,6 +534,129 @@ TEST(TorchCompat, HangOfARankOnAnotherNodeIsBlamedOnItByANodeThatHadNotSeenTheHa
   const std::string stack = read_file(logs.path() + "/node0/xhangpeer/attempt_0/0/py_stack.txt");
   EXPECT_NE(stack.find("in backward"), std::string::npos) << stack;
 }
+
+// The whole environment of the same command's workers under torchrun (`python -m
+// torch.distributed.run` of the interpreter) and under dlaunch, variable by variable: every
+// difference is one of those listed here and in docs/env.md ("Where dlaunch differs from
+// torchrun"), and every other variable, inherited ones included, is byte-for-byte the same.
+// Both get --redirects 1 --tee 1: Debian's torchrun 1.13 fails on Python 3.11 with the default
+// 0 (its Std.from_str("0") finds no flag and returns None).
+enum class Differs { kValue, kDlaunchOnly, kTorchrunOnly };
+struct EnvDifference {
+  std::string name;
+  Differs how;
+};
+
+std::vector<EnvDifference> documented_env_differences(const std::string& version) {
+  std::vector<EnvDifference> d = {
+      {"MASTER_ADDR", Differs::kValue},       // torchrun: its FQDN; dlaunch: its store's address
+      {"MASTER_PORT", Differs::kValue},       // a free port each
+      {"TORCHELASTIC_RUN_ID", Differs::kValue},      // random: a UUID; 16 hex digits
+      {"TORCHELASTIC_ERROR_FILE", Differs::kValue},  // each launcher's own directory
+      {"OMP_NUM_THREADS", Differs::kValue},   // torchrun: 1; dlaunch: cores / nproc
+      {"PYTHONPATH", Differs::kValue},        // dlaunch's hooks first
+      {"DLAUNCH_ATTEMPT", Differs::kDlaunchOnly},
+      {"DLAUNCH_FLASH_DIR", Differs::kDlaunchOnly},
+      {"DLAUNCH_HEARTBEAT_FILE", Differs::kDlaunchOnly},
+      {"DLAUNCH_NODE_ID", Differs::kDlaunchOnly},
+      {"DLAUNCH_PY_STACK_FILE", Differs::kDlaunchOnly},
+      {"DLAUNCH_PY_STACK_SIGNAL", Differs::kDlaunchOnly},
+      {"DLAUNCH_SHUTDOWN_GRACE", Differs::kDlaunchOnly},
+  };
+  if (version == "Torch113") {
+    d.push_back({"TORCHELASTIC_USE_AGENT_STORE", Differs::kValue});  // 1.13: False unless static
+    d.push_back({"TORCH_NCCL_ASYNC_ERROR_HANDLING", Differs::kDlaunchOnly});  // 2.x's name
+    d.push_back({"TORCHELASTIC_SIGNALS_TO_HANDLE", Differs::kDlaunchOnly});   // 2.x's flag
+  } else {
+    d.push_back({"NCCL_ASYNC_ERROR_HANDLING", Differs::kDlaunchOnly});  // 1.x's name
+  }
+  return d;
+}
+
+std::map<std::string, std::string> read_env_dump(const std::string& path) {
+  std::map<std::string, std::string> env;
+  std::istringstream in(read_file(path));
+  for (std::string line; std::getline(in, line);) {
+    size_t eq = line.find('=');
+    if (eq != std::string::npos) env[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return env;
+}
+
+TEST_P(TorchCompat, WorkerEnvironmentIsTorchrunsButForTheDocumentedDifferences) {
+  SKIP_WITHOUT_TORCH();
+  TempDir dir;
+  const std::vector<std::string> common = {"--nproc_per_node", "2", "--standalone",
+                                           "--redirects", "1", "--tee", "1"};
+  // The same inherited environment for both, PYTHONPATH included (dlaunch prepends to it).
+  const std::map<std::string, std::string> env{{"PYTHONPATH", dir.path() + "/nothing_here"}};
+  std::map<std::string, std::map<std::string, std::string>> dumps[2];
+  for (int launcher = 0; launcher < 2; ++launcher) {
+    const std::string out = dir.file(launcher == 0 ? "torchrun" : "dlaunch");
+    ASSERT_EQ(::mkdir(out.c_str(), 0700), 0);
+    std::vector<std::string> flags = common;
+    flags.insert(flags.end(), {"--log_dir", out + "_logs"});
+    std::vector<std::string> argv;
+    if (launcher == 0) {
+      argv = {python(), "-m", "torch.distributed.run"};
+      argv.insert(argv.end(), flags.begin(), flags.end());
+      argv.insert(argv.end(), {kCompatDir + "/env_dump.py", out});
+    } else {
+      argv = agent_argv(flags, {kCompatDir + "/env_dump.py", out});
+    }
+    auto r = run(argv, env, kJobTimeout);
+    ASSERT_FALSE(r.timed_out) << argv[0] << "\n" << r.err;
+    ASSERT_EQ(r.exit.shell_code(), 0) << argv[0] << "\n" << r.out << r.err;
+    for (const char* rank : {"0", "1"}) {
+      dumps[launcher][rank] = read_env_dump(out + "/env." + rank);
+      ASSERT_FALSE(dumps[launcher][rank].empty()) << out << " rank " << rank;
+    }
+  }
+  const auto documented = documented_env_differences(GetParam().name);
+  auto listed = [&](const std::string& name, Differs how) {
+    return std::any_of(documented.begin(), documented.end(),
+                       [&](const auto& d) { return d.name == name && d.how == how; });
+  };
+  for (const char* rank : {"0", "1"}) {
+    const auto& torchrun = dumps[0][rank];
+    const auto& dlaunch = dumps[1][rank];
+    SCOPED_TRACE(std::string("rank ") + rank);
+    std::set<std::string> names;
+    for (const auto& [k, v] : torchrun) names.insert(k);
+    for (const auto& [k, v] : dlaunch) names.insert(k);
+    for (const auto& name : names) {
+      auto t = torchrun.find(name), d = dlaunch.find(name);
+      if (t == torchrun.end()) {
+        EXPECT_TRUE(listed(name, Differs::kDlaunchOnly))
+            << name << "=" << d->second << " is set by dlaunch only, and not documented so";
+      } else if (d == dlaunch.end()) {
+        EXPECT_TRUE(listed(name, Differs::kTorchrunOnly))
+            << name << "=" << t->second << " is set by torchrun only, and not documented so";
+      } else if (t->second != d->second) {
+        EXPECT_TRUE(listed(name, Differs::kValue))
+            << name << ": torchrun " << t->second << ", dlaunch " << d->second
+            << ", and not documented as differing";
+      }
+    }
+    // What is documented as present on one side only is so (the list is not stale).
+    for (const auto& doc : documented) {
+      if (doc.how == Differs::kDlaunchOnly) {
+        EXPECT_TRUE(dlaunch.count(doc.name) && !torchrun.count(doc.name)) << doc.name;
+      } else if (doc.how == Differs::kTorchrunOnly) {
+        EXPECT_TRUE(torchrun.count(doc.name) && !dlaunch.count(doc.name)) << doc.name;
+      }
+    }
+    // The hooks are prepended; the rest is the inherited value.
+    const std::string inherited = ":" + torchrun.at("PYTHONPATH");
+    const std::string& ours = dlaunch.at("PYTHONPATH");
+    EXPECT_TRUE(ours.size() > inherited.size() &&
+                ours.compare(ours.size() - inherited.size(), inherited.size(), inherited) == 0)
+        << ours;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Interpreters, TorchCompat, ::testing::Values(kTorch113, kTorch215),
+                         [](const auto& info) { return info.param.name; });
 
 }  // namespace
 }  // namespace dlaunch::testing

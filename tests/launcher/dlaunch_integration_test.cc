@@ -84,6 +84,7 @@ TEST(DlaunchEnv, ContractForThreeWorkers) {
                 e["TORCHELASTIC_USE_AGENT_STORE"] == "False");
     EXPECT_EQ(e["OMP_NUM_THREADS"], "");
     EXPECT_EQ(e["NCCL_ASYNC_ERROR_HANDLING"], "1");
+    EXPECT_EQ(e["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
     EXPECT_EQ(e["DLAUNCH_ATTEMPT"], "0");
     EXPECT_NE(e["DLAUNCH_NODE_ID"], "<unset>");
     EXPECT_EQ(e["DLAUNCH_FLASH_DIR"].rfind("/dev/shm/dlaunch_flash_", 0), 0u) << e["DLAUNCH_FLASH_DIR"];

@@ -11,6 +11,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -122,9 +123,11 @@ std::string agent_binary() {
   return dir.substr(0, dir.rfind('/')) + "/rdzv_agent";
 }
 
-TEST_F(NetnsTest, PartitionedNodeIsDetectedAndTheOthersReForm) {
-  const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=0.5,join_timeout=60";
-  auto agent = [&](const char* ns, const char* endpoint, const char* host, bool serve) {
+// rdzv_agent on the three hosts, node-a serving the store on `port`, with --nnodes 2:3 and the
+// rendezvous `conf`; returns once each is in round 0 with all 3 nodes.
+using RdzvAgents = std::array<std::unique_ptr<Proc>, 3>;
+void start_rdzv_agents_in_round_0(const std::string& conf, int port, RdzvAgents* agents) {
+  auto agent = [&](const char* ns, const std::string& endpoint, const char* host, bool serve) {
     std::vector<std::string> argv = {"ip", "netns", "exec", ns, agent_binary(), "--endpoint",
                                      endpoint, "--host", host, "--nnodes", "2:3", "--conf", conf};
     if (serve) {
@@ -133,15 +136,23 @@ TEST_F(NetnsTest, PartitionedNodeIsDetectedAndTheOthersReForm) {
     }
     return std::make_unique<Proc>(argv);
   };
-  auto a = agent("dl_a", "127.0.0.1:29477", "node-a", true);
+  std::string p = std::to_string(port);
+  (*agents)[0] = agent("dl_a", "127.0.0.1:" + p, "node-a", true);
   std::this_thread::sleep_for(300ms);
-  auto b = agent("dl_b", "10.77.1.1:29477", "node-b", false);
-  auto c = agent("dl_c", "10.77.2.1:29477", "node-c", false);
-  for (auto* p : {a.get(), b.get(), c.get()}) {
-    std::string line = p->wait_line("ROUND", 30s);
-    ASSERT_EQ(line.substr(0, 8), "ROUND 0 ") << p->output();
-    EXPECT_EQ(line.substr(line.rfind(' ') + 1), "3") << line;
+  (*agents)[1] = agent("dl_b", "10.77.1.1:" + p, "node-b", false);
+  (*agents)[2] = agent("dl_c", "10.77.2.1:" + p, "node-c", false);
+  for (auto& agent_proc : *agents) {
+    std::string line = agent_proc->wait_line("ROUND", 30s);
+    ASSERT_EQ(line.substr(0, 8), "ROUND 0 ") << agent_proc->output();
+    ASSERT_EQ(line.substr(line.rfind(' ') + 1), "3") << line;
   }
+}
+
+TEST_F(NetnsTest, PartitionedNodeIsDetectedAndTheOthersReForm) {
+  const std::string conf = "keep_alive_interval=0.5,keep_alive_max_attempt=2,last_call_timeout=0.5,join_timeout=60";
+  RdzvAgents agents;
+  ASSERT_NO_FATAL_FAILURE(start_rdzv_agents_in_round_0(conf, 29477, &agents));
+  auto& [a, b, c] = agents;
   auto cut = std::chrono::steady_clock::now();
   ASSERT_EQ(sh("ip -n dl_c link set dl_ca down"), 0);
   std::string ev_a = a->wait_line("EVENT", 20s);
@@ -171,24 +182,9 @@ TEST_F(NetnsTest, PartitionedNodeIsDetectedAndTheOthersReForm) {
 TEST_F(NetnsTest, ShortLinkCutReFormsAtMostOnceAndTheCutNodeBlamesNobody) {
   const std::string conf = "keep_alive_interval=4.5,keep_alive_max_attempt=3,"
                            "last_call_timeout=10,join_timeout=60";
-  auto agent = [&](const char* ns, const char* endpoint, const char* host, bool serve) {
-    std::vector<std::string> argv = {"ip", "netns", "exec", ns, agent_binary(), "--endpoint",
-                                     endpoint, "--host", host, "--nnodes", "2:3", "--conf", conf};
-    if (serve) {
-      argv.push_back("--serve");
-      argv.push_back("0.0.0.0");
-    }
-    return std::make_unique<Proc>(argv);
-  };
-  auto a = agent("dl_a", "127.0.0.1:29476", "node-a", true);
-  std::this_thread::sleep_for(300ms);
-  auto b = agent("dl_b", "10.77.1.1:29476", "node-b", false);
-  auto c = agent("dl_c", "10.77.2.1:29476", "node-c", false);
-  for (auto* p : {a.get(), b.get(), c.get()}) {
-    std::string line = p->wait_line("ROUND", 30s);
-    ASSERT_EQ(line.substr(0, 8), "ROUND 0 ") << p->output();
-    ASSERT_EQ(line.substr(line.rfind(' ') + 1), "3") << line;
-  }
+  RdzvAgents agents;
+  ASSERT_NO_FATAL_FAILURE(start_rdzv_agents_in_round_0(conf, 29476, &agents));
+  auto& [a, b, c] = agents;
   std::this_thread::sleep_for(3s);  // every node has read its neighbours' counters a few times
   ASSERT_EQ(sh("ip -n dl_c link set dl_ca down"), 0);
   std::this_thread::sleep_for(12s);

@@ -294,7 +294,8 @@ int run_mode(const std::string& mode) {
          {n::kRank, n::kLocalRank, n::kWorldSize, n::kLocalWorldSize, n::kGroupRank,
           n::kGroupWorldSize, n::kRoleRank, n::kRoleWorldSize, n::kRoleName, n::kMasterAddr,
           n::kMasterPort, n::kRestartCount, n::kMaxRestarts, n::kRunId, n::kUseAgentStore,
-          n::kErrorFile, n::kOmpNumThreads, n::kNcclAsyncErrorHandling, n::kHeartbeatFile,
+          n::kErrorFile, n::kOmpNumThreads, n::kNcclAsyncErrorHandling,
+          n::kTorchNcclAsyncErrorHandling, n::kHeartbeatFile,
           n::kNodeId, n::kAttempt, n::kFlashDir, n::kShutdownGrace}) {
       std::printf("%s=%s\n", name, env_or(name, "<unset>"));
     }
