@@ -7,6 +7,8 @@
 
 #include "common/log.h"
 #include "launcher/agent_core.h"
+#include "rendezvous/tcp/tcp_store_server.h"
+#include "rendezvous/tcp/worker_namespace.h"
 
 namespace dlaunch {
 namespace {
@@ -41,6 +43,12 @@ void RendezvousLoop::begin_generation() {
     r.master_addr = a.cfg.master_addr;
     r.master_port = a.master_port;
     r.restart_count = a.restarts_used;
+    // Each attempt's workers get a key namespace of their own, as a rendezvous round's do:
+    // PyTorch 2.x workers put no restart count in their keys, so a restarted rank would
+    // otherwise read the killed group's gloo addresses.
+    if (a.opts.store_server) {
+      a.opts.store_server->begin_worker_namespace_local(worker_namespace(a.cfg.run_id, r.round));
+    }
     a.workers.start(r);
     return;
   }

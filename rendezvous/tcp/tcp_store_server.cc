@@ -198,6 +198,14 @@ void TcpStoreServer::set_local(const std::string& key, const Bytes& value) {
                    });
 }
 
+void TcpStoreServer::begin_worker_namespace_local(const std::string& ns) {
+  std::lock_guard<std::mutex> lock(impl_->lifecycle_mutex);
+  on_server_thread(impl_->ctx, impl_->started && !impl_->stopped, [impl = impl_.get(), ns]() {
+    impl->manager.state.local_begin_worker_namespace(ns);
+    impl->manager.stats.note_keys(impl->manager.state.num_keys());
+  });
+}
+
 StoreStatsSnapshot TcpStoreServer::stats() const {
   StoreStatsSnapshot s = impl_->manager.stats.snapshot();
   s.connections = static_cast<int64_t>(impl_->manager.size());

@@ -83,6 +83,9 @@ class TcpStoreServer {
   // running, ProtocolError as Store::add.
   int64_t add_local(const std::string& key, int64_t delta);
   void set_local(const std::string& key, const Bytes& value);
+  // begin_worker_namespace() (rendezvous/tcp/worker_namespace.h) for a job without a
+  // rendezvous (one static node), whose agent starts each attempt's workers itself.
+  void begin_worker_namespace_local(const std::string& ns);
 
  private:
   struct Impl;

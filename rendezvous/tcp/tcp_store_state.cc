@@ -471,4 +471,12 @@ void TcpStoreState::answer_ready(StoreSession& s, const Request& q) {
   }
 }
 
+void TcpStoreState::local_begin_worker_namespace(const std::string& ns) {
+  if (const Bytes* old = table_.find(kWorkerNamespaceKey)) {
+    const std::string previous = to_string(*old);
+    if (!previous.empty() && previous != ns) table_.erase_prefix(previous);
+  }
+  table_.set(kWorkerNamespaceKey, to_bytes(ns));
+}
+
 }  // namespace dlaunch

@@ -106,6 +106,8 @@ class TcpStoreState final : private StoreTable::Observer {
   // The hosting process's own writes (no session): waiters and watchers hear of them as of any.
   int64_t local_add(const std::string& key, int64_t delta) { return table_.add(key, delta); }
   void local_set(const std::string& key, const Bytes& value) { table_.set(key, value); }
+  // begin_worker_namespace() (rendezvous/tcp/worker_namespace.h) by the hosting process.
+  void local_begin_worker_namespace(const std::string& ns);
 
  private:
   using SessionPtr = std::shared_ptr<StoreSession>;

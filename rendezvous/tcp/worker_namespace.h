@@ -11,11 +11,13 @@
 // How: the node that completes a round calls begin_worker_namespace() before it releases any
 // node, so every worker of the round connects after it. The server gives each connection that
 // did not declare itself an agent's (PyTorch's, dtrain's) the namespace current at its first key
-// operation and prepends it to every key it sends. Agents' connections (TcpStoreClient's
-// default) see the store unscoped. Static and c10d rounds both set one. Without a namespace
-// set (a store used outside dlaunch) nothing is prepended. One job per store: the namespace is
-// store-wide, so the server refuses agents of another run (TcpStoreServerOptions::run_id), whose workers would
-// otherwise take this run's namespace or give theirs to this run's workers.
+// operation and prepends it to every key it sends. Agents' connections
+// (TcpStoreClientOptions::agent) see the store unscoped. Static, c10d and etcd rounds set one,
+// and a one-node job's agent, which has no rounds, sets one per attempt
+// (TcpStoreServer::begin_worker_namespace_local). Without a namespace set (a store used outside
+// dlaunch) nothing is prepended. One job per store: the namespace is store-wide, so the server
+// refuses agents of another run (TcpStoreServerOptions::run_id), whose workers would otherwise
+// take this run's namespace or give theirs to this run's workers.
 #pragma once
 
 #include <cstdint>

@@ -206,6 +206,16 @@ TEST(DlaunchRestart, CrashOnceRestartsWithIncrementedCount) {
   EXPECT_EQ(lines_with_prefix(r.out, "[default1]:ok rank=1 restart_count=1").size(), 1u) << r.out;
 }
 
+// One node has no rendezvous round, yet each attempt's workers must see the store without the
+// failed attempt's keys (PyTorch 2.x workers' keys carry no restart count).
+TEST(DlaunchRestart, RestartedWorkersDoNotSeeTheFailedAttemptsKeys) {
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1"},
+                   {"store-leftover"}));
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(lines_with_prefix(r.out, "[default0]:leftover rank=0 seen=no").size(), 1u) << r.out;
+  EXPECT_EQ(lines_with_prefix(r.out, "[default1]:leftover rank=1 seen=no").size(), 1u) << r.out;
+}
+
 TEST(DlaunchRestart, BudgetRunsOutThenExitOne) {
   TempDir logs;
   auto r = run(cmd({"--standalone", "--max_restarts", "2", "--log_dir", logs.path(), "--rdzv_id",

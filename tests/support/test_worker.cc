@@ -158,8 +158,28 @@ int store_members() {
   return 0;
 }
 
+// A worker's key left by attempt 0 (which then fails), looked for by attempt 1 through the
+// same store, as a restarted PyTorch 2.x rank looks for its peers' addresses.
+int store_leftover() {
+  using namespace std::chrono_literals;
+  dlaunch::TcpStoreClientOptions o;
+  o.host = env_or("MASTER_ADDR", "127.0.0.1");
+  o.port = static_cast<uint16_t>(std::atoi(env_or("MASTER_PORT", "0")));
+  o.connect_timeout = 30s;
+  o.timeout = 60s;
+  dlaunch::TcpStoreClient store(o);
+  const std::string key = "leftover/" + std::to_string(g_rank);
+  if (std::string(env_or("TORCHELASTIC_RESTART_COUNT", "0")) == "0") {
+    store.set(key, dlaunch::to_bytes("attempt 0"));
+    return 3;
+  }
+  std::printf("leftover rank=%d seen=%s\n", g_rank, store.check({key}) ? "yes" : "no");
+  return 0;
+}
+
 int run_mode(const std::string& mode) {
   if (mode == "store-members") return store_members();
+  if (mode == "store-leftover") return store_leftover();
   if (mode == "ok") {
     mark_ready();
     std::printf("ok rank=%d\n", g_rank);
