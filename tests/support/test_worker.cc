@@ -131,16 +131,22 @@ int print_later_attempt() {
   return 0;
 }
 
-// store-members: what one job's workers see of each other in the store.
-int store_members() {
+// The job's store as a worker reaches it (MASTER_ADDR, MASTER_PORT), with generous timeouts.
+dlaunch::TcpStoreClientOptions job_store_options() {
   using namespace std::chrono_literals;
-  std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(opt("delay", "0").c_str())));
   dlaunch::TcpStoreClientOptions o;
   o.host = env_or("MASTER_ADDR", "127.0.0.1");
   o.port = static_cast<uint16_t>(std::atoi(env_or("MASTER_PORT", "0")));
   o.connect_timeout = 30s;
   o.timeout = 60s;
-  dlaunch::TcpStoreClient store(o);
+  return o;
+}
+
+// store-members: what one job's workers see of each other in the store.
+int store_members() {
+  using namespace std::chrono_literals;
+  std::this_thread::sleep_for(std::chrono::duration<double>(std::atof(opt("delay", "0").c_str())));
+  dlaunch::TcpStoreClient store(job_store_options());
   const std::string run = env_or("TORCHELASTIC_RUN_ID", "?");
   const int world = std::atoi(env_or("WORLD_SIZE", "1"));
   store.add("members/arrived", 1);
@@ -161,13 +167,7 @@ int store_members() {
 // A worker's key left by attempt 0 (which then fails), looked for by attempt 1 through the
 // same store, as a restarted PyTorch 2.x rank looks for its peers' addresses.
 int store_leftover() {
-  using namespace std::chrono_literals;
-  dlaunch::TcpStoreClientOptions o;
-  o.host = env_or("MASTER_ADDR", "127.0.0.1");
-  o.port = static_cast<uint16_t>(std::atoi(env_or("MASTER_PORT", "0")));
-  o.connect_timeout = 30s;
-  o.timeout = 60s;
-  dlaunch::TcpStoreClient store(o);
+  dlaunch::TcpStoreClient store(job_store_options());
   const std::string key = "leftover/" + std::to_string(g_rank);
   if (std::string(env_or("TORCHELASTIC_RESTART_COUNT", "0")) == "0") {
     store.set(key, dlaunch::to_bytes("attempt 0"));
