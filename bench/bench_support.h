@@ -69,7 +69,8 @@ struct TorchPeer {
   bool is_2x() const { return !version.empty() && version[0] != '1'; }
 };
 
-// "2.15.0+cu128" from `python -c 'import torch...'`, or "" when that interpreter has no torch.
+// torch.__version__ of `python` without its local part ("2.15.0" of "2.15.0+cu132"), or "" when
+// that interpreter has no torch.
 inline std::string torch_version_of(const std::string& python) {
   std::string cmd = "'" + python + "' -c 'import torch; print(torch.__version__)' 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
