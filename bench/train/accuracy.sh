@@ -3,7 +3,7 @@
 # data files and schedule. Long (tens of minutes on 2 cores): run when the machine is quiet,
 #   nohup bench/train/accuracy.sh build /tmp/accuracy > /tmp/accuracy.log 2>&1 &
 # Arguments: build directory (with bin/dtrain and bin/dlaunch), output directory, and optionally
-# which runs (mnist cifar torch_cifar cifar_full; default the first three). Data: DLAUNCH_DATA_DIR or ../shared/data.
+# which runs (mnist cifar torch_cifar torch2_cifar cifar_full; default the first three). Data: DLAUNCH_DATA_DIR or ../shared/data.
 # SEED (default 0) seeds both trainers' weights, shuffle and augmentation; runs with another seed
 # write to <output>/seed<SEED>/ so several seeds can sit side by side.
 set -euo pipefail
@@ -14,6 +14,7 @@ runs=${*:-mnist cifar torch_cifar}
 here=$(cd "$(dirname "$0")" && pwd)
 data=${DLAUNCH_DATA_DIR:-$here/../../../shared/data}
 seed=${SEED:-0}
+torch2_python=${TORCH2_PYTHON:-$HOME/.cache/dlaunch/venv-torch-2.15.0/bin/python}
 [ "$seed" = 0 ] || out="$out/seed$seed"
 mkdir -p "$out"
 export OMP_NUM_THREADS=1
@@ -48,6 +49,13 @@ for run in $runs; do
         "$here/torch_cifar.py" --data_dir="$data/cifar-10-batches-bin" --width=16 --epochs=20 \
         --batch_size=64 --lr=0.1 --warmup_epochs=1 --threads=1 --seed="$seed" \
         --output="$out/torch_cifar.json" ;;
+    torch2_cifar)
+      # The same twin in PyTorch 2.15 (the venv scripts/setup.sh --test makes; TORCH2_PYTHON
+      # names another interpreter), for the comparison beside PyTorch 2.x.
+      "$build/bin/dlaunch" --standalone --nproc_per_node=2 --python="$torch2_python" \
+        "$here/torch_cifar.py" --data_dir="$data/cifar-10-batches-bin" --width=16 --epochs=20 \
+        --batch_size=64 --lr=0.1 --warmup_epochs=1 --threads=1 --seed="$seed" \
+        --output="$out/torch2_cifar.json" ;;
     *) echo "unknown run $run" >&2; exit 2 ;;
   esac
   echo "== $run took $(( $(date +%s) - start )) s"

@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""PyTorch 1.13 twin of dtrain's CIFAR-10 accuracy recipe, for docs/benchmarks.md.
+"""PyTorch twin (Debian's 1.13 or the 2.x venv) of dtrain's CIFAR-10 accuracy recipe, for
+docs/benchmarks.md.
 
 Same data files (CIFAR-10 binary: data_batch_*.bin for training, test_batch.bin for test), same
 network (torch_resnet.py), same normalisation and augmentation (random crop with 4 zero pixels of
@@ -138,7 +139,8 @@ def main():
                "train_accuracy": stats[1].item() / stats[2].item(),
                "test_loss": stats[3].item() / stats[5].item(),
                "test_accuracy": stats[4].item() / stats[5].item(),
-               "images_per_s": stats[2].item() / train_time, "epoch_time_s": time.time() - t0}
+               "images_per_s": stats[2].item() / train_time, "epoch_time_s": time.time() - t0,
+               "torch": torch.__version__}
         results.append(rec)
         if rank == 0:
             print(json.dumps(rec), flush=True)
