@@ -186,7 +186,9 @@ nlohmann::json node_status_json(const NodeStatus& s) {
                   {"requests", st.requests},
                   {"requests_per_second", st.requests_per_s},
                   {"latency_p50_seconds", st.p50_seconds},
-                  {"latency_p99_seconds", st.p99_seconds}};
+                  {"latency_p99_seconds", st.p99_seconds},
+                  {"requests_by_op",
+                   {{"agents", st.agent_requests_by_op}, {"workers", st.worker_requests_by_op}}}};
   } else {
     j["store"] = nullptr;
   }
@@ -234,6 +236,11 @@ NodeStatus node_status_from_json(const nlohmann::json& j) {
     snap.requests_per_s = st.value("requests_per_second", 0.0);
     snap.p50_seconds = st.value("latency_p50_seconds", 0.0);
     snap.p99_seconds = st.value("latency_p99_seconds", 0.0);
+    if (st.contains("requests_by_op")) {
+      const auto& by_op = st["requests_by_op"];
+      snap.agent_requests_by_op = by_op.value("agents", std::map<std::string, int64_t>{});
+      snap.worker_requests_by_op = by_op.value("workers", std::map<std::string, int64_t>{});
+    }
     s.store = snap;
   }
   return s;
@@ -326,6 +333,16 @@ void add_store_metrics(Exposition& e, const StoreStatsSnapshot& st) {
   e.sample("dlaunch_store_connections", static_cast<double>(st.connections));
   e.family("dlaunch_store_requests_total", "counter", "Requests the job's store served.");
   e.sample("dlaunch_store_requests_total", static_cast<double>(st.requests));
+  e.family("dlaunch_store_requests_by_op_total", "counter",
+           "Requests the job's store served, by op and by client (agent or worker).");
+  const std::pair<const char*, const std::map<std::string, int64_t>*> clients[] = {
+      {"agent", &st.agent_requests_by_op}, {"worker", &st.worker_requests_by_op}};
+  for (const auto& [client, by_op] : clients) {
+    for (const auto& [op, n] : *by_op) {
+      e.sample("dlaunch_store_requests_by_op_total", static_cast<double>(n),
+               fmt::format(",client=\"{}\",op=\"{}\"", client, op));
+    }
+  }
   e.family("dlaunch_store_request_duration_seconds", "histogram",
            "Service time of a store request (decoded to reply queued).");
   for (size_t i = 0; i < StoreStatsSnapshot::kBuckets; ++i) {

@@ -71,7 +71,7 @@ constexpr bool table_in_op_order() {
   for (size_t i = 0; i < kNumOps; ++i) {
     if (static_cast<size_t>(kOpTable[i].op) != i) return false;
   }
-  return static_cast<size_t>(Op::kDeclareRun) + 1 == kNumOps;
+  return kOpCount == kNumOps;
 }
 static_assert(table_in_op_order(), "kOpTable must list every Op once, in Op's order");
 

@@ -81,6 +81,7 @@ enum class Op : uint8_t {
   kListKeys, kBarrier, kAuthBegin, kAuthProof, kDeletePrefix, kDeclareAgent, kFeatures,
   kWaitGet, kDeclareRun,
 };
+inline constexpr size_t kOpCount = static_cast<size_t>(Op::kDeclareRun) + 1;
 const char* op_name(Op op);
 
 inline constexpr size_t kNonceBytes = 32;

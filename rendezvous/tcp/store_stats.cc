@@ -4,7 +4,22 @@
 
 namespace dlaunch {
 
-void StoreStats::record(std::chrono::steady_clock::duration took, size_t keys_now) {
+namespace {
+
+std::map<std::string, int64_t> by_op_name(
+    const std::array<std::atomic<int64_t>, wire::kOpCount>& counts) {
+  std::map<std::string, int64_t> named;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const int64_t n = counts[i].load(std::memory_order_relaxed);
+    if (n > 0) named[wire::op_name(static_cast<wire::Op>(i))] = n;
+  }
+  return named;
+}
+
+}  // namespace
+
+void StoreStats::record(wire::Op op, bool from_agent, std::chrono::steady_clock::duration took,
+                        size_t keys_now) {
   auto ns = std::chrono::duration_cast<std::chrono::nanoseconds>(took).count();
   if (ns < 0) ns = 0;
   auto us = static_cast<uint64_t>(ns / 1000);
@@ -12,7 +27,8 @@ void StoreStats::record(std::chrono::steady_clock::duration took, size_t keys_no
   while (bucket < StoreStatsSnapshot::kBuckets && (1ULL << bucket) < us + 1) ++bucket;
   buckets_[bucket].fetch_add(1, std::memory_order_relaxed);
   latency_sum_ns_.fetch_add(ns, std::memory_order_relaxed);
-  requests_.fetch_add(1, std::memory_order_relaxed);
+  (from_agent ? agent_ops_ : worker_ops_)[static_cast<size_t>(op)].fetch_add(
+      1, std::memory_order_relaxed);
   keys_.store(static_cast<int64_t>(keys_now), std::memory_order_relaxed);
 }
 
@@ -25,6 +41,8 @@ StoreStatsSnapshot StoreStats::snapshot() const {
   }
   s.requests = total;
   s.keys = keys_.load(std::memory_order_relaxed);
+  s.agent_requests_by_op = by_op_name(agent_ops_);
+  s.worker_requests_by_op = by_op_name(worker_ops_);
   s.latency_sum_seconds =
       static_cast<double>(latency_sum_ns_.load(std::memory_order_relaxed)) * 1e-9;
   auto quantile = [&](double q) {

@@ -1,5 +1,7 @@
 // Counters a TCP store server keeps about itself, for the agent's /status and /metrics
-// (launcher/status_server.h): requests served, how long handling one took, keys held.
+// (launcher/status_server.h): requests served, how long handling one took, keys held, and the
+// requests by op and by who asked (agents, or the workers PyTorch connects), which is what tells
+// a job's store traffic apart from the rendezvous's (docs/store_protocol.md).
 //
 // Latency is the server's service time: from a decoded request to its reply queued (or the
 // request parked, for a GET on a missing key: the wait for the key is the client's, not the
@@ -14,7 +16,11 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <mutex>
+#include <string>
+
+#include "rendezvous/tcp/store_codec.h"
 
 namespace dlaunch {
 
@@ -29,19 +35,25 @@ struct StoreStatsSnapshot {
   // Histogram for Prometheus: cumulative counts at each bucket's upper bound (seconds).
   static constexpr size_t kBuckets = 24;  // 1 us .. 2^23 us (~8 s), then +Inf
   std::array<int64_t, kBuckets + 1> cumulative{};
+  // Requests by op name ("GET", "ADD"...), ops never asked left out; from sessions that declared
+  // themselves an agent's, and from the others (workers).
+  std::map<std::string, int64_t> agent_requests_by_op;
+  std::map<std::string, int64_t> worker_requests_by_op;
   static double bucket_bound_seconds(size_t i) { return static_cast<double>(1ULL << i) * 1e-6; }
 };
 
 class StoreStats {
  public:
-  void record(std::chrono::steady_clock::duration took, size_t keys_now);
+  void record(wire::Op op, bool from_agent, std::chrono::steady_clock::duration took,
+              size_t keys_now);
   // The table changed without a request (the hosting process's own write).
   void note_keys(size_t keys_now) { keys_.store(static_cast<int64_t>(keys_now), std::memory_order_relaxed); }
   StoreStatsSnapshot snapshot() const;
 
  private:
   std::array<std::atomic<int64_t>, StoreStatsSnapshot::kBuckets + 1> buckets_{};
-  std::atomic<int64_t> requests_{0};
+  std::array<std::atomic<int64_t>, wire::kOpCount> agent_ops_{};
+  std::array<std::atomic<int64_t>, wire::kOpCount> worker_ops_{};
   std::atomic<int64_t> keys_{0};
   std::atomic<int64_t> latency_sum_ns_{0};
   mutable std::mutex rate_mutex_;

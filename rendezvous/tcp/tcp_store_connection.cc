@@ -343,7 +343,8 @@ void TcpStoreConnection::handle(Request& q) {
   std::string error;
   const auto began = std::chrono::steady_clock::now();
   const auto handled = manager_.state.handle(*this, q, error);
-  manager_.stats.record(std::chrono::steady_clock::now() - began, manager_.state.num_keys());
+  manager_.stats.record(q.op, declared_agent(), std::chrono::steady_clock::now() - began,
+                        manager_.state.num_keys());
   switch (handled) {
     case TcpStoreState::Handled::kReplied:
       return replied();

@@ -57,6 +57,9 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   // inside the call, so one set waking many sessions does not recurse). Never throws.
   virtual void resumed() = 0;
 
+  // Whether the session declared itself an agent's (DECLARE_AGENT) before this request.
+  bool declared_agent() const { return agent_; }
+
  private:
   friend class TcpStoreState;
   // A request waiting for `awaiting` of its keys to appear.

@@ -49,7 +49,7 @@ NodeStatus sample() {
   x.exit_code = 3;
   s.workers.push_back(x);
   StoreStats stats;
-  stats.record(std::chrono::microseconds(5), 9);
+  stats.record(wire::Op::kAdd, false, std::chrono::microseconds(5), 9);
   s.store = stats.snapshot();
   s.store->connections = 4;
   return s;
@@ -72,6 +72,8 @@ TEST(NodeStatus, JsonRoundTrips) {
   ASSERT_TRUE(back.store);
   EXPECT_EQ(back.store->keys, 9);
   EXPECT_EQ(back.store->connections, 4);
+  EXPECT_EQ(back.store->worker_requests_by_op, s.store->worker_requests_by_op);
+  EXPECT_EQ(back.store->worker_requests_by_op.at("ADD"), 1);
 }
 
 TEST(NodeStatus, PrometheusHasHelpTypeAndLabels) {
@@ -86,6 +88,7 @@ TEST(NodeStatus, PrometheusHasHelpTypeAndLabels) {
       << text;
   EXPECT_NE(text.find("rank=\"3\",local_rank=\"1\"} 3"), std::string::npos) << text;  // exit code
   EXPECT_NE(text.find("dlaunch_store_request_duration_seconds_bucket{"), std::string::npos);
+  EXPECT_NE(text.find("client=\"worker\",op=\"ADD\"} 1"), std::string::npos) << text;
   EXPECT_NE(text.find("le=\"+Inf\"} 1"), std::string::npos) << text;
   // Every sample line belongs to a family announced before it.
   std::istringstream in(text);

@@ -12,9 +12,9 @@ namespace {
 
 TEST(StoreStats, QuantilesAreBucketBoundsOfWhatWasRecorded) {
   StoreStats stats;
-  for (int i = 0; i < 98; ++i) stats.record(std::chrono::microseconds(3), 5);
-  stats.record(std::chrono::milliseconds(3), 6);
-  stats.record(std::chrono::milliseconds(3), 7);
+  for (int i = 0; i < 98; ++i) stats.record(wire::Op::kGet, false, std::chrono::microseconds(3), 5);
+  stats.record(wire::Op::kSet, false, std::chrono::milliseconds(3), 6);
+  stats.record(wire::Op::kSet, true, std::chrono::milliseconds(3), 7);
   StoreStatsSnapshot s = stats.snapshot();
   EXPECT_EQ(s.requests, 100);
   EXPECT_EQ(s.keys, 7);
@@ -48,6 +48,37 @@ TEST(StoreStats, ServerCountsRequestsKeysAndConnections) {
   EXPECT_EQ(s.keys, 3);
   EXPECT_EQ(s.connections, 1);
   EXPECT_GT(s.p99_seconds, 0);
+}
+
+// The counts by op tell an agent's requests from a worker's (a session that never declared
+// itself an agent's), which is how the workers' traffic model in docs/store_protocol.md is checked.
+TEST(StoreStats, ServerCountsRequestsByOpAndByWhoAsked) {
+  TcpStoreServer server(TcpStoreServerOptions{});
+  uint16_t port = server.start();
+  TcpStoreClientOptions agent_options;
+  agent_options.port = port;
+  agent_options.agent = true;
+  TcpStoreClient agent(agent_options);
+  agent.set("a", to_bytes("1"));
+  agent.add("n", 1);
+  agent.add("n", 1);
+  TcpStoreClientOptions worker_options;
+  worker_options.port = port;
+  TcpStoreClient worker(worker_options);
+  worker.set("w", to_bytes("2"));
+  worker.add("m", 5);
+  StoreStatsSnapshot s = server.stats();
+  EXPECT_EQ(s.agent_requests_by_op["SET"], 1);
+  EXPECT_EQ(s.agent_requests_by_op["ADD"], 2);
+  EXPECT_EQ(s.agent_requests_by_op["DECLARE_AGENT"], 1);
+  EXPECT_EQ(s.worker_requests_by_op["SET"], 1);
+  EXPECT_EQ(s.worker_requests_by_op["ADD"], 1);
+  EXPECT_EQ(s.worker_requests_by_op.count("DECLARE_AGENT"), 0u);
+  int64_t total = 0;
+  for (const auto* by_op : {&s.agent_requests_by_op, &s.worker_requests_by_op}) {
+    for (const auto& [op, n] : *by_op) total += n;
+  }
+  EXPECT_EQ(total, s.requests);
 }
 
 TEST(StoreStats, LocalWritesReachClientsAndTheKeyCount) {
