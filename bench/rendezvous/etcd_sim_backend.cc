@@ -1,9 +1,7 @@
 #include "bench/rendezvous/etcd_sim_backend.h"
 
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -20,25 +18,10 @@
 #include "rendezvous/etcd/etcd_store.h"
 #include "rendezvous/handlers/dynamic_rendezvous.h"
 #include "rendezvous/handlers/rendezvous_events.h"
+#include "tests/support/free_port.h"
 
 namespace dlaunch::sim {
 namespace {
-
-// A port nothing listens on now (the kernel's pick for a bind to port 0).
-int free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    if (fd >= 0) ::close(fd);
-    throw SystemError("rdzv_sim: cannot find a free port for etcd");
-  }
-  ::close(fd);
-  return ntohs(a.sin_port);
-}
 
 bool etcd_installed() {
   const char* path = getenv("PATH");
@@ -66,9 +49,9 @@ EtcdServer start_etcd_server() {
   EtcdServer s;
   s.dir = tmpl;
   s.owned = true;
-  const int client = free_port();
-  int peer = free_port();
-  while (peer == client) peer = free_port();
+  const int client = testing::free_port();
+  int peer = testing::free_port();
+  while (peer == client) peer = testing::free_port();
   s.endpoint = fmt::format("127.0.0.1:{}", client);
   const std::string client_url = "http://" + s.endpoint;
   const std::string peer_url = fmt::format("http://127.0.0.1:{}", peer);

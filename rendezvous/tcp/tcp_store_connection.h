@@ -18,7 +18,7 @@
 #include <unordered_set>
 
 #include "rendezvous/tcp/store_stats.h"
-#include "rendezvous/tcp/tcp_store_server.h"
+#include "rendezvous/tcp/tcp_store_server_options.h"
 #include "rendezvous/tcp/tcp_store_state.h"
 
 namespace dlaunch {

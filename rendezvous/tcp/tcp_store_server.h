@@ -32,8 +32,8 @@
 #include <string>
 
 #include "common/error.h"
-#include "rendezvous/tcp/store_codec.h"
 #include "rendezvous/tcp/store_stats.h"
+#include "rendezvous/tcp/tcp_store_server_options.h"
 
 namespace dlaunch {
 
@@ -41,20 +41,6 @@ namespace dlaunch {
 class AddressInUseError : public SystemError {
  public:
   using SystemError::SystemError;
-};
-
-struct TcpStoreServerOptions {
-  std::string host = "127.0.0.1";  // address to bind; "0.0.0.0" or "::" only when asked
-  uint16_t port = 0;               // 0: pick a free port
-  std::optional<std::string> token;
-  bool admit_unauthenticated_from_agent_hosts = true;
-  // The run (--rdzv_id) this store serves; agents of another run are refused. Empty: any.
-  std::string run_id;
-  wire::Limits limits;
-  int backlog = 4096;
-  // false: FEATURES, WAIT_GET and DECLARE_RUN close the connection as unknown opcodes, as a dlaunch
-  // build older than them does; for tests of a newer agent meeting an older store host.
-  bool knows_features = true;
 };
 
 class TcpStoreServer {

@@ -15,6 +15,7 @@
 #include "rendezvous/tcp/tcp_store_client.h"
 #include "rendezvous/tcp/tcp_store_server.h"
 #include "rendezvous/tcp/worker_namespace.h"
+#include "tests/support/free_port.h"
 
 namespace dlaunch {
 namespace {
@@ -42,14 +43,6 @@ class RendezvousTest : public ::testing::Test {
   std::unique_ptr<TcpStoreServer> server_;
   uint16_t port_ = 0;
 };
-
-// A port nobody listens on right now.
-int free_port_for_test() {
-  TcpStoreServer probe(TcpStoreServerOptions{});
-  int port = probe.start();
-  probe.stop();
-  return port;
-}
 
 // Runs next_rendezvous on every handler at once.
 std::vector<RendezvousResult> meet(std::vector<std::unique_ptr<RendezvousHandler>>& handlers) {
@@ -84,7 +77,7 @@ TEST_F(RendezvousTest, TheBackendDecidesWhichAgentHostsTheStore) {
   for (auto& h : hs) h->shutdown();
 
   auto rank1 = params("static", 2, 2, "b");
-  rank1.endpoint = "127.0.0.1:" + std::to_string(free_port_for_test());
+  rank1.endpoint = "127.0.0.1:" + std::to_string(testing::free_port());
   rank1.node_rank = 1;
   rank1.host_store = true;
   auto rank0 = rank1;
@@ -980,7 +973,7 @@ TEST_F(RendezvousTest, StoreDisconnectBlamesTheJobTokenOnlyWhenOneIsSet) {
 // says so periodically (every 30 s; here every 200 ms) instead of staying silent.
 TEST(TcpStoreClientWaiting, ANodeWaitingForTheStoreHostSaysSoPeriodically) {
   TcpStoreClientOptions co;
-  co.port = static_cast<uint16_t>(free_port_for_test());
+  co.port = static_cast<uint16_t>(testing::free_port());
   co.connect_timeout = 1500ms;
   co.waiting_note_every = 200ms;
   ::testing::internal::CaptureStderr();
