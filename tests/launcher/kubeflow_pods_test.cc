@@ -56,17 +56,27 @@ std::string pod_command(const Pod& pod, bool dry_run) {
   return cmd;
 }
 
+constexpr const char* kNoNamespaces = "this machine lets no test make user namespaces";
+
+// Whether this machine lets a test make the pods' namespaces (user namespaces may be off).
+bool can_make_pod_namespaces() {
+  static const bool can = run({"/usr/bin/unshare", "--user", "--map-root-user", "--net", "--mount",
+                               "--uts", "/bin/true"})
+                              .exit.shell_code() == 0;
+  return can;
+}
+
 // Runs every pod's --dry_run, then all pods at once, in one fresh network and mount namespace
 // whose /etc/hosts maps `names` (and every pod's host name) to loopback.
-std::vector<PodResult> run_pods(const std::vector<Pod>& pods, std::vector<std::string> names,
-                                bool* skipped) {
+std::vector<PodResult> run_pods(const std::vector<Pod>& pods, std::vector<std::string> names) {
   TempDir dir;
   std::string hosts = "127.0.0.1 localhost";
   for (const auto& p : pods) names.push_back(p.hostname);
   for (const auto& n : names) hosts += " " + n;
-  std::string script = "set -e\nip link set lo up\nprintf '%s\\n' " + quote(hosts) + " > " +
-                       quote(dir.file("hosts")) + "\nmount --bind " + quote(dir.file("hosts")) +
-                       " /etc/hosts\nset +e\n";
+  std::string script =
+      "set -e\nexport PATH=/usr/sbin:/usr/bin:/sbin:/bin\nip link set lo up\nprintf '%s\\n' " +
+      quote(hosts) + " > " + quote(dir.file("hosts")) + "\nmount --bind " +
+      quote(dir.file("hosts")) + " /etc/hosts\nset +e\n";
   for (size_t i = 0; i < pods.size(); ++i) {
     std::string n = std::to_string(i);
     script += pod_command(pods[i], true) + " > " + quote(dir.file("dry" + n)) + " 2>&1\n";
@@ -82,8 +92,7 @@ std::vector<PodResult> run_pods(const std::vector<Pod>& pods, std::vector<std::s
       run({"/usr/bin/unshare", "--user", "--map-root-user", "--net", "--mount", "sh", "-c", script},
           {}, std::chrono::seconds(180));
   std::vector<PodResult> results(pods.size());
-  *skipped = !file_exists(dir.file("dry0"));
-  if (*skipped) {
+  if (!file_exists(dir.file("dry0"))) {
     ADD_FAILURE() << "the pods' namespaces could not be set up (exit " << r.exit.shell_code()
                   << "): " << r.err;
     return results;
@@ -160,9 +169,9 @@ TEST(KubeflowPods, TrainerV2TrainJob) {
                      {"PET_MASTER_PORT", "29500"},
                      {"JOB_COMPLETION_INDEX", std::to_string(rank)}}});
   }
-  bool skipped = false;
-  auto r = run_pods(pods, {"mnist-node-0-0.mnist"}, &skipped);
-  if (skipped) return;
+  if (!can_make_pod_namespaces())
+    GTEST_SKIP() << "cannot make user, network and mount namespaces here";
+  auto r = run_pods(pods, {"mnist-node-0-0.mnist"});
   expect_setting(r[1], "nnodes", "2", "PET_NNODES");
   expect_setting(r[1], "node_rank", "1", "PET_NODE_RANK");
   expect_setting(r[1], "master_addr", "mnist-node-0-0.mnist", "PET_MASTER_ADDR");
@@ -186,9 +195,9 @@ TEST(KubeflowPods, PyTorchJobV1NonElastic) {
                      {"PET_NPROC_PER_NODE", "2"},
                      {"PET_NNODES", "2"}}});
   }
-  bool skipped = false;
-  auto r = run_pods(pods, {}, &skipped);
-  if (skipped) return;
+  if (!can_make_pod_namespaces())
+    GTEST_SKIP() << "cannot make user, network and mount namespaces here";
+  auto r = run_pods(pods, {});
   expect_setting(r[1], "nnodes", "2", "PET_NNODES");
   expect_setting(r[1], "node_rank", "1", "PET_NODE_RANK");
   expect_setting(r[1], "master_port", "23456", "PET_MASTER_PORT");
@@ -209,9 +218,9 @@ TEST(KubeflowPods, PyTorchJobV1Elastic) {
                      {"PET_MAX_RESTARTS", "3"},
                      {"PET_RDZV_CONF", "last_call_timeout=1"}}});
   }
-  bool skipped = false;
-  auto r = run_pods(pods, {}, &skipped);
-  if (skipped) return;
+  if (!can_make_pod_namespaces())
+    GTEST_SKIP() << "cannot make user, network and mount namespaces here";
+  auto r = run_pods(pods, {});
   expect_setting(r[1], "nnodes", "2:4", "PET_NNODES");
   expect_setting(r[1], "rdzv_backend", "c10d", "PET_RDZV_BACKEND");
   expect_setting(r[1], "rdzv_endpoint", "elastic-worker-0:23456", "PET_RDZV_ENDPOINT");
@@ -231,9 +240,9 @@ TEST(KubeflowPods, PlainIndexedJob) {
                      {"PET_MASTER_PORT", "29500"},
                      {"JOB_COMPLETION_INDEX", std::to_string(index)}}});
   }
-  bool skipped = false;
-  auto r = run_pods(pods, {"train-0.train"}, &skipped);
-  if (skipped) return;
+  if (!can_make_pod_namespaces())
+    GTEST_SKIP() << "cannot make user, network and mount namespaces here";
+  auto r = run_pods(pods, {"train-0.train"});
   expect_setting(r[0], "node_rank", "0", "JOB_COMPLETION_INDEX");
   expect_setting(r[1], "node_rank", "1", "JOB_COMPLETION_INDEX");
   expect_job_ran(r, {0, 1});
