@@ -35,14 +35,16 @@ bool is_legacy_pytorchjob_pod(const KubernetesEnv& env) {
 }
 
 std::optional<KubernetesValue> kubernetes_fallback(const std::string& name,
-                                                   const KubernetesEnv& env) {
+                                                   const KubernetesEnv& env, int64_t max_nodes) {
   if (is_legacy_pytorchjob_pod(env)) {
     if (name == "nnodes") return from(env, "WORLD_SIZE", "PyTorchJob before 1.7: its pod count");
     if (name == "node_rank") return from(env, "RANK", "PyTorchJob before 1.7: this pod's index");
     if (name == "master_addr") return from(env, "MASTER_ADDR", "PyTorchJob before 1.7");
     if (name == "master_port") return from(env, "MASTER_PORT", "PyTorchJob before 1.7");
   }
-  if (name == "node_rank") return from(env, "JOB_COMPLETION_INDEX", "an indexed Job's pod index");
+  if (name == "node_rank" && max_nodes > 1) {
+    return from(env, "JOB_COMPLETION_INDEX", "an indexed Job's pod index");
+  }
   return std::nullopt;
 }
 

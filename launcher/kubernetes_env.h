@@ -5,7 +5,9 @@
 // each rule below holds.
 //
 //   --node_rank   <- JOB_COMPLETION_INDEX, the pod's index in an indexed Job (a plain indexed
-//                    Job; JobSet's Jobs, hence Trainer v2's, are indexed Jobs too).
+//                    Job; JobSet's Jobs, hence Trainer v2's, are indexed Jobs too), in a job of
+//                    several nodes only: in a one-node job the index names an independent task
+//                    of the Job (a sweep, a shard), not a node.
 //   A PyTorchJob pod of Training Operator before 1.7, which sets no PET_* variable at all:
 //   --nnodes      <- WORLD_SIZE  (the pod count: it ran one process per pod)
 //   --node_rank   <- RANK        (the pod's index, master 0, worker i is i + 1)
@@ -15,6 +17,7 @@
 // Pure: the environment is passed in.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <optional>
 #include <string>
@@ -30,8 +33,9 @@ struct KubernetesValue {
 };
 
 // The value a controller's variable gives flag `name` ("node_rank", "nnodes", ...), or nullopt.
+// `max_nodes`: the job's node count (or range's maximum) as resolved so far.
 std::optional<KubernetesValue> kubernetes_fallback(const std::string& name,
-                                                   const KubernetesEnv& env);
+                                                   const KubernetesEnv& env, int64_t max_nodes);
 
 // A pod of a PyTorchJob whose operator predates Training Operator 1.7: Kubernetes' own
 // KUBERNETES_SERVICE_HOST (every pod has it) with MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK,

@@ -102,7 +102,8 @@ class Resolver {
       r = {*env_(pet), pet, pet};
     } else if (auto var = torchrun_fallback(name); !var.empty() && env_(var)) {
       r = {*env_(var), var, var};
-    } else if (auto pod = kubernetes_fallback(name, env_)) {
+    } else if (auto pod = kubernetes_fallback(name, env_, cfg_.max_nodes)) {
+      // read_job_flags reads --nnodes before --node_rank, so max_nodes is the job's here.
       r = {pod->text, pod->origin, pod->variable};
     } else {
       r = {spec.fallback, "default", "--" + name};

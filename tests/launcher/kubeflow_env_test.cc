@@ -228,10 +228,23 @@ TEST(KubeflowEnv, PlainIndexedJob) {
                           lookup(pod({{"PET_NNODES", "4"}, {"JOB_COMPLETION_INDEX", "3"}})),
                           HostInfo{32, 8, "feedfacecafebeef", "pod"});
   EXPECT_EQ(c.node_rank, 1);
-  // A manifest that forgot the node count: pod 1 says what to set.
-  std::string err = usage_error(pod({{"JOB_COMPLETION_INDEX", "1"}}));
-  EXPECT_NE(err.find("JOB_COMPLETION_INDEX=1 is not allowed with --nnodes=1"), std::string::npos)
-      << err;
+}
+
+// An indexed Job of one-node tasks (a sweep: each index its own shard or hyperparameters): in a
+// one-node job the index names the task, not a node, so each pod runs its own job.
+TEST(KubeflowEnv, IndexedJobOfOneNodeTasks) {
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{"/bin/true"}, {"--standalone", "/bin/true"}}) {
+    auto c = resolve_config(parse_cli(flags), lookup(pod({{"JOB_COMPLETION_INDEX", "3"}})),
+                            HostInfo{32, 8, "feedfacecafebeef", "pod"});
+    EXPECT_EQ(c.max_nodes, 1);
+    EXPECT_EQ(c.node_rank, 0);
+    EXPECT_FALSE(c.node_rank_given);
+    EXPECT_EQ(c.origin.at("node_rank"), "default");
+  }
+  // An explicit rank past a default node count says what is missing.
+  std::string err = usage_error(pod({{"PET_NODE_RANK", "1"}}));
+  EXPECT_NE(err.find("PET_NODE_RANK=1 is not allowed with --nnodes=1"), std::string::npos) << err;
   EXPECT_NE(err.find("set it, or PET_NNODES, to the job's node count"), std::string::npos) << err;
 }
 
