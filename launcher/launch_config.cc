@@ -80,7 +80,8 @@ std::string torchrun_fallback(const std::string& name) {
 // fallback > a Kubernetes controller's variable (kubernetes_env.h) > default).
 struct Raw {
   std::string text;
-  std::string origin;  // "--flag", "DLAUNCH_FLAG" or "default"
+  std::string origin;  // "--flag", "DLAUNCH_FLAG", "PET_FLAG", a variable and its meaning, or
+                       // "default"
   std::string what;    // how to name it in errors: "--nproc_per_node" or "DLAUNCH_NPROC_PER_NODE"
   bool given() const { return origin != "default"; }
 };
