@@ -2,6 +2,7 @@
 
 #include "launcher/exit_status.h"
 #include "launcher/flash_dir.h"
+#include "launcher/kubernetes_env.h"
 #include "launcher/torchrun_flags.h"
 
 #include <dirent.h>
@@ -75,10 +76,12 @@ std::string torchrun_fallback(const std::string& name) {
   return "";
 }
 
-// One flag's raw text and where it came from (flag > DLAUNCH_ twin > PET_ twin > default).
+// One flag's raw text and where it came from (flag > DLAUNCH_ twin > PET_ twin > torchrun's
+// fallback > a Kubernetes controller's variable (kubernetes_env.h) > default).
 struct Raw {
   std::string text;
-  std::string origin;  // "--flag", "DLAUNCH_FLAG" or "default"
+  std::string origin;  // "--flag", "DLAUNCH_FLAG", "PET_FLAG", a variable and its meaning, or
+                       // "default"
   std::string what;    // how to name it in errors: "--nproc_per_node" or "DLAUNCH_NPROC_PER_NODE"
   bool given() const { return origin != "default"; }
 };
@@ -100,6 +103,9 @@ class Resolver {
       r = {*env_(pet), pet, pet};
     } else if (auto var = torchrun_fallback(name); !var.empty() && env_(var)) {
       r = {*env_(var), var, var};
+    } else if (auto pod = kubernetes_fallback(name, env_, cfg_.max_nodes)) {
+      // read_job_flags reads --nnodes before --node_rank, so max_nodes is the job's here.
+      r = {pod->text, pod->origin, pod->variable};
     } else {
       r = {spec.fallback, "default", "--" + name};
     }
@@ -128,6 +134,9 @@ class Resolver {
   }
   bool boolean(const std::string& name) {
     Raw r = raw(name);
+    // Kubeflow's PyTorchJob says standalone with PET_STANDALONE="" (set, empty); torchrun
+    // itself fails on it (int('')). A switch's twin that is set but empty means on.
+    if (r.text.empty() && r.origin.rfind("PET_", 0) == 0) return true;
     return parse_bool(r.text, r.what);
   }
 
@@ -766,8 +775,11 @@ void check_combinations(LaunchConfig& cfg, const QuotedFlags& q) {
   }
   if (cfg.rdzv_backend == "static" && cfg.node_rank >= cfg.max_nodes) {
     throw UsageError(fmt::format(
-        "{}={} is not allowed with --nnodes={}; node ranks are 0 to {}", q.node_rank.what,
-        cfg.node_rank, cfg.max_nodes, cfg.max_nodes - 1));
+        "{}={} is not allowed with --nnodes={}; node ranks are 0 to {}{}", q.node_rank.what,
+        cfg.node_rank, cfg.max_nodes, cfg.max_nodes - 1,
+        q.nnodes.given() ? ""
+                         : " (no --nnodes was given: set it, or PET_NNODES, to the job's node "
+                           "count)"));
   }
 }
 

@@ -4,8 +4,9 @@
 #   scripts/setup.sh          build and run dependencies
 #   scripts/setup.sh --test   plus what the tests use: PyTorch 1.13 (Debian's), PyTorch 2.15 and
 #                             tensorboard (from the Python package index into a venv outside the
-#                             checkout: scripts/setup_torch2.sh), Pillow, Slurm, munge, etcd, gdb,
-#                             iproute2, prometheus (scrapes the agents' /metrics in a test),
+#                             checkout: scripts/setup_torch2.sh), Pillow, PyYAML (reads the
+#                             Kubernetes examples), Slurm, munge, etcd, gdb, iproute2,
+#                             prometheus (scrapes the agents' /metrics in a test),
 #                             universal-ctags (scripts/long_functions.sh)
 #   scripts/setup.sh --bench  plus what the benchmarks use (hyperfine, clang for the fuzzer,
 #                             torchvision + Pillow for the image loading peer)
@@ -28,7 +29,7 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --test)
-      packages+=(python3-torch python3-venv python3-pil gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client patchelf prometheus universal-ctags)
+      packages+=(python3-torch python3-venv python3-pil python3-yaml gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client patchelf prometheus universal-ctags)
       want_torch2=1
       ;;
     --bench)
