@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""Include cycles among the product's units, where a unit is a .h with its .cc (launcher/agent.h
+and launcher/agent.cc are one unit). Unit A depends on unit B when A's .h or .cc includes B's .h.
+Prints every cycle (each strongly connected component of more than one unit) and exits 1 if
+there is one; exits 0 and prints nothing otherwise.
+
+  scripts/include_cycles.py [--root DIR] [--list]
+
+--list prints the unit graph's size and each unit's dependencies instead. Product folders:
+common, kernels, launcher, rendezvous, worker (tests/ and bench/ may include anything).
+"""
+import argparse
+import os
+import re
+import sys
+
+PRODUCT = ("common", "kernels", "launcher", "rendezvous", "worker")
+INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+
+def units(root):
+    found = {}
+    for top in PRODUCT:
+        for here, _, files in os.walk(os.path.join(root, top)):
+            for name in files:
+                stem, ext = os.path.splitext(name)
+                if ext in (".h", ".cc", ".cu", ".cuh"):
+                    rel = os.path.relpath(os.path.join(here, stem), root)
+                    found.setdefault(rel, []).append(os.path.join(here, name))
+    return found
+
+
+def graph(root, found):
+    edges = {u: set() for u in found}
+    for unit, paths in found.items():
+        for path in paths:
+            with open(path, encoding="utf-8", errors="replace") as f:
+                for inc in INCLUDE.findall(f.read()):
+                    other = os.path.splitext(inc)[0]
+                    if other in found and other != unit:
+                        edges[unit].add(other)
+    return edges
+
+
+def cycles(edges):
+    """Tarjan's strongly connected components, iteratively (no recursion limit)."""
+    index, low, on_stack, stack, out = {}, {}, set(), [], []
+    counter = 0
+    for start in sorted(edges):
+        if start in index:
+            continue
+        work = [(start, iter(sorted(edges[start])))]
+        index[start] = low[start] = counter
+        counter += 1
+        stack.append(start)
+        on_stack.add(start)
+        while work:
+            node, children = work[-1]
+            advanced = False
+            for child in children:
+                if child not in index:
+                    index[child] = low[child] = counter
+                    counter += 1
+                    stack.append(child)
+                    on_stack.add(child)
+                    work.append((child, iter(sorted(edges[child]))))
+                    advanced = True
+                    break
+                if child in on_stack:
+                    low[node] = min(low[node], index[child])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[node])
+            if low[node] == index[node]:
+                component = []
+                while True:
+                    member = stack.pop()
+                    on_stack.discard(member)
+                    component.append(member)
+                    if member == node:
+                        break
+                if len(component) > 1:
+                    out.append(sorted(component))
+    return sorted(out)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    p.add_argument("--list", action="store_true")
+    args = p.parse_args()
+    found = units(args.root)
+    edges = graph(args.root, found)
+    if args.list:
+        print(f"{len(found)} units, {sum(len(v) for v in edges.values())} dependencies")
+        for unit in sorted(edges):
+            print(f"{unit}: {' '.join(sorted(edges[unit]))}")
+        return 0
+    found_cycles = cycles(edges)
+    for component in found_cycles:
+        print(f"include cycle among {len(component)} units: {' '.join(component)}")
+    if found_cycles:
+        print(f"{sum(len(c) for c in found_cycles)} units are in include cycles; break each by "
+              "moving what both sides need into a unit of its own, or by passing a value or an "
+              "interface instead of including the other side", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
