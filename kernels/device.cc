@@ -58,7 +58,8 @@ const CudaPlugin& cuda_plugin() {
 
 // The NVIDIA driver's device nodes (Linux; /dev/dxg: WSL). Without any of them the CUDA runtime
 // can only answer "no device", and loading it to hear that costs 0.2-0.3 s of every worker's
-// start on a loaded host, which a restarted worker pays again (issue 14: recovery within 1 s).
+// start on a loaded host, which a restarted worker pays again, and a restart should take well
+// under a second.
 // An explicit DLAUNCH_CUDA_PLUGIN still loads the plugin whatever is here.
 bool no_gpu_driver_here() {
   const char* explicit_plugin = std::getenv("DLAUNCH_CUDA_PLUGIN");

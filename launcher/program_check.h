@@ -1,7 +1,7 @@
 // Before anything starts: can the program be run at all? A worker that cannot find its script
-// fails the same way on every attempt, so `dlaunch --max_restarts 2 trian.py` used to spend
-// every restart on it and exit 1; found here, it is a usage error (exit 2, no restart spent,
-// one sentence saying what is missing and where it was looked for).
+// fails the same way on every attempt, so restarting it (`dlaunch --max_restarts 2 trian.py`)
+// would only spend the budget and end in exit 1; found here, it is a usage error (exit 2, no
+// restart spent, one sentence saying what is missing and where it was looked for).
 //
 // Only what is certain is reported; anything this cannot decide passes, and the worker's own
 // error (or the spawn's) says the rest:
@@ -12,7 +12,7 @@
 //     (importlib.util.find_spec, which imports nothing for a top-level name); deeper parts are
 //     not checked: that would import the package, which can take seconds (torch);
 //   - a program run directly: a bare name must be on PATH, a path must exist and must not be a
-//     directory (exec fails with EACCES on one, whose advice used to be "chmod +x").
+//     directory (exec fails with EACCES on one, whose generic advice, "chmod +x", is wrong there).
 // Executability itself is left to the spawn, which reports the errno with the path.
 #pragma once
 

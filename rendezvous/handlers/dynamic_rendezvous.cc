@@ -406,7 +406,7 @@ void DynamicRendezvous::release_round(const DynamicState& complete, TimePoint de
 
 bool DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint deadline) {
   // A node that counted itself in and died before describing itself costs at most the
-  // keep-alive window, not the join timeout (issue 16): the round goes on without it.
+  // keep-alive window, not the join timeout: the round goes on without it.
   auto wait_until = std::min(deadline, clock_.now() + keep_alive_window());
   auto arrivals = read_participants(round, n, wait_until);
   if (static_cast<int64_t>(arrivals.nodes.size()) < limits_.min_nodes) {

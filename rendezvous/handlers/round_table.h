@@ -1,5 +1,5 @@
-// What the node that closes a dynamic round writes so every other node reads a fixed amount
-// (issue 16): without it each of N nodes read all N descriptors, N^2 bytes through the store
+// What the node that closes a dynamic round writes so every other node reads a fixed amount:
+// without it each of N nodes read all N descriptors, N^2 bytes through the store
 // host per round (2 GB at 4,096 nodes). The closer reads the N descriptors once, assigns the
 // ranks (assign_ranks), and writes
 //   tables/<r>/table          RoundTable: the round's size, the workers per node as runs, and,

@@ -176,7 +176,7 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
   note_joined(fmt::format("{} of --nnodes {} nodes joined", joined_at_arrival, n));
   if (joined_at_arrival == n) {
     // This node completed the count: it checks every record against its own once and writes
-    // the round's table, so the others read one key instead of all N (issue 16).
+    // the round's table, so the others read one key instead of all N.
     close_round(round, mine, keys, deadline);
   }
   std::string error_key = round_prefix + "/error";
