@@ -73,9 +73,6 @@ class WorkerOutput {
   // When the earliest pending console tail becomes due; nullopt when none is pending.
   std::optional<TimePoint> next_due() const;
 
-  bool to_console(int stream) const { return console_[stream].has_value(); }
-  bool to_file(int stream) const { return file_fd_[stream] >= 0; }
-
  private:
   void show(int stream, const std::string& text);
   // The log file of `stream` took only part of a write; `rest` is what it did not take.

@@ -60,7 +60,6 @@ class EtcdStore final : public Store {
 
   const std::string& prefix() const { return prefix_; }
   etcd::Client& client() { return *client_; }
-  const std::shared_ptr<etcd::Client>& shared_client() const { return client_; }
 
  private:
   std::string full(const std::string& key) const { return prefix_ + key; }
