@@ -96,6 +96,34 @@ TEST(Pid1, OrphansAreReapedWhileTheJobRunsAndSigtermEndsItWith143) {
   EXPECT_TRUE(ns.processes().empty()) << describe(ns.processes());
 }
 
+// While the job stops (the first SIGTERM, a long grace, a worker that ignores it) the loop
+// still reaps: orphans that exit then leave no zombie. The worker double-forks 50 of them when
+// the SIGTERM reaches it, then runs on; the second SIGTERM ends the job.
+TEST(Pid1, OrphansExitingWhileTheJobStopsAreReaped) {
+  SKIP_WITHOUT_PID_NAMESPACES();
+  TempDir dir;
+  const std::string script =
+      "trap 'i=0; while [ $i -lt 50 ]; do (sleep 1.6 &); i=$((i+1)); done; touch " +
+      dir.file("forked") + "' TERM\n" + "touch " + dir.file("ready") +
+      "\nwhile :; do sleep 300 & wait $!; done\n";
+  PidNamespace ns(kDlaunch, dlaunch_as_pid1({"--shutdown_grace", "600", "--no_python", "/bin/sh",
+                                             "-c", script}));
+  ASSERT_NE(ns.init_pid(), 0) << ns.err();
+  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("ready")); }, 60s)) << ns.err();
+  ASSERT_EQ(::kill(ns.init_pid(), SIGTERM), 0);
+  ASSERT_TRUE(wait_until([&] { return file_exists(dir.file("forked")); }, 60s)) << ns.err();
+  ASSERT_TRUE(wait_until([&] { return live_with_cmdline(ns, "sleep 1.6") == 0; }, 60s));
+  EXPECT_TRUE(wait_until([&] { return zombies(ns).empty(); }, 30s))
+      << "zombies in the namespace while dlaunch stops the job:\n"
+      << describe(zombies(ns)) << ns.err();
+  EXPECT_EQ(ns.err().find("stopped by SIGTERM"), std::string::npos) << "ended too early\n"
+                                                                     << ns.err();
+  ASSERT_EQ(::kill(ns.init_pid(), SIGTERM), 0);
+  auto exit = ns.wait(60s);
+  ASSERT_TRUE(exit) << ns.err();
+  EXPECT_EQ(exit->shell_code(), 128 + SIGTERM) << ns.err();
+}
+
 // The agent's handlers come after the store is reached, which can take the join timeout (a
 // node waiting for its master's pod). A SIGTERM meanwhile was dropped by the kernel (PID 1, no
 // handler): the pod sat out its grace period and was SIGKILLed.
