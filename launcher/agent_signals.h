@@ -19,7 +19,7 @@ class AgentSignals {
   explicit AgentSignals(AgentCore& agent);
 
   // Starts receiving the signals above (AgentOptions::handle_signals). Replaces the handler
-  // dlaunch's main installs until then (early_stop_signals.h), with no moment between the two
+  // dlaunch's main installs until then (early_signals.h), with no moment between the two
   // when a stop signal has none (PID 1 would lose it). Before any worker is spawned.
   void install();
   // What a signal does; also `dlaunch stop` (as SIGTERM, `by` naming who asked: the log then

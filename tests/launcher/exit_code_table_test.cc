@@ -59,15 +59,15 @@ Outcome stopped_by(int sig) {
   return outcome_of(p);
 }
 
-// Node 1 of two, whose store host (node 0) never comes: stopped while it waits to connect.
-Outcome stopped_before_any_worker_started() {
+// Node 1 of two, whose store host (node 0) never comes: `sig` while it waits to connect.
+Outcome signalled_before_any_worker_started(int sig) {
   const std::string port = std::to_string(free_port());
   Subprocess p(dlaunch({"--nnodes", "2", "--node_rank", "1", "--master_port", port, "--rdzv_conf",
                         "join_timeout=600", kWorker, "ok"}));
   // Past start-up: the orphan guard, dlaunch's first child, is forked just before the store is
   // reached (nothing is logged while dlaunch waits for it).
   if (!wait_until([&] { return !children_of(p.pid()).empty(); }, 30s)) return {-1, p.err()};
-  p.signal(SIGTERM);
+  p.signal(sig);
   return outcome_of(p);
 }
 
@@ -176,7 +176,10 @@ std::vector<Row> rows() {
       {"SIGTERM", 128 + SIGTERM, [] { return stopped_by(SIGTERM); }},
       {"SIGINT", 128 + SIGINT, [] { return stopped_by(SIGINT); }},
       {"SIGHUP", 128 + SIGHUP, [] { return stopped_by(SIGHUP); }},
-      {"SIGTERM before any worker started", 128 + SIGTERM, stopped_before_any_worker_started},
+      {"SIGTERM before any worker started", 128 + SIGTERM,
+       [] { return signalled_before_any_worker_started(SIGTERM); }},
+      {"a preemption notice before any worker started", 75,
+       [] { return signalled_before_any_worker_started(SIGUSR1); }},
   };
 }
 
