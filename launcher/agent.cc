@@ -281,7 +281,8 @@ void AgentCore::finish_now(int code) {
   monitor->events().emit("job_finished", {{"exit_code", code}, {"restarts", restarts_used}});
   workers.report_output_losses();
   files.close(code);
-  if (opts.rendezvous && (code == exit_codes::kWorkersFailed || code == exit_codes::kUsage)) {
+  if (opts.rendezvous && (code == exit_codes::kWorkersFailed || code == exit_codes::kUsage ||
+                          code == exit_codes::kNodeMismatch)) {
     // The job failed for good (or cannot run here at all): no more rounds for anyone.
     try {
       opts.rendezvous->set_closed();

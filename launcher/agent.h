@@ -8,7 +8,8 @@
 // on the loop thread.
 //
 // Per generation (see worker_group.h for the group's state machine):
-//   rendezvous -> spawn workers (Init -> Healthy) -> supervise -> the group reaches a final state
+//   rendezvous (a round that fails ends the agent: exit 78 when the nodes' settings disagree,
+//   else 1) -> spawn workers (Init -> Healthy) -> supervise -> the group reaches a final state
 //   -> stop whatever still runs (first signal, --shutdown_grace, SIGKILL to the group, then
 //   reparented orphans; what does not die within a bound is reported and abandoned; after a
 //   success, what the workers left running may finish within --shutdown_grace, then gets
@@ -57,6 +58,9 @@ inline constexpr int kSuccess = 0;
 inline constexpr int kWorkersFailed = 1;  // torchrun's code for a failed job
 inline constexpr int kUsage = 2;          // bad flags, or a program that cannot be executed
 inline constexpr int kPreempted = 75;     // EX_TEMPFAIL: stopped after a preemption notice; requeue
+// EX_CONFIG: the nodes' settings disagree (rendezvous_handler.h's NodeMismatchError); starting
+// them again the same way cannot help.
+inline constexpr int kNodeMismatch = 78;
 inline constexpr int kSignalBase = 128;   // + N: the agent was stopped by signal N
 }  // namespace exit_codes
 

@@ -67,9 +67,12 @@ void RendezvousLoop::begin_generation() {
     } catch (const JobFinishedError& e) {
       std::string msg = e.what();
       post_from_thread(g, [this, msg]() { on_job_finished_while_waiting(msg); });
+    } catch (const NodeMismatchError& e) {
+      std::string msg = e.what();
+      post_from_thread(g, [this, msg]() { on_round_failed(msg, exit_codes::kNodeMismatch); });
     } catch (const std::exception& e) {
       std::string msg = e.what();
-      post_from_thread(g, [this, msg]() { on_round_failed(msg); });
+      post_from_thread(g, [this, msg]() { on_round_failed(msg, exit_codes::kWorkersFailed); });
     }
   });
 }
@@ -102,12 +105,12 @@ void RendezvousLoop::on_round_done(const RendezvousResult& r) {
   });
 }
 
-void RendezvousLoop::on_round_failed(const std::string& msg) {
+void RendezvousLoop::on_round_failed(const std::string& msg, int exit_code) {
   AgentCore& a = agent_;
   if (a.phase == AgentPhase::kDone) return;
   log_error("rendezvous failed: {}", msg);
   a.monitor->events().emit("rendezvous_failed", {{"error", msg}});
-  a.finish(exit_codes::kWorkersFailed);
+  a.finish(exit_code);
 }
 
 // A spare node of a full job: the job succeeded without it, which is no failure of its own.

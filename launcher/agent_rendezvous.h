@@ -49,7 +49,9 @@ class RendezvousLoop {
   std::thread report_thread_;  // publishes this node's failure (report_to_peers)
 
   void on_round_done(const RendezvousResult& r);
-  void on_round_failed(const std::string& msg);
+  // `exit_code`: kWorkersFailed (a timeout, a lost store: another try may work) or
+  // kNodeMismatch (the nodes' settings disagree: no try will).
+  void on_round_failed(const std::string& msg, int exit_code);
   void on_job_finished_while_waiting(const std::string& msg);
   void on_event(const RendezvousEvent& ev);
   // The job's store is gone (c10d: the agent hosting it died).

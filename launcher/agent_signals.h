@@ -18,7 +18,9 @@ class AgentSignals {
  public:
   explicit AgentSignals(AgentCore& agent);
 
-  // Starts receiving the signals above (AgentOptions::handle_signals).
+  // Starts receiving the signals above (AgentOptions::handle_signals). Replaces the handler
+  // dlaunch's main installs until then (early_signals.h), with no moment between the two
+  // when a stop signal has none (PID 1 would lose it). Before any worker is spawned.
   void install();
   // What a signal does; also `dlaunch stop` (as SIGTERM, `by` naming who asked: the log then
   // says that instead of "received SIGTERM").

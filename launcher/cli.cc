@@ -296,8 +296,14 @@ std::string help_text() {
   }
   text +=
       "\n"
-      "exit codes: 0 success; 1 workers failed; 2 bad usage; 75 stopped after a preemption\n"
-      "notice (SIGUSR1), please requeue; 128+N the agent was stopped by signal N.\n"
+      "exit codes (retry: whether starting the node again can help):\n"
+      "  0        success\n"
+      "  1        workers failed past --max_restarts, a node or the store was lost, the\n"
+      "           rendezvous timed out (retry)\n"
+      "  2        bad usage: a flag, a value, a program that cannot be run (do not retry)\n"
+      "  75       stopped after a preemption notice (SIGUSR1): requeue, not a failure\n"
+      "  78       the nodes' settings disagree (--nnodes, run id, node rank) (do not retry)\n"
+      "  128+N    dlaunch was stopped by signal N (143: SIGTERM, a deleted pod)\n"
       "See docs/cli.md, docs/env.md and docs/troubleshooting.md.\n";
   return text;
 }

@@ -17,6 +17,7 @@
 #include "launcher/agent.h"
 #include "launcher/cli.h"
 #include "launcher/completion.h"
+#include "launcher/early_signals.h"
 #include "launcher/flash_dir.h"
 #include "launcher/flash_persist.h"
 #include "launcher/flash_sweep.h"
@@ -178,6 +179,9 @@ int main(int argc, char** argv) {
   LaunchConfig cfg;
   HostInfo host;
   if (auto code = read_config(args, cfg, host)) return *code;
+  // From here on the signals the agent handles have a handler (PID 1 of a container gets no
+  // other); the agent's own take over before its first worker starts.
+  handle_signals_before_the_agent(cfg.stop_signals);
   // A program that cannot run, or a store address that cannot be bound, fails every attempt
   // the same way: say so now, spend no restart (and --dry_run makes the same checks).
   for (auto problem : {check_program(cfg, current_program_check_env()),

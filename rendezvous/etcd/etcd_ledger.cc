@@ -8,6 +8,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "rendezvous/handlers/forming_round_slice.h"
+#include "rendezvous/handlers/rendezvous_handler.h"
 
 namespace dlaunch {
 namespace {
@@ -190,7 +191,7 @@ void EtcdRoundLedger::throw_old_layout_join(int64_t round, const std::string& va
   } catch (const Error&) {
     // Not even a descriptor: name the key's place only.
   }
-  throw StateError(fmt::format(
+  throw NodeMismatchError(fmt::format(
       "etcd rendezvous round {}: {} joined under '{}', where dlaunch builds older than this one "
       "put their join keys (this build puts them under '{}'); every node of a job must run the "
       "same dlaunch build: install this one on every node and start the job again",

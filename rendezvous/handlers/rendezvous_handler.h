@@ -8,8 +8,9 @@
 // thread through the callback given to watch(), and the agent posts them to its event loop.
 //
 // Errors: TimeoutError (join timeout passed without enough nodes), StateError (the rendezvous
-// was closed, or this node's rank/run id/node count conflicts with the others: the message
-// names the hosts and values), ConnectionError (the store endpoint never answered).
+// was closed), NodeMismatchError (this node's rank/run id/node count conflicts with the
+// others': the message names the hosts and values), ConnectionError (the store endpoint never
+// answered).
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,15 @@ namespace dlaunch {
 // next_rendezvous() of a node that waited for a place in a full job when that job finished
 // normally (mark_finished()): not a failure, nothing left to do; the message says so.
 class JobFinishedError : public StateError {
+ public:
+  using StateError::StateError;
+};
+
+// next_rendezvous() when the nodes' own settings disagree: another --nnodes, another run id on
+// the same store, a node rank claimed by two agents. Starting the nodes again with the same
+// settings meets the same conflict, so the agent exits with a code that says "do not retry"
+// (exit_codes::kNodeMismatch).
+class NodeMismatchError : public StateError {
  public:
   using StateError::StateError;
 };

@@ -137,10 +137,15 @@ std::string StaticRendezvous::find_conflict(int64_t round, const Record& mine) {
 }
 
 void StaticRendezvous::fail_conflict(int64_t round, const std::string& message) {
-  // Tell the nodes that cannot see the conflict themselves (they wait for ranks that never come).
-  store_->compare_set(prefix_ + "/round/" + std::to_string(round) + "/error", Bytes(),
-                      to_bytes(message));
-  throw StateError(fmt::format("static rendezvous failed: {}", message));
+  // Tell the nodes that cannot see the conflict themselves (they wait for ranks that never
+  // come): the message, then "all", which wakes each at once and brings the message along
+  // (release_keys). This node may host the store and exit right after; a node that learnt
+  // only that the store went away would exit 1, "try again", not 78. A round that was
+  // released already (a stray agent claiming a rank) keeps its table.
+  const std::string round_prefix = prefix_ + "/round/" + std::to_string(round);
+  store_->compare_set(round_prefix + "/error", Bytes(), to_bytes(message));
+  store_->compare_set(round_prefix + "/all", Bytes(), to_bytes(kAllWithError));
+  throw NodeMismatchError(fmt::format("static rendezvous failed: {}", message));
 }
 
 RendezvousResult StaticRendezvous::next_rendezvous() {
@@ -205,7 +210,7 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
     released = store_->wait_get(release, std::min<Duration>(slice, deadline - now));
     if (released.ready) break;
     if (store_->check({error_key})) {
-      throw StateError(
+      throw NodeMismatchError(
           fmt::format("static rendezvous failed: {}", to_string(store_->get(error_key))));
     }
     if (me == 0) {
@@ -221,7 +226,8 @@ RendezvousResult StaticRendezvous::next_rendezvous() {
 
 std::vector<std::string> StaticRendezvous::release_keys(int64_t round) const {
   const std::string round_prefix = prefix_ + "/round/" + std::to_string(round);
-  return {round_prefix + "/all", round_prefix + "/table", prefix_ + "/restart_count"};
+  return {round_prefix + "/all", round_prefix + "/table", prefix_ + "/restart_count",
+          round_prefix + "/error"};
 }
 
 RendezvousResult StaticRendezvous::read_result(int64_t round, const Record& mine,
@@ -239,8 +245,9 @@ RendezvousResult StaticRendezvous::read_result(int64_t round, const Record& mine
   std::vector<std::pair<std::string, std::string>> builds;
   const Bytes all = released.at(0).value_or(Bytes());
   if (all == to_bytes(kAllWithError)) {
-    throw StateError(
-          fmt::format("static rendezvous failed: {}", to_string(store_->get(error_key))));
+    // Set before "all", so fetched with it (an older closer's release brings no fourth key).
+    const Bytes why = released.size() > 3 && released[3] ? *released[3] : store_->get(error_key);
+    throw NodeMismatchError(fmt::format("static rendezvous failed: {}", to_string(why)));
   }
   if (all == to_bytes(kAllWithTable)) {
     // The closer writes the table before it sets "all", so the WAIT_GET fetched it with "all".

@@ -55,8 +55,9 @@ class StaticRendezvous final : public RendezvousHandler {
   void close_round(int64_t round, const Record& mine, const std::vector<std::string>& keys,
                    TimePoint deadline);
   // After "all" was set: the round's table (or every record, from an older closer) read into
-  // the result. `released`: "all", the table and the restart count as the release's WAIT_GET
-  // fetched them (release_keys), so a node reads nothing more after it is woken.
+  // the result. `released`: "all", the table, the restart count and the conflict message as
+  // the release's WAIT_GET fetched them (release_keys), so a node reads nothing more after it
+  // is woken.
   RendezvousResult read_result(int64_t round, const Record& mine,
                                const std::vector<std::string>& keys, TimePoint deadline,
                                const std::vector<std::optional<Bytes>>& released);

@@ -146,10 +146,19 @@ bool wait_ready(const TempDir& dir, int n, std::chrono::milliseconds timeout) {
       timeout);
 }
 
+std::string read_proc_file(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return text;
+}
+
 bool process_alive(pid_t pid) {
-  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
-  if (!f) return false;
-  std::string text((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::string text = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
   size_t close = text.rfind(')');
   if (close == std::string::npos || close + 2 >= text.size()) return false;
   return text[close + 2] != 'Z' && text[close + 2] != 'X';
@@ -162,7 +171,7 @@ std::vector<pid_t> children_of(pid_t parent) {
   while (dirent* e = ::readdir(d)) {
     int pid = std::atoi(e->d_name);
     if (pid <= 0) continue;
-    std::string stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+    std::string stat = read_proc_file("/proc/" + std::to_string(pid) + "/stat");
     size_t close = stat.rfind(')');
     if (close == std::string::npos) continue;
     int ppid = 0;

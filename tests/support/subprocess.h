@@ -84,6 +84,9 @@ bool process_alive(pid_t pid);
 std::vector<pid_t> children_of(pid_t parent);
 
 std::string read_file(const std::string& path);
+// A /proc file of a process that may exit while it is read: "" then (read_file's ifstream
+// throws when read() fails with ESRCH).
+std::string read_proc_file(const std::string& path);
 bool file_exists(const std::string& path);
 // Lines of `text` that start with `prefix`.
 std::vector<std::string> lines_with_prefix(const std::string& text, const std::string& prefix);
