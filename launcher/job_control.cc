@@ -216,7 +216,7 @@ std::unique_ptr<Store> open_job_store(const Options& o, std::string& where) {
   c.token = load_job_token(o.token_file);
   c.connect_timeout = limit;
   c.timeout = limit;
-  c.waiting_note_every = limit * 2;
+  c.first_waiting_note = limit * 2;
   return std::make_unique<PrefixStore>(job_store_prefix(o.run_id),
                                        std::make_shared<TcpStoreClient>(c));
 }

@@ -11,6 +11,7 @@
 #include "common/worker_env.h"
 #include "rendezvous/etcd/etcd_endpoints.h"
 #include "rendezvous/tcp/host_port.h"
+#include "rendezvous/tcp/name_wait.h"
 #include "rendezvous/handlers/rendezvous_registry.h"
 #include "rendezvous/tcp/store_host.h"
 #include "rendezvous/tcp/tcp_store_server.h"
@@ -46,7 +47,7 @@ std::optional<std::string> etcd_endpoint_problem(const LaunchConfig& cfg) {
       cfg.rdzv_endpoint, fmt::join(reasons, ", "));
 }
 
-std::optional<std::string> store_address_problem(const LaunchConfig& cfg) {
+std::optional<std::string> store_address_note(const LaunchConfig& cfg) {
   const bool binds_store =
       cfg.rdzv_backend == "static" && (cfg.max_nodes == 1 || cfg.node_rank == 0);
   if (!binds_store) return std::nullopt;
@@ -54,13 +55,14 @@ std::optional<std::string> store_address_problem(const LaunchConfig& cfg) {
   const std::string host = endpoint
                                ? parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint").host
                                : cfg.master_addr;
-  const int rc = no_such_name(host);
-  if (rc == 0) return std::nullopt;
+  const std::string error = name_lookup_error(host);
+  if (error.empty()) return std::nullopt;
   return fmt::format(
-      "{}={} does not resolve ({}): this node (node rank 0) hosts the job's store there; give an "
-      "address or host name of this machine that the other nodes reach",
-      endpoint ? "--rdzv_endpoint" : "--master_addr", endpoint ? cfg.rdzv_endpoint : host,
-      ::gai_strerror(rc));
+      "{}={} does not resolve now ({}): this node (node rank 0) hosts the job's store there, so "
+      "a run waits for the name up to the join timeout ({:g} s) and then binds the address it "
+      "resolves to, which must be this machine's; if the name is misspelt, fix it",
+      endpoint ? "--rdzv_endpoint" : "--master_addr", endpoint ? cfg.rdzv_endpoint : host, error,
+      to_seconds(join_timeout_in(cfg.rdzv_conf)));
 }
 
 JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
@@ -71,7 +73,7 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
     try {
       server = host_job_store(
           HostPort{cfg.master_addr, static_cast<uint16_t>(cfg.master_port)},
-          get_env(env_names::kJobToken), cfg.run_id,
+          join_timeout_in(cfg.rdzv_conf), get_env(env_names::kJobToken), cfg.run_id,
           "pass a free --master_port, or --master_port 0 / --standalone to pick one");
     } catch (const UsageError& e) {
       throw UsageError(fmt::format(

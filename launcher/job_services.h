@@ -38,12 +38,12 @@ struct JobServices {
 
 // `version`: this agent's build ("0.1.0+3467aab"), published at rendezvous so a job whose agents
 // run different builds warns (rendezvous/handlers/version_mix.h); empty: none.
-// What start_job_services would refuse about the address this node must bind, checked before
-// anything starts (and by --dry_run): a static job's node 0 (or a single node) binds
-// --master_addr (or the static --rdzv_endpoint's host), which must resolve. nullopt when fine,
-// or when resolving failed only for now (a DNS server that did not answer). Blocks on one
-// forward lookup; never throws.
-std::optional<std::string> store_address_problem(const LaunchConfig& cfg);
+// What --dry_run says about the address this node must bind: a static job's node 0 (or a
+// single node) binds --master_addr (or the static --rdzv_endpoint's host); when that name does
+// not resolve now, the run waits for it up to the join timeout (a master's name may resolve
+// only once its host is up: rendezvous/tcp/name_wait.h), and this says so. nullopt when it
+// resolves. Blocks on one forward lookup; never throws.
+std::optional<std::string> store_address_note(const LaunchConfig& cfg);
 
 // The same for --rdzv_backend etcd: a run cannot start when no member of --rdzv_endpoint has a
 // host name that resolves. nullopt when one resolves (or might: a lookup that failed only for

@@ -182,15 +182,19 @@ int main(int argc, char** argv) {
   // From here on the signals the agent handles have a handler (PID 1 of a container gets no
   // other); the agent's own take over before its first worker starts.
   handle_signals_before_the_agent(cfg.stop_signals);
-  // A program that cannot run, or a store address that cannot be bound, fails every attempt
-  // the same way: say so now, spend no restart (and --dry_run makes the same checks).
+  // A program that cannot run, or an etcd that cannot be found, fails every attempt the same
+  // way: say so now, spend no restart (and --dry_run makes the same checks).
   for (auto problem : {check_program(cfg, current_program_check_env()),
-                       store_address_problem(cfg), etcd_endpoint_problem(cfg)}) {
+                       etcd_endpoint_problem(cfg)}) {
     if (!problem) continue;
     std::fprintf(stderr, "dlaunch: error: %s\n", problem->c_str());
     return exit_codes::kUsage;
   }
   if (cfg.dry_run) {
+    // Node 0's own name may resolve only once its host is up: the run waits for it.
+    if (auto note = store_address_note(cfg)) {
+      std::fprintf(stderr, "dlaunch: note: %s\n", note->c_str());
+    }
     std::cout << cfg.describe();
     return 0;
   }

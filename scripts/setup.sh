@@ -7,7 +7,8 @@
 #                             checkout: scripts/setup_torch2.sh), Pillow, PyYAML (reads the
 #                             Kubernetes examples), Slurm, munge, etcd, gdb, iproute2,
 #                             prometheus (scrapes the agents' /metrics in a test),
-#                             universal-ctags (scripts/long_functions.sh)
+#                             universal-ctags (scripts/long_functions.sh), dnsmasq-base (a DNS
+#                             server whose records appear late, in a namespace of a test's own)
 #   scripts/setup.sh --bench  plus what the benchmarks use (hyperfine, clang for the fuzzer,
 #                             torchvision + Pillow for the image loading peer)
 #   scripts/setup.sh --gpu-bundle  plus what scripts/gpu_check.sh --bundle uses (patchelf)
@@ -29,7 +30,7 @@ packages=(
 for arg in "$@"; do
   case "$arg" in
     --test)
-      packages+=(python3-torch python3-venv python3-pil python3-yaml gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client patchelf prometheus universal-ctags)
+      packages+=(python3-torch python3-venv python3-pil python3-yaml gdb elfutils iproute2 slurm-wlm munge etcd-server etcd-client patchelf prometheus universal-ctags dnsmasq-base)
       want_torch2=1
       ;;
     --bench)

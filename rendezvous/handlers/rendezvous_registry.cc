@@ -105,6 +105,12 @@ RendezvousConfig RendezvousConfig::parse(const std::map<std::string, std::string
   return c;
 }
 
+Duration join_timeout_in(const std::map<std::string, std::string>& conf) {
+  auto it = conf.find("join_timeout");
+  if (it == conf.end()) return RendezvousConfig().join_timeout;
+  return RendezvousConfig::parse({*it}).join_timeout;
+}
+
 // ---- registry ------------------------------------------------------------------------------
 
 namespace {
@@ -119,7 +125,8 @@ std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams
   std::shared_ptr<TcpStoreServer> server;
   if (p.host_store && p.node_rank == 0) {
     server = host_job_store(
-        parse_host_port(p.endpoint, 29500, "--rdzv_endpoint"), p.token, p.run_id,
+        parse_host_port(p.endpoint, 29500, "--rdzv_endpoint"), join_timeout_in(p.config), p.token,
+        p.run_id,
         "pass a free --master_port (node 0 publishes it to nobody else, so every node needs the "
         "same value)");
   }
@@ -134,7 +141,7 @@ std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& 
   RendezvousParams params = p;
   if (p.host_store) {
     HostPort where = parse_host_port(p.endpoint, 29400, "--rdzv_endpoint");
-    server = try_host_job_store(where, p.token, p.run_id);
+    server = try_host_job_store(where, join_timeout_in(p.config), p.token, p.run_id);
     // Port 0 (torchrun's --standalone spelling): join the store on the port it was given.
     if (server && where.port == 0) {
       where.port = server->port();

@@ -43,6 +43,10 @@ struct RendezvousConfig {
   static std::map<std::string, std::string> split(const std::string& text);
 };
 
+// The join timeout given in `conf` (--rdzv_conf), else the default; reads no other key (so it
+// logs nothing about them). Throws UsageError on a malformed value.
+Duration join_timeout_in(const std::map<std::string, std::string>& conf);
+
 struct RendezvousParams {
   std::string backend = "static";
   std::string run_id = "none";

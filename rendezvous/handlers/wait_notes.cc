@@ -6,7 +6,9 @@ namespace dlaunch {
 
 bool WaitNotes::due(TimePoint now) {
   if (now - start_ < next_) return false;
-  next_ *= 2;
+  // A step that blocked past several due times (a DNS lookup waiting out its resolver's
+  // timeout) still makes one note, not one per missed time.
+  while (next_ <= now - start_) next_ *= 2;
   return true;
 }
 

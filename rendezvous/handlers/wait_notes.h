@@ -1,6 +1,8 @@
 // When a node waiting at the rendezvous says so again: 5, 10, 20, 40... s after it began, so
 // it is never silent for long, and a long wait is a few lines, not a flood. Both handlers
-// (static_rendezvous.h, dynamic_rendezvous.h) say it this way.
+// (static_rendezvous.h, dynamic_rendezvous.h) say it this way, and so do the waits before
+// them: for the store's host to come up (tcp_store_client.h) and for its name to resolve
+// (name_wait.h).
 #pragma once
 
 #include <chrono>
@@ -12,7 +14,9 @@ namespace dlaunch {
 
 class WaitNotes {
  public:
-  explicit WaitNotes(TimePoint start) : start_(start) {}
+  // `first`: when the first note is due; each later one is due twice as long after `start`.
+  explicit WaitNotes(TimePoint start, Duration first = std::chrono::seconds(5))
+      : start_(start), next_(first) {}
   // True when a note is due at `now`; the next one is then due twice as late.
   bool due(TimePoint now);
   // "for 10 s of the 600 s join timeout"
@@ -20,7 +24,7 @@ class WaitNotes {
 
  private:
   TimePoint start_;
-  Duration next_ = std::chrono::seconds(5);
+  Duration next_;
 };
 
 }  // namespace dlaunch

@@ -4,6 +4,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "rendezvous/tcp/name_wait.h"
 #include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch {
@@ -22,10 +23,13 @@ std::shared_ptr<TcpStoreServer> make_server(const HostPort& where,
 
 }  // namespace
 
-std::shared_ptr<TcpStoreServer> host_job_store(const HostPort& where,
+std::shared_ptr<TcpStoreServer> host_job_store(const HostPort& where, Duration name_patience,
                                                const std::optional<std::string>& token,
                                                const std::string& run_id,
                                                const std::string& in_use_hint) {
+  wait_until_name_resolves(where.host, name_patience,
+                           "this agent hosts the job's store there, so the name must resolve to "
+                           "an address of this machine");
   auto server = make_server(where, token, run_id);
   try {
     server->start();
@@ -38,9 +42,12 @@ std::shared_ptr<TcpStoreServer> host_job_store(const HostPort& where,
   return server;
 }
 
-std::shared_ptr<TcpStoreServer> try_host_job_store(const HostPort& where,
+std::shared_ptr<TcpStoreServer> try_host_job_store(const HostPort& where, Duration name_patience,
                                                    const std::optional<std::string>& token,
                                                    const std::string& run_id) {
+  wait_until_name_resolves(where.host, name_patience,
+                           "the agent whose address it is hosts the job's store there, and "
+                           "every other agent connects to it");
   auto server = make_server(where, token, run_id);
   try {
     server->start();

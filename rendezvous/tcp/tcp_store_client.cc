@@ -21,7 +21,9 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "rendezvous/tcp/host_port.h"
+#include "rendezvous/handlers/wait_notes.h"
 #include "rendezvous/tcp/job_token.h"
+#include "rendezvous/tcp/name_wait.h"
 
 namespace dlaunch {
 
@@ -43,6 +45,21 @@ SteadyTime::time_point deadline_after(Duration d) {
   if (d > SteadyTime::time_point::max() - now) return SteadyTime::time_point::max();
   return now + d;
 }
+
+// The store's host name did not resolve (yet): retried at the name's own pace, and the final
+// error says what was looked up and what the resolver answered.
+class NameNotResolvedError : public ConnectionError {
+ public:
+  NameNotResolvedError(const std::string& host, std::string answer)
+      : ConnectionError(fmt::format("cannot resolve '{}': {}", host, answer)),
+        answer_(std::move(answer)) {}
+  const std::string& answer() const { return answer_; }
+
+ private:
+  std::string answer_;
+};
+
+constexpr auto kFirstBackoff = std::chrono::milliseconds(20);
 
 std::string describe_keys(const std::vector<std::string>& keys) {
   std::string out;
@@ -139,17 +156,22 @@ void TcpStoreClient::ensure_connected() {
                              ? *options_.reconnect_timeout
                              : options_.connect_timeout;
   auto deadline = deadline_after(bound);
-  auto backoff = std::chrono::milliseconds(20);
+  Duration backoff = kFirstBackoff;
   std::string last_error;
   // The last attempt connected and the peer did not answer its handshake; `judged_silent`: an
   // attempt gave it the whole handshake_timeout (the last may be cut short by `deadline`).
   bool silent_peer = false;
   bool judged_silent = false;
   bool every_attempt_refused = true;  // nothing listens: StoreRefusedError, not silence
+  // The name did not resolve at the last attempt (its resolver's answer), and at every one.
+  std::optional<std::string> unresolved;
+  bool never_resolved = true;
   const auto started = SteadyTime::now();
-  auto next_note = started + options_.waiting_note_every;
+  WaitNotes notes(started, options_.first_waiting_note);
   while (true) {
     silent_peer = false;
+    const bool was_unresolved = unresolved.has_value();
+    unresolved.reset();
     try {
       connect_once(deadline);
       // A peer that was a store before and is silent now is a store in trouble, and a
@@ -170,6 +192,11 @@ void TcpStoreClient::ensure_connected() {
       }
       connected_once_ = true;
       return;
+    } catch (const NameNotResolvedError& e) {
+      drop();
+      unresolved = e.answer();
+      last_error = e.what();
+      every_attempt_refused = false;
     } catch (const ConnectionError& e) {
       drop();
       last_error = e.what();
@@ -184,22 +211,20 @@ void TcpStoreClient::ensure_connected() {
       last_error = e.what();
       every_attempt_refused = false;
     }
+    if (!unresolved) never_resolved = false;
+    // A name that does not resolve is looked up at its own steady pace; once it resolves, the
+    // host behind it is given the quick retries of a fresh start (it is probably starting up
+    // right now), so the job forms within a second after the name appears.
+    if (unresolved) {
+      backoff = kNameRetryInterval;
+    } else if (was_unresolved) {
+      backoff = kFirstBackoff;
+    }
     silent_peer = silent_peer && judged_silent;
     if (silent_peer) last_error = silent_answer();
     if (SteadyTime::now() + backoff >= deadline) break;
-    if (!connected_once_ && SteadyTime::now() >= next_note) {
-      next_note += options_.waiting_note_every;
-      if (silent_peer) {
-        log_info("still waiting for the store at {} ({:.0f} s so far, up to {:g} s): {}",
-                 endpoint(), to_seconds(SteadyTime::now() - started), to_seconds(bound),
-                 last_error);
-      } else {
-        log_info("still waiting for the store at {} ({:.0f} s so far, up to {:g} s; last error: "
-                 "{}); it is hosted by the agent of node rank 0 (static) or the one owning "
-                 "--rdzv_endpoint (c10d): start it, or check its address and port",
-                 endpoint(), to_seconds(SteadyTime::now() - started), to_seconds(bound),
-                 last_error);
-      }
+    if (!connected_once_ && notes.due(SteadyTime::now())) {
+      note_waiting(last_error, unresolved, silent_peer, started, bound);
     }
     {
       // Back off, but wake at once for interrupt().
@@ -207,7 +232,7 @@ void TcpStoreClient::ensure_connected() {
       interrupted_cv_.wait_for(lock, backoff, [&] { return interrupted_; });
     }
     if (interrupted()) throw_closed("");
-    backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));
+    if (!unresolved) backoff = std::min<Duration>(backoff * 2, std::chrono::milliseconds(1000));
   }
   if (interrupted()) throw_closed("");
   if (silent_peer) {
@@ -217,6 +242,15 @@ void TcpStoreClient::ensure_connected() {
         "(--rdzv_endpoint for c10d, --master_port for static)",
         to_seconds(bound), to_seconds(options_.handshake_timeout))));
   }
+  if (unresolved) {
+    throw ConnectionError(fmt::format(
+        "cannot reach the store at {} within {:g} s: its host name '{}' {} (the resolver's "
+        "last answer: {}); the store is hosted by the agent of node rank 0 (static) or the one "
+        "owning --rdzv_endpoint (c10d); {}",
+        endpoint(), to_seconds(bound), options_.host,
+        never_resolved ? "never resolved" : "stopped resolving", *unresolved,
+        unresolved_name_advice(options_.host)));
+  }
   std::string message = fmt::format(
       "cannot reach the store at {} within {:g} s (last error: {}); check that the agent "
       "hosting it (node rank 0, or the owner of --rdzv_endpoint) is running, that the address "
@@ -224,6 +258,28 @@ void TcpStoreClient::ensure_connected() {
       endpoint(), to_seconds(bound), last_error);
   if (every_attempt_refused) throw StoreRefusedError(message);
   throw ConnectionError(message);
+}
+
+void TcpStoreClient::note_waiting(const std::string& last_error,
+                                  const std::optional<std::string>& unresolved, bool silent_peer,
+                                  SteadyTime::time_point started, Duration bound) const {
+  const double so_far = to_seconds(SteadyTime::now() - started);
+  if (unresolved) {
+    log_info("still waiting for the store at {} ({:.0f} s so far, up to {:g} s): its host name "
+             "'{}' does not resolve yet ({}); looking it up again every {:g} s. It is hosted by "
+             "the agent of node rank 0 (static) or the one owning --rdzv_endpoint (c10d), "
+             "whose name may resolve only once that host is up (a Kubernetes pod)",
+             endpoint(), so_far, to_seconds(bound), options_.host, *unresolved,
+             to_seconds(kNameRetryInterval));
+  } else if (silent_peer) {
+    log_info("still waiting for the store at {} ({:.0f} s so far, up to {:g} s): {}", endpoint(),
+             so_far, to_seconds(bound), last_error);
+  } else {
+    log_info("still waiting for the store at {} ({:.0f} s so far, up to {:g} s; last error: "
+             "{}); it is hosted by the agent of node rank 0 (static) or the one owning "
+             "--rdzv_endpoint (c10d): start it, or check its address and port",
+             endpoint(), so_far, to_seconds(bound), last_error);
+  }
 }
 
 std::string TcpStoreClient::silent_answer() const {
@@ -250,10 +306,9 @@ void TcpStoreClient::connect_once(SteadyTime::time_point deadline) {
   hints.ai_flags = AI_NUMERICSERV;
   addrinfo* res = nullptr;
   std::string port = std::to_string(options_.port);
+  // Resolved at every attempt, never cached: the name may appear late, or move.
   int rc = getaddrinfo(options_.host.c_str(), port.c_str(), &hints, &res);
-  if (rc != 0) {
-    throw ConnectionError(fmt::format("cannot resolve '{}': {}", options_.host, gai_strerror(rc)));
-  }
+  if (rc != 0) throw NameNotResolvedError(options_.host, gai_strerror(rc));
   std::unique_ptr<addrinfo, void (*)(addrinfo*)> free_res(res, freeaddrinfo);
   std::string error = "no address";
   bool every_address_refused = true;

@@ -4,6 +4,9 @@
 //
 // Blocking and timeouts: the constructor connects, retrying refused/unreachable attempts with
 // backoff until connect_timeout passes (ConnectionError naming host:port and what to check);
+// the host name is resolved anew at every attempt and every reconnect (a master's name may
+// resolve late, or to a new address after its host was replaced: name_wait.h), and while it
+// does not resolve it is looked up again every kNameRetryInterval;
 // each attempt's handshake is bounded by handshake_timeout, so a foreign service on the port
 // is named within seconds ("host:port answers but is not a dlaunch or PyTorch store").
 // Every request waits for its reply at most timeout() (get/wait/multi_get: for the keys to
@@ -56,8 +59,10 @@ struct TcpStoreClientOptions {
   // must be able to stop at once.
   bool lazy_connect = false;
   // While the first connect keeps failing (the host is not up yet: a node started before node
-  // 0), say so this often, so a waiting node is not silent for the whole join timeout.
-  Duration waiting_note_every = std::chrono::seconds(30);
+  // 0, or its name does not resolve yet), say so this long after it began, then at twice,
+  // four times... that (WaitNotes), so a waiting node is not silent for the whole join timeout
+  // and a long wait is a few lines.
+  Duration first_waiting_note = std::chrono::seconds(5);
   // A store answers the handshake in milliseconds. A peer that accepts and stays silent this
   // long is some other service on the port (or a store too busy to answer yet): said at once in
   // the log, and the connect goes on retrying until its bound. One that answers with bytes no
@@ -124,6 +129,10 @@ class TcpStoreClient final : public Store {
   // All run with mutex_ held.
   void ensure_connected();
   void connect_once(std::chrono::steady_clock::time_point deadline);
+  // One "still waiting for the store" line: why the last attempt failed, how long so far.
+  void note_waiting(const std::string& last_error, const std::optional<std::string>& unresolved,
+                    bool silent_peer, std::chrono::steady_clock::time_point started,
+                    Duration bound) const;
   void wait_locked(const std::vector<std::string>& keys, Duration timeout);
   void handshake(std::chrono::steady_clock::time_point deadline);
   // "host:port answers but is not a dlaunch or PyTorch store: <why>".

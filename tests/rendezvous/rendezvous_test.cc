@@ -970,12 +970,13 @@ TEST_F(RendezvousTest, StoreDisconnectBlamesTheJobTokenOnlyWhenOneIsSet) {
 }
 
 // A node started before the store's host waits up to the join timeout (600 s by default): it
-// says so periodically (every 30 s; here every 200 ms) instead of staying silent.
+// says so at growing intervals (5, 10, 20... s; here 200, 400, 800 ms) instead of staying
+// silent.
 TEST(TcpStoreClientWaiting, ANodeWaitingForTheStoreHostSaysSoPeriodically) {
   TcpStoreClientOptions co;
   co.port = static_cast<uint16_t>(testing::free_port());
   co.connect_timeout = 1500ms;
-  co.waiting_note_every = 200ms;
+  co.first_waiting_note = 200ms;
   ::testing::internal::CaptureStderr();
   EXPECT_THROW(TcpStoreClient{co}, ConnectionError);
   std::string err = ::testing::internal::GetCapturedStderr();
