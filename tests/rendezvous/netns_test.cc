@@ -1,7 +1,9 @@
 // Hosts in network namespaces joined by veth pairs (root and iproute2 only; skipped otherwise):
 // three rdzv_agent processes meet through the store hosted in namespace A; cutting C's link
 // (a partition, not a process death) must be noticed by the others within the keep-alive
-// window, and A and B re-form a round of two.
+// window, and A and B re-form a round of two. Further tests run real dlaunch agents there: a link
+// cut while workers fail, dtrain across two hosts, and a Kubernetes pod deletion whose
+// replacement (a UTS namespace with the same hostname) joins at a new address.
 //
 //       [ns dl_b] 10.77.1.2 --veth-- 10.77.1.1 [ns dl_a: store + agent] 10.77.2.1 --veth-- 10.77.2.2 [ns dl_c]
 #include <fcntl.h>
