@@ -28,8 +28,12 @@ const std::string kWorker = TEST_WORKER_BIN;
 // the other nodes' workers fail while the terminated agent still runs. The job finishes once it
 // has its 6 workers again.
 std::vector<std::string> agent_argv(const std::string& endpoint, const std::string& ready,
-                                    const std::string& worker_mode) {
+                                    const std::string& worker_mode,
+                                    const std::string& slow_stop = "3",
+                                    const std::string& shutdown_grace = "5") {
   return {kDlaunch,
+          "--shutdown_grace",
+          shutdown_grace,
           "--nnodes",
           "2:4",
           "--nproc_per_node",
@@ -47,7 +51,7 @@ std::vector<std::string> agent_argv(const std::string& endpoint, const std::stri
           kWorker,
           worker_mode,
           "ready=" + ready,
-          "slow_stop=3",
+          "slow_stop=" + slow_stop,
           "finish_world=6"};
 }
 
@@ -115,6 +119,46 @@ TEST(DlaunchPodDeletion, SigtermedNodeLeavesWithoutSpendingTheBudgetAndANewPodJo
   auto e = replacement.wait(60s);
   ASSERT_TRUE(e) << replacement.err();
   EXPECT_EQ(e->shell_code(), 0) << replacement.err();
+}
+
+// The pod's grace period runs out first: its local rank 1 would take a minute to stop, dlaunch
+// would wait its --shutdown_grace of 30 s, and the kubelet SIGKILLs the agent after 3 s. The
+// others were told at the SIGTERM and have re-formed free; the SIGKILL changes nothing for them.
+TEST(DlaunchPodDeletion, NodeSigkilledAfterThePodsGraceStillCostsNoRestart) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  TempDir ready;
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  nodes.push_back(
+      std::make_unique<Subprocess>(agent_argv(endpoint, ready.path(), "fail-when-peer-dies")));
+  ASSERT_TRUE(wait_until(
+      [&] { return nodes[0]->err().find("hosting the job's store") != std::string::npos; }, 30s))
+      << nodes[0]->err();
+  nodes.push_back(
+      std::make_unique<Subprocess>(agent_argv(endpoint, ready.path(), "fail-when-peer-dies")));
+  nodes.push_back(std::make_unique<Subprocess>(
+      agent_argv(endpoint, ready.path(), "fail-when-peer-dies", "60", "30")));
+  ASSERT_TRUE(wait_ready(ready, 6, 60s));
+  Subprocess& deleted = *nodes[2];
+  deleted.signal(SIGTERM);
+  EXPECT_FALSE(deleted.wait(3s)) << "the test needs an agent that outlives the pod's grace";
+  deleted.signal(SIGKILL);
+  ASSERT_TRUE(deleted.wait(10s));
+  for (size_t i = 0; i < 2; ++i) {
+    ASSERT_TRUE(wait_until(
+        [&] { return nodes[i]->out().find("waiting rank=") != std::string::npos; }, 60s))
+        << nodes[i]->out() << nodes[i]->err();
+    EXPECT_NE(nodes[i]->out().find("world=4 attempt=1 restart_count=0"), std::string::npos)
+        << nodes[i]->out() << nodes[i]->err();
+    EXPECT_NE(nodes[i]->err().find("not counted as a restart"), std::string::npos)
+        << nodes[i]->err();
+  }
+  // Then the whole job is deleted: every node leaves, and each exits 143.
+  for (size_t i = 0; i < 2; ++i) nodes[i]->signal(SIGTERM);
+  for (size_t i = 0; i < 2; ++i) {
+    auto e = nodes[i]->wait(30s);
+    ASSERT_TRUE(e) << nodes[i]->err();
+    EXPECT_EQ(e->shell_code(), 128 + SIGTERM) << nodes[i]->err();
+  }
 }
 
 }  // namespace
