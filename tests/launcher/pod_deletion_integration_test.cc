@@ -2,8 +2,8 @@
 // pod's grace period. In an elastic job that is a node leaving, not a failure: the others
 // re-form without spending the restart budget, the terminated agent exits 143 without a report
 // blaming its workers (they died of the SIGTERM it forwarded), and a new pod joins back.
-// Real agents on 127.0.0.1; tests/rendezvous/netns_test.cc plays the same with a replacement of
-// the same hostname at a new address.
+// Real agents on 127.0.0.1 (c10d); tests/rendezvous/netns_test.cc plays the same with a
+// replacement of the same hostname at a new address, tests/etcd/etcd_dlaunch_test.cc over etcd.
 #include <gtest/gtest.h>
 #include <signal.h>
 
