@@ -136,6 +136,12 @@ void AgentSignals::stop_job(int sig, const std::string& by) {
       return;
     case AgentPhase::kRunning:
     case AgentPhase::kCapturing:
+      // A healthy group stopped by a signal is this node leaving (Kubernetes deleting its pod):
+      // the others are told before its workers die, so the failures that causes in theirs are
+      // not charged. A hang being investigated is a failure already, and stays one.
+      if (a.opts.rendezvous && a.phase == AgentPhase::kRunning) {
+        a.opts.rendezvous->begin_leaving();
+      }
       a.group->on_stop_requested(fmt::format("dlaunch received {}", signal_name(sig)));
       a.phase = AgentPhase::kRunning;  // a capture in progress is abandoned
       a.stop_group(sig);

@@ -258,6 +258,7 @@ void EtcdRendezvous::watch(std::function<void(const RendezvousEvent&)> on_event)
 }
 void EtcdRendezvous::request_restart(const std::string& report) { inner_->request_restart(report); }
 FailureVerdict EtcdRendezvous::settle_failure() { return inner_->settle_failure(); }
+void EtcdRendezvous::begin_leaving() { inner_->begin_leaving(); }
 int64_t EtcdRendezvous::num_nodes_waiting() { return inner_->num_nodes_waiting(); }
 void EtcdRendezvous::mark_finished() { inner_->mark_finished(); }
 std::string EtcdRendezvous::joined_so_far() const { return inner_->joined_so_far(); }

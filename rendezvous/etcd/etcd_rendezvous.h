@@ -67,6 +67,7 @@ class EtcdRendezvous final : public RendezvousHandler {
   void prepare_watch() override;
   void request_restart(const std::string& report) override;
   FailureVerdict settle_failure() override;
+  void begin_leaving() override;
   int64_t num_nodes_waiting() override;
   void mark_finished() override;
   std::string joined_so_far() const override;

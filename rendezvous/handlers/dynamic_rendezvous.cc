@@ -627,7 +627,9 @@ void DynamicRendezvous::ack_failure() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     if (!store_lost_.empty()) throw ConnectionError(store_lost_);
-    if (running_round_ < 0 || acked_round_ == running_round_) return;
+    // A leaving node's count would make its own leaving, which fails the others' workers,
+    // a failure of theirs that spends the budget.
+    if (leaving_ || running_round_ < 0 || acked_round_ == running_round_) return;
     round = running_round_;
     n = running_n_;
     // Claimed before the add: the watcher (a restart event) and the failure report may ack at
@@ -722,6 +724,16 @@ FailureVerdict DynamicRendezvous::settle_failure() {
     std::unique_lock<std::mutex> lock(mutex_);
     wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return !store_lost_.empty(); });
   }
+}
+
+void DynamicRendezvous::begin_leaving() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (leaving_ || stopping_) return;
+    leaving_ = true;
+    leave_requested_ = true;
+  }
+  wake_.notify_all();
 }
 
 int64_t DynamicRendezvous::num_nodes_waiting() {
@@ -856,7 +868,7 @@ void DynamicRendezvous::keep_alive_loop() {
       wait = std::min<Duration>(wait, std::chrono::milliseconds(50));
     }
     std::unique_lock<std::mutex> lock(mutex_);
-    wake_.wait_for(lock, wait, [&] { return stopping_; });
+    wake_.wait_for(lock, wait, [&] { return stopping_ || leave_requested_; });
   }
   keep_alive_finish();
 }
@@ -876,9 +888,13 @@ bool DynamicRendezvous::keep_alive_step() {
   auto& ka = keep_alive_state_;
   int64_t round;
   std::vector<NodeRef> watched;
+  bool announce_leaving_now;
   {
     std::unique_lock<std::mutex> lock(mutex_);
     if (stopping_) return false;
+    leave_requested_ = false;
+    announce_leaving_now =
+        leaving_ && running_round_ >= 0 && leave_announced_round_ != running_round_;
     if (!store_lost_.empty()) {
       if (external_keep_alive_) return false;
       wake_.wait(lock, [&] { return stopping_; });
@@ -908,6 +924,10 @@ bool DynamicRendezvous::keep_alive_step() {
     }
     ka.doing = "sending this node's keep-alive";
     beat_when_due();
+    if (announce_leaving_now) {
+      ka.doing = "telling the other nodes that this node leaves";
+      announce_leaving(*ka.store);  // retried at the next step if the store does not answer
+    }
     if (!watched.empty()) report_lost_neighbours(watched, round);
     store_answered();
   } catch (const StoreRefusedError& e) {
@@ -1061,11 +1081,14 @@ void DynamicRendezvous::keep_alive_finish() {
 void DynamicRendezvous::announce_leaving(Store& store) {
   int64_t round, rank;
   size_t nodes;
+  bool on_stop_signal;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     round = running_round_;
     rank = my_rank_;
     nodes = static_cast<size_t>(running_n_);
+    on_stop_signal = leaving_;
+    if (round == leave_announced_round_) return;  // begin_leaving() did, shutdown() need not
   }
   if (round < 0 || nodes < 2) return;
   // A node stopped while its round runs (SIGTERM to one agent: a scale-down) is a membership
@@ -1077,6 +1100,15 @@ void DynamicRendezvous::announce_leaving(Store& store) {
   std::string reason = fmt::format("node {} (node rank {}) left", params_.host, rank);
   write_verdict(store, round, "L|" + reason);
   publish_event(store, prefix_, round, {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    leave_announced_round_ = round;
+  }
+  if (on_stop_signal) {
+    log_info("rendezvous '{}' round {}: told the other {} node(s) that this node leaves; they "
+             "re-form without it (not counted as a restart)",
+             params_.run_id, round, nodes - 1);
+  }
 }
 
 void DynamicRendezvous::shutdown() {

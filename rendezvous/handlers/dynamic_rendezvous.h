@@ -22,7 +22,8 @@
 // neighbours; a node silent for interval x max_attempt triggers kMembershipChanged for the
 // round. An EventWatcher thread delivers events to watch()'s callback. Both have their own
 // store connections. shutdown() stops them within milliseconds (a thread blocked on a dead
-// store is interrupted) and marks this node as having left cleanly.
+// store is interrupted) and marks this node as having left cleanly. begin_leaving() has the
+// keep-alive thread say so earlier, as soon as the agent got its stop signal.
 //
 // Store loss (c10d): the keep-alive thread is the judge. When the store has not answered it
 // for keep_alive_interval x keep_alive_max_attempt, the agent hosting it is gone, and with it
@@ -74,6 +75,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   void prepare_watch() override { watcher_->prepare(); }
   void request_restart(const std::string& report) override;
   FailureVerdict settle_failure() override;
+  void begin_leaving() override;
   int64_t num_nodes_waiting() override;
   void mark_finished() override;
   void set_closed() override;
@@ -188,8 +190,8 @@ class DynamicRendezvous final : public RendezvousHandler {
   // saying so.
   void release_round(const DynamicState& complete, TimePoint deadline);
   void begin_worker_namespace(int64_t round);
-  // At shutdown, while a round of several nodes runs: the others re-form without this node,
-  // for free (keep-alive thread).
+  // At begin_leaving() or shutdown, while a round of several nodes runs: the others re-form
+  // without this node, for free (keep-alive thread). Once per round.
   void announce_leaving(Store& store);
   void keep_alive_loop();
   // Parts of keep_alive_step(), on the keep-alive thread (or its external driver):
@@ -246,6 +248,10 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::shared_ptr<Store> keep_alive_store_;  // the thread's store, for shutdown()'s interrupt
   bool keep_alive_healthy_ = true;           // its last store call succeeded
   bool keep_alive_exited_ = false;
+  // begin_leaving(): this node acks no failure, and the keep-alive announces the leave.
+  bool leaving_ = false;
+  bool leave_requested_ = false;  // wakes the keep-alive thread for it
+  int64_t leave_announced_round_ = -1;
   bool external_keep_alive_ = false;  // drive_keep_alive_externally()
   // The keep-alive's own state (only its thread, or the external driver, touches it).
   struct KeepAliveState {

@@ -124,6 +124,14 @@ class RendezvousHandler {
   // to the keep-alive window and a little more; call it off the agent's event loop. The first
   // verdict of a round holds for every node. Default (static): charged at once.
   virtual FailureVerdict settle_failure() { return {}; }
+  // This node is about to stop while its round runs (a stop signal: Kubernetes deleting its
+  // pod, a scale-down). From now on it counts itself in no failure (settle_failure's count of
+  // the nodes alive), and it tells the others that it leaves (the round's verdict "left" and a
+  // membership event), so the failures its leaving causes in their workers are settled free
+  // instead of charged. Call it before its workers get the signal. Never blocks: the telling is
+  // done on the handler's own thread; a node killed before that is reported lost by the
+  // others' keep-alive. Default (static: no node may leave): nothing.
+  virtual void begin_leaving() {}
   // Nodes that asked to join and wait for the next round (elastic scale-up).
   virtual int64_t num_nodes_waiting() = 0;
   // After this node passed the exit barrier (every node's workers succeeded): tells the nodes

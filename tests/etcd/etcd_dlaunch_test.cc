@@ -184,6 +184,39 @@ TEST_F(EtcdDlaunchTest, KilledAgentWhosePeersFailDoesNotSpendTheRestartBudget) {
   expect_two_finished_without_a_restart(agents, 60s);
 }
 
+// A pod deletion (SIGTERM to one agent, --nnodes 2:4, budget 0): the terminated agent's local
+// rank 0 dies of the forwarded SIGTERM at once and its local rank 1 takes 3 s (a checkpoint),
+// so the others' workers fail while it still runs. It leaves, it did not fail: the others
+// re-form free, it exits 143 without a report.
+TEST_F(EtcdDlaunchTest, SigtermedAgentLeavesWithoutSpendingTheRestartBudget) {
+  testing::TempDir ready;
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int h = 1; h <= 3; ++h) {
+    agents.push_back(agent(
+        h, "2:4", 2,
+        {TEST_WORKER_BIN, "fail-when-peer-dies", "ready=" + ready.path(), "slow_stop=3"},
+        {"--max_restarts", "0"}));
+  }
+  ASSERT_TRUE(testing::wait_ready(ready, 6, 60s))
+      << agents[0]->err() << agents[1]->err() << agents[2]->err();
+  ASSERT_TRUE(all_say(agents, " of 6 (node ")) << agents[0]->err();
+  agents[2]->signal(SIGTERM);
+  auto end = agents[2]->wait(30s);
+  ASSERT_TRUE(end) << agents[2]->err();
+  EXPECT_EQ(end->shell_code(), 128 + SIGTERM) << agents[2]->err();
+  EXPECT_EQ(agents[2]->err().find("job FAILED"), std::string::npos) << agents[2]->err();
+  for (int i = 0; i < 2; ++i) {
+    auto e = agents[i]->wait(60s);
+    ASSERT_TRUE(e) << agents[i]->err();
+    EXPECT_EQ(e->shell_code(), 0) << agents[i]->err();
+    EXPECT_NE(agents[i]->out().find("world=4 attempt=1 restart_count=0"), std::string::npos)
+        << agents[i]->out() << agents[i]->err();
+    EXPECT_NE(agents[i]->err().find("node 127.0.0.13 (node rank "), std::string::npos)
+        << agents[i]->err();
+    EXPECT_NE(agents[i]->err().find(") left"), std::string::npos) << agents[i]->err();
+  }
+}
+
 // A node SIGKILLed while etcd is down, etcd back long after the failure's usual verdict budget
 // (window + 2 keep-alive intervals = 3 s here): the survivors' workers failed at once (their
 // peer is gone), but nobody could tell whether a node was lost until etcd answered again. The

@@ -1,7 +1,9 @@
 // Hosts in network namespaces joined by veth pairs (root and iproute2 only; skipped otherwise):
 // three rdzv_agent processes meet through the store hosted in namespace A; cutting C's link
 // (a partition, not a process death) must be noticed by the others within the keep-alive
-// window, and A and B re-form a round of two.
+// window, and A and B re-form a round of two. Further tests run real dlaunch agents there: a link
+// cut while workers fail, dtrain across two hosts, and a Kubernetes pod deletion whose
+// replacement (a UTS namespace with the same hostname) joins at a new address.
 //
 //       [ns dl_b] 10.77.1.2 --veth-- 10.77.1.1 [ns dl_a: store + agent] 10.77.2.1 --veth-- 10.77.2.2 [ns dl_c]
 #include <fcntl.h>
@@ -45,9 +47,31 @@ class Proc {
     fcntl(fd_, F_SETFL, O_NONBLOCK);
   }
   ~Proc() {
-    kill(pid_, SIGKILL);
-    waitpid(pid_, nullptr, 0);
+    if (!reaped_) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
     ::close(fd_);
+  }
+  void signal(int sig) {
+    if (!reaped_) kill(pid_, sig);
+  }
+  // Reads its output until it exits or `timeout` passes; its shell exit code (128 + N for
+  // signal N), or -1 when it still runs.
+  int wait_exit(std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (!reaped_) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        reaped_ = true;
+        code_ = WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+        break;
+      }
+      if (std::chrono::steady_clock::now() >= deadline) return -1;
+      wait_line("never a line", 100ms);
+    }
+    wait_line("never a line", 100ms);  // what it wrote last
+    return code_;
   }
   // Reads until a line starting with `prefix` arrives or `timeout` passes; returns it or "".
   std::string wait_line(const std::string& prefix, std::chrono::milliseconds timeout) {
@@ -75,6 +99,8 @@ class Proc {
  private:
   pid_t pid_;
   int fd_;
+  bool reaped_ = false;
+  int code_ = -1;
   std::string buf_, all_;
 };
 
@@ -290,6 +316,87 @@ TEST_F(NetnsTest, DtrainAcrossTwoHostsFormsItsGlooGroupOnRoutableAddresses) {
     }
     EXPECT_NE(line.find("all 1 worker(s) finished successfully"), std::string::npos) << p->output();
   }
+  sh(std::string("rm -rf ") + tmpl);
+}
+
+// Kubernetes pod deletion in an elastic job (--nnodes 2:4, --max_restarts 0): node-c's agent gets
+// SIGTERM (then SIGKILL, had it outlived the pod's grace). Its workers die of the forwarded
+// SIGTERM and the others' fail as gloo's would; that is a node leaving, not a failure: a and b
+// re-form free, and node-c exits 143 without a report. Two workers per node: on SIGTERM local
+// rank 0 dies at once and local rank 1 takes 3 s (it writes a checkpoint), so the others' workers
+// fail while node-c's agent still runs. Then a new pod comes with the same
+// hostname (a UTS namespace per pod, as Kubernetes gives: trainer-node-2) at a new address
+// (node-c's link renumbered, 10.77.2.2 -> 10.77.2.3), joins, and the job finishes on three nodes.
+TEST_F(NetnsTest, DeletedPodLeavesFreeAndItsReplacementWithTheSameHostnameJoins) {
+  char tmpl[] = "/tmp/dl_netns_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string ready = tmpl;
+  const std::string conf =
+      "last_call_timeout=2,keep_alive_interval=0.5,keep_alive_max_attempt=4,join_timeout=60";
+  // No --local_addr but on the store's host (the headless service's address): each node is
+  // known by its hostname, as a pod is.
+  auto pod = [&](const char* ns, const char* hostname, const std::string& endpoint,
+                 const std::string& extra, const std::string& worker_mode) {
+    std::string cmd = std::string("hostname ") + hostname + " && exec " + DLAUNCH_BIN +
+                      " --nnodes 2:4 --max_restarts 0 --rdzv_backend c10d --rdzv_id netnspod" +
+                      " --nproc_per_node 2 --rdzv_endpoint " + endpoint + extra +
+                      " --rdzv_conf " + conf + " " + TEST_WORKER_BIN + " " + worker_mode +
+                      " ready=" + ready + " slow_stop=3 finish_world=6 2>&1";
+    return std::make_unique<Proc>(std::vector<std::string>{"ip", "netns", "exec", ns, "unshare",
+                                                           "--uts", "sh", "-c", cmd});
+  };
+  auto a = pod("dl_a", "trainer-node-0", "0.0.0.0:29481", " --local_addr 10.77.1.1",
+               "fail-when-peer-dies");
+  std::this_thread::sleep_for(300ms);
+  auto b = pod("dl_b", "trainer-node-1", "10.77.1.1:29481", "", "fail-when-peer-dies");
+  auto c = pod("dl_c", "trainer-node-2", "10.77.2.1:29481", "", "fail-when-peer-dies");
+  for (auto* p : {a.get(), b.get(), c.get()}) {
+    std::string line;
+    for (int i = 0; i < 50 && line.find("attempt 0: starting") == std::string::npos; ++i) {
+      line = p->wait_line("[dlaunch", 30s);
+    }
+    ASSERT_NE(line.find("of 6 (node"), std::string::npos) << p->output();
+  }
+  for (int rank = 0; rank < 6; ++rank) {
+    const std::string file = ready + "/ready." + std::to_string(rank);
+    for (int i = 0; i < 600 && access(file.c_str(), F_OK) != 0; ++i) {
+      std::this_thread::sleep_for(100ms);
+    }
+  }
+
+  c->signal(SIGTERM);
+  int code = c->wait_exit(30s);  // Kubernetes' default grace
+  if (code < 0) {
+    c->signal(SIGKILL);
+    code = c->wait_exit(10s);
+  }
+  EXPECT_EQ(code, 128 + SIGTERM) << c->output();
+  EXPECT_EQ(c->output().find("job FAILED"), std::string::npos) << c->output();
+  EXPECT_EQ(c->output().find("Root cause"), std::string::npos) << c->output();
+  EXPECT_EQ(c->output().find(") failed:"), std::string::npos) << c->output();
+  for (auto* p : {a.get(), b.get()}) {
+    std::string waiting = p->wait_line("[default0]:waiting", 60s);
+    EXPECT_NE(waiting.find("world=4 attempt=1 restart_count=0"), std::string::npos)
+        << p->output();
+    EXPECT_NE(p->output().find("node trainer-node-2 (node rank "), std::string::npos)
+        << p->output();
+    EXPECT_NE(p->output().find("not counted as a restart"), std::string::npos) << p->output();
+  }
+
+  // The new pod: same hostname, new address. Its worker (a first attempt) just succeeds.
+  ASSERT_EQ(sh("ip -n dl_c addr del 10.77.2.2/24 dev dl_ca"), 0);
+  ASSERT_EQ(sh("ip -n dl_c addr add 10.77.2.3/24 dev dl_ca"), 0);
+  auto replacement = pod("dl_c", "trainer-node-2", "10.77.2.1:29481", "", "ok");
+  for (auto* p : {a.get(), b.get()}) {
+    std::string ok = p->wait_line("[default0]:ok", 60s);
+    EXPECT_NE(ok.find("world=6 attempt=2 restart_count=0"), std::string::npos) << p->output();
+  }
+  for (auto* p : {a.get(), b.get(), replacement.get()}) {
+    EXPECT_EQ(p->wait_exit(60s), 0) << p->output();
+  }
+  EXPECT_NE(replacement->output().find("attempt 0: starting 2 worker(s), global ranks"),
+            std::string::npos)
+      << replacement->output();
   sh(std::string("rm -rf ") + tmpl);
 }
 

@@ -15,6 +15,12 @@
 //                       rank's DIR/ready.<rank>, then exit 1 as soon as one of those processes
 //                       is gone (as gloo/NCCL workers fail when a peer node dies); later
 //                       attempts print "ok rank=R world=W attempt=A restart_count=C", exit 0
+//                       [finish_world=N]: later attempts with WORLD_SIZE < N print "waiting
+//                       rank=R world=W attempt=A restart_count=C" and run until stopped (a
+//                       job that goes on smaller until a replacement node joins)
+//                       [slow_stop=S]: on SIGTERM in the first attempt, local ranks other
+//                       than 0 stop watching their peers and exit 143 after S seconds (a rank
+//                       writing its checkpoint); local rank 0 dies of it at once
 //   fail-first-attempt-when file=PATH   on the first attempt: exit 1 once PATH exists (the
 //                       test cuts a link, then makes the workers fail as gloo would); later
 //                       attempts print "ok rank=R world=W attempt=A restart_count=C", exit 0
@@ -68,6 +74,7 @@ namespace {
 std::map<std::string, std::string> g_opts;
 int g_rank = 0;
 int g_signal_fd = -1;
+volatile sig_atomic_t g_stop_requested = 0;  // fail-when-peer-dies slow_stop=S
 
 std::string opt(const std::string& key, const std::string& fallback) {
   auto it = g_opts.find(key);
@@ -214,7 +221,20 @@ int run_mode(const std::string& mode) {
   }
   if (mode == "fail-when-peer-dies") {
     mark_ready();
-    if (std::string(env_or("DLAUNCH_ATTEMPT", "0")) != "0") return print_later_attempt();
+    if (std::string(env_or("DLAUNCH_ATTEMPT", "0")) != "0") {
+      if (std::atoi(env_or("WORLD_SIZE", "0")) >= std::atoi(opt("finish_world", "0").c_str())) {
+        return print_later_attempt();
+      }
+      std::printf("waiting rank=%d world=%s attempt=%s restart_count=%s\n", g_rank,
+                  env_or("WORLD_SIZE", "?"), env_or("DLAUNCH_ATTEMPT", "?"),
+                  env_or("TORCHELASTIC_RESTART_COUNT", "?"));
+      std::fflush(stdout);
+      sleep_forever();
+    }
+    const double slow_stop = std::atof(opt("slow_stop", "0").c_str());
+    if (slow_stop > 0 && std::atoi(env_or("LOCAL_RANK", "0")) != 0) {
+      signal(SIGTERM, [](int) { g_stop_requested = 1; });
+    }
     const std::string dir = opt("ready", ".");
     const int world = std::atoi(env_or("WORLD_SIZE", "1"));
     std::map<int, long> peers;
@@ -229,6 +249,10 @@ int run_mode(const std::string& mode) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     while (true) {
+      if (g_stop_requested) {
+        std::this_thread::sleep_for(std::chrono::duration<double>(slow_stop));
+        return 128 + SIGTERM;
+      }
       for (const auto& [r, pid] : peers) {
         if (!pid_alive(pid)) {
           std::fprintf(stderr, "test_worker rank %d: peer rank %d (pid %ld) is gone: "
