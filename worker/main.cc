@@ -45,22 +45,24 @@ const char* error_type(const std::exception& e) {
 }
 
 // Rank 0's last line: what the run did, or how to continue one a signal stopped.
-void log_summary(const dlaunch::train::TrainSummary& s) {
+void log_summary(const dlaunch::train::TrainSummary& summary) {
   using namespace dlaunch;
-  std::string partial =
-      s.partial_epoch > 0 ? fmt::format(" and {} of {} steps of epoch {}", s.partial_epoch_steps,
-                                        s.partial_epoch_of, s.partial_epoch)
-                          : std::string();
-  std::string accuracy = std::isnan(s.test_accuracy)
+  std::string partial = summary.partial_epoch > 0
+                            ? fmt::format(" and {} of {} steps of epoch {}",
+                                          summary.partial_epoch_steps, summary.partial_epoch_of,
+                                          summary.partial_epoch)
+                            : std::string();
+  std::string accuracy = std::isnan(summary.test_accuracy)
                              ? std::string("no test accuracy (no evaluation ran)")
-                             : fmt::format("test accuracy {:.2f}%", 100 * s.test_accuracy);
-  if (s.stop_signal != 0) {
+                             : fmt::format("test accuracy {:.2f}%", 100 * summary.test_accuracy);
+  if (summary.stop_signal != 0) {
     log_warning("stopped by {}: {} epochs{}, {} steps; checkpoint {}; run again with "
                 "--resume auto (the default) to continue from that step",
-                train::stop_signal_name(s.stop_signal), s.epochs_done, partial, s.steps,
-                s.stop_checkpoint);
+                train::stop_signal_name(summary.stop_signal), summary.epochs_done, partial,
+                summary.steps, summary.stop_checkpoint);
   } else {
-    log_info("done: {} epochs{}, {} steps, {}", s.epochs_done, partial, s.steps, accuracy);
+    log_info("done: {} epochs{}, {} steps, {}", summary.epochs_done, partial, summary.steps,
+             accuracy);
   }
 }
 
@@ -117,11 +119,11 @@ int main(int argc, char** argv) {
     // Joining waits for ranks that start late (a slow node), whatever the collectives' limit.
     const auto join_timeout = std::max<std::chrono::milliseconds>(collective_timeout, std::chrono::seconds(300));
     auto pg = train::join_process_group(env, join_timeout, collective_timeout, device);
-    train::TrainSummary s = train::run_training(config, env, *pg, op_profile.backend(), fault);
+    train::TrainSummary summary = train::run_training(config, env, *pg, op_profile.backend(), fault);
     op_profile.write(env.rank);
-    if (env.rank == 0) log_summary(s);
-    if (s.stop_signal != 0 && !WorkerEnv::launched()) {
-      return s.stop_signal == SIGUSR1 ? 75 : 128 + s.stop_signal;
+    if (env.rank == 0) log_summary(summary);
+    if (summary.stop_signal != 0 && !WorkerEnv::launched()) {
+      return summary.stop_signal == SIGUSR1 ? 75 : 128 + summary.stop_signal;
     }
     return 0;
   } catch (const UsageError& e) {

@@ -29,38 +29,35 @@ void step(StepSums& sums, int64_t rows) {
 
 TEST(StepSums, TheWindowEmptiesWhenReadAndTheEpochKeepsCountingFromItsSeed) {
   StepSums sums(kernels::cpu_backend());
-  const double resumed[3] = {10.0, 7.0, 20.0};
-  sums.begin_epoch(resumed);
+  sums.begin_epoch(EpochTotals{10.0, 7.0, 20.0});
   EXPECT_FALSE(sums.free_window_loss().has_value()) << "no step in the window yet";
   step(sums, 4);
   step(sums, 2);
   const std::optional<double> live = sums.free_window_loss();
   ASSERT_TRUE(live.has_value()) << "the CPU backend's memory is the host's";
-  double window[3], totals[3];
-  sums.take_window(window);
-  EXPECT_EQ(*live, window[0] / window[2]);
-  EXPECT_EQ(window[1], 6);  // every row hit
-  EXPECT_EQ(window[2], 6);
-  EXPECT_GT(window[0], 0);
-  sums.read_totals(totals);
-  EXPECT_DOUBLE_EQ(totals[0], 10.0 + window[0]);
-  EXPECT_EQ(totals[1], 7 + 6);
-  EXPECT_EQ(totals[2], 20 + 6);
-  sums.take_window(window);
-  EXPECT_EQ(window[0], 0);
-  EXPECT_EQ(window[2], 0) << "read windows start empty";
+  EpochTotals window = sums.take_window();
+  EXPECT_EQ(*live, window.mean_loss());
+  EXPECT_EQ(window.correct, 6);  // every row hit
+  EXPECT_EQ(window.samples, 6);
+  EXPECT_GT(window.loss_sum, 0);
+  EpochTotals totals = sums.read_totals();
+  EXPECT_DOUBLE_EQ(totals.loss_sum, 10.0 + window.loss_sum);
+  EXPECT_EQ(totals.correct, 7 + 6);
+  EXPECT_EQ(totals.samples, 20 + 6);
+  window = sums.take_window();
+  EXPECT_EQ(window.loss_sum, 0);
+  EXPECT_EQ(window.samples, 0) << "read windows start empty";
   step(sums, 3);
-  sums.take_window(window);
-  EXPECT_EQ(window[2], 3);
-  sums.read_totals(totals);
-  EXPECT_EQ(totals[2], 29);
+  window = sums.take_window();
+  EXPECT_EQ(window.samples, 3);
+  totals = sums.read_totals();
+  EXPECT_EQ(totals.samples, 29);
   // The next epoch starts from its own seed, and an empty window.
-  const double zero[3] = {0, 0, 0};
-  sums.begin_epoch(zero);
-  sums.read_totals(totals);
-  sums.take_window(window);
-  EXPECT_EQ(totals[2], 0);
-  EXPECT_EQ(window[2], 0);
+  sums.begin_epoch(EpochTotals{});
+  totals = sums.read_totals();
+  window = sums.take_window();
+  EXPECT_EQ(totals.samples, 0);
+  EXPECT_EQ(window.samples, 0);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include <cstring>
 
 #include "common/error.h"
+#include "worker/comm/allgather_padded.h"
 #include "worker/comm/comm_thread.h"
 #include "worker/comm/gloo_store_adapter.h"
 #include "worker/comm/shm_allreduce.h"
@@ -146,32 +147,22 @@ class GlooProcessGroup : public ProcessGroup {
   }
 
   std::vector<std::vector<uint8_t>> allgather(const std::vector<uint8_t>& mine) override {
-    // Sizes first, then everyone's bytes padded to the largest.
-    std::vector<uint64_t> sizes(size_);
-    uint64_t my_size = mine.size();
-    {
-      gloo::AllgatherOptions opts(sync_);
-      opts.setInput(&my_size, 1);
-      opts.setOutput(sizes.data(), sizes.size());
-      opts.setTag(3);
-      translate_gloo_errors("allgather", who_, [&] { gloo::allgather(opts); });
-    }
-    uint64_t max_size = std::max<uint64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
-    std::vector<uint8_t> in(max_size, 0), out(max_size * size_);
-    std::copy(mine.begin(), mine.end(), in.begin());
-    {
-      gloo::AllgatherOptions opts(sync_);
-      opts.setInput(in.data(), in.size());
-      opts.setOutput(out.data(), out.size());
-      opts.setTag(4);
-      translate_gloo_errors("allgather", who_, [&] { gloo::allgather(opts); });
-    }
-    std::vector<std::vector<uint8_t>> result(size_);
-    for (int r = 0; r < size_; ++r) {
-      auto first = out.begin() + static_cast<int64_t>(r * max_size);
-      result[r].assign(first, first + static_cast<int64_t>(sizes[r]));
-    }
-    return result;
+    auto sizes = [&](uint64_t my_size) { return gather_blocks(std::vector<uint64_t>{my_size}, 3); };
+    auto blocks = [&](const std::vector<uint8_t>& block) { return gather_blocks(block, 4); };
+    return allgather_padded(size_, mine, sizes, blocks);
+  }
+
+  // Every rank's `mine` (all of one size), rank after rank; `tag` tells the two of an
+  // allgather apart.
+  template <typename T>
+  std::vector<T> gather_blocks(std::vector<T> mine, int tag) {
+    std::vector<T> out(mine.size() * static_cast<size_t>(size_));
+    gloo::AllgatherOptions opts(sync_);
+    opts.setInput(mine.data(), mine.size());
+    opts.setOutput(out.data(), out.size());
+    opts.setTag(tag);
+    translate_gloo_errors("allgather", who_, [&] { gloo::allgather(opts); });
+    return out;
   }
 
   void barrier() override {

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "common/error.h"
+#include "worker/comm/allgather_padded.h"
 #include "worker/comm/nccl_stream_watchdog.h"
 
 namespace dlaunch::comm {
@@ -178,18 +179,10 @@ class NcclProcessGroup : public ProcessGroup {
   }
 
   std::vector<std::vector<uint8_t>> allgather(const std::vector<uint8_t>& mine) override {
-    // Sizes first, then the bytes padded to the largest; both staged through device memory.
-    std::vector<uint64_t> sizes = gather_host(std::vector<uint64_t>{mine.size()});
-    uint64_t max_size = std::max<uint64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
-    std::vector<uint8_t> padded(max_size, 0);
-    std::copy(mine.begin(), mine.end(), padded.begin());
-    std::vector<uint8_t> all = gather_host(padded);
-    std::vector<std::vector<uint8_t>> out(size_);
-    for (int r = 0; r < size_; ++r) {
-      auto first = all.begin() + static_cast<int64_t>(r * max_size);
-      out[r].assign(first, first + static_cast<int64_t>(sizes[r]));
-    }
-    return out;
+    // Both all-gathers staged through device memory.
+    auto sizes = [&](uint64_t my_size) { return gather_host(std::vector<uint64_t>{my_size}); };
+    auto blocks = [&](const std::vector<uint8_t>& block) { return gather_host(block); };
+    return allgather_padded(size_, mine, sizes, blocks);
   }
 
   void barrier() override {

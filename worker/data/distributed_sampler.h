@@ -35,7 +35,6 @@ class DistributedSampler {
   std::vector<int64_t> indices_after(int64_t epoch, int64_t seen) const;
 
   int64_t num_samples() const { return num_samples_; }  // per rank
-  int64_t total_size() const { return total_size_; }    // num_samples * world_size
 
  private:
   int64_t dataset_size_;

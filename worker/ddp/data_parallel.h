@@ -60,7 +60,6 @@ class DataParallel {
   // --tta flip: eval_step classifies with flip_tta_logits (model/tta.h).
   void set_tta_flip(bool on) { tta_flip_ = on; }
 
-  model::ResNet& model() { return model_; }
   const GradReducer& reducer() const { return reducer_; }
 
  private:

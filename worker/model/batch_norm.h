@@ -34,7 +34,6 @@ class BatchNorm2d {
   // gamma/beta and their gradients (channels floats each) in the owner's flat buffers, in the
   // backend's memory.
   void bind(const float* gamma, const float* beta, float* dgamma, float* dbeta);
-  int64_t channels() const { return channels_; }
 
   // training: batch statistics (global with sync), running statistics updated, state kept for
   // backward. eval: running statistics. y may alias x only when neither residual nor backward

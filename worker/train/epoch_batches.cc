@@ -9,7 +9,7 @@
 namespace dlaunch::train {
 
 ResidentSplit::ResidentSplit(kernels::Backend& backend, const data::ImageDataset& ds)
-    : backend_(backend), ds_(ds) {
+    : backend_(backend), dataset_(ds) {
   DL_CHECK(!ds.resampled() && !ds.decodes_per_epoch()) << ds.name;  // data_placement checked
   pixels_ = static_cast<uint8_t*>(backend_.alloc(ds.pixels.size()));
   backend_.copy_from_host(pixels_, ds.pixels.data(), ds.pixels.size());
@@ -32,14 +32,14 @@ void ResidentSplit::assemble(const std::vector<int64_t>& indices, const kernels:
   // The one copy per step, staged: it does not wait for the queued work, and lands after the
   // previous batch's augment_batch read the buffer (both in the backend's order).
   backend_.stage_to_device(indices_, indices.data(), static_cast<size_t>(n) * sizeof(int64_t));
-  images.resize({n, ds_.channels, ds_.height, ds_.width});
+  images.resize({n, dataset_.channels, dataset_.height, dataset_.width});
   backend_.augment_batch(spec, n, pixels_, indices_, images.data());
 }
 
 EpochBatches::EpochBatches(const data::ImageDataset& ds, ResidentSplit* resident,
                            std::vector<int64_t> indices, int64_t batch_size, bool augment,
                            uint64_t seed, int64_t epoch, const data::AugmentRecipe& recipe)
-    : ds_(ds), resident_(resident), indices_(std::move(indices)), batch_size_(batch_size) {
+    : dataset_(ds), resident_(resident), indices_(std::move(indices)), batch_size_(batch_size) {
   if (resident_ != nullptr) {
     DL_CHECK(&resident_->dataset() == &ds) << ds.name;
     spec_ = data::augment_spec(ds, augment, seed, epoch, recipe);
@@ -54,7 +54,7 @@ std::optional<data::Batch> EpochBatches::next(Tensor& images) {
     std::optional<data::Batch> b = loader_->next();
     if (!b) return std::nullopt;
     DL_CHECK(images.backend().host_accessible()) << images.backend().name();
-    images.resize({b->size, ds_.channels, ds_.height, ds_.width});
+    images.resize({b->size, dataset_.channels, dataset_.height, dataset_.width});
     std::memcpy(images.data(), b->images.data(), b->images.size() * sizeof(float));
     b->images.clear();
     return b;
@@ -68,7 +68,7 @@ std::optional<data::Batch> EpochBatches::next(Tensor& images) {
   data::Batch b;
   b.size = static_cast<int64_t>(batch.size());
   b.labels.reserve(batch.size());
-  for (int64_t i : batch) b.labels.push_back(ds_.labels[static_cast<size_t>(i)]);
+  for (int64_t i : batch) b.labels.push_back(dataset_.labels[static_cast<size_t>(i)]);
   return b;
 }
 

@@ -36,11 +36,11 @@ class ResidentSplit {
   // images := the batch of `indices` as `spec` says (data::augment_spec), on the backend.
   void assemble(const std::vector<int64_t>& indices, const kernels::AugmentSpec& spec,
                 Tensor& images);
-  const data::ImageDataset& dataset() const { return ds_; }
+  const data::ImageDataset& dataset() const { return dataset_; }
 
  private:
   kernels::Backend& backend_;
-  const data::ImageDataset& ds_;
+  const data::ImageDataset& dataset_;
   uint8_t* pixels_ = nullptr;
   int64_t* indices_ = nullptr;
   int64_t indices_capacity_ = 0;
@@ -60,7 +60,7 @@ class EpochBatches {
   std::optional<data::Batch> next(Tensor& images);
 
  private:
-  const data::ImageDataset& ds_;
+  const data::ImageDataset& dataset_;
   ResidentSplit* resident_;
   std::vector<int64_t> indices_;
   int64_t batch_size_;

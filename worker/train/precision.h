@@ -27,7 +27,6 @@ class MixedPrecision {
  public:
   MixedPrecision(kernels::Dtype dtype, kernels::Backend& backend);
 
-  kernels::Dtype dtype() const { return dtype_; }
   bool loss_scaling() const { return dtype_ == kernels::Dtype::kF16; }
   // The factor for the loss gradient before backward (1 without loss scaling).
   float loss_scale() const { return loss_scaling() ? scaler_.scale() : 1.0f; }

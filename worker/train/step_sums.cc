@@ -3,7 +3,11 @@
 namespace dlaunch::train {
 
 namespace {
+
 constexpr size_t kTripleBytes = 3 * sizeof(double);
+
+EpochTotals triple(const double (&sums)[3]) { return {sums[0], sums[1], sums[2]}; }
+
 }  // namespace
 
 StepSums::StepSums(kernels::Backend& backend)
@@ -12,17 +16,23 @@ StepSums::StepSums(kernels::Backend& backend)
 
 StepSums::~StepSums() { backend_.free(sums_); }
 
-void StepSums::begin_epoch(const double totals[3]) {
-  const double start[6] = {0, 0, 0, totals[0], totals[1], totals[2]};
+void StepSums::begin_epoch(const EpochTotals& totals) {
+  const double start[6] = {0, 0, 0, totals.loss_sum, totals.correct, totals.samples};
   backend_.copy_from_host(sums_, start, sizeof(start));
 }
 
-void StepSums::take_window(double out[3]) {
-  backend_.copy_to_host(out, sums_, kTripleBytes);
+EpochTotals StepSums::take_window() {
+  double window[3];
+  backend_.copy_to_host(window, sums_, kTripleBytes);
   backend_.zero(sums_, kTripleBytes);
+  return triple(window);
 }
 
-void StepSums::read_totals(double out[3]) { backend_.copy_to_host(out, sums_ + 3, kTripleBytes); }
+EpochTotals StepSums::read_totals() {
+  double totals[3];
+  backend_.copy_to_host(totals, sums_ + 3, kTripleBytes);
+  return triple(totals);
+}
 
 std::optional<double> StepSums::free_window_loss() const {
   if (!backend_.host_accessible() || !(sums_[2] > 0)) return std::nullopt;

@@ -2,8 +2,8 @@
 // backend's memory, for the current log window and for the epoch. The loss op adds each step's
 // (softmax_cross_entropy_sums) without a read on the host; the trainer reads the sums at its log
 // points, at flash and stop checkpoints and at the epoch's end. On a GPU those reads are the
-// only waits for the device the figures cost; before, every step waited for its loss. The sums
-// are the same bits as adding the steps' results up on the host (kernels/cross_entropy.h).
+// only waits for the device the figures cost: no step waits for its own loss. The sums are the
+// same bits as adding the steps' results up on the host (kernels/cross_entropy.h).
 //
 // Blocking: begin_epoch and the reads are one small copy each (a read waits for the queued
 // steps). Errors: the backend's. Not thread-safe (the training thread's).
@@ -13,6 +13,7 @@
 #include <optional>
 
 #include "kernels/backend.h"
+#include "worker/train/epoch_totals.h"
 
 namespace dlaunch::train {
 
@@ -27,13 +28,13 @@ class StepSums {
   StepSums& operator=(const StepSums&) = delete;
 
   // A new epoch: the window empty, the epoch's sums `totals` (a resumed epoch's so far, or zeros).
-  void begin_epoch(const double totals[3]);
+  void begin_epoch(const EpochTotals& totals);
   // Where the loss op adds a step's figures: kTriples triples in the backend's memory.
   double* sums() { return sums_; }
   // The window's sums, read to the host; the window then starts empty.
-  void take_window(double out[3]);
+  EpochTotals take_window();
   // The epoch's sums so far, read to the host.
-  void read_totals(double out[3]);
+  EpochTotals read_totals();
   // The window's mean loss so far when reading it costs nothing (the backend's memory is the
   // host's) and the window has a step; nullopt otherwise (the caller keeps what its last
   // take_window() gave).

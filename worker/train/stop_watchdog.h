@@ -3,8 +3,8 @@
 //
 // A stop signal is honoured after the step in progress, where the ranks agree to stop and write
 // a checkpoint. A worker blocked in a collective with a lost peer (a SIGSTOPped or cut-off node)
-// never gets there, and used to ignore the signal until the launcher's SIGKILL after
-// --shutdown_grace: 5 s per re-form in the chaos soak. The watchdog bounds that wait. Once a
+// never gets there, and without a bound would sit out the signal until the launcher's SIGKILL
+// after --shutdown_grace, on every re-form. The watchdog bounds that wait. Once a
 // stop is requested, the worker is given up on when nothing progressed (no step ended, no
 // evaluation batch) for
 //

@@ -458,30 +458,32 @@ TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help) {
   return c;
 }
 
-void check_data_dir(const TrainConfig& c) {
-  if (c.dataset == "synthetic" && !c.data_dir_given) return;
+void check_data_dir(const TrainConfig& config) {
+  if (config.dataset == "synthetic" && !config.data_dir_given) return;
   std::error_code ec;
-  const bool is_dir = std::filesystem::is_directory(c.data_dir, ec);
+  const bool is_dir = std::filesystem::is_directory(config.data_dir, ec);
   if (is_dir) return;
-  if (c.dataset == "imagefolder" && std::filesystem::is_regular_file(c.data_dir, ec)) return;
-  const bool exists = !ec && std::filesystem::exists(c.data_dir, ec);
+  if (config.dataset == "imagefolder" && std::filesystem::is_regular_file(config.data_dir, ec)) {
+    return;
+  }
+  const bool exists = !ec && std::filesystem::exists(config.data_dir, ec);
   const std::string found = exists ? "is not a directory" : "does not exist";
-  if (c.dataset == "synthetic") {
+  if (config.dataset == "synthetic") {
     throw UsageError(fmt::format("--data_dir={} {}; --dataset=synthetic reads no files, so drop "
                                  "--data_dir, or name the dataset it holds (--dataset=cifar10 or "
                                  "mnist) and an existing directory",
-                                 c.data_dir, found));
+                                 config.data_dir, found));
   }
-  if (c.dataset == "imagefolder") {
+  if (config.dataset == "imagefolder") {
     throw UsageError(fmt::format("--data_dir={} {}; expected a directory or a .tar, .tar.gz or "
                                  ".tgz archive holding train/ and test/ with one sub-folder per "
                                  "class (see docs/dtrain.md, Data)",
-                                 c.data_dir, exists ? "is neither a directory nor a file" : "does not exist"));
+                                 config.data_dir, exists ? "is neither a directory nor a file" : "does not exist"));
   }
   throw UsageError(fmt::format("--data_dir={} {}; expected the directory holding the {} files "
                                "(see docs/dtrain.md, Data)",
-                               c.data_dir, found,
-                               c.dataset == "cifar10" ? "CIFAR-10 binary (data_batch_1.bin ...)"
+                               config.data_dir, found,
+                               config.dataset == "cifar10" ? "CIFAR-10 binary (data_batch_1.bin ...)"
                                                       : "MNIST idx (train-images-idx3-ubyte ...)"));
 }
 
@@ -500,13 +502,13 @@ std::string train_usage() {
   return out;
 }
 
-std::string describe_recipe(const TrainConfig& c) {
-  if (c.recipe == "none") return "";
-  std::string out = fmt::format("--recipe {}:", c.recipe);
-  for (const std::string& s : c.recipe_settings) out += " " + s;
-  if (!c.recipe_overrides.empty()) {
+std::string describe_recipe(const TrainConfig& config) {
+  if (config.recipe == "none") return "";
+  std::string out = fmt::format("--recipe {}:", config.recipe);
+  for (const std::string& s : config.recipe_settings) out += " " + s;
+  if (!config.recipe_overrides.empty()) {
     out += "; overridden by the command line:";
-    for (const std::string& s : c.recipe_overrides) out += " " + s;
+    for (const std::string& s : config.recipe_overrides) out += " " + s;
   }
   return out;
 }

@@ -89,11 +89,11 @@ TrainConfig parse_train_args(const std::vector<std::string>& args, bool* help);
 // Throws UsageError (exit 2) when the data directory is missing or not a directory: for
 // cifar10 and mnist always, for synthetic (which reads no files) when --data_dir was given. For
 // imagefolder --data_dir may also be a file (a tar archive; the loader checks what it holds).
-void check_data_dir(const TrainConfig& c);
+void check_data_dir(const TrainConfig& config);
 // The --help text with every flag and its default.
 std::string train_usage();
 // For the start-up log: "--recipe cifar-fast: --model=resnet18 ...; overridden by the command
 // line: --epochs=2" ("" without a recipe).
-std::string describe_recipe(const TrainConfig& c);
+std::string describe_recipe(const TrainConfig& config);
 
 }  // namespace dlaunch::train

@@ -8,7 +8,10 @@
 //   a stop signal (SIGUSR1/SIGTERM) seen by any rank -> every rank stops after the same step
 //            -> a checkpoint inside the epoch (rank 0) -> run() returns with stop_signal set
 //
-// Every rank runs run(); all collective calls happen in the same order on every rank.
+// Every rank runs run(); all collective calls happen in the same order on every rank. The parts:
+// where a run starts (resume.h, one ResumePoint), what a checkpoint holds and writing it
+// (checkpointing.h), the data (training_data.h), divergence (divergence.h), metrics.jsonl and
+// the curves (run_metrics.h); trainer.cc keeps the loop: epochs, steps, evaluation.
 // run() blocks for the whole training and throws on failure: UsageError (a checkpoint from a
 // different model/dataset, bad data dir), data::DataError, ckpt::CheckpointError (an explicit
 // --resume PATH that is corrupt), TimeoutError/ConnectionError (a peer died), DivergedError
@@ -24,16 +27,10 @@
 #include "common/worker_env.h"
 #include "kernels/backend.h"
 #include "worker/comm/process_group.h"
+#include "worker/train/divergence.h"  // DivergedError
 #include "worker/train/train_config.h"
 
 namespace dlaunch::train {
-
-// Training diverged: the training loss (fp32, bf16) or the weights (any precision) became
-// infinite or NaN. Thrown on every rank alike, before any checkpoint of that state is written.
-class DivergedError : public Error {
- public:
-  using Error::Error;
-};
 
 struct TrainSummary {
   int64_t epochs_done = 0;  // completed epochs, counting those restored from a checkpoint

@@ -1,0 +1,90 @@
+// Where a run starts: afresh, or from a checkpoint (on disk, or the flash copy a restarted
+// worker's predecessor left), as one ResumePoint value the training loop consumes once.
+//
+//   rank 0:     choose (--resume none|auto|PATH, --overwrite, the flash copy) -> check that this
+//               run can continue it -> read it
+//   every rank: the decision by broadcast (a refusal throws the same error on every rank instead
+//               of leaving the others in a collective) -> the model's parameters and buffers,
+//               the optimizer's state and fp16's loss scale from rank 0's arrays (one broadcast)
+//               -> the position the run goes on from
+//
+// resume() blocks for the reads and the broadcasts and throws UsageError (a checkpoint of other
+// settings, an --output_dir holding other runs' checkpoints), ckpt::CheckpointError (nothing
+// valid to resume, a corrupt --resume PATH) or the group's errors. The other functions are pure.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "worker/checkpoint/checkpoint.h"
+#include "worker/comm/process_group.h"
+#include "worker/data/dataset.h"
+#include "worker/ddp/data_parallel.h"
+#include "worker/model/resnet.h"
+#include "worker/optim/optimizer.h"
+#include "worker/train/epoch_totals.h"
+#include "worker/train/precision.h"
+#include "worker/train/train_config.h"
+
+namespace dlaunch::train {
+
+// Where an epoch that a stop cut short goes on (all zero: it starts at its beginning).
+struct EpochResume {
+  // The same world and batch size: the epoch's steps already done, skipped.
+  int64_t skip_steps = 0;
+  // Another world or batch size, or an epoch that began after such a change: how many entries of
+  // the epoch's permutation were trained (a prefix, distributed_sampler.h).
+  int64_t seen = 0;
+  // The epoch's totals so far, already summed over the ranks that trained them.
+  EpochTotals totals;
+};
+
+struct ResumePoint {
+  bool resumed = false;
+  std::string checkpoint;   // the file resumed from
+  std::string run_id;       // rank 0: this run's id (the checkpoint's, or a new one); else ""
+  int64_t epochs_done = 0;  // the epoch to start with (0-based)
+  int64_t global_step = 0;
+  double test_loss = std::nan("");  // the checkpoint's last evaluation (NaN: none)
+  double test_accuracy = std::nan("");
+  int64_t saved_world_size = 0;  // the world that wrote the checkpoint, and its --batch_size
+  int64_t saved_batch_size = 0;
+  EpochResume inside_epoch;  // a checkpoint written inside epoch epochs_done + 1
+  std::vector<float> ema;    // the checkpoint's EMA when this run keeps one (--ema)
+};
+
+// What a resume restores of the trainer's objects.
+struct ResumeTargets {
+  model::ResNet& model;
+  ddp::DataParallel& data_parallel;  // a fresh start broadcasts rank 0's initial state
+  optim::Optimizer& optimizer;
+  MixedPrecision& precision;
+};
+
+// Every rank, collectively. `flash_dir`: this rank's flash copies ("" when none); rank 0 reads
+// its node's when resuming.
+ResumePoint resume(const TrainConfig& config, comm::ProcessGroup& pg,
+                   const data::ImageDataset& train_set, const ResumeTargets& targets,
+                   const std::string& flash_dir);
+
+// The position a checkpoint's `meta` records, for a run of `world_size` ranks with --batch_size
+// `batch_size` over `train_size` samples (the EMA, the file and the run id are not its part).
+ResumePoint resume_point_of(const nlohmann::json& meta, int64_t world_size, int64_t batch_size,
+                            int64_t train_size);
+
+// The disk checkpoint --resume (`resume`: none, auto or a path) asks for among --output_dir's
+// files (scan_checkpoints: newest first); "" for a fresh start. Refuses (UsageError) --resume
+// none among checkpoints and --resume auto among several runs' valid ones, and (CheckpointError)
+// --resume auto among corrupt ones only; logs a warning for each corrupt file it skips.
+std::string checkpoint_to_resume(const std::string& resume, const std::string& output_dir,
+                                 const std::vector<ckpt::CheckpointFile>& files);
+
+// --resume PATH continuing run `run_id`: refuses (UsageError) an --output_dir holding valid
+// checkpoints of another run, which the two runs would prune for each other.
+void require_one_run(const std::string& path, const std::string& run_id,
+                     const std::string& output_dir, const std::vector<ckpt::CheckpointFile>& files);
+
+}  // namespace dlaunch::train
