@@ -16,12 +16,11 @@ HangWatch::HangWatch(AgentCore& agent)
     : agent_(agent), timer_(agent.io), probe_(agent.procs, agent.io) {}
 
 void HangWatch::arm() {
-  AgentCore& a = agent_;
   // At most 500 ms: a hang is seen within --hang_timeout + 0.5 s, also for long timeouts.
-  Duration period = std::clamp<Duration>(a.cfg.hang_timeout / 4, std::chrono::milliseconds(10),
+  Duration period = std::clamp<Duration>(agent_.cfg.hang_timeout / 4, std::chrono::milliseconds(10),
                                          std::chrono::milliseconds(500));
   timer_.expires_after(period);
-  const int64_t gen = a.generation;
+  const int64_t gen = agent_.generation;
   timer_.async_wait([this, gen](const boost::system::error_code& ec) {
     if (ec || gen != agent_.generation || agent_.phase != AgentPhase::kRunning) return;
     check();
@@ -35,19 +34,18 @@ void HangWatch::cancel() {
 }
 
 HangWatch::Silent HangWatch::silent_workers(TimePoint now) const {
-  AgentCore& a = agent_;
   // Suspects: silent for half the timeout. The rank that got stuck and the ranks that then
   // block in a collective go silent within a step of each other, in either order, so the
   // stuck one may not be over the timeout yet when its first victim is.
   Silent s;
-  for (auto& w : a.group->workers()) {
+  for (auto& w : agent_.group->workers()) {
     if (!w.running()) continue;
-    auto beat = a.opts.last_beat(w.heartbeat_file);
-    bool from_start = a.cfg.hang_timeout_from_start;
+    auto beat = agent_.opts.last_beat(w.heartbeat_file);
+    bool from_start = agent_.cfg.hang_timeout_from_start;
     const TimePoint since = std::max(w.started, resumed_);
-    if (WorkerGroup::is_hung(since, beat, now, a.cfg.hang_timeout, from_start)) {
+    if (WorkerGroup::is_hung(since, beat, now, agent_.cfg.hang_timeout, from_start)) {
       s.hung.push_back(w.local_rank);
-    } else if (WorkerGroup::is_hung(since, beat, now, a.cfg.hang_timeout / 2, from_start)) {
+    } else if (WorkerGroup::is_hung(since, beat, now, agent_.cfg.hang_timeout / 2, from_start)) {
       s.suspects.push_back(w.local_rank);
     }
   }
@@ -57,27 +55,25 @@ HangWatch::Silent HangWatch::silent_workers(TimePoint now) const {
 }
 
 void HangWatch::check() {
-  AgentCore& a = agent_;
   if (paused_) return;
-  TimePoint now = a.opts.clock->now();
+  TimePoint now = agent_.opts.clock->now();
   Silent s = silent_workers(now);
   mark_silent_cpu(s.suspects);
   if (!s.hung.empty()) start_hang(s, now);
 }
 
 void HangWatch::start_hang(const Silent& s, TimePoint now) {
-  AgentCore& a = agent_;
   // The first by index stands as the root cause until the stacks tell who is stuck and who
   // waits for it in a collective (investigate).
-  a.group->on_hung(s.hung.front(), now, std::chrono::system_clock::now());
+  agent_.group->on_hung(s.hung.front(), now, std::chrono::system_clock::now());
   log_hung(s.hung);
   investigate(s.suspects, false);
 }
 
 bool HangWatch::investigate_for_peer() {
-  AgentCore& a = agent_;
-  if (a.cfg.hang_timeout.count() <= 0 || paused_ || a.phase != AgentPhase::kRunning) return false;
-  const TimePoint now = a.opts.clock->now();
+  if (agent_.cfg.hang_timeout.count() <= 0 || paused_ || agent_.phase != AgentPhase::kRunning)
+    return false;
+  const TimePoint now = agent_.opts.clock->now();
   Silent s = silent_workers(now);
   if (s.suspects.empty()) return false;
   mark_silent_cpu(s.suspects);
@@ -88,36 +84,34 @@ bool HangWatch::investigate_for_peer() {
   }
   log_warning("local rank(s) {} silent for more than {:.1f} s (half --hang_timeout): reading "
               "their stacks and the other nodes' hang verdicts before stopping",
-              fmt::join(s.suspects, ", "), to_seconds(a.cfg.hang_timeout / 2));
+              fmt::join(s.suspects, ", "), to_seconds(agent_.cfg.hang_timeout / 2));
   investigate(s.suspects, true);
   return true;
 }
 
 void HangWatch::log_hung(const std::vector<int64_t>& hung) {
-  AgentCore& a = agent_;
   for (int64_t local_rank : hung) {
-    const WorkerRecord& w = a.group->worker(local_rank);
-    a.monitor->events().emit("hang_detected",
+    const WorkerRecord& w = agent_.group->worker(local_rank);
+    agent_.monitor->events().emit("hang_detected",
                              {{"rank", w.global_rank},
                               {"local_rank", w.local_rank},
                               {"pid", w.pid},
-                              {"hang_timeout_seconds", to_seconds(a.cfg.hang_timeout)}});
+                              {"hang_timeout_seconds", to_seconds(agent_.cfg.hang_timeout)}});
     log_error("local rank {} (rank {}, pid {}) is hung: its heartbeat file {} was not touched "
               "for more than {:.1f} s (--hang_timeout){}",
               w.local_rank, w.global_rank, w.pid, w.heartbeat_file,
-              to_seconds(a.cfg.hang_timeout), cpu_note(w.pid, a.opts.clock->now()));
+              to_seconds(agent_.cfg.hang_timeout), cpu_note(w.pid, agent_.opts.clock->now()));
   }
 }
 
 void HangWatch::mark_silent_cpu(const std::vector<int64_t>& silent) {
-  AgentCore& a = agent_;
   std::map<int, CpuMark> kept;
   for (int64_t local_rank : silent) {
-    const int pid = a.group->worker(local_rank).pid;
+    const int pid = agent_.group->worker(local_rank).pid;
     if (auto it = silent_cpu_.find(pid); it != silent_cpu_.end()) {
       kept.insert(*it);
     } else if (auto usage = read_proc_usage(pid)) {
-      kept[pid] = CpuMark{a.opts.clock->now(), usage->cpu_seconds};
+      kept[pid] = CpuMark{agent_.opts.clock->now(), usage->cpu_seconds};
     }
   }
   silent_cpu_ = std::move(kept);
@@ -156,8 +150,7 @@ HangInvestigation::Options HangWatch::capture_options() const {
 }
 
 void HangWatch::investigate(const std::vector<int64_t>& suspects, bool for_peer) {
-  AgentCore& a = agent_;
-  if (!a.opts.capture_stacks) return blame(suspects, {}, for_peer);
+  if (!agent_.opts.capture_stacks) return blame(suspects, {}, for_peer);
   HangInvestigation::Options o = capture_options();
   if (stack_capture_command(0, o.path_env).empty()) {
     log_warning("no native stacks of the hung workers: neither eu-stack (elfutils) nor gdb is "
@@ -167,11 +160,11 @@ void HangWatch::investigate(const std::vector<int64_t>& suspects, bool for_peer)
   // beat are not part of the hang (and each native capture takes a while: gdb, seconds).
   std::vector<HangInvestigation::Target> targets;
   for (int64_t local_rank : suspects) {
-    const WorkerRecord& w = a.group->worker(local_rank);
+    const WorkerRecord& w = agent_.group->worker(local_rank);
     targets.push_back({w.local_rank, w.global_rank, w.pid, w.log_dir});
   }
-  a.phase = AgentPhase::kCapturing;
-  const int64_t gen = a.generation;
+  agent_.phase = AgentPhase::kCapturing;
+  const int64_t gen = agent_.generation;
   probe_.start(std::move(targets), std::move(o),
                [this, gen, suspects, for_peer](std::vector<HangInvestigation::Result> results) {
                  if (gen != agent_.generation || agent_.phase != AgentPhase::kCapturing) return;
@@ -181,11 +174,10 @@ void HangWatch::investigate(const std::vector<int64_t>& suspects, bool for_peer)
 
 void HangWatch::blame(const std::vector<int64_t>& suspects,
                       const std::vector<HangInvestigation::Result>& results, bool for_peer) {
-  AgentCore& a = agent_;
-  a.phase = AgentPhase::kCapturing;  // until the verdict is final (end()); also without stacks
+  agent_.phase = AgentPhase::kCapturing;  // until the verdict is final (end()); also without stacks
   HangVerdict v = judge_hang(suspects, results);
   for (const auto& r : results) {
-    WorkerRecord& w = a.group->worker(r.target.local_rank);
+    WorkerRecord& w = agent_.group->worker(r.target.local_rank);
     w.hang_where = r.finding.where;
     w.python_stack = r.finding.python_stack;
   }
@@ -196,45 +188,44 @@ void HangWatch::blame(const std::vector<int64_t>& suspects,
   } else {
     for (const auto& line : v.log) log_error("{}", line);
   }
-  a.group->blame_hang(v.root);
+  agent_.group->blame_hang(v.root);
   // Before stopping: compare with the other nodes, so a rank stuck on another node is named
   // instead of a local victim (hang_exchange.h; at most kHangExchangeWait, off the loop).
-  const WorkerRecord& w = a.group->worker(v.root);
-  const auto& round = a.last_round;
+  const WorkerRecord& w = agent_.group->worker(v.root);
+  const auto& round = agent_.last_round;
   HangExchangeRequest req{round ? round->round : 0, round ? round->group_world_size : 1,
-                          node_hang_verdict(v, round ? round->group_rank : 0, a.opts.host,
+                          node_hang_verdict(v, round ? round->group_rank : 0, agent_.opts.host,
                                             w.global_rank, w.pid, w.log_dir)};
   // Asked by a peer, before any worker here passed --hang_timeout: the hang is not this node's
   // to claim, and the peer's verdict is what to read (it was written before its request).
   if (for_peer) req.mine.stuck_here = false;
-  const int64_t gen = a.generation;
+  const int64_t gen = agent_.generation;
   start_hang_exchange(
       round ? round->store : nullptr, req,
-      [g = a.gate](std::function<void()> f) { post_from_thread(g, std::move(f)); },
+      [g = agent_.gate](std::function<void()> f) { post_from_thread(g, std::move(f)); },
       [this, gen, for_peer](std::optional<NodeHangVerdict> root) {
         if (gen == agent_.generation) end(root, for_peer);
       });
 }
 
 void HangWatch::end(const std::optional<NodeHangVerdict>& elsewhere, bool for_peer) {
-  AgentCore& a = agent_;
-  a.stuck_elsewhere = elsewhere;
+  agent_.stuck_elsewhere = elsewhere;
   if (elsewhere) {
     log_error("root cause of the hang: {}; the silent ranks here wait in a collective for it",
               describe_remote_hang_root(*elsewhere));
   }
-  if (a.phase != AgentPhase::kCapturing) return;
-  const WorkerRecord& w = a.group->worker(a.group->root_cause().value_or(0));
+  if (agent_.phase != AgentPhase::kCapturing) return;
+  const WorkerRecord& w = agent_.group->worker(agent_.group->root_cause().value_or(0));
   // The peer that asked has told every node already.
-  if (a.opts.rendezvous && !for_peer) {
-    a.rendezvous.report_to_peers(
-        elsewhere ? fmt::format("the ranks on {} hung waiting for {}", a.opts.host,
+  if (agent_.opts.rendezvous && !for_peer) {
+    agent_.rendezvous.report_to_peers(
+        elsewhere ? fmt::format("the ranks on {} hung waiting for {}", agent_.opts.host,
                                 describe_remote_hang_root(*elsewhere))
-                  : fmt::format("rank {} on {} hung (no heartbeat for {:.1f} s){}{}",
-                                w.global_rank, a.opts.host, to_seconds(a.cfg.hang_timeout),
+                  : fmt::format("rank {} on {} hung (no heartbeat for {:.1f} s){}{}", w.global_rank,
+                                agent_.opts.host, to_seconds(agent_.cfg.hang_timeout),
                                 w.hang_where.empty() ? "" : " in ", w.hang_where));
   }
-  a.stop_group(SIGTERM);
+  agent_.stop_group(SIGTERM);
 }
 
 // Workers silent for longer than --hang_timeout get SIGKILL at once, before the others'
@@ -244,16 +235,15 @@ void HangWatch::end(const std::optional<NodeHangVerdict>& elsewhere, bool for_pe
 // (GroupStopper::stop): a peer's restart request can come while this node still takes its own
 // hung workers' stacks (a chaos soak: a SIGSTOPped worker then got --shutdown_grace).
 void HangWatch::kill_silent_workers() {
-  AgentCore& a = agent_;
-  if (a.cfg.hang_timeout.count() <= 0) return;
-  const TimePoint now = a.opts.clock->now();
-  for (auto& w : a.group->workers()) {
+  if (agent_.cfg.hang_timeout.count() <= 0) return;
+  const TimePoint now = agent_.opts.clock->now();
+  for (auto& w : agent_.group->workers()) {
     if (!w.running() || w.pid <= 0) continue;
-    auto beat = a.opts.last_beat(w.heartbeat_file);
+    auto beat = agent_.opts.last_beat(w.heartbeat_file);
     const TimePoint since = std::max(w.started, resumed_);
-    if (w.hung || WorkerGroup::is_hung(since, beat, now, a.cfg.hang_timeout,
-                                       a.cfg.hang_timeout_from_start)) {
-      a.procs.signal_group(w.pid, SIGKILL);
+    if (w.hung || WorkerGroup::is_hung(since, beat, now, agent_.cfg.hang_timeout,
+                                       agent_.cfg.hang_timeout_from_start)) {
+      agent_.procs.signal_group(w.pid, SIGKILL);
     }
   }
 }

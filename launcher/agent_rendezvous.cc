@@ -30,36 +30,36 @@ const char* rendezvous_event_name(RendezvousEvent::Kind kind) {
 }  // namespace
 
 void RendezvousLoop::begin_generation() {
-  AgentCore& a = agent_;
-  a.phase = AgentPhase::kRendezvous;
-  a.stuck_elsewhere.reset();
-  if (!a.opts.rendezvous) {
+  agent_.phase = AgentPhase::kRendezvous;
+  agent_.stuck_elsewhere.reset();
+  if (!agent_.opts.rendezvous) {
     RendezvousResult r;
-    r.round = a.generation + 1;
+    r.round = agent_.generation + 1;
     r.group_rank = 0;
     r.group_world_size = 1;
-    r.local_world_sizes = {a.cfg.nproc_per_node};
-    r.hosts = {a.opts.host};
-    r.master_addr = a.cfg.master_addr;
-    r.master_port = a.master_port;
-    r.restart_count = a.restarts_used;
+    r.local_world_sizes = {agent_.cfg.nproc_per_node};
+    r.hosts = {agent_.opts.host};
+    r.master_addr = agent_.cfg.master_addr;
+    r.master_port = agent_.master_port;
+    r.restart_count = agent_.restarts_used;
     // Each attempt's workers get a key namespace of their own, as a rendezvous round's do:
     // PyTorch 2.x workers put no restart count in their keys, so a restarted rank would
     // otherwise read the killed group's gloo addresses.
-    if (a.opts.store_server) {
-      a.opts.store_server->begin_worker_namespace_local(worker_namespace(a.cfg.run_id, r.round));
+    if (agent_.opts.store_server) {
+      agent_.opts.store_server->begin_worker_namespace_local(
+          worker_namespace(agent_.cfg.run_id, r.round));
     }
-    a.workers.start(r);
+    agent_.workers.start(r);
     return;
   }
   // next_rendezvous() blocks: run it off the loop, then come back to spawn on the loop thread.
-  a.monitor->events().emit("rendezvous_opened", {{"restarts", a.restarts_used}});
+  agent_.monitor->events().emit("rendezvous_opened", {{"restarts", agent_.restarts_used}});
   // While the round forms this loop is idle; after it, every agent of the job spawns at once.
-  a.files.prepare_attempt(a.generation + 1, a.cfg.nproc_per_node);
-  a.opts.rendezvous->prepare_watch();
+  agent_.files.prepare_attempt(agent_.generation + 1, agent_.cfg.nproc_per_node);
+  agent_.opts.rendezvous->prepare_watch();
   if (round_thread_.joinable()) round_thread_.join();
-  auto handler = a.opts.rendezvous;
-  auto g = a.gate;
+  auto handler = agent_.opts.rendezvous;
+  auto g = agent_.gate;
   round_thread_ = std::thread([this, handler, g]() {
     try {
       RendezvousResult r = handler->next_rendezvous();
@@ -78,8 +78,7 @@ void RendezvousLoop::begin_generation() {
 }
 
 void RendezvousLoop::on_round_done(const RendezvousResult& r) {
-  AgentCore& a = agent_;
-  if (a.phase == AgentPhase::kDone) return;
+  if (agent_.phase == AgentPhase::kDone) return;
   // A large round's table names no hosts (round_table.h): its members would be N empty
   // strings, written by each of the N agents just when they all start their workers.
   const bool hosts_known = std::none_of(r.hosts.begin(), r.hosts.end(),
@@ -89,68 +88,65 @@ void RendezvousLoop::on_round_done(const RendezvousResult& r) {
                      {"nodes", r.group_world_size},
                      {"restart_count", r.restart_count}};
   if (hosts_known) closed.emplace_back("members", r.hosts);
-  a.monitor->events().emit("rendezvous_closed", closed);
+  agent_.monitor->events().emit("rendezvous_closed", closed);
   // The workers first: publishing the status endpoint starts a thread that talks to the store,
   // and with N agents released by one round close that would compete with the N spawns (the
   // event watcher's thread and connection were made ahead, in begin_generation). Nothing is
   // missed by watching after the spawn: this loop thread handles the workers' exits only after
   // this function, and the watcher reads the round's event key, which holds an event posted
   // meanwhile.
-  a.workers.start(r);
-  if (a.phase == AgentPhase::kDone) return;  // the workers could not start and the agent ended
-  a.monitor->publish([store = r.store]() { return store; });
-  auto g = a.gate;
-  a.opts.rendezvous->watch([this, g](const RendezvousEvent& ev) {
+  agent_.workers.start(r);
+  if (agent_.phase == AgentPhase::kDone) return;  // the workers could not start and the agent ended
+  agent_.monitor->publish([store = r.store]() { return store; });
+  auto g = agent_.gate;
+  agent_.opts.rendezvous->watch([this, g](const RendezvousEvent& ev) {
     post_from_thread(g, [this, ev]() { on_event(ev); });
   });
 }
 
 void RendezvousLoop::on_round_failed(const std::string& msg, int exit_code) {
-  AgentCore& a = agent_;
-  if (a.phase == AgentPhase::kDone) return;
+  if (agent_.phase == AgentPhase::kDone) return;
   log_error("rendezvous failed: {}", msg);
-  a.monitor->events().emit("rendezvous_failed", {{"error", msg}});
-  a.finish(exit_code);
+  agent_.monitor->events().emit("rendezvous_failed", {{"error", msg}});
+  agent_.finish(exit_code);
 }
 
 // A spare node of a full job: the job succeeded without it, which is no failure of its own.
 void RendezvousLoop::on_job_finished_while_waiting(const std::string& msg) {
-  AgentCore& a = agent_;
-  if (a.phase == AgentPhase::kDone) return;
+  if (agent_.phase == AgentPhase::kDone) return;
   log_info("{}", msg);
-  a.monitor->events().emit("job_finished_elsewhere", {{"reason", msg}});
-  a.finish_now(exit_codes::kSuccess);
+  agent_.monitor->events().emit("job_finished_elsewhere", {{"reason", msg}});
+  agent_.finish_now(exit_codes::kSuccess);
 }
 
 void RendezvousLoop::on_event(const RendezvousEvent& ev) {
-  AgentCore& a = agent_;
-  a.monitor->events().emit(rendezvous_event_name(ev.kind), {{"reason", ev.reason}});
+  agent_.monitor->events().emit(rendezvous_event_name(ev.kind), {{"reason", ev.reason}});
   if (ev.kind == RendezvousEvent::Kind::kStoreLost) return on_store_lost(ev.reason);
-  if (a.phase == AgentPhase::kExitBarrier) return on_event_after_success(ev);
-  if (a.phase != AgentPhase::kRunning && a.phase != AgentPhase::kCapturing) return;
+  if (agent_.phase == AgentPhase::kExitBarrier) return on_event_after_success(ev);
+  if (agent_.phase != AgentPhase::kRunning && agent_.phase != AgentPhase::kCapturing) return;
   switch (ev.kind) {
     case RendezvousEvent::Kind::kMembershipChanged:
       log_warning("membership changed: {}; restarting the workers (not counted as a restart)",
                   ev.reason);
-      a.cause.record(StopKind::kMembershipChange);
-      a.group->on_stop_requested("membership changed: " + ev.reason);
-      a.stop_group(SIGTERM);
+      agent_.cause.record(StopKind::kMembershipChange);
+      agent_.group->on_stop_requested("membership changed: " + ev.reason);
+      agent_.stop_group(SIGTERM);
       break;
     case RendezvousEvent::Kind::kRestartRequested:
       log_warning("another node asked for a restart: {}", ev.reason);
-      a.group->on_stop_requested("restart requested by another node: " + ev.reason);
-      a.cause.record(StopKind::kPeerRestart);
+      agent_.group->on_stop_requested("restart requested by another node: " + ev.reason);
+      agent_.cause.record(StopKind::kPeerRestart);
       // Mid-hang (another node saw it first): read the stacks and compare the verdicts first,
       // which is bounded; HangWatch::end stops the group. The same when workers here are
       // silent but not yet past --hang_timeout (the stuck rank's node saw it first).
-      if (a.phase == AgentPhase::kCapturing || a.hangs.investigate_for_peer()) break;
-      a.stop_group(SIGTERM);
+      if (agent_.phase == AgentPhase::kCapturing || agent_.hangs.investigate_for_peer()) break;
+      agent_.stop_group(SIGTERM);
       break;
     case RendezvousEvent::Kind::kShutdownRequested:
       log_info("the job is shutting down: {}", ev.reason);
-      a.group->on_stop_requested("shutdown requested: " + ev.reason);
-      a.cause.record(StopKind::kPeerShutdown);
-      a.stop_group(SIGTERM);
+      agent_.group->on_stop_requested("shutdown requested: " + ev.reason);
+      agent_.cause.record(StopKind::kPeerShutdown);
+      agent_.stop_group(SIGTERM);
       break;
     case RendezvousEvent::Kind::kStoreLost:
       break;  // on_store_lost
@@ -161,17 +157,16 @@ void RendezvousLoop::on_event(const RendezvousEvent& ev) {
 // rendezvous phase the round itself fails with that sentence; while a failure is being settled,
 // the verdict carries it.
 void RendezvousLoop::on_store_lost(const std::string& reason) {
-  AgentCore& a = agent_;
-  if (a.phase == AgentPhase::kDone || !a.store_lost.empty()) return;
-  a.store_lost = reason;
-  a.cause.record(StopKind::kStoreLost);
-  if (a.phase == AgentPhase::kExitBarrier) {
+  if (agent_.phase == AgentPhase::kDone || !agent_.store_lost.empty()) return;
+  agent_.store_lost = reason;
+  agent_.cause.record(StopKind::kStoreLost);
+  if (agent_.phase == AgentPhase::kExitBarrier) {
     log_error("{}", reason);
-    return a.finish_now(exit_codes::kWorkersFailed);
+    return agent_.finish_now(exit_codes::kWorkersFailed);
   }
-  if (a.phase == AgentPhase::kRunning || a.phase == AgentPhase::kCapturing) {
-    a.group->on_stop_requested(reason);
-    a.stop_group(SIGTERM);
+  if (agent_.phase == AgentPhase::kRunning || agent_.phase == AgentPhase::kCapturing) {
+    agent_.group->on_stop_requested(reason);
+    agent_.stop_group(SIGTERM);
   }
 }
 
@@ -195,18 +190,18 @@ void RendezvousLoop::on_event_after_success(const RendezvousEvent& ev) {
 }
 
 void RendezvousLoop::rejoin_after_success(const RendezvousEvent& ev) {
-  AgentCore& a = agent_;
-  if (a.restart_count() < a.cfg.max_restarts) {
+  if (agent_.restart_count() < agent_.cfg.max_restarts) {
     log_warning("another node failed after this node's workers finished ({}); rejoining "
                 "for the job-wide restart",
                 ev.reason);
-    ++a.restarts_used;
-    a.earlier_failures.push_back(fmt::format("attempt {}: {}", a.group->attempt(), ev.reason));
+    ++agent_.restarts_used;
+    agent_.earlier_failures.push_back(
+        fmt::format("attempt {}: {}", agent_.group->attempt(), ev.reason));
     return begin_generation();
   }
   log_error("another node failed ({}) and the restart budget ({}) is spent", ev.reason,
-            a.cfg.max_restarts);
-  a.finish_now(exit_codes::kWorkersFailed);
+            agent_.cfg.max_restarts);
+  agent_.finish_now(exit_codes::kWorkersFailed);
 }
 
 void RendezvousLoop::settle_failure(std::function<void(const FailureVerdict&)> then) {
@@ -231,17 +226,16 @@ void RendezvousLoop::settle_failure(std::function<void(const FailureVerdict&)> t
 
 void RendezvousLoop::on_verdict(int64_t gen, const FailureVerdict& v,
                                 const std::function<void(const FailureVerdict&)>& then) {
-  AgentCore& a = agent_;
-  if (gen != a.generation || a.phase == AgentPhase::kDone || !settling_) return;
+  if (gen != agent_.generation || agent_.phase == AgentPhase::kDone || !settling_) return;
   settling_ = false;
-  if (a.cause.is(StopKind::kPreempted) && a.phase != AgentPhase::kExitBarrier) {
-    return a.decide();  // exits 75
+  if (agent_.cause.is(StopKind::kPreempted) && agent_.phase != AgentPhase::kExitBarrier) {
+    return agent_.decide();  // exits 75
   }
   if (v.kind == FailureVerdict::Kind::kStoreLost) {
-    a.store_lost = v.reason;
-    a.cause.record(StopKind::kStoreLost);
+    agent_.store_lost = v.reason;
+    agent_.cause.record(StopKind::kStoreLost);
     log_error("{}", v.reason);
-    return a.finish(exit_codes::kWorkersFailed);
+    return agent_.finish(exit_codes::kWorkersFailed);
   }
   then(v);
 }

@@ -59,32 +59,32 @@ void AgentSignals::forward(int sig) {
 }
 
 void AgentSignals::on_signal(int sig, const std::string& by) {
-  AgentCore& a = agent_;
   if (sig == SIGCHLD) {
-    a.procs.reap_orphan_zombies();
+    agent_.procs.reap_orphan_zombies();
     return;
   }
   if (sig == SIGTSTP || sig == SIGCONT) return on_job_control(sig);
-  if (a.phase == AgentPhase::kDone) return;
-  if (by.empty()) a.monitor->events().emit("signal_received", {{"signal", signal_name(sig)}});
+  if (agent_.phase == AgentPhase::kDone) return;
+  if (by.empty()) agent_.monitor->events().emit("signal_received", {{"signal", signal_name(sig)}});
   const bool user_signal = sig == SIGUSR1 || sig == SIGUSR2;
-  if (a.phase == AgentPhase::kExitBarrier) {
+  if (agent_.phase == AgentPhase::kExitBarrier) {
     // Only the exit barrier is left: a terminating signal ends the wait.
-    if (!user_signal) a.finish_now(exit_codes::kSignalBase + sig);
+    if (!user_signal) agent_.finish_now(exit_codes::kSignalBase + sig);
     return;
   }
-  if (a.rendezvous.settling() && !user_signal) {
+  if (agent_.rendezvous.settling() && !user_signal) {
     // The workers are stopped and only a failure's verdict is awaited: do not wait for it.
-    a.cause.record_signal(sig);
-    a.rendezvous.interrupt_settling();
+    agent_.cause.record_signal(sig);
+    agent_.rendezvous.interrupt_settling();
     log_warning("received {} while settling a failure; stopping", signal_name(sig));
-    return a.finish_now(exit_codes::kSignalBase + sig);
+    return agent_.finish_now(exit_codes::kSignalBase + sig);
   }
   if (user_signal) return on_user_signal(sig);
-  if (a.cause.signal != 0 && a.phase == AgentPhase::kStopping) {
+  if (agent_.cause.signal != 0 && agent_.phase == AgentPhase::kStopping) {
     log_warning("received {} again {:.1f} s after the stop signal; killing the workers now",
-                signal_name(sig), to_seconds(a.opts.clock->now() - a.stopper.stop_started()));
-    a.stopper.kill_now();
+                signal_name(sig),
+                to_seconds(agent_.opts.clock->now() - agent_.stopper.stop_started()));
+    agent_.stopper.kill_now();
     return;
   }
   stop_job(sig, by);
@@ -95,25 +95,23 @@ void AgentSignals::on_signal(int sig, const std::string& by) {
 // action would have. SIGSTOP, as SIGTSTP is handled here. `fg` continues dlaunch (SIGCONT), which
 // continues the workers.
 void AgentSignals::on_job_control(int sig) {
-  AgentCore& a = agent_;
   if (sig == SIGTSTP) {
     log_info("received SIGTSTP; stopping the workers and dlaunch (fg or SIGCONT resumes them)");
-    a.hangs.pause();
+    agent_.hangs.pause();
     forward(SIGTSTP);
     ::kill(::getpid(), SIGSTOP);
     return;
   }
-  a.hangs.resumed(a.opts.clock->now());
+  agent_.hangs.resumed(agent_.opts.clock->now());
   forward(SIGCONT);
   log_info("received SIGCONT; the workers go on");
 }
 
 void AgentSignals::on_user_signal(int sig) {
-  AgentCore& a = agent_;
   log_info("received {}; forwarding it to every worker", signal_name(sig));
   forward(sig);
-  if (sig == SIGUSR1 && !a.cause.is(StopKind::kPreempted)) {
-    a.cause.record(StopKind::kPreempted);
+  if (sig == SIGUSR1 && !agent_.cause.is(StopKind::kPreempted)) {
+    agent_.cause.record(StopKind::kPreempted);
     log_warning("SIGUSR1 is the preemption notice: when the workers stop, dlaunch exits "
                 "with {} (requeue) and does not restart them",
                 exit_codes::kPreempted);
@@ -121,8 +119,7 @@ void AgentSignals::on_user_signal(int sig) {
 }
 
 void AgentSignals::stop_job(int sig, const std::string& by) {
-  AgentCore& a = agent_;
-  a.cause.record_signal(sig);
+  agent_.cause.record_signal(sig);
   if (by.empty()) {
     log_warning("received {}; forwarding it to every worker and stopping the job",
                 signal_name(sig));
@@ -130,21 +127,21 @@ void AgentSignals::stop_job(int sig, const std::string& by) {
     log_warning("stop requested by {}; sending {} to every worker and stopping the job", by,
                 signal_name(sig));
   }
-  switch (a.phase) {
+  switch (agent_.phase) {
     case AgentPhase::kRendezvous:
-      a.finish(exit_codes::kSignalBase + sig);
+      agent_.finish(exit_codes::kSignalBase + sig);
       return;
     case AgentPhase::kRunning:
     case AgentPhase::kCapturing:
       // A healthy group stopped by a signal is this node leaving (Kubernetes deleting its pod):
       // the others are told before its workers die, so the failures that causes in theirs are
       // not charged. A hang being investigated is a failure already, and stays one.
-      if (a.opts.rendezvous && a.phase == AgentPhase::kRunning) {
-        a.opts.rendezvous->begin_leaving();
+      if (agent_.opts.rendezvous && agent_.phase == AgentPhase::kRunning) {
+        agent_.opts.rendezvous->begin_leaving();
       }
-      a.group->on_stop_requested(fmt::format("dlaunch received {}", signal_name(sig)));
-      a.phase = AgentPhase::kRunning;  // a capture in progress is abandoned
-      a.stop_group(sig);
+      agent_.group->on_stop_requested(fmt::format("dlaunch received {}", signal_name(sig)));
+      agent_.phase = AgentPhase::kRunning;  // a capture in progress is abandoned
+      agent_.stop_group(sig);
       return;
     case AgentPhase::kStopping:
       forward(sig);

@@ -23,75 +23,78 @@ WorkerSupervisor::WorkerSupervisor(AgentCore& agent)
 void WorkerSupervisor::prepare() { omp_threads_ = default_omp_threads(agent_.cfg, agent_.opts); }
 
 void WorkerSupervisor::start(const RendezvousResult& r) {
-  AgentCore& a = agent_;
-  ++a.generation;
-  a.last_round = r;
-  a.cause.new_generation();
-  const WorkerPlacement place = place_workers(r, a.cfg.nproc_per_node);
-  auto records = a.files.make_attempt(a.generation, place.first_rank, a.cfg.nproc_per_node);
-  if (!records) return a.finish(exit_codes::kWorkersFailed);
-  a.group = std::make_unique<WorkerGroup>(a.generation, std::move(*records));
-  outputs_.assign(static_cast<size_t>(a.cfg.nproc_per_node), nullptr);
+  ++agent_.generation;
+  agent_.last_round = r;
+  agent_.cause.new_generation();
+  const WorkerPlacement place = place_workers(r, agent_.cfg.nproc_per_node);
+  auto records =
+      agent_.files.make_attempt(agent_.generation, place.first_rank, agent_.cfg.nproc_per_node);
+  if (!records) return agent_.finish(exit_codes::kWorkersFailed);
+  agent_.group = std::make_unique<WorkerGroup>(agent_.generation, std::move(*records));
+  outputs_.assign(static_cast<size_t>(agent_.cfg.nproc_per_node), nullptr);
   log_info("attempt {}: starting {} worker(s), global ranks {}-{} of {} (node {} of {}), "
            "restart count {}/{}",
-           a.generation, a.cfg.nproc_per_node, place.first_rank,
-           place.first_rank + a.cfg.nproc_per_node - 1, place.world, r.group_rank,
-           r.group_world_size, r.restart_count, a.cfg.max_restarts);
-  a.phase = AgentPhase::kRunning;
-  auto console = make_shared_console(a.cfg);  // --log_fold
+           agent_.generation, agent_.cfg.nproc_per_node, place.first_rank,
+           place.first_rank + agent_.cfg.nproc_per_node - 1, place.world, r.group_rank,
+           r.group_world_size, r.restart_count, agent_.cfg.max_restarts);
+  agent_.phase = AgentPhase::kRunning;
+  auto console = make_shared_console(agent_.cfg);  // --log_fold
   filtered_.reset();
   try {
-    const std::string& rank_dir = a.group->worker(0).log_dir;
-    filtered_ = FilteredCopy::open(a.cfg, rank_dir.substr(0, rank_dir.rfind('/')));
+    const std::string& rank_dir = agent_.group->worker(0).log_dir;
+    filtered_ = FilteredCopy::open(agent_.cfg, rank_dir.substr(0, rank_dir.rfind('/')));
   } catch (const Error& e) {
-    log_warning("{}; --duplicate_*_filters copies nothing in attempt {}", e.what(), a.generation);
+    log_warning("{}; --duplicate_*_filters copies nothing in attempt {}", e.what(),
+                agent_.generation);
   }
-  for (int64_t local_rank = 0; local_rank < a.cfg.nproc_per_node; ++local_rank) {
+  for (int64_t local_rank = 0; local_rank < agent_.cfg.nproc_per_node; ++local_rank) {
     if (!spawn(r, place, local_rank, console)) return;
   }
-  if (a.cfg.hang_timeout.count() > 0) a.hangs.arm();
+  if (agent_.cfg.hang_timeout.count() > 0) agent_.hangs.arm();
 }
 
 bool WorkerSupervisor::spawn(const RendezvousResult& r, WorkerPlacement place,
                              int64_t local_rank, const std::shared_ptr<SharedConsole>& console) {
-  AgentCore& a = agent_;
-  WorkerRecord& w = a.group->worker(local_rank);
-  WorkerEnvInputs inputs{&a.cfg, &a.opts, omp_threads_, console_is_terminal_, a.generation};
+  WorkerRecord& w = agent_.group->worker(local_rank);
+  WorkerEnvInputs inputs{&agent_.cfg, &agent_.opts, omp_threads_, console_is_terminal_,
+                         agent_.generation};
   SpawnRequest req;
-  req.argv = a.cfg.worker_argv(local_rank);
+  req.argv = agent_.cfg.worker_argv(local_rank);
   req.env = full_worker_env(worker_contract(inputs, r, place, local_rank, w.log_dir),
-                            a.opts.base_env);
-  if (a.cfg.virtual_local_rank) apply_virtual_local_rank(req.env, local_rank);
+                            agent_.opts.base_env);
+  if (agent_.cfg.virtual_local_rank) apply_virtual_local_rank(req.env, local_rank);
   // torchrun 2.x's agent exports its --signals_to_handle, and its workers inherit it (a worker
   // that starts processes with torch.distributed.elastic handles the same signals).
-  set_env(req.env, "TORCHELASTIC_SIGNALS_TO_HANDLE", a.cfg.signals_to_handle);
-  const std::string prefix = console_prefix(a.cfg, local_rank, w.global_rank, a.opts.host);
-  if (!a.cfg.no_python_hooks && !a.opts.python_hooks_dir.empty()) {
-    add_python_hooks_env(req.env, a.opts.python_hooks_dir, w.log_dir + "/py_stack.txt");
+  set_env(req.env, "TORCHELASTIC_SIGNALS_TO_HANDLE", agent_.cfg.signals_to_handle);
+  const std::string prefix =
+      console_prefix(agent_.cfg, local_rank, w.global_rank, agent_.opts.host);
+  if (!agent_.cfg.no_python_hooks && !agent_.opts.python_hooks_dir.empty()) {
+    add_python_hooks_env(req.env, agent_.opts.python_hooks_dir, w.log_dir + "/py_stack.txt");
   }
   try {
     auto out = std::make_shared<WorkerOutput>(
-        a.cfg, local_rank, w.log_dir, console,
+        agent_.cfg, local_rank, w.log_dir, console,
         [this](std::shared_ptr<const OutputLoss> loss) { on_output_loss(std::move(loss)); },
         prefix);
     outputs_[static_cast<size_t>(local_rank)] = out;
-    int pid = a.procs.spawn(req, callbacks(local_rank, out, prefix));
-    a.group->on_started(local_rank, pid, a.opts.clock->now(), std::chrono::system_clock::now());
-    a.monitor->events().emit("worker_started", {{"rank", w.global_rank},
+    int pid = agent_.procs.spawn(req, callbacks(local_rank, out, prefix));
+    agent_.group->on_started(local_rank, pid, agent_.opts.clock->now(),
+                             std::chrono::system_clock::now());
+    agent_.monitor->events().emit("worker_started", {{"rank", w.global_rank},
                                                 {"local_rank", local_rank},
                                                 {"pid", pid},
-                                                {"attempt", a.generation}});
+                                                {"attempt", agent_.generation}});
     log_debug("local rank {} started as pid {}", local_rank, pid);
     return true;
   } catch (const SpawnError& e) {
     log_spawn_error(e.what());
-    a.cause.record(StopKind::kUsage);
-    a.group->on_spawn_failed(e.what());
+    agent_.cause.record(StopKind::kUsage);
+    agent_.group->on_spawn_failed(e.what());
   } catch (const Error& e) {
     log_error("cannot start local rank {}: {}", local_rank, e.what());
-    a.group->on_spawn_failed(e.what());
+    agent_.group->on_spawn_failed(e.what());
   }
-  a.stop_group(SIGTERM);
+  agent_.stop_group(SIGTERM);
   return false;
 }
 
@@ -129,49 +132,47 @@ ProcessCallbacks WorkerSupervisor::callbacks(int64_t local_rank,
 }
 
 void WorkerSupervisor::on_exit(int64_t gen, int64_t local_rank, const ExitStatus& st) {
-  AgentCore& a = agent_;
   // An abandoned worker of an earlier generation.
-  if (gen != a.generation || !a.group) return;
-  bool was_final = a.group->final();
-  a.group->on_exit(local_rank, st, a.opts.clock->now(), std::chrono::system_clock::now());
-  const WorkerRecord& w = a.group->worker(local_rank);
-  a.monitor->events().emit("worker_exited",
+  if (gen != agent_.generation || !agent_.group) return;
+  bool was_final = agent_.group->final();
+  agent_.group->on_exit(local_rank, st, agent_.opts.clock->now(), std::chrono::system_clock::now());
+  const WorkerRecord& w = agent_.group->worker(local_rank);
+  agent_.monitor->events().emit("worker_exited",
                            {{"rank", w.global_rank},
                             {"local_rank", local_rank},
                             {"pid", w.pid},
                             st.signaled ? EventFields::value_type{"signal", signal_name(st.code)}
                                         : EventFields::value_type{"exit_code", st.code},
-                            {"attempt", a.generation}});
-  if (!was_final && a.group->state() == GroupState::kFailed) {
+                            {"attempt", agent_.generation}});
+  if (!was_final && agent_.group->state() == GroupState::kFailed) {
     log_error("local rank {} (rank {}, pid {}) failed: {}; stopping the other workers",
               local_rank, w.global_rank, w.pid, st.describe());
-    if (a.opts.rendezvous) {
-      a.rendezvous.report_to_peers(fmt::format("rank {} on {} failed: {}", w.global_rank,
-                                               a.opts.host, st.describe()));
+    if (agent_.opts.rendezvous) {
+      agent_.rendezvous.report_to_peers(fmt::format("rank {} on {} failed: {}", w.global_rank,
+                                               agent_.opts.host, st.describe()));
     }
-    a.stop_group(SIGTERM);
+    agent_.stop_group(SIGTERM);
     return;
   }
   log_debug("local rank {} (pid {}) exited: {}", local_rank, w.pid, st.describe());
-  if (a.group->state() == GroupState::kSucceeded && a.phase == AgentPhase::kRunning) {
+  if (agent_.group->state() == GroupState::kSucceeded && agent_.phase == AgentPhase::kRunning) {
     return on_success();
   }
-  if (a.phase == AgentPhase::kStopping && a.group->all_exited()) a.group_stopped();
+  if (agent_.phase == AgentPhase::kStopping && agent_.group->all_exited()) agent_.group_stopped();
 }
 
 void WorkerSupervisor::on_output_loss(std::shared_ptr<const OutputLoss> loss) {
-  AgentCore& a = agent_;
   const char* stream = loss->stream == 1 ? "stdout" : "stderr";
   log_warning("cannot write local rank {}'s {} to {}: {}; the file stops here ({} byte(s) not "
               "written); from now on this output goes {}",
               loss->local_rank, stream, loss->path, std::strerror(loss->error), loss->bytes,
               loss->console_fallback ? "to the console instead (it was redirected there)"
                                      : "to the console only");
-  a.monitor->events().emit("log_write_failed", {{"local_rank", loss->local_rank},
+  agent_.monitor->events().emit("log_write_failed", {{"local_rank", loss->local_rank},
                                                 {"stream", stream},
                                                 {"path", loss->path},
                                                 {"error", std::strerror(loss->error)},
-                                                {"attempt", a.generation}});
+                                                {"attempt", agent_.generation}});
   output_losses_.push_back(std::move(loss));
 }
 
@@ -191,35 +192,33 @@ void WorkerSupervisor::report_output_losses() const {
 }
 
 void WorkerSupervisor::on_success() {
-  AgentCore& a = agent_;
   // After a preemption notice a worker that checkpointed and exited 0 (dtrain) finished
   // nothing: say what happened; decide() reports the preemption.
-  if (a.cause.is(StopKind::kPreempted)) {
+  if (agent_.cause.is(StopKind::kPreempted)) {
     log_info("all {} worker(s) stopped cleanly after the preemption notice",
-             a.cfg.nproc_per_node);
+             agent_.cfg.nproc_per_node);
   } else {
-    log_info("all {} worker(s) finished successfully", a.cfg.nproc_per_node);
+    log_info("all {} worker(s) finished successfully", agent_.cfg.nproc_per_node);
   }
-  a.phase = AgentPhase::kStopping;
-  a.stopper.stop_leftovers();
+  agent_.phase = AgentPhase::kStopping;
+  agent_.stopper.stop_leftovers();
 }
 
 void WorkerSupervisor::on_exec_failed(int64_t gen, int64_t local_rank,
                                       const std::string& message) {
-  AgentCore& a = agent_;
-  if (gen != a.generation || !a.group) return;
-  a.cause.record(StopKind::kUsage);
+  if (gen != agent_.generation || !agent_.group) return;
+  agent_.cause.record(StopKind::kUsage);
   if (!exec_failure_logged_) {
     exec_failure_logged_ = true;
     log_spawn_error(message);
   }
-  bool was_final = a.group->final();
-  a.group->on_exit(local_rank, ExitStatus::exited(127), a.opts.clock->now(),
+  bool was_final = agent_.group->final();
+  agent_.group->on_exit(local_rank, ExitStatus::exited(127), agent_.opts.clock->now(),
                    std::chrono::system_clock::now());
   if (!was_final) {
-    a.stop_group(SIGTERM);
-  } else if (a.phase == AgentPhase::kStopping && a.group->all_exited()) {
-    a.group_stopped();
+    agent_.stop_group(SIGTERM);
+  } else if (agent_.phase == AgentPhase::kStopping && agent_.group->all_exited()) {
+    agent_.group_stopped();
   }
 }
 
