@@ -22,6 +22,7 @@ namespace dlaunch {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::count_of;
 using testing::Subprocess;
 
 class EtcdDlaunchTest : public ::testing::Test {
@@ -386,12 +387,6 @@ TEST_F(EtcdDlaunchTest, JobStoppedAndStartedAgainWithTheSameRunIdFormsANewRound)
     p->signal(SIGTERM);
   }
   for (auto& p : second) EXPECT_TRUE(p->wait(30s).has_value());
-}
-
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
 }
 
 // An etcd outage of a few seconds under running agents: each says so once, not once or twice

@@ -31,12 +31,6 @@ const std::string kWorker = TEST_WORKER_BIN;
 const std::string kDomain = "dlaunch.test";
 const std::string kMaster = "master." + kDomain;
 
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 std::string worker_env(const std::string& out, const std::string& name) {
   for (const auto& line : lines_with_prefix(out, "[default0]:" + name + "=")) {
     return line.substr(line.find('=') + 1);

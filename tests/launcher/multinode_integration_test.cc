@@ -40,12 +40,6 @@ std::map<std::string, std::string> env_of(const std::string& out, int local_rank
   return env;
 }
 
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 // The first agent that does not host the job's store (killing the host is another test); size()
 // when every one does.
 size_t first_node_not_hosting_the_store(const std::vector<std::unique_ptr<Subprocess>>& nodes) {

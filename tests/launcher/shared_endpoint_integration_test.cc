@@ -19,12 +19,6 @@ using namespace std::chrono_literals;
 const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kWorker = TEST_WORKER_BIN;
 
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
-
 std::string refusal(const std::string& store_run, const std::string& my_run) {
   return "serves run '" + store_run + "'; this agent's run is '" + my_run + "'";
 }

@@ -16,21 +16,17 @@
 #include "rendezvous/tcp/tcp_store_client.h"
 #include "rendezvous/tcp/tcp_store_server.h"
 #include "tests/support/private_dns.h"
+#include "tests/support/subprocess.h"
 
 namespace dlaunch {
 namespace {
 
 using namespace std::chrono_literals;
+using testing::count_of;
 using testing::PrivateDns;
 
 const std::string kDomain = "dlaunch.test";
 const std::string kMaster = "master." + kDomain;
-
-size_t count_of(const std::string& text, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
-  return n;
-}
 
 class LateNameTest : public ::testing::Test {
  protected:

@@ -88,6 +88,12 @@ std::string read_file(const std::string& path);
 // throws when read() fails with ESRCH).
 std::string read_proc_file(const std::string& path);
 bool file_exists(const std::string& path);
+// How many times `what` occurs in `text` (overlaps counted).
+inline size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
 // Lines of `text` that start with `prefix`.
 std::vector<std::string> lines_with_prefix(const std::string& text, const std::string& prefix);
 
