@@ -345,23 +345,29 @@ TEST_F(SlurmClusterTest, PreemptedDtrainIsRequeuedAndResumesAtTheStep) {
       << testing::read_file(dir.file("out"));
   const int64_t stopped_at = last_step();
   // Slurm holds a requeued job back (its begin time moves about two minutes ahead): once it is
-  // pending for that reason, let it start now. Not earlier: while the first run's batch script
-  // is still ending, an update can race its completion and the job ends instead of running.
+  // pending for that reason and no node still completes a job, let it start now. Not earlier:
+  // while the first run's batch script is still ending, an update can race its completion and
+  // the job ends instead of running (seen on a loaded host).
+  std::string queue_seen;  // squeue's answers, for the failure message
   ASSERT_TRUE(testing::wait_until(
       [&] {
         if (testing::read_file(dir.file("out")).find("done: 2 epochs") != std::string::npos) {
           return true;
         }
         RunResult r = run({"squeue", "-h", "-o", "%T %r", "-j", id}, 10s);
-        if (r.out.find("PENDING BeginTime") != std::string::npos) {
+        if (queue_seen.size() < 4096) queue_seen += r.out;
+        const bool completing =
+            run({"sinfo", "-h", "-o", "%T"}, 10s).out.find("completing") != std::string::npos;
+        if (r.out.find("PENDING BeginTime") != std::string::npos && !completing) {
           run({"scontrol", "update", "JobId=" + id, "StartTime=now"}, 10s);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
         return false;
       },
       240s))
-      << testing::read_file(dir.file("out"))
-      << run({"scontrol", "show", "job", id}, 10s).out;
+      << testing::read_file(dir.file("out")) << "squeue said:\n" << queue_seen
+      << run({"scontrol", "show", "job", id}, 10s).out
+      << run({"sinfo", "-N", "-o", "%N %T"}, 10s).out;
   ASSERT_TRUE(job_gone(id, 60s));
   std::string out = testing::read_file(dir.file("out"));
   ASSERT_LT(stopped_at, 126) << "training ended before the notice\n" << out;
