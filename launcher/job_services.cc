@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <netdb.h>
-#include <sys/socket.h>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -23,11 +22,7 @@ namespace {
 // The resolver's error when `host` surely does not resolve (no such name), else 0 (it does,
 // or the lookup failed only for now: a DNS server that did not answer).
 int no_such_name(const std::string& host) {
-  addrinfo hints{};
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res);
-  if (res) ::freeaddrinfo(res);
+  const int rc = name_lookup_code(host);
   return rc == EAI_NONAME || rc == EAI_NODATA ? rc : 0;
 }
 

@@ -13,15 +13,19 @@
 
 namespace dlaunch {
 
-std::string name_lookup_error(const std::string& host) {
+int name_lookup_code(const std::string& host) {
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* found = nullptr;
   const int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &found);
   if (found) ::freeaddrinfo(found);
-  if (rc == 0) return "";
-  return ::gai_strerror(rc);
+  return rc;
+}
+
+std::string name_lookup_error(const std::string& host) {
+  const int rc = name_lookup_code(host);
+  return rc == 0 ? "" : ::gai_strerror(rc);
 }
 
 std::string unresolved_name_advice(const std::string& host) {

@@ -18,9 +18,12 @@ namespace dlaunch {
 // query per search domain (answers it caches), four times a second per waiting node.
 inline constexpr Duration kNameRetryInterval = std::chrono::milliseconds(250);
 
-// getaddrinfo's answer for `host`: "" when it resolves (an IP literal does at once), else the
-// resolver's message ("Name or service not known"). One forward lookup; blocks for as long as
-// the resolver takes (seconds when the DNS server does not answer). Never throws.
+// getaddrinfo's code for `host`: 0 when it resolves (an IP literal does at once), else EAI_*
+// (EAI_NONAME: no such name; EAI_AGAIN: the DNS server did not answer). One forward lookup;
+// blocks for as long as the resolver takes (seconds when the DNS server does not answer).
+int name_lookup_code(const std::string& host);
+// The same as the resolver's message: "" when it resolves, else e.g. "Name or service not
+// known". Never throws.
 std::string name_lookup_error(const std::string& host);
 
 // What to do about a name that never resolved: the last part of every such error.
