@@ -55,8 +55,10 @@ rm -rf "$dir/state" "$dir/spool" "$dir/run" "$dir/munge"
 mkdir -p "$dir/state" "$dir/spool" "$dir/run" "$dir/log" "$dir/tmp" "$dir/munge"
 chmod 700 "$dir/munge"
 
-# Ports: one for slurmctld, one per slurmd; start the search away from Slurm's 6817/6818.
-port=$(free_port_block $((17000 + (RANDOM % 200) * 20)) $((nodes + 1)))
+# Ports: one for slurmctld, one per slurmd; start the search away from Slurm's 6817/6818 and
+# below 20000: dlaunch derives a job's --master_port as 20000 + SLURM_JOB_ID % 10000, and a
+# slurmd already listening there (job 1 -> 20001) would take the store's port.
+port=$(free_port_block $((17000 + (RANDOM % 140) * 20)) $((nodes + 1)))
 
 # munge: a private key and socket, so we never depend on (or disturb) a system munged.
 dd if=/dev/urandom of="$dir/munge/munge.key" bs=1024 count=1 status=none
