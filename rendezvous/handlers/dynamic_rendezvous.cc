@@ -15,18 +15,8 @@
 #include "rendezvous/handlers/round_table.h"
 #include "rendezvous/handlers/store_ledger.h"
 #include "rendezvous/handlers/version_mix.h"
-#include "rendezvous/tcp/worker_namespace.h"
 
 namespace dlaunch {
-
-namespace {
-// The value of round/<r>/done when the closer wrote the round's table (round_table.h); an
-// older build writes "1" and no table.
-const std::string kDoneWithTable = "2";
-// The value of round/<r>/done when the round was given up for too few live nodes and the
-// next one opened instead (release_round).
-const std::string kDoneReopened = "reopened";
-}  // namespace
 
 DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params)
     : DynamicRendezvous(params, nullptr) {}
@@ -55,6 +45,9 @@ DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params,
     ledger_ = std::make_shared<StoreRoundLedger>(store_, prefix_, config_.keep_alive_interval,
                                                  clock_);
   }
+  release_ = std::make_unique<RoundRelease>(
+      RoundRelease::Settings{params_.run_id, prefix_, limits_.min_nodes, keep_alive_window()},
+      store_, ledger_, clock_);
   store_loss_ = std::make_unique<StoreLoss>(store_);
   verdicts_ = std::make_unique<FailureVerdicts>(
       FailureVerdicts::Settings{params_.run_id, prefix_, node_id_, config_.keep_alive_interval,
@@ -173,17 +166,18 @@ bool DynamicRendezvous::wait_in_my_round(JoinAttempt& a) {
   // What this node decides by comes with the wait's end (one WAIT_GET on the TCP store): its
   // place once the round is released, else the state and the arrivals, so a woken node reads
   // none of them again.
-  auto keys = place_keys(open.round);  // done, table, assignment, restart_count
+  // done, table, assignment, restart_count
+  auto keys = release_->place_keys(open.round, view_.arrival_index);
   const size_t state_at = keys.size();
   keys.push_back(key("state"));
   auto fetched = ledger_->wait_fetching(open.round, keys, &limits_, a.deadline);
   if (!fetched) return true;  // nothing read: decide again, reading
   const auto& values = fetched->got.values;
   const auto& done = values[0];
-  bool released = fetched->got.ready && done && *done == to_bytes(kDoneWithTable);
+  bool released = fetched->got.ready && done && RoundRelease::released_with_table(*done);
   for (size_t i = 1; released && i < state_at; ++i) released = values[i].has_value();
   if (released) {
-    Place place = decode_place(*values[1], *values[2], *values[3]);
+    RoundRelease::Place place = release_->decode_place(*values[1], *values[2], *values[3]);
     DynamicState complete{open.round, DynamicState::Status::kComplete, place.table.participants};
     a.result = enter_round(complete, std::move(place));
     if (a.result) return true;
@@ -301,7 +295,7 @@ bool DynamicRendezvous::act(const JoinDecision& d, JoinAttempt& a, TimePoint now
       if (store_->compare_set(key("state"), a.state->encode(), d.next.encode()) ==
               d.next.encode() &&
           store_->add(round_key(a.state->round, "closer"), 1) == 1) {
-        release_round(d.next, a.deadline);
+        release_->release(d.next, a.deadline);
       }
       return false;
     case JoinStep::kOpenNext:
@@ -370,169 +364,24 @@ void DynamicRendezvous::throw_join_timeout(const JoinAttempt& a, const JoinDecis
       token_hint, params_.endpoint));
 }
 
-void DynamicRendezvous::begin_worker_namespace(int64_t round) {
-  // Workers meet in this store when it is a dlaunch TCP store (the only kind that scopes their
-  // keys); etcd's workers meet in the group-rank-0 agent's TCP store (etcd_rendezvous.cc), and
-  // an in-memory store (tests) has no workers.
-  dlaunch::begin_worker_namespace(*store_, worker_namespace(params_.run_id, round));
-}
-
-RoundLedger::Described DynamicRendezvous::read_participants(int64_t round, int64_t n,
-                                                           TimePoint wait_until) {
-  auto arrivals = ledger_->described(round, n, wait_until);
-  if (static_cast<int64_t>(arrivals.nodes.size()) < n) {
-    log_warning("rendezvous '{}' round {}: {} of {} node(s) counted themselves in but never "
-                "described themselves within the keep-alive window (they died while joining); "
-                "the round goes on without them",
-                params_.run_id, round, n - static_cast<int64_t>(arrivals.nodes.size()), n);
-  }
-  return arrivals;
-}
-
-void DynamicRendezvous::release_round(const DynamicState& complete, TimePoint deadline) {
-  const int64_t round = complete.round;
-  // This node closed the round: it reads the N descriptors once and writes what each node
-  // needs, so nobody else reads them (round_table.h).
-  if (!publish_round_table(round, complete.participants, deadline)) {
-    // Nodes that never described themselves left fewer than MIN: no round with these nodes.
-    // Open the next one and tell the participants to join it.
-    DynamicState next{round + 1, DynamicState::Status::kOpen, 0};
-    store_->compare_set(key("state"), complete.encode(), next.encode());
-    store_->set(round_key(round, "superseded"), to_bytes("1"));
-    store_->set(round_key(round, "done"), to_bytes(kDoneReopened));
-    return;
-  }
-  // Before anyone is released, so every worker of this round gets its namespace; the previous
-  // round's keys go (every participant stopped its workers before joining).
-  begin_worker_namespace(round);
-  store_->set(round_key(round, "done"), to_bytes(kDoneWithTable));
-  log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id, round,
-            complete.participants);
-}
-
-bool DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint deadline) {
-  // A node that counted itself in and died before describing itself costs at most the
-  // keep-alive window, not the join timeout: the round goes on without it.
-  auto wait_until = std::min(deadline, clock_.now() + keep_alive_window());
-  auto arrivals = read_participants(round, n, wait_until);
-  if (static_cast<int64_t>(arrivals.nodes.size()) < limits_.min_nodes) {
-    log_warning("rendezvous '{}' round {}: only {} of its {} node(s) described themselves, fewer "
-                "than --nnodes MIN={}; opening the next round for them",
-                params_.run_id, round, arrivals.nodes.size(), n, limits_.min_nodes);
-    return false;
-  }
-  auto by_rank = assign_ranks(arrivals.nodes);
-  auto assignments = RankAssignment::make(arrivals.nodes, by_rank);
-  std::vector<std::string> keys;
-  std::vector<Bytes> values;
-  keys.reserve(n + 1);
-  values.reserve(n + 1);
-  size_t next = 0;
-  for (int64_t index = 1; index <= n; ++index) {
-    keys.push_back(table_key(round, fmt::format("assign/{}", index)));
-    if (next < arrivals.indexes.size() && arrivals.indexes[next] == index) {
-      values.push_back(assignments[next++].encode());
-    } else {
-      values.push_back(RankAssignment{}.encode());  // rank -1: not in this round
-    }
-  }
-  keys.push_back(table_key(round, "table"));
-  values.push_back(RoundTable::make(arrivals.nodes, by_rank).encode());
-  store_->multi_set(keys, values);
-  // Read with the table in one request by every node (finish_round), so it must exist.
-  store_->add(key("restart_count"), 0);
-  return true;
-}
-
-std::vector<std::optional<Bytes>> DynamicRendezvous::wait_for_release(const DynamicState& state,
-                                                                      TimePoint deadline) {
-  const auto keys = place_keys(state.round);
-  while (true) {
-    // The closer publishes the table and sets "done" within moments. One that died between
-    // fixing the round and releasing it costs at most the keep-alive window: then the first
-    // node to claim the takeover does the closer's work (the same table: assign_ranks is a
-    // function of the descriptors), instead of everyone waiting for the join timeout.
-    auto now = clock_.now();
-    auto until = std::min(deadline, now + keep_alive_window());
-    try {
-      return ledger_->wait_key_fetching(state.round, keys, until);
-    } catch (const TimeoutError&) {
-      if (clock_.now() >= deadline) {
-        throw TimeoutError(fmt::format(
-            "rendezvous '{}' round {} was marked complete but nobody released it within the "
-            "join timeout; start again",
-            params_.run_id, state.round));
-      }
-    }
-    if (store_->add(round_key(state.round, "takeover"), 1) == 1) {
-      log_warning("rendezvous '{}' round {}: the node that closed the round did not release it "
-                  "within the keep-alive window (it died); this node releases it",
-                  params_.run_id, state.round);
-      release_round(state, deadline);
-    }
-  }
-}
-
-std::vector<std::string> DynamicRendezvous::place_keys(int64_t round) const {
-  return {round_key(round, "done"), table_key(round, "table"),
-          table_key(round, fmt::format("assign/{}", view_.arrival_index)), key("restart_count")};
-}
-
-DynamicRendezvous::Place DynamicRendezvous::decode_place(const Bytes& table, const Bytes& me,
-                                                         const Bytes& restart_count) const {
-  Place place;
-  place.table = RoundTable::decode(table);
-  place.me = RankAssignment::decode(me);
-  try {
-    place.restart_count = std::stoll(to_string(restart_count));
-  } catch (const std::logic_error&) {
-    throw ProtocolError(fmt::format("rendezvous '{}': restart_count holds '{}', not a count",
-                                    params_.run_id, to_string(restart_count)));
-  }
-  return place;
-}
-
-DynamicRendezvous::Place DynamicRendezvous::read_my_place(
-    const DynamicState& state, const std::vector<std::optional<Bytes>>& released,
-    TimePoint deadline) {
-  if (released[0] == to_bytes(kDoneWithTable)) {
-    if (released[1] && released[2] && released[3]) {  // read with "done" (wait_key_fetching)
-      return decode_place(*released[1], *released[2], *released[3]);
-    }
-    // Three small keys in one request, whatever the round's size (round_table.h).
-    auto keys = place_keys(state.round);
-    auto values = store_->multi_get({keys.begin() + 1, keys.end()});
-    return decode_place(values[0], values[1], values[2]);
-  }
-  // Closed by an agent of an older build, which writes no table: every node reads all.
-  Place place;
-  auto arrivals = read_participants(state.round, state.participants, deadline);
-  auto by_rank = assign_ranks(arrivals.nodes);
-  place.table = RoundTable::make(arrivals.nodes, by_rank);
-  auto all = RankAssignment::make(arrivals.nodes, by_rank);
-  for (size_t i = 0; i < arrivals.indexes.size(); ++i) {
-    if (arrivals.indexes[i] == view_.arrival_index) place.me = all[i];
-  }
-  return place;
-}
-
 std::optional<RendezvousResult> DynamicRendezvous::finish_round(const DynamicState& state,
                                                                 TimePoint deadline) {
   // The completing node starts the round's worker namespace and then sets "done": wait for it,
   // so no worker of this round starts before.
-  auto released = wait_for_release(state, deadline);
+  auto released = release_->wait(state, view_.arrival_index, deadline);
   const Bytes done = released[0].value_or(Bytes());
-  if (done == to_bytes(kDoneReopened)) {
+  if (RoundRelease::reopened(done)) {
     log_info("rendezvous '{}' round {} had fewer than --nnodes MIN={} live nodes; joining the "
              "next round",
              params_.run_id, state.round, limits_.min_nodes);
     return std::nullopt;
   }
-  return enter_round(state, read_my_place(state, released, deadline));
+  return enter_round(state,
+                     release_->read_place(state, view_.arrival_index, released, deadline));
 }
 
 std::optional<RendezvousResult> DynamicRendezvous::enter_round(const DynamicState& state,
-                                                               Place place) {
+                                                               RoundRelease::Place place) {
   auto& [table, me, restart_count] = place;
   const int64_t n = table.participants;
   if (me.rank < 0) {

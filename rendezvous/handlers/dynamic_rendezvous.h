@@ -7,8 +7,9 @@
 // Keys, under "dlaunch/rdzv/<run_id>":
 //   state                      the record (compare_set only)
 //   round/<r>/arrivals         arrival counter; round/<r>/node/<i> descriptor of arrival i
-//   tables/<r>/table, /assign/<i>  written by the node that closes round r: the round's table
-//                              and arrival i's rank (round_table.h), so others read O(1)
+//   round/<r>/closer           picks the node that closes round r among those that saw it
+//                              complete; it releases the round (round_release.h): writes
+//                              tables/<r>/table, /assign/<i> (round_table.h), so others read O(1)
 //   round/<r>/done, /superseded  wake-up keys set when round r completes / r+1 opens
 //   round/<r>/event            the round's event (restart, membership, shutdown)
 //   round/<r>/acks, /verdict   a failure's acks and verdict (failure_verdicts.h)
@@ -42,6 +43,7 @@
 #include "rendezvous/handlers/keep_alive.h"
 #include "rendezvous/handlers/rendezvous_events.h"
 #include "rendezvous/handlers/rendezvous_registry.h"
+#include "rendezvous/handlers/round_release.h"
 #include "rendezvous/handlers/round_table.h"
 #include "rendezvous/handlers/store_loss.h"
 #include "rendezvous/handlers/wait_notes.h"
@@ -86,11 +88,6 @@ class DynamicRendezvous final : public RendezvousHandler {
  private:
   std::string key(const std::string& suffix) const { return prefix_ + "/" + suffix; }
   std::string round_key(int64_t round, const std::string& suffix) const;
-  // The closer's records (round_table.h), outside round/<r>/: etcd's ledger watches that
-  // prefix, and N assignments there would be N watch events for every node.
-  std::string table_key(int64_t round, const std::string& suffix) const {
-    return prefix_ + "/tables/" + std::to_string(round) + "/" + suffix;
-  }
   std::optional<DynamicState> read_state();
   // A joining node's read: the record, created as round 0 (OPEN) when there is none.
   std::optional<DynamicState> read_or_create_state();
@@ -146,41 +143,13 @@ class DynamicRendezvous final : public RendezvousHandler {
 
   // nullopt: the round formed without this node (it described itself too late).
   std::optional<RendezvousResult> finish_round(const DynamicState& state, TimePoint deadline);
-  // This node's place in a released round: the closer's table and assignment (`done` says the
-  // closer wrote them), else computed from every descriptor (an older closer).
-  struct Place {
-    RoundTable table;
-    RankAssignment me;         // rank -1: the round formed without this node
-    int64_t restart_count = -1;  // -1: not read yet
-  };
-  // `released`: the values of place_keys() as wait_for_release read them ("done" at least).
-  Place read_my_place(const DynamicState& state, const std::vector<std::optional<Bytes>>& released,
-                      TimePoint deadline);
-  // "done", the table, this node's assignment and restart_count of `round`: what a released
-  // round's node reads (the last three from a closer that wrote the table).
-  std::vector<std::string> place_keys(int64_t round) const;
-  Place decode_place(const Bytes& table, const Bytes& me, const Bytes& restart_count) const;
   // The rest of finish_round once the place is known: nullopt when the round formed without
   // this node; else the result, and the running round recorded for the keep-alive.
-  std::optional<RendezvousResult> enter_round(const DynamicState& state, Place place);
-  // Blocks until the round is released ("done"); returns the values of place_keys() (at least
-  // "done"'s: the ledger may read the others with it, wait_key_fetching). Takes over the release
-  // when the closer did not within the keep-alive window.
-  std::vector<std::optional<Bytes>> wait_for_release(const DynamicState& state, TimePoint deadline);
-  // Descriptors of arrivals 1..n of `round` (O(N): the closing node only); waits for missing
-  // ones until `wait_until`, then leaves them out, saying so.
-  RoundLedger::Described read_participants(int64_t round, int64_t n, TimePoint wait_until);
+  std::optional<RendezvousResult> enter_round(const DynamicState& state,
+                                              RoundRelease::Place place);
   Duration keep_alive_window() const {
     return config_.keep_alive_interval * config_.keep_alive_max_attempt;
   }
-  // The closing node's share: the round's table and every node's assignment (round_table.h).
-  // False (nothing written) when fewer than MIN participants described themselves.
-  bool publish_round_table(int64_t round, int64_t n, TimePoint deadline);
-  // The closer's (or the takeover's) share after COMPLETE(r, n): the table, the workers'
-  // namespace, then "done"; or, with fewer than MIN live participants, OPEN(r+1) and "done"
-  // saying so.
-  void release_round(const DynamicState& complete, TimePoint deadline);
-  void begin_worker_namespace(int64_t round);
   // Throws the store loss' ConnectionError once the keep-alive declared it.
   void throw_if_store_lost() const;
 
@@ -195,6 +164,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   DynamicNodeView view_;
   std::unique_ptr<EventWatcher> watcher_;
   std::shared_ptr<RoundLedger> ledger_;  // the backend's, else a StoreRoundLedger
+  std::unique_ptr<RoundRelease> release_;
 
   // The running round, as this node entered it (read from the watcher's thread too).
   std::mutex mutex_;

@@ -18,8 +18,8 @@
 #pragma once
 
 #include <memory>
-#include <optional>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "common/clock.h"
@@ -74,7 +74,7 @@ class FailureVerdicts {
   int64_t nodes_ = 0;
   bool leaving_ = false;
   int64_t acked_round_ = -1;
-  std::mutex verdict_mutex_;  // write's tries, one at a time
+  std::mutex verdict_mutex_;    // write's tries, one at a time
   int64_t verdict_round_ = -1;  // the last round whose verdict this node wrote
 };
 

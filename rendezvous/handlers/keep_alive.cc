@@ -29,7 +29,9 @@ KeepAlive::KeepAlive(Settings settings, std::function<std::shared_ptr<Store>()> 
       loss_(loss),
       clock_(clock) {}
 
-KeepAlive::~KeepAlive() { stop(); }
+KeepAlive::~KeepAlive() {
+  stop();
+}
 
 void KeepAlive::start() {
   std::lock_guard<std::mutex> lock(mutex_);
@@ -182,8 +184,8 @@ void KeepAlive::report_lost_neighbours(const std::vector<NodeRef>& watched, int6
   std::string neighbours;
   for (const auto& w : watched) {
     ids.push_back(w.id);
-    neighbours += fmt::format("{}node {} (node rank {})", neighbours.empty() ? "" : ", ", w.host,
-                              w.rank);
+    neighbours +=
+        fmt::format("{}node {} (node rank {})", neighbours.empty() ? "" : ", ", w.host, w.rank);
   }
   ka.doing = "reading the keep-alives of the nodes this node watches: " + neighbours;
   auto dead = ka.liveness->dead(ids);
@@ -193,8 +195,7 @@ void KeepAlive::report_lost_neighbours(const std::vector<NodeRef>& watched, int6
     if (std::find(dead.begin(), dead.end(), w.id) == dead.end()) continue;
     who += fmt::format("{}node {} (node rank {})", who.empty() ? "" : ", ", w.host, w.rank);
   }
-  std::string reason =
-      fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(window()));
+  std::string reason = fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(window()));
   log_warning("rendezvous '{}' round {}: {}", settings_.run_id, round, reason);
   ka.doing = "telling the other nodes: " + reason;
   // The verdict first: nodes whose workers already failed wait for it (settle_failure).
@@ -231,9 +232,10 @@ bool KeepAlive::failed(const std::string& what, bool unexpected, StoreFailure fa
   }
   if (unexpected) {
     // Not a store error: a defect. Said every time, not once, so it is not missed.
-    log_error("rendezvous keep-alive: unexpected error ({}); this is a bug in dlaunch, please "
-              "report it; retrying",
-              what);
+    log_error(
+        "rendezvous keep-alive: unexpected error ({}); this is a bug in dlaunch, please "
+        "report it; retrying",
+        what);
   } else if (!ka.in_trouble) {
     log_warning("rendezvous keep-alive of node {} ({}): {}; retrying{}", settings_.host, ka.doing,
                 what,
@@ -335,9 +337,10 @@ void KeepAlive::announce_leaving(Store& store) {
     leave_announced_round_ = round;
   }
   if (on_stop_signal) {
-    log_info("rendezvous '{}' round {}: told the other {} node(s) that this node leaves; they "
-             "re-form without it (not counted as a restart)",
-             settings_.run_id, round, nodes - 1);
+    log_info(
+        "rendezvous '{}' round {}: told the other {} node(s) that this node leaves; they "
+        "re-form without it (not counted as a restart)",
+        settings_.run_id, round, nodes - 1);
   }
 }
 

@@ -48,8 +48,9 @@ class KeepAlive {
     std::string node_id;   // this node's
     std::string host;      // this node's address, as the others name it
     std::string endpoint;  // the store's (--rdzv_endpoint), for messages
-    Duration interval = std::chrono::seconds(5);  // keep_alive_interval
-    int64_t max_attempt = 3;                      // keep_alive_max_attempt
+    // keep_alive_interval and keep_alive_max_attempt (--rdzv_conf)
+    Duration interval = std::chrono::seconds(5);
+    int64_t max_attempt = 3;
     // c10d: the store is hosted by one agent and dies with it. A backend that brings its own
     // ledger (etcd) keeps its store outside any agent: an outage there is waited out.
     bool store_dies_with_host = true;
@@ -97,7 +98,8 @@ class KeepAlive {
   // After a failed step: drops the connection, says so (once for store trouble, every time for
   // an unexpected exception), declares the store lost after the window (c10d); false once
   // stopping.
-  bool failed(const std::string& what, bool unexpected, StoreFailure failure = StoreFailure::kOther);
+  bool failed(const std::string& what, bool unexpected,
+              StoreFailure failure = StoreFailure::kOther);
   void finish();  // marks this node as left when the store answers
   std::vector<NodeRef> watched_nodes(int64_t reported_round);  // mutex_ held
   // At begin_leaving() or stop(), while a round of several nodes runs: the others re-form
@@ -116,9 +118,9 @@ class KeepAlive {
   std::mutex mutex_;
   std::condition_variable wake_;
   bool stopping_ = false;
-  int64_t round_ = -1;           // the running round
-  int64_t nodes_ = 0;            // nodes in it
-  int64_t rank_ = -1;            // this node's rank in it
+  int64_t round_ = -1;            // the running round
+  int64_t nodes_ = 0;             // nodes in it
+  int64_t rank_ = -1;             // this node's rank in it
   std::vector<NodeRef> watched_;  // this node's ring neighbours in it
   std::thread thread_;
   std::shared_ptr<Store> store_;  // the thread's store, for stop()'s interrupt

@@ -24,13 +24,14 @@ struct Node {
   Node(std::shared_ptr<Store> store, const std::string& id, const Clock& clock,
        Duration interval = 1s)
       : loss(store),
-        verdicts(FailureVerdicts::Settings{"job1", kPrefix, id, interval, 3}, store, loss,
-                 clock) {}
+        verdicts(FailureVerdicts::Settings{"job1", kPrefix, id, interval, 3}, store, loss, clock) {}
   StoreLoss loss;
   FailureVerdicts verdicts;
 };
 
-int64_t restart_count(Store& store) { return store.add(kPrefix + "/restart_count", 0); }
+int64_t restart_count(Store& store) {
+  return store.add(kPrefix + "/restart_count", 0);
+}
 std::string verdict(Store& store, int64_t round) {
   const std::string key = kPrefix + "/round/" + std::to_string(round) + "/verdict";
   return store.check({key}) ? to_string(store.get(key)) : std::string("(none)");
@@ -45,7 +46,7 @@ TEST(FailureVerdicts, EveryNodeAckingChargesTheRestartOnce) {
   a.verdicts.ack();
   a.verdicts.ack();  // the watcher and the failure report: one count
   EXPECT_FALSE(store->check({kPrefix + "/round/0/verdict"}));
-  b.verdicts.ack();  // completes the count: every node is alive
+  b.verdicts.ack();                      // completes the count: every node is alive
   ASSERT_EQ(verdict(*store, 0), "C|b");  // else settle() would wait for it (a scripted clock)
   EXPECT_EQ(a.verdicts.settle().kind, FailureVerdict::Kind::kCharged);
   EXPECT_EQ(b.verdicts.settle().kind, FailureVerdict::Kind::kCharged);

@@ -56,13 +56,14 @@ struct Node {
        bool store_dies_with_host = true)
       : loss(store),
         verdicts(FailureVerdicts::Settings{"job1", kPrefix, id, 1s, 3}, store, loss, clock),
-        keep_alive(KeepAlive::Settings{"job1", kPrefix, id, "h" + id, "10.0.0.1:29400", 1s, 3,
-                                       store_dies_with_host},
-                   [store] { return store; },
-                   [id, &clock](std::shared_ptr<Store> s) {
-                     return make_store_liveness(std::move(s), kPrefix, id, 3s, clock);
-                   },
-                   verdicts, loss, clock) {
+        keep_alive(
+            KeepAlive::Settings{"job1", kPrefix, id, "h" + id, "10.0.0.1:29400", 1s, 3,
+                                store_dies_with_host},
+            [store] { return store; },
+            [id, &clock](std::shared_ptr<Store> s) {
+              return make_store_liveness(std::move(s), kPrefix, id, 3s, clock);
+            },
+            verdicts, loss, clock) {
     keep_alive.drive_externally();
     loss.tell([this](const RendezvousEvent& e) { told.push_back(e); });
   }
