@@ -53,7 +53,7 @@
 #include "rendezvous/handlers/rendezvous_events.h"
 #include "rendezvous/handlers/rendezvous_registry.h"
 #include "rendezvous/handlers/round_table.h"
-#include "rendezvous/handlers/wait_notes.h"
+#include "rendezvous/tcp/wait_notes.h"
 
 namespace dlaunch {
 

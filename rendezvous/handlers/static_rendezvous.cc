@@ -11,7 +11,7 @@
 #include "rendezvous/store/prefix_store.h"
 #include "rendezvous/store/store_table.h"
 #include "rendezvous/handlers/round_table.h"
-#include "rendezvous/handlers/wait_notes.h"
+#include "rendezvous/tcp/wait_notes.h"
 #include "rendezvous/handlers/version_mix.h"
 #include "rendezvous/tcp/worker_namespace.h"
 
