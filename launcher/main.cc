@@ -186,7 +186,7 @@ int main(int argc, char** argv) {
   // A program that cannot run, or an etcd that cannot be found, fails every attempt the same
   // way: say so now, spend no restart (and --dry_run makes the same checks).
   for (auto problem : {check_program(cfg, current_program_check_env()),
-                       etcd_endpoint_problem(cfg)}) {
+                       rendezvous_endpoint_problem(cfg)}) {
     if (!problem) continue;
     std::fprintf(stderr, "dlaunch: error: %s\n", problem->c_str());
     return exit_codes::kUsage;
