@@ -200,7 +200,8 @@ std::unique_ptr<Store> open_job_store(const Options& o, std::string& where) {
   auto backend = o.rdzv_backend.empty() ? nullptr : find_rendezvous_backend(o.rdzv_backend);
   if (backend && backend->open_job_store) {
     return std::make_unique<PrefixStore>(
-        job_store_prefix(o.run_id), backend->open_job_store(o.rdzv_endpoint, o.run_id, limit, where));
+        job_store_prefix(o.run_id),
+        backend->open_job_store(o.rdzv_endpoint, o.run_id, limit, where));
   }
   HostPort hp = o.rdzv_endpoint.empty()
                     ? HostPort{o.master_addr, static_cast<uint16_t>(o.master_port)}
