@@ -22,6 +22,7 @@
 #include "launcher/hang/stack_capture_run.h"
 #include "launcher/status/status_server.h"
 #include "rendezvous/store/store.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
 #include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch {
@@ -55,12 +56,15 @@ MonitorOptions monitor_options(const LaunchConfig& cfg, const AgentOptions& opts
   }
   if (m.path_env.empty()) m.path_env = "/usr/local/bin:/usr/bin:/bin";
   m.stack_capture_timeout = opts.stack_capture_timeout;
-  // Where `dlaunch status` finds the job's store: etcd or c10d's endpoint, else the master
-  // address and port (a single node's store may sit on a port picked at start: opts.master_port).
+  // Where `dlaunch status` finds the job's store: a backend's own store (etcd) at the endpoint,
+  // the store an agent hosts on the endpoint (c10d), else the master address and port (a single
+  // node's store may sit on a port picked at start: opts.master_port).
   std::string where;
-  if (cfg.rdzv_backend == "etcd") {
-    where = "--rdzv_backend etcd --rdzv_endpoint " + cfg.rdzv_endpoint;
-  } else if (!cfg.rdzv_endpoint.empty() && (cfg.rdzv_backend == "c10d" || cfg.max_nodes > 1)) {
+  auto backend = cfg.backend();
+  if (backend->open_job_store) {
+    where = "--rdzv_backend " + backend->name + " --rdzv_endpoint " + cfg.rdzv_endpoint;
+  } else if (!cfg.rdzv_endpoint.empty() &&
+             (backend->store_hosting == StoreHosting::kFirstToBind || cfg.max_nodes > 1)) {
     // c10d's endpoint, or a static job's given as --rdzv_endpoint instead of the master's.
     where = "--rdzv_endpoint " + cfg.rdzv_endpoint;
   } else {

@@ -1,6 +1,7 @@
 #include "launcher/config/cli.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <cctype>
@@ -8,6 +9,8 @@
 
 #include "common/error.h"
 #include "common/suggest.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
+#include "rendezvous/tcp/default_ports.h"
 
 namespace dlaunch {
 namespace {
@@ -28,12 +31,13 @@ std::vector<FlagSpec> make_specs() {
       flag("nnodes", 0, true, "1", "N|MIN:MAX", "number of nodes, or an elastic range"),
       flag("node_rank", 0, true, "0", "K", "this node's rank (static rendezvous)"),
       flag("master_addr", 0, true, "127.0.0.1", "HOST", "address of node 0 (hosts the store)"),
-      flag("master_port", 0, true, "29500", "PORT",
+      flag("master_port", 0, true, std::to_string(kDefaultMasterPort), "PORT",
            "port of the job's store; 0 picks a free one, as does a one-node job given no port "
            "(torchrun 2.x)"),
       flag("standalone", 0, false, "false", "",
            "single-node job with its own store on a free port and a random run id"),
-      flag("rdzv_backend", 0, true, "static", "static|c10d|etcd",
+      flag("rdzv_backend", 0, true, "static",
+           fmt::format("{}", fmt::join(rendezvous_backend_names(), "|")),
            "rendezvous backend (c10d is the default for --nnodes MIN:MAX)"),
       flag("rdzv_endpoint", 0, true, "", "HOST:PORT", "rendezvous endpoint ([v6]:port works)"),
       flag("rdzv_id", 0, true, "none", "ID", "the job's run id (TORCHELASTIC_RUN_ID)"),

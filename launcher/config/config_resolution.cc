@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -21,14 +22,16 @@
 #include "common/error.h"
 #include "launcher/slurm/slurm_env.h"
 #include "launcher/config/slurm_launch.h"
-#include "rendezvous/etcd/etcd_endpoints.h"
-#include "rendezvous/tcp/host_port.h"
 #include "rendezvous/handlers/rendezvous_registry.h"
 
 
 namespace dlaunch {
 namespace {
 
+// The backend of an elastic node range (--nnodes MIN:MAX) given no --rdzv_backend, and the one
+// --standalone runs: torchrun's choices.
+constexpr const char* kElasticDefaultBackend = "c10d";
+constexpr const char* kStandaloneBackend = "static";
 
 // The longest duration a flag of seconds takes.
 constexpr double kMaxSeconds = 1e7;
@@ -267,25 +270,23 @@ std::map<std::string, std::string> parse_rdzv_conf(const Raw& r) {
 // Every key is checked before anything starts, whatever the backend (a single-node job creates
 // no rendezvous, so nothing later would look): a typo must not silently fall back to a default.
 void check_rdzv_conf(const std::map<std::string, std::string>& conf, const Raw& r) {
-  // The keys RendezvousConfig::parse reads (rendezvous/handlers/rendezvous_registry.cc).
-  static const std::vector<std::string> kOurs = {"join_timeout",        "last_call_timeout",
-                                                 "keep_alive_interval", "keep_alive_max_attempt",
-                                                 "close_timeout",       "token_file"};
-  // Keys torchrun 1.13's backends read that dlaunch has no use for: accepted so torchrun
-  // command lines keep working, and ignored (the rendezvous logs that it ignores them).
-  static const std::set<std::string> kTorchrunOnly = {
-      "is_host", "read_timeout", "store_type", "protocol",    "ssl_cert", "ssl_cert_key", "ca_cert",
-      "cacert",  "cert",         "key",        "etcd_prefix", "timeout",  "rank"};
+  // The keys every backend reads (RendezvousConfig::parse).
+  const std::vector<std::string>& common_keys = RendezvousConfig::keys();
+  // Keys torchrun's backends read that dlaunch has no use for: accepted so torchrun command
+  // lines keep working, and ignored (the rendezvous logs that it ignores them). Accepted
+  // whatever --rdzv_backend says: torchrun command lines carry them from one backend to another.
+  const std::vector<std::string> ignored = ignored_rendezvous_conf_keys();
+  const std::set<std::string> torchrun_only(ignored.begin(), ignored.end());
   std::map<std::string, std::string> ours;
   for (const auto& [key, value] : conf) {
-    if (std::find(kOurs.begin(), kOurs.end(), key) != kOurs.end()) {
+    if (std::find(common_keys.begin(), common_keys.end(), key) != common_keys.end()) {
       ours[key] = value;
       continue;
     }
-    if (kTorchrunOnly.count(key)) continue;
-    std::string guess = closest_match(key, kOurs);
+    if (torchrun_only.count(key)) continue;
+    std::string guess = closest_match(key, common_keys);
     std::string known;
-    for (const auto& k : kOurs) known += (known.empty() ? "" : ", ") + k;
+    for (const auto& k : common_keys) known += (known.empty() ? "" : ", ") + k;
     throw UsageError(
         fmt::format("{}='{}' has the unknown key '{}'{}; expected keys: {}", r.what, r.text, key,
                     guess.empty() ? "" : fmt::format(" (did you mean {}?)", guess), known));
@@ -309,45 +310,18 @@ void check_endpoints(const LaunchConfig& cfg, const Raw& port) {
     }
     return;
   }
-  if (cfg.rdzv_backend == "static") {
-    if (cfg.max_nodes > 1 && cfg.master_port == 0) {
-      throw UsageError(fmt::format(
-          "{}=0 cannot work with --nnodes={}: the other nodes would not know the port node 0 "
-          "picked; give every node the same free --master_port",
-          port.what, cfg.max_nodes));
-    }
-    if (cfg.max_nodes > 1 && !cfg.rdzv_endpoint.empty()) {
-      parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint");
-    }
-  } else if (cfg.rdzv_backend == "c10d") {
-    if (cfg.rdzv_endpoint.empty()) {
-      throw UsageError(fmt::format(
-          "--rdzv_backend=c10d (--nnodes={}:{}) needs --rdzv_endpoint host:port, the address "
-          "where one agent hosts the rendezvous store and every other agent connects",
-          cfg.min_nodes, cfg.max_nodes));
-    }
-    HostPort hp = parse_host_port(cfg.rdzv_endpoint, 29400, "--rdzv_endpoint");
-    if (hp.port == 0 && cfg.max_nodes > 1) {
-      throw UsageError(fmt::format(
-          "--rdzv_endpoint {} with port 0 cannot work with --nnodes={}:{}: the other nodes "
-          "would not know the port this one picked; give every node the same free port",
-          cfg.rdzv_endpoint, cfg.min_nodes, cfg.max_nodes));
-    }
-  } else if (cfg.rdzv_backend == "etcd") {
-    if (cfg.rdzv_endpoint.empty()) {
-      throw UsageError(
-          "--rdzv_backend etcd needs --rdzv_endpoint host:port of etcd's client URL (e.g. "
-          "10.0.0.5:2379), or a comma-separated list of the etcd cluster's members");
-    }
-    etcd::parse_endpoints(cfg.rdzv_endpoint, "--rdzv_endpoint");
-  }
+  auto backend = cfg.backend();
+  if (!backend->check_flags) return;
+  BackendFlags flags = cfg.backend_flags();
+  flags.master_port_what = port.what;
+  backend->check_flags(flags);
 }
 
 // Node 0's store binds --master_port; the status endpoint could never bind it too.
 void check_ports(const LaunchConfig& cfg) {
   const bool hosts_store = cfg.node_rank == 0 || cfg.max_nodes == 1;
-  if (cfg.rdzv_backend == "static" && hosts_store && cfg.status_port > 0 &&
-      cfg.status_port == cfg.master_port) {
+  if (cfg.backend()->store_hosting == StoreHosting::kNodeRankZero && hosts_store &&
+      cfg.status_port > 0 && cfg.status_port == cfg.master_port) {
     throw UsageError(fmt::format(
         "--status_port {} is also --master_port, where node 0 hosts the job's store; give "
         "--status_port another port (or 0 for a free one, -1 for none)",
@@ -535,29 +509,31 @@ void check_combinations(LaunchConfig& cfg, const QuotedFlags& q) {
         "--append_local_rank_arg and --use_env were both given; --use_env means the script reads "
         "LOCAL_RANK from the environment, so drop --append_local_rank_arg");
   }
-  if (cfg.rdzv_backend == "etcd-v2") {
-    throw UsageError(fmt::format(
-        "{}='etcd-v2' is torchrun's backend for etcd's v2 API, which dlaunch does not speak; use "
-        "--rdzv_backend etcd (etcd's v3 API, etcd 3.4 or newer)",
-        q.backend.what));
+  if (auto why = declined_rendezvous_backend(cfg.rdzv_backend)) {
+    throw UsageError(fmt::format("{}='{}' {}", q.backend.what, cfg.rdzv_backend, *why));
   }
-  static const std::set<std::string> kBackends = {"static", "c10d", "etcd"};
-  if (!kBackends.count(cfg.rdzv_backend)) {
-    throw UsageError(fmt::format("{}='{}' is not allowed; expected static, c10d or etcd",
-                                 q.backend.what, cfg.rdzv_backend));
+  auto backend = find_rendezvous_backend(cfg.rdzv_backend);
+  if (!backend) {
+    std::vector<std::string> names = rendezvous_backend_names();
+    std::string last = names.back();
+    names.pop_back();
+    throw UsageError(fmt::format("{}='{}' is not allowed; expected {}{}{}", q.backend.what,
+                                 cfg.rdzv_backend, fmt::join(names, ", "),
+                                 names.empty() ? "" : " or ", last));
   }
   if (cfg.min_nodes != cfg.max_nodes) {
     if (!q.backend.given()) {
-      cfg.rdzv_backend = "c10d";
+      cfg.rdzv_backend = kElasticDefaultBackend;
       cfg.origin["rdzv_backend"] = q.nnodes.origin + " (a MIN:MAX range)";
-    } else if (cfg.rdzv_backend == "static") {
+      backend = cfg.backend();
+    } else if (!backend->elastic) {
       throw UsageError(fmt::format(
-          "{}='{}' asks for an elastic node range, which the static backend cannot do; use "
-          "--rdzv_backend c10d or a fixed --nnodes",
-          q.nnodes.what, q.nnodes.text));
+          "{}='{}' asks for an elastic node range, which the {} backend cannot do; use "
+          "--rdzv_backend {} or a fixed --nnodes",
+          q.nnodes.what, q.nnodes.text, backend->name, kElasticDefaultBackend));
     }
   }
-  if (cfg.rdzv_backend == "static" && cfg.node_rank >= cfg.max_nodes) {
+  if (backend->node_rank_required && cfg.node_rank >= cfg.max_nodes) {
     throw UsageError(fmt::format(
         "{}={} is not allowed with --nnodes={}; node ranks are 0 to {}{}", q.node_rank.what,
         cfg.node_rank, cfg.max_nodes, cfg.max_nodes - 1,
@@ -584,22 +560,25 @@ void apply_standalone(LaunchConfig& cfg, const QuotedFlags& q, const HostInfo& h
     cfg.master_port = 0;
     cfg.origin["master_port"] = "--standalone (free port)";
   }
-  // c10d and static are what --standalone means on one node; another backend would be dropped.
-  if (q.backend.given() && q.backend.text != "c10d" && q.backend.text != "static") {
+  // A backend whose agent hosts the store (static, c10d) is what --standalone means on one
+  // node; another (etcd) would be dropped.
+  if (q.backend.given() &&
+      find_rendezvous_backend(q.backend.text)->store_hosting == StoreHosting::kNone) {
     throw UsageError(fmt::format(
         "--standalone runs its own store on this node, but {}={} asks for another rendezvous; "
         "drop --standalone to use {}, or drop {}",
         q.backend.what, q.backend.text, q.backend.text, q.backend.what));
   }
-  cfg.rdzv_backend = "static";
+  cfg.rdzv_backend = kStandaloneBackend;
   cfg.origin["rdzv_backend"] = "--standalone";
 }
 
 // torchrun 2.x: a one-node static job given no --master_port (nor a twin, nor Slurm's) and no
 // --rdzv_endpoint runs its store on a free port under a fresh run id, so two such jobs on one
-// host never collide on 29500. An explicit --rdzv_id is kept (torchrun replaces even that).
+// host never collide on the default port. An explicit --rdzv_id is kept (torchrun replaces even
+// that).
 void apply_one_node_default_port(LaunchConfig& cfg, const HostInfo& host) {
-  if (cfg.standalone || cfg.rdzv_backend != "static" || cfg.max_nodes != 1 ||
+  if (cfg.standalone || !cfg.backend()->one_node_without_rendezvous || cfg.max_nodes != 1 ||
       !cfg.rdzv_endpoint.empty() || cfg.slurm_mode == "task" ||
       cfg.origin["master_port"] != "default") {
     return;

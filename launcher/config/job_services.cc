@@ -1,14 +1,11 @@
 #include "launcher/config/job_services.h"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
-#include <netdb.h>
 
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
 #include "common/worker_env.h"
-#include "rendezvous/etcd/etcd_endpoints.h"
 #include "rendezvous/tcp/host_port.h"
 #include "rendezvous/tcp/name_wait.h"
 #include "rendezvous/handlers/rendezvous_registry.h"
@@ -17,39 +14,21 @@
 
 namespace dlaunch {
 
-namespace {
-
-// The resolver's error when `host` surely does not resolve (no such name), else 0 (it does,
-// or the lookup failed only for now: a DNS server that did not answer).
-int no_such_name(const std::string& host) {
-  const int rc = name_lookup_code(host);
-  return rc == EAI_NONAME || rc == EAI_NODATA ? rc : 0;
-}
-
-}  // namespace
-
-std::optional<std::string> etcd_endpoint_problem(const LaunchConfig& cfg) {
-  if (cfg.rdzv_backend != "etcd" || cfg.rdzv_endpoint.empty()) return std::nullopt;
-  std::vector<std::string> reasons;
-  for (const auto& member : etcd::parse_endpoints(cfg.rdzv_endpoint, "--rdzv_endpoint")) {
-    const int rc = no_such_name(member.host);
-    if (rc == 0) return std::nullopt;  // the client fails over to any member that resolves
-    reasons.push_back(fmt::format("{} ({})", member.host, ::gai_strerror(rc)));
-  }
-  return fmt::format(
-      "--rdzv_endpoint={}: no etcd member's host name resolves: {}; expected the host:port of "
-      "etcd's client URL (as `etcdctl --endpoints` takes it): check the name",
-      cfg.rdzv_endpoint, fmt::join(reasons, ", "));
+std::optional<std::string> rendezvous_endpoint_problem(const LaunchConfig& cfg) {
+  auto backend = cfg.backend();
+  if (!backend->preflight) return std::nullopt;
+  return backend->preflight(cfg.backend_flags());
 }
 
 std::optional<std::string> store_address_note(const LaunchConfig& cfg) {
-  const bool binds_store =
-      cfg.rdzv_backend == "static" && (cfg.max_nodes == 1 || cfg.node_rank == 0);
+  auto backend = cfg.backend();
+  const bool binds_store = backend->store_hosting == StoreHosting::kNodeRankZero &&
+                           (cfg.max_nodes == 1 || cfg.node_rank == 0);
   if (!binds_store) return std::nullopt;
   const bool endpoint = cfg.max_nodes > 1 && !cfg.rdzv_endpoint.empty();
-  const std::string host = endpoint
-                               ? parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint").host
-                               : cfg.master_addr;
+  const std::string host =
+      endpoint ? parse_host_port(cfg.rdzv_endpoint, backend->default_port, "--rdzv_endpoint").host
+               : cfg.master_addr;
   const std::string error = name_lookup_error(host);
   if (error.empty()) return std::nullopt;
   return fmt::format(
@@ -63,7 +42,8 @@ std::optional<std::string> store_address_note(const LaunchConfig& cfg) {
 JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
                                const std::string& version) {
   JobServices s;
-  if (cfg.max_nodes == 1 && cfg.rdzv_backend == "static") {
+  auto backend = cfg.backend();
+  if (cfg.max_nodes == 1 && backend->one_node_without_rendezvous) {
     std::shared_ptr<TcpStoreServer> server;
     try {
       server = host_job_store(
@@ -100,27 +80,17 @@ JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
   // launch_config.cc), so a --dry_run refuses what a run would. Whether this agent hosts the
   // store is the backend's decision (rendezvous/tcp/store_host.h).
   p.host_store = true;
-  if (cfg.rdzv_backend == "static") {
-    HostPort hp = cfg.rdzv_endpoint.empty()
-                      ? HostPort{cfg.master_addr, static_cast<uint16_t>(cfg.master_port)}
-                      : parse_host_port(cfg.rdzv_endpoint, 29500, "--rdzv_endpoint");
-    p.endpoint = hp.to_string();
-    p.node_rank = cfg.node_rank;
-  } else if (cfg.rdzv_backend == "c10d") {
-    p.endpoint = parse_host_port(cfg.rdzv_endpoint, 29400, "--rdzv_endpoint").to_string();
-    if (cfg.node_rank_given) p.node_rank = cfg.node_rank;
-  } else {
-    p.endpoint = cfg.rdzv_endpoint;
-    if (cfg.node_rank_given) p.node_rank = cfg.node_rank;
-  }
+  p.endpoint = backend->resolve_endpoint ? backend->resolve_endpoint(cfg.backend_flags())
+                                         : cfg.rdzv_endpoint;
+  if (backend->node_rank_required || cfg.node_rank_given) p.node_rank = cfg.node_rank;
   s.rendezvous = std::shared_ptr<RendezvousHandler>(create_rendezvous_handler(p));
   s.server = s.rendezvous->hosted_store();
   if (s.server) {
     log_info("hosting the job's store on {}:{}", s.server->host(), s.server->port());
   }
-  // etcd: the group-rank-0 agent hosts the workers' TCP store each round
-  // (rendezvous/etcd/etcd_rendezvous.h), so workers join an agent store there too.
-  s.use_agent_store = cfg.rdzv_backend != "etcd-v2";
+  // Every backend gives the workers an agent's TCP store (etcd too: its group-rank-0 agent
+  // hosts one each round, rendezvous/etcd/etcd_rendezvous.h).
+  s.use_agent_store = true;
   return s;
 }
 

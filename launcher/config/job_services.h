@@ -45,10 +45,10 @@ struct JobServices {
 // resolves. Blocks on one forward lookup; never throws.
 std::optional<std::string> store_address_note(const LaunchConfig& cfg);
 
-// The same for --rdzv_backend etcd: a run cannot start when no member of --rdzv_endpoint has a
-// host name that resolves. nullopt when one resolves (or might: a lookup that failed only for
-// now), or for another backend.
-std::optional<std::string> etcd_endpoint_problem(const LaunchConfig& cfg);
+// What the backend sees outside that would fail every attempt the same way
+// (RendezvousBackend::preflight; etcd: no member of --rdzv_endpoint has a host name that
+// resolves). nullopt when nothing does, or the backend looks at nothing.
+std::optional<std::string> rendezvous_endpoint_problem(const LaunchConfig& cfg);
 
 JobServices start_job_services(const LaunchConfig& cfg, const std::string& host,
                                const std::string& version = "");

@@ -2,6 +2,7 @@
 
 #include <dirent.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include "common/error.h"
 #include "launcher/process/exit_status.h"
 #include "launcher/slurm/slurm_env.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
 
 namespace dlaunch {
 namespace {
@@ -182,7 +184,7 @@ std::string LaunchConfig::describe() const {
       {"rdzv_id", run_id},
       {"rdzv_conf", conf},
       {"local_addr", !local_addr.empty() ? local_addr
-                     : min_nodes == 1 && max_nodes == 1 && rdzv_backend == "static"
+                     : min_nodes == 1 && max_nodes == 1 && backend()->one_node_without_rendezvous
                          ? host_name + " (unused: one node)"
                          : host_name},
       {"max_restarts", std::to_string(max_restarts)},
@@ -238,4 +240,25 @@ std::string LaunchConfig::describe() const {
   out += "\n";
   return out;
 }
+std::shared_ptr<const RendezvousBackend> LaunchConfig::backend() const {
+  auto b = find_rendezvous_backend(rdzv_backend);
+  if (!b) {
+    throw UsageError(fmt::format("--rdzv_backend '{}' is not registered; expected one of: {}",
+                                 rdzv_backend, fmt::join(rendezvous_backend_names(), ", ")));
+  }
+  return b;
+}
+
+BackendFlags LaunchConfig::backend_flags() const {
+  BackendFlags f;
+  f.endpoint = rdzv_endpoint;
+  f.master_addr = master_addr;
+  f.master_port = master_port;
+  f.min_nodes = min_nodes;
+  f.max_nodes = max_nodes;
+  f.node_rank = node_rank;
+  f.node_rank_given = node_rank_given;
+  return f;
+}
+
 }  // namespace dlaunch

@@ -6,13 +6,18 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "common/clock.h"
+#include "rendezvous/tcp/default_ports.h"
 
 namespace dlaunch {
+
+struct BackendFlags;       // rendezvous/handlers/rendezvous_registry.h
+struct RendezvousBackend;  // ditto
 
 // Which of a worker's streams go somewhere: torchrun's Std (0 none, 1 stdout, 2 stderr, 3 both),
 // either one value for every local rank or a per-local-rank map ("0:1,1:2").
@@ -52,7 +57,7 @@ struct LaunchConfig {
   bool node_rank_given = false;  // an explicit --node_rank (a hint for elastic rendezvous)
   // Store and rendezvous.
   std::string master_addr = "127.0.0.1";
-  int64_t master_port = 29500;  // 0: pick a free port
+  int64_t master_port = kDefaultMasterPort;  // 0: pick a free port
   bool standalone = false;
   std::string rdzv_backend = "static";
   std::string rdzv_endpoint;
@@ -134,6 +139,11 @@ struct LaunchConfig {
   // The resolved configuration, one "name = value  (origin)" line per setting, for --dry_run.
   // The worker command is quoted as a shell would need it.
   std::string describe() const;
+  // The descriptor of rdzv_backend (rendezvous_registry.h); resolve_config accepts only a
+  // registered one. Throws UsageError for another.
+  std::shared_ptr<const RendezvousBackend> backend() const;
+  // The flags the backend checks and resolves its endpoint from.
+  BackendFlags backend_flags() const;
 };
 
 // `text` quoted for a POSIX shell: unchanged when it holds only characters no shell treats

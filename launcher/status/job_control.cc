@@ -1,6 +1,7 @@
 #include "launcher/status/job_control.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <netdb.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -26,9 +27,8 @@
 #include "launcher/status/job_events.h"
 #include "launcher/status/node_status.h"
 #include "launcher/status/status_keys.h"
-#include "rendezvous/etcd/etcd_endpoints.h"
-#include "rendezvous/etcd/etcd_rendezvous.h"
-#include "rendezvous/etcd/etcd_store.h"
+#include "rendezvous/handlers/rendezvous_registry.h"
+#include "rendezvous/tcp/default_ports.h"
 #include "rendezvous/tcp/host_port.h"
 #include "rendezvous/tcp/job_token.h"
 #include "rendezvous/store/prefix_store.h"
@@ -40,10 +40,12 @@ namespace {
 
 struct Options {
   std::string command;
-  std::string rdzv_backend;  // "etcd": the agents published in etcd; else in a TCP store
+  // The job's --rdzv_backend; needed only for a backend whose agents publish in a store of its
+  // own (etcd: RendezvousBackend::open_job_store), else they publish in the job's TCP store.
+  std::string rdzv_backend;
   std::string rdzv_endpoint;
   std::string master_addr = "127.0.0.1";
-  int64_t master_port = 29500;
+  int64_t master_port = kDefaultMasterPort;
   std::string run_id = "none";
   std::string token_file;
   bool json = false;
@@ -59,16 +61,17 @@ const char* const kUsage =
 
 // The combinations parse() cannot refuse flag by flag.
 void check_options(const Options& o) {
-  if (!o.rdzv_backend.empty() && o.rdzv_backend != "static" && o.rdzv_backend != "c10d" &&
-      o.rdzv_backend != "etcd") {
-    throw UsageError(fmt::format("--rdzv_backend '{}' is not one of static, c10d, etcd (the "
-                                 "job's own --rdzv_backend)",
-                                 o.rdzv_backend));
-  }
-  if (o.rdzv_backend == "etcd" && o.rdzv_endpoint.empty()) {
-    throw UsageError(
-        "--rdzv_backend etcd needs --rdzv_endpoint HOST:PORT, etcd's client URL (or its "
-        "members' list) as the job was given it (e.g. 10.0.0.5:2379)");
+  if (!o.rdzv_backend.empty()) {
+    auto backend = find_rendezvous_backend(o.rdzv_backend);
+    if (!backend) {
+      throw UsageError(fmt::format("--rdzv_backend '{}' is not one of {} (the job's own "
+                                   "--rdzv_backend)",
+                                   o.rdzv_backend, fmt::join(rendezvous_backend_names(), ", ")));
+    }
+    if (backend->open_job_store && o.rdzv_endpoint.empty()) {
+      throw UsageError(fmt::format("--rdzv_backend {} needs --rdzv_endpoint HOST:PORT, {}",
+                                   backend->name, backend->job_endpoint_hint));
+    }
   }
   if ((o.events || o.json) && o.command != "status") {
     throw UsageError(
@@ -189,21 +192,20 @@ bool refuses_connections(const HostPort& hp) {
   return refused;
 }
 
-// The job's store (status_keys.h), where the agents published their endpoints: in etcd with
-// --rdzv_backend etcd (the rendezvous' result store lives there, etcd_rendezvous.h), else the
-// TCP store at the rendezvous endpoint or MASTER_ADDR:MASTER_PORT.
+// The job's store (status_keys.h), where the agents published their endpoints: the backend's own
+// store when it has one (--rdzv_backend etcd: etcd, where the rendezvous' result store lives),
+// else the TCP store at the rendezvous endpoint or MASTER_ADDR:MASTER_PORT.
 std::unique_ptr<Store> open_job_store(const Options& o, std::string& where) {
   auto limit = std::chrono::duration_cast<Duration>(std::chrono::duration<double>(o.timeout));
-  if (o.rdzv_backend == "etcd") {
-    const std::string members =
-        etcd::format_endpoints(etcd::parse_endpoints(o.rdzv_endpoint, "--rdzv_endpoint"));
-    where = "etcd at " + members;
-    return std::make_unique<PrefixStore>(job_store_prefix(o.run_id),
-                                         open_etcd_run_store(members, o.run_id, limit));
+  auto backend = o.rdzv_backend.empty() ? nullptr : find_rendezvous_backend(o.rdzv_backend);
+  if (backend && backend->open_job_store) {
+    return std::make_unique<PrefixStore>(
+        job_store_prefix(o.run_id),
+        backend->open_job_store(o.rdzv_endpoint, o.run_id, limit, where));
   }
   HostPort hp = o.rdzv_endpoint.empty()
                     ? HostPort{o.master_addr, static_cast<uint16_t>(o.master_port)}
-                    : parse_host_port(o.rdzv_endpoint, 29400, "--rdzv_endpoint");
+                    : parse_host_port(o.rdzv_endpoint, kDefaultRendezvousPort, "--rdzv_endpoint");
   where = hp.to_string();
   if (refuses_connections(hp)) {
     throw ConnectionError("nothing listens there (connection refused): no job runs with its "

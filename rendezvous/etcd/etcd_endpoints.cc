@@ -7,9 +7,12 @@
 namespace dlaunch::etcd {
 namespace {
 
-constexpr const char* kExpected =
-    "expected host:port of etcd's client URL, or a comma-separated list of them (etcdctl's "
-    "form, e.g. 10.0.0.5:2379,10.0.0.6:2379,[fd00::7]:2379)";
+std::string expected() {
+  return fmt::format(
+      "expected host:port of etcd's client URL, or a comma-separated list of them (etcdctl's "
+      "form, e.g. 10.0.0.5:{0},10.0.0.6:{0},[fd00::7]:{0})",
+      kDefaultClientPort);
+}
 
 // One entry without its scheme: "http://h:p/" -> "h:p". Refuses TLS and other schemes.
 std::string strip_scheme(const std::string& entry, const std::string& what) {
@@ -27,15 +30,22 @@ std::string strip_scheme(const std::string& entry, const std::string& what) {
   }
   if (!rest.empty() && rest.back() == '/') rest.pop_back();
   if (rest.find('/') != std::string::npos) {
-    throw UsageError(fmt::format("{}: '{}' has a path; {}", what, entry, kExpected));
+    throw UsageError(fmt::format("{}: '{}' has a path; {}", what, entry, expected()));
   }
   return rest;
 }
 
 }  // namespace
 
+std::string endpoints_needed_message() {
+  return fmt::format(
+      "--rdzv_backend etcd needs --rdzv_endpoint host:port of etcd's client URL (e.g. "
+      "10.0.0.5:{}), or a comma-separated list of the etcd cluster's members",
+      kDefaultClientPort);
+}
+
 std::vector<HostPort> parse_endpoints(const std::string& text, const std::string& what) {
-  if (text.empty()) throw UsageError(fmt::format("{} is empty; {}", what, kExpected));
+  if (text.empty()) throw UsageError(fmt::format("{} is empty; {}", what, expected()));
   std::vector<HostPort> result;
   size_t start = 0;
   for (int index = 1;; ++index) {
@@ -44,20 +54,20 @@ std::vector<HostPort> parse_endpoints(const std::string& text, const std::string
         text.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
     if (entry.find_first_not_of(" \t") == std::string::npos) {
       throw UsageError(
-          fmt::format("{}: endpoint {} of '{}' is empty; {}", what, index, text, kExpected));
+          fmt::format("{}: endpoint {} of '{}' is empty; {}", what, index, text, expected()));
     }
     if (entry.find_first_of(" \t") != std::string::npos) {
       throw UsageError(
-          fmt::format("{}: endpoint '{}' contains a space; {}", what, entry, kExpected));
+          fmt::format("{}: endpoint '{}' contains a space; {}", what, entry, expected()));
     }
     // parse_host_port's sentences then name the flag and the entry.
     HostPort hp = parse_host_port(strip_scheme(entry, what), kDefaultClientPort,
                                   fmt::format("{}: endpoint '{}'", what, entry));
     if (hp.port == 0) {
       throw UsageError(fmt::format(
-          "{}: endpoint '{}' has port 0; etcd listens on a fixed client port (2379 unless its "
+          "{}: endpoint '{}' has port 0; etcd listens on a fixed client port ({} unless its "
           "--listen-client-urls says otherwise): give that port",
-          what, entry));
+          what, entry, kDefaultClientPort));
     }
     result.push_back(std::move(hp));
     if (comma == std::string::npos) break;

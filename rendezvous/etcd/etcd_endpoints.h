@@ -17,6 +17,9 @@ namespace dlaunch::etcd {
 
 constexpr uint16_t kDefaultClientPort = 2379;
 
+// What --rdzv_endpoint must be for --rdzv_backend etcd, said when it is missing.
+std::string endpoints_needed_message();
+
 std::vector<HostPort> parse_endpoints(const std::string& text, const std::string& what);
 
 // "host:port,host:port": the canonical spelling of a parsed list (IPv6 bracketed).

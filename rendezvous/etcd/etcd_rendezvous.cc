@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "rendezvous/handlers/dynamic_rendezvous.h"
+#include "rendezvous/etcd/etcd_endpoints.h"
 #include "rendezvous/etcd/etcd_ledger.h"
 #include "rendezvous/etcd/etcd_store.h"
 #include "rendezvous/tcp/host_port.h"
@@ -180,9 +181,7 @@ EtcdRendezvous::EtcdRendezvous(const RendezvousParams& params)
       host_(params.host.empty() ? "127.0.0.1" : params.host),
       config_(RendezvousConfig::parse(params.config)) {
   if (params.endpoint.empty()) {
-    throw UsageError(
-        "--rdzv_backend etcd needs --rdzv_endpoint host:port of etcd's client URL (e.g. "
-        "10.0.0.5:2379), or a comma-separated list of the etcd cluster's members");
+    throw UsageError(etcd::endpoints_needed_message());
   }
   token_ = params.token ? params.token : load_job_token(config_.token_file);
   const std::string endpoint = params.endpoint;

@@ -99,7 +99,7 @@ std::shared_ptr<EtcdStore> open_etcd_run_store(const std::string& endpoint,
                                                const std::string& run_id,
                                                Duration request_timeout);
 
-// The "etcd" factory for the backend registry.
+// The etcd backend's factory (etcd_backend.h).
 std::unique_ptr<RendezvousHandler> make_etcd_rendezvous(const RendezvousParams& params);
 
 // Lease-based liveness for the dynamic rendezvous (a LivenessFactory). `store` must be an

@@ -9,6 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
+#include "rendezvous/tcp/default_ports.h"
 #include "rendezvous/tcp/host_port.h"
 #include "rendezvous/tcp/job_token.h"
 #include "rendezvous/store/prefix_store.h"
@@ -419,7 +420,7 @@ std::optional<RendezvousResult> DynamicRendezvous::enter_round(const DynamicStat
     for (const auto& w : me.watched) result.hosts[w.rank] = w.host;
   }
   HostPort master = parse_host_port(params_.endpoint.empty() ? "127.0.0.1" : params_.endpoint,
-                                    29400, "--rdzv_endpoint");
+                                    kDefaultRendezvousPort, "--rdzv_endpoint");
   result.master_addr = master.host;
   result.master_port = master.port;
   result.restart_count = restart_count >= 0 ? restart_count : store_->add(key("restart_count"), 0);

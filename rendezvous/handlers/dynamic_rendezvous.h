@@ -46,7 +46,7 @@
 #include "rendezvous/handlers/round_release.h"
 #include "rendezvous/handlers/round_table.h"
 #include "rendezvous/handlers/store_loss.h"
-#include "rendezvous/handlers/wait_notes.h"
+#include "rendezvous/tcp/wait_notes.h"
 
 namespace dlaunch {
 

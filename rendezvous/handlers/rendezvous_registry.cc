@@ -14,14 +14,10 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "rendezvous/handlers/dynamic_rendezvous.h"
-#include "rendezvous/etcd/etcd_rendezvous.h"
+#include "rendezvous/tcp/default_ports.h"
 #include "rendezvous/tcp/host_port.h"
 #include "rendezvous/tcp/job_token.h"
-#include "rendezvous/handlers/static_rendezvous.h"
-#include "rendezvous/tcp/store_host.h"
 #include "rendezvous/tcp/tcp_store_client.h"
-#include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch {
 
@@ -76,6 +72,13 @@ std::map<std::string, std::string> RendezvousConfig::split(const std::string& te
   return out;
 }
 
+const std::vector<std::string>& RendezvousConfig::keys() {
+  static const std::vector<std::string> kKeys = {"join_timeout",        "last_call_timeout",
+                                                 "keep_alive_interval", "keep_alive_max_attempt",
+                                                 "close_timeout",       "token_file"};
+  return kKeys;
+}
+
 RendezvousConfig RendezvousConfig::parse(const std::map<std::string, std::string>& conf) {
   RendezvousConfig c;
   for (const auto& [key, value] : conf) {
@@ -115,75 +118,84 @@ Duration join_timeout_in(const std::map<std::string, std::string>& conf) {
 
 namespace {
 
-std::mutex& registry_mutex() {
-  static std::mutex m;
-  return m;
-}
+struct Registry {
+  std::mutex mutex;
+  // In the order of registration, which the messages listing the backends keep.
+  std::vector<std::shared_ptr<const RendezvousBackend>> backends;
+};
 
-// static: node rank 0 hosts the store on the endpoint; it must (nobody else will).
-std::unique_ptr<RendezvousHandler> make_static_rendezvous(const RendezvousParams& p) {
-  std::shared_ptr<TcpStoreServer> server;
-  if (p.host_store && p.node_rank == 0) {
-    server = host_job_store(
-        parse_host_port(p.endpoint, 29500, "--rdzv_endpoint"), join_timeout_in(p.config), p.token,
-        p.run_id,
-        "pass a free --master_port (node 0 publishes it to nobody else, so every node needs the "
-        "same value)");
-  }
-  auto handler = std::make_unique<StaticRendezvous>(p);
-  handler->keep_hosted_store(std::move(server));
-  return handler;
-}
-
-// c10d: torchrun's rule: the agent that can bind the endpoint hosts the store; the rest connect.
-std::unique_ptr<RendezvousHandler> make_c10d_rendezvous(const RendezvousParams& p) {
-  std::shared_ptr<TcpStoreServer> server;
-  RendezvousParams params = p;
-  if (p.host_store) {
-    HostPort where = parse_host_port(p.endpoint, 29400, "--rdzv_endpoint");
-    server = try_host_job_store(where, join_timeout_in(p.config), p.token, p.run_id);
-    // Port 0 (torchrun's --standalone spelling): join the store on the port it was given.
-    if (server && where.port == 0) {
-      where.port = server->port();
-      params.endpoint = where.to_string();
+void add_backend(Registry& r, RendezvousBackend backend) {
+  auto entry = std::make_shared<const RendezvousBackend>(std::move(backend));
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (auto& b : r.backends) {
+    if (b->name == entry->name) {
+      b = entry;
+      return;
     }
   }
-  auto handler = std::make_unique<DynamicRendezvous>(params);
-  handler->keep_hosted_store(std::move(server));
-  return handler;
+  r.backends.push_back(entry);
 }
 
-std::map<std::string, RendezvousFactory>& registry() {
-  static std::map<std::string, RendezvousFactory> r = {
-      {"static", make_static_rendezvous},
-      {"c10d", make_c10d_rendezvous},
-      // etcd keeps the rendezvous: no agent hosts a store for it (etcd_rendezvous.h).
-      {"etcd", make_etcd_rendezvous},
-  };
-  return r;
+// The registry, the built-in backends in it before anyone looks or adds (see
+// builtin_rendezvous_backends() in the header for why not static registrars).
+Registry& registry() {
+  static Registry* r = [] {
+    auto* fresh = new Registry;  // never destroyed: agents' threads may look up at exit
+    for (auto& b : builtin_rendezvous_backends()) add_backend(*fresh, std::move(b));
+    return fresh;
+  }();
+  return *r;
+}
+
+std::vector<std::shared_ptr<const RendezvousBackend>> all_backends() {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  return r.backends;
 }
 
 }  // namespace
 
-void register_rendezvous_backend(const std::string& name, RendezvousFactory factory) {
-  std::lock_guard<std::mutex> lock(registry_mutex());
-  registry()[name] = std::move(factory);
+void register_rendezvous_backend(RendezvousBackend backend) {
+  add_backend(registry(), std::move(backend));
+}
+
+std::shared_ptr<const RendezvousBackend> find_rendezvous_backend(const std::string& name) {
+  for (const auto& b : all_backends()) {
+    if (b->name == name) return b;
+  }
+  return nullptr;
+}
+
+std::vector<std::string> rendezvous_backend_names() {
+  std::vector<std::string> names;
+  for (const auto& b : all_backends()) names.push_back(b->name);
+  return names;
+}
+
+std::optional<std::string> declined_rendezvous_backend(const std::string& name) {
+  for (const auto& b : all_backends()) {
+    if (auto it = b->declined_names.find(name); it != b->declined_names.end()) return it->second;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> ignored_rendezvous_conf_keys() {
+  std::vector<std::string> keys;
+  for (const auto& b : all_backends()) {
+    keys.insert(keys.end(), b->ignored_conf_keys.begin(), b->ignored_conf_keys.end());
+  }
+  return keys;
 }
 
 std::unique_ptr<RendezvousHandler> create_rendezvous_handler(const RendezvousParams& params) {
-  RendezvousFactory factory;
-  std::vector<std::string> known;
-  {
-    std::lock_guard<std::mutex> lock(registry_mutex());
-    auto it = registry().find(params.backend);
-    if (it != registry().end()) factory = it->second;
-    for (const auto& [name, f] : registry()) known.push_back(name);
-  }
-  if (!factory) {
+  auto backend = find_rendezvous_backend(params.backend);
+  if (!backend || !backend->create) {
+    std::vector<std::string> known = rendezvous_backend_names();
+    std::sort(known.begin(), known.end());
     throw UsageError(fmt::format("--rdzv_backend {} is not known; expected one of: {}",
                                  params.backend, fmt::join(known, ", ")));
   }
-  return factory(params);
+  return backend->create(params);
 }
 
 namespace detail {
@@ -195,7 +207,7 @@ namespace {
 // and of its run, so that another job's store on the same endpoint refuses it.
 TcpStoreClientOptions agent_store_options(const RendezvousParams& params,
                                           const RendezvousConfig& config) {
-  HostPort hp = parse_host_port(params.endpoint, 29400, "--rdzv_endpoint");
+  HostPort hp = parse_host_port(params.endpoint, kDefaultRendezvousPort, "--rdzv_endpoint");
   TcpStoreClientOptions o;
   o.host = hp.host;
   o.port = hp.port;

@@ -1,5 +1,5 @@
 // Creating rendezvous handlers: the parameters every backend gets, the --rdzv_conf options, and
-// a registry from --rdzv_backend names ("static", "c10d", "etcd") to factories.
+// a registry from --rdzv_backend names ("static", "c10d", "etcd") to backend descriptors.
 //
 //   RendezvousParams p;
 //   p.backend = "c10d"; p.run_id = "job1"; p.min_nodes = 2; p.max_nodes = 4;
@@ -7,12 +7,19 @@
 //   auto handler = create_rendezvous_handler(p);   // connects to the store (TcpStoreClient)
 //   RendezvousResult r = handler->next_rendezvous();
 //
+// A backend is a descriptor (RendezvousBackend below): its name, its endpoint's default port
+// and checks, who hosts the job's store, and how `dlaunch status` finds a job of it. The rest of
+// dlaunch asks the descriptor, never compares backend names. The registry includes no backend:
+// the built-in ones register from rendezvous/builtin_backends.cc (one line each), so adding a
+// backend is a folder of its own plus one line there (docs/rendezvous.md, "Adding a backend").
+//
 // Who hosts the job's store is the backend's decision, made in its factory when the agent asks
 // (`host_store`, store_host.h): static, node rank 0 on the endpoint; c10d, the agent that binds
 // --rdzv_endpoint first; etcd, none. The handler then owns the server (hosted_store()). Without
 // `host_store` (tests, benchmarks that run their own server) no server is started.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -36,6 +43,8 @@ struct RendezvousConfig {
   Duration close_timeout = std::chrono::seconds(30);
   std::string token_file;  // job token file (DLAUNCH_JOB_TOKEN wins when set)
 
+  // The keys parse() reads, every backend's.
+  static const std::vector<std::string>& keys();
   // Parses the map; throws UsageError naming the key and value on a bad number. Unknown keys
   // are logged and ignored (torchrun passes some we have no use for).
   static RendezvousConfig parse(const std::map<std::string, std::string>& conf);
@@ -82,8 +91,86 @@ struct RendezvousParams {
 using RendezvousFactory =
     std::function<std::unique_ptr<RendezvousHandler>(const RendezvousParams&)>;
 
-// Adds or replaces a backend. Thread-safe.
-void register_rendezvous_backend(const std::string& name, RendezvousFactory factory);
+// Who hosts the job's TCP store, where the agents meet (store_host.h).
+enum class StoreHosting {
+  kNodeRankZero,  // the agent of node rank 0, on the endpoint (static: --master_addr/--master_port)
+  kFirstToBind,   // whichever agent binds --rdzv_endpoint first (c10d, torchrun's rule)
+  kNone,          // no agent: the rendezvous is kept elsewhere (etcd)
+};
+
+// The launch flags a backend reads to check and resolve its endpoint.
+struct BackendFlags {
+  std::string endpoint;  // --rdzv_endpoint as given; "" when not
+  std::string master_addr;
+  int64_t master_port = 0;              // 0: a free port
+  std::string master_port_what = "--master_port";  // how the port was given, for messages
+  int64_t min_nodes = 1;
+  int64_t max_nodes = 1;
+  int64_t node_rank = 0;
+  bool node_rank_given = false;
+};
+
+// What --rdzv_backend NAME means, for everything outside the backend's own folder.
+struct RendezvousBackend {
+  std::string name;
+  // Names of torchrun's backends that this one stands in for without speaking them, each with
+  // the sentence that says so after "--rdzv_backend='NAME' " (etcd: "etcd-v2").
+  std::map<std::string, std::string> declined_names;
+  // The port of an --rdzv_endpoint that names none.
+  uint16_t default_port = 0;
+  StoreHosting store_hosting = StoreHosting::kNone;
+  // Takes an elastic node range (--nnodes MIN:MAX).
+  bool elastic = true;
+  // Node ranks are --node_rank, 0 to nnodes-1, rather than the order in which agents arrive.
+  bool node_rank_required = false;
+  // A one-node job needs no rendezvous: its agent hosts the store at --master_addr:--master_port
+  // (static; nobody else can join, so there is nobody to meet).
+  bool one_node_without_rendezvous = false;
+  // --rdzv_conf keys of torchrun's backend of this name that dlaunch has no use for: accepted,
+  // so that torchrun command lines work, and ignored. Every backend reads
+  // RendezvousConfig::keys().
+  std::vector<std::string> ignored_conf_keys;
+
+  // Throws UsageError when the flags cannot work, before anything starts (--dry_run too). Null:
+  // nothing to check.
+  std::function<void(const BackendFlags&)> check_flags;
+  // RendezvousParams::endpoint from flags that check_flags accepted.
+  std::function<std::string(const BackendFlags&)> resolve_endpoint;
+  // Returns a problem worth refusing the launch for that a look outside can see and the flags
+  // cannot (etcd: no member's host name resolves); nullopt: none. Null: no look.
+  std::function<std::optional<std::string>(const BackendFlags&)> preflight;
+  RendezvousFactory create;
+
+  // `dlaunch status|stop|restart|dump`: opens the store of run `run_id` where the agents
+  // published their status (the job control prefixes the job's keys) and sets `where` to a
+  // description for messages. Null: the job's TCP store at the endpoint or master address,
+  // which job control finds without being told the backend.
+  std::function<std::shared_ptr<Store>(const std::string& endpoint, const std::string& run_id,
+                                       Duration timeout, std::string& where)>
+      open_job_store;
+  // With open_job_store: what --rdzv_endpoint is, for job control's message when it is missing
+  // ("etcd's client URL (or its members' list) as the job was given it (e.g. 10.0.0.5:2379)").
+  std::string job_endpoint_hint;
+};
+
+// Adds a backend, or replaces the one of its name. Thread-safe.
+void register_rendezvous_backend(RendezvousBackend backend);
+// The backend registered as `name`; null when there is none. Thread-safe; the descriptor stays
+// valid while the process runs (a replaced one too).
+std::shared_ptr<const RendezvousBackend> find_rendezvous_backend(const std::string& name);
+// The registered names, in the order of registration (static, c10d, etcd, then others).
+std::vector<std::string> rendezvous_backend_names();
+// The sentence of the backend that declines `name` (RendezvousBackend::declined_names).
+std::optional<std::string> declined_rendezvous_backend(const std::string& name);
+// Every backend's RendezvousBackend::ignored_conf_keys.
+std::vector<std::string> ignored_rendezvous_conf_keys();
+// static, c10d and etcd, in that order. Defined in rendezvous/builtin_backends.cc and read once
+// by the registry itself before its first use. Not a static registrar object in each backend's
+// file: the linker drops an object file of a static library that nothing references, so such a
+// backend would be missing from some binaries, and the order of static initialisers across
+// files is unspecified. The registry's reference to this function links them all.
+std::vector<RendezvousBackend> builtin_rendezvous_backends();
+
 // The handler for params.backend; throws UsageError for an unknown backend or invalid params,
 // ConnectionError when the store endpoint cannot be reached within the join timeout.
 std::unique_ptr<RendezvousHandler> create_rendezvous_handler(const RendezvousParams& params);

@@ -11,7 +11,8 @@
 #include "rendezvous/store/prefix_store.h"
 #include "rendezvous/store/store_table.h"
 #include "rendezvous/handlers/round_table.h"
-#include "rendezvous/handlers/wait_notes.h"
+#include "rendezvous/tcp/wait_notes.h"
+#include "rendezvous/tcp/default_ports.h"
 #include "rendezvous/handlers/version_mix.h"
 #include "rendezvous/tcp/worker_namespace.h"
 
@@ -376,7 +377,7 @@ RendezvousResult StaticRendezvous::finish(int64_t round, RendezvousResult result
     version_mix_warned_ = true;
   }
   HostPort master = parse_host_port(params_.endpoint.empty() ? "127.0.0.1" : params_.endpoint,
-                                    29500, "--master_addr/--master_port");
+                                    kDefaultMasterPort, "--master_addr/--master_port");
   result.master_addr = master.host;
   result.master_port = master.port;
   const std::string restart_key = prefix_ + "/restart_count";

@@ -9,7 +9,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "rendezvous/handlers/wait_notes.h"
+#include "rendezvous/tcp/wait_notes.h"
 
 namespace dlaunch {
 

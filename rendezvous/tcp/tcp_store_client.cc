@@ -21,9 +21,6 @@
 #include "common/error.h"
 #include "common/log.h"
 #include "rendezvous/tcp/host_port.h"
-#include "rendezvous/handlers/wait_notes.h"
-#include "rendezvous/tcp/job_token.h"
-#include "rendezvous/tcp/name_wait.h"
 
 namespace dlaunch {
 

@@ -19,7 +19,7 @@
 #include "common/byte_order.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "rendezvous/handlers/wait_notes.h"
+#include "rendezvous/tcp/wait_notes.h"
 #include "rendezvous/tcp/job_token.h"
 #include "rendezvous/tcp/name_wait.h"
 

@@ -301,6 +301,40 @@ TEST(LaunchConfig, EndpointsAndPortsAreCheckedBeforeAnythingStarts) {
             1);
 }
 
+// The backends' own sentences, asked of their descriptors (rendezvous_registry.h), word for
+// word as they were when the launcher compared backend names itself.
+TEST(LaunchConfig, BackendMessagesComeFromTheirDescriptors) {
+  EXPECT_EQ(usage_error({"--rdzv_backend", "zookeeper", "p"}),
+            "--rdzv_backend='zookeeper' is not allowed; expected static, c10d or etcd");
+  EXPECT_EQ(usage_error({"--rdzv_backend", "etcd-v2", "--rdzv_endpoint", "h:2379", "p"}),
+            "--rdzv_backend='etcd-v2' is torchrun's backend for etcd's v2 API, which dlaunch "
+            "does not speak; use --rdzv_backend etcd (etcd's v3 API, etcd 3.4 or newer)");
+  EXPECT_EQ(usage_error({"--rdzv_backend", "static", "--nnodes", "1:2", "p"}),
+            "--nnodes='1:2' asks for an elastic node range, which the static backend cannot do; "
+            "use --rdzv_backend c10d or a fixed --nnodes");
+  EXPECT_EQ(usage_error({"--rdzv_backend", "etcd", "p"}),
+            "--rdzv_backend etcd needs --rdzv_endpoint host:port of etcd's client URL (e.g. "
+            "10.0.0.5:2379), or a comma-separated list of the etcd cluster's members");
+  EXPECT_EQ(usage_error({"--nnodes", "1:2", "p"}),
+            "--rdzv_backend=c10d (--nnodes=1:2) needs --rdzv_endpoint host:port, the address "
+            "where one agent hosts the rendezvous store and every other agent connects");
+  EXPECT_EQ(usage_error({"--nnodes", "2", "--node_rank", "0", "--master_port", "0", "p"}),
+            "--master_port=0 cannot work with --nnodes=2: the other nodes would not know the port "
+            "node 0 picked; give every node the same free --master_port");
+  EXPECT_EQ(usage_error({"--standalone", "--rdzv_backend", "etcd", "--rdzv_endpoint", "h", "p"}),
+            "--standalone runs its own store on this node, but --rdzv_backend=etcd asks for "
+            "another rendezvous; drop --standalone to use etcd, or drop --rdzv_backend");
+  EXPECT_EQ(usage_error({"--rdzv_conf", "is_hots=1", "p"}).find("has the unknown key 'is_hots'"),
+            std::string("--rdzv_conf='is_hots=1' ").size());
+  // torchrun's keys of every backend are accepted with any backend.
+  for (const char* key : {"is_host", "rank", "etcd_prefix", "ssl_cert", "store_type"}) {
+    EXPECT_EQ(usage_error({"--rdzv_conf", std::string(key) + "=1", "p"}), "") << key;
+  }
+  // The default ports: c10d's endpoint and the master's.
+  EXPECT_EQ(resolve({"p"}).master_port, 0);  // one node: a free port (torchrun 2.x)
+  EXPECT_EQ(resolve({"--nnodes", "2", "p"}).master_port, 29500);
+}
+
 TEST(LaunchConfig, SecondsMustBeFiniteAndNameTheirBound) {
   for (const char* flag : {"--hang_timeout", "--shutdown_grace", "--monitor_interval"}) {
     for (const char* value : {"nan", "NaN", "inf", "-inf", "1e9"}) {

@@ -683,5 +683,23 @@ TEST(StatusEndpoint, PrometheusScrapesTheAgent) {
   ASSERT_TRUE(agent.wait(30s));
 }
 
+// How job control finds a job is the backend descriptor's to say (open_job_store); its refusals
+// read as they did when it compared backend names.
+TEST(JobControl, RefusesBackendsAsTheirDescriptorsSay) {
+  RunResult unknown = run({kDlaunch, "status", "--rdzv_backend", "zk", "--rdzv_id", "j"});
+  EXPECT_EQ(unknown.exit.shell_code(), 2);
+  EXPECT_NE(unknown.err.find("--rdzv_backend 'zk' is not one of static, c10d, etcd (the job's "
+                             "own --rdzv_backend)"),
+            std::string::npos)
+      << unknown.err;
+  RunResult etcd = run({kDlaunch, "status", "--rdzv_backend", "etcd", "--rdzv_id", "j"});
+  EXPECT_EQ(etcd.exit.shell_code(), 2);
+  EXPECT_NE(etcd.err.find("--rdzv_backend etcd needs --rdzv_endpoint HOST:PORT, etcd's client "
+                          "URL (or its members' list) as the job was given it (e.g. "
+                          "10.0.0.5:2379)"),
+            std::string::npos)
+      << etcd.err;
+}
+
 }  // namespace
 }  // namespace dlaunch::testing

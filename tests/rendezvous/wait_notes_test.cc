@@ -1,10 +1,10 @@
-// When a waiting node says so again (rendezvous/handlers/wait_notes.h): 5, 10, 20, 40... s, or
+// When a waiting node says so again (rendezvous/tcp/wait_notes.h): 5, 10, 20, 40... s, or
 // from another first interval, and one note for a step that blocked past several due times.
 #include <gtest/gtest.h>
 
 #include <vector>
 
-#include "rendezvous/handlers/wait_notes.h"
+#include "rendezvous/tcp/wait_notes.h"
 
 namespace dlaunch {
 namespace {

@@ -1,4 +1,4 @@
-#include "rendezvous/handlers/wait_notes.h"
+#include "rendezvous/tcp/wait_notes.h"
 
 #include <fmt/format.h>
 
