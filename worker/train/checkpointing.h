@@ -56,6 +56,12 @@ ckpt::Checkpoint build_checkpoint(const TrainConfig& config, const std::string& 
                                   int world_size, const TrainingState& state,
                                   const CheckpointPosition& at);
 
+// build_checkpoint's, encoded: the bytes of a flash copy and of a disk checkpoint, and what a
+// surviving rank sends a replacement (peer_state.h; resume_from_peer loads them).
+std::vector<uint8_t> encode_training_state(const TrainConfig& config, const std::string& run_id,
+                                           int world_size, const TrainingState& state,
+                                           const CheckpointPosition& at);
+
 class Checkpointer {
  public:
   Checkpointer(const TrainConfig& config, comm::ProcessGroup& pg);
