@@ -6,11 +6,14 @@
 //   scale, the position in the epoch) from the lowest surviving rank: its state's checksum then
 //   equals the survivors', and the steps all ranks train next are bit for bit the same;
 // - no rank holding state: every rank is told to fall back, and resume() takes the checkpoint;
-// - the source lost halfway (its group closed, or hung past the collective timeout): the others
-//   get "failed" and have loaded nothing;
+// - the source lost halfway (its group closed, its process killed, or hung past the collective
+//   timeout): the others get "failed" and have loaded nothing;
 // - corrupt bytes: the checksum says so on every rank, nothing is loaded, the group stays usable.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+
+#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -370,6 +373,43 @@ TEST(PeerState, SourceLostHalfwayFailsTheOthersWithNothingLoaded) {
   }
 }
 
+// The same with a real death: the source is a process of its own that SIGKILLs itself after the
+// first chunk (tests/worker/peer_state_rank.cc). The survivor and the replacement, processes too,
+// return "failed" with nothing loaded, and exit normally: the failure is an answer, not a crash.
+TEST(PeerState, SourceProcessKilledHalfwayFailsTheOthersWithNothingLoaded) {
+  TcpStoreServer server(TcpStoreServerOptions{});
+  const uint16_t port = server.start();
+  testing::TempDir dir;
+  const std::vector<std::string> roles = {"source-killed", "survivor", "replacement"};
+  std::vector<std::unique_ptr<testing::Subprocess>> procs;
+  for (int rank = 0; rank < kWorld; ++rank) {
+    procs.push_back(std::make_unique<testing::Subprocess>(std::vector<std::string>{
+        PEER_STATE_RANK_BINARY, std::to_string(port), std::to_string(rank),
+        std::to_string(kWorld), roles[rank], dir.file("result." + std::to_string(rank))}));
+  }
+  std::vector<testing::ExitInfo> exits;
+  for (auto& p : procs) {
+    const std::optional<testing::ExitInfo> exit = p->wait(120s);
+    ASSERT_TRUE(exit.has_value()) << "a rank did not finish: " << p->err();
+    exits.push_back(*exit);
+  }
+  EXPECT_TRUE(exits[0].signaled && exits[0].code == SIGKILL) << procs[0]->err();
+  for (int rank : {1, 2}) {
+    ASSERT_EQ(exits[rank].shell_code(), 0) << procs[rank]->err();
+    const nlohmann::json r =
+        nlohmann::json::parse(testing::read_file(dir.file("result." + std::to_string(rank))));
+    EXPECT_EQ(r["outcome"], "failed") << r.dump();
+    EXPECT_EQ(r["group_broken"], true) << r.dump();
+    EXPECT_EQ(r["loaded"], false);
+    EXPECT_EQ(r["loads"], 0) << "rank " << rank << " loaded part of a state";
+    EXPECT_EQ(r["source"], 0);
+    EXPECT_NE(r["error"].get<std::string>().find("the state's broadcast from rank 0 after 65536 "
+                                                 "of 1048576 bytes"),
+              std::string::npos)
+        << r.dump();
+  }
+}
+
 // The source hangs after the first chunk (a SIGSTOP, a stuck device): the others give up after
 // the collective timeout with "failed" and nothing loaded. The source is released afterwards.
 TEST(PeerState, SourceHungHalfwayFailsTheOthersAfterTheCollectiveTimeout) {
@@ -395,12 +435,20 @@ TEST(PeerState, SourceHungHalfwayFailsTheOthersAfterTheCollectiveTimeout) {
       }
       return;
     }
+    // Released whatever this rank's exchange does (a throw included), so the test cannot hang.
+    struct Release {
+      std::mutex& mu;
+      std::condition_variable& cv;
+      int& finished;
+      ~Release() {
+        std::lock_guard<std::mutex> lock(mu);
+        ++finished;
+        cv.notify_all();
+      }
+    } release{mu, cv, finished};
     results[rank] = share_peer_state(
         *pg, /*has_state=*/false, {}, [&](const std::vector<uint8_t>&, int) { ++loads; },
         options);
-    std::lock_guard<std::mutex> lock(mu);
-    ++finished;
-    cv.notify_all();
   });
   EXPECT_EQ(loads, 0);
   for (int rank : {1, 2}) {
