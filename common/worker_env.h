@@ -78,7 +78,7 @@ struct WorkerEnv {
   bool console_tty = false;  // set as DLAUNCH_CONSOLE_TTY=1 only when true
   std::string flash_dir;     // empty: not set (--flash_limit 0, or not under dlaunch)
   std::optional<double> shutdown_grace;  // seconds; none: not set (not under dlaunch)
-  bool replacement = false;  // set as DLAUNCH_REPLACEMENT=1 only when true
+  bool replacement = false;              // set as DLAUNCH_REPLACEMENT=1 only when true
 
   // The variables in a fixed order, ready for execve. Empty optional fields are left out.
   std::vector<std::pair<std::string, std::string>> to_env() const;

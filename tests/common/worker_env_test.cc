@@ -15,9 +15,9 @@ class WorkerEnvTest : public ::testing::Test {
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
   static void clear() {
-    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                             "TORCHELASTIC_USE_AGENT_STORE", "DLAUNCH_HEARTBEAT_FILE",
-                             "DLAUNCH_SHUTDOWN_GRACE", "DLAUNCH_REPLACEMENT"}) {
+    for (const char* name :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE",
+          "DLAUNCH_HEARTBEAT_FILE", "DLAUNCH_SHUTDOWN_GRACE", "DLAUNCH_REPLACEMENT"}) {
       ::unsetenv(name);
     }
   }

@@ -11,11 +11,10 @@
 //   <result file>; exit 0 when it got that far, 2 on bad arguments, 1 on anything else.
 #include <signal.h>
 
-#include <nlohmann/json.hpp>
-
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <vector>

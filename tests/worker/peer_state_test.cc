@@ -9,11 +9,11 @@
 // - the source lost halfway (its group closed, its process killed, or hung past the collective
 //   timeout): the others get "failed" and have loaded nothing;
 // - corrupt bytes: the checksum says so on every rank, nothing is loaded, the group stays usable.
+#include "worker/train/peer_state.h"
+
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-
-#include <nlohmann/json.hpp>
 
 #include <atomic>
 #include <chrono>
@@ -25,6 +25,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <string>
 #include <thread>
@@ -44,7 +45,6 @@
 #include "worker/optim/optimizer.h"
 #include "worker/optim/weight_ema.h"
 #include "worker/train/checkpointing.h"
-#include "worker/train/peer_state.h"
 #include "worker/train/precision.h"
 #include "worker/train/resume.h"
 
@@ -102,7 +102,7 @@ TrainConfig small_config(const std::string& output_dir) {
   c.width = 4;
   c.batch_size = kBatch;
   c.sync_bn = true;
-  c.ema = 0.9;  // an EMA of the weights and BN statistics, in the state
+  c.ema = 0.9;           // an EMA of the weights and BN statistics, in the state
   c.precision = "fp16";  // a loss scale, in the state
   c.momentum = 0.9;
   c.nesterov = true;
@@ -149,7 +149,8 @@ struct RankTrainer {
   // Global step `step`: this rank's share of samples [kWorld * kBatch * step, ...).
   void train_step() {
     std::vector<int64_t> idx;
-    for (int i = 0; i < kBatch; ++i) idx.push_back((global_step * kWorld + pg_.rank()) * kBatch + i);
+    for (int i = 0; i < kBatch; ++i)
+      idx.push_back((global_step * kWorld + pg_.rank()) * kBatch + i);
     const data::Batch b = data::make_batch(train_set(), idx, /*augment=*/true, config_.seed, 0);
     Tensor images({b.size, 3, 32, 32});
     std::memcpy(images.data(), b.images.data(), b.images.size() * sizeof(float));
@@ -162,8 +163,8 @@ struct RankTrainer {
   }
 
   std::vector<uint8_t> encode(const std::string& run_id, const CheckpointPosition& at) {
-    const TrainingState state{model,       optimizer, ema.get(), precision, train_set(),
-                              global_step, 1.25,      0.375};
+    const TrainingState state{model,       optimizer,   ema.get(), precision,
+                              train_set(), global_step, 1.25,      0.375};
     return encode_training_state(config_, run_id, pg_.size(), state, at);
   }
 
@@ -227,8 +228,8 @@ TEST(PeerState, ReplacementTakesTheLowestSurvivorsStateAndTrainsOnBitForBit) {
     }
     for (int s = 0; s < 2; ++s) trainer->train_step();
     steps[rank] = trainer->global_step;
-    next_crc[rank] = crc(trainer->encode(run_id, CheckpointPosition{0, trainer->global_step, 0,
-                                                                    totals}));
+    next_crc[rank] =
+        crc(trainer->encode(run_id, CheckpointPosition{0, trainer->global_step, 0, totals}));
   });
   EXPECT_EQ(results[1].outcome, PeerStateOutcome::kKept) << results[1].error;
   EXPECT_EQ(results[2].outcome, PeerStateOutcome::kKept) << results[2].error;
@@ -348,7 +349,8 @@ TEST(PeerState, SourceLostHalfwayFailsTheOthersWithNothingLoaded) {
       options.on_chunk = [](uint64_t, uint64_t) { throw SourceLeft{}; };
       const std::vector<uint8_t> state = random_bytes(kStateBytes, 1);
       try {
-        share_peer_state(*pg, true, [&] { return state; }, {}, options);
+        share_peer_state(
+            *pg, true, [&] { return state; }, {}, options);
         ADD_FAILURE() << "on_chunk did not stop the source";
       } catch (const SourceLeft&) {
         pg.reset();  // closes its connections, as the death of its process would
@@ -384,8 +386,8 @@ TEST(PeerState, SourceProcessKilledHalfwayFailsTheOthersWithNothingLoaded) {
   std::vector<std::unique_ptr<testing::Subprocess>> procs;
   for (int rank = 0; rank < kWorld; ++rank) {
     procs.push_back(std::make_unique<testing::Subprocess>(std::vector<std::string>{
-        PEER_STATE_RANK_BINARY, std::to_string(port), std::to_string(rank),
-        std::to_string(kWorld), roles[rank], dir.file("result." + std::to_string(rank))}));
+        PEER_STATE_RANK_BINARY, std::to_string(port), std::to_string(rank), std::to_string(kWorld),
+        roles[rank], dir.file("result." + std::to_string(rank))}));
   }
   std::vector<testing::ExitInfo> exits;
   for (auto& p : procs) {
@@ -429,7 +431,8 @@ TEST(PeerState, SourceHungHalfwayFailsTheOthersAfterTheCollectiveTimeout) {
       };
       const std::vector<uint8_t> state = random_bytes(kStateBytes, 1);
       try {
-        share_peer_state(*pg, true, [&] { return state; }, {}, options);
+        share_peer_state(
+            *pg, true, [&] { return state; }, {}, options);
       } catch (const SourceLeft&) {
         pg.reset();
       }
@@ -447,14 +450,14 @@ TEST(PeerState, SourceHungHalfwayFailsTheOthersAfterTheCollectiveTimeout) {
       }
     } release{mu, cv, finished};
     results[rank] = share_peer_state(
-        *pg, /*has_state=*/false, {}, [&](const std::vector<uint8_t>&, int) { ++loads; },
-        options);
+        *pg, /*has_state=*/false, {}, [&](const std::vector<uint8_t>&, int) { ++loads; }, options);
   });
   EXPECT_EQ(loads, 0);
   for (int rank : {1, 2}) {
     EXPECT_EQ(results[rank].outcome, PeerStateOutcome::kFailed) << "rank " << rank;
     EXPECT_TRUE(results[rank].group_broken);
-    EXPECT_NE(results[rank].error.find("collective timeout"), std::string::npos) << results[rank].error;
+    EXPECT_NE(results[rank].error.find("collective timeout"), std::string::npos)
+        << results[rank].error;
   }
 }
 
@@ -506,8 +509,10 @@ TEST(PeerState, CorruptBytesFailTheChecksumOnEveryRankAndLoadNothing) {
     options.chunk_bytes = kChunk;
     CorruptingGroup corrupting(*pg, rank == 2 ? 3 : -1);
     auto load = [&, rank](const std::vector<uint8_t>& bytes, int) { loaded[rank] = bytes; };
-    results[rank] = share_peer_state(corrupting, rank == 0, [&] { return state; }, load, options);
-    retried[rank] = share_peer_state(*pg, rank == 0, [&] { return state; }, load, options);
+    results[rank] = share_peer_state(
+        corrupting, rank == 0, [&] { return state; }, load, options);
+    retried[rank] = share_peer_state(
+        *pg, rank == 0, [&] { return state; }, load, options);
   });
   for (int rank = 0; rank < kWorld; ++rank) {
     const PeerStateResult& r = results[rank];

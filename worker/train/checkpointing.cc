@@ -111,8 +111,7 @@ void Checkpointer::save_flash(const TrainingState& state, const CheckpointPositi
   if (!flash_) return;
   const auto t0 = Clock::now();
   write_flash(ckpt::partial_checkpoint_file_name(at.epochs_done, state.global_step),
-              encode_training_state(config_, run_id_, pg_.size(), state, at),
-              state.global_step);
+              encode_training_state(config_, run_id_, pg_.size(), state, at), state.global_step);
   flash_secs_ += std::chrono::duration<double>(Clock::now() - t0).count();
   ++flash_writes_;
 }

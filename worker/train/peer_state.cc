@@ -60,9 +60,8 @@ Header broadcast_header(comm::ProcessGroup& pg, int source, const Header& mine) 
 // Every rank's verdict ("" when it has no complaint), joined; "" when nobody complained.
 std::string agree_on_verdicts(comm::ProcessGroup& pg, const std::string& mine) {
   std::vector<std::vector<uint8_t>> all;
-  collective("agreeing on the outcome", [&] {
-    all = pg.allgather(std::vector<uint8_t>(mine.begin(), mine.end()));
-  });
+  collective("agreeing on the outcome",
+             [&] { all = pg.allgather(std::vector<uint8_t>(mine.begin(), mine.end())); });
   std::string joined;
   for (const auto& v : all) {
     if (v.empty()) continue;
@@ -142,8 +141,10 @@ PeerStateResult share_peer_state(comm::ProcessGroup& pg, bool has_state,
     if (header.status == kStatusSerializeFailed) {
       std::string message(header.length, '\0');
       if (sending) message.assign(payload.begin(), payload.end());
-      collective(fmt::format("receiving rank {}'s serialization error", source),
-                 [&] { pg.broadcast(message.data(), message.size(), source); });
+      if (!message.empty()) {
+        collective(fmt::format("receiving rank {}'s serialization error", source),
+                   [&] { pg.broadcast(message.data(), message.size(), source); });
+      }
       result.error = fmt::format(
           "rank {} holds the training state but could not serialize it: {}; nothing was sent "
           "or loaded",
@@ -184,8 +185,8 @@ PeerStateResult share_peer_state(comm::ProcessGroup& pg, bool has_state,
           load(payload, source);
           result.loaded = true;
         } catch (const std::exception& e) {
-          complaint = fmt::format("rank {} refused the state from rank {}: {}", rank, source,
-                                  e.what());
+          complaint =
+              fmt::format("rank {} refused the state from rank {}: {}", rank, source, e.what());
         }
       }
     }
@@ -206,10 +207,10 @@ PeerStateResult share_peer_state(comm::ProcessGroup& pg, bool has_state,
   } catch (const CollectiveFailed& e) {
     result.outcome = PeerStateOutcome::kFailed;
     result.group_broken = true;
-    result.error = fmt::format(
-        "rank {}: {} ({}); the group must be re-formed", rank, e.message,
-        result.loaded ? "this rank had loaded the complete, checked state before"
-                      : "nothing was loaded");
+    result.error =
+        fmt::format("rank {}: {} ({}); the group must be re-formed", rank, e.message,
+                    result.loaded ? "this rank had loaded the complete, checked state before"
+                                  : "nothing was loaded");
     return result;
   }
 }
