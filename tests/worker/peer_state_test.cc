@@ -290,7 +290,10 @@ TEST(PeerState, ReplacementsWithoutSurvivorsResumeFromTheDiskCheckpoint) {
     EXPECT_EQ(p.epochs_done, 1);
     EXPECT_EQ(p.global_step, 1);
   }
+  // Every rank knows the run (not only rank 0): any of them may later be the one a replacement
+  // takes the state from, and each node's local rank 0 records it in its flash copies.
   EXPECT_EQ(points[0].run_id, run_id);
+  EXPECT_EQ(points[1].run_id, run_id);
 }
 
 // A state of other settings (another --width here) is refused by the replacement before it

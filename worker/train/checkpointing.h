@@ -74,7 +74,8 @@ class Checkpointer {
   void open_flash(const WorkerEnv& env);
   // Where this rank's flash copies are ("" when it keeps none).
   std::string flash_dir() const;
-  // Rank 0: the identity written into every checkpoint of this run (resume.h settles it).
+  // Every rank: the identity written into every checkpoint and flash copy of this run (resume.h
+  // settles it).
   void set_run_id(std::string run_id) { run_id_ = std::move(run_id); }
 
   // Rank 0 writes the checkpoint (the flash copy at once, the disk file in the background, the

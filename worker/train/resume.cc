@@ -153,8 +153,8 @@ void check_resumable(const ckpt::LoadedCheckpoint& loaded, const TrainConfig& co
 }
 
 // Rank 0: chooses, checks and reads the checkpoint into `checkpoint`, and settles the run's id.
-// Returns the decision every rank receives: {"resume": path, "meta": ...}, {} for a fresh
-// start, or {"error": message, "kind": "usage" | "checkpoint"}.
+// Returns the decision every rank receives: {"resume": path, "meta": ..., "run_id": id},
+// {"run_id": id} for a fresh start, or {"error": message, "kind": "usage" | "checkpoint"}.
 json decide(const TrainConfig& config, const data::ImageDataset& train_set, model::ResNet& model,
             const std::string& flash_dir, ckpt::Checkpoint& checkpoint, std::string& run_id) {
   json decision = json::object();
@@ -170,6 +170,7 @@ json decide(const TrainConfig& config, const data::ImageDataset& train_set, mode
       run_id = ckpt::new_run_id();
       log_info("run id {} (recorded in every checkpoint of this run)", run_id);
     }
+    decision["run_id"] = run_id;
   } catch (const UsageError& e) {
     decision = {{"error", e.what()}, {"kind", "usage"}};
   } catch (const Error& e) {
@@ -385,7 +386,7 @@ std::optional<ResumePoint> resume_from_peer(const TrainConfig& config, comm::Pro
   ResumePoint point = resume_point_of(meta, pg.size(), config.batch_size, train_set.size());
   point.resumed = true;
   point.checkpoint = from;
-  if (pg.rank() == 0) point.run_id = meta.value("run_id", std::string());
+  point.run_id = meta.value("run_id", std::string());
   point.ema = std::move(ema);
   if (pg.rank() == 0) log_position(point, pg.size(), config.batch_size, train_set.size());
   return point;
@@ -418,6 +419,9 @@ ResumePoint resume(const TrainConfig& config, comm::ProcessGroup& pg,
     if (decision["kind"] == "usage") throw UsageError(msg);
     throw ckpt::CheckpointError(msg);
   }
+  // Every rank knows the run: each node's local rank 0 writes it into its flash copies, and any
+  // rank may be the one a replacement takes the state from.
+  run_id = decision.value("run_id", std::string());
   if (!decision.contains("resume")) {
     targets.data_parallel.broadcast_state();
     ResumePoint fresh;

@@ -52,7 +52,7 @@ struct EpochResume {
 struct ResumePoint {
   bool resumed = false;
   std::string checkpoint;   // the file resumed from
-  std::string run_id;       // rank 0: this run's id (the checkpoint's, or a new one); else ""
+  std::string run_id;       // this run's id (the checkpoint's, or a new one), on every rank
   int64_t epochs_done = 0;  // the epoch to start with (0-based)
   int64_t global_step = 0;
   double test_loss = std::nan("");  // the checkpoint's last evaluation (NaN: none)
