@@ -35,6 +35,7 @@ std::vector<std::pair<std::string, std::string>> WorkerEnv::to_env() const {
   if (console_tty) env.emplace_back(n::kConsoleTty, "1");
   if (!flash_dir.empty()) env.emplace_back(n::kFlashDir, flash_dir);
   if (shutdown_grace) env.emplace_back(n::kShutdownGrace, fmt::format("{}", *shutdown_grace));
+  if (replacement) env.emplace_back(n::kReplacement, "1");
   return env;
 }
 
@@ -84,6 +85,14 @@ WorkerEnv WorkerEnv::from_environ() {
                                  "the worker before SIGKILL (dlaunch sets its --shutdown_grace)",
                                  n::kShutdownGrace, *env.shutdown_grace));
   }
+  const std::string replacement = get_env_or(n::kReplacement, "");
+  if (!replacement.empty() && replacement != "0" && replacement != "1") {
+    throw UsageError(fmt::format(
+        "{}={} is not 0 or 1; expected 1 for a worker that replaces a failed rank (set by the "
+        "agent), or unset",
+        n::kReplacement, replacement));
+  }
+  env.replacement = replacement == "1";
   env.node_id = get_env_or(n::kNodeId, "");
   env.attempt = get_env_int(n::kAttempt).value_or(env.restart_count);
   return env;

@@ -48,6 +48,10 @@ inline constexpr const char kFlashDir[] = "DLAUNCH_FLASH_DIR";
 // The agent's --shutdown_grace in seconds: how long a stop signal leaves the worker before
 // SIGKILL (dtrain's stop watchdog gives up on a blocked step within it). Also the flag's twin.
 inline constexpr const char kShutdownGrace[] = "DLAUNCH_SHUTDOWN_GRACE";
+// "1": this worker replaces a failed rank of a job whose other ranks kept running; it takes the
+// training state from a surviving rank instead of a checkpoint (dtrain: worker/train/peer_state.h).
+// Set only for a worker that opted in; not set by today's agent (it restarts the whole group).
+inline constexpr const char kReplacement[] = "DLAUNCH_REPLACEMENT";
 }  // namespace env_names
 
 struct WorkerEnv {
@@ -74,6 +78,7 @@ struct WorkerEnv {
   bool console_tty = false;  // set as DLAUNCH_CONSOLE_TTY=1 only when true
   std::string flash_dir;     // empty: not set (--flash_limit 0, or not under dlaunch)
   std::optional<double> shutdown_grace;  // seconds; none: not set (not under dlaunch)
+  bool replacement = false;              // set as DLAUNCH_REPLACEMENT=1 only when true
 
   // The variables in a fixed order, ready for execve. Empty optional fields are left out.
   std::vector<std::pair<std::string, std::string>> to_env() const;

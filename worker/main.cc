@@ -25,6 +25,7 @@
 #include "worker/train/bootstrap.h"
 #include "worker/train/device_select.h"
 #include "worker/train/op_profile.h"
+#include "worker/train/peer_state.h"
 #include "worker/train/stop_signal.h"
 #include "worker/train/train_config.h"
 #include "worker/train/trainer.h"
@@ -40,6 +41,7 @@ const char* error_type(const std::exception& e) {
   if (dynamic_cast<const ckpt::CheckpointError*>(&e)) return "CheckpointError";
   if (dynamic_cast<const data::DataError*>(&e)) return "DataError";
   if (dynamic_cast<const train::DivergedError*>(&e)) return "DivergedError";
+  if (dynamic_cast<const train::PeerStateError*>(&e)) return "PeerStateError";
   if (dynamic_cast<const Error*>(&e)) return "Error";
   return "RuntimeError";
 }

@@ -15,9 +15,9 @@ class WorkerEnvTest : public ::testing::Test {
   void SetUp() override { clear(); }
   void TearDown() override { clear(); }
   static void clear() {
-    for (const char* name : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                             "TORCHELASTIC_USE_AGENT_STORE", "DLAUNCH_HEARTBEAT_FILE",
-                             "DLAUNCH_SHUTDOWN_GRACE"}) {
+    for (const char* name :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "TORCHELASTIC_USE_AGENT_STORE",
+          "DLAUNCH_HEARTBEAT_FILE", "DLAUNCH_SHUTDOWN_GRACE", "DLAUNCH_REPLACEMENT"}) {
       ::unsetenv(name);
     }
   }
@@ -74,6 +74,25 @@ TEST_F(WorkerEnvTest, ShutdownGraceIsOptionalAndNeverNegative) {
   EXPECT_THROW(WorkerEnv::from_environ(), UsageError);
   ::setenv("DLAUNCH_SHUTDOWN_GRACE", "0", 1);
   EXPECT_EQ(WorkerEnv::from_environ().shutdown_grace, 0.0);
+}
+
+// Only a replacement of a failed rank carries DLAUNCH_REPLACEMENT=1; everyone else has none.
+TEST_F(WorkerEnvTest, ReplacementIsSetOnlyForAReplacedRankAndIsZeroOrOne) {
+  WorkerEnv env;
+  for (auto& [k, v] : env.to_env()) EXPECT_NE(k, "DLAUNCH_REPLACEMENT");
+  env.replacement = true;
+  std::map<std::string, std::string> vars;
+  for (auto& [k, v] : env.to_env()) vars[k] = v;
+  EXPECT_EQ(vars["DLAUNCH_REPLACEMENT"], "1");
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "1", 1);
+  EXPECT_FALSE(WorkerEnv::from_environ().replacement);
+  ::setenv("DLAUNCH_REPLACEMENT", "1", 1);
+  EXPECT_TRUE(WorkerEnv::from_environ().replacement);
+  ::setenv("DLAUNCH_REPLACEMENT", "0", 1);
+  EXPECT_FALSE(WorkerEnv::from_environ().replacement);
+  ::setenv("DLAUNCH_REPLACEMENT", "yes", 1);
+  EXPECT_THROW(WorkerEnv::from_environ(), UsageError);
 }
 
 }  // namespace

@@ -186,6 +186,39 @@ class DtrainProcessTest : public ::testing::Test {
   fs::path dir_;
 };
 
+// DLAUNCH_REPLACEMENT=1 on every rank of a group (no rank kept the state: all are new) reaches
+// the trainer: the ranks first look for a live peer's state, every one hears that none holds it,
+// and they resume from the disk checkpoint as before. A value other than 0 or 1 is bad usage.
+TEST_F(DtrainProcessTest, ReplacementsWithoutALivePeerResumeFromTheCheckpoint) {
+  Proc first = spawn_dtrain(small_run(1), small_env(), log("first.log"));
+  ASSERT_EQ(wait_for(first), 0) << slurp(first.log);
+  TcpStoreServer server(TcpStoreServerOptions{});
+  const uint16_t port = server.start();
+  std::vector<Proc> procs;
+  for (int r = 0; r < 2; ++r) {
+    std::vector<std::string> env = small_env();
+    env.insert(env.end(), {"RANK=" + std::to_string(r), "LOCAL_RANK=" + std::to_string(r),
+                           "WORLD_SIZE=2", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
+                           "MASTER_PORT=" + std::to_string(port), "DLAUNCH_REPLACEMENT=1"});
+    procs.push_back(spawn_dtrain(small_run(2), env, log("rank" + std::to_string(r) + ".log")));
+  }
+  for (auto& p : procs) ASSERT_EQ(wait_for(p), 0) << slurp(p.log);
+  const std::string rank0 = slurp(log("rank0.log"));
+  EXPECT_NE(rank0.find("no rank of this group holds the training state"), std::string::npos)
+      << rank0;
+  EXPECT_NE(rank0.find("resumed from " + (dir_ / "out" / "checkpoint_epoch_0001.dtck").string()),
+            std::string::npos)
+      << rank0;
+  EXPECT_EQ(epoch_lines(dir_ / "out" / "metrics.jsonl").size(), 2u);
+
+  std::vector<std::string> env = small_env();
+  env.insert(env.end(), {"RANK=0", "WORLD_SIZE=1", "DLAUNCH_REPLACEMENT=yes"});
+  Proc bad = spawn_dtrain(small_run(3), env, log("bad.log"));
+  EXPECT_EQ(wait_for(bad), 2) << slurp(bad.log);
+  EXPECT_NE(slurp(bad.log).find("DLAUNCH_REPLACEMENT=yes is not 0 or 1"), std::string::npos)
+      << slurp(bad.log);
+}
+
 TEST_F(DtrainProcessTest, TwoWorkersThenResumeAloneAndSkipCorruptCheckpoint) {
   TcpStoreServer server(TcpStoreServerOptions{});
   uint16_t port = server.start();

@@ -32,10 +32,6 @@ constexpr char kFileSuffix[] = ".dtck";
 constexpr char kStepMark[] = "_step_";
 constexpr char kTmpMark[] = ".tmp.";
 
-uint32_t crc32_of(const uint8_t* data, size_t n) {
-  return static_cast<uint32_t>(crc32_z(crc32_z(0L, Z_NULL, 0), data, n));
-}
-
 // Bounds-checked cursor: every read says what it was reading when the bytes ran out.
 class Reader {
  public:
@@ -212,9 +208,13 @@ std::vector<uint8_t> encode_checkpoint(const Checkpoint& ckpt) {
   store_le<uint32_t>(h + 8, kCheckpointVersion);
   store_le<uint32_t>(h + 12, 0);
   store_le<uint64_t>(h + 16, payload_size);
-  store_le<uint32_t>(h + 24, crc32_of(h + kHeaderSize, payload_size));
-  store_le<uint32_t>(h + 28, crc32_of(h, 28));
+  store_le<uint32_t>(h + 24, checkpoint_crc32(h + kHeaderSize, payload_size));
+  store_le<uint32_t>(h + 28, checkpoint_crc32(h, 28));
   return out;
+}
+
+uint32_t checkpoint_crc32(const uint8_t* data, size_t n) {
+  return static_cast<uint32_t>(crc32_z(crc32_z(0L, Z_NULL, 0), data, n));
 }
 
 Checkpoint decode_checkpoint(const std::vector<uint8_t>& bytes, const std::string& source) {
@@ -233,7 +233,7 @@ Checkpoint decode_checkpoint(const std::vector<uint8_t>& bytes, const std::strin
   uint64_t payload_size = load_le<uint64_t>(h + 16);
   uint32_t payload_crc = load_le<uint32_t>(h + 24);
   uint32_t header_crc = load_le<uint32_t>(h + 28);
-  if (crc32_of(h, 28) != header_crc) {
+  if (checkpoint_crc32(h, 28) != header_crc) {
     throw CheckpointError(fmt::format("checkpoint {} has a corrupt header (header checksum "
                                       "mismatch)",
                                       source));
@@ -249,7 +249,7 @@ Checkpoint decode_checkpoint(const std::vector<uint8_t>& bytes, const std::strin
                                       source, payload_size, bytes.size() - kHeaderSize));
   }
   const uint8_t* p = bytes.data() + kHeaderSize;
-  uint32_t actual_crc = crc32_of(p, payload_size);
+  uint32_t actual_crc = checkpoint_crc32(p, payload_size);
   if (actual_crc != payload_crc) {
     throw CheckpointError(fmt::format("checkpoint {} is corrupt: payload CRC-32 is {:08x}, the "
                                       "header says {:08x}",

@@ -54,6 +54,9 @@ struct Checkpoint {
 };
 
 std::vector<uint8_t> encode_checkpoint(const Checkpoint& ckpt);
+// The CRC-32 (zlib's) the format checks its header and payload with; also what a state sent
+// from a live peer is checked with (worker/train/peer_state.h).
+uint32_t checkpoint_crc32(const uint8_t* data, size_t n);
 // `source` names the file in error messages.
 Checkpoint decode_checkpoint(const std::vector<uint8_t>& bytes, const std::string& source);
 

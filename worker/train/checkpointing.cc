@@ -66,6 +66,12 @@ ckpt::Checkpoint build_checkpoint(const TrainConfig& config, const std::string& 
   return checkpoint;
 }
 
+std::vector<uint8_t> encode_training_state(const TrainConfig& config, const std::string& run_id,
+                                           int world_size, const TrainingState& state,
+                                           const CheckpointPosition& at) {
+  return ckpt::encode_checkpoint(build_checkpoint(config, run_id, world_size, state, at));
+}
+
 Checkpointer::Checkpointer(const TrainConfig& config, comm::ProcessGroup& pg)
     : config_(config), pg_(pg) {}
 
@@ -93,7 +99,7 @@ std::string Checkpointer::save(const TrainingState& state, const CheckpointPosit
   // Encoded once: the flash copy now, the disk file from the same bytes on the persister's
   // thread (fsync and pruning off the training thread).
   auto bytes = std::make_shared<const std::vector<uint8_t>>(
-      ckpt::encode_checkpoint(build_checkpoint(config_, run_id_, pg_.size(), state, at)));
+      encode_training_state(config_, run_id_, pg_.size(), state, at));
   if (flash_) write_flash(name, *bytes, state.global_step);
   persister_.submit(bytes, path, [dir = config_.output_dir, run = run_id_] {
     ckpt::prune_checkpoints(dir, kCheckpointsKept, run);
@@ -105,8 +111,7 @@ void Checkpointer::save_flash(const TrainingState& state, const CheckpointPositi
   if (!flash_) return;
   const auto t0 = Clock::now();
   write_flash(ckpt::partial_checkpoint_file_name(at.epochs_done, state.global_step),
-              ckpt::encode_checkpoint(build_checkpoint(config_, run_id_, pg_.size(), state, at)),
-              state.global_step);
+              encode_training_state(config_, run_id_, pg_.size(), state, at), state.global_step);
   flash_secs_ += std::chrono::duration<double>(Clock::now() - t0).count();
   ++flash_writes_;
 }

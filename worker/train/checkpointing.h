@@ -56,6 +56,12 @@ ckpt::Checkpoint build_checkpoint(const TrainConfig& config, const std::string& 
                                   int world_size, const TrainingState& state,
                                   const CheckpointPosition& at);
 
+// build_checkpoint's, encoded: the bytes of a flash copy and of a disk checkpoint, and what a
+// surviving rank sends a replacement (peer_state.h; resume_from_peer loads them).
+std::vector<uint8_t> encode_training_state(const TrainConfig& config, const std::string& run_id,
+                                           int world_size, const TrainingState& state,
+                                           const CheckpointPosition& at);
+
 class Checkpointer {
  public:
   Checkpointer(const TrainConfig& config, comm::ProcessGroup& pg);
@@ -68,7 +74,8 @@ class Checkpointer {
   void open_flash(const WorkerEnv& env);
   // Where this rank's flash copies are ("" when it keeps none).
   std::string flash_dir() const;
-  // Rank 0: the identity written into every checkpoint of this run (resume.h settles it).
+  // Every rank: the identity written into every checkpoint and flash copy of this run (resume.h
+  // settles it).
   void set_run_id(std::string run_id) { run_id_ = std::move(run_id); }
 
   // Rank 0 writes the checkpoint (the flash copy at once, the disk file in the background, the

@@ -13,6 +13,7 @@
 #include "worker/checkpoint/flash_checkpoint.h"
 #include "worker/metrics/tensorboard_log.h"
 #include "worker/train/checkpoint_meta.h"
+#include "worker/train/peer_state.h"
 
 namespace dlaunch::train {
 namespace fs = std::filesystem;
@@ -152,8 +153,8 @@ void check_resumable(const ckpt::LoadedCheckpoint& loaded, const TrainConfig& co
 }
 
 // Rank 0: chooses, checks and reads the checkpoint into `checkpoint`, and settles the run's id.
-// Returns the decision every rank receives: {"resume": path, "meta": ...}, {} for a fresh
-// start, or {"error": message, "kind": "usage" | "checkpoint"}.
+// Returns the decision every rank receives: {"resume": path, "meta": ..., "run_id": id},
+// {"run_id": id} for a fresh start, or {"error": message, "kind": "usage" | "checkpoint"}.
 json decide(const TrainConfig& config, const data::ImageDataset& train_set, model::ResNet& model,
             const std::string& flash_dir, ckpt::Checkpoint& checkpoint, std::string& run_id) {
   json decision = json::object();
@@ -169,6 +170,7 @@ json decide(const TrainConfig& config, const data::ImageDataset& train_set, mode
       run_id = ckpt::new_run_id();
       log_info("run id {} (recorded in every checkpoint of this run)", run_id);
     }
+    decision["run_id"] = run_id;
   } catch (const UsageError& e) {
     decision = {{"error", e.what()}, {"kind", "usage"}};
   } catch (const Error& e) {
@@ -177,30 +179,35 @@ json decide(const TrainConfig& config, const data::ImageDataset& train_set, mode
   return decision;
 }
 
-// Every rank: the model's parameters and buffers and the optimizer's state from rank 0's
-// `checkpoint` (empty on the other ranks), then the loss scale `meta` records. Returns the
-// checkpoint's EMA when this run takes it (else empty). One broadcast for all of them: one per
-// BN buffer would cost a round trip each, on the path of every restarted worker.
-std::vector<float> load_resumed_state(const TrainConfig& config, comm::ProcessGroup& pg,
-                                      const ResumeTargets& targets,
-                                      const ckpt::Checkpoint& checkpoint, const json& meta) {
-  model::ResNet& model = targets.model;
-  auto names = model.buffer_names();
-  auto buffers = model.buffers();
-  std::vector<float> all;
-  if (pg.rank() == 0) {  // present and sized: require_arrays
-    all = *checkpoint.find("params");
-    for (size_t i = 0; i < buffers.size(); ++i) {
-      const std::vector<float>& v = *checkpoint.find("buffer." + names[i]);
-      all.insert(all.end(), v.begin(), v.end());
-    }
-    if (resumes_ema(config, meta)) {
-      all.insert(all.end(), checkpoint.find("ema")->begin(), checkpoint.find("ema")->end());
-    }
-    const std::vector<float>& opt = *checkpoint.find("optimizer.state");
-    all.insert(all.end(), opt.begin(), opt.end());
+// The checkpoint's arrays as one vector, in the order apply_state() takes them: parameters,
+// buffers (BN running statistics), the EMA when this run takes it, the optimizer's state. Present
+// and sized: check_resumable.
+std::vector<float> flatten_state(const TrainConfig& config, model::ResNet& model,
+                                 const ckpt::Checkpoint& checkpoint) {
+  const auto names = model.buffer_names();
+  const size_t n_buffers = model.buffers().size();
+  std::vector<float> all = *checkpoint.find("params");
+  for (size_t i = 0; i < n_buffers; ++i) {
+    const std::vector<float>& v = *checkpoint.find("buffer." + names[i]);
+    all.insert(all.end(), v.begin(), v.end());
   }
-  broadcast_floats(pg, all);
+  if (resumes_ema(config, checkpoint.meta)) {
+    all.insert(all.end(), checkpoint.find("ema")->begin(), checkpoint.find("ema")->end());
+  }
+  const std::vector<float>& opt = *checkpoint.find("optimizer.state");
+  all.insert(all.end(), opt.begin(), opt.end());
+  return all;
+}
+
+// The model's parameters and buffers, the optimizer's state and fp16's loss scale from `all`
+// (flatten_state's) and `meta`. Returns the EMA when this run takes it (else empty). The loss
+// scale first: it is the one part that can refuse (a malformed entry), and a refusal must leave
+// the rest untouched.
+std::vector<float> apply_state(const TrainConfig& config, const ResumeTargets& targets,
+                               const std::vector<float>& all, const json& meta) {
+  // fp16's loss scale goes on where it was (a checkpoint without one starts afresh).
+  targets.precision.load_state_json(meta.value("grad_scaler", json()));
+  model::ResNet& model = targets.model;
   size_t at = 0;
   auto take = [&](size_t n) {
     DL_CHECK(at + n <= all.size()) << at << " + " << n << " > " << all.size();
@@ -210,7 +217,7 @@ std::vector<float> load_resumed_state(const TrainConfig& config, comm::ProcessGr
   };
   model.params_tensor().copy_from_host(take(model.num_params()));
   size_t buffer_floats = 0;
-  for (auto* b : buffers) {
+  for (auto* b : model.buffers()) {
     b->copy_from_host(take(static_cast<size_t>(b->numel())));
     buffer_floats += static_cast<size_t>(b->numel());
   }
@@ -222,9 +229,19 @@ std::vector<float> load_resumed_state(const TrainConfig& config, comm::ProcessGr
   }
   std::vector<float> state(all.begin() + static_cast<std::ptrdiff_t>(at), all.end());
   targets.optimizer.load_state(std::move(state), meta.value("optimizer_steps", int64_t{0}));
-  // fp16's loss scale goes on where it was (a checkpoint without one starts afresh).
-  targets.precision.load_state_json(meta.value("grad_scaler", json()));
   return ema;
+}
+
+// Every rank: the state from rank 0's `checkpoint` (empty on the other ranks). One broadcast for
+// all of it: one per BN buffer would cost a round trip each, on the path of every restarted
+// worker.
+std::vector<float> load_resumed_state(const TrainConfig& config, comm::ProcessGroup& pg,
+                                      const ResumeTargets& targets,
+                                      const ckpt::Checkpoint& checkpoint, const json& meta) {
+  std::vector<float> all;
+  if (pg.rank() == 0) all = flatten_state(config, targets.model, checkpoint);
+  broadcast_floats(pg, all);
+  return apply_state(config, targets, all, meta);
 }
 
 // Rank 0: where the resumed run goes on, in the log.
@@ -335,12 +352,57 @@ void require_one_run(const std::string& path, const std::string& run_id,
   }
 }
 
+std::optional<ResumePoint> resume_from_peer(const TrainConfig& config, comm::ProcessGroup& pg,
+                                            const data::ImageDataset& train_set,
+                                            const ResumeTargets& targets) {
+  json meta;
+  std::vector<float> ema;
+  std::string from;
+  // Decoded and checked in full before anything is copied: a refusal leaves this rank as it was.
+  auto load = [&](const std::vector<uint8_t>& bytes, int source) {
+    from = fmt::format("the training state of rank {} (a live peer)", source);
+    ckpt::LoadedCheckpoint loaded{from, ckpt::decode_checkpoint(bytes, from)};
+    check_resumable(loaded, config, train_set, targets.model);
+    const std::vector<float> all = flatten_state(config, targets.model, loaded.ckpt);
+    ema = apply_state(config, targets, all, loaded.ckpt.meta);
+    meta = std::move(loaded.ckpt.meta);
+  };
+  const PeerStateResult result = share_peer_state(pg, /*has_state=*/false, {}, load);
+  if (result.outcome == PeerStateOutcome::kNoSurvivor) {
+    if (pg.rank() == 0) {
+      log_info(
+          "no rank of this group holds the training state (every rank is new): resuming from "
+          "the flash copy or the disk checkpoint");
+    }
+    return std::nullopt;
+  }
+  // Holding no state, this rank either received it or the exchange failed.
+  if (result.outcome != PeerStateOutcome::kReceived) {
+    throw PeerStateError(fmt::format(
+        "this replacement rank could not take the training state from a live peer: {}. The "
+        "worker exits so that the job restarts from the flash copy or the disk checkpoint",
+        result.error));
+  }
+  ResumePoint point = resume_point_of(meta, pg.size(), config.batch_size, train_set.size());
+  point.resumed = true;
+  point.checkpoint = from;
+  point.run_id = meta.value("run_id", std::string());
+  point.ema = std::move(ema);
+  if (pg.rank() == 0) log_position(point, pg.size(), config.batch_size, train_set.size());
+  return point;
+}
+
 // Rank 0 decides and reads; the others learn the outcome by broadcast. The phases of a
 // restarted worker's resume are timed at debug level: they are on the path from a worker's
 // death to the next step (docs/benchmarks.md, "Flash checkpoints").
 ResumePoint resume(const TrainConfig& config, comm::ProcessGroup& pg,
                    const data::ImageDataset& train_set, const ResumeTargets& targets,
-                   const std::string& flash_dir) {
+                   const std::string& flash_dir, bool replacement) {
+  if (replacement) {
+    if (std::optional<ResumePoint> point = resume_from_peer(config, pg, train_set, targets)) {
+      return std::move(*point);
+    }
+  }
   const bool rank0 = pg.rank() == 0;
   const Clock::time_point t0 = Clock::now();
   ckpt::Checkpoint checkpoint;
@@ -357,6 +419,9 @@ ResumePoint resume(const TrainConfig& config, comm::ProcessGroup& pg,
     if (decision["kind"] == "usage") throw UsageError(msg);
     throw ckpt::CheckpointError(msg);
   }
+  // Every rank knows the run: each node's local rank 0 writes it into its flash copies, and any
+  // rank may be the one a replacement takes the state from.
+  run_id = decision.value("run_id", std::string());
   if (!decision.contains("resume")) {
     targets.data_parallel.broadcast_state();
     ResumePoint fresh;

@@ -1,6 +1,9 @@
-// Where a run starts: afresh, or from a checkpoint (on disk, or the flash copy a restarted
-// worker's predecessor left), as one ResumePoint value the training loop consumes once.
+// Where a run starts: afresh, from a checkpoint (on disk, or the flash copy a restarted worker's
+// predecessor left), or, for a replacement rank, from the state of a rank that survived, as one
+// ResumePoint value the training loop consumes once.
 //
+//   a replacement (DLAUNCH_REPLACEMENT=1): the state of the lowest rank holding it, by broadcast
+//               (peer_state.h); when no rank holds it (every rank is new), the sources below
 //   rank 0:     choose (--resume none|auto|PATH, --overwrite, the flash copy) -> check that this
 //               run can continue it -> read it
 //   every rank: the decision by broadcast (a refusal throws the same error on every rank instead
@@ -10,12 +13,15 @@
 //
 // resume() blocks for the reads and the broadcasts and throws UsageError (a checkpoint of other
 // settings, an --output_dir holding other runs' checkpoints), ckpt::CheckpointError (nothing
-// valid to resume, a corrupt --resume PATH) or the group's errors. The other functions are pure.
+// valid to resume, a corrupt --resume PATH), PeerStateError (a replacement that could not take
+// a live peer's state: the source died, the checksum did not match) or the group's errors.
+// resume_point_of, checkpoint_to_resume and require_one_run are pure.
 #pragma once
 
 #include <cmath>
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +32,7 @@
 #include "worker/model/resnet.h"
 #include "worker/optim/optimizer.h"
 #include "worker/train/epoch_totals.h"
+#include "worker/train/peer_state.h"
 #include "worker/train/precision.h"
 #include "worker/train/train_config.h"
 
@@ -45,7 +52,7 @@ struct EpochResume {
 struct ResumePoint {
   bool resumed = false;
   std::string checkpoint;   // the file resumed from
-  std::string run_id;       // rank 0: this run's id (the checkpoint's, or a new one); else ""
+  std::string run_id;       // this run's id (the checkpoint's, or a new one), on every rank
   int64_t epochs_done = 0;  // the epoch to start with (0-based)
   int64_t global_step = 0;
   double test_loss = std::nan("");  // the checkpoint's last evaluation (NaN: none)
@@ -65,10 +72,22 @@ struct ResumeTargets {
 };
 
 // Every rank, collectively. `flash_dir`: this rank's flash copies ("" when none); rank 0 reads
-// its node's when resuming.
+// its node's when resuming. `replacement`: this process replaces a failed rank of a running job
+// (WorkerEnv::replacement); every rank of the group must then take part in resume_from_peer
+// first: the new ones through this call, the survivors by offering their state
+// (share_peer_state with has_state, encode_training_state).
 ResumePoint resume(const TrainConfig& config, comm::ProcessGroup& pg,
                    const data::ImageDataset& train_set, const ResumeTargets& targets,
-                   const std::string& flash_dir);
+                   const std::string& flash_dir, bool replacement = false);
+
+// Every rank without state, collectively with the survivors: the state of the lowest rank that
+// holds it (peer_state.h), checked as a checkpoint would be and loaded into `targets`, and the
+// position it records. nullopt when no rank holds it (nothing loaded). Throws PeerStateError
+// when the exchange failed (nothing loaded, unless another rank failed after this one loaded a
+// whole state), UsageError never: a state of other settings is a failed exchange too.
+std::optional<ResumePoint> resume_from_peer(const TrainConfig& config, comm::ProcessGroup& pg,
+                                            const data::ImageDataset& train_set,
+                                            const ResumeTargets& targets);
 
 // The position a checkpoint's `meta` records, for a run of `world_size` ranks with --batch_size
 // `batch_size` over `train_size` samples (the EMA, the file and the run id are not its part).

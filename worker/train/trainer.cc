@@ -513,7 +513,7 @@ TrainSummary Trainer::run() {
   checkpoints_.open_flash(env_);
   ResumePoint point =
       resume(config_, pg_, train_set_, {*model_, *data_parallel_, *optimizer_, *precision_},
-             checkpoints_.flash_dir());
+             checkpoints_.flash_dir(), env_.replacement);
   const int64_t start_epoch = continue_from(point);
   start_ema(std::move(point.ema));
   divergence_.emplace(config_, !precision_->loss_scaling(), global_step_);

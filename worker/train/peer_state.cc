@@ -1,0 +1,218 @@
+#include "worker/train/peer_state.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <exception>
+#include <utility>
+
+#include "common/byte_order.h"
+#include "common/log.h"
+#include "worker/checkpoint/checkpoint.h"
+
+namespace dlaunch::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The header the source broadcasts before the bytes: four little-endian u64.
+constexpr size_t kHeaderBytes = 32;
+constexpr uint64_t kStatusOk = 0;
+constexpr uint64_t kStatusSerializeFailed = 1;  // `length` is then the error message's
+
+// A collective of the exchange failed: the group is unusable.
+struct CollectiveFailed {
+  std::string message;
+};
+
+// Runs one collective; its failure (a peer died, or the timeout passed) becomes CollectiveFailed
+// saying what the exchange was doing. Nothing else is caught: a test's on_chunk may throw.
+template <typename Fn>
+void collective(const std::string& doing, Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    throw CollectiveFailed{fmt::format("{}: {}", doing, e.what())};
+  }
+}
+
+struct Header {
+  uint64_t status = kStatusOk;
+  uint64_t length = 0;
+  uint64_t checksum = 0;
+  uint64_t chunk_bytes = 0;
+};
+
+Header broadcast_header(comm::ProcessGroup& pg, int source, const Header& mine) {
+  uint8_t raw[kHeaderBytes];
+  store_le<uint64_t>(raw, mine.status);
+  store_le<uint64_t>(raw + 8, mine.length);
+  store_le<uint64_t>(raw + 16, mine.checksum);
+  store_le<uint64_t>(raw + 24, mine.chunk_bytes);
+  collective(fmt::format("receiving the state's header from rank {}", source),
+             [&] { pg.broadcast(raw, sizeof raw, source); });
+  return {load_le<uint64_t>(raw), load_le<uint64_t>(raw + 8), load_le<uint64_t>(raw + 16),
+          load_le<uint64_t>(raw + 24)};
+}
+
+// Every rank's verdict ("" when it has no complaint), joined; "" when nobody complained.
+std::string agree_on_verdicts(comm::ProcessGroup& pg, const std::string& mine) {
+  std::vector<std::vector<uint8_t>> all;
+  collective("agreeing on the outcome",
+             [&] { all = pg.allgather(std::vector<uint8_t>(mine.begin(), mine.end())); });
+  std::string joined;
+  for (const auto& v : all) {
+    if (v.empty()) continue;
+    joined += (joined.empty() ? "" : "; ") + std::string(v.begin(), v.end());
+  }
+  return joined;
+}
+
+double ms_since(Clock::time_point t) {
+  return 1e3 * std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+const char* peer_state_outcome_name(PeerStateOutcome outcome) {
+  switch (outcome) {
+    case PeerStateOutcome::kReceived:
+      return "received";
+    case PeerStateOutcome::kKept:
+      return "kept";
+    case PeerStateOutcome::kNoSurvivor:
+      return "no survivor";
+    case PeerStateOutcome::kFailed:
+      return "failed";
+  }
+  return "?";
+}
+
+PeerStateResult share_peer_state(comm::ProcessGroup& pg, bool has_state,
+                                 const SerializeState& serialize, const LoadState& load,
+                                 const PeerStateOptions& options) {
+  const int rank = pg.rank();
+  const Clock::time_point t0 = Clock::now();
+  PeerStateResult result;
+  uint64_t done = 0;  // bytes through, for the message of a failure halfway
+  try {
+    std::vector<std::vector<uint8_t>> flags;
+    collective("asking which ranks hold the training state",
+               [&] { flags = pg.allgather({static_cast<uint8_t>(has_state ? 1 : 0)}); });
+    for (int r = 0; r < static_cast<int>(flags.size()); ++r) {
+      if (!flags[r].empty() && flags[r][0] != 0) {
+        result.source = r;
+        break;
+      }
+    }
+    if (result.source < 0) {
+      result.outcome = PeerStateOutcome::kNoSurvivor;
+      return result;
+    }
+    const int source = result.source;
+    const bool sending = rank == source;
+
+    // The source's bytes, or why there are none.
+    std::vector<uint8_t> payload;
+    Header mine;
+    if (sending) {
+      std::string failure;
+      try {
+        DL_CHECK(serialize) << "rank " << rank << " holds the state but has no serialize";
+        payload = serialize();
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+      mine.chunk_bytes = std::max<size_t>(options.chunk_bytes, 1);
+      if (failure.empty()) {
+        mine.length = payload.size();
+        mine.checksum = ckpt::checkpoint_crc32(payload.data(), payload.size());
+      } else {
+        mine.status = kStatusSerializeFailed;
+        payload.assign(failure.begin(), failure.end());
+        mine.length = payload.size();
+      }
+    }
+    const Header header = broadcast_header(pg, source, mine);
+    result.bytes = header.length;
+    result.checksum = static_cast<uint32_t>(header.checksum);
+    if (header.status == kStatusSerializeFailed) {
+      std::string message(header.length, '\0');
+      if (sending) message.assign(payload.begin(), payload.end());
+      if (!message.empty()) {
+        collective(fmt::format("receiving rank {}'s serialization error", source),
+                   [&] { pg.broadcast(message.data(), message.size(), source); });
+      }
+      result.error = fmt::format(
+          "rank {} holds the training state but could not serialize it: {}; nothing was sent "
+          "or loaded",
+          source, message);
+      return result;
+    }
+
+    // The bytes, chunk by chunk. A rank that holds the state itself takes them into a scratch
+    // chunk (they must go through every rank, but it keeps its own state).
+    const bool receiving = !has_state;
+    if (receiving) payload.assign(header.length, 0);
+    std::vector<uint8_t> scratch;
+    if (!sending && !receiving) {
+      scratch.resize(std::min<uint64_t>(header.chunk_bytes, header.length));
+    }
+    while (done < header.length) {
+      const uint64_t n = std::min<uint64_t>(header.chunk_bytes, header.length - done);
+      uint8_t* at = (sending || receiving) ? payload.data() + done : scratch.data();
+      collective(fmt::format("the state's broadcast from rank {} after {} of {} bytes", source,
+                             done, header.length),
+                 [&] { pg.broadcast(at, n, source); });
+      done += n;
+      if (options.on_chunk) options.on_chunk(done, header.length);
+    }
+
+    // Receivers check, then load; a complaint from any rank fails the exchange for all.
+    std::string complaint;
+    if (receiving) {
+      const uint32_t found = ckpt::checkpoint_crc32(payload.data(), payload.size());
+      if (found != result.checksum) {
+        complaint = fmt::format(
+            "rank {}: the state from rank {} failed its checksum: expected CRC-32 {:08x} over {} "
+            "bytes, found {:08x}; nothing was loaded",
+            rank, source, result.checksum, header.length, found);
+      } else {
+        try {
+          DL_CHECK(load) << "rank " << rank << " takes the state but has no load";
+          load(payload, source);
+          result.loaded = true;
+        } catch (const std::exception& e) {
+          complaint =
+              fmt::format("rank {} refused the state from rank {}: {}", rank, source, e.what());
+        }
+      }
+    }
+    const std::string verdict = agree_on_verdicts(pg, complaint);
+    if (!verdict.empty()) {
+      result.error = verdict;
+      return result;
+    }
+    result.outcome = receiving ? PeerStateOutcome::kReceived : PeerStateOutcome::kKept;
+    if (receiving) {
+      log_info("took the training state from rank {}: {} bytes in {:.0f} ms (CRC-32 {:08x})",
+               source, header.length, ms_since(t0), result.checksum);
+    } else if (sending) {
+      log_debug("sent the training state to the ranks without it: {} bytes in {:.0f} ms",
+                header.length, ms_since(t0));
+    }
+    return result;
+  } catch (const CollectiveFailed& e) {
+    result.outcome = PeerStateOutcome::kFailed;
+    result.group_broken = true;
+    result.error =
+        fmt::format("rank {}: {} ({}); the group must be re-formed", rank, e.message,
+                    result.loaded ? "this rank had loaded the complete, checked state before"
+                                  : "nothing was loaded");
+    return result;
+  }
+}
+
+}  // namespace dlaunch::train
