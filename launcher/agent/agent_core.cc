@@ -153,19 +153,30 @@ void AgentCore::carry_out(const Action& a) {
       });
       return;
     case A::kTimeline:
+    case A::kLogInfo:
+    case A::kLogWarning:
+    case A::kLogError:
+    case A::kAnswer:
+      return say(a);
+  }
+}
+
+void AgentCore::say(const Action& a) {
+  switch (a.kind) {
+    case Action::Kind::kTimeline:
       monitor->events().emit(a.text, {{"signal", signal_name(a.signal)}});
       return;
-    case A::kLogInfo:
+    case Action::Kind::kLogInfo:
       log_info("{}", a.text);
       return;
-    case A::kLogWarning:
+    case Action::Kind::kLogWarning:
       log_warning("{}", a.text);
       return;
-    case A::kLogError:
+    case Action::Kind::kLogError:
       log_error("{}", a.text);
       return;
-    case A::kAnswer:
-      return;  // the caller of post() reads it
+    default:
+      return;  // kAnswer: the caller of post() reads it
   }
 }
 

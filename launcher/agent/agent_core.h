@@ -49,6 +49,8 @@ class AgentCore : public AgentContext {
   AgentStatus status_;
 
   void carry_out(const Action& a);
+  // The log lines, timeline entries and answers step() words itself.
+  void say(const Action& a);
   void stop_group(int first);
   void collect_group();
   void say_why_finished(const Action& a);

@@ -1,10 +1,7 @@
 #include "launcher/agent/agent_status.h"
 
 #include <fmt/format.h>
-#include <signal.h>
 #include <unistd.h>
-
-#include <boost/asio/post.hpp>
 
 #include "common/log.h"
 #include "rendezvous/tcp/tcp_store_server.h"

@@ -32,8 +32,10 @@ using A = Action::Kind;
 using E = Event::Kind;
 using P = AgentPhase;
 
-// One step's work: the state it changes and the actions it gathers, in order.
-struct Stepper {
+// One step's work, in layers by concern: the state it changes and the actions it gathers, in
+// order; starting, stopping and ending a generation (with decide()); then the rendezvous's
+// events, the signals, and the rest with the dispatch on the event's kind (Stepper).
+struct GenerationSteps {
   AgentState s;
   std::vector<Action> out;
 
@@ -165,7 +167,11 @@ struct Stepper {
     }
     if (s.phase == P::kStopping && e.all_exited) group_down(e.group);
   }
+};
 
+// What the rendezvous pushes while the workers run or wait at the exit barrier, and the verdict
+// on a failure.
+struct PeerSteps : GenerationSteps {
   void peer_event(const Event& e) {
     if (s.phase == P::kExitBarrier) return peer_event_after_success(e);
     if (!working()) return;
@@ -270,7 +276,10 @@ struct Stepper {
                                   s.peer_failure, s.max_restarts));
     finish_now(exit_codes::kWorkersFailed);
   }
+};
 
+// The signals dlaunch receives (agent_signals.h), `dlaunch stop` among them.
+struct SignalSteps : PeerSteps {
   void signal(const Event& e) {
     const int sig = e.signal;
     if (sig == SIGCHLD) return act(A::kReapOrphans);
@@ -357,7 +366,10 @@ struct Stepper {
         return;
     }
   }
+};
 
+// Hangs, control requests, the exit barrier and the start of a generation; on() dispatches.
+struct Stepper : SignalSteps {
   void hang_verdict(const Event& e) {
     if (s.phase != P::kCapturing) return;
     // The peer that asked has told every node already.
@@ -509,7 +521,8 @@ struct Stepper {
 }  // namespace
 
 StepResult step(AgentState state, const Event& event) {
-  Stepper st{std::move(state), {}};
+  Stepper st;
+  st.s = std::move(state);
   st.on(event);
   return {std::move(st.s), std::move(st.out)};
 }
