@@ -1,6 +1,6 @@
 #include "launcher/agent/agent_decision.h"
 
-#include "launcher/agent/agent.h"
+#include "launcher/agent/exit_codes.h"
 
 namespace dlaunch {
 

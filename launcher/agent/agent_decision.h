@@ -1,8 +1,8 @@
 // What the agent does once a generation's worker group has stopped: one pure function of the
-// group's final state, why the agent stopped it, and the restart budget. The agent records the
-// cause as events arrive (StopCause::record) and calls decide() when the group is down; all
-// logging, reporting and side effects stay in the agent (agent.cc). Kept apart so the whole
-// table is tested without processes, timers or a loop (tests/launcher/agent_decision_test.cc).
+// group's final state, why the agent stopped it, and the restart budget. step() (agent_step.h)
+// records the cause as events arrive (StopCause::record) and calls decide() when the group is
+// down; the side effects are the actions step() returns. Kept apart so this table is tested on
+// its own too (tests/launcher/agent_decision_test.cc).
 #pragma once
 
 #include <cstdint>

@@ -6,13 +6,12 @@
 #include <algorithm>
 
 #include "common/log.h"
-#include "launcher/agent/agent_core.h"
 #include "launcher/status/node_status.h"
 #include "launcher/hang/stack_capture.h"
 
 namespace dlaunch {
 
-HangWatch::HangWatch(AgentCore& agent)
+HangWatch::HangWatch(AgentContext& agent)
     : agent_(agent), timer_(agent.io), probe_(agent.procs, agent.io) {}
 
 void HangWatch::arm() {
@@ -20,11 +19,11 @@ void HangWatch::arm() {
   Duration period = std::clamp<Duration>(agent_.cfg.hang_timeout / 4, std::chrono::milliseconds(10),
                                          std::chrono::milliseconds(500));
   timer_.expires_after(period);
-  const int64_t gen = agent_.generation;
+  const int64_t gen = agent_.state().generation;
   timer_.async_wait([this, gen](const boost::system::error_code& ec) {
-    if (ec || gen != agent_.generation || agent_.phase != AgentPhase::kRunning) return;
+    if (ec || !agent_.still(gen, AgentPhase::kRunning)) return;
     check();
-    if (agent_.phase == AgentPhase::kRunning) arm();
+    if (agent_.state().phase == AgentPhase::kRunning) arm();
   });
 }
 
@@ -71,8 +70,10 @@ void HangWatch::start_hang(const Silent& s, TimePoint now) {
 }
 
 bool HangWatch::investigate_for_peer() {
-  if (agent_.cfg.hang_timeout.count() <= 0 || paused_ || agent_.phase != AgentPhase::kRunning)
+  if (agent_.cfg.hang_timeout.count() <= 0 || paused_ ||
+      agent_.state().phase != AgentPhase::kRunning) {
     return false;
+  }
   const TimePoint now = agent_.opts.clock->now();
   Silent s = silent_workers(now);
   if (s.suspects.empty()) return false;
@@ -163,18 +164,19 @@ void HangWatch::investigate(const std::vector<int64_t>& suspects, bool for_peer)
     const WorkerRecord& w = agent_.group->worker(local_rank);
     targets.push_back({w.local_rank, w.global_rank, w.pid, w.log_dir});
   }
-  agent_.phase = AgentPhase::kCapturing;
-  const int64_t gen = agent_.generation;
+  agent_.post({Event::Kind::kCaptureStarted});
+  const int64_t gen = agent_.state().generation;
   probe_.start(std::move(targets), std::move(o),
                [this, gen, suspects, for_peer](std::vector<HangInvestigation::Result> results) {
-                 if (gen != agent_.generation || agent_.phase != AgentPhase::kCapturing) return;
+                 if (!agent_.still(gen, AgentPhase::kCapturing)) return;
                  blame(suspects, results, for_peer);
                });
 }
 
 void HangWatch::blame(const std::vector<int64_t>& suspects,
                       const std::vector<HangInvestigation::Result>& results, bool for_peer) {
-  agent_.phase = AgentPhase::kCapturing;  // until the verdict is final (end()); also without stacks
+  // Capturing until the verdict is final (end()); also without stacks.
+  agent_.post({Event::Kind::kCaptureStarted});
   HangVerdict v = judge_hang(suspects, results);
   for (const auto& r : results) {
     WorkerRecord& w = agent_.group->worker(r.target.local_rank);
@@ -199,12 +201,12 @@ void HangWatch::blame(const std::vector<int64_t>& suspects,
   // Asked by a peer, before any worker here passed --hang_timeout: the hang is not this node's
   // to claim, and the peer's verdict is what to read (it was written before its request).
   if (for_peer) req.mine.stuck_here = false;
-  const int64_t gen = agent_.generation;
+  const int64_t gen = agent_.state().generation;
   start_hang_exchange(
       round ? round->store : nullptr, req,
       [g = agent_.gate](std::function<void()> f) { post_from_thread(g, std::move(f)); },
       [this, gen, for_peer](std::optional<NodeHangVerdict> root) {
-        if (gen == agent_.generation) end(root, for_peer);
+        if (gen == agent_.state().generation) end(root, for_peer);
       });
 }
 
@@ -214,25 +216,23 @@ void HangWatch::end(const std::optional<NodeHangVerdict>& elsewhere, bool for_pe
     log_error("root cause of the hang: {}; the silent ranks here wait in a collective for it",
               describe_remote_hang_root(*elsewhere));
   }
-  if (agent_.phase != AgentPhase::kCapturing) return;
   const WorkerRecord& w = agent_.group->worker(agent_.group->root_cause().value_or(0));
-  // The peer that asked has told every node already.
-  if (agent_.opts.rendezvous && !for_peer) {
-    agent_.rendezvous.report_to_peers(
-        elsewhere ? fmt::format("the ranks on {} hung waiting for {}", agent_.opts.host,
-                                describe_remote_hang_root(*elsewhere))
-                  : fmt::format("rank {} on {} hung (no heartbeat for {:.1f} s){}{}", w.global_rank,
-                                agent_.opts.host, to_seconds(agent_.cfg.hang_timeout),
-                                w.hang_where.empty() ? "" : " in ", w.hang_where));
-  }
-  agent_.stop_group(SIGTERM);
+  Event verdict{Event::Kind::kHangVerdict};
+  verdict.flag = for_peer;
+  verdict.text = elsewhere ? fmt::format("the ranks on {} hung waiting for {}", agent_.opts.host,
+                                         describe_remote_hang_root(*elsewhere))
+                           : fmt::format("rank {} on {} hung (no heartbeat for {:.1f} s){}{}",
+                                         w.global_rank, agent_.opts.host,
+                                         to_seconds(agent_.cfg.hang_timeout),
+                                         w.hang_where.empty() ? "" : " in ", w.hang_where);
+  agent_.post(verdict);
 }
 
 // Workers silent for longer than --hang_timeout get SIGKILL at once, before the others'
 // SIGTERM: stuck (or stopped) they cannot act on SIGTERM, their stacks are already taken, and
 // waiting --shutdown_grace for them only delays the restart. Their peers, blocked in a
-// collective with them, then fail at once as the sockets close. Every stop does this
-// (GroupStopper::stop): a peer's restart request can come while this node still takes its own
+// collective with them, then fail at once as the sockets close. Every stop does this (the
+// kStopGroup action): a peer's restart request can come while this node still takes its own
 // hung workers' stacks (a chaos soak: a SIGSTOPped worker then got --shutdown_grace).
 void HangWatch::kill_silent_workers() {
   if (agent_.cfg.hang_timeout.count() <= 0) return;

@@ -12,16 +12,15 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "launcher/agent/agent_context.h"
 #include "launcher/hang/hang_exchange.h"
 #include "launcher/hang/hang_investigation.h"
 
 namespace dlaunch {
 
-struct AgentCore;
-
 class HangWatch {
  public:
-  explicit HangWatch(AgentCore& agent);
+  explicit HangWatch(AgentContext& agent);
 
   // Checks the heartbeats every min(--hang_timeout / 4, 500 ms) while the workers run.
   void arm();
@@ -30,7 +29,7 @@ class HangWatch {
   // The job ends: no more checks and no capture in progress.
   void cancel();
   // SIGKILL for the workers silent past --hang_timeout; every stop of the group starts with it
-  // (GroupStopper::stop).
+  // (the kStopGroup action).
   void kill_silent_workers();
   // Another node asked for a restart while workers here are silent (for half --hang_timeout or
   // more): they most likely wait in a collective for a rank that hung on that node, whose agent
@@ -50,7 +49,7 @@ class HangWatch {
   }
 
  private:
-  AgentCore& agent_;
+  AgentContext& agent_;
   boost::asio::steady_timer timer_;
   TimePoint resumed_{};  // the last SIGCONT; silence is counted from it at the earliest
   bool paused_ = false;

@@ -14,7 +14,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "launcher/agent/agent.h"
+#include "launcher/agent/agent_options.h"
 #include "launcher/status/control_auth.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/config/python_hooks.h"

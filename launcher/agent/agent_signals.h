@@ -10,34 +10,29 @@
 #include <boost/asio/signal_set.hpp>
 #include <string>
 
-namespace dlaunch {
+#include "launcher/agent/agent_context.h"
 
-struct AgentCore;
+namespace dlaunch {
 
 class AgentSignals {
  public:
-  explicit AgentSignals(AgentCore& agent);
+  explicit AgentSignals(AgentContext& agent);
 
   // Starts receiving the signals above (AgentOptions::handle_signals). Replaces the handler
   // dlaunch's main installs until then (early_signals.h), with no moment between the two
   // when a stop signal has none (PID 1 would lose it). Before any worker is spawned.
   void install();
-  // What a signal does; also `dlaunch stop` (as SIGTERM, `by` naming who asked: the log then
-  // says that instead of "received SIGTERM").
-  void on_signal(int sig, const std::string& by = "");
   // No more signals (the loop ends).
   void cancel();
-
- private:
-  AgentCore& agent_;
-  boost::asio::signal_set signals_;
-
-  void wait();
   // Sends `sig` to every running worker's group.
   void forward(int sig);
-  void on_user_signal(int sig);
-  void on_job_control(int sig);
-  void stop_job(int sig, const std::string& by);
+
+ private:
+  AgentContext& agent_;
+  boost::asio::signal_set signals_;
+
+  // Each signal is posted as kSignal: what it does is step()'s (agent_step.cc).
+  void wait();
 };
 
 }  // namespace dlaunch

@@ -1,13 +1,9 @@
 #include "launcher/agent/agent_status.h"
 
 #include <fmt/format.h>
-#include <signal.h>
 #include <unistd.h>
 
-#include <boost/asio/post.hpp>
-
 #include "common/log.h"
-#include "launcher/agent/agent_core.h"
 #include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch {
@@ -31,19 +27,18 @@ void AgentStatus::start_monitor() {
 }
 
 NodeStatus AgentStatus::snapshot() const {
-  const AgentCore& a = agent_;
   NodeStatus s;
   s.run_id = agent_.cfg.run_id;
   s.host = agent_.opts.host;
   s.local_addr = agent_.cfg.local_addr;
   s.agent_pid = static_cast<int>(::getpid());
-  s.phase = agent_phase_name(agent_.phase);
-  if (agent_.phase == AgentPhase::kRendezvous && agent_.opts.rendezvous) {
+  s.phase = agent_phase_name(agent_.state().phase);
+  if (agent_.state().phase == AgentPhase::kRendezvous && agent_.opts.rendezvous) {
     s.rendezvous_joined = agent_.opts.rendezvous->joined_so_far();
   }
-  s.attempt = agent_.generation;
+  s.attempt = agent_.state().generation;
   s.max_restarts = agent_.cfg.max_restarts;
-  s.restarts = agent_.restart_count();
+  s.restarts = agent_.state().restart_count();
   if (agent_.last_round) {
     s.round = agent_.last_round->round;
     s.node_rank = agent_.last_round->group_rank;
@@ -66,36 +61,13 @@ NodeStatus AgentStatus::snapshot() const {
 }
 
 ControlAnswer AgentStatus::on_control(ControlAction action, const std::string& who) {
-  if (action != ControlAction::kStop) return restart(who);
-  if (agent_.phase == AgentPhase::kDone)
-    return {409, agent_.opts.host + ": the job is already over"};
-  // After the answer is on its way: stopping may end the loop at once (no worker left, a
-  // rendezvous round pending), and then the answer would never be written.
-  boost::asio::post(agent_.io, [this, who]() { agent_.signals.on_signal(SIGTERM, who); });
-  return {200, fmt::format("{}: stopping (as on SIGTERM; dlaunch exits {})", agent_.opts.host,
-                           exit_codes::kSignalBase + SIGTERM)};
-}
-
-ControlAnswer AgentStatus::restart(const std::string& who) {
-  if (agent_.phase != AgentPhase::kRunning && agent_.phase != AgentPhase::kCapturing) {
-    return {409, fmt::format("{}: not restarting: the workers are not running (phase {})",
-                             agent_.opts.host, agent_phase_name(agent_.phase))};
+  Event e{action == ControlAction::kStop ? Event::Kind::kControlStop
+                                         : Event::Kind::kControlRestart};
+  e.text = who;
+  for (const Action& a : agent_.post(e)) {
+    if (a.kind == Action::Kind::kAnswer) return {a.code, agent_.opts.host + ": " + a.text};
   }
-  int64_t used = agent_.restart_count();
-  if (used >= agent_.cfg.max_restarts) {
-    return {409, fmt::format("{}: not restarting: the restart budget is spent ({} of "
-                             "--max_restarts {}); a restart would end the job",
-                             agent_.opts.host, used, agent_.cfg.max_restarts)};
-  }
-  std::string reason = "restart requested by " + who;
-  log_warning("{}; restarting the worker group (counted against --max_restarts)", reason);
-  agent_.group->on_stop_requested(reason);
-  agent_.cause.record(StopKind::kPeerRestart);
-  if (agent_.opts.rendezvous) agent_.rendezvous.report_to_peers(reason);
-  agent_.phase = AgentPhase::kRunning;  // a capture in progress is abandoned
-  agent_.stop_group(SIGTERM);
-  return {200, fmt::format("{}: restarting the worker groups job-wide ({} of {} restarts)",
-                           agent_.opts.host, used + 1, agent_.cfg.max_restarts)};
+  return {500, agent_.opts.host + ": the agent gave no answer"};
 }
 
 }  // namespace dlaunch

@@ -5,27 +5,26 @@
 
 #include <string>
 
+#include "launcher/agent/agent_context.h"
 #include "launcher/agent/agent_monitor.h"
 
 namespace dlaunch {
 
-struct AgentCore;
-
 class AgentStatus {
  public:
-  explicit AgentStatus(AgentCore& agent) : agent_(agent) {}
+  explicit AgentStatus(AgentContext& agent) : agent_(agent) {}
 
-  // Creates the monitor over the run directory and serves the endpoint (AgentCore::monitor).
+  // Creates the monitor over the run directory and serves the endpoint (AgentContext::monitor).
   void start_monitor();
 
  private:
-  AgentCore& agent_;
+  AgentContext& agent_;
 
   NodeStatus snapshot() const;
   // `dlaunch stop` takes the SIGTERM path; `dlaunch restart` the path of a failure elsewhere,
   // so it is counted against --max_restarts and refused when none is left (docs/cli.md).
+  // step() decides and answers (kAnswer).
   ControlAnswer on_control(ControlAction action, const std::string& who);
-  ControlAnswer restart(const std::string& who);
 };
 
 }  // namespace dlaunch

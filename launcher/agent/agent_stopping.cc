@@ -4,7 +4,6 @@
 #include <signal.h>
 
 #include "common/log.h"
-#include "launcher/agent/agent_core.h"
 
 namespace dlaunch {
 namespace {
@@ -17,21 +16,20 @@ std::string join(const std::vector<std::string>& items) {
 
 }  // namespace
 
-GroupStopper::GroupStopper(AgentCore& agent)
+GroupStopper::GroupStopper(AgentContext& agent)
     : agent_(agent), grace_timer_(agent.io), kill_timer_(agent.io) {}
 
 void GroupStopper::after(boost::asio::steady_timer& timer, Duration delay,
                          std::function<void()> then) {
-  const int64_t gen = agent_.generation;
+  const int64_t gen = agent_.state().generation;
   timer.expires_after(delay);
   timer.async_wait([this, gen, then](const boost::system::error_code& ec) {
-    if (!ec && gen == agent_.generation && agent_.phase == AgentPhase::kStopping) then();
+    if (!ec && agent_.still(gen, AgentPhase::kStopping)) then();
   });
 }
 
 void GroupStopper::stop(int first) {
   stop_started_ = agent_.opts.clock->now();
-  agent_.hangs.kill_silent_workers();
   for (auto& w : agent_.group->workers()) {
     if (w.running()) agent_.procs.signal_group(w.pid, first);
   }
@@ -47,7 +45,7 @@ void GroupStopper::stop_leftovers() {
   // touched (an uploader finishing its upload), as torchrun, which does not wait at all,
   // would have let it finish.
   std::vector<std::string> left = agent_.procs.signal_leftovers(0, on_leftovers_gone());
-  if (left.empty()) return agent_.group_stopped();
+  if (left.empty()) return group_down();
   leftovers_pending_ = true;
   stop_started_ = agent_.opts.clock->now();
   log_warning("the workers exited 0 but left {} process(es) running: {}; letting them finish "
@@ -68,14 +66,13 @@ void GroupStopper::term_leftovers() {
 }
 
 std::function<void()> GroupStopper::on_leftovers_gone() {
-  const int64_t gen = agent_.generation;
+  const int64_t gen = agent_.state().generation;
   return [this, gen]() {
-    if (gen != agent_.generation || agent_.phase != AgentPhase::kStopping || !leftovers_pending_)
-      return;
+    if (!agent_.still(gen, AgentPhase::kStopping) || !leftovers_pending_) return;
     leftovers_pending_ = false;
     grace_timer_.cancel();
     log_info("the processes the workers left have ended");
-    agent_.group_stopped();
+    group_down();
   };
 }
 
@@ -88,7 +85,7 @@ void GroupStopper::kill_leftovers() {
                 "{}; sending SIGKILL",
                 left.size(), to_seconds(agent_.opts.clock->now() - stop_started_), join(left));
   }
-  agent_.group_stopped();
+  group_down();
 }
 
 void GroupStopper::kill_now() {
@@ -119,7 +116,13 @@ void GroupStopper::abandon_survivors() {
                                   state.empty() ? "?" : state));
     agent_.group->on_abandoned(w.local_rank);
   }
-  agent_.group_stopped();
+  group_down();
+}
+
+void GroupStopper::group_down() {
+  Event down{Event::Kind::kGroupDown};
+  down.group = agent_.group->state();
+  agent_.post(down);
 }
 
 void GroupStopper::cancel() {

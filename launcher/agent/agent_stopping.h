@@ -2,7 +2,7 @@
 // after --shutdown_grace (or a second Ctrl-C), then the processes that did not die reported and
 // abandoned. After a success, what the workers left running (an uploader, a daemon) is given
 // --shutdown_grace to end, then SIGTERM, then SIGKILL, each step logged. When everything is
-// down the agent decides (AgentCore::group_stopped). Loop thread only.
+// down it posts kGroupDown, and step() decides. Loop thread only.
 #pragma once
 
 #include <boost/asio/steady_timer.hpp>
@@ -11,14 +11,13 @@
 #include <vector>
 
 #include "common/clock.h"
+#include "launcher/agent/agent_context.h"
 
 namespace dlaunch {
 
-struct AgentCore;
-
 class GroupStopper {
  public:
-  explicit GroupStopper(AgentCore& agent);
+  explicit GroupStopper(AgentContext& agent);
 
   // Sends `first` to every running worker's group and arms the grace timer.
   void stop(int first);
@@ -32,7 +31,7 @@ class GroupStopper {
   TimePoint stop_started() const { return stop_started_; }
 
  private:
-  AgentCore& agent_;
+  AgentContext& agent_;
   boost::asio::steady_timer grace_timer_;
   boost::asio::steady_timer kill_timer_;
   TimePoint stop_started_{};  // when the group (or what it left) was sent its stop signal
@@ -45,6 +44,7 @@ class GroupStopper {
   std::function<void()> on_leftovers_gone();
   void kill_leftovers();
   void abandon_survivors();
+  void group_down();
 };
 
 }  // namespace dlaunch

@@ -8,36 +8,36 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "launcher/agent/agent_core.h"
 #include "launcher/output/line_splitter.h"
 #include "launcher/config/python_hooks.h"
 #include "launcher/config/torchrun_flags.h"
 
 namespace dlaunch {
 
-WorkerSupervisor::WorkerSupervisor(AgentCore& agent)
+WorkerSupervisor::WorkerSupervisor(AgentContext& agent)
     : agent_(agent),
       console_is_terminal_(::isatty(STDOUT_FILENO) == 1),
       partial_lines_(agent.io, *agent.opts.clock) {}
 
 void WorkerSupervisor::prepare() { omp_threads_ = default_omp_threads(agent_.cfg, agent_.opts); }
 
-void WorkerSupervisor::start(const RendezvousResult& r) {
-  ++agent_.generation;
-  agent_.last_round = r;
-  agent_.cause.new_generation();
+void WorkerSupervisor::start() {
+  const RendezvousResult r = *agent_.last_round;  // a copy: a nested restart replaces it
   const WorkerPlacement place = place_workers(r, agent_.cfg.nproc_per_node);
-  auto records =
-      agent_.files.make_attempt(agent_.generation, place.first_rank, agent_.cfg.nproc_per_node);
-  if (!records) return agent_.finish(exit_codes::kWorkersFailed);
-  agent_.group = std::make_unique<WorkerGroup>(agent_.generation, std::move(*records));
+  auto records = agent_.files.make_attempt(agent_.state().generation, place.first_rank,
+                                          agent_.cfg.nproc_per_node);
+  if (!records) {
+    agent_.post({Event::Kind::kAttemptFailed});
+    return;
+  }
+  agent_.group = std::make_unique<WorkerGroup>(agent_.state().generation, std::move(*records));
   outputs_.assign(static_cast<size_t>(agent_.cfg.nproc_per_node), nullptr);
   log_info("attempt {}: starting {} worker(s), global ranks {}-{} of {} (node {} of {}), "
            "restart count {}/{}",
-           agent_.generation, agent_.cfg.nproc_per_node, place.first_rank,
+           agent_.state().generation, agent_.cfg.nproc_per_node, place.first_rank,
            place.first_rank + agent_.cfg.nproc_per_node - 1, place.world, r.group_rank,
            r.group_world_size, r.restart_count, agent_.cfg.max_restarts);
-  agent_.phase = AgentPhase::kRunning;
+  agent_.post({Event::Kind::kWorkersStarting});
   auto console = make_shared_console(agent_.cfg);  // --log_fold
   filtered_.reset();
   try {
@@ -45,19 +45,19 @@ void WorkerSupervisor::start(const RendezvousResult& r) {
     filtered_ = FilteredCopy::open(agent_.cfg, rank_dir.substr(0, rank_dir.rfind('/')));
   } catch (const Error& e) {
     log_warning("{}; --duplicate_*_filters copies nothing in attempt {}", e.what(),
-                agent_.generation);
+                agent_.state().generation);
   }
   for (int64_t local_rank = 0; local_rank < agent_.cfg.nproc_per_node; ++local_rank) {
     if (!spawn(r, place, local_rank, console)) return;
   }
-  if (agent_.cfg.hang_timeout.count() > 0) agent_.hangs.arm();
+  agent_.post({Event::Kind::kWorkersSpawned});
 }
 
 bool WorkerSupervisor::spawn(const RendezvousResult& r, WorkerPlacement place,
                              int64_t local_rank, const std::shared_ptr<SharedConsole>& console) {
   WorkerRecord& w = agent_.group->worker(local_rank);
   WorkerEnvInputs inputs{&agent_.cfg, &agent_.opts, omp_threads_, console_is_terminal_,
-                         agent_.generation};
+                         agent_.state().generation};
   SpawnRequest req;
   req.argv = agent_.cfg.worker_argv(local_rank);
   req.env = full_worker_env(worker_contract(inputs, r, place, local_rank, w.log_dir),
@@ -83,29 +83,32 @@ bool WorkerSupervisor::spawn(const RendezvousResult& r, WorkerPlacement place,
     agent_.monitor->events().emit("worker_started", {{"rank", w.global_rank},
                                                 {"local_rank", local_rank},
                                                 {"pid", pid},
-                                                {"attempt", agent_.generation}});
+                                                {"attempt", agent_.state().generation}});
     log_debug("local rank {} started as pid {}", local_rank, pid);
     return true;
   } catch (const SpawnError& e) {
     log_spawn_error(e.what());
-    agent_.cause.record(StopKind::kUsage);
     agent_.group->on_spawn_failed(e.what());
+    Event failed{Event::Kind::kSpawnFailed};
+    failed.flag = true;  // the program cannot be executed here: no restart helps
+    agent_.post(failed);
+    return false;
   } catch (const Error& e) {
     log_error("cannot start local rank {}: {}", local_rank, e.what());
     agent_.group->on_spawn_failed(e.what());
   }
-  agent_.stop_group(SIGTERM);
+  agent_.post({Event::Kind::kSpawnFailed});
   return false;
 }
 
 ProcessCallbacks WorkerSupervisor::callbacks(int64_t local_rank,
                                              const std::shared_ptr<WorkerOutput>& out,
                                              const std::string& prefix) {
-  const int64_t gen = agent_.generation;
+  const int64_t gen = agent_.state().generation;
   std::shared_ptr<FilteredCopy> filtered = filtered_;
   auto tail = std::make_shared<LineSplitter>();
   auto add_tail = [this, gen, local_rank](std::string_view line) {
-    if (gen == agent_.generation && agent_.group) {
+    if (gen == agent_.state().generation && agent_.group) {
       agent_.group->add_stderr_line(local_rank, std::string(line));
     }
   };
@@ -133,7 +136,7 @@ ProcessCallbacks WorkerSupervisor::callbacks(int64_t local_rank,
 
 void WorkerSupervisor::on_exit(int64_t gen, int64_t local_rank, const ExitStatus& st) {
   // An abandoned worker of an earlier generation.
-  if (gen != agent_.generation || !agent_.group) return;
+  if (gen != agent_.state().generation || !agent_.group) return;
   bool was_final = agent_.group->final();
   agent_.group->on_exit(local_rank, st, agent_.opts.clock->now(), std::chrono::system_clock::now());
   const WorkerRecord& w = agent_.group->worker(local_rank);
@@ -143,22 +146,22 @@ void WorkerSupervisor::on_exit(int64_t gen, int64_t local_rank, const ExitStatus
                             {"pid", w.pid},
                             st.signaled ? EventFields::value_type{"signal", signal_name(st.code)}
                                         : EventFields::value_type{"exit_code", st.code},
-                            {"attempt", agent_.generation}});
+                            {"attempt", agent_.state().generation}});
   if (!was_final && agent_.group->state() == GroupState::kFailed) {
     log_error("local rank {} (rank {}, pid {}) failed: {}; stopping the other workers",
               local_rank, w.global_rank, w.pid, st.describe());
-    if (agent_.opts.rendezvous) {
-      agent_.rendezvous.report_to_peers(fmt::format("rank {} on {} failed: {}", w.global_rank,
-                                               agent_.opts.host, st.describe()));
-    }
-    agent_.stop_group(SIGTERM);
+    Event failed{Event::Kind::kWorkerFailed};
+    failed.text = fmt::format("rank {} on {} failed: {}", w.global_rank, agent_.opts.host,
+                              st.describe());
+    agent_.post(failed);
     return;
   }
   log_debug("local rank {} (pid {}) exited: {}", local_rank, w.pid, st.describe());
-  if (agent_.group->state() == GroupState::kSucceeded && agent_.phase == AgentPhase::kRunning) {
-    return on_success();
-  }
-  if (agent_.phase == AgentPhase::kStopping && agent_.group->all_exited()) agent_.group_stopped();
+  Event exited{Event::Kind::kWorkerExited};
+  exited.group = agent_.group->state();
+  exited.all_exited = agent_.group->all_exited();
+  exited.count = agent_.cfg.nproc_per_node;
+  agent_.post(exited);
 }
 
 void WorkerSupervisor::on_output_loss(std::shared_ptr<const OutputLoss> loss) {
@@ -172,7 +175,7 @@ void WorkerSupervisor::on_output_loss(std::shared_ptr<const OutputLoss> loss) {
                                                 {"stream", stream},
                                                 {"path", loss->path},
                                                 {"error", std::strerror(loss->error)},
-                                                {"attempt", agent_.generation}});
+                                                {"attempt", agent_.state().generation}});
   output_losses_.push_back(std::move(loss));
 }
 
@@ -191,23 +194,9 @@ void WorkerSupervisor::report_output_losses() const {
               output_losses_.size(), total, files);
 }
 
-void WorkerSupervisor::on_success() {
-  // After a preemption notice a worker that checkpointed and exited 0 (dtrain) finished
-  // nothing: say what happened; decide() reports the preemption.
-  if (agent_.cause.is(StopKind::kPreempted)) {
-    log_info("all {} worker(s) stopped cleanly after the preemption notice",
-             agent_.cfg.nproc_per_node);
-  } else {
-    log_info("all {} worker(s) finished successfully", agent_.cfg.nproc_per_node);
-  }
-  agent_.phase = AgentPhase::kStopping;
-  agent_.stopper.stop_leftovers();
-}
-
 void WorkerSupervisor::on_exec_failed(int64_t gen, int64_t local_rank,
                                       const std::string& message) {
-  if (gen != agent_.generation || !agent_.group) return;
-  agent_.cause.record(StopKind::kUsage);
+  if (gen != agent_.state().generation || !agent_.group) return;
   if (!exec_failure_logged_) {
     exec_failure_logged_ = true;
     log_spawn_error(message);
@@ -215,11 +204,11 @@ void WorkerSupervisor::on_exec_failed(int64_t gen, int64_t local_rank,
   bool was_final = agent_.group->final();
   agent_.group->on_exit(local_rank, ExitStatus::exited(127), agent_.opts.clock->now(),
                    std::chrono::system_clock::now());
-  if (!was_final) {
-    agent_.stop_group(SIGTERM);
-  } else if (agent_.phase == AgentPhase::kStopping && agent_.group->all_exited()) {
-    agent_.group_stopped();
-  }
+  Event failed{Event::Kind::kExecFailed};
+  failed.flag = was_final;
+  failed.group = agent_.group->state();
+  failed.all_exited = agent_.group->all_exited();
+  agent_.post(failed);
 }
 
 void WorkerSupervisor::log_spawn_error(const std::string& message) {

@@ -13,26 +13,26 @@
 #include "launcher/output/log_router.h"
 #include "launcher/output/partial_line_timer.h"
 #include "launcher/process/process_context.h"
+#include "launcher/agent/agent_context.h"
 #include "launcher/agent/worker_environment.h"
 
 namespace dlaunch {
 
-struct AgentCore;
-
 class WorkerSupervisor {
  public:
-  explicit WorkerSupervisor(AgentCore& agent);
+  explicit WorkerSupervisor(AgentContext& agent);
 
   // Before the first generation: OMP_NUM_THREADS for every worker (logged once).
   void prepare();
-  // A new generation for round `r`: its worker group, then every worker spawned.
-  void start(const RendezvousResult& r);
+  // A new generation for the round just formed (AgentContext::last_round): its worker group,
+  // then every worker spawned.
+  void start();
   // At the job's end: the log files that could not take all of their worker's output (a full
   // disk), with what is missing from each; nothing when none.
   void report_output_losses() const;
 
  private:
-  AgentCore& agent_;
+  AgentContext& agent_;
   std::string omp_threads_;
   const bool console_is_terminal_;
   bool exec_failure_logged_ = false;  // "cannot execute" is said once per job
@@ -48,7 +48,6 @@ class WorkerSupervisor {
   ProcessCallbacks callbacks(int64_t local_rank, const std::shared_ptr<WorkerOutput>& out,
                              const std::string& prefix);
   void on_exit(int64_t gen, int64_t local_rank, const ExitStatus& st);
-  void on_success();
   void on_output_loss(std::shared_ptr<const OutputLoss> loss);
   // The program was found but could not be executed: a usage problem, no restart helps.
   void on_exec_failed(int64_t gen, int64_t local_rank, const std::string& message);

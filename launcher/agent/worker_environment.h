@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "common/worker_env.h"
-#include "launcher/agent/agent.h"
+#include "launcher/agent/agent_options.h"
 #include "launcher/config/launch_config.h"
 #include "rendezvous/handlers/rendezvous_handler.h"
 

@@ -10,7 +10,7 @@
 
 #include "common/error.h"
 #include "common/log.h"
-#include "launcher/agent/agent.h"
+#include "launcher/agent/exit_codes.h"
 #include "launcher/hang/heartbeat_file.h"
 #include "launcher/output/log_router.h"
 #include "launcher/config/run_dir.h"

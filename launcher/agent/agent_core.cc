@@ -1,0 +1,359 @@
+#include "launcher/agent/agent_core.h"
+
+#include <fmt/format.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <thread>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "launcher/agent/exit_barrier.h"
+#include "launcher/agent/failure_report.h"
+#include "launcher/agent/parent_error_file.h"
+#include "launcher/hang/heartbeat_file.h"
+
+namespace dlaunch {
+namespace asio = boost::asio;
+
+namespace {
+
+// A port nobody listens on right now (the same race torchrun accepts: it is handed to the
+// workers, whose rank 0 binds it).
+int64_t pick_free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw SystemError(errno_message("socket", errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    int err = errno;
+    ::close(fd);
+    throw SystemError(errno_message("picking a free port", err));
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+}  // namespace
+
+AgentCore::AgentCore(LaunchConfig c, ProcessContext& p, asio::io_context& i, AgentOptions o)
+    : AgentContext(std::move(c), p, i, std::move(o)),
+      rendezvous_(*this),
+      workers_(*this),
+      hangs_(*this),
+      stopper_(*this),
+      signals_(*this),
+      status_(*this) {
+  if (!opts.last_beat) opts.last_beat = last_heartbeat;
+  state_.max_restarts = cfg.max_restarts;
+  state_.multi_node = opts.rendezvous != nullptr;
+  state_.hang_checks = cfg.hang_timeout.count() > 0;
+}
+
+// ---- setup --------------------------------------------------------------------------------------
+
+void AgentCore::prepare() {
+  files.open(cfg, procs);
+  status_.start_monitor();
+  workers_.prepare();
+  master_port = opts.master_port.value_or(cfg.master_port);
+  if (!opts.master_addr.empty()) cfg.master_addr = opts.master_addr;
+  if (master_port == 0 && !opts.rendezvous) {
+    master_port = pick_free_port();
+    log_info("--master_port 0: workers will use port {}", master_port);
+  }
+  if (opts.handle_signals) signals_.install();
+}
+
+// ---- the one place of decision ------------------------------------------------------------------
+
+std::vector<Action> AgentCore::post(const Event& e) {
+  StepResult r = step(state_, e);
+  state_ = std::move(r.state);
+  for (const Action& a : r.actions) carry_out(a);
+  return std::move(r.actions);
+}
+
+void AgentCore::carry_out(const Action& a) {
+  using A = Action::Kind;
+  switch (a.kind) {
+    case A::kBeginGeneration:
+      return rendezvous_.begin_generation();
+    case A::kStartWorkers:
+      return workers_.start();
+    case A::kArmHangChecks:
+      return hangs_.arm();
+    case A::kStopRequested:
+      if (group) group->on_stop_requested(a.text);
+      return;
+    case A::kStopGroup:
+      return stop_group(a.signal);
+    case A::kStopLeftovers:
+      return stopper_.stop_leftovers();
+    case A::kKillNow:
+      log_warning("received {} again {:.1f} s after the stop signal; killing the workers now",
+                  signal_name(a.signal), to_seconds(opts.clock->now() - stopper_.stop_started()));
+      return stopper_.kill_now();
+    case A::kForward:
+      return signals_.forward(a.signal);
+    case A::kBeginLeaving:
+      opts.rendezvous->begin_leaving();
+      return;
+    case A::kReportToPeers:
+      return rendezvous_.report_to_peers(a.text);
+    case A::kInvestigateForPeer:
+      if (!hangs_.investigate_for_peer()) post({Event::Kind::kNothingToInvestigate});
+      return;
+    case A::kSettle:
+      return rendezvous_.settle_failure();
+    case A::kCollectGroup:
+      return collect_group();
+    case A::kSayWhyFinished:
+      return say_why_finished(a);
+    case A::kReportFailure:
+      return report_failure(a.count);
+    case A::kRecordRestart:
+      return record_restart(a);
+    case A::kRecordPeerFailure:
+      earlier_failures.push_back(fmt::format("attempt {}: {}", group->attempt(), a.text));
+      return;
+    case A::kCancelTimers:
+      stopper_.cancel();
+      hangs_.cancel();
+      return;
+    case A::kStartExitBarrier:
+      return start_exit_barrier();
+    case A::kFinishNow:
+      return finish_now(a.code);
+    case A::kPauseHangChecks:
+      return hangs_.pause();
+    case A::kResumeHangChecks:
+      return hangs_.resumed(opts.clock->now());
+    case A::kStopSelf:
+      ::kill(::getpid(), SIGSTOP);
+      return;
+    case A::kReapOrphans:
+      procs.reap_orphan_zombies();
+      return;
+    case A::kSignalLater:
+      asio::post(io, [this, sig = a.signal, by = a.text]() {
+        Event e{Event::Kind::kSignal};
+        e.signal = sig;
+        e.text = by;
+        post(e);
+      });
+      return;
+    case A::kTimeline:
+    case A::kLogInfo:
+    case A::kLogWarning:
+    case A::kLogError:
+    case A::kAnswer:
+      return say(a);
+  }
+}
+
+void AgentCore::say(const Action& a) {
+  switch (a.kind) {
+    case Action::Kind::kTimeline:
+      monitor->events().emit(a.text, {{"signal", signal_name(a.signal)}});
+      return;
+    case Action::Kind::kLogInfo:
+      log_info("{}", a.text);
+      return;
+    case Action::Kind::kLogWarning:
+      log_warning("{}", a.text);
+      return;
+    case Action::Kind::kLogError:
+      log_error("{}", a.text);
+      return;
+    default:
+      return;  // kAnswer: the caller of post() reads it
+  }
+}
+
+// ---- stopping -----------------------------------------------------------------------------------
+
+void AgentCore::stop_group(int first) {
+  hangs_.stop_checks();
+  if (group->all_exited()) {
+    Event down{Event::Kind::kGroupDown};
+    down.group = group->state();
+    post(down);
+    return;
+  }
+  hangs_.kill_silent_workers();
+  stopper_.stop(first);
+}
+
+// The group and what it left are down: kill what remains in its process groups, then anything
+// reparented to us.
+void AgentCore::collect_group() {
+  stopper_.cancel();
+  hangs_.stop_checks();
+  for (auto& w : group->workers()) {
+    if (w.pid > 0 && !w.abandoned) procs.signal_group(w.pid, SIGKILL);
+  }
+  for (auto& s : procs.kill_orphans(opts.kill_wait)) {
+    log_error("orphaned process {} did not die after SIGKILL; not waiting for it", s);
+    stuck.push_back(s);
+  }
+}
+
+void AgentCore::say_why_finished(const Action& a) {
+  const auto cause = static_cast<StopKind>(a.count);
+  if (cause == StopKind::kPreempted) {
+    log_warning(
+        "the job was preempted (SIGUSR1) and its workers have stopped; exiting with "
+        "{} so the scheduler requeues it",
+        exit_codes::kPreempted);
+  } else if (cause == StopKind::kSignal) {
+    log_warning("stopped by {}; exiting with {}", signal_name(a.signal), a.code);
+  } else if (a.code == exit_codes::kWorkersFailed && cause == StopKind::kStoreLost) {
+    log_error("{}", state_.store_lost);
+  } else if (a.code == exit_codes::kWorkersFailed && cause == StopKind::kPeerShutdown) {
+    log_error("another node closed the job ({}); stopping here too", group->stop_reason());
+  }
+}
+
+void AgentCore::record_restart(const Action& a) {
+  if (!a.flag) {
+    // A peer node died under this round (settle_failure): a new round with the rest, free.
+    monitor->events().emit("restart", {{"counted", false}, {"why", a.text}});
+    log_warning("{}; re-forming with the remaining nodes (not counted as a restart)", a.text);
+    earlier_failures.push_back(
+        fmt::format("attempt {}: {} (free restart)", group->attempt(), a.text));
+    return;
+  }
+  // The failure spends the budget, which lasts.
+  const int64_t restart_count = a.count;
+  if (stuck_elsewhere) {
+    earlier_failures.push_back(fmt::format("attempt {}: hung waiting for {}", group->attempt(),
+                                           describe_remote_hang_root(*stuck_elsewhere)));
+  } else if (auto root = group->root_cause()) {
+    const WorkerRecord& w = group->worker(*root);
+    earlier_failures.push_back(
+        fmt::format("attempt {}: {}", group->attempt(), describe_end(w, cfg.hang_timeout)));
+  } else {
+    earlier_failures.push_back(
+        fmt::format("attempt {}: {}", group->attempt(), group->stop_reason()));
+  }
+  log_warning("restarting the worker group ({} of {} restarts)", restart_count + 1,
+              cfg.max_restarts);
+  monitor->events().emit("restart", {{"counted", true},
+                                     {"restart", restart_count + 1},
+                                     {"max_restarts", cfg.max_restarts},
+                                     {"why", earlier_failures.back()}});
+}
+
+// The failure spends the budget, which is spent: the report, and the root cause for a parent
+// launcher.
+void AgentCore::report_failure(int64_t restart_count) {
+  if (!group->root_cause() && group->stop_reason().empty()) return;
+  ReportContext ctx;
+  ctx.host = opts.host;
+  ctx.local_addr = cfg.local_addr;
+  if (last_round && last_round->group_world_size > 1) ctx.node_rank = last_round->group_rank;
+  ctx.version = opts.version;
+  ctx.max_restarts = cfg.max_restarts;
+  ctx.restarts_used = restart_count;
+  ctx.hang_timeout = cfg.hang_timeout;
+  ctx.earlier = earlier_failures;
+  ctx.stuck = stuck;
+  ctx.events_file = monitor->events().path();
+  ctx.stuck_elsewhere = stuck_elsewhere;
+  std::string report = format_failure_report(*group, ctx);
+  ssize_t ignored = ::write(STDERR_FILENO, report.data(), report.size());
+  (void)ignored;
+  write_parent_error_file(*group, opts.base_env, opts.host, cfg.hang_timeout);
+}
+
+// ---- the end ------------------------------------------------------------------------------------
+
+// This node's workers succeeded; wait until every node's did (torchrun's exit barrier), so the
+// agent hosting the store does not take it away while others still use it, and so a failure
+// elsewhere still brings this node back for the job-wide restart.
+void AgentCore::start_exit_barrier() {
+  auto store = last_round->store;
+  int64_t nodes = last_round->group_world_size;
+  int64_t round = last_round->round;
+  log_info("waiting for the other {} node(s) to finish (up to {:.0f} s)", nodes - 1,
+           to_seconds(kExitBarrierTimeout));
+  auto g = gate;
+  const int64_t gen = state_.generation;
+  std::thread([this, store, nodes, round, g, gen]() {
+    bool ok = true;
+    try {
+      wait_exit_barrier(*store, round, nodes);
+    } catch (const std::exception& e) {
+      ok = false;
+      log_warning("not every node reached the exit barrier: {}", e.what());
+    }
+    post_from_thread(g, [this, gen, ok]() {
+      Event done{Event::Kind::kBarrierDone};
+      done.generation = gen;
+      done.flag = ok;
+      post(done);
+    });
+  }).detach();
+}
+
+void AgentCore::finish_now(int code) {
+  monitor->events().emit("job_finished", {{"exit_code", code}, {"restarts", state_.restarts_used}});
+  workers_.report_output_losses();
+  files.close(code);
+  if (opts.rendezvous && (code == exit_codes::kWorkersFailed || code == exit_codes::kUsage ||
+                          code == exit_codes::kNodeMismatch)) {
+    // The job failed for good (or cannot run here at all): no more rounds for anyone.
+    try {
+      opts.rendezvous->set_closed();
+    } catch (const std::exception& e) {
+      log_warning("closing the rendezvous: {}", e.what());
+    }
+  }
+  stop_loop();
+}
+
+void AgentCore::emergency_stop() {
+  try {
+    if (group) {
+      for (auto& w : group->workers()) {
+        if (w.pid > 0) procs.signal_group(w.pid, SIGKILL);
+      }
+    }
+    procs.kill_orphans(opts.kill_wait);
+  } catch (const std::exception& e) {
+    log_error("emergency stop: {}", e.what());
+  }
+}
+
+void AgentCore::stop_loop() {
+  const bool passed_exit_barrier = state_.passed_exit_barrier;
+  if (opts.rendezvous) {
+    // Before the store can go: nodes waiting for a place learn that the job is over.
+    if (passed_exit_barrier) opts.rendezvous->mark_finished();
+    try {
+      opts.rendezvous->shutdown();
+    } catch (const std::exception& e) {
+      log_warning("leaving the rendezvous: {}", e.what());
+    }
+    // Blocks the loop thread, which is ending anyway (exit_barrier.h says how long).
+    if (passed_exit_barrier) {
+      leave_exit_barrier(*last_round->store, last_round->round, last_round->group_world_size,
+                         opts.hosts_store);
+    }
+  }
+  monitor->stop();
+  signals_.cancel();
+  io.stop();
+}
+
+}  // namespace dlaunch
