@@ -67,6 +67,25 @@ std::vector<std::string> completion_choices(const FlagSpec& spec) {
   return out;
 }
 
+namespace {
+
+// What bash offers for the value of a flag that takes one.
+std::string value_completion(const FlagSpec& s) {
+  auto choices = completion_choices(s);
+  if (!choices.empty()) {
+    return fmt::format("mapfile -t COMPREPLY < <(compgen -W \"{}\" -- \"$cur\")", join(choices));
+  }
+  if (s.metavar == "DIR") {
+    return "compopt -o filenames; mapfile -t COMPREPLY < <(compgen -d -- \"$cur\")";
+  }
+  if (s.metavar == "PATH") {
+    return "compopt -o filenames; mapfile -t COMPREPLY < <(compgen -f -- \"$cur\")";
+  }
+  return "COMPREPLY=()";  // a number, a host, an id: nothing to offer
+}
+
+}  // namespace
+
 std::string bash_completion_script(const std::vector<FlagSpec>& specs) {
   std::vector<std::string> all_flags;
   std::string value_flags;  // case pattern of every flag that takes a value
@@ -77,18 +96,7 @@ std::string bash_completion_script(const std::vector<FlagSpec>& specs) {
     if (s.short_name) all_flags.push_back(fmt::format("-{}", s.short_name));
     if (!s.takes_value) continue;
     value_flags += (value_flags.empty() ? "" : "|") + spellings(s);
-    auto choices = completion_choices(s);
-    std::string action;
-    if (!choices.empty()) {
-      action = fmt::format("mapfile -t COMPREPLY < <(compgen -W \"{}\" -- \"$cur\")", join(choices));
-    } else if (s.metavar == "DIR") {
-      action = "compopt -o filenames; mapfile -t COMPREPLY < <(compgen -d -- \"$cur\")";
-    } else if (s.metavar == "PATH") {
-      action = "compopt -o filenames; mapfile -t COMPREPLY < <(compgen -f -- \"$cur\")";
-    } else {
-      action = "COMPREPLY=()";  // a number, a host, an id: nothing to offer
-    }
-    value_cases += fmt::format("    {}) {}; return ;;\n", spellings(s), action);
+    value_cases += fmt::format("    {}) {}; return ;;\n", spellings(s), value_completion(s));
   }
   return fmt::format(
       R"(# bash completion for dlaunch. Generated at build time from the flag table in

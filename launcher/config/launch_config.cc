@@ -152,81 +152,114 @@ std::string shell_quote(const std::string& text) {
   return out + "'";
 }
 
-std::string LaunchConfig::describe() const {
-  auto std_text = [](const StdSpec& s) {
-    if (s.by_rank.empty()) return std::to_string(s.all);
-    std::string t;
-    for (const auto& [r, m] : s.by_rank) t += fmt::format("{}{}:{}", t.empty() ? "" : ",", r, m);
-    return t;
-  };
-  std::string conf;
-  for (const auto& [k, v] : rdzv_conf) conf += fmt::format("{}{}={}", conf.empty() ? "" : ",", k, v);
-  std::string filter;
-  for (auto r : local_ranks_filter) filter += fmt::format("{}{}", filter.empty() ? "" : ",", r);
-  auto filter_text = [](const std::vector<std::string>& needles) {
-    if (needles.empty()) return std::string("(none)");
-    std::string t;
-    for (const auto& n : needles) t += (t.empty() ? "'" : ",'") + n + "'";
-    return t;
-  };
-  std::string signal_text;
-  for (int sig : stop_signals) signal_text += (signal_text.empty() ? "" : ",") + signal_name(sig);
-  std::vector<std::pair<std::string, std::string>> rows = {
-      {"nproc_per_node", std::to_string(nproc_per_node)},
-      {"nnodes", min_nodes == max_nodes ? std::to_string(min_nodes)
-                                        : fmt::format("{}:{}", min_nodes, max_nodes)},
-      {"node_rank", std::to_string(node_rank)},
-      {"master_addr", master_addr},
-      {"master_port", master_port == 0 ? "0 (pick a free port)" : std::to_string(master_port)},
-      {"standalone", standalone ? "true" : "false"},
-      {"rdzv_backend", rdzv_backend},
-      {"rdzv_endpoint", rdzv_endpoint},
-      {"rdzv_id", run_id},
-      {"rdzv_conf", conf},
-      {"local_addr", !local_addr.empty() ? local_addr
-                     : min_nodes == 1 && max_nodes == 1 && backend()->one_node_without_rendezvous
-                         ? host_name + " (unused: one node)"
-                         : host_name},
-      {"max_restarts", std::to_string(max_restarts)},
-      {"monitor_interval", fmt::format("{} (ignored)", monitor_interval)},
-      {"start_method", start_method + " (ignored)"},
-      {"use_env", use_env ? "true (ignored)" : "false"},
-      {"role", role},
+namespace {
+
+using Rows = std::vector<std::pair<std::string, std::string>>;
+
+std::string std_text(const StdSpec& s) {
+  if (s.by_rank.empty()) return std::to_string(s.all);
+  std::string t;
+  for (const auto& [r, m] : s.by_rank) t += fmt::format("{}{}:{}", t.empty() ? "" : ",", r, m);
+  return t;
+}
+
+std::string conf_text(const std::map<std::string, std::string>& conf) {
+  std::string t;
+  for (const auto& [k, v] : conf) t += fmt::format("{}{}={}", t.empty() ? "" : ",", k, v);
+  return t;
+}
+
+std::string joined(const std::vector<int64_t>& ranks) {
+  std::string t;
+  for (auto r : ranks) t += fmt::format("{}{}", t.empty() ? "" : ",", r);
+  return t;
+}
+
+std::string filter_text(const std::vector<std::string>& needles) {
+  if (needles.empty()) return std::string("(none)");
+  std::string t;
+  for (const auto& n : needles) t += (t.empty() ? "'" : ",'") + n + "'";
+  return t;
+}
+
+std::string signals_text(const std::vector<int>& signals) {
+  std::string t;
+  for (int sig : signals) t += (t.empty() ? "" : ",") + signal_name(sig);
+  return t;
+}
+
+// The job's and the agent's settings, as --dry_run prints them.
+Rows job_rows(const LaunchConfig& c) {
+  return {
+      {"nproc_per_node", std::to_string(c.nproc_per_node)},
+      {"nnodes", c.min_nodes == c.max_nodes ? std::to_string(c.min_nodes)
+                                            : fmt::format("{}:{}", c.min_nodes, c.max_nodes)},
+      {"node_rank", std::to_string(c.node_rank)},
+      {"master_addr", c.master_addr},
+      {"master_port", c.master_port == 0 ? "0 (pick a free port)" : std::to_string(c.master_port)},
+      {"standalone", c.standalone ? "true" : "false"},
+      {"rdzv_backend", c.rdzv_backend},
+      {"rdzv_endpoint", c.rdzv_endpoint},
+      {"rdzv_id", c.run_id},
+      {"rdzv_conf", conf_text(c.rdzv_conf)},
+      {"local_addr",
+       !c.local_addr.empty() ? c.local_addr
+       : c.min_nodes == 1 && c.max_nodes == 1 && c.backend()->one_node_without_rendezvous
+           ? c.host_name + " (unused: one node)"
+           : c.host_name},
+      {"max_restarts", std::to_string(c.max_restarts)},
+      {"monitor_interval", fmt::format("{} (ignored)", c.monitor_interval)},
+      {"start_method", c.start_method + " (ignored)"},
+      {"use_env", c.use_env ? "true (ignored)" : "false"},
+      {"role", c.role},
       {"hang_timeout",
-       to_seconds(hang_timeout) == 0 ? "0 (off)" : fmt::format("{}", to_seconds(hang_timeout))},
-      {"hang_timeout_from_start", hang_timeout_from_start ? "true" : "false"},
-      {"no_python_hooks", no_python_hooks ? "true" : "false"},
-      {"shutdown_grace", fmt::format("{}", to_seconds(shutdown_grace))},
-      {"status_port", status_port < 0    ? "-1 (off)"
-                      : status_port == 0 ? "0 (a free port)"
-                                         : std::to_string(status_port)},
-      {"status_addr", status_addr.empty()
+       to_seconds(c.hang_timeout) == 0 ? "0 (off)" : fmt::format("{}", to_seconds(c.hang_timeout))},
+      {"hang_timeout_from_start", c.hang_timeout_from_start ? "true" : "false"},
+      {"no_python_hooks", c.no_python_hooks ? "true" : "false"},
+      {"shutdown_grace", fmt::format("{}", to_seconds(c.shutdown_grace))},
+      {"status_port", c.status_port < 0    ? "-1 (off)"
+                      : c.status_port == 0 ? "0 (a free port)"
+                                           : std::to_string(c.status_port)},
+      {"status_addr", c.status_addr.empty()
                           ? "(--local_addr, else loopback for one node, the host name for several)"
-                          : status_addr},
-      {"flash_limit", flash_limit == 0 ? "0 (no flash directory)"
-                                       : fmt::format("{} MiB", flash_limit >> 20)},
-      {"module", module ? "true" : "false"},
-      {"no_python", no_python ? "true" : "false"},
-      {"python", python},
-      {"append_local_rank_arg", append_local_rank ? "true" : "false"},
-      {"log_dir", log_dir},
-      {"redirects", std_text(redirects)},
-      {"tee", std_text(tee)},
-      {"local_ranks_filter", filter},
-      {"log_fold", log_fold ? "true" : "false"},
-      {"log_timestamps", log_timestamps ? "true" : "false"},
-      {"log_line_prefix_template", log_line_prefix_template.empty()
-                                       ? "[${role_name}${local_rank}]:"
-                                       : log_line_prefix_template},
-      {"duplicate_stdout_filters", filter_text(duplicate_stdout_filters)},
-      {"duplicate_stderr_filters", filter_text(duplicate_stderr_filters)},
-      {"signals_to_handle", signal_text},
-      {"virtual_local_rank", virtual_local_rank ? "true" : "false"},
-      {"run_path", run_path ? "true" : "false"},
-      {"slurm", slurm ? "true" : "false"},
-      {"no_slurm", no_slurm ? "true" : "false"},
-      {"slurm_mode", slurm_mode},
+                          : c.status_addr},
+      {"flash_limit",
+       c.flash_limit == 0 ? "0 (no flash directory)" : fmt::format("{} MiB", c.flash_limit >> 20)},
   };
+}
+
+// How the workers run and where their output goes.
+Rows worker_rows(const LaunchConfig& c) {
+  return {
+      {"module", c.module ? "true" : "false"},
+      {"no_python", c.no_python ? "true" : "false"},
+      {"python", c.python},
+      {"append_local_rank_arg", c.append_local_rank ? "true" : "false"},
+      {"log_dir", c.log_dir},
+      {"redirects", std_text(c.redirects)},
+      {"tee", std_text(c.tee)},
+      {"local_ranks_filter", joined(c.local_ranks_filter)},
+      {"log_fold", c.log_fold ? "true" : "false"},
+      {"log_timestamps", c.log_timestamps ? "true" : "false"},
+      {"log_line_prefix_template", c.log_line_prefix_template.empty()
+                                       ? "[${role_name}${local_rank}]:"
+                                       : c.log_line_prefix_template},
+      {"duplicate_stdout_filters", filter_text(c.duplicate_stdout_filters)},
+      {"duplicate_stderr_filters", filter_text(c.duplicate_stderr_filters)},
+      {"signals_to_handle", signals_text(c.stop_signals)},
+      {"virtual_local_rank", c.virtual_local_rank ? "true" : "false"},
+      {"run_path", c.run_path ? "true" : "false"},
+      {"slurm", c.slurm ? "true" : "false"},
+      {"no_slurm", c.no_slurm ? "true" : "false"},
+      {"slurm_mode", c.slurm_mode},
+  };
+}
+
+}  // namespace
+
+std::string LaunchConfig::describe() const {
+  Rows rows = job_rows(*this);
+  for (auto& row : worker_rows(*this)) rows.push_back(std::move(row));
   std::string out = "dlaunch configuration (value  <- origin):\n";
   for (const auto& [name, value] : rows) {
     auto it = origin.find(name);
@@ -240,6 +273,7 @@ std::string LaunchConfig::describe() const {
   out += "\n";
   return out;
 }
+
 std::shared_ptr<const RendezvousBackend> LaunchConfig::backend() const {
   auto b = find_rendezvous_backend(rdzv_backend);
   if (!b) {

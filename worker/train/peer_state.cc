@@ -74,6 +74,79 @@ double ms_since(Clock::time_point t) {
   return 1e3 * std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// The lowest rank holding the state, or -1.
+int find_source(comm::ProcessGroup& pg, bool has_state) {
+  std::vector<std::vector<uint8_t>> flags;
+  collective("asking which ranks hold the training state",
+             [&] { flags = pg.allgather({static_cast<uint8_t>(has_state ? 1 : 0)}); });
+  for (int r = 0; r < static_cast<int>(flags.size()); ++r) {
+    if (!flags[r].empty() && flags[r][0] != 0) return r;
+  }
+  return -1;
+}
+
+// The source's header and bytes: the serialized state, or the error message that stopped it.
+Header serialize_for_peers(int rank, const SerializeState& serialize,
+                           const PeerStateOptions& options, std::vector<uint8_t>& payload) {
+  std::string failure;
+  try {
+    DL_CHECK(serialize) << "rank " << rank << " holds the state but has no serialize";
+    payload = serialize();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  Header mine;
+  mine.chunk_bytes = std::max<size_t>(options.chunk_bytes, 1);
+  if (failure.empty()) {
+    mine.length = payload.size();
+    mine.checksum = ckpt::checkpoint_crc32(payload.data(), payload.size());
+  } else {
+    mine.status = kStatusSerializeFailed;
+    payload.assign(failure.begin(), failure.end());
+    mine.length = payload.size();
+  }
+  return mine;
+}
+
+// The bytes, chunk by chunk, into `payload` (sender and receivers) or a scratch chunk (a rank
+// that holds the state itself: the bytes must go through every rank, but it keeps its own).
+// `done` counts the bytes through, for the message of a failure halfway.
+void broadcast_state(comm::ProcessGroup& pg, const Header& header, int source, bool into_payload,
+                     std::vector<uint8_t>& payload, uint64_t& done,
+                     const PeerStateOptions& options) {
+  std::vector<uint8_t> scratch;
+  if (!into_payload) scratch.resize(std::min<uint64_t>(header.chunk_bytes, header.length));
+  while (done < header.length) {
+    const uint64_t n = std::min<uint64_t>(header.chunk_bytes, header.length - done);
+    uint8_t* at = into_payload ? payload.data() + done : scratch.data();
+    collective(fmt::format("the state's broadcast from rank {} after {} of {} bytes", source, done,
+                           header.length),
+               [&] { pg.broadcast(at, n, source); });
+    done += n;
+    if (options.on_chunk) options.on_chunk(done, header.length);
+  }
+}
+
+// A receiver's check of the bytes, then its load: "" when both passed, else its complaint.
+std::string check_and_load(int rank, int source, const std::vector<uint8_t>& payload,
+                           uint32_t checksum, const LoadState& load, bool& loaded) {
+  const uint32_t found = ckpt::checkpoint_crc32(payload.data(), payload.size());
+  if (found != checksum) {
+    return fmt::format(
+        "rank {}: the state from rank {} failed its checksum: expected CRC-32 {:08x} over {} "
+        "bytes, found {:08x}; nothing was loaded",
+        rank, source, checksum, payload.size(), found);
+  }
+  try {
+    DL_CHECK(load) << "rank " << rank << " takes the state but has no load";
+    load(payload, source);
+    loaded = true;
+  } catch (const std::exception& e) {
+    return fmt::format("rank {} refused the state from rank {}: {}", rank, source, e.what());
+  }
+  return "";
+}
+
 }  // namespace
 
 const char* peer_state_outcome_name(PeerStateOutcome outcome) {
@@ -96,45 +169,17 @@ PeerStateResult share_peer_state(comm::ProcessGroup& pg, bool has_state,
   const int rank = pg.rank();
   const Clock::time_point t0 = Clock::now();
   PeerStateResult result;
-  uint64_t done = 0;  // bytes through, for the message of a failure halfway
+  uint64_t done = 0;
   try {
-    std::vector<std::vector<uint8_t>> flags;
-    collective("asking which ranks hold the training state",
-               [&] { flags = pg.allgather({static_cast<uint8_t>(has_state ? 1 : 0)}); });
-    for (int r = 0; r < static_cast<int>(flags.size()); ++r) {
-      if (!flags[r].empty() && flags[r][0] != 0) {
-        result.source = r;
-        break;
-      }
-    }
+    result.source = find_source(pg, has_state);
     if (result.source < 0) {
       result.outcome = PeerStateOutcome::kNoSurvivor;
       return result;
     }
     const int source = result.source;
     const bool sending = rank == source;
-
-    // The source's bytes, or why there are none.
     std::vector<uint8_t> payload;
-    Header mine;
-    if (sending) {
-      std::string failure;
-      try {
-        DL_CHECK(serialize) << "rank " << rank << " holds the state but has no serialize";
-        payload = serialize();
-      } catch (const std::exception& e) {
-        failure = e.what();
-      }
-      mine.chunk_bytes = std::max<size_t>(options.chunk_bytes, 1);
-      if (failure.empty()) {
-        mine.length = payload.size();
-        mine.checksum = ckpt::checkpoint_crc32(payload.data(), payload.size());
-      } else {
-        mine.status = kStatusSerializeFailed;
-        payload.assign(failure.begin(), failure.end());
-        mine.length = payload.size();
-      }
-    }
+    const Header mine = sending ? serialize_for_peers(rank, serialize, options, payload) : Header{};
     const Header header = broadcast_header(pg, source, mine);
     result.bytes = header.length;
     result.checksum = static_cast<uint32_t>(header.checksum);
@@ -151,45 +196,13 @@ PeerStateResult share_peer_state(comm::ProcessGroup& pg, bool has_state,
           source, message);
       return result;
     }
-
-    // The bytes, chunk by chunk. A rank that holds the state itself takes them into a scratch
-    // chunk (they must go through every rank, but it keeps its own state).
     const bool receiving = !has_state;
     if (receiving) payload.assign(header.length, 0);
-    std::vector<uint8_t> scratch;
-    if (!sending && !receiving) {
-      scratch.resize(std::min<uint64_t>(header.chunk_bytes, header.length));
-    }
-    while (done < header.length) {
-      const uint64_t n = std::min<uint64_t>(header.chunk_bytes, header.length - done);
-      uint8_t* at = (sending || receiving) ? payload.data() + done : scratch.data();
-      collective(fmt::format("the state's broadcast from rank {} after {} of {} bytes", source,
-                             done, header.length),
-                 [&] { pg.broadcast(at, n, source); });
-      done += n;
-      if (options.on_chunk) options.on_chunk(done, header.length);
-    }
-
-    // Receivers check, then load; a complaint from any rank fails the exchange for all.
-    std::string complaint;
-    if (receiving) {
-      const uint32_t found = ckpt::checkpoint_crc32(payload.data(), payload.size());
-      if (found != result.checksum) {
-        complaint = fmt::format(
-            "rank {}: the state from rank {} failed its checksum: expected CRC-32 {:08x} over {} "
-            "bytes, found {:08x}; nothing was loaded",
-            rank, source, result.checksum, header.length, found);
-      } else {
-        try {
-          DL_CHECK(load) << "rank " << rank << " takes the state but has no load";
-          load(payload, source);
-          result.loaded = true;
-        } catch (const std::exception& e) {
-          complaint =
-              fmt::format("rank {} refused the state from rank {}: {}", rank, source, e.what());
-        }
-      }
-    }
+    broadcast_state(pg, header, source, sending || receiving, payload, done, options);
+    // A complaint from any rank fails the exchange for all.
+    const std::string complaint =
+        receiving ? check_and_load(rank, source, payload, result.checksum, load, result.loaded)
+                  : "";
     const std::string verdict = agree_on_verdicts(pg, complaint);
     if (!verdict.empty()) {
       result.error = verdict;
