@@ -202,10 +202,14 @@ struct StoreProxy::Impl {
               "store proxy: the store at " + at +
                   " refused this node's job token; give every node the same DLAUNCH_JOB_TOKEN");
     }
-    const std::string older = "store proxy: the store at " + at +
-                              " runs a dlaunch build without channels (older than the store "
-                              "proxy); run the job with --store_proxy off, or the same dlaunch "
-                              "on every node";
+    // Without a token, a store that requires one closes the connection at FEATURES too (unless
+    // an agent of this host proved it already), as an older build does at CHANNELS.
+    const std::string older =
+        "store proxy: the store at " + at +
+        (options.token ? "" : " requires the job token, which this node lacks (give every node "
+                              "the same DLAUNCH_JOB_TOKEN), or it") +
+        " runs a dlaunch build without channels (older than the store proxy); run the job with "
+        "--store_proxy off, or the same dlaunch on every node";
     Bytes features;
     wire::put_u8(features, wire::op2::kFeatures);
     write_up(features, deadline);
