@@ -6,9 +6,9 @@
 #   P/share/doc/dlaunch/                         README.md, docs/*.md, copyright
 #   P/share/doc/dlaunch/examples/                examples/ (Slurm batch scripts, PyTorch, ...)
 #   P/share/man/man1/dlaunch.1, dtrain.1         from --help, when help2man is installed
-#   P/share/bash-completion/completions/dlaunch  from the flag table (launcher/completion.h)
+#   P/share/bash-completion/completions/dlaunch  from the flag table (launcher/config/completion.h)
 #   P/share/bash-completion/completions/dtrain   from dtrain --help (scripts/dtrain_completion.sh)
-#   P/share/dlaunch/python/sitecustomize.py      hooks for Python workers (launcher/python_hooks.h)
+#   P/share/dlaunch/python/sitecustomize.py      hooks for Python workers (launcher/config/python_hooks.h)
 #   P/lib/dlaunch/libdlaunch_cuda.so, libdlaunch_nccl.so  the GPU plugins (CUDA builds only),
 #                                                where dtrain looks second (common/plugin.h)
 # The package (cmake/Package.cmake) is this tree under /usr.
@@ -96,7 +96,7 @@ else()
                  "(apt-get install help2man, or scripts/setup.sh)")
 endif()
 
-# dlaunch's sitecustomize for Python workers (launcher/python_hooks.h): found from the binary as
+# dlaunch's sitecustomize for Python workers (launcher/config/python_hooks.h): found from the binary as
 # <bin>/../share/dlaunch/python, so it is copied there in the build tree (build/bin/dlaunch ->
 # build/share/dlaunch/python) and installed to P/share/dlaunch/python beside P/bin/dlaunch.
 configure_file(${CMAKE_SOURCE_DIR}/python/dlaunch_hooks/sitecustomize.py

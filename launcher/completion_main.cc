@@ -2,8 +2,8 @@
 // build, not installed; dlaunch itself gets no hidden flag for it.
 #include <cstdio>
 
-#include "launcher/cli.h"
-#include "launcher/completion.h"
+#include "launcher/config/cli.h"
+#include "launcher/config/completion.h"
 
 int main() {
   std::fputs(dlaunch::bash_completion_script(dlaunch::flag_specs()).c_str(), stdout);

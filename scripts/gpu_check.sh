@@ -86,7 +86,7 @@ make_bundle() {
   cp "$repo/tests/compat/ddp_train.py" "$repo/tests/compat/ddp_hang.py" \
     "$repo/bench/train/torch_ddp_bench.py" "$repo/bench/train/torch_resnet.py" "$repo/bench/train/torch_amp_step.py" \
     "$repo"/bench/gpu/*.py "$root/python/"
-  # dlaunch's hooks for Python workers, where dlaunch looks for them (launcher/python_hooks.h).
+  # dlaunch's hooks for Python workers, where dlaunch looks for them (launcher/config/python_hooks.h).
   mkdir -p "$root/share/dlaunch/python"
   cp "$repo/python/dlaunch_hooks/sitecustomize.py" "$root/share/dlaunch/python/"
   if [[ $with_cifar == 1 ]]; then

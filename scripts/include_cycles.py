@@ -1,8 +1,11 @@
 #!/usr/bin/python3
-"""Include cycles among the product's units, where a unit is a .h with its .cc (launcher/agent.h
-and launcher/agent.cc are one unit). Unit A depends on unit B when A's .h or .cc includes B's .h.
+"""Include cycles among the product's units, where a unit is a .h with its .cc (launcher/agent/agent.h
+and launcher/agent/agent.cc are one unit). Unit A depends on unit B when A's .h or .cc includes B's .h.
 Prints every cycle (each strongly connected component of more than one unit) and exits 1 if
-there is one; exits 0 and prints nothing otherwise.
+there is one; exits 0 and prints nothing otherwise. Folders are checked the same way, one level
+up: folder A depends on folder B when a unit of A includes a unit of B, and folders in a cycle
+(launcher/agent -> launcher/status -> launcher/agent) are reported as "folder launcher/agent", so
+the folders of launcher/ stay layers that only include downwards.
 
   scripts/include_cycles.py [--root DIR] [--list] [--known FILE]
 
@@ -90,6 +93,24 @@ def cycles(edges):
     return sorted(out)
 
 
+def folder_edges(edges):
+    """A program's main (main.cc, *_main.cc) sits above everything it links, so it adds no
+    folder dependency."""
+    out = {}
+    for unit, others in edges.items():
+        stem = os.path.basename(unit)
+        if stem == "main" or stem.endswith("_main"):
+            continue
+        here = os.path.dirname(unit)
+        out.setdefault(here, set())
+        for other in others:
+            there = os.path.dirname(other)
+            out.setdefault(there, set())
+            if there != here:
+                out[here].add(there)
+    return out
+
+
 def check_known(found_cycles, known_path):
     with open(known_path, encoding="utf-8") as f:
         known = {line.split("#")[0].strip() for line in f} - {""}
@@ -119,7 +140,8 @@ def main():
         for unit in sorted(edges):
             print(f"{unit}: {' '.join(sorted(edges[unit]))}")
         return 0
-    found_cycles = cycles(edges)
+    found_cycles = cycles(edges) + [["folder " + f for f in component]
+                                     for component in cycles(folder_edges(edges))]
     if args.known:
         return check_known(found_cycles, args.known)
     for component in found_cycles:

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "bench/bench_support.h"
-#include "launcher/http_client.h"
+#include "launcher/status/http_client.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
-#include "launcher/exit_status.h"
+#include "launcher/process/exit_status.h"
 
 namespace dlaunch {
 

@@ -1,5 +1,5 @@
 // Counters a TCP store server keeps about itself, for the agent's /status and /metrics
-// (launcher/status_server.h): requests served, how long handling one took, keys held, and the
+// (launcher/status/status_server.h): requests served, how long handling one took, keys held, and the
 // requests by op and by who asked (agents, or the workers PyTorch connects), which is what tells
 // a job's store traffic apart from the rendezvous's (docs/store_protocol.md).
 //

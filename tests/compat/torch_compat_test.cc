@@ -453,7 +453,7 @@ TEST_P(TorchCompat, HangInAnUnmodifiedDdpScriptIsCaughtAndBlamedOnTheStuckRank) 
 // (h) issue 13, across nodes: two agents (two "nodes" on this host, one worker each); rank 1,
 // on node 1, blocks forever. Node 0's rank only waits for it in DDP's all-reduce, so node 0
 // alone could only name its own victim: the nodes compare their verdicts through the job's
-// store (launcher/hang_exchange.h) and node 0's report names node 1's rank 1, where it is
+// store (launcher/hang/hang_exchange.h) and node 0's report names node 1's rank 1, where it is
 // stuck and its Python stack, and calls its own rank a victim.
 TEST_P(TorchCompat, HangOfARankOnAnotherNodeIsBlamedOnItByEveryNode) {
   SKIP_WITHOUT_TORCH();

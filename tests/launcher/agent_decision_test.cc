@@ -1,6 +1,6 @@
-// The agent's decision once a worker group is down (launcher/agent_decision.h), as a table: one
+// The agent's decision once a worker group is down (launcher/agent/agent_decision.h), as a table: one
 // row per case the agent meets, read like the state diagram in agent.h.
-#include "launcher/agent_decision.h"
+#include "launcher/agent/agent_decision.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/agent.h"
+#include "launcher/agent/agent.h"
 
 namespace dlaunch {
 namespace {

@@ -1,6 +1,6 @@
 // The agent's supervision logic against a fake process context: scripted exits, recorded
 // signals, a FakeClock for the hang rule. Real processes are covered by the integration tests.
-#include "launcher/agent.h"
+#include "launcher/agent/agent.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "launcher/hang_exchange.h"
+#include "launcher/hang/hang_exchange.h"
 #include "tests/support/subprocess.h"
 #include "rendezvous/store/in_memory_store.h"
 #include "rendezvous/handlers/rendezvous_handler.h"

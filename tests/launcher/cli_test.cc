@@ -1,4 +1,4 @@
-#include "launcher/cli.h"
+#include "launcher/config/cli.h"
 
 #include <gtest/gtest.h>
 

@@ -1,5 +1,5 @@
 // ConsoleLines: what the console shows of a worker's raw bytes, with a scripted time.
-#include "launcher/console_lines.h"
+#include "launcher/output/console_lines.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The exit barrier over an in-memory store: the last node in releases every waiter; a node
 // alone times out; leaving never throws.
-#include "launcher/exit_barrier.h"
+#include "launcher/agent/exit_barrier.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "launcher/failure_report.h"
+#include "launcher/agent/failure_report.h"
 
 #include <gtest/gtest.h>
 
@@ -9,8 +9,8 @@
 #include <cstdio>
 #include <fstream>
 
-#include "launcher/exit_status.h"
-#include "launcher/stack_capture.h"
+#include "launcher/process/exit_status.h"
+#include "launcher/hang/stack_capture.h"
 
 namespace dlaunch {
 namespace {

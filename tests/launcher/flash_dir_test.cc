@@ -1,8 +1,8 @@
-// The job's flash directory (launcher/flash_dir.h): the size parser, the directory itself, and
+// The job's flash directory (launcher/flash/flash_dir.h): the size parser, the directory itself, and
 // the real dlaunch binary giving it to workers, keeping it across a restart, removing it at the
 // end and (through the orphan guard) after a SIGKILL of the agent, and the next dlaunch sweeping
 // one whose agent and guard were killed together (flash_sweep.h). Workers are /bin/sh scripts.
-#include "launcher/flash_dir.h"
+#include "launcher/flash/flash_dir.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "common/error.h"
-#include "launcher/flash_sweep.h"
+#include "launcher/flash/flash_sweep.h"
 #include "tests/support/subprocess.h"
 
 namespace dlaunch::testing {

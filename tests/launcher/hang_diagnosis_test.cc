@@ -1,11 +1,11 @@
-// launcher/hang_diagnosis.h: telling the stuck rank from the ranks that wait for it, on the
+// launcher/hang/hang_diagnosis.h: telling the stuck rank from the ranks that wait for it, on the
 // stacks Debian's PyTorch 1.13 DDP (gloo, CPU) workers really showed under faulthandler and
 // eu-stack (trimmed), plus gdb's thread header.
-#include "launcher/hang_diagnosis.h"
+#include "launcher/hang/hang_diagnosis.h"
 
 #include <gtest/gtest.h>
 
-#include "launcher/hang_investigation.h"
+#include "launcher/hang/hang_investigation.h"
 
 namespace dlaunch {
 namespace {

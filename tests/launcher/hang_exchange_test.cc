@@ -1,6 +1,6 @@
 // Issue 13: the nodes of a job compare their hang verdicts through the job's store, so a node
 // whose ranks only wait in a collective names the rank stuck on another node.
-#include "launcher/hang_exchange.h"
+#include "launcher/hang/hang_exchange.h"
 
 #include <gtest/gtest.h>
 

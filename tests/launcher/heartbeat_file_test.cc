@@ -1,4 +1,4 @@
-#include "launcher/heartbeat_file.h"
+#include "launcher/hang/heartbeat_file.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -9,7 +9,7 @@
 #include <string>
 
 #include "common/heartbeat.h"
-#include "launcher/worker_group.h"
+#include "launcher/process/worker_group.h"
 
 namespace dlaunch {
 namespace {

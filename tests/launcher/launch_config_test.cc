@@ -1,4 +1,5 @@
-#include "launcher/launch_config.h"
+#include "launcher/config/config_resolution.h"
+#include "launcher/config/launch_config.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

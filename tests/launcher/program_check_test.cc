@@ -1,6 +1,6 @@
-// The check that runs before anything starts (launcher/program_check.h): a program that cannot
+// The check that runs before anything starts (launcher/config/program_check.h): a program that cannot
 // run is a usage error at once, not a failure every attempt repeats.
-#include "launcher/program_check.h"
+#include "launcher/config/program_check.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -1,6 +1,6 @@
-// launcher/python_hooks.h: where the sitecustomize is found, the environment that turns it on,
+// launcher/config/python_hooks.h: where the sitecustomize is found, the environment that turns it on,
 // and the request for Python stacks, which must never signal a process that did not register.
-#include "launcher/python_hooks.h"
+#include "launcher/config/python_hooks.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

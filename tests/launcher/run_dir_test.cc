@@ -1,5 +1,6 @@
-// Where a run's files go under --log_dir (launcher/run_dir.h): never into another run's directory.
-#include "launcher/run_dir.h"
+// Where a run's files go under --log_dir (launcher/config/run_dir.h): never into another run's directory.
+#include "launcher/config/run_dir.h"
+#include "launcher/config/config_resolution.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -14,7 +14,7 @@
 #include <thread>
 #include <vector>
 
-#include "launcher/http_client.h"
+#include "launcher/status/http_client.h"
 #include "tests/support/subprocess.h"
 
 namespace dlaunch::testing {

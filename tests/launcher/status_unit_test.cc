@@ -7,10 +7,10 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "launcher/control_auth.h"
-#include "launcher/job_events.h"
-#include "launcher/node_status.h"
-#include "launcher/status_server.h"
+#include "launcher/status/control_auth.h"
+#include "launcher/status/job_events.h"
+#include "launcher/status/node_status.h"
+#include "launcher/status/status_server.h"
 #include "tests/support/subprocess.h"
 
 namespace dlaunch {

@@ -1,11 +1,12 @@
-#include "launcher/torchrun_flags.h"
+#include "launcher/config/torchrun_flags.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include "common/error.h"
-#include "launcher/filtered_copy.h"
-#include "launcher/launch_config.h"
+#include "launcher/output/filtered_copy.h"
+#include "launcher/config/config_resolution.h"
+#include "launcher/config/launch_config.h"
 #include "tests/support/subprocess.h"
 
 namespace dlaunch {

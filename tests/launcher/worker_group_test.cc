@@ -1,4 +1,4 @@
-#include "launcher/worker_group.h"
+#include "launcher/process/worker_group.h"
 
 #include <gtest/gtest.h>
 

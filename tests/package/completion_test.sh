@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The generated bash completion (launcher/completion.h) against the real dlaunch: every flag that
+# The generated bash completion (launcher/config/completion.h) against the real dlaunch: every flag that
 # `dlaunch --help` lists completes, in both spellings, and the flags with fixed values offer them.
 # Usage: completion_test.sh <dlaunch> <completion script>
 set -uo pipefail

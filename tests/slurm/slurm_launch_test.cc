@@ -6,8 +6,9 @@
 #include <map>
 
 #include "common/error.h"
-#include "launcher/cli.h"
-#include "launcher/launch_config.h"
+#include "launcher/config/cli.h"
+#include "launcher/config/config_resolution.h"
+#include "launcher/config/launch_config.h"
 
 namespace dlaunch {
 namespace {

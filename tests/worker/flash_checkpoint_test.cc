@@ -49,7 +49,7 @@ TEST(FlashWriter, KeepsOnlyTheNewestCopyUnderDtrain) {
 }
 
 // With an output directory the writer asks the agent to keep its copies there if the job ends
-// without success (launcher/flash_persist.h); without one it asks nothing.
+// without success (launcher/flash/flash_persist.h); without one it asks nothing.
 TEST(FlashWriter, AsksTheAgentToKeepItsCopiesInTheOutputDir) {
   TempDir flash;
   FlashWriter w(flash.path(), "/abs/run/out");

@@ -25,7 +25,7 @@ FlashWriter::FlashWriter(const std::string& flash_dir, const std::string& persis
                                   dir, ec.message()));
   }
   if (!persist_to.empty()) {
-    // The agent's file name (launcher/flash_persist.h: kPersistRequestFile); a worker cannot
+    // The agent's file name (launcher/flash/flash_persist.h: kPersistRequestFile); a worker cannot
     // include the launcher, the contract is the file.
     std::ofstream(fs::path(dir) / ".persist_to") << persist_to << "\n";
   }

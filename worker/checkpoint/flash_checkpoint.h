@@ -46,7 +46,7 @@ class FlashWriter {
   // `flash_dir` empty: disabled (enabled() is false, write() must not be called). Creates
   // <flash_dir>/dtrain; throws SystemError when it cannot. With `persist_to` (an absolute
   // directory: the run's --output_dir), asks the agent to write the copies there if the job
-  // ends without success (<flash_dir>/dtrain/.persist_to, launcher/flash_persist.h), so the
+  // ends without success (<flash_dir>/dtrain/.persist_to, launcher/flash/flash_persist.h), so the
   // state of a stop cut short or a failure is on disk for the next run's resume.
   explicit FlashWriter(const std::string& flash_dir, const std::string& persist_to = "");
 

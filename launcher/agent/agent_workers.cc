@@ -1,0 +1,235 @@
+#include "launcher/agent/agent_workers.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "common/error.h"
+#include "common/log.h"
+#include "launcher/agent/agent_core.h"
+#include "launcher/output/line_splitter.h"
+#include "launcher/config/python_hooks.h"
+#include "launcher/config/torchrun_flags.h"
+
+namespace dlaunch {
+
+WorkerSupervisor::WorkerSupervisor(AgentCore& agent)
+    : agent_(agent),
+      console_is_terminal_(::isatty(STDOUT_FILENO) == 1),
+      partial_lines_(agent.io, *agent.opts.clock) {}
+
+void WorkerSupervisor::prepare() { omp_threads_ = default_omp_threads(agent_.cfg, agent_.opts); }
+
+void WorkerSupervisor::start(const RendezvousResult& r) {
+  ++agent_.generation;
+  agent_.last_round = r;
+  agent_.cause.new_generation();
+  const WorkerPlacement place = place_workers(r, agent_.cfg.nproc_per_node);
+  auto records =
+      agent_.files.make_attempt(agent_.generation, place.first_rank, agent_.cfg.nproc_per_node);
+  if (!records) return agent_.finish(exit_codes::kWorkersFailed);
+  agent_.group = std::make_unique<WorkerGroup>(agent_.generation, std::move(*records));
+  outputs_.assign(static_cast<size_t>(agent_.cfg.nproc_per_node), nullptr);
+  log_info("attempt {}: starting {} worker(s), global ranks {}-{} of {} (node {} of {}), "
+           "restart count {}/{}",
+           agent_.generation, agent_.cfg.nproc_per_node, place.first_rank,
+           place.first_rank + agent_.cfg.nproc_per_node - 1, place.world, r.group_rank,
+           r.group_world_size, r.restart_count, agent_.cfg.max_restarts);
+  agent_.phase = AgentPhase::kRunning;
+  auto console = make_shared_console(agent_.cfg);  // --log_fold
+  filtered_.reset();
+  try {
+    const std::string& rank_dir = agent_.group->worker(0).log_dir;
+    filtered_ = FilteredCopy::open(agent_.cfg, rank_dir.substr(0, rank_dir.rfind('/')));
+  } catch (const Error& e) {
+    log_warning("{}; --duplicate_*_filters copies nothing in attempt {}", e.what(),
+                agent_.generation);
+  }
+  for (int64_t local_rank = 0; local_rank < agent_.cfg.nproc_per_node; ++local_rank) {
+    if (!spawn(r, place, local_rank, console)) return;
+  }
+  if (agent_.cfg.hang_timeout.count() > 0) agent_.hangs.arm();
+}
+
+bool WorkerSupervisor::spawn(const RendezvousResult& r, WorkerPlacement place,
+                             int64_t local_rank, const std::shared_ptr<SharedConsole>& console) {
+  WorkerRecord& w = agent_.group->worker(local_rank);
+  WorkerEnvInputs inputs{&agent_.cfg, &agent_.opts, omp_threads_, console_is_terminal_,
+                         agent_.generation};
+  SpawnRequest req;
+  req.argv = agent_.cfg.worker_argv(local_rank);
+  req.env = full_worker_env(worker_contract(inputs, r, place, local_rank, w.log_dir),
+                            agent_.opts.base_env);
+  if (agent_.cfg.virtual_local_rank) apply_virtual_local_rank(req.env, local_rank);
+  // torchrun 2.x's agent exports its --signals_to_handle, and its workers inherit it (a worker
+  // that starts processes with torch.distributed.elastic handles the same signals).
+  set_env(req.env, "TORCHELASTIC_SIGNALS_TO_HANDLE", agent_.cfg.signals_to_handle);
+  const std::string prefix =
+      console_prefix(agent_.cfg, local_rank, w.global_rank, agent_.opts.host);
+  if (!agent_.cfg.no_python_hooks && !agent_.opts.python_hooks_dir.empty()) {
+    add_python_hooks_env(req.env, agent_.opts.python_hooks_dir, w.log_dir + "/py_stack.txt");
+  }
+  try {
+    auto out = std::make_shared<WorkerOutput>(
+        agent_.cfg, local_rank, w.log_dir, console,
+        [this](std::shared_ptr<const OutputLoss> loss) { on_output_loss(std::move(loss)); },
+        prefix);
+    outputs_[static_cast<size_t>(local_rank)] = out;
+    int pid = agent_.procs.spawn(req, callbacks(local_rank, out, prefix));
+    agent_.group->on_started(local_rank, pid, agent_.opts.clock->now(),
+                             std::chrono::system_clock::now());
+    agent_.monitor->events().emit("worker_started", {{"rank", w.global_rank},
+                                                {"local_rank", local_rank},
+                                                {"pid", pid},
+                                                {"attempt", agent_.generation}});
+    log_debug("local rank {} started as pid {}", local_rank, pid);
+    return true;
+  } catch (const SpawnError& e) {
+    log_spawn_error(e.what());
+    agent_.cause.record(StopKind::kUsage);
+    agent_.group->on_spawn_failed(e.what());
+  } catch (const Error& e) {
+    log_error("cannot start local rank {}: {}", local_rank, e.what());
+    agent_.group->on_spawn_failed(e.what());
+  }
+  agent_.stop_group(SIGTERM);
+  return false;
+}
+
+ProcessCallbacks WorkerSupervisor::callbacks(int64_t local_rank,
+                                             const std::shared_ptr<WorkerOutput>& out,
+                                             const std::string& prefix) {
+  const int64_t gen = agent_.generation;
+  std::shared_ptr<FilteredCopy> filtered = filtered_;
+  auto tail = std::make_shared<LineSplitter>();
+  auto add_tail = [this, gen, local_rank](std::string_view line) {
+    if (gen == agent_.generation && agent_.group) {
+      agent_.group->add_stderr_line(local_rank, std::string(line));
+    }
+  };
+  ProcessCallbacks cb;
+  cb.on_output = [this, out, tail, add_tail, filtered, local_rank, prefix](
+                     int stream, std::string_view bytes) {
+    out->write(stream, bytes, agent_.opts.clock->now());
+    if (filtered) filtered->feed(local_rank, stream, bytes, prefix);
+    if (stream == 2) tail->feed(bytes, add_tail);
+    if (out->next_due()) partial_lines_.watch(out);
+  };
+  cb.on_exit = [this, gen, local_rank, out, tail, add_tail, filtered,
+                prefix](const ExitStatus& st) {
+    out->finish();
+    if (filtered) filtered->finish(local_rank, prefix);
+    if (out->next_due()) partial_lines_.watch(out);  // lines held by --log_fold
+    tail->flush(add_tail);
+    on_exit(gen, local_rank, st);
+  };
+  cb.on_exec_failed = [this, gen, local_rank](const std::string& message) {
+    on_exec_failed(gen, local_rank, message);
+  };
+  return cb;
+}
+
+void WorkerSupervisor::on_exit(int64_t gen, int64_t local_rank, const ExitStatus& st) {
+  // An abandoned worker of an earlier generation.
+  if (gen != agent_.generation || !agent_.group) return;
+  bool was_final = agent_.group->final();
+  agent_.group->on_exit(local_rank, st, agent_.opts.clock->now(), std::chrono::system_clock::now());
+  const WorkerRecord& w = agent_.group->worker(local_rank);
+  agent_.monitor->events().emit("worker_exited",
+                           {{"rank", w.global_rank},
+                            {"local_rank", local_rank},
+                            {"pid", w.pid},
+                            st.signaled ? EventFields::value_type{"signal", signal_name(st.code)}
+                                        : EventFields::value_type{"exit_code", st.code},
+                            {"attempt", agent_.generation}});
+  if (!was_final && agent_.group->state() == GroupState::kFailed) {
+    log_error("local rank {} (rank {}, pid {}) failed: {}; stopping the other workers",
+              local_rank, w.global_rank, w.pid, st.describe());
+    if (agent_.opts.rendezvous) {
+      agent_.rendezvous.report_to_peers(fmt::format("rank {} on {} failed: {}", w.global_rank,
+                                               agent_.opts.host, st.describe()));
+    }
+    agent_.stop_group(SIGTERM);
+    return;
+  }
+  log_debug("local rank {} (pid {}) exited: {}", local_rank, w.pid, st.describe());
+  if (agent_.group->state() == GroupState::kSucceeded && agent_.phase == AgentPhase::kRunning) {
+    return on_success();
+  }
+  if (agent_.phase == AgentPhase::kStopping && agent_.group->all_exited()) agent_.group_stopped();
+}
+
+void WorkerSupervisor::on_output_loss(std::shared_ptr<const OutputLoss> loss) {
+  const char* stream = loss->stream == 1 ? "stdout" : "stderr";
+  log_warning("cannot write local rank {}'s {} to {}: {}; the file stops here ({} byte(s) not "
+              "written); from now on this output goes {}",
+              loss->local_rank, stream, loss->path, std::strerror(loss->error), loss->bytes,
+              loss->console_fallback ? "to the console instead (it was redirected there)"
+                                     : "to the console only");
+  agent_.monitor->events().emit("log_write_failed", {{"local_rank", loss->local_rank},
+                                                {"stream", stream},
+                                                {"path", loss->path},
+                                                {"error", std::strerror(loss->error)},
+                                                {"attempt", agent_.generation}});
+  output_losses_.push_back(std::move(loss));
+}
+
+void WorkerSupervisor::report_output_losses() const {
+  if (output_losses_.empty()) return;
+  uint64_t total = 0;
+  std::string files;
+  for (const auto& loss : output_losses_) {
+    total += loss->bytes;
+    files += fmt::format("\n  {} ({}): {} byte(s) missing{}", loss->path,
+                         std::strerror(loss->error), loss->bytes,
+                         loss->console_fallback ? ", shown on the console instead" : "");
+  }
+  log_warning("worker output is missing from {} log file(s), {} byte(s) in all (free space on "
+              "the --log_dir disk, or give another --log_dir):{}",
+              output_losses_.size(), total, files);
+}
+
+void WorkerSupervisor::on_success() {
+  // After a preemption notice a worker that checkpointed and exited 0 (dtrain) finished
+  // nothing: say what happened; decide() reports the preemption.
+  if (agent_.cause.is(StopKind::kPreempted)) {
+    log_info("all {} worker(s) stopped cleanly after the preemption notice",
+             agent_.cfg.nproc_per_node);
+  } else {
+    log_info("all {} worker(s) finished successfully", agent_.cfg.nproc_per_node);
+  }
+  agent_.phase = AgentPhase::kStopping;
+  agent_.stopper.stop_leftovers();
+}
+
+void WorkerSupervisor::on_exec_failed(int64_t gen, int64_t local_rank,
+                                      const std::string& message) {
+  if (gen != agent_.generation || !agent_.group) return;
+  agent_.cause.record(StopKind::kUsage);
+  if (!exec_failure_logged_) {
+    exec_failure_logged_ = true;
+    log_spawn_error(message);
+  }
+  bool was_final = agent_.group->final();
+  agent_.group->on_exit(local_rank, ExitStatus::exited(127), agent_.opts.clock->now(),
+                   std::chrono::system_clock::now());
+  if (!was_final) {
+    agent_.stop_group(SIGTERM);
+  } else if (agent_.phase == AgentPhase::kStopping && agent_.group->all_exited()) {
+    agent_.group_stopped();
+  }
+}
+
+void WorkerSupervisor::log_spawn_error(const std::string& message) {
+  if (agent_.cfg.runs_python()) {
+    log_error("{} (the interpreter for .py programs and -m; choose it with --python, e.g. "
+              "--python /usr/bin/python3 for Debian's PyTorch)",
+              message);
+  } else {
+    log_error("{}", message);
+  }
+}
+
+}  // namespace dlaunch
