@@ -18,13 +18,16 @@ namespace dlaunch {
 WorkerSupervisor::WorkerSupervisor(AgentCore& agent)
     : agent_(agent),
       console_is_terminal_(::isatty(STDOUT_FILENO) == 1),
-      partial_lines_(agent.io, *agent.opts.clock) {}
+      partial_lines_(agent.io, *agent.opts.clock),
+      store_proxy_(agent.opts.store_proxy, agent.opts.job_token) {}
 
 void WorkerSupervisor::prepare() { omp_threads_ = default_omp_threads(agent_.cfg, agent_.opts); }
 
-void WorkerSupervisor::start(const RendezvousResult& r) {
+void WorkerSupervisor::start(const RendezvousResult& round) {
+  // The workers' view of the round: the store's address is the node's proxy's, when on.
+  const RendezvousResult r = store_proxy_.route(round);
   ++agent_.generation;
-  agent_.last_round = r;
+  agent_.last_round = round;
   agent_.cause.new_generation();
   const WorkerPlacement place = place_workers(r, agent_.cfg.nproc_per_node);
   auto records =

@@ -224,6 +224,10 @@ std::string LaunchConfig::describe() const {
       {"slurm", slurm ? "true" : "false"},
       {"no_slurm", no_slurm ? "true" : "false"},
       {"slurm_mode", slurm_mode},
+      {"store_proxy", store_proxy == "auto"
+                          ? fmt::format("auto ({} from {} nodes)",
+                                        wants_store_proxy() ? "on" : "off", kStoreProxyAutoNodes)
+                          : store_proxy},
   };
   std::string out = "dlaunch configuration (value  <- origin):\n";
   for (const auto& [name, value] : rows) {

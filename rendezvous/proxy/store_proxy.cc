@@ -399,9 +399,16 @@ struct StoreProxy::Impl {
   // it been connected to the store, and connecting again is refused.
   void upstream_lost(const std::string& why) {
     if (!connected.exchange(false)) return;
-    log_warning("store proxy: lost the job's store at {}: {}; closing the connections of {} "
-                "workers",
-                where(options.store_host, options.store_port), why, workers.size());
+    // With no worker connected (the job's end: the store host stops after the last agent
+    // left), nobody loses anything.
+    if (workers.empty()) {
+      log_debug("store proxy: the job's store at {} closed: {}",
+                where(options.store_host, options.store_port), why);
+    } else {
+      log_warning("store proxy: lost the job's store at {}: {}; closing the connections of {} "
+                  "workers",
+                  where(options.store_host, options.store_port), why, workers.size());
+    }
     shut_down();
   }
 
