@@ -162,7 +162,7 @@ struct StoreProxy::Impl {
     upstream.set_option(tcp::no_delay(true), ignore);
   }
 
-  // VALIDATE, the job token, FEATURES, CHANNELS (channel_frames.h).
+  // VALIDATE, the job token, DECLARE_AGENT, FEATURES, CHANNELS (channel_frames.h).
   void handshake(TimePoint deadline) {
     const std::string at = where(options.store_host, options.store_port);
     Bytes hello;
@@ -202,17 +202,22 @@ struct StoreProxy::Impl {
               "store proxy: the store at " + at +
                   " refused this node's job token; give every node the same DLAUNCH_JOB_TOKEN");
     }
-    // Without a token, a store that requires one closes the connection at FEATURES too (unless
-    // an agent of this host proved it already), as an older build does at CHANNELS.
     const std::string older =
         "store proxy: the store at " + at +
-        (options.token ? "" : " requires the job token, which this node lacks (give every node "
-                              "the same DLAUNCH_JOB_TOKEN), or it") +
         " runs a dlaunch build without channels (older than the store proxy); run the job with "
         "--store_proxy off, or the same dlaunch on every node";
+    // The proxy is part of its agent: its own requests count as an agent's in the store's
+    // statistics, and the channels it carries as the workers' connections they are.
     Bytes features;
+    wire::put_u8(features, wire::op2::kDeclareAgent);
     wire::put_u8(features, wire::op2::kFeatures);
     write_up(features, deadline);
+    Bytes declared = read_up(1, deadline, older);
+    if (declared[0] == wire::kDeclareRefusedNoToken) {
+      throw UsageError("store proxy: the store at " + at +
+                       " requires the job token and this node has none; give every node the "
+                       "same DLAUNCH_JOB_TOKEN");
+    }
     Bytes bits = read_up(4, deadline, older);
     uint32_t value = uint32_t(bits[0]) | uint32_t(bits[1]) << 8 | uint32_t(bits[2]) << 16 |
                      uint32_t(bits[3]) << 24;

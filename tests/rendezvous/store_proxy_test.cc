@@ -673,7 +673,7 @@ TEST(StoreProxy, JobTokenIsCheckedAsTheStoreChecksIt) {
   try {
     proxy_with(std::nullopt)->start();
     ADD_FAILURE() << "a proxy without the token started";
-  } catch (const Error& e) {
+  } catch (const UsageError& e) {
     EXPECT_NE(std::string(e.what()).find("DLAUNCH_JOB_TOKEN"), std::string::npos) << e.what();
   }
   EXPECT_THROW(proxy_with("wrong")->start(), StateError);
