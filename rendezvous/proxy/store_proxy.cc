@@ -390,7 +390,15 @@ struct StoreProxy::Impl {
           } else {
             w->close_after_write = true;
           }
-          write_worker(w);
+          // A worker that does not read its replies must not grow the proxy's memory: closed,
+          // as the store closes such a client of its own.
+          if (w->out.size() > limits.max_frame_bytes) {
+            log_warning("store proxy: worker connection {} does not read its replies; closing it",
+                        w->id);
+            worker_gone(w);
+          } else {
+            write_worker(w);
+          }
         }
         up_in_begin += r.consumed;
       }

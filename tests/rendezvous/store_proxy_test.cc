@@ -469,9 +469,9 @@ struct History {
   std::string error;
 };
 
-// `threads` clients of `port` run a random mix of set/get/add/compare_set/wait, then wait for
-// each other's "done" keys.
-std::vector<History> run_workload(uint16_t port, int threads, int ops) {
+// `threads` clients run a random mix of set/get/add/compare_set/wait, then wait for each other's
+// "done" keys; client t connects to ports[t % ports.size()].
+std::vector<History> run_workload(std::vector<uint16_t> ports, int threads, int ops) {
   std::vector<History> histories(threads);
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
@@ -479,7 +479,7 @@ std::vector<History> run_workload(uint16_t port, int threads, int ops) {
       History& h = histories[t];
       try {
         TcpStoreClientOptions o;
-        o.port = port;
+        o.port = ports[t % ports.size()];
         o.timeout = 60s;
         TcpStoreClient c(o);
         std::mt19937 rng(1234 + t);
@@ -582,11 +582,11 @@ TEST(StoreProxy, ConcurrentHistoriesAreLinearizablePerKeyDirectAndThroughTheProx
   constexpr int kThreads = 12, kOps = 400;
   {
     TcpStoreServer direct(TcpStoreServerOptions{});
-    check_linearizable(run_workload(direct.start(), kThreads, kOps), "direct");
+    check_linearizable(run_workload({direct.start()}, kThreads, kOps), "direct");
   }
   for (bool group : {true, false}) {
     Stack stack({}, group);
-    check_linearizable(run_workload(stack.proxy_port, kThreads, kOps),
+    check_linearizable(run_workload({stack.proxy_port}, kThreads, kOps),
                        group ? "proxy, grouping" : "proxy, no grouping");
     auto s = stack.proxy->stats();
     EXPECT_EQ(s.workers_accepted, kThreads);
@@ -595,6 +595,21 @@ TEST(StoreProxy, ConcurrentHistoriesAreLinearizablePerKeyDirectAndThroughTheProx
               << " of them in groups, " << s.upstream_writes << " writes to the store\n";
     EXPECT_EQ(stack.server->num_connections(), 1u);
   }
+}
+
+// Two nodes' proxies and clients of the store itself, interleaved on the same keys.
+TEST(StoreProxy, HistoriesStayLinearizableAcrossTwoProxiesAndDirectClients) {
+  Stack stack;
+  StoreProxyOptions o;
+  o.store_host = "127.0.0.1";
+  o.store_port = stack.store_port;
+  StoreProxy second(o);
+  const uint16_t second_port = second.start();
+  check_linearizable(
+      run_workload({stack.proxy_port, second_port, stack.store_port}, 15, 400),
+      "two proxies and direct clients");
+  // The direct clients have left; the two proxies stay.
+  EXPECT_EQ(stack.server->num_connections(), 2u);
 }
 
 // ---- losses -----------------------------------------------------------------------------------
@@ -653,6 +668,30 @@ TEST(StoreProxy, StoreHostLossClosesEveryWorkerAsTheStoresOwnLossWould) {
   EXPECT_FALSE(stack.proxy->connected());
   // Connecting again is refused, as at a dead store host.
   EXPECT_THROW(Raw again(stack.proxy_port), std::runtime_error);
+}
+
+// The proxy (its agent) goes away: its workers see their connections closed, as at the store's
+// loss, and the store forgets their waits with the proxy's connection.
+TEST(StoreProxy, ProxyLossClosesItsWorkersAndTheStoreForgetsThem) {
+  Stack stack;
+  Raw waiting(stack.proxy_port);
+  Bytes get = validate(), g = encode(wire::Dialect::kTorch2, make(Op::kGet, {"never"}));
+  get.insert(get.end(), g.begin(), g.end());
+  waiting.send(get);
+  EXPECT_TRUE(waiting.silent(200));
+  EXPECT_EQ(stack.server->num_connections(), 1u);
+  stack.proxy->stop();
+  EXPECT_TRUE(waiting.closed_by_peer());
+  for (int i = 0; i < 100 && stack.server->num_connections() > 0; ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_EQ(stack.server->num_connections(), 0u);
+  // The key the gone worker waited for can be set and read as usual.
+  TcpStoreClientOptions o;
+  o.port = stack.store_port;
+  TcpStoreClient direct(o);
+  direct.set("never", to_bytes("now"));
+  EXPECT_EQ(to_string(direct.get("never")), "now");
 }
 
 // ---- the job token -----------------------------------------------------------------------------
