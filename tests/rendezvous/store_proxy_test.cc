@@ -185,9 +185,20 @@ Bytes run_script(uint16_t port, wire::Dialect dialect) {
     add(make(Op::kWatchKey, {"c"}));
     add(make(Op::kSet, {"c"}, {"watched"}));
   }
+  // Last, a value that ends the replies to the script, so it is known when all came.
+  add(make(Op::kSet, {"marker"}, {"end-of-script"}));
+  add(make(Op::kGet, {"marker"}));
+  Bytes marker;
+  wire::put_bytes(marker, to_bytes("end-of-script"));
   c.send(script);
-  // Every reply up to here, then the key the WAIT waits for appears.
-  std::this_thread::sleep_for(200ms);
+  Bytes replies;
+  while (replies.size() < marker.size() ||
+         !std::equal(marker.begin(), marker.end(), replies.end() - marker.size())) {
+    Bytes more = c.recv(1);
+    if (more.empty()) return replies;  // closed or silent: the comparison will show it
+    replies.insert(replies.end(), more.begin(), more.end());
+  }
+  // Every reply up to here came; now the key the WAIT waits for appears.
   {
     Raw other(port);
     Bytes set = dialect == wire::Dialect::kTorch2 ? validate() : Bytes();
@@ -200,7 +211,9 @@ Bytes run_script(uint16_t port, wire::Dialect dialect) {
   }
   if (dialect == wire::Dialect::kTorch2) c.send(encode(dialect, make(Op::kCancelWait)));
   c.send(Bytes{0x77, 0, 0});  // an unknown opcode: the store closes the connection
-  return c.recv_until_closed();
+  Bytes rest = c.recv_until_closed();
+  replies.insert(replies.end(), rest.begin(), rest.end());
+  return replies;
 }
 
 TEST(StoreProxy, EveryReplyIsByteForByteTheStoresOwnInBothDialects) {
@@ -608,7 +621,10 @@ TEST(StoreProxy, HistoriesStayLinearizableAcrossTwoProxiesAndDirectClients) {
   check_linearizable(
       run_workload({stack.proxy_port, second_port, stack.store_port}, 15, 400),
       "two proxies and direct clients");
-  // The direct clients have left; the two proxies stay.
+  // The direct clients have left (the store notices soon after); the two proxies stay.
+  for (int i = 0; i < 200 && stack.server->num_connections() > 2; ++i) {
+    std::this_thread::sleep_for(50ms);
+  }
   EXPECT_EQ(stack.server->num_connections(), 2u);
 }
 
