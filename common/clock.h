@@ -41,4 +41,21 @@ inline Duration from_seconds(double s) {
   return std::chrono::duration_cast<Duration>(std::chrono::duration<double>(s));
 }
 
+// Saturating "steady now + d": a "forever" timeout (Duration::max()) must not overflow into a
+// deadline in the past.
+inline TimePoint deadline_after(Duration d) {
+  auto now = std::chrono::steady_clock::now();
+  if (d > TimePoint::max() - now) return TimePoint::max();
+  return now + d;
+}
+
+// Milliseconds left until `deadline` on the steady clock, for poll(2): 0 once it passed, and at
+// most 10^9 (an int).
+inline int remaining_ms(TimePoint deadline) {
+  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      deadline - std::chrono::steady_clock::now());
+  if (left.count() <= 0) return 0;
+  return left.count() > 1'000'000'000 ? 1'000'000'000 : static_cast<int>(left.count());
+}
+
 }  // namespace dlaunch

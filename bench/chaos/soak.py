@@ -22,6 +22,12 @@ Faults, one at a time, each chosen by the seeded generator among --faults, after
 and, once --duration has passed, job_term: SIGTERM to every agent (a preemption), then all four
 started again; dtrain resumes from its checkpoint and trains to the end.
 
+Goodput, the figure users of large jobs track, is useful training time / wall time over the
+faulted run: from rank 0's step lines (each stamped with its time and worker-group attempt), a
+step's time counts when the line before it was the step before in the same attempt and the step
+is never logged again (a step redone after a restart was not useful); the gaps across a restart
+are recovery. Printed with the steps redone in all (docs/benchmarks.md, "Goodput under faults").
+
 A fault is recovered when rank 0 logs a training step it had not logged before the fault (the
 job's metrics.jsonl, one line per step): recovery time is fault -> that line, steps lost is the
 last step before the fault minus the step it resumed from. The run passes when every fault
@@ -495,6 +501,7 @@ def main():
             problems.append(f"the job did not exit 0 everywhere: {codes}")
         acc = final_accuracy(job.out)
         summary["test_accuracy"] = acc
+        summary["goodput"] = goodput(read_steps(job.out), since=t0)
         if acc is None:
             problems.append("no final test accuracy in metrics.jsonl")
         elif reference_acc is not None and abs(acc - reference_acc) > args.accuracy_tolerance:
@@ -604,6 +611,44 @@ def finish_fault(fault, got, summary, problems):
     summary["faults"].append({k: v for k, v in fault.items() if k != "time"})
 
 
+def read_steps(out):
+    """Rank 0's step lines as (time, attempt, step), in the order written."""
+    steps = []
+    try:
+        with open(os.path.join(out, "metrics.jsonl")) as f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue
+                if rec.get("kind") == "step":
+                    steps.append((rec["time"], rec.get("attempt", 0), rec["step"]))
+    except OSError:
+        pass
+    return steps
+
+
+def goodput(steps, since=None):
+    """Useful training time / wall time over `steps` (read_steps) from `since` (default: the
+    first line) to the last line, and the number of step lines later redone."""
+    if since is not None:
+        steps = [s for s in steps if s[0] >= since]
+    if len(steps) < 2:
+        return None
+    last_line_of = {}
+    for i, (_, _, step) in enumerate(steps):
+        last_line_of[step] = i
+    useful = 0.0
+    for i in range(1, len(steps)):
+        (t0, a0, s0), (t1, a1, s1) = steps[i - 1], steps[i]
+        if a1 == a0 and s1 == s0 + 1 and last_line_of[s1] == i:
+            useful += t1 - t0
+    wall = steps[-1][0] - steps[0][0]
+    redone = len(steps) - len(last_line_of)
+    return {"goodput": round(useful / wall, 4) if wall > 0 else None, "useful_s": round(useful, 2),
+            "wall_s": round(wall, 2), "steps_redone": redone}
+
+
 def final_accuracy(out):
     acc = None
     try:
@@ -698,6 +743,10 @@ def print_summary(summary, problems):
         t = [f["recovery_s"] for f in rec]
         print(f"all: {len(faults)} faults, {len(rec)} recovered, recovery median {statistics.median(t):.2f} s, "
               f"worst {max(t):.2f} s")
+    g = summary.get("goodput")
+    if g:
+        print(f"goodput {g['goodput']:.4f} ({g['useful_s']} s of useful steps in {g['wall_s']} s), "
+              f"{g['steps_redone']} step lines redone")
     print(f"final exit codes {summary.get('final_exit_codes')}, test accuracy {summary.get('test_accuracy')}")
     print("PASS" if not problems else "FAIL:\n  " + "\n  ".join(problems))
 

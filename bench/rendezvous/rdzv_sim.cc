@@ -6,6 +6,15 @@
 //            [--keep-alive-interval 1] [--driver fibers|threads] [--no-loss] [--by-op]
 //            [--perf-round PREFIX]
 //            [--backend c10d|etcd [--etcd_endpoint HOST:PORT [--etcd_pid PID]]]
+//            [--workers_per_agent W [--store_proxy off]]
+//
+// --workers_per_agent W: once every agent is ranked, each agent's W simulated PyTorch workers
+// (fibers of its process, sim_workers.h: the requests of `init_process_group("nccl")` in 2.15)
+// connect to the store host, each with its own connection (--store_proxy off: as today), and
+// run their init; printed per N: last join -> every worker through init, the store host's
+// CPU-s and requests and bytes per node for it. Workers connect to 64 loopback addresses
+// (127.0.1.0/26) so a million connections fit the ephemeral ports; the simulator raises its
+// own fd limits (not the product's). c10d and the fiber driver only.
 //
 // --perf-round PREFIX records the store host with `perf record -g` during each round only, to
 // PREFIX-<N>.data (compare two N with `perf report --no-children`: what grows faster than N).
@@ -74,6 +83,7 @@
 #include "bench/bench_support.h"
 #include "bench/rendezvous/etcd_sim_backend.h"
 #include "bench/rendezvous/fiber_loop.h"
+#include "bench/rendezvous/sim_workers.h"
 #include "common/log.h"
 #include "rendezvous/handlers/dynamic_rendezvous.h"
 #include "rendezvous/handlers/rendezvous_events.h"
@@ -101,13 +111,18 @@ struct Options {
   bool loss = true;
   bool by_op = false;  // each agent process prints its requests and bytes by operation (etcd: calls by path)
   std::string perf_round;  // non-empty: `perf record` the store host during each round, to <this>-<N>.data
+  int workers_per_agent = 0;  // 0: no workers phase
 };
+
+// The loopback addresses workers connect to: one address pair has about 28,000 ephemeral ports.
+constexpr int kWorkerAddresses = 64;
 
 // Every store call an agent makes, counted (one request on the wire each), with its bytes on
 // the wire estimated from the frame layout (store_protocol.md: an opcode byte, then each key
 // and value as a u64 length and its bytes; replies likewise, or one u64). Socket I/O does not
 // show in /proc/<pid>/io, so the store host's bytes are counted here, at the clients.
 std::atomic<int64_t> g_requests{0};
+uint16_t g_store_port = 0;  // the store host's, for the workers (each agent process sets it)
 std::atomic<int64_t> g_bytes{0};
 enum Op { kSet, kGet, kAdd, kCas, kCheck, kWait, kDelete, kNumKeys, kMultiGet, kMultiSet,
           kWaitGet, kNumOps };
@@ -196,7 +211,8 @@ class CountingStore final : public Store {
 
 // Messages from agent processes to the driver (one write each, < PIPE_BUF: atomic).
 struct Report {
-  enum Kind : int32_t { kReady, kRanked, kFailed, kRequests, kReformed } kind;
+  // kWorkersDone: an agent's workers all through init (rank: how many succeeded).
+  enum Kind : int32_t { kReady, kRanked, kFailed, kRequests, kReformed, kWorkersDone } kind;
   int32_t agent;
   int64_t rank, world, round;
   int64_t t_start, t_done;  // mono ns
@@ -214,6 +230,24 @@ struct StoreHost {
   int control = -1;  // closing it stops the server
 };
 
+// As many fds as the kernel allows (root may raise the hard limit): a store host serving N
+// agents and their workers, and an agent process of 4,096 agents with 8 workers each, hold
+// tens of thousands of connections.
+void raise_fd_limit() {
+  rlimit lim{};
+  getrlimit(RLIMIT_NOFILE, &lim);
+  rlim_t most = lim.rlim_max;
+  if (std::ifstream f("/proc/sys/fs/nr_open"); f) {
+    unsigned long nr_open = 0;
+    if (f >> nr_open) most = std::max<rlim_t>(most, nr_open);
+  }
+  rlimit want{most, most};
+  if (setrlimit(RLIMIT_NOFILE, &want) != 0) {
+    lim.rlim_cur = lim.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &lim);
+  }
+}
+
 StoreHost start_store_host() {
   int up[2], down[2];
   if (pipe(up) != 0 || pipe(down) != 0) throw SystemError("rdzv_sim: pipe failed");
@@ -222,7 +256,9 @@ StoreHost start_store_host() {
     ::close(up[0]);
     ::close(down[1]);
     TcpStoreServerOptions o;
-    o.host = "127.0.0.1";
+    // Workers connect to several loopback addresses (kWorkerAddresses); agents to 127.0.0.1.
+    o.host = "0.0.0.0";
+    raise_fd_limit();
     TcpStoreServer server(o);
     uint16_t port = server.start();
     (void)!write(up[1], &port, sizeof(port));
@@ -316,6 +352,9 @@ struct SimAgent {
   std::atomic<int64_t> round{-1};
   std::atomic<bool> joining{false};
   int64_t last_event_check = 0;
+  int64_t rank = -1, world = 0;  // of its first round, for its workers' ranks
+  // --workers_per_agent: its workers' connections, kept open after init as PyTorch's are.
+  std::vector<std::shared_ptr<Store>> workers;
 };
 
 RendezvousParams agent_params(int n, const std::string& endpoint, const std::string& run_id,
@@ -356,6 +395,10 @@ void join_now(SimAgent* a, int report_fd, Report::Kind kind) {
     r.world = result.group_world_size;
     r.round = result.round;
     a->round = result.round;
+    if (a->rank < 0) {
+      a->rank = result.group_rank;
+      a->world = result.group_world_size;
+    }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "rdzv_sim: agent %d: %s\n", a->index, e.what());
     r.kind = Report::kFailed;
@@ -443,6 +486,40 @@ void drive_with_threads(Agents& agents, int cmd, int report_fd, int first, const
   for (auto& t : tickers) t.join();
 }
 
+// --workers_per_agent: each ranked agent's workers, a fiber each, connect and run their init
+// (sim_workers.h); the agent reports once all of them are through.
+void start_workers(sim::FiberLoop& loop, Agents& agents, int report_fd, const Options& opt) {
+  const int w = opt.workers_per_agent;
+  for (auto& owned : agents) {
+    SimAgent* a = owned.get();
+    if (a->rank < 0) continue;
+    auto left = std::make_shared<int>(w);
+    auto done = std::make_shared<Report>();
+    *done = Report{Report::kWorkersDone, a->index, 0, 0, 0, mono_ns(), 0, 0, 0, 0};
+    for (int local = 0; local < w; ++local) {
+      loop.spawn([a, local, w, left, done, report_fd] {
+        const int64_t rank = a->rank * w + local;
+        TcpStoreClientOptions o;
+        o.host = fmt::format("127.0.1.{}", rank % kWorkerAddresses);
+        o.port = g_store_port;
+        o.connect_timeout = std::chrono::seconds(120);
+        o.timeout = std::chrono::seconds(600);
+        auto store = std::make_shared<CountingStore>(std::make_shared<TcpStoreClient>(o));
+        try {
+          sim::run_worker_init(*store, sim::NcclInitModel{a->world * w}, rank);
+          ++done->rank;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "rdzv_sim: worker %lld: %s\n", static_cast<long long>(rank),
+                       e.what());
+        }
+        a->workers.push_back(store);
+        done->t_done = std::max(done->t_done, mono_ns());
+        if (--*left == 0) send_report(report_fd, *done);
+      });
+    }
+  }
+}
+
 // --driver fibers: each agent lives on a fiber of its own (fiber_loop.h), joining and then
 // ticking its keep-alive every interval / 4; its store client's socket calls yield to the one
 // epoll loop of the process (fiber_socket_hooks.cc), which also reads the driver's commands.
@@ -473,6 +550,8 @@ void drive_with_fibers(Agents& agents, int cmd, int report_fd, int first, const 
     if (read(cmd, &c, 1) != 1) c = 'Q';
     if (c == 'J') {
       for (auto& a : agents) loop.spawn([&life, a = a.get()] { life(a); });
+    } else if (c == 'W') {
+      start_workers(loop, agents, report_fd, opt);
     } else if (c == 'K') {
       ticking = true;
     } else if (c == 'C') {
@@ -509,10 +588,8 @@ void make_c10d_agent(SimAgent& a, RendezvousParams params, uint16_t port) {
 [[noreturn]] void run_agent_process(int n, const std::string& endpoint, const std::string& run_id,
                                     int first, int count, int cmd, int report_fd,
                                     const Options& opt) {
-  rlimit lim{};
-  getrlimit(RLIMIT_NOFILE, &lim);
-  lim.rlim_cur = lim.rlim_max;
-  setrlimit(RLIMIT_NOFILE, &lim);
+  raise_fd_limit();
+  g_store_port = parse_host_port(endpoint, 0, "the store host").port;
   // Each agent's result holds N hosts and N worker counts (hundreds of KiB at 16K), which glibc
   // would mmap and unmap per agent: thousands of page faults each, O(N^2) in one host, where a
   // real agent pays it once on its own machine. Kept on the heap, freed blocks are reused.
@@ -572,6 +649,10 @@ struct Result {
   double reform_s = -1;
   int reformed = 0;
   std::string phases;
+  // --workers_per_agent: the workers' init (the default group of PyTorch 2.15's NCCL)
+  int64_t workers_ok = 0;
+  double t_last_join_to_workers = 0, workers_cpu_s = 0;
+  int64_t workers_requests = 0, workers_bytes = 0;
 };
 
 struct AgentProcess {
@@ -683,6 +764,36 @@ void stop_perf(pid_t p) {
   waitpid(p, &status, 0);
 }
 
+// Every ranked agent's workers through init: last join -> the last worker done, the store host's
+// CPU and the requests and bytes of the phase (counted at the workers' clients).
+template <typename Usage>
+void run_workers_phase(const std::vector<AgentProcess>& procs, int report_fd, int64_t last_join,
+                       Usage host_usage, Result& res, const Options& opt) {
+  HostUsage before = host_usage();
+  Traffic traffic_before = total_requests(procs, report_fd);
+  tell_all(procs, 'W');
+  int agents_done = 0;
+  int64_t last_done = 0;
+  Report r;
+  while (agents_done < res.n && read_report(report_fd, r, 600000)) {
+    if (r.kind != Report::kWorkersDone) continue;
+    ++agents_done;
+    res.workers_ok += r.rank;
+    last_done = std::max(last_done, r.t_done);
+  }
+  if (agents_done < res.n) {  // an agent process died (its report says why, on stderr)
+    res.ok = false;
+    return;
+  }
+  HostUsage after = host_usage();
+  Traffic traffic_after = total_requests(procs, report_fd);
+  res.t_last_join_to_workers = (last_done - last_join) / 1e9;
+  res.workers_cpu_s = after.cpu_s - before.cpu_s;
+  res.workers_requests = traffic_after.requests - traffic_before.requests;
+  res.workers_bytes = traffic_after.bytes - traffic_before.bytes;
+  if (res.workers_ok != int64_t(res.n) * opt.workers_per_agent) res.ok = false;
+}
+
 Result run_n(int n, const Options& opt) {
   Result res;
   res.n = n;
@@ -776,6 +887,8 @@ Result run_n(int n, const Options& opt) {
   res.round_requests = traffic_after.requests - traffic_before.requests;
   res.round_watch_events = traffic_after.watch_events - traffic_before.watch_events;
 
+  if (res.ok && opt.workers_per_agent > 0) run_workers_phase(procs, rep[0], last_join, host_usage, res, opt);
+
   // Keep-alives while the workers would run.
   if (res.ok) {
     tell_all(procs, 'K');
@@ -848,6 +961,36 @@ void print_etcd_round(const Result& r, const Options& opt) {
 }
 
 double fit_exponent(const std::vector<Result>& rs, double Result::*field);
+
+void print_workers_round(const Result& r, const Options& opt) {
+  const int64_t ranks = int64_t(r.n) * opt.workers_per_agent;
+  std::printf("  workers (--store_proxy off): %lld/%lld ranks through init (%lld NCCL ids), "
+              "last join -> every worker through init %.3f s; store host %.3f CPU-s, %lld "
+              "connections, %lld requests and %.2f MB (%.1f requests and %.1f KB per node)\n",
+              static_cast<long long>(r.workers_ok), static_cast<long long>(ranks),
+              static_cast<long long>(sim::NcclInitModel{ranks}.roots()),
+              r.t_last_join_to_workers, r.workers_cpu_s,
+              static_cast<long long>(ranks + r.n), static_cast<long long>(r.workers_requests),
+              r.workers_bytes / 1e6, r.workers_requests / double(r.n),
+              r.workers_bytes / 1e3 / r.n);
+}
+
+void print_workers_table(const std::vector<Result>& results, const Options& opt) {
+  std::printf("# N  ranks  init_s  store_cpu_s  requests_per_node  kb_per_node  store_rss_mib\n");
+  for (const auto& r : results) {
+    std::printf("%d %lld %.3f %.3f %.1f %.1f %.1f\n", r.n,
+                static_cast<long long>(int64_t(r.n) * opt.workers_per_agent),
+                r.t_last_join_to_workers, r.workers_cpu_s, r.workers_requests / double(r.n),
+                r.workers_bytes / 1e3 / r.n, r.hwm_mib);
+  }
+  std::vector<Result> with_bytes = results;
+  for (auto& r : with_bytes) r.hwm_mib = static_cast<double>(r.workers_bytes);
+  std::printf("growth exponent over N (workers' init): store CPU %.2f, init time %.2f, store "
+              "bytes %.2f\n",
+              fit_exponent(results, &Result::workers_cpu_s),
+              fit_exponent(results, &Result::t_last_join_to_workers),
+              fit_exponent(with_bytes, &Result::hwm_mib));
+}
 
 void print_etcd_table(const std::vector<Result>& results) {
   std::printf("# N  rank_s  etcd_cpu_s  etcd_rss_mib  calls  watch_events  ka_calls_per_s  "
@@ -939,12 +1082,21 @@ int main(int argc, char** argv) {
       opt.perf_round = next();
     } else if (a == "--no-loss") {
       opt.loss = false;
+    } else if (a == "--workers_per_agent") {
+      opt.workers_per_agent = std::stoi(next());
+    } else if (a == "--store_proxy") {
+      std::string mode = next();
+      if (mode != "off") {
+        std::fprintf(stderr, "rdzv_sim: --store_proxy expects 'off' (the proxy is not in the "
+                             "simulator yet), got '%s'\n", mode.c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr,
                    "usage: rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] "
                    "[--keep-alive-seconds 5] [--keep-alive-interval 1] [--driver fibers|threads] "
                    "[--no-loss] [--by-op] [--perf-round PREFIX] [--backend c10d|etcd [--etcd_endpoint HOST:PORT "
-                   "[--etcd_pid PID]]]\n");
+                   "[--etcd_pid PID]]] [--workers_per_agent W [--store_proxy off]]\n");
       return 2;
     }
   }
@@ -960,8 +1112,15 @@ int main(int argc, char** argv) {
                          "re-form after a loss hangs in the last-call wait; not solved yet)\n");
     return 2;
   }
+  if (opt.workers_per_agent > 0 && (etcd || opt.driver != Driver::kFibers)) {
+    std::fprintf(stderr, "rdzv_sim: --workers_per_agent runs with --backend c10d and --driver "
+                         "fibers only\n");
+    return 2;
+  }
   if (etcd) opt.driver = Driver::kThreads;
-  if (opt.per_process <= 0) opt.per_process = etcd ? 512 : 4096;
+  // Each fiber's stack is two mappings (the stack and its guard page), and vm.max_map_count is
+  // 65,530 by default: 4,096 fibers per process, agents and workers together.
+  if (opt.per_process <= 0) opt.per_process = etcd ? 512 : 4096 / (1 + opt.workers_per_agent);
   if (opt.keep_alive_interval <= 0) opt.keep_alive_interval = etcd ? 5 : 1;
   signal(SIGPIPE, SIG_IGN);
   if (!getenv("DLAUNCH_LOG_LEVEL")) set_log_level(LogLevel::kError);  // else as the user asks
@@ -994,6 +1153,7 @@ int main(int argc, char** argv) {
                   .c_str(),
         r.phases.c_str());
     if (etcd) print_etcd_round(r, opt);
+    if (opt.workers_per_agent > 0) print_workers_round(r, opt);
     std::fflush(stdout);
   }
   if (etcd) {
@@ -1013,5 +1173,6 @@ int main(int argc, char** argv) {
               fit_exponent(results, &Result::round_cpu_s),
               fit_exponent(results, &Result::t_first_join_to_all),
               fit_exponent(with_bytes, &Result::hwm_mib));
+  if (opt.workers_per_agent > 0) print_workers_table(results, opt);
   return all_ok ? 0 : 1;
 }

@@ -19,11 +19,6 @@ namespace {
 
 using HttpClock = std::chrono::steady_clock;
 
-int remaining_ms(HttpClock::time_point deadline) {
-  auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - HttpClock::now());
-  return left.count() > 0 ? static_cast<int>(left.count()) : 0;
-}
-
 struct Fd {
   int fd = -1;
   Fd() = default;

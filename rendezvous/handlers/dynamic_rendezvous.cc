@@ -15,24 +15,8 @@
 #include "rendezvous/handlers/round_table.h"
 #include "rendezvous/handlers/store_ledger.h"
 #include "rendezvous/handlers/version_mix.h"
-#include "rendezvous/tcp/worker_namespace.h"
 
 namespace dlaunch {
-
-namespace {
-// The value of round/<r>/done when the closer wrote the round's table (round_table.h); an
-// older build writes "1" and no table.
-const std::string kDoneWithTable = "2";
-// The value of round/<r>/done when the round was given up for too few live nodes and the
-// next one opened instead (release_round).
-const std::string kDoneReopened = "reopened";
-
-// A part of `d` in [0, d) drawn from `salt` (a node id holds a random nonce): spreads what N
-// agents started together would otherwise do in the same instant.
-Duration share_of(Duration d, const std::string& salt) {
-  return d * static_cast<int64_t>(std::hash<std::string>{}(salt) % 1000) / 1000;
-}
-}  // namespace
 
 DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params)
     : DynamicRendezvous(params, nullptr) {}
@@ -42,8 +26,7 @@ DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params,
     : params_(params),
       config_(RendezvousConfig::parse(params.config)),
       clock_(params.clock ? *params.clock : steady_clock()),
-      ledger_(std::move(ledger)),
-      store_dies_with_host_(!ledger_) {
+      ledger_(std::move(ledger)) {
   if (params_.min_nodes < 1 || params_.max_nodes < params_.min_nodes) {
     throw UsageError(fmt::format("--nnodes {}:{} is not a valid range; expected 1 <= MIN <= MAX",
                                  params_.min_nodes, params_.max_nodes));
@@ -55,10 +38,27 @@ DynamicRendezvous::DynamicRendezvous(const RendezvousParams& params,
   open_store_ = detail::store_opener(params_, config_, store_);
   watcher_ = std::make_unique<EventWatcher>(open_store_, prefix_, node_id_,
                                             std::chrono::seconds(1));
+  // c10d: the store is hosted by one agent and dies with it. A backend that brings its own
+  // ledger (etcd) keeps its store outside any agent: an outage there is waited out.
+  const bool store_dies_with_host = !ledger_;
   if (!ledger_) {
     ledger_ = std::make_shared<StoreRoundLedger>(store_, prefix_, config_.keep_alive_interval,
                                                  clock_);
   }
+  release_ = std::make_unique<RoundRelease>(
+      RoundRelease::Settings{params_.run_id, prefix_, limits_.min_nodes, keep_alive_window()},
+      store_, ledger_, clock_);
+  store_loss_ = std::make_unique<StoreLoss>(store_);
+  verdicts_ = std::make_unique<FailureVerdicts>(
+      FailureVerdicts::Settings{params_.run_id, prefix_, node_id_, config_.keep_alive_interval,
+                                config_.keep_alive_max_attempt},
+      store_, *store_loss_, clock_);
+  keep_alive_ = std::make_unique<KeepAlive>(
+      KeepAlive::Settings{params_.run_id, prefix_, node_id_, params_.host, params_.endpoint,
+                          config_.keep_alive_interval, config_.keep_alive_max_attempt,
+                          store_dies_with_host},
+      open_store_, [this](std::shared_ptr<Store> store) { return make_liveness(std::move(store)); },
+      *verdicts_, *store_loss_, clock_);
 }
 
 std::unique_ptr<Liveness> DynamicRendezvous::make_liveness(std::shared_ptr<Store> store) const {
@@ -91,13 +91,13 @@ std::optional<DynamicState> DynamicRendezvous::read_or_create_state() {
 }
 
 RendezvousResult DynamicRendezvous::next_rendezvous() {
-  start_keep_alive();
+  keep_alive_->start();
   JoinAttempt attempt;
   attempt.deadline = clock_.now() + config_.join_timeout;
   attempt.notes = WaitNotes(clock_.now());
   view_.running_round_dead = false;
   while (true) {
-    if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+    throw_if_store_lost();
     try {
       if (auto result = join_step(attempt)) {
         note_joined("");
@@ -111,13 +111,12 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
       retry_or_rethrow(attempt.deadline, e);
     }
     // Retry soon, or at once when the keep-alive declares the store lost.
-    std::unique_lock<std::mutex> lock(mutex_);
-    wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return !store_lost_.empty(); });
+    store_loss_->wait_for(std::chrono::milliseconds(200));
   }
 }
 
 void DynamicRendezvous::retry_or_rethrow(TimePoint deadline, const Error& e) {
-  if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+  throw_if_store_lost();
   if (clock_.now() >= deadline) throw;  // the exception being handled (a caller's catch)
   log_debug("rendezvous {}: {}; retrying", params_.run_id, e.what());
 }
@@ -167,17 +166,18 @@ bool DynamicRendezvous::wait_in_my_round(JoinAttempt& a) {
   // What this node decides by comes with the wait's end (one WAIT_GET on the TCP store): its
   // place once the round is released, else the state and the arrivals, so a woken node reads
   // none of them again.
-  auto keys = place_keys(open.round);  // done, table, assignment, restart_count
+  // done, table, assignment, restart_count
+  auto keys = release_->place_keys(open.round, view_.arrival_index);
   const size_t state_at = keys.size();
   keys.push_back(key("state"));
   auto fetched = ledger_->wait_fetching(open.round, keys, &limits_, a.deadline);
   if (!fetched) return true;  // nothing read: decide again, reading
   const auto& values = fetched->got.values;
   const auto& done = values[0];
-  bool released = fetched->got.ready && done && *done == to_bytes(kDoneWithTable);
+  bool released = fetched->got.ready && done && RoundRelease::released_with_table(*done);
   for (size_t i = 1; released && i < state_at; ++i) released = values[i].has_value();
   if (released) {
-    Place place = decode_place(*values[1], *values[2], *values[3]);
+    RoundRelease::Place place = release_->decode_place(*values[1], *values[2], *values[3]);
     DynamicState complete{open.round, DynamicState::Status::kComplete, place.table.participants};
     a.result = enter_round(complete, std::move(place));
     if (a.result) return true;
@@ -295,7 +295,7 @@ bool DynamicRendezvous::act(const JoinDecision& d, JoinAttempt& a, TimePoint now
       if (store_->compare_set(key("state"), a.state->encode(), d.next.encode()) ==
               d.next.encode() &&
           store_->add(round_key(a.state->round, "closer"), 1) == 1) {
-        release_round(d.next, a.deadline);
+        release_->release(d.next, a.deadline);
       }
       return false;
     case JoinStep::kOpenNext:
@@ -364,169 +364,24 @@ void DynamicRendezvous::throw_join_timeout(const JoinAttempt& a, const JoinDecis
       token_hint, params_.endpoint));
 }
 
-void DynamicRendezvous::begin_worker_namespace(int64_t round) {
-  // Workers meet in this store when it is a dlaunch TCP store (the only kind that scopes their
-  // keys); etcd's workers meet in the group-rank-0 agent's TCP store (etcd_rendezvous.cc), and
-  // an in-memory store (tests) has no workers.
-  dlaunch::begin_worker_namespace(*store_, worker_namespace(params_.run_id, round));
-}
-
-RoundLedger::Described DynamicRendezvous::read_participants(int64_t round, int64_t n,
-                                                           TimePoint wait_until) {
-  auto arrivals = ledger_->described(round, n, wait_until);
-  if (static_cast<int64_t>(arrivals.nodes.size()) < n) {
-    log_warning("rendezvous '{}' round {}: {} of {} node(s) counted themselves in but never "
-                "described themselves within the keep-alive window (they died while joining); "
-                "the round goes on without them",
-                params_.run_id, round, n - static_cast<int64_t>(arrivals.nodes.size()), n);
-  }
-  return arrivals;
-}
-
-void DynamicRendezvous::release_round(const DynamicState& complete, TimePoint deadline) {
-  const int64_t round = complete.round;
-  // This node closed the round: it reads the N descriptors once and writes what each node
-  // needs, so nobody else reads them (round_table.h).
-  if (!publish_round_table(round, complete.participants, deadline)) {
-    // Nodes that never described themselves left fewer than MIN: no round with these nodes.
-    // Open the next one and tell the participants to join it.
-    DynamicState next{round + 1, DynamicState::Status::kOpen, 0};
-    store_->compare_set(key("state"), complete.encode(), next.encode());
-    store_->set(round_key(round, "superseded"), to_bytes("1"));
-    store_->set(round_key(round, "done"), to_bytes(kDoneReopened));
-    return;
-  }
-  // Before anyone is released, so every worker of this round gets its namespace; the previous
-  // round's keys go (every participant stopped its workers before joining).
-  begin_worker_namespace(round);
-  store_->set(round_key(round, "done"), to_bytes(kDoneWithTable));
-  log_debug("rendezvous {}: round {} completed with {} nodes", params_.run_id, round,
-            complete.participants);
-}
-
-bool DynamicRendezvous::publish_round_table(int64_t round, int64_t n, TimePoint deadline) {
-  // A node that counted itself in and died before describing itself costs at most the
-  // keep-alive window, not the join timeout: the round goes on without it.
-  auto wait_until = std::min(deadline, clock_.now() + keep_alive_window());
-  auto arrivals = read_participants(round, n, wait_until);
-  if (static_cast<int64_t>(arrivals.nodes.size()) < limits_.min_nodes) {
-    log_warning("rendezvous '{}' round {}: only {} of its {} node(s) described themselves, fewer "
-                "than --nnodes MIN={}; opening the next round for them",
-                params_.run_id, round, arrivals.nodes.size(), n, limits_.min_nodes);
-    return false;
-  }
-  auto by_rank = assign_ranks(arrivals.nodes);
-  auto assignments = RankAssignment::make(arrivals.nodes, by_rank);
-  std::vector<std::string> keys;
-  std::vector<Bytes> values;
-  keys.reserve(n + 1);
-  values.reserve(n + 1);
-  size_t next = 0;
-  for (int64_t index = 1; index <= n; ++index) {
-    keys.push_back(table_key(round, fmt::format("assign/{}", index)));
-    if (next < arrivals.indexes.size() && arrivals.indexes[next] == index) {
-      values.push_back(assignments[next++].encode());
-    } else {
-      values.push_back(RankAssignment{}.encode());  // rank -1: not in this round
-    }
-  }
-  keys.push_back(table_key(round, "table"));
-  values.push_back(RoundTable::make(arrivals.nodes, by_rank).encode());
-  store_->multi_set(keys, values);
-  // Read with the table in one request by every node (finish_round), so it must exist.
-  store_->add(key("restart_count"), 0);
-  return true;
-}
-
-std::vector<std::optional<Bytes>> DynamicRendezvous::wait_for_release(const DynamicState& state,
-                                                                      TimePoint deadline) {
-  const auto keys = place_keys(state.round);
-  while (true) {
-    // The closer publishes the table and sets "done" within moments. One that died between
-    // fixing the round and releasing it costs at most the keep-alive window: then the first
-    // node to claim the takeover does the closer's work (the same table: assign_ranks is a
-    // function of the descriptors), instead of everyone waiting for the join timeout.
-    auto now = clock_.now();
-    auto until = std::min(deadline, now + keep_alive_window());
-    try {
-      return ledger_->wait_key_fetching(state.round, keys, until);
-    } catch (const TimeoutError&) {
-      if (clock_.now() >= deadline) {
-        throw TimeoutError(fmt::format(
-            "rendezvous '{}' round {} was marked complete but nobody released it within the "
-            "join timeout; start again",
-            params_.run_id, state.round));
-      }
-    }
-    if (store_->add(round_key(state.round, "takeover"), 1) == 1) {
-      log_warning("rendezvous '{}' round {}: the node that closed the round did not release it "
-                  "within the keep-alive window (it died); this node releases it",
-                  params_.run_id, state.round);
-      release_round(state, deadline);
-    }
-  }
-}
-
-std::vector<std::string> DynamicRendezvous::place_keys(int64_t round) const {
-  return {round_key(round, "done"), table_key(round, "table"),
-          table_key(round, fmt::format("assign/{}", view_.arrival_index)), key("restart_count")};
-}
-
-DynamicRendezvous::Place DynamicRendezvous::decode_place(const Bytes& table, const Bytes& me,
-                                                         const Bytes& restart_count) const {
-  Place place;
-  place.table = RoundTable::decode(table);
-  place.me = RankAssignment::decode(me);
-  try {
-    place.restart_count = std::stoll(to_string(restart_count));
-  } catch (const std::logic_error&) {
-    throw ProtocolError(fmt::format("rendezvous '{}': restart_count holds '{}', not a count",
-                                    params_.run_id, to_string(restart_count)));
-  }
-  return place;
-}
-
-DynamicRendezvous::Place DynamicRendezvous::read_my_place(
-    const DynamicState& state, const std::vector<std::optional<Bytes>>& released,
-    TimePoint deadline) {
-  if (released[0] == to_bytes(kDoneWithTable)) {
-    if (released[1] && released[2] && released[3]) {  // read with "done" (wait_key_fetching)
-      return decode_place(*released[1], *released[2], *released[3]);
-    }
-    // Three small keys in one request, whatever the round's size (round_table.h).
-    auto keys = place_keys(state.round);
-    auto values = store_->multi_get({keys.begin() + 1, keys.end()});
-    return decode_place(values[0], values[1], values[2]);
-  }
-  // Closed by an agent of an older build, which writes no table: every node reads all.
-  Place place;
-  auto arrivals = read_participants(state.round, state.participants, deadline);
-  auto by_rank = assign_ranks(arrivals.nodes);
-  place.table = RoundTable::make(arrivals.nodes, by_rank);
-  auto all = RankAssignment::make(arrivals.nodes, by_rank);
-  for (size_t i = 0; i < arrivals.indexes.size(); ++i) {
-    if (arrivals.indexes[i] == view_.arrival_index) place.me = all[i];
-  }
-  return place;
-}
-
 std::optional<RendezvousResult> DynamicRendezvous::finish_round(const DynamicState& state,
                                                                 TimePoint deadline) {
   // The completing node starts the round's worker namespace and then sets "done": wait for it,
   // so no worker of this round starts before.
-  auto released = wait_for_release(state, deadline);
+  auto released = release_->wait(state, view_.arrival_index, deadline);
   const Bytes done = released[0].value_or(Bytes());
-  if (done == to_bytes(kDoneReopened)) {
+  if (RoundRelease::reopened(done)) {
     log_info("rendezvous '{}' round {} had fewer than --nnodes MIN={} live nodes; joining the "
              "next round",
              params_.run_id, state.round, limits_.min_nodes);
     return std::nullopt;
   }
-  return enter_round(state, read_my_place(state, released, deadline));
+  return enter_round(state,
+                     release_->read_place(state, view_.arrival_index, released, deadline));
 }
 
 std::optional<RendezvousResult> DynamicRendezvous::enter_round(const DynamicState& state,
-                                                               Place place) {
+                                                               RoundRelease::Place place) {
   auto& [table, me, restart_count] = place;
   const int64_t n = table.participants;
   if (me.rank < 0) {
@@ -573,10 +428,10 @@ std::optional<RendezvousResult> DynamicRendezvous::enter_round(const DynamicStat
   {
     std::lock_guard<std::mutex> lock(mutex_);
     running_round_ = state.round;
-    running_n_ = n;
-    watched_ = std::move(me.watched);
     my_rank_ = result.group_rank;
   }
+  verdicts_->enter_round(state.round, n);
+  keep_alive_->watch_round(state.round, n, result.group_rank, std::move(me.watched));
   log_info("rendezvous '{}' round {} complete: node rank {} of {} (world size {})",
            params_.run_id, state.round, result.group_rank, n, result.world_size());
   return result;
@@ -584,13 +439,11 @@ std::optional<RendezvousResult> DynamicRendezvous::enter_round(const DynamicStat
 
 void DynamicRendezvous::watch(std::function<void(const RendezvousEvent&)> on_event) {
   int64_t round;
-  std::string lost;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     round = running_round_;
-    on_event_ = on_event;
-    lost = store_lost_;
   }
+  const std::string lost = store_loss_->tell(on_event);
   DL_CHECK(round >= 0) << "watch() before next_rendezvous()";
   if (!lost.empty()) {
     // Declared between the round and this call: nobody was told yet.
@@ -602,7 +455,7 @@ void DynamicRendezvous::watch(std::function<void(const RendezvousEvent&)> on_eve
   watcher_->watch(round, [this, on_event](const RendezvousEvent& e) {
     if (e.kind == RendezvousEvent::Kind::kRestartRequested) {
       try {
-        ack_failure();
+        verdicts_->ack();
       } catch (const Error& err) {
         log_debug("rendezvous {}: could not count this node in after a failure: {}",
                   params_.run_id, err.what());
@@ -614,130 +467,20 @@ void DynamicRendezvous::watch(std::function<void(const RendezvousEvent&)> on_eve
 
 void DynamicRendezvous::request_restart(const std::string& report) {
   DL_CHECK(view_.last_round >= 0) << "request_restart() before next_rendezvous()";
-  if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+  throw_if_store_lost();
   // The budget is charged by the verdict (settle_failure), not here: a node lost a moment ago
   // makes its peers' workers fail before anyone can tell.
   publish_event(*store_, prefix_, view_.last_round,
                 {RendezvousEvent::Kind::kRestartRequested, node_id_, report});
-  ack_failure();
+  verdicts_->ack();
 }
 
-void DynamicRendezvous::ack_failure() {
-  int64_t round, n;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!store_lost_.empty()) throw ConnectionError(store_lost_);
-    // A leaving node's count would make its own leaving, which fails the others' workers,
-    // a failure of theirs that spends the budget.
-    if (leaving_ || running_round_ < 0 || acked_round_ == running_round_) return;
-    round = running_round_;
-    n = running_n_;
-    // Claimed before the add: the watcher (a restart event) and the failure report may ack at
-    // the same time, and a node counted twice would pass for a dead one's ack. Not retried when
-    // the add fails (it may have counted): a missing ack only delays the verdict.
-    acked_round_ = round;
-  }
-  int64_t acks = store_->add(round_key(round, "acks"), 1);
-  // Every participant is alive and saw the failure: a real worker failure.
-  if (acks == n) write_verdict(*store_, round, "C");
-}
+FailureVerdict DynamicRendezvous::settle_failure() { return verdicts_->settle(); }
 
-bool DynamicRendezvous::write_verdict(Store& store, int64_t round, const std::string& verdict) {
-  // compare_set returns the value now stored: two writers of the same text would both see
-  // their own value and both count as the first. The writer's node id makes each value unique.
-  // But this node may try twice (its ack completed the count, then its settle_failure passed
-  // its deadline under load before it saw the verdict, or two of its threads at once): it would
-  // see its own value again and charge the budget twice. So its tries are one at a time, and a
-  // round it already wrote is not written again.
-  std::lock_guard<std::mutex> lock(verdict_mutex_);
-  if (round <= verdict_round_) return false;
-  Bytes mine = to_bytes(verdict + "|" + node_id_);
-  if (store.compare_set(round_key(round, "verdict"), Bytes(), mine) != mine) return false;
-  verdict_round_ = round;
-  // Exactly one writer per round: the one that charges the job-wide budget.
-  if (verdict == "C") store.add(key("restart_count"), 1);
-  return true;
-}
-
-FailureVerdict DynamicRendezvous::settle_failure() {
-  int64_t round;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    round = running_round_;
-  }
-  DL_CHECK(round >= 0) << "settle_failure() before next_rendezvous()";
-  const auto window = config_.keep_alive_interval * config_.keep_alive_max_attempt;
-  // The keep-alive observer of a dead node rules within the window of the node's last beat
-  // (plus its check period); past that, with no verdict, the failure is charged.
-  const auto budget = window + 2 * config_.keep_alive_interval;
-  auto deadline = clock_.now() + budget;
-  const std::string verdict_key = round_key(round, "verdict");
-  bool acked = false;
-  // While the store does not answer, nobody can rule: no lease runs out in an etcd that is
-  // down (it gives every lease a full TTL again when it is back, after electing a leader), and
-  // the observers' keep-alive waits too. So an outage does not use up the budget: once the store
-  // answers again, the verdict gets a budget from then, twice the usual (the lease's new TTL
-  // after the election, and the observer's fresh look at the node), before it is charged.
-  bool silent = false;
-  while (true) {
-    if (auto lost = store_lost(); !lost.empty()) {
-      return {FailureVerdict::Kind::kStoreLost, lost};
-    }
-    try {
-      if (silent) {
-        store_->check({verdict_key});  // answers, or throws again
-        silent = false;
-        deadline = std::max(deadline, clock_.now() + 2 * budget);
-        log_debug(
-            "rendezvous {}: the store answers again; the failure's verdict is awaited "
-            "until {:.1f} s from now",
-            params_.run_id, to_seconds(deadline - clock_.now()));
-      }
-      if (!acked) {
-        ack_failure();
-        acked = true;
-      }
-      auto now = clock_.now();
-      if (now >= deadline) write_verdict(*store_, round, "C");
-      Duration slice = std::clamp<Duration>(deadline - now, std::chrono::milliseconds(1),
-                                            std::chrono::milliseconds(500));
-      try {
-        store_->wait({verdict_key}, slice);
-      } catch (const TimeoutError&) {
-        continue;
-      }
-      std::string v = to_string(store_->get(verdict_key));
-      if (v.size() > 2 && v[0] == 'L') {  // "L|<reason>|<writer's node id>"
-        return {FailureVerdict::Kind::kNodeLost, v.substr(2, v.rfind('|') - 2)};
-      }
-      return {FailureVerdict::Kind::kCharged, ""};
-    } catch (const ClosedError& e) {
-      silent = true;
-      log_debug("rendezvous {}: settling the failure: {}", params_.run_id, e.what());
-    } catch (const ConnectionError& e) {
-      silent = true;
-      log_debug("rendezvous {}: settling the failure: {}", params_.run_id, e.what());
-    } catch (const TimeoutError& e) {  // a call etcd did not answer in time (a partition)
-      silent = true;
-      log_debug("rendezvous {}: settling the failure: {}", params_.run_id, e.what());
-    }
-    std::unique_lock<std::mutex> lock(mutex_);
-    wake_.wait_for(lock, std::chrono::milliseconds(200), [&] { return !store_lost_.empty(); });
-  }
-}
-
-void DynamicRendezvous::begin_leaving() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (leaving_ || stopping_) return;
-    leaving_ = true;
-    leave_requested_ = true;
-  }
-  wake_.notify_all();
-}
+void DynamicRendezvous::begin_leaving() { keep_alive_->begin_leaving(); }
 
 int64_t DynamicRendezvous::num_nodes_waiting() {
-  if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+  throw_if_store_lost();
   auto state = read_state();
   if (!state || state->status != DynamicState::Status::kComplete) return 0;
   int64_t arrivals = ledger_->arrivals(state->round, clock_.now()).arrivals;
@@ -753,7 +496,7 @@ void DynamicRendezvous::mark_finished() {
   }
   // One writer is enough: the store's host (its store goes next), else node rank 0.
   const bool hosts_store = hosted_store() != nullptr;
-  if (round < 0 || (!hosts_store && rank != 0) || !store_lost().empty()) return;
+  if (round < 0 || (!hosts_store && rank != 0) || !store_loss_->reason().empty()) return;
   try {
     store_->set(round_key(round, "finished"), to_bytes("1"));
     store_->set(round_key(round, "superseded"), to_bytes("1"));  // wakes the waiting nodes
@@ -774,7 +517,7 @@ void DynamicRendezvous::mark_finished() {
 void DynamicRendezvous::set_closed() {
   // Nothing to close when the store is gone; a store that just died costs one bounded
   // reconnect (kStoreReconnectTimeout), never the join timeout.
-  if (auto lost = store_lost(); !lost.empty()) {
+  if (!store_loss_->reason().empty()) {
     log_debug("rendezvous {}: not closing it, the store is gone", params_.run_id);
     return;
   }
@@ -796,355 +539,21 @@ void DynamicRendezvous::set_closed() {
 }
 
 bool DynamicRendezvous::is_closed() {
-  if (auto lost = store_lost(); !lost.empty()) throw_store_lost(lost);
+  throw_if_store_lost();
   auto state = read_state();
   return state && state->status == DynamicState::Status::kClosed;
 }
 
-std::string DynamicRendezvous::store_lost() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return store_lost_;
+void DynamicRendezvous::throw_if_store_lost() const {
+  if (auto lost = store_loss_->reason(); !lost.empty()) throw ConnectionError(lost);
 }
 
-void DynamicRendezvous::throw_store_lost(const std::string& why) { throw ConnectionError(why); }
+void DynamicRendezvous::drive_keep_alive_externally() { keep_alive_->drive_externally(); }
 
-void DynamicRendezvous::declare_store_lost(Duration silent, bool refused) {
-  const std::string what =
-      refused ? fmt::format(
-                    "closed its connection and refuses new ones ({:.1f} s since it last "
-                    "answered): it died",
-                    to_seconds(silent))
-              : fmt::format("has not answered for {:.1f} s: it died or was cut off",
-                            to_seconds(silent));
-  // Silence says less than a refusal: this node may be the one cut off, and the others may
-  // have re-formed and trained on without it. Say only what this node knows.
-  std::string reason =
-      refused ? fmt::format(
-                    "the agent hosting the c10d store at {} (--rdzv_endpoint) {}, and since that "
-                    "store is the job's single point of failure the job cannot go on; start it "
-                    "again, or use --rdzv_backend etcd, whose store outlives any agent",
-                    params_.endpoint, what)
-              : fmt::format(
-                    "the agent hosting the c10d store at {} (--rdzv_endpoint) {}; this node "
-                    "leaves the job. If that agent died, the job cannot go on (its store is the "
-                    "job's single point of failure): start it again, or use --rdzv_backend etcd, "
-                    "whose store outlives any agent; if only this node was cut off, the job may "
-                    "go on without it",
-                    params_.endpoint, what);
-  std::function<void(const RendezvousEvent&)> on_event;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    if (!store_lost_.empty()) return;
-    store_lost_ = reason;
-    on_event = on_event_;
-  }
-  wake_.notify_all();
-  // End a call blocked on the dead store (a round, a restart request, a settle).
-  store_->interrupt();
-  if (on_event) on_event(RendezvousEvent{RendezvousEvent::Kind::kStoreLost, reason});
-}
-
-void DynamicRendezvous::start_keep_alive() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (keep_alive_.joinable() || stopping_ || external_keep_alive_) return;
-  keep_alive_ = std::thread([this] { keep_alive_loop(); });
-}
-
-void DynamicRendezvous::keep_alive_loop() {
-  // Beat once per interval, but look at the neighbours four times as often: a silent node is
-  // then reported within a quarter interval of its window passing, not up to a whole one.
-  Duration tick = std::max<Duration>(config_.keep_alive_interval / 4, std::chrono::milliseconds(50));
-  // Agents of a job start together; unstaggered, N of them would beat and look at their
-  // neighbours in the same instant every tick. The first step runs at once; the next one
-  // after a fraction of a tick drawn from the node id (random per agent process).
-  bool first = true;
-  while (keep_alive_step()) {
-    Duration wait = tick;
-    if (first) {
-      first = false;
-      wait = tick + share_of(tick, node_id_ + "/tick");
-    }
-    if (std::exchange(keep_alive_state_.look_again_now, false)) {
-      wait = std::min<Duration>(wait, std::chrono::milliseconds(50));
-    }
-    std::unique_lock<std::mutex> lock(mutex_);
-    wake_.wait_for(lock, wait, [&] { return stopping_ || leave_requested_; });
-  }
-  keep_alive_finish();
-}
-
-void DynamicRendezvous::drive_keep_alive_externally() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  DL_CHECK(!keep_alive_.joinable()) << "drive_keep_alive_externally() after the first round";
-  external_keep_alive_ = true;
-}
-
-std::vector<NodeRef> DynamicRendezvous::watched_nodes(int64_t reported_round) {
-  if (running_round_ < 0 || running_round_ == reported_round) return {};
-  return watched_;
-}
-
-bool DynamicRendezvous::keep_alive_step() {
-  auto& ka = keep_alive_state_;
-  int64_t round;
-  std::vector<NodeRef> watched;
-  bool announce_leaving_now;
-  {
-    std::unique_lock<std::mutex> lock(mutex_);
-    if (stopping_) return false;
-    leave_requested_ = false;
-    announce_leaving_now =
-        leaving_ && running_round_ >= 0 && leave_announced_round_ != running_round_;
-    if (!store_lost_.empty()) {
-      if (external_keep_alive_) return false;
-      wake_.wait(lock, [&] { return stopping_; });
-      return false;
-    }
-    if (!ka.started) {
-      ka.started = true;
-      ka.last_contact = clock_.now();
-    }
-    round = running_round_;
-    watched = watched_nodes(ka.reported_round);
-  }
-  // Nothing may escape: on the keep-alive thread an exception would end the agent
-  // (std::terminate) without a word. A store error is retried; anything else is reported and
-  // retried the same way (meanwhile this node cannot prove it is alive, and the others see it).
-  try {
-    ka.doing = "connecting to the store";
-    if (!ka.store && !open_keep_alive_store()) return false;
-    if (round != ka.looked_round) {
-      // The round's nodes all joined it, so they were alive when it formed: a neighbour's
-      // silence before does not carry over. Carried over, a node whose link was cut for a
-      // moment and that is back in time to join the re-formed round (while its keep-alive still
-      // waits out TCP's retransmissions) would be reported again at the first look, and every
-      // re-form would bring the next.
-      ka.liveness->restart_windows();
-      ka.looked_round = round;
-    }
-    ka.doing = "sending this node's keep-alive";
-    beat_when_due();
-    if (announce_leaving_now) {
-      ka.doing = "telling the other nodes that this node leaves";
-      announce_leaving(*ka.store);  // retried at the next step if the store does not answer
-    }
-    if (!watched.empty()) report_lost_neighbours(watched, round);
-    store_answered();
-  } catch (const StoreRefusedError& e) {
-    return keep_alive_failed(e.what(), false, StoreFailure::kRefused);
-  } catch (const StoreInterruptedError& e) {
-    return keep_alive_failed(e.what(), false);
-  } catch (const ClosedError& e) {
-    return keep_alive_failed(e.what(), false, StoreFailure::kClosed);
-  } catch (const Error& e) {
-    return keep_alive_failed(e.what(), false);
-  } catch (const std::exception& e) {
-    return keep_alive_failed(e.what(), true);
-  } catch (...) {
-    return keep_alive_failed("an exception of unknown type", true);
-  }
-  return true;
-}
-
-bool DynamicRendezvous::open_keep_alive_store() {
-  auto& ka = keep_alive_state_;
-  ka.store = open_store_();
-  ka.liveness = make_liveness(ka.store);
-  std::lock_guard<std::mutex> lock(mutex_);
-  keep_alive_store_ = ka.store;
-  return !stopping_;
-}
-
-void DynamicRendezvous::beat_when_due() {
-  auto& ka = keep_alive_state_;
-  auto now = clock_.now();
-  if (ka.beaten && now - ka.last_beat < config_.keep_alive_interval) return;
-  ka.liveness->beat();
-  // The second beat comes up to one interval early, at a phase drawn from the node id, so the
-  // beats of N agents started together spread over the interval (never later: the window is
-  // counted from the last beat).
-  Duration early =
-      ka.beaten ? Duration::zero() : share_of(config_.keep_alive_interval, node_id_ + "/beat");
-  ka.last_beat = now - early;
-  ka.beaten = true;
-}
-
-void DynamicRendezvous::report_lost_neighbours(const std::vector<NodeRef>& watched,
-                                               int64_t round) {
-  auto& ka = keep_alive_state_;
-  std::vector<std::string> ids;
-  std::string neighbours;
-  for (const auto& w : watched) {
-    ids.push_back(w.id);
-    neighbours += fmt::format("{}node {} (node rank {})", neighbours.empty() ? "" : ", ", w.host,
-                              w.rank);
-  }
-  ka.doing = "reading the keep-alives of the nodes this node watches: " + neighbours;
-  auto dead = ka.liveness->dead(ids);
-  if (dead.empty()) return;
-  std::string who;
-  for (const auto& w : watched) {
-    if (std::find(dead.begin(), dead.end(), w.id) == dead.end()) continue;
-    who += fmt::format("{}node {} (node rank {})", who.empty() ? "" : ", ", w.host, w.rank);
-  }
-  std::string reason =
-      fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(keep_alive_window()));
-  log_warning("rendezvous '{}' round {}: {}", params_.run_id, round, reason);
-  ka.doing = "telling the other nodes: " + reason;
-  // The verdict first: nodes whose workers already failed wait for it (settle_failure).
-  write_verdict(*ka.store, round, "L|" + reason);
-  publish_event(*ka.store, prefix_, round,
-                {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
-  ka.reported_round = round;
-}
-
-void DynamicRendezvous::store_answered() {
-  auto& ka = keep_alive_state_;
-  auto silent = clock_.now() - ka.last_contact;
-  ka.last_contact = clock_.now();
-  if (ka.in_trouble) {
-    log_info("rendezvous keep-alive: {}{} reachable again after {:.1f} s",
-             store_dies_with_host_ ? "the store at " : "etcd at ", params_.endpoint,
-             to_seconds(silent));
-    ka.in_trouble = false;
-  }
-  std::lock_guard<std::mutex> lock(mutex_);
-  keep_alive_healthy_ = true;
-}
-
-bool DynamicRendezvous::keep_alive_failed(const std::string& what, bool unexpected,
-                                          StoreFailure failure) {
-  auto& ka = keep_alive_state_;
-  ka.store.reset();
-  ka.liveness.reset();
-  auto now = clock_.now();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    keep_alive_store_.reset();
-    keep_alive_healthy_ = false;
-    if (stopping_) return false;  // shutdown() interrupted the call
-  }
-  const auto window = keep_alive_window();
-  if (unexpected) {
-    // Not a store error: a defect. Said every time, not once, so it is not missed.
-    log_error("rendezvous keep-alive: unexpected error ({}); this is a bug in dlaunch, please "
-              "report it; retrying",
-              what);
-  } else if (!ka.in_trouble) {
-    log_warning("rendezvous keep-alive of node {} ({}): {}; retrying{}", params_.host, ka.doing,
-                what,
-                store_dies_with_host_
-                    ? fmt::format(" (the store counts as lost after {:g} s without an answer, "
-                                  "or at once when nothing listens on its port)",
-                                  to_seconds(window))
-                    : std::string(" quietly until it answers"));
-  } else {
-    log_debug("rendezvous keep-alive: {}; retrying", what);
-  }
-  ka.in_trouble = true;
-  ka.look_again_now = failure == StoreFailure::kClosed;
-  if (!store_dies_with_host_) return true;
-  if (failure == StoreFailure::kRefused) {
-    declare_store_lost(now - ka.last_contact, true);
-  } else if (now - ka.last_contact >= window) {
-    declare_store_lost(now - ka.last_contact, false);
-  }
-  return true;
-}
-
-void DynamicRendezvous::keep_alive_finish() {
-  auto& ka = keep_alive_state_;
-  bool healthy;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    healthy = keep_alive_healthy_ && store_lost_.empty();
-  }
-  // A store that does not answer cannot be told; the others' keep-alive reports this node.
-  if (ka.liveness && healthy) {
-    try {
-      ka.liveness->leave();
-      announce_leaving(*ka.store);
-    } catch (const Error& e) {
-      log_debug("rendezvous keep-alive: could not mark this node as left: {}", e.what());
-    }
-  }
-  ka.liveness.reset();
-  ka.store.reset();
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    keep_alive_store_.reset();
-    keep_alive_exited_ = true;
-  }
-  wake_.notify_all();
-}
-
-void DynamicRendezvous::announce_leaving(Store& store) {
-  int64_t round, rank;
-  size_t nodes;
-  bool on_stop_signal;
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    round = running_round_;
-    rank = my_rank_;
-    nodes = static_cast<size_t>(running_n_);
-    on_stop_signal = leaving_;
-    if (round == leave_announced_round_) return;  // begin_leaving() did, shutdown() need not
-  }
-  if (round < 0 || nodes < 2) return;
-  // A node stopped while its round runs (SIGTERM to one agent: a scale-down) is a membership
-  // change for the others, not their failure: the verdict lets the failures their workers see
-  // next be settled free at once, instead of charged when no keep-alive verdict comes (a node
-  // that left is not reported as lost). After a success every node has passed the exit
-  // barrier, and after a failure the rendezvous is closed or the verdict already written: the
-  // event is ignored then, and the first verdict of a round holds.
-  std::string reason = fmt::format("node {} (node rank {}) left", params_.host, rank);
-  write_verdict(store, round, "L|" + reason);
-  publish_event(store, prefix_, round, {RendezvousEvent::Kind::kMembershipChanged, node_id_, reason});
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    leave_announced_round_ = round;
-  }
-  if (on_stop_signal) {
-    log_info("rendezvous '{}' round {}: told the other {} node(s) that this node leaves; they "
-             "re-form without it (not counted as a restart)",
-             params_.run_id, round, nodes - 1);
-  }
-}
+bool DynamicRendezvous::keep_alive_step() { return keep_alive_->step(); }
 
 void DynamicRendezvous::shutdown() {
-  {
-    std::lock_guard<std::mutex> lock(mutex_);
-    stopping_ = true;
-  }
-  wake_.notify_all();
-  if (keep_alive_.joinable()) {
-    // A healthy thread finishes its call and marks this node as left (etcd: revokes its lease)
-    // within a round trip or two; one retrying a dead store is interrupted at once (repeatedly:
-    // it may be between calls). Either way well within the agent's shutdown grace.
-    auto patience = std::chrono::steady_clock::now() + std::chrono::seconds(2);
-    while (true) {
-      std::shared_ptr<Store> store;
-      bool healthy;
-      {
-        std::lock_guard<std::mutex> lock(mutex_);
-        store = keep_alive_store_;
-        healthy = keep_alive_healthy_ && store_lost_.empty();
-      }
-      if (store && (!healthy || std::chrono::steady_clock::now() >= patience)) store->interrupt();
-      std::unique_lock<std::mutex> lock(mutex_);
-      if (wake_.wait_for(lock, std::chrono::milliseconds(10), [&] { return keep_alive_exited_; })) {
-        break;
-      }
-    }
-    keep_alive_.join();
-  } else if (external_keep_alive_) {
-    bool finished;
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      finished = keep_alive_exited_;
-    }
-    if (!finished) keep_alive_finish();
-  }
+  if (keep_alive_) keep_alive_->stop();
   if (watcher_) watcher_->stop();
 }
 

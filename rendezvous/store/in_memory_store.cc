@@ -28,10 +28,7 @@ bool InMemoryStore::has_all_locked(const std::vector<std::string>& keys) const {
 
 void InMemoryStore::wait_locked(std::unique_lock<std::mutex>& lock,
                                 const std::vector<std::string>& keys, Duration timeout) {
-  // Saturating, as the TCP client's deadline: a "forever" timeout (Duration::max()) must not
-  // overflow into a deadline in the past.
-  auto now = std::chrono::steady_clock::now();
-  auto deadline = timeout > TimePoint::max() - now ? TimePoint::max() : now + timeout;
+  auto deadline = deadline_after(timeout);
   if (!changed_.wait_until(lock, deadline, [&] { return has_all_locked(keys); })) {
     std::vector<std::string> missing;
     for (const auto& k : keys) {

@@ -126,15 +126,23 @@ class TcpStoreClient final : public Store {
 
  private:
   class CallScope;
-  // All run with mutex_ held.
+  struct ConnectHistory;
+  // All run with mutex_ held. The connection's functions are in tcp_store_client_connect.cc.
   void ensure_connected();
+  // One connect and handshake; false (connection dropped, `seen` updated) when it failed.
+  bool attempt_connection(std::chrono::steady_clock::time_point deadline, Duration bound,
+                          ConnectHistory& seen);
+  [[noreturn]] void throw_unreachable(Duration bound, const ConnectHistory& seen);
   void connect_once(std::chrono::steady_clock::time_point deadline);
   // One "still waiting for the store" line: why the last attempt failed, how long so far.
-  void note_waiting(const std::string& last_error, const std::optional<std::string>& unresolved,
-                    bool silent_peer, std::chrono::steady_clock::time_point started,
+  void note_waiting(const ConnectHistory& seen, std::chrono::steady_clock::time_point started,
                     Duration bound) const;
   void wait_locked(const std::vector<std::string>& keys, Duration timeout);
   void handshake(std::chrono::steady_clock::time_point deadline);
+  // The handshake's two ways after VALIDATE (already in `hello`): without a job token PING (and
+  // DECLARE_AGENT for agents); with one, AUTH_BEGIN and AUTH_PROOF.
+  void ping_and_declare(Bytes& hello, std::chrono::steady_clock::time_point deadline);
+  void authenticate(Bytes& hello, std::chrono::steady_clock::time_point deadline);
   // "host:port answers but is not a dlaunch or PyTorch store: <why>".
   std::string not_a_store(const std::string& why) const;
   std::string silent_answer() const;
