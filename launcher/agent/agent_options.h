@@ -47,6 +47,9 @@ struct AgentOptions {
   std::optional<int64_t> master_port;
   std::string master_addr;  // empty: --master_addr
   bool use_agent_store = false;
+  // The workers reach the job's store through this node's proxy (--store_proxy; only with
+  // use_agent_store: otherwise the workers' rank 0 hosts their store). node_store_proxy.h.
+  bool store_proxy = false;
   // This agent hosts the job's store (node 0, or the owner of the c10d endpoint): after the
   // exit barrier it waits (bounded) until every other agent has left the rendezvous, so their
   // watchers never see the store vanish under them.

@@ -17,12 +17,15 @@ namespace dlaunch {
 WorkerSupervisor::WorkerSupervisor(AgentContext& agent)
     : agent_(agent),
       console_is_terminal_(::isatty(STDOUT_FILENO) == 1),
-      partial_lines_(agent.io, *agent.opts.clock) {}
+      partial_lines_(agent.io, *agent.opts.clock),
+      store_proxy_(agent.opts.store_proxy, agent.opts.job_token) {}
 
 void WorkerSupervisor::prepare() { omp_threads_ = default_omp_threads(agent_.cfg, agent_.opts); }
 
 void WorkerSupervisor::start() {
-  const RendezvousResult r = *agent_.last_round;  // a copy: a nested restart replaces it
+  // A copy (a nested restart replaces the round), in the workers' view: the store's address is
+  // the node's proxy's, when on.
+  const RendezvousResult r = store_proxy_.route(*agent_.last_round);
   const WorkerPlacement place = place_workers(r, agent_.cfg.nproc_per_node);
   auto records = agent_.files.make_attempt(agent_.state().generation, place.first_rank,
                                           agent_.cfg.nproc_per_node);

@@ -14,6 +14,7 @@
 #include "launcher/output/partial_line_timer.h"
 #include "launcher/process/process_context.h"
 #include "launcher/agent/agent_context.h"
+#include "launcher/agent/node_store_proxy.h"
 #include "launcher/agent/worker_environment.h"
 
 namespace dlaunch {
@@ -41,6 +42,7 @@ class WorkerSupervisor {
   std::shared_ptr<FilteredCopy> filtered_;
   std::vector<std::shared_ptr<const OutputLoss>> output_losses_;  // every generation's
   PartialLineTimer partial_lines_;
+  NodeStoreProxy store_proxy_;  // --store_proxy: what MASTER_ADDR/MASTER_PORT name
 
   // Spawns `local_rank`; false when it could not be (the group is then being stopped).
   bool spawn(const RendezvousResult& r, WorkerPlacement place, int64_t local_rank,

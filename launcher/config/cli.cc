@@ -126,6 +126,10 @@ std::vector<FlagSpec> make_specs() {
            "exclusive, core-complex)"),
       flag("print_completion", 0, true, "", "bash",
            "print dlaunch's bash completion script and exit (zsh and tcsh are refused)"),
+      flag("store_proxy", 0, true, "off", "off|on|auto",
+           "on: this node's workers reach the job's store through a proxy in the agent, one "
+           "connection per node (MASTER_ADDR/MASTER_PORT name the proxy); auto: on from "
+           "64 nodes (--nnodes' maximum)"),
       flag("dry_run", 0, false, "false", "",
            "print the resolved configuration and where each value came from; start nothing"),
       // Slurm (launcher/config/slurm_launch.h, docs/slurm.md).

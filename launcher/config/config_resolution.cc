@@ -487,6 +487,14 @@ void read_worker_flags(Resolver& r, LaunchConfig& cfg, QuotedFlags& q) {
   r.raw("help");
   cfg.slurm = r.boolean("slurm");
   cfg.no_slurm = r.boolean("no_slurm");
+  Raw store_proxy = r.raw("store_proxy");
+  if (store_proxy.text != "off" && store_proxy.text != "on" && store_proxy.text != "auto") {
+    throw UsageError(fmt::format(
+        "{}='{}' is not a mode; expected off, on (the workers reach the job's store through "
+        "this node's agent) or auto (on from {} nodes)",
+        store_proxy.what, store_proxy.text, kStoreProxyAutoNodes));
+  }
+  cfg.store_proxy = store_proxy.text;
   // Checked here, not only under Slurm: a typo must fail on the laptop too, not on the cluster.
   Raw slurm_mode = r.raw("slurm_mode");
   if (slurm_mode.text != "auto" && slurm_mode.text != "agent" && slurm_mode.text != "task") {

@@ -252,6 +252,10 @@ Rows worker_rows(const LaunchConfig& c) {
       {"slurm", c.slurm ? "true" : "false"},
       {"no_slurm", c.no_slurm ? "true" : "false"},
       {"slurm_mode", c.slurm_mode},
+      {"store_proxy", c.store_proxy == "auto"
+                          ? fmt::format("auto ({} from {} nodes)",
+                                        c.wants_store_proxy() ? "on" : "off", kStoreProxyAutoNodes)
+                          : c.store_proxy},
   };
 }
 

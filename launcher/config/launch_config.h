@@ -48,6 +48,12 @@ using EnvLookup = std::function<std::optional<std::string>(const std::string&)>;
 // Reads the real environment.
 EnvLookup process_env();
 
+// --store_proxy auto turns the proxy on from this many nodes (the largest --nnodes). Chosen
+// where direct connections start to cost the store host (nodes x workers connections, each
+// with its handshake and its own small reads): not yet measured by the simulator, so auto
+// stays a guess and off is the default (docs/cli.md).
+inline constexpr int64_t kStoreProxyAutoNodes = 64;
+
 struct LaunchConfig {
   // Nodes and workers.
   int64_t min_nodes = 1;
@@ -115,6 +121,9 @@ struct LaunchConfig {
   std::vector<std::string> duplicate_stdout_filters;
   std::vector<std::string> duplicate_stderr_filters;
   bool dry_run = false;
+  // The workers' store traffic through a proxy in each agent: "off", "on" or "auto" (on from
+  // kStoreProxyAutoNodes nodes); launcher/agent/node_store_proxy.h.
+  std::string store_proxy = "off";
   // Under Slurm (slurm_launch.h): "off", "agent" (one dlaunch per node) or "task" (exec the
   // program as this Slurm task's worker).
   std::string slurm_mode = "off";
@@ -136,6 +145,10 @@ struct LaunchConfig {
   // --local_ranks_filter, and the stream is not redirected (-r), or is also teed (-t): as in
   // torchrun, tee wins over redirect (files and console).
   bool console_shows(int64_t local_rank, int stream) const;
+  // --store_proxy on, or auto with at least kStoreProxyAutoNodes nodes.
+  bool wants_store_proxy() const {
+    return store_proxy == "on" || (store_proxy == "auto" && max_nodes >= kStoreProxyAutoNodes);
+  }
   // The resolved configuration, one "name = value  (origin)" line per setting, for --dry_run.
   // The worker command is quoted as a shell would need it.
   std::string describe() const;

@@ -12,7 +12,7 @@ namespace {
 // What follows an op's opcode on the wire: decode_request, encode_request and the emptying of
 // the arguments an op does not carry all go by this.
 enum class Args : uint8_t {
-  kNone,           // GETNUMKEYS, CANCEL_WAIT, LIST_KEYS, DECLARE_AGENT, FEATURES
+  kNone,           // GETNUMKEYS, CANCEL_WAIT, LIST_KEYS, DECLARE_AGENT, FEATURES, CHANNELS
   kU32,            // VALIDATE magic, PING nonce
   kKey,            // key (DECLARE_RUN: the run id)
   kKeyValue,       // key, value
@@ -64,6 +64,7 @@ constexpr OpRow kOpTable[] = {
     {Op::kFeatures, "FEATURES", kNoCode, op2::kFeatures, Args::kNone},
     {Op::kWaitGet, "WAIT_GET", kNoCode, op2::kWaitGet, Args::kTimeoutKeys},
     {Op::kDeclareRun, "DECLARE_RUN", kNoCode, op2::kDeclareRun, Args::kKey},
+    {Op::kChannels, "CHANNELS", kNoCode, op2::kChannels, Args::kNone},
 };
 constexpr size_t kNumOps = sizeof(kOpTable) / sizeof(kOpTable[0]);
 

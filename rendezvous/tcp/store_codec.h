@@ -17,7 +17,8 @@
 //   dlaunch   2.x, then AUTH_BEGIN/AUTH_PROOF      AUTH_BEGIN=0xA0 AUTH_PROOF=0xA1
 //                                                  DELETE_PREFIX=0xA2 DECLARE_AGENT=0xA3
 //                                                  FEATURES=0xA4 WAIT_GET=0xA5
-//                                                  DECLARE_RUN=0xA6 (2.x only)
+//                                                  DECLARE_RUN=0xA6 CHANNELS=0xA7
+//                                                  (2.x only)
 //
 // docs/store_protocol.md has every request and reply layout.
 #pragma once
@@ -50,7 +51,7 @@ inline constexpr uint8_t kValidate = 0, kSet = 1, kCompareSet = 2, kGet = 3, kAd
                          // dlaunch's extension, accepted only in the 2.x dialect.
                          kAuthBegin = 0xA0, kAuthProof = 0xA1, kDeletePrefix = 0xA2,
                          kDeclareAgent = 0xA3, kFeatures = 0xA4, kWaitGet = 0xA5,
-                         kDeclareRun = 0xA6;
+                         kDeclareRun = 0xA6, kChannels = 0xA7;
 }
 
 // FEATURES' reply: a u32 of these bits, what this server does beyond DECLARE_AGENT. A server
@@ -59,7 +60,11 @@ inline constexpr uint8_t kValidate = 0, kSet = 1, kCompareSet = 2, kGet = 3, kAd
 inline constexpr uint32_t kFeatureWaitGet = 1u << 0;
 // DECLARE_RUN: the server knows the run it serves and refuses agents of another run.
 inline constexpr uint32_t kFeatureDeclareRun = 1u << 1;
-inline constexpr uint32_t kServerFeatures = kFeatureWaitGet | kFeatureDeclareRun;
+// CHANNELS: one connection carries many clients' connections (a node's store proxy;
+// rendezvous/tcp/channel_frames.h).
+inline constexpr uint32_t kFeatureChannels = 1u << 2;
+inline constexpr uint32_t kServerFeatures =
+    kFeatureWaitGet | kFeatureDeclareRun | kFeatureChannels;
 
 // Reply codes (u8).
 inline constexpr uint8_t kCheckReady = 0, kCheckNotReady = 1;
@@ -79,9 +84,9 @@ enum class Op : uint8_t {
   kValidate, kPing, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys, kWatchKey,
   kDeleteKey, kAppend, kMultiGet, kMultiSet, kCancelWait, kQueuePush, kQueuePop, kQueueLen,
   kListKeys, kBarrier, kAuthBegin, kAuthProof, kDeletePrefix, kDeclareAgent, kFeatures,
-  kWaitGet, kDeclareRun,
+  kWaitGet, kDeclareRun, kChannels,
 };
-inline constexpr size_t kOpCount = static_cast<size_t>(Op::kDeclareRun) + 1;
+inline constexpr size_t kOpCount = static_cast<size_t>(Op::kChannels) + 1;
 const char* op_name(Op op);
 
 inline constexpr size_t kNonceBytes = 32;

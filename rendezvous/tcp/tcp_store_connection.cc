@@ -1,5 +1,7 @@
 #include "rendezvous/tcp/tcp_store_connection.h"
 
+#include <algorithm>
+
 #include "common/log.h"
 #include "rendezvous/tcp/job_token.h"
 
@@ -60,12 +62,26 @@ TcpStoreConnection::TcpStoreConnection(TcpStoreConnectionManager& manager, tcp::
   admitted_ = !manager_.options.token.has_value();
 }
 
+// A channel has no socket: its peer is its carrier's (a node's proxy, whose workers connect
+// from that node), so the job token admits it as it would admit that node's own connections.
+TcpStoreConnection::TcpStoreConnection(TcpStoreConnectionManager& manager,
+                                       TcpStoreConnectionPtr carrier, uint32_t channel)
+    : manager_(manager),
+      socket_(manager.ctx),
+      wait_timer_(manager.ctx),
+      carrier_(std::move(carrier)),
+      channel_(channel) {
+  peer_address_ = carrier_->peer_address_;
+  peer_ = carrier_->peer_ + " channel " + std::to_string(channel);
+  admitted_ = !manager_.options.token.has_value();
+}
+
 void TcpStoreConnection::start() {
   start_read();
 }
 
 void TcpStoreConnection::start_read() {
-  if (closed || reading_) return;
+  if (closed || reading_ || carrier_) return;
   // A parked client may send CANCEL_WAIT, so keep reading, but do not buffer without bound.
   if (in_.size() - in_begin_ > manager_.options.limits.max_frame_bytes) {
     manager_.complain("client " + peer_ + " sent more than a frame while blocked; closing it");
@@ -120,6 +136,15 @@ void TcpStoreConnection::send(const Bytes& bytes) {
 }
 
 void TcpStoreConnection::flush() {
+  if (carrier_) {  // a channel: into the carrier's next write
+    if (closed) return;
+    if (!out.empty()) {
+      carrier_->send_channel_data(channel_, out);
+      out.clear();
+    }
+    if (closing_) close();
+    return;
+  }
   if (writing_ || closed) return;
   if (out.empty()) {
     if (closing_) close();  // the refusal is written
@@ -155,10 +180,17 @@ void TcpStoreConnection::close() {
                       " (give every node the same DLAUNCH_JOB_TOKEN)");
   }
   manager_.state.drop(*this);
+  out.clear();
+  if (carrier_) {
+    // Let go of the carrier (it holds this channel too); it tells the proxy.
+    TcpStoreConnectionPtr carrier = std::move(carrier_);
+    carrier->channel_closed(channel_);
+    return;
+  }
+  close_channels();
   boost::system::error_code ignore;
   socket_.shutdown(tcp::socket::shutdown_both, ignore);
   socket_.close(ignore);
-  out.clear();
   manager_.remove(self());
 }
 
@@ -187,6 +219,7 @@ void TcpStoreConnection::process_frames() {
   Request& q = manager_.scratch;
   const wire::Limits& limits = manager_.options.limits;
   while (!closed && !closing_) {
+    if (carries_channels_) return process_channel_frames();
     const uint8_t* data = in_.data() + in_begin_;
     size_t size = in_.size() - in_begin_;
     if (!dialect_known_) {
@@ -202,7 +235,8 @@ void TcpStoreConnection::process_frames() {
     if (r.status == wire::Status::kNeedMore) break;
     if (r.status == wire::Status::kBad) return bad_frame(r.error);
     if (!manager_.options.knows_features &&
-        (q.op == Op::kFeatures || q.op == Op::kWaitGet || q.op == Op::kDeclareRun)) {
+        (q.op == Op::kFeatures || q.op == Op::kWaitGet || q.op == Op::kDeclareRun ||
+         q.op == Op::kChannels)) {
       return bad_frame("unknown opcode " + std::to_string(wire::opcode(dialect_, q.op)) +
                        " (this server plays a build older than FEATURES)");
     }
@@ -225,7 +259,7 @@ void TcpStoreConnection::resumed() {
   // Nothing buffered behind the parked request, and the pending read will process what comes:
   // nothing to do. The usual case: a set that wakes 16,384 waiters then costs 16,384 writes,
   // not 16,384 posted handlers more.
-  if (in_begin_ == in_.size() && reading_) return;
+  if (in_begin_ == in_.size() && (reading_ || carrier_)) return;
   if (process_posted_) return;
   process_posted_ = true;
   asio::post(manager_.ctx, [c = self()] {
@@ -338,6 +372,24 @@ void TcpStoreConnection::handle(Request& q) {
                              ": it has no job token and this job requires one "
                              "(give every node the same DLAUNCH_JOB_TOKEN)");
   }
+  if (q.op == Op::kChannels) {
+    if (carrier_ || dialect_ != wire::Dialect::kTorch2) {
+      return bad_frame("CHANNELS on a channel or on a 1.13 connection");
+    }
+    // A proxy carries other clients' connections, admitted from its address: it must prove
+    // the job token itself, as an agent must.
+    if (manager_.options.token && !authenticated_) {
+      Bytes reply;
+      wire::put_u8(reply, wire::kDeclareRefusedNoToken);
+      return refuse(reply, "refused store proxy " + peer_ +
+                               ": it has no job token and this job requires one "
+                               "(give every node the same DLAUNCH_JOB_TOKEN)");
+    }
+    carries_channels_ = true;
+    Bytes reply;
+    wire::put_u8(reply, 0);
+    return send(reply);
+  }
   if (!admitted_ && !admit(q)) return;
   if (q.op == Op::kDeclareRun) return declare_run(q.keys[0]);
   std::string error;
@@ -357,6 +409,129 @@ void TcpStoreConnection::handle(Request& q) {
     case TcpStoreState::Handled::kBadRequest:
       return bad_frame(error);
   }
+}
+
+// ---- channels (channel_frames.h) ----------------------------------------------------------
+
+// The carrier's input: channel frames only.
+void TcpStoreConnection::process_channel_frames() {
+  wire::ChannelFrame f;
+  while (!closed) {
+    const uint8_t* data = in_.data() + in_begin_;
+    size_t size = in_.size() - in_begin_;
+    auto r = wire::decode_channel_frame(data, size, manager_.options.limits,
+                                        /*from_store=*/false, &f);
+    if (r.status == wire::Status::kNeedMore) break;
+    if (r.status == wire::Status::kBad) return bad_frame(r.error);
+    switch (f.kind) {
+      case wire::ChannelFrameKind::kOpen:
+        open_channel(f.channel);
+        break;
+      case wire::ChannelFrameKind::kData: {
+        // An unknown channel is one this side closed; the proxy had not heard yet.
+        auto it = channels_.find(f.channel);
+        if (it != channels_.end()) {
+          TcpStoreConnectionPtr c = it->second;
+          c->feed(f.members[0].data, f.members[0].size);
+        }
+        break;
+      }
+      case wire::ChannelFrameKind::kClose: {
+        auto it = channels_.find(f.channel);
+        if (it != channels_.end()) {
+          TcpStoreConnectionPtr c = std::move(it->second);
+          channels_.erase(it);
+          c->close();
+        }
+        break;
+      }
+      case wire::ChannelFrameKind::kGroup:
+        handle_group(f);
+        break;
+    }
+    if (closed) return;
+    in_begin_ += r.consumed;
+  }
+}
+
+void TcpStoreConnection::open_channel(uint32_t id) {
+  if (channels_.count(id) > 0) return bad_frame("channel " + std::to_string(id) + " opened twice");
+  channels_.emplace(id, std::make_shared<TcpStoreConnection>(manager_, self(), id));
+}
+
+// A channel's bytes arrived: as a read on a connection of its own.
+void TcpStoreConnection::feed(const uint8_t* data, size_t size) {
+  if (closed || closing_) return;
+  in_.insert(in_.end(), data, data + size);
+  process();
+  if (!closed && in_.size() - in_begin_ > manager_.options.limits.max_frame_bytes) {
+    manager_.complain("client " + peer_ + " sent more than a frame while blocked; closing it");
+    close();
+  }
+}
+
+// A GROUP: combined by the state when it can prove that exact (TcpStoreState::handle_group),
+// else each member as a DATA frame, in the order listed.
+void TcpStoreConnection::handle_group(const wire::ChannelFrame& f) {
+  std::vector<TcpStoreConnectionPtr> members;
+  std::vector<StoreSession*> sessions;
+  std::vector<Request> requests(f.members.size());
+  bool combinable = true;
+  for (size_t i = 0; i < f.members.size() && combinable; ++i) {
+    auto it = channels_.find(f.members[i].channel);
+    if (it == channels_.end()) {
+      combinable = false;
+      break;
+    }
+    const TcpStoreConnectionPtr& c = it->second;
+    // Idle: nothing buffered before this request, nothing parked, its dialect and admission
+    // settled by earlier requests.
+    combinable = !c->closed && !c->closing_ && c->dialect_known_ && c->admitted_ &&
+                 !c->parked() && c->in_begin_ == c->in_.size() &&
+                 std::find(members.begin(), members.end(), c) == members.end();
+    if (!combinable) break;
+    auto r = wire::decode_request(c->dialect_, f.members[i].data, f.members[i].size,
+                                  manager_.options.limits, &requests[i]);
+    combinable = r.status == wire::Status::kOk && r.consumed == f.members[i].size;
+    members.push_back(c);
+    sessions.push_back(c.get());
+  }
+  if (combinable) {
+    const auto began = std::chrono::steady_clock::now();
+    combinable = manager_.state.handle_group(sessions, requests);
+    if (combinable) {
+      manager_.stats.record(requests[0].op, members[0]->declared_agent(),
+                            std::chrono::steady_clock::now() - began, manager_.state.num_keys());
+      for (auto& c : members) c->replied();
+      return;
+    }
+  }
+  for (const auto& m : f.members) {
+    auto it = channels_.find(m.channel);
+    if (it == channels_.end()) continue;
+    TcpStoreConnectionPtr c = it->second;
+    c->feed(m.data, m.size);
+  }
+}
+
+void TcpStoreConnection::send_channel_data(uint32_t id, const Bytes& bytes) {
+  if (closed) return;
+  wire::put_channel_data(out, id, bytes.data(), bytes.size());
+  replied();
+}
+
+// A channel closed on this side (a bad frame, a refusal): the proxy closes its client.
+void TcpStoreConnection::channel_closed(uint32_t id) {
+  if (channels_.erase(id) == 0 || closed) return;
+  wire::put_channel_close(out, id);
+  replied();
+}
+
+// The carrier closed: every channel goes with it, as every connection goes with the store.
+void TcpStoreConnection::close_channels() {
+  auto channels = std::move(channels_);
+  channels_.clear();
+  for (auto& entry : channels) entry.second->close();
 }
 
 }  // namespace dlaunch

@@ -15,8 +15,11 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <unordered_map>
 #include <unordered_set>
+#include <vector>
 
+#include "rendezvous/tcp/channel_frames.h"
 #include "rendezvous/tcp/store_stats.h"
 #include "rendezvous/tcp/tcp_store_server_options.h"
 #include "rendezvous/tcp/tcp_store_state.h"
@@ -64,9 +67,16 @@ class TcpStoreConnectionManager {
 
 // One client connection. Its replies collect in `out` (StoreSession's) and go out in one write
 // per batch of requests read. A malformed or oversized frame closes it (logged, rate-limited).
+//
+// Or one channel of a connection that carries many (CHANNELS, rendezvous/tcp/channel_frames.h):
+// the same session without a socket of its own. Its bytes come in its carrier's DATA frames
+// and its replies go out as such; its close is the carrier's CLOSED frame.
 class TcpStoreConnection final : public StoreSession {
  public:
   TcpStoreConnection(TcpStoreConnectionManager& manager, boost::asio::ip::tcp::socket socket);
+  // A channel of `carrier`.
+  TcpStoreConnection(TcpStoreConnectionManager& manager, TcpStoreConnectionPtr carrier,
+                     uint32_t channel);
 
   // Starts reading requests.
   void start();
@@ -82,6 +92,14 @@ class TcpStoreConnection final : public StoreSession {
   void resumed() override;
 
   void start_read();
+  // Channels: the carrier's side, and a channel's.
+  void process_channel_frames();
+  void open_channel(uint32_t id);
+  void handle_group(const wire::ChannelFrame& f);
+  void send_channel_data(uint32_t id, const Bytes& bytes);
+  void channel_closed(uint32_t id);
+  void feed(const uint8_t* data, size_t size);
+  void close_channels();
   void send(const Bytes& bytes);
   void flush();
   void bad_frame(const std::string& why);
@@ -122,6 +140,12 @@ class TcpStoreConnection final : public StoreSession {
   bool admitted_ = false;  // allowed to use the store (authenticated, or no token needed)
   bool auth_begun_ = false;
   wire::Digest client_nonce_{}, server_nonce_{};
+  // A carrier of channels (after CHANNELS), and its open channels by id.
+  bool carries_channels_ = false;
+  std::unordered_map<uint32_t, TcpStoreConnectionPtr> channels_;
+  // A channel: the connection that carries it (null for a connection of its own).
+  TcpStoreConnectionPtr carrier_;
+  uint32_t channel_ = 0;
 };
 
 }  // namespace dlaunch

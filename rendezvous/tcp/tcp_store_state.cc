@@ -132,6 +132,7 @@ TcpStoreState::Handled TcpStoreState::handle(StoreSession& s, Request& q, std::s
     case Op::kAuthBegin:
     case Op::kAuthProof:
     case Op::kDeclareRun:
+    case Op::kChannels:
       // The connection's business; never passed here.
       return Handled::kQuiet;
   }
@@ -221,14 +222,86 @@ void TcpStoreState::release_barrier_waiters(const std::string& key, const Bytes&
   }
 }
 
-void TcpStoreState::scope_keys(StoreSession& s, Request& q) {
-  if (s.agent_) return;
+// The namespace of the session's keys: none for an agent's; a worker's is fixed at its first
+// key operation.
+const std::string& TcpStoreState::scope_of(StoreSession& s) {
+  static const std::string kNone;
+  if (s.agent_) return kNone;
   if (!s.scope_known_) {
     s.scope_known_ = true;
     if (const Bytes* ns = table_.find(kWorkerNamespaceKey)) s.scope_.assign(ns->begin(), ns->end());
   }
-  if (s.scope_.empty()) return;
-  for (auto& key : q.keys) key.insert(0, s.scope_);
+  return s.scope_;
+}
+
+void TcpStoreState::scope_keys(StoreSession& s, Request& q) {
+  const std::string& scope = scope_of(s);
+  if (scope.empty()) return;
+  for (auto& key : q.keys) key.insert(0, scope);
+}
+
+// Why combining is exact: the requests were all received before this runs and none is answered
+// yet, and nothing else runs in between (one thread), so taking them one after the other now is
+// a valid order. A GET or WAIT of keys that all exist changes nothing, so each answer is the
+// same as the first's. An ADD to an existing counter with no watcher and no barrier on it wakes
+// no one (waiters wait only for missing keys), so one ADD of the sum leaves the table, and every
+// other session, as the sequence would; each session gets the value its own ADD would have
+// returned in the sequence (the counter before, plus the deltas up to and including its own).
+bool TcpStoreState::handle_group(const std::vector<StoreSession*>& sessions,
+                                 const std::vector<Request>& requests) {
+  if (sessions.empty() || sessions.size() != requests.size()) return false;
+  const Request& first = requests[0];
+  if (first.op != Op::kGet && first.op != Op::kWait && first.op != Op::kAdd) return false;
+  if (first.keys.empty() || (first.op != Op::kWait && first.keys.size() != 1)) return false;
+  for (size_t i = 0; i < sessions.size(); ++i) {
+    if (sessions[i]->closed || sessions[i]->parked()) return false;
+    if (requests[i].op != first.op || requests[i].keys != first.keys) return false;
+  }
+  // Fixing a worker's namespace here is what its own first key operation would do now.
+  const std::string scope = scope_of(*sessions[0]);
+  for (StoreSession* s : sessions) {
+    if (scope_of(*s) != scope) return false;
+  }
+  std::vector<std::string> keys;
+  keys.reserve(first.keys.size());
+  for (const auto& key : first.keys) keys.push_back(scope + key);
+  switch (first.op) {
+    case Op::kGet: {
+      const Bytes* value = table_.find(keys[0]);
+      if (!value) return false;
+      for (StoreSession* s : sessions) wire::put_bytes(s->out, *value);
+      return true;
+    }
+    case Op::kWait:
+      if (!all_exist(keys)) return false;
+      for (StoreSession* s : sessions) wire::put_u8(s->out, wire::kStopWaiting);
+      return true;
+    case Op::kAdd: {
+      const std::string& key = keys[0];
+      const Bytes* current = table_.find(key);
+      if (!current || watchers_.count(key) > 0 || barrier_waiters_.count(key) > 0) return false;
+      int64_t value = 0, total = 0;
+      try {
+        value = parse_counter(*current, key);
+      } catch (const Error&) {
+        return false;  // each ADD then fails as it would alone
+      }
+      std::vector<int64_t> values;
+      values.reserve(requests.size());
+      for (const Request& q : requests) {
+        if (__builtin_add_overflow(value, q.delta, &value) ||
+            __builtin_add_overflow(total, q.delta, &total)) {
+          return false;
+        }
+        values.push_back(value);
+      }
+      table_.add(key, total);
+      for (size_t i = 0; i < sessions.size(); ++i) wire::put_i64(sessions[i]->out, values[i]);
+      return true;
+    }
+    default:
+      return false;
+  }
 }
 
 bool TcpStoreState::exists(const std::string& key) const {

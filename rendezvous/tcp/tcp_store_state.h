@@ -93,6 +93,14 @@ class TcpStoreState final : private StoreTable::Observer {
   // be the decoder's reused request: its buffers may be taken (a SET swaps its value into the
   // table), so it is left unspecified.
   Handled handle(StoreSession& s, wire::Request& q, std::string& error);
+  // One GET, WAIT or ADD each from several sessions (a channel GROUP, channel_frames.h), all of
+  // the same keys in the same namespace and none parked: answers them all from one look at the
+  // table, each exactly as handle() would had they come one after the other in this order now
+  // (an ADD of the sum, each session its own prefix). False, changing nothing, when that
+  // cannot be proven cheaply (a key missing, a watcher or barrier on the counter, an overflow,
+  // anything else): the caller then handles each request on its own.
+  bool handle_group(const std::vector<StoreSession*>& sessions,
+                    const std::vector<wire::Request>& requests);
   // CANCEL_WAIT, also overtaking a parked request: forgets the session's pending WAIT (or
   // BARRIER) and its parked request, and appends WAIT_CANCELED (PyTorch's answer even when nothing waited).
   void cancel_wait(StoreSession& s);
@@ -132,6 +140,7 @@ class TcpStoreState final : private StoreTable::Observer {
   bool all_exist(const std::vector<std::string>& keys) const;
   template <typename Put>
   static void put_reply_first(Bytes& out, size_t at, Put put);
+  const std::string& scope_of(StoreSession& s);
   void scope_keys(StoreSession& s, wire::Request& q);
   void notify_watchers(const std::string& key, uint8_t kind, const Bytes& old_value,
                        const Bytes& new_value);

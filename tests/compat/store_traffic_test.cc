@@ -68,5 +68,68 @@ TEST(StoreTraffic, Torch215WorkersAskExactlyWhatTheModelSays) {
   EXPECT_EQ(got["counts"]["new_group"].get<Counts>(), model_counts(3, 2)) << got.dump();
 }
 
+// Two nodes (two agents on this machine, c10d) of 3 workers each, with --store_proxy off and on:
+// through the proxies the store holds one connection per node instead of one per worker, and
+// the workers' requests reach it as the same ops, no more of each (the proxy only forwards or
+// groups, and a group counts as one request).
+TEST(StoreTraffic, TwoNodesThroughTheStoreProxyAskNoMoreOverFewerConnections) {
+  if (torch2_missing()) GTEST_SKIP() << "no PyTorch 2.15 at " << kTorch2Python
+                                     << ": run scripts/setup_torch2.sh (scripts/test.sh does)";
+  using Counts = std::map<std::string, int64_t>;
+  std::map<std::string, nlohmann::json> by_mode;
+  for (const std::string mode : {"off", "on"}) {
+    SCOPED_TRACE("--store_proxy " + mode);
+    TempDir dir;
+    const std::string output = dir.path() + "/counts.json";
+    const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+    const int status_ports[2] = {free_port(), free_port()};
+    const std::string urls = "http://127.0.0.1:" + std::to_string(status_ports[0]) +
+                             "/status,http://127.0.0.1:" + std::to_string(status_ports[1]) +
+                             "/status";
+    std::vector<std::unique_ptr<Subprocess>> agents;
+    for (int port : status_ports) {
+      agents.push_back(std::make_unique<Subprocess>(
+          std::vector<std::string>{kDlaunch, "--nnodes=2", "--nproc_per_node=3",
+                                   "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
+                                   "--rdzv_id=traffic_" + mode,
+                                   "--status_port=" + std::to_string(port),
+                                   "--store_proxy=" + mode, "--python=" + kTorch2Python,
+                                   kCompatDir + "/store_traffic.py", "--status_url=" + urls,
+                                   "--output=" + output, "--phases=init,new_group"},
+          std::map<std::string, std::string>{{"OMP_NUM_THREADS", "1"}}));
+    }
+    std::string context;
+    for (auto& a : agents) {
+      auto e = a->wait(300s);
+      context += "--- agent stdout:\n" + a->out() + "--- agent stderr:\n" + a->err();
+      ASSERT_TRUE(e) << context;
+      EXPECT_EQ(e->shell_code(), 0) << context;
+    }
+    std::ifstream in(output);
+    ASSERT_TRUE(in) << "no " << output << "\n" << context;
+    by_mode[mode] = nlohmann::json::parse(in);
+    ASSERT_EQ(by_mode[mode]["world_size"], 6) << context;
+  }
+  const auto& off = by_mode["off"];
+  const auto& on = by_mode["on"];
+  std::cout << "--store_proxy off: " << off.dump() << "\n--store_proxy on: " << on.dump() << "\n";
+  for (const char* phase : {"init", "new_group"}) {
+    const auto direct = off["counts"][phase].get<Counts>();
+    const auto proxied = on["counts"][phase].get<Counts>();
+    EXPECT_EQ(direct, model_counts(6, phase == std::string("init") ? 1 : 2)) << off.dump();
+    ASSERT_EQ(proxied.size(), direct.size()) << on.dump();
+    for (const auto& [op, n] : direct) {
+      ASSERT_TRUE(proxied.count(op)) << op << ": " << on.dump();
+      EXPECT_GT(proxied.at(op), 0) << op;
+      EXPECT_LE(proxied.at(op), n) << op << ": " << on.dump();
+    }
+  }
+  // Six workers' connections direct, two proxies' through them; the agents' own are the same.
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(on["connections"][i].get<int64_t>(), off["connections"][i].get<int64_t>() - 6 + 2)
+        << off.dump() << "\n" << on.dump();
+  }
+}
+
 }  // namespace
 }  // namespace dlaunch::testing

@@ -240,6 +240,53 @@ TEST_P(TorchCompat, ElasticC10dTwoAgentsDdpOnAgentStore) {
   expect_on_agent_store(reports, port, host, job.context);
 }
 
+// --store_proxy on: each node's workers reach the job's store through their own agent (MASTER_PORT
+// names the node's proxy, not the endpoint), and the job trains to the same parameters as with
+// the proxy off, in both PyTorch dialects.
+TEST_P(TorchCompat, ElasticC10dTwoAgentsTrainTheSameThroughTheStoreProxy) {
+  SKIP_WITHOUT_TORCH();
+  std::map<std::string, std::map<int, RankReport>> by_mode;
+  for (const std::string mode : {"off", "on"}) {
+    SCOPED_TRACE("--store_proxy " + mode);
+    int port = free_port();
+    std::vector<std::unique_ptr<Subprocess>> agents;
+    for (int i = 0; i < 2; ++i) {
+      agents.push_back(std::make_unique<Subprocess>(agent_argv(
+          {"--nnodes", "2:2", "--rdzv_backend", "c10d", "--rdzv_endpoint",
+           "127.0.0.1:" + std::to_string(port), "--rdzv_id", "compat_proxy_" + mode,
+           "--nproc_per_node", "2", "--store_proxy", mode},
+          {kCompatDir + "/ddp_train.py", "--steps", "8"})));
+    }
+    auto job = wait_all(agents, 0);
+    auto reports = parse_reports(job.out);
+    expect_trained_together(reports, 4, 8, job.context);
+    std::set<long> agent_pids{agents[0]->pid(), agents[1]->pid()};
+    for (const auto& [rank, r] : reports) {
+      EXPECT_EQ(r.agent_store, "True") << "rank " << rank << "\n" << job.context;
+      EXPECT_EQ(r.listen_self, 0) << "rank " << rank << "\n" << job.context;
+      EXPECT_EQ(r.connected, 1) << "rank " << rank << "\n" << job.context;
+      EXPECT_TRUE(agent_pids.count(r.owner_pid)) << "rank " << rank << "\n" << job.context;
+      if (mode == "on") {
+        EXPECT_NE(r.store_port, port) << "rank " << rank << " talks to the store directly\n"
+                                      << job.context;
+      } else {
+        EXPECT_EQ(r.store_port, port) << "rank " << rank << "\n" << job.context;
+      }
+    }
+    if (mode == "on") {
+      int proxies = 0;
+      for (auto& a : agents) proxies += a->err().find("store proxy: this node's workers") != std::string::npos;
+      EXPECT_EQ(proxies, 2) << job.context;
+    }
+    by_mode[mode] = reports;
+  }
+  ASSERT_EQ(by_mode["on"].size(), by_mode["off"].size());
+  for (const auto& [rank, r] : by_mode["on"]) {
+    EXPECT_EQ(r.sha, by_mode["off"][rank].sha) << "rank " << rank << " trained differently";
+    EXPECT_EQ(r.loss_last, by_mode["off"][rank].loss_last) << "rank " << rank;
+  }
+}
+
 // A node joining a running c10d job (1 -> 2 -> 3 agents) and one leaving (3 -> 2, SIGTERM to
 // its agent): each membership change restarts every worker with the new WORLD_SIZE and keeps
 // TORCHELASTIC_RESTART_COUNT, so PyTorch's "/worker/attempt_0/" keys repeat; each round's

@@ -264,6 +264,24 @@ TEST(LaunchConfig, SlurmModeIsCheckedOutsideSlurm) {
   EXPECT_EQ(resolve({"--slurm_mode", "agent", "p"}).slurm_mode, "off");
 }
 
+// --store_proxy: off by default; auto is on from kStoreProxyAutoNodes nodes (the largest
+// --nnodes); anything else is a usage error naming the flag or its variable.
+TEST(LaunchConfig, StoreProxyModes) {
+  EXPECT_FALSE(resolve({"p"}).wants_store_proxy());
+  EXPECT_TRUE(resolve({"--store_proxy", "on", "p"}).wants_store_proxy());
+  EXPECT_FALSE(resolve({"--store_proxy", "auto", "--nnodes", "1:63", "--rdzv_endpoint",
+                        "127.0.0.1:29500", "p"})
+                   .wants_store_proxy());
+  EXPECT_TRUE(resolve({"--store_proxy", "auto", "--nnodes", "1:64", "--rdzv_endpoint",
+                       "127.0.0.1:29500", "p"})
+                  .wants_store_proxy());
+  EXPECT_TRUE(resolve({"p"}, {{"DLAUNCH_STORE_PROXY", "on"}}).wants_store_proxy());
+  EXPECT_NE(usage_error({"--store_proxy", "yes", "p"}).find("--store_proxy='yes'"),
+            std::string::npos);
+  EXPECT_NE(usage_error({"p"}, {{"DLAUNCH_STORE_PROXY", "1"}}).find("DLAUNCH_STORE_PROXY"),
+            std::string::npos);
+}
+
 // What the agent's job services would refuse after starting is refused by resolution, so a
 // --dry_run says what a run would.
 TEST(LaunchConfig, EndpointsAndPortsAreCheckedBeforeAnythingStarts) {

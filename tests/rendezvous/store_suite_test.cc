@@ -1,6 +1,7 @@
 // One suite, every Store implementation: in-memory, prefix over in-memory, TCP client against
 // an in-process TcpStoreServer (with and without the job token; as a worker's and as an agent's
-// client, and an agent's against a server older than FEATURES).
+// client, and an agent's against a server older than FEATURES; and through a node's store
+// proxy, with and without the token).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -24,7 +25,8 @@ class StoreSuite : public ::testing::Test {
 
 using Backends =
     ::testing::Types<InMemoryBackend, PrefixBackend, TcpBackend, TcpTokenBackend, TcpAgentBackend,
-                     TcpAgentTokenBackend, TcpAgentOlderServerBackend>;
+                     TcpAgentTokenBackend, TcpAgentOlderServerBackend, ProxyBackend,
+                     ProxyTokenBackend>;
 TYPED_TEST_SUITE(StoreSuite, Backends);
 
 TYPED_TEST(StoreSuite, SetThenGetReturnsTheValue) {

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "rendezvous/store/in_memory_store.h"
+#include "rendezvous/proxy/store_proxy.h"
 #include "rendezvous/store/prefix_store.h"
 #include "rendezvous/tcp/tcp_store_client.h"
 #include "rendezvous/tcp/tcp_store_server.h"
@@ -57,5 +58,39 @@ using TcpTokenBackend = TcpBackendT<true>;
 using TcpAgentBackend = TcpBackendT<false, true>;
 using TcpAgentTokenBackend = TcpBackendT<true, true>;
 using TcpAgentOlderServerBackend = TcpBackendT<false, true, true>;
+
+// Clients through a node's store proxy (rendezvous/proxy/store_proxy.h) to an in-process
+// server: every request on a channel of the proxy's one connection, concurrent ones grouped.
+template <bool kWithToken>
+struct ProxyBackendT {
+  static constexpr bool kIsTcp = true;
+  std::unique_ptr<TcpStoreServer> server;
+  std::unique_ptr<StoreProxy> proxy;
+  uint16_t port = 0;
+  ProxyBackendT() {
+    TcpStoreServerOptions o;
+    o.host = "127.0.0.1";
+    if (kWithToken) o.token = "s3cret-token";
+    server = std::make_unique<TcpStoreServer>(o);
+    StoreProxyOptions p;
+    p.store_port = server->start();
+    p.store_host = "127.0.0.1";
+    if (kWithToken) p.token = "s3cret-token";
+    proxy = std::make_unique<StoreProxy>(p);
+    port = proxy->start();
+  }
+  std::shared_ptr<Store> client() {
+    TcpStoreClientOptions o;
+    o.host = "127.0.0.1";
+    o.port = port;
+    o.connect_timeout = std::chrono::seconds(5);
+    if (kWithToken) o.token = "s3cret-token";
+    return std::make_shared<TcpStoreClient>(o);
+  }
+  // The store host dies; the proxy stays.
+  void stop_server() { server->stop(); }
+};
+using ProxyBackend = ProxyBackendT<false>;
+using ProxyTokenBackend = ProxyBackendT<true>;
 
 }  // namespace dlaunch::test

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/proxy/store_proxy.h"
 #include "rendezvous/tcp/tcp_store_server.h"
 
 namespace dlaunch {
@@ -94,6 +95,36 @@ TEST(Torch2Client, EveryMethodAnswersAsPytorchsOwnServersDo) {
   ASSERT_GT(ours_no_queues.size(), 60u);
   EXPECT_EQ(ours_no_queues, legacy)
       << side_by_side(ours_no_queues, legacy, "PyTorch's legacy server");
+}
+
+// The same transcript with the client connected to a node's store proxy in front of our server
+// (rendezvous/proxy/store_proxy.h): every answer, timeout and error must still be the one
+// PyTorch's own servers give.
+TEST(Torch2Client, EveryMethodAnswersTheSameThroughTheStoreProxy) {
+  if (auto why = torch2_missing(); !why.empty()) GTEST_SKIP() << why;
+  TcpStoreServer server(TcpStoreServerOptions{}), other(TcpStoreServerOptions{});
+  auto proxy_for = [](uint16_t port) {
+    StoreProxyOptions o;
+    o.store_host = "127.0.0.1";
+    o.store_port = port;
+    return std::make_unique<StoreProxy>(o);
+  };
+  auto proxy = proxy_for(server.start()), other_proxy = proxy_for(other.start());
+  uint16_t port = proxy->start(), other_port = other_proxy->start();
+  std::string out =
+      run("TORCH_CPP_LOG_LEVEL=ERROR timeout 300 " + kTorch2Python + " " + kTranscriptScript + " " +
+          std::to_string(port) + " " + std::to_string(other_port));
+  SCOPED_TRACE(out);
+  auto ours = tagged(out, "ours"), libuv = tagged(out, "libuv");
+  ASSERT_GT(ours.size(), 80u);
+  EXPECT_EQ(ours, libuv) << side_by_side(ours, libuv, "PyTorch's libuv server");
+  auto ours_no_queues = tagged(out, "ours-no-queues"), legacy = tagged(out, "legacy");
+  ASSERT_GT(ours_no_queues.size(), 60u);
+  EXPECT_EQ(ours_no_queues, legacy)
+      << side_by_side(ours_no_queues, legacy, "PyTorch's legacy server");
+  // Every client of the script reached the store over the proxy's one connection.
+  EXPECT_GT(proxy->stats().workers_accepted, 1);
+  EXPECT_EQ(server.num_connections(), 1u);
 }
 
 }  // namespace
