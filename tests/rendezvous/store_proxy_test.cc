@@ -28,6 +28,7 @@
 #include "rendezvous/tcp/channel_frames.h"
 #include "rendezvous/tcp/tcp_store_client.h"
 #include "rendezvous/tcp/tcp_store_server.h"
+#include "tests/rendezvous/raw_connection.h"
 
 namespace dlaunch {
 namespace {
@@ -36,69 +37,7 @@ using namespace std::chrono_literals;
 using wire::Op;
 using wire::Request;
 
-// A bare TCP connection for speaking the protocol by hand.
-class Raw {
- public:
-  explicit Raw(uint16_t port) {
-    fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    sockaddr_in sa{};
-    sa.sin_family = AF_INET;
-    sa.sin_port = htons(port);
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    if (::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa)) != 0) {
-      ::close(fd_);
-      throw std::runtime_error("connect failed");
-    }
-  }
-  ~Raw() { close(); }
-  Raw(const Raw&) = delete;
-  void close() {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = -1;
-  }
-  void send(const Bytes& b) {
-    ASSERT_EQ(::send(fd_, b.data(), b.size(), MSG_NOSIGNAL), ssize_t(b.size()));
-  }
-  // Exactly n bytes, or fewer if the peer closed or 10 s passed.
-  Bytes recv(size_t n, int timeout_ms = 10000) {
-    Bytes out;
-    while (out.size() < n) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, timeout_ms) <= 0) break;
-      uint8_t buf[4096];
-      ssize_t r = ::recv(fd_, buf, std::min(sizeof(buf), n - out.size()), 0);
-      if (r <= 0) break;
-      out.insert(out.end(), buf, buf + r);
-    }
-    return out;
-  }
-  // Everything until the peer closes (or 10 s of silence).
-  Bytes recv_until_closed() {
-    Bytes out;
-    while (true) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, 10000) <= 0) break;
-      uint8_t buf[4096];
-      ssize_t r = ::recv(fd_, buf, sizeof(buf), 0);
-      if (r <= 0) break;
-      out.insert(out.end(), buf, buf + r);
-    }
-    return out;
-  }
-  bool closed_by_peer(int timeout_ms = 10000) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, timeout_ms) <= 0) return false;
-    uint8_t b;
-    return ::recv(fd_, &b, 1, 0) <= 0;
-  }
-  bool silent(int ms) {
-    pollfd p{fd_, POLLIN, 0};
-    return ::poll(&p, 1, ms) == 0;
-  }
-
- private:
-  int fd_ = -1;
-};
+using Raw = test::RawConnection;
 
 Request make(Op op, std::vector<std::string> keys = {}, std::vector<std::string> values = {},
              int64_t delta = 0) {

@@ -22,65 +22,14 @@
 #include "rendezvous/store/in_memory_store.h"
 #include "rendezvous/store/prefix_store.h"
 #include "rendezvous/tcp/tcp_store_client.h"
+#include "tests/rendezvous/raw_connection.h"
 
 namespace dlaunch {
 namespace {
 
 using namespace std::chrono_literals;
 
-// A bare TCP connection for speaking the protocol by hand.
-class Raw {
- public:
-  explicit Raw(uint16_t port, const char* addr = "127.0.0.1") {
-    bool v6 = std::string(addr).find(':') != std::string::npos;
-    fd_ = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    int rc;
-    if (v6) {
-      sockaddr_in6 sa{};
-      sa.sin6_family = AF_INET6;
-      sa.sin6_port = htons(port);
-      inet_pton(AF_INET6, addr, &sa.sin6_addr);
-      rc = ::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-    } else {
-      sockaddr_in sa{};
-      sa.sin_family = AF_INET;
-      sa.sin_port = htons(port);
-      inet_pton(AF_INET, addr, &sa.sin_addr);
-      rc = ::connect(fd_, reinterpret_cast<sockaddr*>(&sa), sizeof(sa));
-    }
-    if (rc != 0) throw std::runtime_error("connect failed");
-  }
-  ~Raw() { ::close(fd_); }
-  Raw(const Raw&) = delete;
-
-  void send(const Bytes& b) { ASSERT_EQ(::send(fd_, b.data(), b.size(), MSG_NOSIGNAL), ssize_t(b.size())); }
-  // Exactly n bytes, or fewer if the peer closed or 5 s passed.
-  Bytes recv(size_t n, int timeout_ms = 5000) {
-    Bytes out;
-    while (out.size() < n) {
-      pollfd p{fd_, POLLIN, 0};
-      if (::poll(&p, 1, timeout_ms) <= 0) break;
-      uint8_t buf[4096];
-      ssize_t r = ::recv(fd_, buf, std::min(sizeof(buf), n - out.size()), 0);
-      if (r <= 0) break;
-      out.insert(out.end(), buf, buf + r);
-    }
-    return out;
-  }
-  bool closed_by_peer(int timeout_ms = 5000) {
-    pollfd p{fd_, POLLIN, 0};
-    if (::poll(&p, 1, timeout_ms) <= 0) return false;
-    uint8_t b;
-    return ::recv(fd_, &b, 1, 0) <= 0;
-  }
-  bool silent(int ms) {
-    pollfd p{fd_, POLLIN, 0};
-    return ::poll(&p, 1, ms) == 0;
-  }
-
- private:
-  int fd_;
-};
+using Raw = test::RawConnection;
 
 Bytes cat(std::initializer_list<Bytes> parts) {
   Bytes out;
