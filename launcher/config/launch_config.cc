@@ -21,7 +21,8 @@ namespace dlaunch {
 namespace {
 
 bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 // "${local_rank}" and "$local_rank" (not followed by a letter, digit or '_') -> the rank, as

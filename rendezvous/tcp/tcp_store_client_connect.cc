@@ -93,7 +93,9 @@ void TcpStoreClient::ensure_connected() {
       interrupted_cv_.wait_for(lock, backoff, [&] { return interrupted_; });
     }
     if (interrupted()) throw_closed("");
-    if (!seen.unresolved) backoff = std::min<Duration>(backoff * 2, std::chrono::milliseconds(1000));
+    if (!seen.unresolved) {
+      backoff = std::min<Duration>(backoff * 2, std::chrono::milliseconds(1000));
+    }
   }
   if (interrupted()) throw_closed("");
   throw_unreachable(bound, seen);
