@@ -5,9 +5,11 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -348,7 +350,11 @@ TEST_F(SlurmClusterTest, PreemptedDtrainIsRequeuedAndResumesAtTheStep) {
   // pending for that reason and no node still completes a job, let it start now. Not earlier:
   // while the first run's batch script is still ending, an update can race its completion and
   // the job ends instead of running (seen on a loaded host).
+  // And not at the first sight of the hold either: the batch script may still be ending without
+  // any node saying "completing" (a clean-clone CI run saw the job end instead of running once
+  // more), so the hold must have been seen for a few seconds first.
   std::string queue_seen;  // squeue's answers, for the failure message
+  std::optional<std::chrono::steady_clock::time_point> held_since;
   ASSERT_TRUE(testing::wait_until(
       [&] {
         if (testing::read_file(dir.file("out")).find("done: 2 epochs") != std::string::npos) {
@@ -358,7 +364,12 @@ TEST_F(SlurmClusterTest, PreemptedDtrainIsRequeuedAndResumesAtTheStep) {
         if (queue_seen.size() < 4096) queue_seen += r.out;
         const bool completing =
             run({"sinfo", "-h", "-o", "%T"}, 10s).out.find("completing") != std::string::npos;
-        if (r.out.find("PENDING BeginTime") != std::string::npos && !completing) {
+        const bool held = r.out.find("PENDING BeginTime") != std::string::npos;
+        if (!held || completing) {
+          held_since.reset();
+        } else if (!held_since) {
+          held_since = std::chrono::steady_clock::now();
+        } else if (std::chrono::steady_clock::now() - *held_since >= 5s) {
           run({"scontrol", "update", "JobId=" + id, "StartTime=now"}, 10s);
         }
         std::this_thread::sleep_for(std::chrono::milliseconds(500));
