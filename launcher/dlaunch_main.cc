@@ -109,11 +109,6 @@ dlaunch::AgentOptions agent_options(const dlaunch::LaunchConfig& cfg,
   opts.rendezvous = services.rendezvous;
   opts.use_agent_store = services.use_agent_store;
   opts.store_proxy = cfg.wants_store_proxy() && services.use_agent_store;
-  if (cfg.wants_store_proxy() && !services.use_agent_store) {
-    log_info("--store_proxy: not used with --rdzv_backend {}: the workers' rank 0 hosts their "
-             "own store there",
-             cfg.rdzv_backend);
-  }
   opts.hosts_store = services.server != nullptr;
   if (services.server && !services.rendezvous) {
     opts.master_addr = services.master_addr;
