@@ -90,6 +90,57 @@ TEST(RankRecovery, OnlyTheFailedRankIsStartedAgainAndTheOthersGoOn) {
   EXPECT_TRUE(file_exists(logs.path() + "/recover/attempt_0/1/stderr.log")) << r.err;
 }
 
+// The same through the node's store proxy: the workers reach the store through it, the agent
+// directly, and both see the same keys.
+TEST(RankRecovery, TheWorkersReadTheCounterThroughTheStoreProxy) {
+  TempDir dir;
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1",
+                    "--store_proxy", "on"},
+                   {"dir=" + dir.path(), "fail=1"}),
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(read_file(dir.file("seen.0")), "count=1 verdict=replace\n") << r.err;
+  EXPECT_EQ(read_file(dir.file("replaced")), "count=1\n") << r.err;
+  EXPECT_EQ(starts(dir)[0].size(), 1u) << r.err;
+}
+
+// A second failure while the replacement has not beaten yet: the group may be unable to
+// re-form, so it restarts whole (the replacement spent one restart, the group's another).
+TEST(RankRecovery, ASecondFailureWhileAReplacementStartsRestartsTheGroup) {
+  TempDir dir;
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "3", "--max_restarts", "3",
+                    "--shutdown_grace", "2"},
+                   {"dir=" + dir.path(), "fail=1", "replacement_delay=30", "then_fail=2"}),
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.err.find("restart 1 of 3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 2 (local 2, pid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not replaced alone although it announced rank_recovery: an earlier "
+                       "replacement on this node has not beaten yet"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("restarting the worker group (2 of 3 restarts)"), std::string::npos)
+      << r.err;
+  auto s = starts(dir);
+  EXPECT_EQ(s[0].size(), 2u) << r.err;  // attempt 0, then the group's attempt 1
+}
+
+// A replacement that fails once the budget is spent ends the job; the report lists the
+// replaced failure among the earlier ones.
+TEST(RankRecovery, TheReportListsTheReplacedFailure) {
+  TempDir dir;
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1"},
+                   {"dir=" + dir.path(), "fail=1", "replacement_exit=3"}),
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("exit code 1 (replaced in process)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the restart budget is spent (1 of --max_restarts 1"), std::string::npos)
+      << r.err;
+}
+
 // A worker that did not announce rank_recovery: the whole group restarts, as before.
 TEST(RankRecovery, AWorkerThatDidNotAnnounceRestartsTheGroup) {
   TempDir dir;

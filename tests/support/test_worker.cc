@@ -56,7 +56,9 @@
 //                       then exit 0 on `replace` once DIR/replaced exists, 1 on `restart`; when
 //                       they did not announce they wait until stopped. A replacement
 //                       (DLAUNCH_REPLACEMENT=1) writes "count=N" (the counter it reads) to
-//                       DIR/replaced and exits 0; later attempts exit 0 at once.
+//                       DIR/replaced and exits 0 ([replacement_exit=N]: N; [replacement_delay=S]:
+//                       first sleeps S seconds, not beating); later attempts exit 0 at once.
+//                       [then_fail=R2]: survivor R2 exits 1 as soon as it read `replace`.
 // Options for every mode:
 //   rank=R              only global rank R runs MODE; the others run `others`
 //   others=MODE         what the other ranks do (default: sleep, i.e. until stopped)
@@ -207,6 +209,11 @@ int rank_recovery() {
   const std::string attempt = env_or("DLAUNCH_ATTEMPT", "?");
   const std::string beat_file = env_or("DLAUNCH_HEARTBEAT_FILE", "");
   const bool announced = !key.empty() && opt("announce", "1") != "0";
+  if (replacement) {
+    // A replacement that takes its time to start: it has not beaten (nor announced) yet.
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(std::atof(opt("replacement_delay", "0").c_str())));
+  }
   if (announced && !beat_file.empty()) {
     FILE* f = std::fopen(beat_file.c_str(), "a");
     if (f) {
@@ -222,7 +229,7 @@ int rank_recovery() {
   if (replacement) {
     dlaunch::TcpStoreClient store(job_store_options());
     write_file(dir + "/replaced", "count=" + std::to_string(store.add(key, 0)) + "\n");
-    return 0;
+    return std::atoi(opt("replacement_exit", "0").c_str());
   }
   if (attempt != "0") return 0;
   if (announced) ::signal(SIGTERM, SIG_IGN);  // the verdict is read before the stop
@@ -257,6 +264,7 @@ int rank_recovery() {
   write_file(dir + "/seen." + std::to_string(g_rank),
              "count=" + std::to_string(store.add(key, 0)) + " verdict=" + verdict + "\n");
   if (verdict != "replace") return 1;
+  if (std::to_string(g_rank) == opt("then_fail", "")) return 1;
   while (!file_exists(dir + "/replaced")) {
     dlaunch::heartbeat();
     std::this_thread::sleep_for(50ms);
