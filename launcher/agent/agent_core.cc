@@ -156,9 +156,8 @@ void AgentCore::carry_out(const Action& a) {
       });
       return;
     case A::kReplaceRank:
-      return replace_rank(a);
     case A::kAnnounceRestart:
-      return announce_restart();
+      return a.kind == A::kReplaceRank ? replace_rank(a) : announce_restart();
     case A::kTimeline:
     case A::kLogInfo:
     case A::kLogWarning:

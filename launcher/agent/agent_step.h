@@ -147,9 +147,9 @@ struct Action {
     kLogWarning,         // text
     kLogError,           // text
     kAnswer,             // code: HTTP status; text: the answer to a control request
-    kReplaceRank,     // count: the local rank replaced alone; code: the restart it spends (1 is
-                      // the first); flag: it hung (kill it first); text: the log line
-    kAnnounceRestart,  // the group is being stopped: tell workers that opted in to exit at once
+    kReplaceRank,        // count: the local rank replaced alone; code: the restart it spends (1 is
+                         // the first); flag: it hung (kill it first); text: the log line
+    kAnnounceRestart,    // the group is being stopped: tell workers that opted in to exit at once
   };
   Kind kind;
   int code = 0;
