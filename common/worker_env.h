@@ -53,8 +53,10 @@ inline constexpr const char kShutdownGrace[] = "DLAUNCH_SHUTDOWN_GRACE";
 // Set by the agent on the worker it starts in place of a failed one while the others go on
 // (--restart_scope rank, for workers that announced rank_recovery).
 inline constexpr const char kReplacement[] = "DLAUNCH_REPLACEMENT";
-// The store key of the worker group's generation counter, set when the agent can replace single
-// ranks (--restart_scope rank): "dlaunch/recovery/<run_id>/attempt_<restart_count>".
+// The store key of this worker group's generation counter, set (at every spawn) only when the
+// agent replaces single ranks in process (--restart_scope rank). Value:
+// dlaunch/recovery/<run_id>/attempt_<restart_count>; a worker that opted in
+// (common/rank_recovery.h) re-forms its group at each generation the agent announces there.
 inline constexpr const char kRecoveryKey[] = "DLAUNCH_RECOVERY_KEY";
 }  // namespace env_names
 
