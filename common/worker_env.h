@@ -50,8 +50,14 @@ inline constexpr const char kFlashDir[] = "DLAUNCH_FLASH_DIR";
 inline constexpr const char kShutdownGrace[] = "DLAUNCH_SHUTDOWN_GRACE";
 // "1": this worker replaces a failed rank of a job whose other ranks kept running; it takes the
 // training state from a surviving rank instead of a checkpoint (dtrain: worker/train/peer_state.h).
-// Set only for a worker that opted in; not set by today's agent (it restarts the whole group).
+// Set by the agent on the worker it starts in place of a failed one while the others go on
+// (--restart_scope rank, for workers that announced rank_recovery).
 inline constexpr const char kReplacement[] = "DLAUNCH_REPLACEMENT";
+// The store key of this worker group's generation counter, set (at every spawn) only when the
+// agent replaces single ranks in process (--restart_scope rank). Value:
+// dlaunch/recovery/<run_id>/attempt_<restart_count>; a worker that opted in
+// (common/rank_recovery.h) re-forms its group at each generation the agent announces there.
+inline constexpr const char kRecoveryKey[] = "DLAUNCH_RECOVERY_KEY";
 }  // namespace env_names
 
 struct WorkerEnv {

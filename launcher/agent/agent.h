@@ -10,7 +10,9 @@
 // Per generation (see worker_group.h for the group's state machine; every step of the agent's
 // own is step() in agent_step.h, every event in every phase tested as a table):
 //   rendezvous (a round that fails ends the agent: exit 78 when the nodes' settings disagree,
-//   else 1) -> spawn workers (Init -> Healthy) -> supervise -> the group reaches a final state
+//   else 1) -> spawn workers (Init -> Healthy) -> supervise (a failed or hung worker that
+//   announced rank_recovery may be replaced alone while the rest go on: rank_replacement.h)
+//   -> the group reaches a final state
 //   -> stop whatever still runs (first signal, --shutdown_grace, SIGKILL to the group, then
 //   reparented orphans; what does not die within a bound is reported and abandoned; after a
 //   success, what the workers left running may finish within --shutdown_grace, then gets

@@ -17,6 +17,7 @@
 #include "launcher/agent/agent_step.h"
 #include "launcher/agent/exit_codes.h"
 #include "launcher/agent/post_gate.h"
+#include "launcher/agent/rank_replacement.h"
 #include "launcher/agent/worker_files.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/hang/hang_exchange.h"
@@ -55,6 +56,8 @@ class AgentContext {
   std::vector<std::string> stuck;             // processes that survived SIGKILL
   std::optional<RendezvousResult> last_round;
   std::optional<NodeHangVerdict> stuck_elsewhere;  // this generation's hang, stuck on another node
+  // The store side of rank recovery for the current group (off without --restart_scope rank).
+  RankRecovery recovery;
   std::chrono::system_clock::time_point started_wall = std::chrono::system_clock::now();
   // Timeline, status endpoint and control; created by AgentStatus::start_monitor.
   std::unique_ptr<AgentMonitor> monitor;

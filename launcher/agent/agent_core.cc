@@ -57,6 +57,9 @@ AgentCore::AgentCore(LaunchConfig c, ProcessContext& p, asio::io_context& i, Age
   state_.max_restarts = cfg.max_restarts;
   state_.multi_node = opts.rendezvous != nullptr;
   state_.hang_checks = cfg.hang_timeout.count() > 0;
+  // Replacing one rank needs a store the agent can reach before the workers do, to announce it
+  // in: an agent's store (workers that host their own have none).
+  state_.rank_recovery = cfg.restart_scope == "rank" && opts.use_agent_store;
 }
 
 // ---- setup --------------------------------------------------------------------------------------
@@ -152,6 +155,9 @@ void AgentCore::carry_out(const Action& a) {
         post(e);
       });
       return;
+    case A::kReplaceRank:
+    case A::kAnnounceRestart:
+      return a.kind == A::kReplaceRank ? replace_rank(a) : announce_restart();
     case A::kTimeline:
     case A::kLogInfo:
     case A::kLogWarning:
@@ -192,6 +198,47 @@ void AgentCore::stop_group(int first) {
   }
   hangs_.kill_silent_workers();
   stopper_.stop(first);
+}
+
+// ---- rank recovery -----------------------------------------------------------------------------
+
+// step() replaces the worker alone: its record is marked (the supervisor starts the replacement
+// at its exit, or now if it has exited); a hung one is killed first, its stacks taken already.
+void AgentCore::replace_rank(const Action& a) {
+  const int64_t local_rank = a.count;
+  const WorkerRecord& w = group->worker(local_rank);
+  log_warning("{}", a.text);
+  monitor->events().emit("rank_replaced", {{"rank", w.global_rank},
+                                           {"local_rank", local_rank},
+                                           {"pid", w.pid},
+                                           {"hung", a.flag},
+                                           {"restart", a.code},
+                                           {"max_restarts", cfg.max_restarts},
+                                           {"attempt", group->attempt()}});
+  if (!group->begin_replacement(local_rank)) {
+    log_warning("local rank {} can no longer be replaced alone (the group is {})", local_rank,
+                group_state_name(group->state()));
+    return;
+  }
+  if (a.flag) {
+    // The survivors were blocked in a collective with it and now re-form: their silence so far
+    // is not a hang of theirs.
+    hangs_.resumed(opts.clock->now());
+    procs.signal_group(w.pid, SIGKILL);
+  }
+}
+
+// The group is being stopped: survivors waiting for a replacement exit at once. Said once per
+// group, and only to workers that announced rank_recovery (no one else reads it).
+void AgentCore::announce_restart() {
+  if (!group || !recovery.on() || recovery.restart_announced() || !any_announced(*group)) return;
+  try {
+    recovery.announce(kRestartVerdict);
+  } catch (const std::exception& e) {
+    log_warning("cannot tell the workers in the store that the group restarts ({}); those "
+                "waiting for a replacement exit at their join timeout or the stop signal",
+                e.what());
+  }
 }
 
 // The group and what it left are down: kill what remains in its process groups, then anything

@@ -51,6 +51,8 @@ class AgentCore : public AgentContext {
   void carry_out(const Action& a);
   // The log lines, timeline entries and answers step() words itself.
   void say(const Action& a);
+  void replace_rank(const Action& a);
+  void announce_restart();
   void stop_group(int first);
   void collect_group();
   void say_why_finished(const Action& a);

@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "launcher/status/node_status.h"
+#include "launcher/hang/heartbeat_file.h"
 #include "launcher/hang/stack_capture.h"
 
 namespace dlaunch {
@@ -216,6 +217,7 @@ void HangWatch::end(const std::optional<NodeHangVerdict>& elsewhere, bool for_pe
     log_error("root cause of the hang: {}; the silent ranks here wait in a collective for it",
               describe_remote_hang_root(*elsewhere));
   }
+  if (!elsewhere && !for_peer && offer_replacement()) return;
   const WorkerRecord& w = agent_.group->worker(agent_.group->root_cause().value_or(0));
   Event verdict{Event::Kind::kHangVerdict};
   verdict.flag = for_peer;
@@ -226,6 +228,24 @@ void HangWatch::end(const std::optional<NodeHangVerdict>& elsewhere, bool for_pe
                                          to_seconds(agent_.cfg.hang_timeout),
                                          w.hang_where.empty() ? "" : " in ", w.hang_where);
   agent_.post(verdict);
+}
+
+bool HangWatch::offer_replacement() {
+  if (!agent_.recovery.on() || !agent_.group->root_cause()) return false;
+  const int64_t local_rank = *agent_.group->root_cause();
+  const WorkerRecord& w = agent_.group->worker(local_rank);
+  Event hung{Event::Kind::kRankFailed};
+  hung.hung = true;
+  hung.count = local_rank;
+  hung.flag = announced_rank_recovery(w.heartbeat_file);
+  hung.in_flight = replacement_in_flight(*agent_.group, agent_.opts.last_beat);
+  hung.text = fmt::format("rank {} (local {}, pid {}) hung (no heartbeat for {:.1f} s){}{}",
+                          w.global_rank, local_rank, w.pid, to_seconds(agent_.cfg.hang_timeout),
+                          w.hang_where.empty() ? "" : " in ", w.hang_where);
+  for (const Action& a : agent_.post(hung)) {
+    if (a.kind == Action::Kind::kReplaceRank) return true;
+  }
+  return false;
 }
 
 // Workers silent for longer than --hang_timeout get SIGKILL at once, before the others'

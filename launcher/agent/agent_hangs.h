@@ -86,6 +86,9 @@ class HangWatch {
   // tells the other nodes and stops the group.
   void blame(const std::vector<int64_t>& suspects,
              const std::vector<HangInvestigation::Result>& results, bool for_peer);
+  // The hung worker announced rank_recovery: offers step() to replace it alone (the rest go on);
+  // true when it does.
+  bool offer_replacement();
   // The hang's verdict is final: tell the other nodes and stop the group (unless a request from
   // elsewhere stopped it meanwhile; the report still names the rank stuck elsewhere).
   void end(const std::optional<NodeHangVerdict>& elsewhere, bool for_peer);

@@ -58,10 +58,14 @@ struct GenerationSteps {
     act(A::kBeginGeneration);
   }
 
-  // Stops the group with `first` unless it is stopping already or the job is over.
+  // Stops the group with `first` unless it is stopping already or the job is over. Workers that
+  // opted in to rank recovery learn first that no rank is coming back (the verdict `restart`),
+  // so a survivor waiting for a replacement exits at once instead of at its join timeout; a
+  // lost store cannot carry it.
   void stop(int first) {
     if (s.phase == P::kStopping || s.phase == P::kDone) return;
     s.phase = P::kStopping;
+    if (s.rank_recovery && !s.cause.is(StopKind::kStoreLost)) act(A::kAnnounceRestart);
     with_signal(A::kStopGroup, first);
   }
 
@@ -147,6 +151,7 @@ struct GenerationSteps {
   void round_formed(const Event& e) {
     ++s.generation;
     s.round_restarts = e.count;
+    s.round_replacements = 0;
     s.exit_barrier_due = e.flag;
     s.cause.new_generation();
     act(A::kStartWorkers);
@@ -418,6 +423,53 @@ struct Stepper : SignalSteps {
                     s.max_restarts));
   }
 
+  // A worker failed (or hung) in a healthy group. It is replaced alone when it can re-form with
+  // the others in process; otherwise nothing happens here and the group takes the failure as
+  // before (kWorkerFailed, kHangVerdict), whose stop writes the verdict `restart`.
+  void rank_failed(const Event& e) {
+    if (!s.rank_recovery || !e.flag) return;
+    const std::string why_not = replacement_refused(e);
+    if (!why_not.empty()) {
+      say(A::kLogWarning, fmt::format("{}; not replaced alone although it announced "
+                                      "rank_recovery: {}",
+                                      e.text, why_not));
+      return;
+    }
+    ++s.restarts_used;
+    ++s.round_replacements;
+    if (e.hung) s.phase = P::kRunning;  // the capture is over
+    Action replace{A::kReplaceRank};
+    replace.count = e.count;
+    replace.code = static_cast<int>(s.restart_count());
+    replace.flag = e.hung;
+    replace.text = fmt::format("{}; replaced in process, the other workers go on; restart {} of "
+                               "{}",
+                               e.text, s.restart_count(), s.max_restarts);
+    out.push_back(replace);
+    if (e.hung && s.hang_checks) act(A::kArmHangChecks);
+  }
+
+  // Why a failed worker that announced rank_recovery is not replaced alone; "" when it is.
+  std::string replacement_refused(const Event& e) const {
+    if (s.phase != P::kRunning && !(e.hung && s.phase == P::kCapturing)) {
+      return fmt::format("the agent is not running the workers (phase {})",
+                         agent_phase_name(s.phase));
+    }
+    if (s.cause.kind != StopKind::kNone || s.cause.signal != 0 || s.settling) {
+      return "the job is being stopped";
+    }
+    if (s.restart_count() >= s.max_restarts) {
+      return fmt::format("the restart budget is spent ({} of --max_restarts {}; a replacement "
+                         "counts as one restart)",
+                         s.restart_count(), s.max_restarts);
+    }
+    if (e.in_flight) {
+      return "an earlier replacement on this node has not beaten yet (the group may be unable "
+             "to re-form)";
+    }
+    return "";
+  }
+
   void barrier_done(const Event& e) {
     if (e.generation != s.generation || s.phase != P::kExitBarrier) return;
     s.passed_exit_barrier = e.flag;
@@ -514,6 +566,8 @@ struct Stepper : SignalSteps {
         return control_restart(e);
       case E::kBarrierDone:
         return barrier_done(e);
+      case E::kRankFailed:
+        return rank_failed(e);
     }
   }
 };
@@ -551,6 +605,7 @@ const char* event_name(Event::Kind k) {
     case E::kControlStop: return "control_stop";
     case E::kControlRestart: return "control_restart";
     case E::kBarrierDone: return "barrier_done";
+    case E::kRankFailed: return "rank_failed";
   }
   return "?";
 }
@@ -587,6 +642,8 @@ const char* action_name(Action::Kind k) {
     case A::kLogWarning: return "log_warning";
     case A::kLogError: return "log_error";
     case A::kAnswer: return "answer";
+    case A::kReplaceRank: return "replace_rank";
+    case A::kAnnounceRestart: return "announce_restart";
   }
   return "?";
 }

@@ -28,6 +28,9 @@ struct AgentState {
   StopCause cause;
   int64_t generation = -1;  // generations started (DLAUNCH_ATTEMPT)
   int64_t restarts_used = 0;
+  // Ranks replaced alone in the current round (rank_recovery): each spent one restart, which a
+  // round's job-wide count does not know of.
+  int64_t round_replacements = 0;
   // The job-wide restart count of the current round (several nodes agree on it); none before
   // the first round.
   std::optional<int64_t> round_restarts;
@@ -49,9 +52,15 @@ struct AgentState {
   int64_t max_restarts = 0;
   bool multi_node = false;   // a rendezvous exists
   bool hang_checks = false;  // --hang_timeout is set
+  // --restart_scope rank with an agent's store: a failed worker that announced rank_recovery
+  // may be replaced alone (the contract: common/worker_env.h, kRecoveryKey).
+  bool rank_recovery = false;
 
-  // The restart count of the current round: the job-wide one on several nodes.
-  int64_t restart_count() const { return round_restarts.value_or(restarts_used); }
+  // The restart count of the current round (the job-wide one on several nodes), with the ranks
+  // replaced since it formed.
+  int64_t restart_count() const {
+    return round_restarts ? *round_restarts + round_replacements : restarts_used;
+  }
 };
 
 // What a part saw. One struct for every kind keeps the table test and the posting sites short;
@@ -81,6 +90,10 @@ struct Event {
     kControlStop,           // `dlaunch stop`; text: who
     kControlRestart,        // `dlaunch restart`; text: who
     kBarrierDone,           // generation; flag: every node passed
+    kRankFailed,  // a worker failed (or, `hung`, was judged the hung one) while the group was
+                  // healthy, before the group takes it as its failure; count: its local rank;
+                  // flag: it announced rank_recovery; in_flight: an earlier replacement here has
+                  // not beaten yet; text: "rank R (local L, pid P) <what happened>"
   };
   enum class Peer { kMembershipChanged, kRestartRequested, kShutdownRequested };
   enum class Verdict { kCounted, kNodeLost, kStoreLost };
@@ -92,6 +105,8 @@ struct Event {
   int64_t generation = 0;
   bool flag = false;
   bool all_exited = false;
+  bool hung = false;
+  bool in_flight = false;
   GroupState group = GroupState::kInit;
   Peer peer = Peer::kMembershipChanged;
   Verdict verdict = Verdict::kCounted;
@@ -132,6 +147,9 @@ struct Action {
     kLogWarning,         // text
     kLogError,           // text
     kAnswer,             // code: HTTP status; text: the answer to a control request
+    kReplaceRank,        // count: the local rank replaced alone; code: the restart it spends (1 is
+                         // the first); flag: it hung (kill it first); text: the log line
+    kAnnounceRestart,    // the group is being stopped: tell workers that opted in to exit at once
   };
   Kind kind;
   int code = 0;

@@ -4,10 +4,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 
 #include "common/error.h"
 #include "common/log.h"
+#include "launcher/agent/failure_report.h"
+#include "launcher/agent/rank_replacement.h"
+#include "launcher/hang/heartbeat_file.h"
 #include "launcher/output/line_splitter.h"
 #include "launcher/config/python_hooks.h"
 #include "launcher/config/torchrun_flags.h"
@@ -35,6 +40,16 @@ void WorkerSupervisor::start() {
   }
   agent_.group = std::make_unique<WorkerGroup>(agent_.state().generation, std::move(*records));
   outputs_.assign(static_cast<size_t>(agent_.cfg.nproc_per_node), nullptr);
+  // The agent reaches the store as it is, not through this node's proxy.
+  if (agent_.state().rank_recovery) {
+    agent_.recovery.begin(recovery_key(agent_.cfg.run_id, r.restart_count),
+                          agent_.last_round->master_addr, agent_.last_round->master_port,
+                          agent_.opts.job_token);
+  } else {
+    agent_.recovery.off();
+  }
+  round_ = r;
+  place_ = place;
   log_info("attempt {}: starting {} worker(s), global ranks {}-{} of {} (node {} of {}), "
            "restart count {}/{}",
            agent_.state().generation, agent_.cfg.nproc_per_node, place.first_rank,
@@ -42,6 +57,7 @@ void WorkerSupervisor::start() {
            r.group_world_size, r.restart_count, agent_.cfg.max_restarts);
   agent_.post({Event::Kind::kWorkersStarting});
   auto console = make_shared_console(agent_.cfg);  // --log_fold
+  console_ = console;
   filtered_.reset();
   try {
     const std::string& rank_dir = agent_.group->worker(0).log_dir;
@@ -63,8 +79,10 @@ bool WorkerSupervisor::spawn(const RendezvousResult& r, WorkerPlacement place,
                          agent_.state().generation};
   SpawnRequest req;
   req.argv = agent_.cfg.worker_argv(local_rank);
-  req.env = full_worker_env(worker_contract(inputs, r, place, local_rank, w.log_dir),
-                            agent_.opts.base_env);
+  WorkerEnv contract = worker_contract(inputs, r, place, local_rank, w.log_dir);
+  contract.replacement = w.replacement;
+  req.env = full_worker_env(contract, agent_.opts.base_env);
+  if (agent_.recovery.on()) set_env(req.env, env_names::kRecoveryKey, agent_.recovery.key());
   if (agent_.cfg.virtual_local_rank) apply_virtual_local_rank(req.env, local_rank);
   // torchrun 2.x's agent exports its --signals_to_handle, and its workers inherit it (a worker
   // that starts processes with torch.distributed.elastic handles the same signals).
@@ -78,7 +96,7 @@ bool WorkerSupervisor::spawn(const RendezvousResult& r, WorkerPlacement place,
     auto out = std::make_shared<WorkerOutput>(
         agent_.cfg, local_rank, w.log_dir, console,
         [this](std::shared_ptr<const OutputLoss> loss) { on_output_loss(std::move(loss)); },
-        prefix);
+        prefix, /*append=*/w.replacement);
     outputs_[static_cast<size_t>(local_rank)] = out;
     int pid = agent_.procs.spawn(req, callbacks(local_rank, out, prefix));
     agent_.group->on_started(local_rank, pid, agent_.opts.clock->now(),
@@ -86,7 +104,8 @@ bool WorkerSupervisor::spawn(const RendezvousResult& r, WorkerPlacement place,
     agent_.monitor->events().emit("worker_started", {{"rank", w.global_rank},
                                                 {"local_rank", local_rank},
                                                 {"pid", pid},
-                                                {"attempt", agent_.state().generation}});
+                                                {"attempt", agent_.state().generation},
+                                                {"replacement", w.replacement}});
     log_debug("local rank {} started as pid {}", local_rank, pid);
     return true;
   } catch (const SpawnError& e) {
@@ -141,6 +160,7 @@ void WorkerSupervisor::on_exit(int64_t gen, int64_t local_rank, const ExitStatus
   // An abandoned worker of an earlier generation.
   if (gen != agent_.state().generation || !agent_.group) return;
   bool was_final = agent_.group->final();
+  if (!was_final && !st.success()) offer_replacement(local_rank, st);
   agent_.group->on_exit(local_rank, st, agent_.opts.clock->now(), std::chrono::system_clock::now());
   const WorkerRecord& w = agent_.group->worker(local_rank);
   agent_.monitor->events().emit("worker_exited",
@@ -150,6 +170,10 @@ void WorkerSupervisor::on_exit(int64_t gen, int64_t local_rank, const ExitStatus
                             st.signaled ? EventFields::value_type{"signal", signal_name(st.code)}
                                         : EventFields::value_type{"exit_code", st.code},
                             {"attempt", agent_.state().generation}});
+  if (w.replacing && !agent_.group->final() && agent_.state().phase == AgentPhase::kRunning) {
+    respawn(local_rank);
+    return;
+  }
   if (!was_final && agent_.group->state() == GroupState::kFailed) {
     log_error("local rank {} (rank {}, pid {}) failed: {}; stopping the other workers",
               local_rank, w.global_rank, w.pid, st.describe());
@@ -165,6 +189,63 @@ void WorkerSupervisor::on_exit(int64_t gen, int64_t local_rank, const ExitStatus
   exited.all_exited = agent_.group->all_exited();
   exited.count = agent_.cfg.nproc_per_node;
   agent_.post(exited);
+}
+
+void WorkerSupervisor::offer_replacement(int64_t local_rank, const ExitStatus& st) {
+  const WorkerRecord& w = agent_.group->worker(local_rank);
+  if (!agent_.recovery.on() || agent_.group->state() != GroupState::kHealthy || w.replacing ||
+      w.state != WorkerState::kRunning) {
+    return;
+  }
+  Event failed{Event::Kind::kRankFailed};
+  failed.count = local_rank;
+  failed.flag = announced_rank_recovery(w.heartbeat_file);
+  failed.in_flight = replacement_in_flight(*agent_.group, agent_.opts.last_beat);
+  failed.text = fmt::format("rank {} (local {}, pid {}) failed: {}", w.global_rank, local_rank,
+                            w.pid, st.describe());
+  agent_.post(failed);
+}
+
+void WorkerSupervisor::respawn(int64_t local_rank) {
+  WorkerGroup& group = *agent_.group;
+  int64_t generation = 0;
+  try {
+    generation = agent_.recovery.announce(kReplaceVerdict);
+  } catch (const std::exception& e) {
+    const WorkerRecord& w = group.worker(local_rank);
+    log_error("cannot announce the replacement of local rank {} in the job's store at {}:{} "
+              "({}); restarting the worker group instead",
+              local_rank, agent_.last_round->master_addr, agent_.last_round->master_port,
+              e.what());
+    group.replacement_failed(local_rank);
+    Event failed{Event::Kind::kWorkerFailed};
+    failed.text = fmt::format("rank {} on {} failed: {}", w.global_rank, agent_.opts.host,
+                              w.exit ? w.exit->describe() : "replacement not announced");
+    agent_.post(failed);
+    return;
+  }
+  {
+    const WorkerRecord& old = group.worker(local_rank);
+    agent_.earlier_failures.push_back(fmt::format("attempt {}: {} (replaced in process)",
+                                                  group.attempt(),
+                                                  describe_end(old, agent_.cfg.hang_timeout)));
+    // Its error file would be taken for the replacement's if that one failed without writing
+    // its own: kept beside it under the replacement's number.
+    const std::string kept =
+        fmt::format("{}/error.replaced_{}.json", old.log_dir, old.replacements + 1);
+    if (::rename(old.error_file.c_str(), kept.c_str()) != 0 && errno != ENOENT) {
+      log_warning("cannot keep {} as {}: {}", old.error_file, kept, std::strerror(errno));
+    }
+  }
+  group.restart_worker(local_rank);
+  const WorkerRecord& w = group.worker(local_rank);
+  // Anew: the replacement is in flight until it beats, and it announces rank_recovery itself.
+  if (!arm_heartbeat_file(w.heartbeat_file)) {
+    log_warning("cannot reset the heartbeat file {}: {}", w.heartbeat_file, std::strerror(errno));
+  }
+  log_info("local rank {} (rank {}): starting its replacement (generation {} of {})", local_rank,
+           w.global_rank, generation, agent_.recovery.key());
+  spawn(*round_, place_, local_rank, console_);
 }
 
 void WorkerSupervisor::on_output_loss(std::shared_ptr<const OutputLoss> loss) {

@@ -46,6 +46,10 @@ std::vector<FlagSpec> make_specs() {
            "keep_alive_max_attempt, close_timeout, ..."),
       flag("local_addr", 0, true, "", "ADDR", "address this node advertises to the others"),
       flag("max_restarts", 0, true, "0", "N", "group restarts allowed after failures"),
+      flag("restart_scope", 0, true, "rank", "rank|group",
+           "rank: a failed worker that announced rank_recovery (dtrain does) is replaced alone "
+           "while the others go on, one restart each; group: every failure restarts the whole "
+           "group"),
       flag("monitor_interval", 0, true, "0.1", "SECONDS",
            "accepted for torchrun compatibility; dlaunch sees exits as events, not by polling"),
       flag("start_method", 0, true, "spawn", "spawn|fork|forkserver",

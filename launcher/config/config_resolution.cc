@@ -404,6 +404,14 @@ void read_job_flags(Resolver& r, const HostInfo& host, LaunchConfig& cfg, Quoted
   cfg.host_name = host.hostname;
   if (!local_addr.given()) cfg.origin["local_addr"] = "default (this host's name)";
   cfg.max_restarts = r.integer("max_restarts", 0, 1 << 20);
+  Raw restart_scope = r.raw("restart_scope");
+  if (restart_scope.text != "rank" && restart_scope.text != "group") {
+    throw UsageError(fmt::format(
+        "{}='{}' is not a scope; expected rank (a failed worker that announced rank_recovery is "
+        "replaced alone, the others go on) or group (every failure restarts the whole group)",
+        restart_scope.what, restart_scope.text));
+  }
+  cfg.restart_scope = restart_scope.text;
   cfg.monitor_interval = r.seconds("monitor_interval", false);
   Raw start_method = r.raw("start_method");
   if (start_method.text != "spawn" && start_method.text != "fork" &&

@@ -209,6 +209,7 @@ Rows job_rows(const LaunchConfig& c) {
            ? c.host_name + " (unused: one node)"
            : c.host_name},
       {"max_restarts", std::to_string(c.max_restarts)},
+      {"restart_scope", c.restart_scope},
       {"monitor_interval", fmt::format("{} (ignored)", c.monitor_interval)},
       {"start_method", c.start_method + " (ignored)"},
       {"use_env", c.use_env ? "true (ignored)" : "false"},

@@ -76,6 +76,10 @@ struct LaunchConfig {
   bool use_env = false;
   // Supervision.
   int64_t max_restarts = 0;
+  // What a failed worker restarts: "rank" (only itself, in process, when it announced
+  // rank_recovery: launcher/agent/rank_replacement.h; else the group) or "group" (always the
+  // whole group, as torchrun does).
+  std::string restart_scope = "rank";
   double monitor_interval = 5;
   std::string role = "default";
   Duration hang_timeout{0};  // zero: off

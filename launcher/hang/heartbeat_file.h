@@ -7,6 +7,7 @@
 // Neither call blocks beyond one open(2)/utimensat(2)/stat(2); neither throws.
 #pragma once
 
+#include <cstddef>
 #include <optional>
 #include <string>
 
@@ -17,12 +18,18 @@ namespace dlaunch {
 // 1970-01-01T00:00:01Z: no touch can produce it (utimensat(NULL) and writes set "now").
 inline constexpr long kUnarmedHeartbeatSeconds = 1;
 
-// Creates `path` (or resets an existing one) with the sentinel time. False, with errno set, when
-// that failed: the worker is then judged by the file's time as it is.
+// Creates `path` (or resets an existing one: empty, with the sentinel time). False, with errno
+// set, when that failed: the worker is then judged by the file's time as it is.
 bool arm_heartbeat_file(const std::string& path);
 
 // When the worker last touched its heartbeat file, on the steady clock; nullopt while the file is
 // missing or still carries the sentinel (the worker never beat).
 std::optional<TimePoint> last_heartbeat(const std::string& path);
+
+// Whether the worker announced that it can recover in process when a peer rank is replaced:
+// the line "rank_recovery" anywhere in the file (common/rank_recovery.h writes it). Reads at
+// most kHeartbeatFileReadLimit bytes; false when the file is missing or unreadable.
+inline constexpr size_t kHeartbeatFileReadLimit = 4096;
+bool announced_rank_recovery(const std::string& path);
 
 }  // namespace dlaunch

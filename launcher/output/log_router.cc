@@ -61,7 +61,7 @@ bool writes_file(const LaunchConfig& cfg, int64_t local_rank, int stream) {
 
 WorkerOutput::WorkerOutput(const LaunchConfig& cfg, int64_t local_rank, const std::string& rank_dir,
                            std::shared_ptr<SharedConsole> shared, OutputLossCallback on_loss,
-                           std::string prefix)
+                           std::string prefix, bool append)
     : shared_(std::move(shared)),
       on_loss_(std::move(on_loss)),
       local_rank_(local_rank),
@@ -77,8 +77,8 @@ WorkerOutput::WorkerOutput(const LaunchConfig& cfg, int64_t local_rank, const st
     if (cfg.console_shows(local_rank, stream)) console_[stream].emplace(prefix_, style);
     if (!writes_file(cfg, local_rank, stream)) continue;
     path_[stream] = rank_dir + (stream == 1 ? "/stdout.log" : "/stderr.log");
-    int fd = ::open(path_[stream].c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC,
-                    0644);
+    int fd = ::open(path_[stream].c_str(),
+                    O_WRONLY | O_CREAT | (append ? 0 : O_TRUNC) | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) throw SystemError(errno_message("cannot create log file " + path_[stream], errno));
     file_fd_[stream] = fd;
   }

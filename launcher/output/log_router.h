@@ -57,9 +57,11 @@ class WorkerOutput {
   // `shared`: from make_shared_console, the same for every worker of the generation.
   // `on_loss`: called once per stream, at its log file's first failed write.
   // `prefix`: what starts each console line; "" : torchrun's "[<role><local_rank>]:".
+  // `append`: keep what the files hold (a rank replaced in process: the failed worker's output
+  // stays above its replacement's).
   WorkerOutput(const LaunchConfig& cfg, int64_t local_rank, const std::string& rank_dir,
                std::shared_ptr<SharedConsole> shared = nullptr, OutputLossCallback on_loss = {},
-               std::string prefix = "");
+               std::string prefix = "", bool append = false);
   ~WorkerOutput();
   WorkerOutput(const WorkerOutput&) = delete;
   WorkerOutput& operator=(const WorkerOutput&) = delete;

@@ -64,6 +64,13 @@ void WorkerGroup::on_exit(int64_t local_rank, const ExitStatus& status, TimePoin
     w.exited = now;
     w.exited_wall = wall;
   }
+  if (w.replacing) {
+    // Its failure is being taken by a replacement: not the group's, whatever the code (a hung
+    // one is killed, a success after the decision is still replaced); once the group is final
+    // for another reason, a consequence of that stop.
+    w.state = final() ? WorkerState::kStopped : WorkerState::kFailed;
+    return;
+  }
   if (!status.success()) {
     // Once the group is final, a non-zero exit is a consequence of the stop (our SIGTERM, a
     // broken collective), not a new cause.
@@ -117,6 +124,42 @@ void WorkerGroup::on_spawn_failed(const std::string& reason) {
 }
 
 void WorkerGroup::on_abandoned(int64_t local_rank) { worker(local_rank).abandoned = true; }
+
+bool WorkerGroup::begin_replacement(int64_t local_rank) {
+  WorkerRecord& w = worker(local_rank);
+  if (w.state != WorkerState::kRunning || w.replacing) return false;
+  if (state_ == GroupState::kUnhealthy && root_cause_ == local_rank) {
+    state_ = GroupState::kHealthy;
+    root_cause_.reset();
+  }
+  if (state_ != GroupState::kHealthy) return false;
+  w.replacing = true;
+  return true;
+}
+
+void WorkerGroup::restart_worker(int64_t local_rank) {
+  WorkerRecord& w = worker(local_rank);
+  DL_CHECK(w.replacing && w.state != WorkerState::kRunning)
+      << "local_rank=" << local_rank << " restarted while not replaced";
+  replaced_.push_back(w);
+  WorkerRecord fresh;
+  fresh.local_rank = w.local_rank;
+  fresh.global_rank = w.global_rank;
+  fresh.error_file = w.error_file;
+  fresh.heartbeat_file = w.heartbeat_file;
+  fresh.log_dir = w.log_dir;
+  fresh.replacement = true;
+  fresh.replacements = w.replacements + 1;
+  w = std::move(fresh);
+}
+
+void WorkerGroup::replacement_failed(int64_t local_rank) {
+  WorkerRecord& w = worker(local_rank);
+  w.replacing = false;
+  if (final()) return;
+  state_ = GroupState::kFailed;
+  root_cause_ = local_rank;
+}
 
 void WorkerGroup::add_stderr_line(int64_t local_rank, std::string line) {
   auto& tail = worker(local_rank).stderr_tail;

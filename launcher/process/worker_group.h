@@ -15,6 +15,15 @@
 //
 // Succeeded, Failed, Unhealthy and Stopped are final for the generation: once one is reached,
 // further events only record what happened to the remaining workers.
+//
+// A worker replaced alone (rank recovery, launcher/agent/rank_replacement.h) does not fail the
+// group: begin_replacement() marks its record before its exit is recorded (a hang already
+// declared is taken back: Unhealthy -> Healthy), restart_worker() keeps the ended record in
+// replaced() for the report and makes the record new for the replacement's on_started.
+//
+//   Running --begin_replacement--> Running (replacing) --on_exit--> Failed (replacing)
+//      ^                                                                  |
+//      +---------- on_started <-- Init (replacement) <-- restart_worker --+
 #pragma once
 
 #include <chrono>
@@ -46,6 +55,9 @@ struct WorkerRecord {
   std::chrono::system_clock::time_point exited_wall{};
   bool hung = false;       // declared hung (its exit afterwards is our SIGTERM/SIGKILL)
   bool abandoned = false;  // did not die after SIGKILL within the bound; no longer waited on
+  bool replacing = false;  // its failure is taken by replacing it alone, not by the group
+  bool replacement = false;  // started in place of a failed worker of this generation
+  int64_t replacements = 0;  // how often this local rank was replaced in this generation
   std::string error_file;
   std::string heartbeat_file;
   std::string log_dir;  // per-rank directory (stdout.log, stderr.log, error.json, stack.txt)
@@ -88,6 +100,18 @@ class WorkerGroup {
   // Spawning failed before every worker started: Init -> Failed.
   void on_spawn_failed(const std::string& reason);
   void on_abandoned(int64_t local_rank);
+  // The worker's failure (its exit, recorded next, or its hang, declared already) is taken by
+  // replacing it alone: the group stays (or, after a hang, is again) Healthy. Only while Healthy,
+  // or Unhealthy with this worker as the root cause; false otherwise.
+  bool begin_replacement(int64_t local_rank);
+  // The replaced worker has exited: its record goes to replaced() and the record starts over
+  // (Init, no pid) for its replacement, on_started next.
+  void restart_worker(int64_t local_rank);
+  // Its replacement could not be announced or started: the failure is the group's after all
+  // (Healthy -> Failed, this worker the root cause).
+  void replacement_failed(int64_t local_rank);
+  // The records of the workers replaced alone in this generation, as they ended, in order.
+  const std::vector<WorkerRecord>& replaced() const { return replaced_; }
   void add_stderr_line(int64_t local_rank, std::string line);
 
   bool all_exited() const;  // every started worker exited or was abandoned
@@ -107,6 +131,7 @@ class WorkerGroup {
  private:
   int64_t attempt_;
   std::vector<WorkerRecord> workers_;
+  std::vector<WorkerRecord> replaced_;
   GroupState state_ = GroupState::kInit;
   std::optional<int64_t> root_cause_;
   std::string stop_reason_;

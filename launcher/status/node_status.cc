@@ -135,6 +135,7 @@ WorkerStatus worker_status(const WorkerRecord& w, int64_t restarts, TimePoint no
   if (w.pid > 0)
     s.start_time = std::chrono::duration<double>(w.started_wall.time_since_epoch()).count();
   s.restarts = restarts;
+  s.replacements = w.replacements;
   if (last_beat && w.state == WorkerState::kRunning)
     s.heartbeat_age_seconds = to_seconds(now - *last_beat);
   if (w.exit) {
@@ -174,6 +175,7 @@ nlohmann::json node_status_json(const NodeStatus& s) {
                             {"state", w.state},
                             {"start_time", w.start_time},
                             {"restarts", w.restarts},
+                            {"replacements", w.replacements},
                             {"heartbeat_age_seconds", opt(w.heartbeat_age_seconds)},
                             {"exit_code", opt(w.exit_code)},
                             {"exit_signal", opt(w.exit_signal)},
@@ -221,6 +223,7 @@ NodeStatus node_status_from_json(const nlohmann::json& j) {
     ws.state = w.at("state").get<std::string>();
     ws.start_time = w.value("start_time", 0.0);
     ws.restarts = w.value("restarts", int64_t{0});
+    ws.replacements = w.value("replacements", int64_t{0});
     ws.heartbeat_age_seconds = opt_from<double>(w, "heartbeat_age_seconds");
     ws.exit_code = opt_from<int>(w, "exit_code");
     ws.exit_signal = opt_from<int>(w, "exit_signal");

@@ -35,6 +35,8 @@ struct WorkerStatus {
   std::string state;
   double start_time = 0;  // Unix seconds; 0: not started
   int64_t restarts = 0;   // of the worker group so far (TORCHELASTIC_RESTART_COUNT)
+  // Times this rank was replaced alone in the current attempt (--restart_scope rank).
+  int64_t replacements = 0;
   std::optional<double> heartbeat_age_seconds;  // nullopt: never beat (or no heartbeat file)
   std::optional<int> exit_code;                 // exited normally with this code
   std::optional<int> exit_signal;               // killed by this signal

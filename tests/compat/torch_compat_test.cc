@@ -608,6 +608,7 @@ std::vector<EnvDifference> documented_env_differences(const std::string& version
       {"DLAUNCH_NODE_ID", Differs::kDlaunchOnly},
       {"DLAUNCH_PY_STACK_FILE", Differs::kDlaunchOnly},
       {"DLAUNCH_PY_STACK_SIGNAL", Differs::kDlaunchOnly},
+      {"DLAUNCH_RECOVERY_KEY", Differs::kDlaunchOnly},  // --restart_scope rank (the default)
       {"DLAUNCH_SHUTDOWN_GRACE", Differs::kDlaunchOnly},
   };
   if (version == "Torch113") {

@@ -78,6 +78,11 @@ Event plain(E kind) {
     case E::kBarrierDone:
       e.flag = true;
       break;
+    case E::kRankFailed:
+      e.count = 1;
+      e.flag = true;  // it announced rank_recovery
+      e.text = "rank 1 (local 1, pid 42) failed: exit code 1";
+      break;
     default:
       break;
   }
@@ -151,6 +156,8 @@ const std::vector<Row> kTable = {
       "S log_warning stop_requested report_to_peers stop_group answer", "S answer", "B answer",
       "D answer"}},
     {E::kBarrierDone, {"R", "U", "C", "S", "D finish_now", "D"}},
+    // Without --restart_scope rank (job_in's default) nothing is ever replaced alone.
+    {E::kRankFailed, {"R", "U", "C", "S", "B", "D"}},
 };
 
 TEST(AgentStepTable, EveryEventInEveryPhase) {
@@ -476,6 +483,127 @@ TEST(AgentStepPaths, RoundsThatFailEndTheJob) {
   spare.on(E::kStart).on(E::kJobFinishedElsewhere);
   EXPECT_EQ(spare.s.exit_code, exit_codes::kSuccess);
   EXPECT_EQ(spare.s.phase, P::kDone);
+}
+
+// ---- rank recovery (--restart_scope rank) ---------------------------------------------------
+
+AgentState recovering_job_in(P phase) {
+  AgentState s = job_in(phase);
+  s.rank_recovery = true;
+  return s;
+}
+
+Event rank_failed(bool announced, bool in_flight = false, bool hung = false) {
+  Event e = plain(E::kRankFailed);
+  e.flag = announced;
+  e.in_flight = in_flight;
+  e.hung = hung;
+  return e;
+}
+
+struct RecoveryRow {
+  const char* what;
+  AgentState state;
+  Event event;
+  std::string outcome;
+};
+
+// When a failed worker is replaced alone, and each reason it is not (the group then takes the
+// failure as before: kWorkerFailed or kHangVerdict follow, and their stop says `restart`).
+TEST(AgentStepRankRecovery, ReplaceOrFallBack) {
+  AgentState spent = recovering_job_in(P::kRunning);
+  spent.round_restarts = 3;  // of --max_restarts 3
+  AgentState preempted = recovering_job_in(P::kRunning);
+  preempted.cause.record(StopKind::kPreempted);
+  AgentState signalled = recovering_job_in(P::kStopping);
+  signalled.cause.record_signal(SIGTERM);
+  AgentState peer_restart = recovering_job_in(P::kRunning);
+  peer_restart.cause.record(StopKind::kPeerRestart);
+  AgentState group_scope = job_in(P::kRunning);  // --restart_scope group
+  const std::vector<RecoveryRow> rows = {
+      {"announced, budget left", recovering_job_in(P::kRunning), rank_failed(true),
+       "U replace_rank"},
+      {"hung and announced: the capture ends, the checks go on",
+       recovering_job_in(P::kCapturing), rank_failed(true, false, true),
+       "U replace_rank arm_hang_checks"},
+      {"not announced", recovering_job_in(P::kRunning), rank_failed(false), "U"},
+      {"budget spent", spent, rank_failed(true), "U log_warning"},
+      {"an earlier replacement in flight", recovering_job_in(P::kRunning),
+       rank_failed(true, true), "U log_warning"},
+      {"preemption notice", preempted, rank_failed(true), "U log_warning"},
+      {"another node's restart", peer_restart, rank_failed(true), "U log_warning"},
+      {"stopping on a signal", signalled, rank_failed(true), "S log_warning"},
+      {"an exit while capturing a hang", recovering_job_in(P::kCapturing), rank_failed(true),
+       "C log_warning"},
+      {"--restart_scope group", group_scope, rank_failed(true), "U"},
+  };
+  for (const RecoveryRow& row : rows) {
+    EXPECT_EQ(outcome(step(row.state, row.event)), row.outcome) << row.what;
+  }
+}
+
+TEST(AgentStepRankRecovery, AReplacementSpendsOneRestartOfTheRound) {
+  AgentState start;
+  start.max_restarts = 2;
+  start.rank_recovery = true;
+  Steps run(start);
+  run.on(E::kStart).on(round(0, false)).on(E::kWorkersStarting).on(E::kWorkersSpawned);
+  run.on(rank_failed(true));
+  ASSERT_EQ(names(run.last), (std::vector<std::string>{"replace_rank"}));
+  EXPECT_EQ(run.last[0].count, 1);  // the local rank
+  EXPECT_EQ(run.last[0].code, 1);   // the first restart
+  EXPECT_FALSE(run.last[0].flag);   // not hung: nothing to kill
+  EXPECT_EQ(run.last[0].text,
+            "rank 1 (local 1, pid 42) failed: exit code 1; replaced in process, the other "
+            "workers go on; restart 1 of 2");
+  EXPECT_EQ(run.s.phase, P::kRunning);
+  EXPECT_EQ(run.s.restart_count(), 1);
+  EXPECT_EQ(run.s.restarts_used, 1);
+  run.on(rank_failed(true));
+  EXPECT_EQ(run.last[0].code, 2);
+  EXPECT_EQ(run.s.restart_count(), 2);
+  // The budget is spent: the next failure is the group's, which ends the job with the verdict
+  // `restart` said before the stop.
+  run.on(rank_failed(true));
+  EXPECT_EQ(names(run.last), (std::vector<std::string>{"log_warning"}));
+  EXPECT_NE(run.last[0].text.find("the restart budget is spent (2 of --max_restarts 2"),
+            std::string::npos)
+      << run.last[0].text;
+  run.on(plain(E::kWorkerFailed));
+  EXPECT_EQ(names(run.last), (std::vector<std::string>{"announce_restart", "stop_group"}));
+  run.on(group_down(GroupState::kFailed));
+  EXPECT_EQ(run.s.exit_code, exit_codes::kWorkersFailed);
+}
+
+TEST(AgentStepRankRecovery, TheNextRoundCountsItsOwnReplacements) {
+  AgentState start;
+  start.max_restarts = 3;
+  start.rank_recovery = true;
+  Steps run(start);
+  run.on(E::kStart).on(round(0, false)).on(E::kWorkersStarting).on(E::kWorkersSpawned);
+  run.on(rank_failed(true)).on(plain(E::kWorkerFailed)).on(group_down(GroupState::kFailed));
+  // The replacement and the group's restart: two of three.
+  EXPECT_EQ(run.s.restarts_used, 2);
+  const Action* restart = find(run.last, A::kRecordRestart);
+  ASSERT_NE(restart, nullptr);
+  EXPECT_EQ(restart->count, 1);  // it started from one restart spent
+  run.on(round(run.s.restarts_used, false));
+  EXPECT_EQ(run.s.round_replacements, 0);
+  EXPECT_EQ(run.s.restart_count(), 2);
+}
+
+TEST(AgentStepRankRecovery, EveryStopSaysRestartFirstExceptWithoutAStore) {
+  EXPECT_EQ(outcome(step(recovering_job_in(P::kRunning), plain(E::kWorkerFailed))),
+            "S report_to_peers announce_restart stop_group");
+  EXPECT_EQ(outcome(step(recovering_job_in(P::kCapturing), plain(E::kHangVerdict))),
+            "S report_to_peers announce_restart stop_group");
+  EXPECT_EQ(outcome(step(recovering_job_in(P::kRunning), signal_event(SIGTERM))),
+            "S timeline log_warning begin_leaving stop_requested announce_restart stop_group");
+  EXPECT_EQ(outcome(step(recovering_job_in(P::kRunning), plain(E::kStoreLost))),
+            "S stop_requested stop_group");
+  // --restart_scope group: as before.
+  EXPECT_EQ(outcome(step(job_in(P::kRunning), plain(E::kWorkerFailed))),
+            "S report_to_peers stop_group");
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <string>
 
@@ -55,6 +56,33 @@ TEST(HeartbeatFile, ReArmingForgetsAnEarlierBeat) {
   ASSERT_TRUE(arm_heartbeat_file(path));
   EXPECT_FALSE(last_heartbeat(path).has_value());
   ::unlink(path.c_str());
+}
+
+// The worker's opt-in (common/rank_recovery.h): the whole line, anywhere in the file; a reset
+// for a replacement forgets it.
+TEST(HeartbeatFile, RankRecoveryIsAnnouncedByItsLine) {
+  std::string path = temp_path("heartbeat_announce");
+  ASSERT_TRUE(arm_heartbeat_file(path));
+  EXPECT_FALSE(announced_rank_recovery(path));
+  auto write = [&](const char* text) {
+    FILE* f = std::fopen(path.c_str(), "a");
+    ASSERT_NE(f, nullptr);
+    std::fputs(text, f);
+    std::fclose(f);
+  };
+  write("rank_recovery");  // not a whole line yet
+  EXPECT_FALSE(announced_rank_recovery(path));
+  write("_x\nsomething else\n");
+  EXPECT_FALSE(announced_rank_recovery(path));
+  write("rank_recovery\n");
+  EXPECT_TRUE(announced_rank_recovery(path));
+  // A plain write is a beat (common/rank_recovery.h keeps the file's times: no beat).
+  EXPECT_TRUE(last_heartbeat(path).has_value());
+  ASSERT_TRUE(arm_heartbeat_file(path));
+  EXPECT_FALSE(announced_rank_recovery(path));
+  EXPECT_FALSE(last_heartbeat(path).has_value());
+  ::unlink(path.c_str());
+  EXPECT_FALSE(announced_rank_recovery(path));
 }
 
 }  // namespace

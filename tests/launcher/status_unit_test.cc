@@ -47,6 +47,7 @@ NodeStatus sample() {
   x.heartbeat_age_seconds.reset();
   x.usage.reset();
   x.exit_code = 3;
+  x.replacements = 1;  // replaced alone once (--restart_scope rank)
   s.workers.push_back(x);
   StoreStats stats;
   stats.record(wire::Op::kAdd, false, std::chrono::microseconds(5), 9);
@@ -69,6 +70,8 @@ TEST(NodeStatus, JsonRoundTrips) {
   EXPECT_EQ(back.workers[0].usage->rss_bytes, 1 << 20);
   EXPECT_FALSE(back.workers[1].heartbeat_age_seconds);
   EXPECT_EQ(*back.workers[1].exit_code, 3);
+  EXPECT_EQ(back.workers[0].replacements, 0);
+  EXPECT_EQ(back.workers[1].replacements, 1);
   ASSERT_TRUE(back.store);
   EXPECT_EQ(back.store->keys, 9);
   EXPECT_EQ(back.store->connections, 4);

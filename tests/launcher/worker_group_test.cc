@@ -143,5 +143,84 @@ TEST(WorkerGroup, WorkerThatNeverBeatIsNotHungByDefault) {
   EXPECT_FALSE(WorkerGroup::is_hung(start, std::nullopt, start + 1h, 1s, false));
 }
 
+// A worker replaced alone: its failure is recorded, the group stays Healthy, and the record
+// starts over for the replacement, which the group's success then waits for.
+TEST(WorkerGroup, AReplacedWorkerFailsAloneAndItsRecordStartsOver) {
+  FakeClock clock;
+  auto g = make_group(3);
+  for (int i = 0; i < 3; ++i) g.on_started(i, 100 + i, clock.now(), kWall);
+  g.worker(1).error_file = "/run/1/error.json";
+  ASSERT_TRUE(g.begin_replacement(1));
+  EXPECT_FALSE(g.begin_replacement(1));  // once
+  g.on_exit(1, ExitStatus::exited(1), clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kHealthy);
+  EXPECT_FALSE(g.root_cause());
+  EXPECT_EQ(g.worker(1).state, WorkerState::kFailed);
+  EXPECT_FALSE(g.all_exited());
+
+  g.restart_worker(1);
+  ASSERT_EQ(g.replaced().size(), 1u);
+  EXPECT_EQ(g.replaced()[0].pid, 101);
+  EXPECT_EQ(g.replaced()[0].exit->code, 1);
+  const WorkerRecord& w = g.worker(1);
+  EXPECT_EQ(w.state, WorkerState::kInit);
+  EXPECT_EQ(w.pid, -1);
+  EXPECT_FALSE(w.exit);
+  EXPECT_FALSE(w.replacing);
+  EXPECT_TRUE(w.replacement);
+  EXPECT_EQ(w.replacements, 1);
+  EXPECT_EQ(w.global_rank, 11);
+  EXPECT_EQ(w.error_file, "/run/1/error.json");
+
+  g.on_started(1, 200, clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kHealthy);
+  for (int i : {0, 2}) g.on_exit(i, ExitStatus::exited(0), clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kHealthy);  // the replacement still runs
+  g.on_exit(1, ExitStatus::exited(0), clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kSucceeded);
+}
+
+TEST(WorkerGroup, AHungWorkerReplacedAloneMakesTheGroupHealthyAgain) {
+  FakeClock clock;
+  auto g = make_group(2);
+  g.on_started(0, 1, clock.now(), kWall);
+  g.on_started(1, 2, clock.now(), kWall);
+  g.on_hung(1, clock.now(), kWall);
+  ASSERT_EQ(g.state(), GroupState::kUnhealthy);
+  EXPECT_FALSE(g.begin_replacement(0));  // not the hung one
+  ASSERT_TRUE(g.begin_replacement(1));
+  EXPECT_EQ(g.state(), GroupState::kHealthy);
+  EXPECT_FALSE(g.root_cause());
+  g.on_exit(1, ExitStatus::killed(9), clock.now(), kWall);  // our SIGKILL
+  EXPECT_EQ(g.state(), GroupState::kHealthy);
+  g.restart_worker(1);
+  EXPECT_TRUE(g.replaced()[0].hung);
+  EXPECT_FALSE(g.worker(1).hung);
+}
+
+TEST(WorkerGroup, AReplacementThatCannotStartFailsTheGroup) {
+  FakeClock clock;
+  auto g = make_group(2);
+  g.on_started(0, 1, clock.now(), kWall);
+  g.on_started(1, 2, clock.now(), kWall);
+  ASSERT_TRUE(g.begin_replacement(0));
+  g.on_exit(0, ExitStatus::exited(3), clock.now(), kWall);
+  g.replacement_failed(0);
+  EXPECT_EQ(g.state(), GroupState::kFailed);
+  EXPECT_EQ(g.root_cause(), std::optional<int64_t>(0));
+  EXPECT_FALSE(g.worker(0).replacing);
+}
+
+TEST(WorkerGroup, NoReplacementOnceTheGroupIsFinal) {
+  FakeClock clock;
+  auto g = make_group(2);
+  g.on_started(0, 1, clock.now(), kWall);
+  g.on_started(1, 2, clock.now(), kWall);
+  g.on_exit(0, ExitStatus::exited(1), clock.now(), kWall);
+  EXPECT_FALSE(g.begin_replacement(1));
+  g.on_stop_requested("signal");
+  EXPECT_FALSE(g.begin_replacement(1));
+}
+
 }  // namespace
 }  // namespace dlaunch

@@ -32,6 +32,7 @@ expect "cpu gpu auto" dlaunch --nproc_per_node ""
 expect "0 1 2 3" dlaunch -r ""
 expect "0 1 2 3" dlaunch --tee ""
 expect "auto agent task" dlaunch --slurm_mode ""
+expect "rank group" dlaunch --restart_scope ""
 expect "--standalone" dlaunch --nproc_per_node 2 --stand
 # After the program, words belong to it: no dlaunch flags.
 expect "" dlaunch --standalone train.py --stand

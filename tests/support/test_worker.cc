@@ -44,6 +44,21 @@
 //                       recorded theirs, wait 1 s for stragglers, then print
 //                       "members run=R world=W arrived=N runs=r0,r1,..." and exit 0. Workers of
 //                       two jobs sharing keys show it as arrived > W or a foreign run.
+//   rank-recovery dir=DIR fail=R [how=exit|stop] [announce=0]   the worker's side of rank-level
+//                       recovery (launcher/agent/rank_replacement.h). With DLAUNCH_RECOVERY_KEY
+//                       set (and not announce=0) it announces rank_recovery in its heartbeat
+//                       file. Each start writes "pid=P replacement=0|1 key=K restart_count=C
+//                       attempt=A" to DIR/started.<rank>.<pid>. In attempt 0: rank R, once every
+//                       rank's DIR/ready.<rank> exists and DIR/failed does not, creates it and
+//                       exits 1 (how=exit) or stops itself with SIGSTOP (how=stop: silent, for
+//                       --hang_timeout); the others, when they announced, ignore SIGTERM, wait
+//                       (beating) for the key K/1, write "count=N verdict=V" to DIR/seen.<rank>,
+//                       then exit 0 on `replace` once DIR/replaced exists, 1 on `restart`; when
+//                       they did not announce they wait until stopped. A replacement
+//                       (DLAUNCH_REPLACEMENT=1) writes "count=N" (the counter it reads) to
+//                       DIR/replaced and exits 0 ([replacement_exit=N]: N; [replacement_delay=S]:
+//                       first sleeps S seconds, not beating); later attempts exit 0 at once.
+//                       [then_fail=R2]: survivor R2 exits 1 as soon as it read `replace`.
 // Options for every mode:
 //   rank=R              only global rank R runs MODE; the others run `others`
 //   others=MODE         what the other ranks do (default: sleep, i.e. until stopped)
@@ -184,7 +199,81 @@ int store_leftover() {
   return 0;
 }
 
+bool file_exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
+
+int rank_recovery() {
+  using namespace std::chrono_literals;
+  const std::string dir = opt("dir", ".");
+  const std::string key = env_or("DLAUNCH_RECOVERY_KEY", "");
+  const bool replacement = std::string(env_or("DLAUNCH_REPLACEMENT", "")) == "1";
+  const std::string attempt = env_or("DLAUNCH_ATTEMPT", "?");
+  const std::string beat_file = env_or("DLAUNCH_HEARTBEAT_FILE", "");
+  const bool announced = !key.empty() && opt("announce", "1") != "0";
+  if (replacement) {
+    // A replacement that takes its time to start: it has not beaten (nor announced) yet.
+    std::this_thread::sleep_for(
+        std::chrono::duration<double>(std::atof(opt("replacement_delay", "0").c_str())));
+  }
+  if (announced && !beat_file.empty()) {
+    FILE* f = std::fopen(beat_file.c_str(), "a");
+    if (f) {
+      std::fputs("rank_recovery\n", f);
+      std::fclose(f);
+    }
+  }
+  write_file(dir + "/started." + std::to_string(g_rank) + "." + std::to_string(getpid()),
+             "pid=" + std::to_string(getpid()) + " replacement=" + (replacement ? "1" : "0") +
+                 " key=" + (key.empty() ? "<unset>" : key) +
+                 " restart_count=" + env_or("TORCHELASTIC_RESTART_COUNT", "?") +
+                 " attempt=" + attempt + "\n");
+  if (replacement) {
+    dlaunch::TcpStoreClient store(job_store_options());
+    write_file(dir + "/replaced", "count=" + std::to_string(store.add(key, 0)) + "\n");
+    return std::atoi(opt("replacement_exit", "0").c_str());
+  }
+  if (attempt != "0") return 0;
+  if (announced) ::signal(SIGTERM, SIG_IGN);  // the verdict is read before the stop
+  g_opts["ready"] = dir;
+  mark_ready();
+  const int world = std::atoi(env_or("WORLD_SIZE", "1"));
+  if (g_rank == std::atoi(opt("fail", "-1").c_str())) {
+    for (int r = 0; r < world; ++r) {
+      while (!file_exists(dir + "/ready." + std::to_string(r))) std::this_thread::sleep_for(10ms);
+    }
+    if (file_exists(dir + "/failed")) return 0;
+    write_file(dir + "/failed", std::to_string(getpid()));
+    if (opt("how", "exit") == "stop") ::raise(SIGSTOP);
+    return 1;
+  }
+  if (!announced) sleep_forever();
+  dlaunch::TcpStoreClient store(job_store_options());
+  const std::string next = key + "/1";
+  for (auto give_up = std::chrono::steady_clock::now() + 120s;;) {
+    dlaunch::heartbeat();
+    try {
+      store.wait({next}, 200ms);
+      break;
+    } catch (const dlaunch::TimeoutError&) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        write_file(dir + "/seen." + std::to_string(g_rank), "timeout\n");
+        return 2;
+      }
+    }
+  }
+  const std::string verdict = dlaunch::to_string(store.get(next));
+  write_file(dir + "/seen." + std::to_string(g_rank),
+             "count=" + std::to_string(store.add(key, 0)) + " verdict=" + verdict + "\n");
+  if (verdict != "replace") return 1;
+  if (std::to_string(g_rank) == opt("then_fail", "")) return 1;
+  while (!file_exists(dir + "/replaced")) {
+    dlaunch::heartbeat();
+    std::this_thread::sleep_for(50ms);
+  }
+  return 0;
+}
+
 int run_mode(const std::string& mode) {
+  if (mode == "rank-recovery") return rank_recovery();
   if (mode == "store-members") return store_members();
   if (mode == "store-leftover") return store_leftover();
   if (mode == "ok") {

@@ -1,0 +1,236 @@
+// Rank-level recovery with real processes: the real dlaunch running the test worker's
+// rank-recovery mode (tests/support/test_worker.cc), which plays dtrain's side of the contract
+// (launcher/agent/rank_replacement.h): it announces rank_recovery, and its survivors read the
+// generation counter through the job's store as workers do. Generous timeouts; behaviour only.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/support/subprocess.h"
+
+namespace dlaunch::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+const std::string kDlaunch = DLAUNCH_BIN;
+const std::string kWorker = TEST_WORKER_BIN;
+
+std::vector<std::string> cmd(std::vector<std::string> flags, std::vector<std::string> worker) {
+  std::vector<std::string> argv = {"/usr/bin/env", "--default-signal=HUP,INT,TERM,USR1,USR2",
+                                   kDlaunch};
+  argv.insert(argv.end(), flags.begin(), flags.end());
+  argv.push_back(kWorker);
+  argv.push_back("rank-recovery");
+  argv.insert(argv.end(), worker.begin(), worker.end());
+  return argv;
+}
+
+// Each rank's starts (DIR/started.<rank>.<pid>), one line each, in no particular order.
+std::map<int, std::vector<std::string>> starts(const TempDir& dir) {
+  std::map<int, std::vector<std::string>> out;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    const std::string name = entry.path().filename();
+    if (name.rfind("started.", 0) != 0) continue;
+    const int rank = std::stoi(name.substr(8, name.find('.', 8) - 8));
+    out[rank].push_back(read_file(entry.path()));
+  }
+  return out;
+}
+
+std::string find_events(const std::string& logs) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(logs)) {
+    if (entry.path().filename() == "events.jsonl") return read_file(entry.path());
+  }
+  return "";
+}
+
+TEST(RankRecovery, OnlyTheFailedRankIsStartedAgainAndTheOthersGoOn) {
+  TempDir dir, logs;
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "3", "--max_restarts", "3",
+                    "--log_dir", logs.path(), "--rdzv_id", "recover"},
+                   {"dir=" + dir.path(), "fail=1"}),
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  auto s = starts(dir);
+  // The survivors ran once (same pids all along) and saw generation 1 announced as `replace`.
+  for (int rank : {0, 2}) {
+    ASSERT_EQ(s[rank].size(), 1u) << rank << "\n" << r.err;
+    EXPECT_NE(s[rank][0].find("replacement=0 key=dlaunch/recovery/recover/attempt_0 "
+                              "restart_count=0 attempt=0"),
+              std::string::npos)
+        << s[rank][0];
+    EXPECT_EQ(read_file(dir.file("seen." + std::to_string(rank))), "count=1 verdict=replace\n");
+  }
+  // Rank 1 twice: the replacement with the same rank, restart count and attempt.
+  ASSERT_EQ(s[1].size(), 2u) << r.err;
+  const std::string second =
+      s[1][0].find("replacement=1") != std::string::npos ? s[1][0] : s[1][1];
+  EXPECT_NE(second.find("replacement=1 key=dlaunch/recovery/recover/attempt_0 restart_count=0 "
+                        "attempt=0"),
+            std::string::npos)
+      << second;
+  EXPECT_EQ(read_file(dir.file("replaced")), "count=1\n");
+  // The failure is logged, in the timeline, and counted.
+  EXPECT_NE(r.err.find("rank 1 (local 1, pid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("failed: exit code 1; replaced in process, the other workers go on; "
+                       "restart 1 of 3"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("restarting the worker group"), std::string::npos) << r.err;
+  const std::string events = find_events(logs.path());
+  EXPECT_NE(events.find("\"event\":\"rank_replaced\""), std::string::npos) << events;
+  EXPECT_NE(events.find("\"replacement\":true"), std::string::npos) << events;
+  EXPECT_NE(events.find("\"restarts\":1"), std::string::npos) << events;  // job_finished
+  // The failed worker's output is kept above its replacement's.
+  EXPECT_TRUE(file_exists(logs.path() + "/recover/attempt_0/1/stderr.log")) << r.err;
+}
+
+// The same through the node's store proxy: the workers reach the store through it, the agent
+// directly, and both see the same keys.
+TEST(RankRecovery, TheWorkersReadTheCounterThroughTheStoreProxy) {
+  TempDir dir;
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1",
+                    "--store_proxy", "on"},
+                   {"dir=" + dir.path(), "fail=1"}),
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(read_file(dir.file("seen.0")), "count=1 verdict=replace\n") << r.err;
+  EXPECT_EQ(read_file(dir.file("replaced")), "count=1\n") << r.err;
+  EXPECT_EQ(starts(dir)[0].size(), 1u) << r.err;
+}
+
+// A second failure while the replacement has not beaten yet: the group may be unable to
+// re-form, so it restarts whole (the replacement spent one restart, the group's another).
+TEST(RankRecovery, ASecondFailureWhileAReplacementStartsRestartsTheGroup) {
+  TempDir dir;
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "3", "--max_restarts", "3",
+                    "--shutdown_grace", "2"},
+                   {"dir=" + dir.path(), "fail=1", "replacement_delay=30", "then_fail=2"}),
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.err.find("restart 1 of 3"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("rank 2 (local 2, pid"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("not replaced alone although it announced rank_recovery: an earlier "
+                       "replacement on this node has not beaten yet"),
+            std::string::npos)
+      << r.err;
+  EXPECT_NE(r.err.find("restarting the worker group (2 of 3 restarts)"), std::string::npos)
+      << r.err;
+  auto s = starts(dir);
+  EXPECT_EQ(s[0].size(), 2u) << r.err;  // attempt 0, then the group's attempt 1
+}
+
+// A replacement that fails once the budget is spent ends the job; the report lists the
+// replaced failure among the earlier ones.
+TEST(RankRecovery, TheReportListsTheReplacedFailure) {
+  TempDir dir;
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1"},
+                   {"dir=" + dir.path(), "fail=1", "replacement_exit=3"}),
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("exit code 1 (replaced in process)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the restart budget is spent (1 of --max_restarts 1"), std::string::npos)
+      << r.err;
+}
+
+// A worker that did not announce rank_recovery: the whole group restarts, as before.
+TEST(RankRecovery, AWorkerThatDidNotAnnounceRestartsTheGroup) {
+  TempDir dir;
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "3", "--max_restarts", "1",
+                    "--shutdown_grace", "2"},
+                   {"dir=" + dir.path(), "fail=1", "announce=0"}),
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.err.find("restarting the worker group (1 of 1 restarts)"), std::string::npos)
+      << r.err;
+  auto s = starts(dir);
+  for (int rank : {0, 1, 2}) EXPECT_EQ(s[rank].size(), 2u) << rank << "\n" << r.err;
+  EXPECT_FALSE(file_exists(dir.file("replaced")));
+  EXPECT_FALSE(file_exists(dir.file("seen.0")));
+}
+
+// No restart left: the job fails as before, and the survivors, waiting for a replacement, read
+// the verdict `restart` instead.
+TEST(RankRecovery, WithoutBudgetTheSurvivorsReadRestartAndTheJobFails) {
+  TempDir dir;
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "3", "--max_restarts", "0",
+                    "--shutdown_grace", "30"},
+                   {"dir=" + dir.path(), "fail=1"}),
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("not replaced alone although it announced rank_recovery: the restart "
+                       "budget is spent (0 of --max_restarts 0"),
+            std::string::npos)
+      << r.err;
+  for (int rank : {0, 2}) {
+    EXPECT_EQ(read_file(dir.file("seen." + std::to_string(rank))), "count=1 verdict=restart\n")
+        << r.err;
+  }
+  EXPECT_EQ(starts(dir)[1].size(), 1u);
+}
+
+// A hung worker that announced: its stacks are read, it is killed and replaced alone.
+TEST(RankRecovery, AHungWorkerIsReplacedAlone) {
+  TempDir dir, logs;
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "3", "--max_restarts", "2",
+                    "--hang_timeout", "2", "--log_dir", logs.path(), "--rdzv_id", "hung"},
+                   {"dir=" + dir.path(), "fail=1", "how=stop"}),
+               {}, 180s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.err.find("is hung"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("hung (no heartbeat for 2.0 s)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("replaced in process, the other workers go on; restart 1 of 2"),
+            std::string::npos)
+      << r.err;
+  auto s = starts(dir);
+  EXPECT_EQ(s[0].size(), 1u) << r.err;
+  EXPECT_EQ(s[2].size(), 1u) << r.err;
+  EXPECT_EQ(s[1].size(), 2u) << r.err;
+  for (int rank : {0, 2}) {
+    EXPECT_EQ(read_file(dir.file("seen." + std::to_string(rank))), "count=1 verdict=replace\n");
+  }
+  const std::string events = find_events(logs.path());
+  EXPECT_NE(events.find("\"hung\":true"), std::string::npos) << events;
+  if (file_exists("/usr/bin/eu-stack") || file_exists("/usr/bin/gdb")) {
+    EXPECT_FALSE(read_file(logs.path() + "/hung/attempt_0/1/stack.txt").empty()) << r.err;
+  }
+}
+
+// --restart_scope group: no recovery key, no announcement, the whole group restarts.
+TEST(RankRecovery, GroupScopeRestartsTheGroupAsBefore) {
+  TempDir dir;
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "2", "--max_restarts", "1",
+                    "--restart_scope", "group", "--shutdown_grace", "2"},
+                   {"dir=" + dir.path(), "fail=1"}),
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.err.find("restarting the worker group (1 of 1 restarts)"), std::string::npos)
+      << r.err;
+  auto s = starts(dir);
+  ASSERT_EQ(s[0].size(), 2u) << r.err;
+  for (const auto& line : s[0]) EXPECT_NE(line.find("key=<unset>"), std::string::npos) << line;
+  EXPECT_FALSE(file_exists(dir.file("replaced")));
+}
+
+TEST(RankRecovery, AnUnknownScopeIsAUsageError) {
+  auto r = run(cmd({"--standalone", "--restart_scope", "node"}, {}));
+  EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+  EXPECT_NE(r.err.find("--restart_scope='node' is not a scope; expected rank"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace dlaunch::testing
