@@ -1,9 +1,14 @@
 #!/usr/bin/python3
-"""Chaos soak: an elastic dtrain job on 4 hosts, faults injected by a seeded schedule, and a check
-after each fault that the job recovered, then at the end that it finished, trained as well as a
-fault-free run and left nothing behind (docs/benchmarks.md, "Chaos soak").
+"""Chaos soak: an elastic dtrain job on --nodes hosts (4 by default), faults injected by a seeded
+schedule, and a check after each fault that the job recovered, then at the end that it finished,
+trained as well as a fault-free run and left nothing behind (docs/benchmarks.md, "Chaos soak").
 
   /usr/bin/python3 bench/chaos/soak.py --build build --duration 600 --seed 1 [--hosts netns]
+
+How a failed worker is recovered: `--restart_scope rank` (dlaunch's default) replaces only the
+failed rank while the others keep running (dtrain opts in), `group` restarts the whole worker
+group; `both` runs the faulted soak once with each, on the same seed and fault schedule, and
+prints their goodput side by side.
 
 Hosts: `netns` puts each agent in its own network namespace on one bridge (10.78.0.1-4; needs
 root and iproute2), which makes a link cut possible; `local` (the default when namespaces are
@@ -168,8 +173,9 @@ def process_state(pid):
 class Job:
     """The 4 agents of one elastic dtrain job, started and restarted by the soak."""
 
-    def __init__(self, args, net, workdir, port, run_id, extra_dtrain=()):
+    def __init__(self, args, net, workdir, port, run_id, extra_dtrain=(), scope="rank"):
         self.args, self.net, self.workdir, self.port, self.run_id = args, net, workdir, port, run_id
+        self.scope = scope
         self.extra_dtrain = list(extra_dtrain)
         os.makedirs(workdir, exist_ok=True)
         self.out = os.path.join(workdir, "out")
@@ -196,7 +202,9 @@ class Job:
         conf = (f"keep_alive_interval={self.args.keep_alive},keep_alive_max_attempt=3,"
                 f"join_timeout=120,last_call_timeout=1")
         return self.net.prefix(i) + [
-            d, "--nnodes", f"2:{self.net.hosts}", "--nproc_per_node", "1",
+            d, "--nnodes", f"{self.args.min_nodes}:{self.net.hosts}",
+            "--nproc_per_node", str(self.args.nproc_per_node),
+            "--restart_scope", self.scope,
             "--rdzv_backend", self.args.backend, "--rdzv_endpoint", self.endpoint(),
             "--rdzv_id", self.run_id, "--rdzv_conf", conf, "--max_restarts", "1000",
             "--hang_timeout", str(self.args.hang_timeout),
@@ -294,15 +302,21 @@ class Job:
     def all_workers(self):
         return {w for i in self.agents for w in self.workers(i)}
 
-    def regrouped(self, old_workers):
-        """True once every live agent runs workers and none of them predates the fault."""
+    def regrouped(self, old_workers, faulted=None):
+        """True once every live agent runs its full complement of workers and either none of
+        them predates the fault (a whole-group restart, a re-formed job) or the faulted worker
+        is gone and a new one runs beside the survivors (a rank replaced in place). A step
+        logged after this needs every rank of the group, so it is the new group's."""
         if not self.agents:
             return False
-        for i in self.agents:
-            ws = self.workers(i)
-            if not ws or any(w in old_workers for w in ws):
-                return False
-        return True
+        current = [self.workers(i) for i in self.agents]
+        if any(len(ws) < self.args.nproc_per_node for ws in current):
+            return False
+        everyone = [w for ws in current for w in ws]
+        if not any(w in old_workers for w in everyone):
+            return True
+        return (faulted is not None and faulted not in everyone and
+                any(w not in old_workers for w in everyone))
 
     def finished(self):
         """Training ran to its end: every agent exited, all with 0."""
@@ -379,7 +393,7 @@ class Progress:
         return None
 
 
-def wait_recovery(job, progress, fault_time, old_workers, timeout, rejoin=None):
+def wait_recovery(job, progress, fault_time, old_workers, timeout, rejoin=None, faulted=None):
     """Seconds from the fault to the first step logged by the new worker group, and that step;
     None on timeout. A step line counts only once every live agent runs workers that all
     started after the fault (a line the old group wrote late is not a recovery). rejoin()
@@ -392,7 +406,7 @@ def wait_recovery(job, progress, fault_time, old_workers, timeout, rejoin=None):
             rejoin()
         if regrouped_at is None:
             progress.read()  # lines of the old group are consumed before the new group starts
-            if job.regrouped(old_workers):
+            if job.regrouped(old_workers, faulted):
                 regrouped_at = time.time()
         else:
             got = progress.first_after(regrouped_at)
@@ -412,6 +426,11 @@ def main():
     ap.add_argument("--duration", type=float, default=600, help="seconds of faults before job_term")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--hosts", choices=["auto", "netns", "local"], default="auto")
+    ap.add_argument("--nodes", type=int, default=4, help="hosts, one agent each")
+    ap.add_argument("--min_nodes", type=int, default=2, help="the job's --nnodes MIN (MAX is --nodes)")
+    ap.add_argument("--nproc_per_node", type=int, default=1)
+    ap.add_argument("--restart_scope", choices=["rank", "group", "both"], default="rank",
+                    help="dlaunch's --restart_scope; both: one faulted run with each, same seed")
     ap.add_argument("--backend", choices=["c10d", "etcd"], default="c10d")
     ap.add_argument("--etcd_endpoint", default="127.0.0.1:2379")
     ap.add_argument("--faults", default="worker_kill,worker_stop,agent_kill,link_cut")
@@ -438,86 +457,125 @@ def main():
     if mode == "local" and "link_cut" in kinds:
         kinds.remove("link_cut")
         log("local hosts: no link_cut (needs --hosts netns)")
-    net = Network(mode, 4)
-    rng = random.Random(args.seed)
+    net = Network(mode, args.nodes)
     workdir = tempfile.mkdtemp(prefix="dlaunch_soak_")
-    shm_before = set(os.listdir("/dev/shm"))
-    summary = {"hosts": mode, "backend": args.backend, "seed": args.seed, "faults": []}
-    problems = []
+    scopes = ["group", "rank"] if args.restart_scope == "both" else [args.restart_scope]
+    results = []
     net.setup()
     try:
-        reference_acc = None
+        reference = None
         if args.epochs == 0:
             size_epochs(args, net, workdir)
         if not args.no_reference:
-            reference_acc, ref_secs = reference_run(args, net, workdir)
-            summary["reference"] = {"test_accuracy": reference_acc, "seconds": ref_secs, "epochs": args.epochs}
-        port = free_port()
-        job = Job(args, net, os.path.join(workdir, "soak"), port, f"soak{args.seed}")
-        progress = Progress(os.path.join(job.out, "metrics.jsonl"))
-        log(f"soak: {mode} hosts, {args.backend}, epochs {args.epochs}, faults {kinds}, seed {args.seed}, dir {workdir}")
-        job.start_all()
-        t0 = time.time()
-        while progress.last_step() < 3:  # training under way before the first fault
-            if not job.alive():
-                raise RuntimeError(f"the job ended before training started; see {job.workdir}/agent*.log")
-            time.sleep(0.2)
-        def rejoin():  # an agent that gave up (e.g. after a link cut) comes back
-            for h in range(net.hosts):
-                if h not in job.agents and job.agents:
-                    job.start(h)
-
-        while time.time() - t0 < args.duration and job.alive():
-            time.sleep(rng.expovariate(1.0 / args.gap))
-            step_before, old_workers = progress.last_step(), job.all_workers()
-            fault = inject(rng.choice(kinds), job, net, args, rng, progress)
-            if fault is None:
-                continue
-            fault["step_before"] = step_before
-            got = wait_recovery(job, progress, fault["time"], old_workers, args.recovery_timeout,
-                                rejoin=fault.get("rejoin", rejoin))
-            finish_fault(fault, got, summary, problems)
-            if fault["kind"] == "agent_kill" and got != "finished":  # the node returns: a scale-up, timed as its own event
-                rejoin_event = {"kind": "node_rejoin", "time": time.time(), "host": fault["host"]}
-                rejoin_event["step_before"], old_workers = progress.last_step(), job.all_workers()
-                job.start(fault["host"])
-                got = wait_recovery(job, progress, rejoin_event["time"], old_workers,
-                                    args.recovery_timeout, rejoin)
-                finish_fault(rejoin_event, got, summary, problems)
-        if job.finished():
-            log(f"the job finished its {args.epochs} epochs within --duration: no job_term (use more epochs)")
-        else:
-            job_term(job, progress, args, summary, problems)
-        deadline = time.time() + args.duration * 4 + 600
-        while job.alive() and time.time() < deadline:
-            time.sleep(0.5)
-        if job.agents:
-            problems.append("the job did not finish after the last fault")
-            for p in job.agents.values():
-                p.kill()
-        codes = dict(job.exit_codes)
-        summary["final_exit_codes"] = codes
-        if any(rc != 0 for rc in codes.values()):
-            problems.append(f"the job did not exit 0 everywhere: {codes}")
-        acc = final_accuracy(job.out)
-        summary["test_accuracy"] = acc
-        summary["goodput"] = goodput(read_steps(job.out), since=t0)
-        if acc is None:
-            problems.append("no final test accuracy in metrics.jsonl")
-        elif reference_acc is not None and abs(acc - reference_acc) > args.accuracy_tolerance:
-            problems.append(f"final test accuracy {acc:.4f} vs fault-free {reference_acc:.4f}: "
-                            f"more than {args.accuracy_tolerance} apart")
-        problems += leftovers(job, shm_before)
+            acc, ref_secs = reference_run(args, net, workdir)
+            reference = {"test_accuracy": acc, "seconds": ref_secs, "epochs": args.epochs}
+        for scope in scopes:
+            summary, problems = soak_once(args, net, workdir, scope, kinds, reference)
+            print_summary(summary, problems)
+            results.append((summary, problems))
     finally:
         net.teardown()
-    print_summary(summary, problems)
+    if len(results) > 1:
+        print_comparison(results)
+    problems = [p for _, ps in results for p in ps]
     if not args.keep and not problems:
         shutil.rmtree(workdir, ignore_errors=True)
     else:
-        with open(os.path.join(workdir, "summary.json"), "w") as f:
-            json.dump(summary, f, indent=1)
-        log(f"work directory kept: {workdir} (summary.json, agent logs)")
+        for summary, _ in results:
+            with open(os.path.join(workdir, f"summary_{summary['restart_scope']}.json"), "w") as f:
+                json.dump(summary, f, indent=1)
+        log(f"work directory kept: {workdir} (summary_*.json, agent logs)")
     return 1 if problems else 0
+
+
+def soak_once(args, net, workdir, scope, kinds, reference):
+    """One faulted run with dlaunch's --restart_scope `scope`: (summary, problems). The fault
+    schedule depends on the seed alone, so two scopes meet the same faults in the same order
+    (the gaps run from each recovery, so not at the same wall times)."""
+    rng = random.Random(args.seed)
+    shm_before = set(os.listdir("/dev/shm"))
+    summary = {"hosts": net.mode, "backend": args.backend, "seed": args.seed, "faults": [],
+               "restart_scope": scope, "nodes": net.hosts, "nproc_per_node": args.nproc_per_node}
+    if reference:
+        summary["reference"] = reference
+    reference_acc = reference["test_accuracy"] if reference else None
+    problems = []
+    port = free_port()
+    job = Job(args, net, os.path.join(workdir, f"soak_{scope}"), port, f"soak{args.seed}{scope}",
+              scope=scope)
+    progress = Progress(os.path.join(job.out, "metrics.jsonl"))
+    log(f"soak ({scope}): {net.mode} hosts x {args.nproc_per_node} workers, {args.backend}, "
+        f"epochs {args.epochs}, faults {kinds}, seed {args.seed}, dir {job.workdir}")
+    job.start_all()
+    t0 = time.time()
+    while progress.last_step() < 3:  # training under way before the first fault
+        if not job.alive():
+            raise RuntimeError(f"the job ended before training started; see {job.workdir}/agent*.log")
+        time.sleep(0.2)
+
+    def rejoin():  # an agent that gave up (e.g. after a link cut) comes back
+        for h in range(net.hosts):
+            if h not in job.agents and job.agents:
+                job.start(h)
+
+    while time.time() - t0 < args.duration and job.alive():
+        time.sleep(rng.expovariate(1.0 / args.gap))
+        step_before, old_workers = progress.last_step(), job.all_workers()
+        fault = inject(rng.choice(kinds), job, net, args, rng, progress)
+        if fault is None:
+            continue
+        fault["step_before"] = step_before
+        got = wait_recovery(job, progress, fault["time"], old_workers, args.recovery_timeout,
+                            rejoin=fault.get("rejoin", rejoin), faulted=fault.get("pid"))
+        finish_fault(fault, got, summary, problems)
+        if fault["kind"] == "agent_kill" and got != "finished":  # the node returns: a scale-up, timed as its own event
+            rejoin_event = {"kind": "node_rejoin", "time": time.time(), "host": fault["host"]}
+            rejoin_event["step_before"], old_workers = progress.last_step(), job.all_workers()
+            job.start(fault["host"])
+            got = wait_recovery(job, progress, rejoin_event["time"], old_workers,
+                                args.recovery_timeout, rejoin)
+            finish_fault(rejoin_event, got, summary, problems)
+    if job.finished():
+        log(f"the job finished its {args.epochs} epochs within --duration: no job_term (use more epochs)")
+    else:
+        job_term(job, progress, args, summary, problems)
+    deadline = time.time() + args.duration * 4 + 600
+    while job.alive() and time.time() < deadline:
+        time.sleep(0.5)
+    if job.agents:
+        problems.append("the job did not finish after the last fault")
+        for p in job.agents.values():
+            p.kill()
+    codes = dict(job.exit_codes)
+    summary["final_exit_codes"] = codes
+    if any(rc != 0 for rc in codes.values()):
+        problems.append(f"the job did not exit 0 everywhere: {codes}")
+    acc = final_accuracy(job.out)
+    summary["test_accuracy"] = acc
+    summary["goodput"] = goodput(read_steps(job.out), since=t0)
+    if acc is None:
+        problems.append("no final test accuracy in metrics.jsonl")
+    elif reference_acc is not None and abs(acc - reference_acc) > args.accuracy_tolerance:
+        problems.append(f"final test accuracy {acc:.4f} vs fault-free {reference_acc:.4f}: "
+                        f"more than {args.accuracy_tolerance} apart")
+    problems += leftovers(job, shm_before)
+    return summary, problems
+
+
+def print_comparison(results):
+    """The scopes side by side: goodput, recovery and steps lost per fault kind."""
+    print("\n== restart scopes compared (same seed, same fault schedule) ==")
+    print(f"{'scope':<6} {'goodput':>8} {'redone':>7} {'faults':>7} {'recovery med s':>15} "
+          f"{'steps lost med':>15} {'test acc':>9}")
+    for summary, _ in results:
+        g = summary.get("goodput") or {}
+        rec = [f for f in summary["faults"] if f.get("recovered")]
+        med = statistics.median([f["recovery_s"] for f in rec]) if rec else float("nan")
+        lost = statistics.median([f["steps_lost"] for f in rec]) if rec else float("nan")
+        acc = summary.get("test_accuracy")
+        print(f"{summary['restart_scope']:<6} {g.get('goodput') or float('nan'):>8.4f} "
+              f"{g.get('steps_redone', '-'):>7} {len(summary['faults']):>7} {med:>15.2f} "
+              f"{lost:>15.0f} {acc if acc is not None else float('nan'):>9.4f}")
 
 
 def job_term(job, progress, args, summary, problems):
@@ -562,7 +620,7 @@ def inject(kind, job, net, args, rng, progress):
         os.kill(pid, signal.SIGKILL if kind == "worker_kill" else signal.SIGSTOP)
         fault["pid"] = pid
     elif kind == "agent_kill":
-        if len(hosts) <= 2:  # --nnodes 2:4: one more loss would end the job, not test recovery
+        if len(hosts) <= args.min_nodes:  # one more loss would end the job, not test recovery
             return None
         # The agent alone, as the OOM killer or a crash would: its workers die with it
         # (PDEATHSIG) and its orphan guard cleans up (process groups, flash directory). Killing
@@ -572,7 +630,7 @@ def inject(kind, job, net, args, rng, progress):
         job.agents[h].send_signal(signal.SIGKILL)
         fault["rejoin"] = lambda: None  # the node stays away until the others re-formed
     elif kind == "link_cut":
-        if len(hosts) <= 2:
+        if len(hosts) <= args.min_nodes:
             return None
         fault["time"] = time.time()
         net.set_link(h, False)
@@ -685,7 +743,7 @@ def size_epochs(args, net, workdir):
     run_to_end(probe, seen)
     at = {step: t for t, step, _ in seen.steps}
     per_step = (at[60] - at[20]) / 40
-    steps_per_epoch = 5000 // (args.batch_size * net.hosts)
+    steps_per_epoch = 5000 // (args.batch_size * net.hosts * args.nproc_per_node)
     args.epochs = max(1, int(args.fill * args.duration / (per_step * steps_per_epoch)))
     log(f"{per_step:.3f} s per step without faults: {args.epochs} epochs")
 
@@ -724,7 +782,8 @@ def leftovers(job, shm_before):
 def print_summary(summary, problems):
     faults = summary["faults"]
     print("\n== chaos soak summary ==")
-    print(f"hosts {summary['hosts']}, backend {summary['backend']}, seed {summary['seed']}")
+    print(f"hosts {summary['hosts']} ({summary.get('nodes')} x {summary.get('nproc_per_node')} workers), "
+          f"backend {summary['backend']}, seed {summary['seed']}, --restart_scope {summary.get('restart_scope')}")
     if "reference" in summary:
         r = summary["reference"]
         print(f"fault-free reference: {r['epochs']} epochs in {r['seconds']} s, test accuracy {r['test_accuracy']}")
