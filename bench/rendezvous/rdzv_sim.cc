@@ -747,6 +747,7 @@ struct Result {
   // --store_proxy on: the proxies' counters over the phase, all nodes.
   int64_t proxied_requests = 0, grouped = 0, upstream_writes = 0;
   double agents_workers_cpu_s = 0;  // the simulator's own cost for the phase
+  std::string not_run;  // why this N was not run (the store host could not hold its connections)
 };
 
 struct AgentProcess {
@@ -908,6 +909,25 @@ Result run_n(int n, const Options& opt) {
   Result res;
   res.n = n;
   res.store_proxy = opt.store_proxy;
+  if (opt.workers_per_agent > 0) {
+    // Each connection is a descriptor of the store host, whose limit is this process's raised
+    // as far as it goes (raise_fd_limit): a run that cannot fit fails on connections after the
+    // workers' 120 s connect timeout, and its waits for the missing roots' ids last 600 s more.
+    raise_fd_limit();
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    const int64_t per_node = opt.store_proxy ? 2 : 1 + opt.workers_per_agent;
+    const int64_t need = int64_t(n) * per_node + 64;  // and the server's own few
+    if (static_cast<rlim_t>(need) > lim.rlim_cur) {
+      res.not_run = fmt::format(
+          "not run: the store host would hold {} connections ({} per node and a few of its own) "
+          "and its fd limit here is {} (the hard limit, which this machine does not let even "
+          "root raise): direct connections break first on connections, at {} nodes",
+          need, per_node, static_cast<long long>(lim.rlim_cur),
+          (static_cast<int64_t>(lim.rlim_cur) - 64) / per_node);
+      return res;
+    }
+  }
   Server server = start_server(opt);
   auto host_usage = [&] {
     return server.pid > 0 ? usage_of(server.pid, server.precise_cpu) : HostUsage{};
@@ -1114,7 +1134,7 @@ void print_workers_table(std::vector<Result> results, const Options& opt) {
                 r.t_last_join_to_workers, r.workers_cpu_s, r.hwm_mib,
                 static_cast<long long>(r.store_connections), r.store_requests / double(r.n),
                 r.store_bytes / 1e3 / r.n, r.store_proxy ? r.upstream_writes / double(r.n) : 0.0,
-                r.agents_hwm_mib, r.ok ? "" : " FAILED");
+                r.agents_hwm_mib, !r.not_run.empty() ? " NOT_RUN" : r.ok ? "" : " FAILED");
   }
   for (bool proxy : {false, true}) {
     std::vector<Result> mode;
@@ -1293,6 +1313,12 @@ int main(int argc, char** argv) {
       return 2;
     }
     results.push_back(r);
+    if (!r.not_run.empty()) {
+      std::printf("N=%d --store_proxy %s: %s\n", n, proxy ? "on" : "off", r.not_run.c_str());
+      all_ok = false;
+      std::fflush(stdout);
+      continue;
+    }
     all_ok = all_ok && r.ok && (!opt.loss || r.reform_s >= 0);  // and the survivors re-formed
     std::printf(
         "N=%d: %d/%d agents ranked%s; first join -> all ranked %.3f s (last join -> all %.3f s)\n"
@@ -1321,6 +1347,7 @@ int main(int argc, char** argv) {
   std::printf("# N  rank_s  store_cpu_s  store_rss_mib  store_mb  requests  ka_req_per_s  "
               "reform_s\n");
   for (const auto& r : results) {
+    if (!r.not_run.empty()) continue;
     std::printf("%d %.3f %.3f %.1f %.2f %lld %.0f %.3f\n", r.n, r.t_first_join_to_all,
                 r.round_cpu_s, r.hwm_mib, r.round_bytes / 1e6,
                 static_cast<long long>(r.round_requests), r.ka_requests_per_s, r.reform_s);
