@@ -21,7 +21,7 @@ SocketBytes tcp_bytes_of_this_process() {
     if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &info, &len) != 0) continue;  // not a TCP socket
     if (info.tcpi_state != 1 /* TCP_ESTABLISHED */) continue;  // the listener
     total.received += static_cast<int64_t>(info.tcpi_bytes_received);
-    total.sent += static_cast<int64_t>(info.tcpi_bytes_acked);
+    total.sent += static_cast<int64_t>(info.tcpi_bytes_sent);
     ++total.sockets;
   }
   closedir(dir);

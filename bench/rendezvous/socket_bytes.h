@@ -9,7 +9,9 @@ namespace dlaunch::sim {
 
 struct SocketBytes {
   int64_t received = 0;  // payload bytes received (tcpi_bytes_received)
-  int64_t sent = 0;      // payload bytes sent and acknowledged (tcpi_bytes_acked)
+  // payload bytes sent (tcpi_bytes_sent, retransmits too, none on loopback); not the acked
+  // count, which lags a delayed ACK behind the last replies of a phase
+  int64_t sent = 0;
   int64_t sockets = 0;   // connected TCP sockets counted
 };
 
