@@ -43,9 +43,9 @@
 //     its process's one thread; its store client's socket calls yield to the process's epoll
 //     loop (fiber_socket_hooks.cc), so the simulator's cost is its agents' work, not 16,384
 //     scheduled threads. Each agent ticks its own keep-alive every interval / 4. The state
-//     machine reads time from the clock and waits only in store calls, which yield; its one
-//     other wait (200 ms on its condition variable before retrying after a store error) would
-//     hold the whole process, and happens only on errors, which the run reports.
+//     machine reads time from the clock and waits only in store calls, which yield, and in
+//     timed waits (200 ms on its condition variable before retrying after a store error; a
+//     client's connect backoff), which park the fiber alone (fiber_wait_hooks.cc).
 //   threads: each agent runs next_rendezvous() on a thread of its own (256 KiB stack) only
 //     while it joins; two threads per process tick every agent's keep-alive in turn.
 //
