@@ -4,7 +4,10 @@
 //
 // These definitions in rdzv_sim's executable take the place of libc's for every caller in it
 // (ELF symbol interposition). Off a fiber (the thread driver, the store host process, the
-// driver's own pipes) they do exactly what libc's do, through the same system calls.
+// driver's own pipes) they do exactly what libc's do, through the same system calls; so they
+// do on a socket its owner made non-blocking (Asio's send and recv, a store proxy's), which
+// asked for EAGAIN rather than a wait.
+#include <fcntl.h>
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -27,6 +30,13 @@ int receive_timeout_ms(int fd) {
   return static_cast<int>(tv.tv_sec * 1000 + (tv.tv_usec + 999) / 1000);
 }
 
+// A socket the caller made non-blocking (Asio's, in the store proxy a simulated node starts
+// from its fiber) asked for EAGAIN, not a wait: asked only once a call would block.
+bool non_blocking(int fd) {
+  const int flags = fcntl(fd, F_GETFL);
+  return flags >= 0 && (flags & O_NONBLOCK);
+}
+
 uint32_t epoll_events_of(short poll_events) {
   uint32_t e = 0;
   if (poll_events & POLLIN) e |= EPOLLIN;
@@ -42,7 +52,7 @@ extern "C" ssize_t recv(int fd, void* buf, size_t len, int flags) {
     return recvfrom(fd, buf, len, flags, nullptr, nullptr);
   for (;;) {
     ssize_t r = recvfrom(fd, buf, len, flags | MSG_DONTWAIT, nullptr, nullptr);
-    if (r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return r;
+    if (r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || non_blocking(fd)) return r;
     if (!loop->wait_fd(fd, EPOLLIN | EPOLLRDHUP, receive_timeout_ms(fd))) {
       errno = EAGAIN;  // what SO_RCVTIMEO makes a blocking recv() return
       return -1;
@@ -55,7 +65,7 @@ extern "C" ssize_t send(int fd, const void* buf, size_t len, int flags) {
   if (loop == nullptr || (flags & MSG_DONTWAIT)) return sendto(fd, buf, len, flags, nullptr, 0);
   for (;;) {
     ssize_t r = sendto(fd, buf, len, flags | MSG_DONTWAIT, nullptr, 0);
-    if (r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK)) return r;
+    if (r >= 0 || (errno != EAGAIN && errno != EWOULDBLOCK) || non_blocking(fd)) return r;
     loop->wait_fd(fd, EPOLLOUT, -1);
   }
 }

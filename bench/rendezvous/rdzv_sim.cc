@@ -6,15 +6,23 @@
 //            [--keep-alive-interval 1] [--driver fibers|threads] [--no-loss] [--by-op]
 //            [--perf-round PREFIX]
 //            [--backend c10d|etcd [--etcd_endpoint HOST:PORT [--etcd_pid PID]]]
-//            [--workers_per_agent W [--store_proxy off]]
+//            [--workers_per_agent W [--store_proxy off|on|off,on]]
 //
 // --workers_per_agent W: once every agent is ranked, each agent's W simulated PyTorch workers
 // (fibers of its process, sim_workers.h: the requests of `init_process_group("nccl")` in 2.15)
-// connect to the store host, each with its own connection (--store_proxy off: as today), and
-// run their init; printed per N: last join -> every worker through init, the store host's
-// CPU-s and requests and bytes per node for it. Workers connect to 64 loopback addresses
-// (127.0.1.0/26) so a million connections fit the ephemeral ports; the simulator raises its
-// own fd limits (not the product's). c10d and the fiber driver only.
+// run their init against the store host. --store_proxy off (the default, as today): each worker
+// has its own connection to the store host, from one of 64 loopback addresses (127.0.1.0/26)
+// so a million connections fit the ephemeral ports. --store_proxy on: each node first starts
+// the product's StoreProxy (rendezvous/proxy/store_proxy.h, in its agent's process, on a thread
+// of its own, one CHANNELS connection to the store host) and its workers connect to that on
+// 127.0.0.1, as NodeStoreProxy arranges in the agent. 'off,on' runs each N both ways. Printed
+// per N and mode: last join -> every worker through init; the store host's CPU-s (its own
+// threads), peak RSS, connections, and the requests it handled and the bytes its sockets
+// carried in the phase (its own counters: the server's stats and TCP_INFO), per node; the
+// workers' requests counted at their clients; the proxies' upstream writes. The simulator
+// raises its own fd limits (not the product's). c10d and the fiber driver only; the fibers'
+// timed waits (a client's connect backoff) park the fiber, not the process
+// (fiber_wait_hooks.cc).
 //
 // --perf-round PREFIX records the store host with `perf record -g` during each round only, to
 // PREFIX-<N>.data (compare two N with `perf report --no-children`: what grows faster than N).
@@ -35,9 +43,9 @@
 //     its process's one thread; its store client's socket calls yield to the process's epoll
 //     loop (fiber_socket_hooks.cc), so the simulator's cost is its agents' work, not 16,384
 //     scheduled threads. Each agent ticks its own keep-alive every interval / 4. The state
-//     machine reads time from the clock and waits only in store calls, which yield; its one
-//     other wait (200 ms on its condition variable before retrying after a store error) would
-//     hold the whole process, and happens only on errors, which the run reports.
+//     machine reads time from the clock and waits only in store calls, which yield, and in
+//     timed waits (200 ms on its condition variable before retrying after a store error; a
+//     client's connect backoff), which park the fiber alone (fiber_wait_hooks.cc).
 //   threads: each agent runs next_rendezvous() on a thread of its own (256 KiB stack) only
 //     while it joins; two threads per process tick every agent's keep-alive in turn.
 //
@@ -84,9 +92,11 @@
 #include "bench/rendezvous/etcd_sim_backend.h"
 #include "bench/rendezvous/fiber_loop.h"
 #include "bench/rendezvous/sim_workers.h"
+#include "bench/rendezvous/socket_bytes.h"
 #include "common/log.h"
 #include "rendezvous/handlers/dynamic_rendezvous.h"
 #include "rendezvous/handlers/rendezvous_events.h"
+#include "rendezvous/proxy/store_proxy.h"
 #include "rendezvous/tcp/host_port.h"
 #include "rendezvous/tcp/tcp_store_client.h"
 #include "rendezvous/tcp/tcp_store_server.h"
@@ -112,6 +122,9 @@ struct Options {
   bool by_op = false;  // each agent process prints its requests and bytes by operation (etcd: calls by path)
   std::string perf_round;  // non-empty: `perf record` the store host during each round, to <this>-<N>.data
   int workers_per_agent = 0;  // 0: no workers phase
+  // --store_proxy: the modes to run each N in, in order; `store_proxy` is this run's.
+  std::vector<bool> proxy_modes{false};
+  bool store_proxy = false;
 };
 
 // The loopback addresses workers connect to: one address pair has about 28,000 ephemeral ports.
@@ -218,6 +231,8 @@ struct Report {
   int64_t t_start, t_done;  // mono ns
   int64_t requests, bytes;
   int64_t watch_events;  // etcd only
+  // --store_proxy on (kRequests): the process's proxies' counters (StoreProxyStats), summed.
+  int64_t proxied_requests, grouped, upstream_writes;
 };
 
 void send_report(int fd, const Report& r) { (void)!write(fd, &r, sizeof(r)); }
@@ -227,7 +242,15 @@ void send_report(int fd, const Report& r) { (void)!write(fd, &r, sizeof(r)); }
 struct StoreHost {
   pid_t pid = -1;
   uint16_t port = 0;
-  int control = -1;  // closing it stops the server
+  int control = -1;  // closing it stops the server; 'S' asks for its counters
+  int counters = -1;  // where the StoreHostCounters come
+};
+
+// What the store host counts itself: the requests its server handled (a GROUP the store
+// combined is one; TcpStoreServer::stats()), its open connections, and the payload bytes its
+// sockets carried (the kernel's TCP_INFO counters, socket_bytes.h).
+struct StoreHostCounters {
+  int64_t requests = 0, connections = 0, bytes_in = 0, bytes_out = 0;
 };
 
 // As many fds as the kernel allows (root may raise the hard limit): a store host serving N
@@ -264,6 +287,11 @@ StoreHost start_store_host() {
     (void)!write(up[1], &port, sizeof(port));
     char c;
     while (read(down[0], &c, 1) > 0) {
+      if (c != 'S') continue;
+      const auto stats = server.stats();
+      const auto bytes = sim::tcp_bytes_of_this_process();
+      StoreHostCounters k{stats.requests, stats.connections, bytes.received, bytes.sent};
+      (void)!write(up[1], &k, sizeof(k));
     }
     server.stop();
     _exit(0);
@@ -276,8 +304,18 @@ StoreHost start_store_host() {
   if (read(up[0], &h.port, sizeof(h.port)) != sizeof(h.port)) {
     throw SystemError("rdzv_sim: the store host did not start");
   }
-  ::close(up[0]);
+  h.counters = up[0];
   return h;
+}
+
+// Asked between phases, outside the CPU measured: the store host spends it in its main thread.
+StoreHostCounters store_host_counters(const StoreHost& h) {
+  StoreHostCounters k;
+  const char c = 'S';
+  if (write(h.control, &c, 1) != 1 || read(h.counters, &k, sizeof(k)) != sizeof(k)) {
+    throw SystemError("rdzv_sim: the store host did not report its counters");
+  }
+  return k;
 }
 
 struct HostUsage {
@@ -355,7 +393,11 @@ struct SimAgent {
   int64_t rank = -1, world = 0;  // of its first round, for its workers' ranks
   // --workers_per_agent: its workers' connections, kept open after init as PyTorch's are.
   std::vector<std::shared_ptr<Store>> workers;
+  std::unique_ptr<StoreProxy> proxy;  // --store_proxy on: this node's, which its workers reach
 };
+
+// --store_proxy on: this process's nodes' proxies, for their counters.
+std::vector<StoreProxy*> g_proxies;
 
 RendezvousParams agent_params(int n, const std::string& endpoint, const std::string& run_id,
                               int index, const Options& opt) {
@@ -433,7 +475,13 @@ void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
 using Agents = std::vector<std::unique_ptr<SimAgent>>;
 
 void report_requests(int report_fd, int first, const Options& opt) {
-  Report r{Report::kRequests, first, 0, 0, 0, 0, 0, g_requests.load(), g_bytes.load(), 0};
+  Report r{Report::kRequests, first, 0, 0, 0, 0, 0, g_requests.load(), g_bytes.load(), 0, 0, 0, 0};
+  for (const StoreProxy* p : g_proxies) {
+    const auto st = p->stats();
+    r.proxied_requests += st.requests;
+    r.grouped += st.grouped;
+    r.upstream_writes += st.upstream_writes;
+  }
   if (opt.backend == Backend::kEtcd) {  // counted by the etcd client; bytes are not
     auto t = sim::etcd_traffic();
     r.requests = t.calls;
@@ -486,37 +534,68 @@ void drive_with_threads(Agents& agents, int cmd, int report_fd, int first, const
   for (auto& t : tickers) t.join();
 }
 
-// --workers_per_agent: each ranked agent's workers, a fiber each, connect and run their init
-// (sim_workers.h); the agent reports once all of them are through.
-void start_workers(sim::FiberLoop& loop, Agents& agents, int report_fd, const Options& opt) {
+// One node's workers, a fiber each: each connects to host:port (the store host, or the node's
+// proxy) and runs its init (sim_workers.h); the node reports once all of them are through.
+void spawn_node_workers(sim::FiberLoop& loop, SimAgent* a, const std::string& host, uint16_t port,
+                        std::shared_ptr<Report> done, int report_fd, const Options& opt) {
   const int w = opt.workers_per_agent;
+  auto left = std::make_shared<int>(w);
+  for (int local = 0; local < w; ++local) {
+    loop.spawn([a, local, w, left, done, report_fd, host, port] {
+      const int64_t rank = a->rank * w + local;
+      std::shared_ptr<Store> store;
+      try {
+        TcpStoreClientOptions o;
+        o.host = host.empty() ? fmt::format("127.0.1.{}", rank % kWorkerAddresses) : host;
+        o.port = port;
+        o.connect_timeout = std::chrono::seconds(120);
+        o.timeout = std::chrono::seconds(600);
+        store = std::make_shared<CountingStore>(std::make_shared<TcpStoreClient>(o));
+        sim::run_worker_init(*store, sim::NcclInitModel{a->world * w}, rank);
+        ++done->rank;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rdzv_sim: worker %lld: %s\n", static_cast<long long>(rank),
+                     e.what());
+      }
+      if (store) a->workers.push_back(store);
+      done->t_done = std::max(done->t_done, mono_ns());
+      if (--*left == 0) send_report(report_fd, *done);
+    });
+  }
+}
+
+// --workers_per_agent: each ranked agent's workers run their init. --store_proxy off: each
+// worker connects to the store host itself (from one of kWorkerAddresses); on: the node first
+// starts its StoreProxy (the product's, as NodeStoreProxy does: one CHANNELS connection to the
+// store host, its own thread), and its workers connect to the proxy on 127.0.0.1.
+void start_workers(sim::FiberLoop& loop, Agents& agents, int report_fd, const Options& opt) {
   for (auto& owned : agents) {
     SimAgent* a = owned.get();
     if (a->rank < 0) continue;
-    auto left = std::make_shared<int>(w);
     auto done = std::make_shared<Report>();
-    *done = Report{Report::kWorkersDone, a->index, 0, 0, 0, mono_ns(), 0, 0, 0, 0};
-    for (int local = 0; local < w; ++local) {
-      loop.spawn([a, local, w, left, done, report_fd] {
-        const int64_t rank = a->rank * w + local;
-        TcpStoreClientOptions o;
-        o.host = fmt::format("127.0.1.{}", rank % kWorkerAddresses);
-        o.port = g_store_port;
-        o.connect_timeout = std::chrono::seconds(120);
-        o.timeout = std::chrono::seconds(600);
-        auto store = std::make_shared<CountingStore>(std::make_shared<TcpStoreClient>(o));
-        try {
-          sim::run_worker_init(*store, sim::NcclInitModel{a->world * w}, rank);
-          ++done->rank;
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "rdzv_sim: worker %lld: %s\n", static_cast<long long>(rank),
-                       e.what());
-        }
-        a->workers.push_back(store);
-        done->t_done = std::max(done->t_done, mono_ns());
-        if (--*left == 0) send_report(report_fd, *done);
-      });
+    *done = Report{Report::kWorkersDone, a->index, 0, 0, 0, mono_ns(), 0, 0, 0, 0, 0, 0, 0};
+    if (!opt.store_proxy) {
+      spawn_node_workers(loop, a, "", g_store_port, done, report_fd, opt);
+      continue;
     }
+    loop.spawn([&loop, a, done, report_fd, &opt] {
+      uint16_t port = 0;
+      try {
+        StoreProxyOptions o;
+        o.store_host = fmt::format("127.0.1.{}", a->index % kWorkerAddresses);
+        o.store_port = g_store_port;
+        o.connect_timeout = std::chrono::seconds(120);
+        a->proxy = std::make_unique<StoreProxy>(o);
+        port = a->proxy->start();  // its connect and handshake yield (fiber_asio_hooks.cc)
+        g_proxies.push_back(a->proxy.get());
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rdzv_sim: agent %d's store proxy: %s\n", a->index, e.what());
+        done->t_done = mono_ns();
+        send_report(report_fd, *done);  // none of its workers through
+        return;
+      }
+      spawn_node_workers(loop, a, "127.0.0.1", port, done, report_fd, opt);
+    });
   }
 }
 
@@ -590,6 +669,14 @@ void make_c10d_agent(SimAgent& a, RendezvousParams params, uint16_t port) {
                                     const Options& opt) {
   raise_fd_limit();
   g_store_port = parse_host_port(endpoint, 0, "the store host").port;
+  if (opt.store_proxy) {
+    // Each node's proxy runs a thread of its own (the product's StoreProxy): small stacks, as
+    // the thread driver's, so hundreds per process cost little memory.
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setstacksize(&attr, 256 * 1024);
+    pthread_setattr_default_np(&attr);
+  }
   // Each agent's result holds N hosts and N worker counts (hundreds of KiB at 16K), which glibc
   // would mmap and unmap per agent: thousands of page faults each, O(N^2) in one host, where a
   // real agent pays it once on its own machine. Kept on the heap, freed blocks are reused.
@@ -652,7 +739,15 @@ struct Result {
   // --workers_per_agent: the workers' init (the default group of PyTorch 2.15's NCCL)
   int64_t workers_ok = 0;
   double t_last_join_to_workers = 0, workers_cpu_s = 0;
-  int64_t workers_requests = 0, workers_bytes = 0;
+  int64_t workers_requests = 0, workers_bytes = 0;  // counted at the workers' clients
+  bool store_proxy = false;
+  // At the store host over the workers' phase (StoreHostCounters): requests it handled, payload
+  // bytes in and out, connections open at the end.
+  int64_t store_requests = 0, store_bytes = 0, store_connections = 0;
+  // --store_proxy on: the proxies' counters over the phase, all nodes.
+  int64_t proxied_requests = 0, grouped = 0, upstream_writes = 0;
+  double agents_workers_cpu_s = 0;  // the simulator's own cost for the phase
+  std::string not_run;  // why this N was not run (the store host could not hold its connections)
 };
 
 struct AgentProcess {
@@ -675,6 +770,7 @@ bool read_report(int fd, Report& r, int timeout_ms) {
 
 struct Traffic {
   int64_t requests = 0, bytes = 0, watch_events = 0;
+  int64_t proxied_requests = 0, grouped = 0, upstream_writes = 0;
 };
 
 Traffic total_requests(const std::vector<AgentProcess>& procs, int report_fd) {
@@ -687,6 +783,9 @@ Traffic total_requests(const std::vector<AgentProcess>& procs, int report_fd) {
       total.requests += r.requests;
       total.bytes += r.bytes;
       total.watch_events += r.watch_events;
+      total.proxied_requests += r.proxied_requests;
+      total.grouped += r.grouped;
+      total.upstream_writes += r.upstream_writes;
       ++got;
     }
   }
@@ -737,6 +836,7 @@ Server start_server(const Options& opt) {
 void stop_server(Server& s) {
   if (s.store.pid > 0) {
     ::close(s.store.control);
+    ::close(s.store.counters);
     waitpid(s.store.pid, nullptr, 0);
   }
   sim::stop_etcd_server(s.etcd);
@@ -768,9 +868,11 @@ void stop_perf(pid_t p) {
 // CPU and the requests and bytes of the phase (counted at the workers' clients).
 template <typename Usage>
 void run_workers_phase(const std::vector<AgentProcess>& procs, int report_fd, int64_t last_join,
-                       Usage host_usage, Result& res, const Options& opt) {
-  HostUsage before = host_usage();
+                       const StoreHost& store, Usage host_usage, Result& res, const Options& opt) {
   Traffic traffic_before = total_requests(procs, report_fd);
+  const StoreHostCounters store_before = store_host_counters(store);
+  HostUsage before = host_usage();
+  HostUsage agents_before = usage_of_agents(procs);
   tell_all(procs, 'W');
   int agents_done = 0;
   int64_t last_done = 0;
@@ -786,17 +888,46 @@ void run_workers_phase(const std::vector<AgentProcess>& procs, int report_fd, in
     return;
   }
   HostUsage after = host_usage();
+  res.agents_workers_cpu_s = usage_of_agents(procs).cpu_s - agents_before.cpu_s;
+  const StoreHostCounters store_after = store_host_counters(store);
   Traffic traffic_after = total_requests(procs, report_fd);
   res.t_last_join_to_workers = (last_done - last_join) / 1e9;
   res.workers_cpu_s = after.cpu_s - before.cpu_s;
   res.workers_requests = traffic_after.requests - traffic_before.requests;
   res.workers_bytes = traffic_after.bytes - traffic_before.bytes;
+  res.store_requests = store_after.requests - store_before.requests;
+  res.store_bytes = (store_after.bytes_in + store_after.bytes_out) -
+                    (store_before.bytes_in + store_before.bytes_out);
+  res.store_connections = store_after.connections;
+  res.proxied_requests = traffic_after.proxied_requests - traffic_before.proxied_requests;
+  res.grouped = traffic_after.grouped - traffic_before.grouped;
+  res.upstream_writes = traffic_after.upstream_writes - traffic_before.upstream_writes;
   if (res.workers_ok != int64_t(res.n) * opt.workers_per_agent) res.ok = false;
 }
 
 Result run_n(int n, const Options& opt) {
   Result res;
   res.n = n;
+  res.store_proxy = opt.store_proxy;
+  if (opt.workers_per_agent > 0) {
+    // Each connection is a descriptor of the store host, whose limit is this process's raised
+    // as far as it goes (raise_fd_limit): a run that cannot fit fails on connections after the
+    // workers' 120 s connect timeout, and its waits for the missing roots' ids last 600 s more.
+    raise_fd_limit();
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    const int64_t per_node = opt.store_proxy ? 2 : 1 + opt.workers_per_agent;
+    const int64_t need = int64_t(n) * per_node + 64;  // and the server's own few
+    if (static_cast<rlim_t>(need) > lim.rlim_cur) {
+      res.not_run = fmt::format(
+          "not run: the store host would hold {} connections ({} per node and a few of its own) "
+          "and its fd limit here is {} (the hard limit, which this machine does not let even "
+          "root raise): direct connections break first on connections, at {} nodes",
+          need, per_node, static_cast<long long>(lim.rlim_cur),
+          (static_cast<int64_t>(lim.rlim_cur) - 64) / per_node);
+      return res;
+    }
+  }
   Server server = start_server(opt);
   auto host_usage = [&] {
     return server.pid > 0 ? usage_of(server.pid, server.precise_cpu) : HostUsage{};
@@ -821,7 +952,10 @@ Result run_n(int n, const Options& opt) {
     if (pid == 0) {
       ::close(cmd[1]);
       ::close(rep[0]);
-      if (server.store.pid > 0) ::close(server.store.control);
+      if (server.store.pid > 0) {
+        ::close(server.store.control);
+        ::close(server.store.counters);
+      }
       for (const auto& p : procs) ::close(p.cmd);
       run_agent_process(n, server.endpoint, run_id, first, count, cmd[0], rep[1], opt);
     }
@@ -887,7 +1021,7 @@ Result run_n(int n, const Options& opt) {
   res.round_requests = traffic_after.requests - traffic_before.requests;
   res.round_watch_events = traffic_after.watch_events - traffic_before.watch_events;
 
-  if (res.ok && opt.workers_per_agent > 0) run_workers_phase(procs, rep[0], last_join, host_usage, res, opt);
+  if (res.ok && opt.workers_per_agent > 0) run_workers_phase(procs, rep[0], last_join, server.store, host_usage, res, opt);
 
   // Keep-alives while the workers would run.
   if (res.ok) {
@@ -964,32 +1098,58 @@ double fit_exponent(const std::vector<Result>& rs, double Result::*field);
 
 void print_workers_round(const Result& r, const Options& opt) {
   const int64_t ranks = int64_t(r.n) * opt.workers_per_agent;
-  std::printf("  workers (--store_proxy off): %lld/%lld ranks through init (%lld NCCL ids), "
-              "last join -> every worker through init %.3f s; store host %.3f CPU-s, %lld "
-              "connections, %lld requests and %.2f MB (%.1f requests and %.1f KB per node)\n",
-              static_cast<long long>(r.workers_ok), static_cast<long long>(ranks),
+  std::printf("  workers (--store_proxy %s): %lld/%lld ranks through init (%lld NCCL ids), "
+              "last join -> every worker through init %.3f s\n"
+              "    store host: %.3f CPU-s, %lld connections, %lld requests and %.2f MB in and out "
+              "(%.1f requests and %.1f KB per node), peak RSS %.1f MiB\n"
+              "    workers' clients: %lld requests and %.2f MB (%.1f requests per node); the "
+              "simulator's processes: %.3f CPU-s for the phase, peak RSS %.1f MiB in all\n",
+              r.store_proxy ? "on" : "off", static_cast<long long>(r.workers_ok),
+              static_cast<long long>(ranks),
               static_cast<long long>(sim::NcclInitModel{ranks}.roots()),
               r.t_last_join_to_workers, r.workers_cpu_s,
-              static_cast<long long>(ranks + r.n), static_cast<long long>(r.workers_requests),
-              r.workers_bytes / 1e6, r.workers_requests / double(r.n),
-              r.workers_bytes / 1e3 / r.n);
+              static_cast<long long>(r.store_connections), static_cast<long long>(r.store_requests),
+              r.store_bytes / 1e6, r.store_requests / double(r.n), r.store_bytes / 1e3 / r.n,
+              r.hwm_mib, static_cast<long long>(r.workers_requests), r.workers_bytes / 1e6,
+              r.workers_requests / double(r.n), r.agents_workers_cpu_s, r.agents_hwm_mib);
+  if (r.store_proxy) {
+    std::printf("    proxies: %lld requests forwarded, %lld of them inside GROUPs, %lld upstream "
+                "writes (%.1f per node)\n",
+                static_cast<long long>(r.proxied_requests), static_cast<long long>(r.grouped),
+                static_cast<long long>(r.upstream_writes), r.upstream_writes / double(r.n));
+  }
 }
 
-void print_workers_table(const std::vector<Result>& results, const Options& opt) {
-  std::printf("# N  ranks  init_s  store_cpu_s  requests_per_node  kb_per_node  store_rss_mib\n");
+// One line per N and mode (off and on next to each other), then the growth per mode.
+void print_workers_table(std::vector<Result> results, const Options& opt) {
+  std::stable_sort(results.begin(), results.end(),
+                   [](const Result& a, const Result& b) { return a.n < b.n; });
+  std::printf("# N  proxy  ranks  init_s  store_cpu_s  store_rss_mib  store_connections  "
+              "store_requests_per_node  store_kb_per_node  upstream_writes_per_node  "
+              "sim_rss_mib\n");
   for (const auto& r : results) {
-    std::printf("%d %lld %.3f %.3f %.1f %.1f %.1f\n", r.n,
+    std::printf("%d %s %lld %.3f %.3f %.1f %lld %.1f %.1f %.1f %.1f%s\n", r.n,
+                r.store_proxy ? "on" : "off",
                 static_cast<long long>(int64_t(r.n) * opt.workers_per_agent),
-                r.t_last_join_to_workers, r.workers_cpu_s, r.workers_requests / double(r.n),
-                r.workers_bytes / 1e3 / r.n, r.hwm_mib);
+                r.t_last_join_to_workers, r.workers_cpu_s, r.hwm_mib,
+                static_cast<long long>(r.store_connections), r.store_requests / double(r.n),
+                r.store_bytes / 1e3 / r.n, r.store_proxy ? r.upstream_writes / double(r.n) : 0.0,
+                r.agents_hwm_mib, !r.not_run.empty() ? " NOT_RUN" : r.ok ? "" : " FAILED");
   }
-  std::vector<Result> with_bytes = results;
-  for (auto& r : with_bytes) r.hwm_mib = static_cast<double>(r.workers_bytes);
-  std::printf("growth exponent over N (workers' init): store CPU %.2f, init time %.2f, store "
-              "bytes %.2f\n",
-              fit_exponent(results, &Result::workers_cpu_s),
-              fit_exponent(results, &Result::t_last_join_to_workers),
-              fit_exponent(with_bytes, &Result::hwm_mib));
+  for (bool proxy : {false, true}) {
+    std::vector<Result> mode;
+    for (const auto& r : results) {
+      if (r.store_proxy == proxy && r.ok) mode.push_back(r);
+    }
+    if (mode.size() < 2) continue;
+    std::vector<Result> with_bytes = mode;
+    for (auto& r : with_bytes) r.hwm_mib = static_cast<double>(r.store_bytes);
+    std::printf("growth exponent over N (workers' init, --store_proxy %s): store CPU %.2f, init "
+                "time %.2f, store bytes %.2f\n",
+                proxy ? "on" : "off", fit_exponent(mode, &Result::workers_cpu_s),
+                fit_exponent(mode, &Result::t_last_join_to_workers),
+                fit_exponent(with_bytes, &Result::hwm_mib));
+  }
 }
 
 void print_etcd_table(const std::vector<Result>& results) {
@@ -1085,10 +1245,21 @@ int main(int argc, char** argv) {
     } else if (a == "--workers_per_agent") {
       opt.workers_per_agent = std::stoi(next());
     } else if (a == "--store_proxy") {
-      std::string mode = next();
-      if (mode != "off") {
-        std::fprintf(stderr, "rdzv_sim: --store_proxy expects 'off' (the proxy is not in the "
-                             "simulator yet), got '%s'\n", mode.c_str());
+      const std::string modes = next();
+      opt.proxy_modes.clear();
+      std::stringstream ss(modes);
+      std::string mode;
+      while (std::getline(ss, mode, ',')) {
+        if (mode != "off" && mode != "on") {
+          std::fprintf(stderr, "rdzv_sim: --store_proxy expects 'off', 'on' or both ('off,on': "
+                               "each N in each mode), got '%s'\n", modes.c_str());
+          return 2;
+        }
+        opt.proxy_modes.push_back(mode == "on");
+      }
+      if (opt.proxy_modes.empty()) {
+        std::fprintf(stderr, "rdzv_sim: --store_proxy expects 'off', 'on' or 'off,on', got "
+                             "nothing\n");
         return 2;
       }
     } else {
@@ -1096,7 +1267,7 @@ int main(int argc, char** argv) {
                    "usage: rdzv_sim [--agents 1024,4096,16384] [--per-process 4096] "
                    "[--keep-alive-seconds 5] [--keep-alive-interval 1] [--driver fibers|threads] "
                    "[--no-loss] [--by-op] [--perf-round PREFIX] [--backend c10d|etcd [--etcd_endpoint HOST:PORT "
-                   "[--etcd_pid PID]]] [--workers_per_agent W [--store_proxy off]]\n");
+                   "[--etcd_pid PID]]] [--workers_per_agent W [--store_proxy off|on|off,on]]\n");
       return 2;
     }
   }
@@ -1126,15 +1297,28 @@ int main(int argc, char** argv) {
   if (!getenv("DLAUNCH_LOG_LEVEL")) set_log_level(LogLevel::kError);  // else as the user asks
   std::vector<Result> results;
   bool all_ok = true;
+  if (opt.workers_per_agent == 0) opt.proxy_modes = {false};  // no workers, nothing to proxy
+  std::vector<std::pair<int, bool>> runs;
   for (int n : opt.agents) {
+    for (bool proxy : opt.proxy_modes) runs.emplace_back(n, proxy);
+  }
+  for (auto [n, proxy] : runs) {
     Result r;
     try {
-      r = run_n(n, opt);
+      Options this_run = opt;
+      this_run.store_proxy = proxy;
+      r = run_n(n, this_run);
     } catch (const UsageError& e) {  // e.g. no etcd installed: say so, as bad usage
       std::fprintf(stderr, "%s\n", e.what());
       return 2;
     }
     results.push_back(r);
+    if (!r.not_run.empty()) {
+      std::printf("N=%d --store_proxy %s: %s\n", n, proxy ? "on" : "off", r.not_run.c_str());
+      all_ok = false;
+      std::fflush(stdout);
+      continue;
+    }
     all_ok = all_ok && r.ok && (!opt.loss || r.reform_s >= 0);  // and the survivors re-formed
     std::printf(
         "N=%d: %d/%d agents ranked%s; first join -> all ranked %.3f s (last join -> all %.3f s)\n"
@@ -1163,6 +1347,7 @@ int main(int argc, char** argv) {
   std::printf("# N  rank_s  store_cpu_s  store_rss_mib  store_mb  requests  ka_req_per_s  "
               "reform_s\n");
   for (const auto& r : results) {
+    if (!r.not_run.empty()) continue;
     std::printf("%d %.3f %.3f %.1f %.2f %lld %.0f %.3f\n", r.n, r.t_first_join_to_all,
                 r.round_cpu_s, r.hwm_mib, r.round_bytes / 1e6,
                 static_cast<long long>(r.round_requests), r.ka_requests_per_s, r.reform_s);
