@@ -52,6 +52,11 @@ inline constexpr const char kShutdownGrace[] = "DLAUNCH_SHUTDOWN_GRACE";
 // training state from a surviving rank instead of a checkpoint (dtrain: worker/train/peer_state.h).
 // Set only for a worker that opted in; not set by today's agent (it restarts the whole group).
 inline constexpr const char kReplacement[] = "DLAUNCH_REPLACEMENT";
+// The store key of this worker group's generation counter, set (at every spawn) only when the
+// agent replaces single ranks in process (--restart_scope rank). Value:
+// dlaunch/recovery/<run_id>/attempt_<restart_count>; a worker that opted in
+// (common/rank_recovery.h) re-forms its group at each generation the agent announces there.
+inline constexpr const char kRecoveryKey[] = "DLAUNCH_RECOVERY_KEY";
 }  // namespace env_names
 
 struct WorkerEnv {

@@ -17,6 +17,13 @@
 // --resume PATH that is corrupt), TimeoutError/ConnectionError (a peer died), DivergedError
 // (the loss or the weights became inf/NaN: every rank throws it at the same step, and no
 // checkpoint of that state is written).
+//
+// With rank-level recovery (`recovery` not null: rank_recovery.h) a peer's death inside a
+// training step does not end run(): the step is rolled back (BN statistics, step sums), the
+// group re-formed with the replacement, which takes the state from the survivors, and the step
+// redone with the same batch; a death after the step's optimizer step leaves the rest of that
+// step's logging out. The losses are those of a run without the death, bit for bit. A death
+// elsewhere (evaluation, the epoch's end, checkpoints) throws as before.
 #pragma once
 
 #include <csignal>
@@ -31,6 +38,8 @@
 #include "worker/train/train_config.h"
 
 namespace dlaunch::train {
+
+class RankRecovery;
 
 struct TrainSummary {
   int64_t epochs_done = 0;  // completed epochs, counting those restored from a checkpoint
@@ -64,6 +73,7 @@ struct FaultInjection {
 // made there from the uploaded splits (train/epoch_batches.h); checkpoints hold host copies, so
 // they are the same whatever the device.
 TrainSummary run_training(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
-                          kernels::Backend& backend, const FaultInjection& fault = {});
+                          kernels::Backend& backend, const FaultInjection& fault = {},
+                          RankRecovery* recovery = nullptr);
 
 }  // namespace dlaunch::train
