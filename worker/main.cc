@@ -118,6 +118,7 @@ int main(int argc, char** argv) {
       fault.fail_at_step = get_env_int("DTRAIN_FAIL_AT_STEP").value_or(-1);
       fault.fail_rank = get_env_int("DTRAIN_FAIL_RANK").value_or(env.world_size - 1);
       if (get_env("DTRAIN_FAIL_SIGNAL").value_or("KILL") == "STOP") fault.signal = SIGSTOP;
+      fault.after_optimizer = get_env("DTRAIN_FAIL_POINT").value_or("") == "after_optimizer";
     }
     const auto collective_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::ceil(config.collective_timeout * 1000)));

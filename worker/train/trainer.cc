@@ -108,6 +108,8 @@ class Trainer {
   // After a step: the logging window, the progress bar, a flash copy, fault injection.
   void after_step(EpochRun& run);
   void log_window(EpochRun& run);
+  // FaultInjection: raises its signal when this is the rank and the step.
+  void inject_fault();
   void finish_epoch(EpochRun& run);
   // A stop signal ended the epoch: a checkpoint inside it, no evaluation.
   void finish_stopped_epoch(EpochRun& run, const EpochFigures& figures);
@@ -390,6 +392,7 @@ void Trainer::train_step(EpochRun& run, const data::Batch& batch) {
   ++global_step_;
   ++run.step;
   run.images += static_cast<double>(batch.size);
+  if (fault_.after_optimizer) inject_fault();
   heartbeat();
   stop_watch_progress(/*step=*/true);
   // Every rank learns of a signal any rank got, after the same step: the checkpoint below is
@@ -413,9 +416,14 @@ void Trainer::after_step(EpochRun& run) {
     save_flash(run);
   }
   // After the step's logging, so the metrics show the step the worker died after.
+  if (!fault_.after_optimizer) inject_fault();
+}
+
+void Trainer::inject_fault() {
   if (global_step_ == fault_.fail_at_step && pg_.rank() == fault_.fail_rank) {
-    log_warning("fault injection: {} rank {} after step {} (DTRAIN_FAIL_AT_STEP)",
-                fault_.signal == SIGSTOP ? "stopping" : "killing", pg_.rank(), global_step_);
+    log_warning("fault injection: {} rank {} after step {}{} (DTRAIN_FAIL_AT_STEP)",
+                fault_.signal == SIGSTOP ? "stopping" : "killing", pg_.rank(), global_step_,
+                fault_.after_optimizer ? "'s optimizer step" : "");
     std::raise(fault_.signal);
   }
 }
