@@ -127,23 +127,27 @@ int main(int argc, char** argv) {
     // A replacement of a failed rank joins the generation its survivors re-form at (the agent
     // bumped the counter before spawning it); every other worker starts at generation 0.
     const std::string recovery_key = train::recovery_key_from_env();
-    std::shared_ptr<Store> store;
+    const train::ConnectStore connect = [&] { return train::connect_job_store(env, join_timeout); };
+    const train::JoinGroup join = [&](int64_t g, std::shared_ptr<Store> client) {
+      return train::join_process_group(env, join_timeout, collective_timeout, device, g,
+                                       std::move(client));
+    };
+    std::shared_ptr<Store> store;  // the generation counter's
     int64_t generation = 0;
+    std::unique_ptr<comm::ProcessGroup> first;
     if (!recovery_key.empty() && config.rank_recovery && env.world_size > 1) {
-      store = train::connect_job_store(env, join_timeout);
-      if (env.replacement) generation = train::current_generation(*store, recovery_key);
+      store = connect();
+      if (env.replacement) {
+        first = train::join_latest_generation(*store, recovery_key, connect, join, &generation);
+      }
     }
-    comm::ReformableProcessGroup pg(
-        train::join_process_group(env, join_timeout, collective_timeout, device, generation));
+    if (!first) first = join(generation, nullptr);
+    comm::ReformableProcessGroup pg(std::move(first));
     std::unique_ptr<train::RankRecovery> recovery;
     const std::string recovery_off = train::rank_recovery_off_reason(config, env, pg.backend());
     if (recovery_off.empty()) {
-      recovery = std::make_unique<train::RankRecovery>(
-          recovery_key, store, pg,
-          [&](int64_t g) {
-            return train::join_process_group(env, join_timeout, collective_timeout, device, g);
-          },
-          join_timeout, generation);
+      recovery = std::make_unique<train::RankRecovery>(recovery_key, store, pg, connect, join,
+                                                       join_timeout, generation);
       announce_rank_recovery();
       if (env.rank == 0) log_info("rank-level recovery on: a peer's death is survived in process");
     } else if (env.rank == 0 && env.world_size > 1) {

@@ -26,6 +26,7 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "rendezvous/tcp/tcp_store_client.h"
@@ -65,11 +66,14 @@ std::vector<json> records(const fs::path& metrics, const std::string& kind) {
 
 // A rank's death, planned through DTRAIN_FAIL_AT_STEP: the `incarnation`-th process of `rank`
 // (0: the first one) SIGKILLs itself after global step `step` (or its optimizer step).
+// Or, with `outside_after_us` >= 0, the test SIGKILLs it that many microseconds after rank 0
+// recorded step `step`: at whatever point of the next step it is then.
 struct Death {
   int rank = 0;
   int64_t step = 0;
   int incarnation = 0;
   bool after_optimizer = false;
+  int64_t outside_after_us = -1;
 };
 
 // How the test agent answers a death.
@@ -131,7 +135,7 @@ class RankRecoveryTest : public ::testing::Test {
       std::map<std::string, std::string> e = env(rank, run);
       e["DLAUNCH_REPLACEMENT"] = replacement ? "1" : "0";
       for (const Death& d : deaths) {
-        if (d.rank == rank && d.incarnation == outcome.processes[rank]) {
+        if (d.rank == rank && d.incarnation == outcome.processes[rank] && d.outside_after_us < 0) {
           e["DTRAIN_FAIL_AT_STEP"] = std::to_string(d.step);
           e["DTRAIN_FAIL_RANK"] = std::to_string(rank);
           if (d.after_optimizer) e["DTRAIN_FAIL_POINT"] = "after_optimizer";
@@ -150,8 +154,23 @@ class RankRecoveryTest : public ::testing::Test {
     std::vector<std::string> logs(kWorld);
     // Measuring: a death of a rank other than 0 is followed by rank 0's record of the next step.
     std::optional<std::pair<Clock::time_point, int64_t>> measuring;
+    std::vector<Death> outside;
+    for (const Death& d : deaths) {
+      if (d.outside_after_us >= 0) outside.push_back(d);
+    }
     const auto deadline = Clock::now() + 300s;
     while (Clock::now() < deadline) {
+      for (auto it = outside.begin(); it != outside.end(); ++it) {
+        const auto steps = records(metrics, "step");
+        if (it->incarnation + 1 != outcome.processes[it->rank] || steps.empty() ||
+            steps.back()["step"].get<int64_t>() < it->step) {
+          continue;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(it->outside_after_us));
+        procs[it->rank]->signal(SIGKILL);
+        outside.erase(it);
+        break;
+      }
       bool all_done = true;
       for (int r = 0; r < kWorld; ++r) {
         if (exits[r]) continue;
@@ -168,8 +187,20 @@ class RankRecoveryTest : public ::testing::Test {
           agent_store.set(fmt::format("{}/{}", recovery_key_, g), Bytes(said.begin(), said.end()));
           if (verdict == Verdict::kReplace) {
             const auto steps = records(metrics, "step");
-            if (r != 0 && !steps.empty()) {
+            if (r != 0 && !steps.empty() && second_death_during_reform_ < 0) {
               measuring.emplace(died, steps.back()["step"].get<int64_t>());
+            }
+            if (second_death_during_reform_ >= 0) {
+              // Another rank dies while the survivors re-form at this generation (before the
+              // replacement joins it): the agent announces the next one and replaces both.
+              const int second = std::exchange(second_death_during_reform_, -1);
+              std::this_thread::sleep_for(300ms);
+              procs[second]->signal(SIGKILL);
+              EXPECT_TRUE(procs[second]->wait(60s).has_value());
+              const int64_t g2 = agent_store.add(recovery_key_, 1);
+              agent_store.set(fmt::format("{}/{}", recovery_key_, g2),
+                              Bytes(said.begin(), said.end()));
+              spawn(second, true);
             }
             spawn(r, true);
             all_done = false;
@@ -266,6 +297,8 @@ class RankRecoveryTest : public ::testing::Test {
   testing::TempDir dir_;
   std::string recovery_key_ = kRecoveryKey;
   std::vector<std::string> extra_args_;
+  // >= 0: this rank is SIGKILLed while the survivors re-form after the first death.
+  int second_death_during_reform_ = -1;
 };
 
 TEST_F(RankRecoveryTest, RankKilledMidEpochIsReplacedAndTheTrainingIsBitIdentical) {
@@ -278,6 +311,54 @@ TEST_F(RankRecoveryTest, RankKilledMidEpochIsReplacedAndTheTrainingIsBitIdentica
   EXPECT_NE(o.logs[0].find("re-formed the group at generation 1"), std::string::npos) << o.logs[0];
   EXPECT_NE(o.logs[1].find("took the training state from rank 0"), std::string::npos) << o.logs[1];
   EXPECT_EQ(slurp(dir_.file("recovered.hb0")), "rank_recovery\n");
+}
+
+// Without SyncBN the first collective of a step is the gradients' asynchronous all-reduce (gloo,
+// on the communication thread): the survivors' failure comes from there, and the group's
+// teardown must not wait for the collective timeout (600 s) on the all-reduces in flight. The BN
+// statistics are each rank's own then; those of rank 0 are the ones checkpointed, unchanged.
+TEST_F(RankRecoveryTest, WithoutSyncBnTheFailedGradientAllReduceIsRedone) {
+  extra_args_ = {"--sync_bn=false"};
+  run_reference();
+  const Outcome o = run_job("recovered", {{2, 7}}, Verdict::kReplace);
+  expect_survived(o, {1, 1, 2});
+  expect_same_losses("recovered");
+  expect_same_final_state("recovered");
+  EXPECT_NE(o.logs[0].find("gloo allreduce"), std::string::npos) << o.logs[0];
+}
+
+// SIGKILLed from outside at moments inside a step (in a collective, maybe, that some survivors
+// complete and others do not: they then agree on the newest state). Wherever the death lands the
+// training goes on to the same final state; the records of the steps around the death may lack
+// the dead rank's share (a death after a step's optimizer step loses its logging window).
+TEST_F(RankRecoveryTest, KilledFromOutsideAnywhereInAStep) {
+  run_reference();
+  const std::vector<int64_t> delays_us = {0, 700, 2500, 6000};
+  for (size_t i = 0; i < delays_us.size(); ++i) {
+    Death death{static_cast<int>(1 + i % 2), static_cast<int64_t>(3 + 3 * i)};
+    death.outside_after_us = delays_us[i];
+    const std::string run = "outside" + std::to_string(i);
+    const Outcome o = run_job(run, {death}, Verdict::kReplace);
+    std::vector<int> processes = {1, 1, 1};
+    processes[death.rank] = 2;
+    expect_survived(o, processes);
+    expect_same_losses(run, {death.step, death.step + 1, death.step + 2});
+    expect_same_final_state(run);
+  }
+}
+
+// A second rank dies while the group re-forms (the agent already announced generation 1 for the
+// first): the last survivor gives up joining generation 1 as soon as generation 2 is announced,
+// instead of waiting for the dead rank until the join timeout (600 s here), and re-forms with
+// both replacements.
+TEST_F(RankRecoveryTest, SecondDeathDuringTheReFormMovesOnToTheNextGeneration) {
+  run_reference();
+  second_death_during_reform_ = 2;
+  const Outcome o = run_job("recovered", {{1, 5}}, Verdict::kReplace);
+  expect_survived(o, {1, 2, 2});
+  expect_same_losses("recovered");
+  expect_same_final_state("recovered");
+  EXPECT_NE(o.logs[0].find("re-formed the group at generation 2"), std::string::npos) << o.logs[0];
 }
 
 TEST_F(RankRecoveryTest, RankZeroIsReplacedAndItsMetricsGoOn) {

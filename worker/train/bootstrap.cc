@@ -64,11 +64,12 @@ std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
                                                        std::chrono::milliseconds timeout,
                                                        std::chrono::milliseconds collective_timeout,
                                                        const kernels::OpenedDevice& device,
-                                                       int64_t generation) {
+                                                       int64_t generation,
+                                                       std::shared_ptr<Store> client) {
   if (env.world_size == 1) return comm::make_local_process_group();
   std::string prefix = fmt::format("dtrain/attempt_{}", env.restart_count);
   if (generation > 0) prefix += fmt::format("/gen_{}", generation);
-  PrefixStore store(prefix, connect_job_store(env, timeout));
+  PrefixStore store(prefix, client ? std::move(client) : connect_job_store(env, timeout));
 
   // Every rank votes, CPU ranks too (a node whose --device auto found no GPU), so that all take
   // the same transport. NCCL refuses two ranks on one GPU: ranks sharing one take gloo.

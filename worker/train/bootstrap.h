@@ -4,7 +4,8 @@
 // ("dtrain/attempt_<n>/..." so a restarted group never reads a dead attempt's addresses) and
 // builds the gloo group through it. A group re-formed after a peer's death (rank-level recovery,
 // rank_recovery.h) joins generation g > 0 under "dtrain/attempt_<n>/gen_<g>/...": the broken
-// generation's keys are never read again.
+// generation's keys are never read again. `client`: the store client to bootstrap through (one
+// the caller can interrupt); null: a new one.
 //
 // Every rank votes through the store (two counters under the attempt prefix): when all ranks
 // have a GPU of their own (device.cuda_device >= 0, local workers <= visible GPUs) and the NCCL
@@ -31,7 +32,8 @@ std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
                                                        std::chrono::milliseconds join_timeout,
                                                        std::chrono::milliseconds collective_timeout,
                                                        const kernels::OpenedDevice& device,
-                                                       int64_t generation = 0);
+                                                       int64_t generation = 0,
+                                                       std::shared_ptr<Store> client = nullptr);
 
 // A client of the agent's store at MASTER_ADDR:MASTER_PORT (with the job token when one is
 // configured), its calls bounded by `timeout`.

@@ -3,6 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -18,6 +22,10 @@ using Clock = std::chrono::steady_clock;
 // A survivor's wait for the agent's verdict is cut into slices, each followed by a heartbeat: a
 // worker waiting for its peer's replacement is not hung (--hang_timeout).
 constexpr std::chrono::milliseconds kVerdictSlice{1000};
+// How often a join's watcher asks whether the next generation exists, and re-interrupts the
+// join's store client once it does (an interrupt that came between two of its calls is lost).
+constexpr std::chrono::milliseconds kWatchSlice{100};
+constexpr std::chrono::milliseconds kInterruptRetry{10};
 
 std::string what_of(const std::exception_ptr& error) {
   try {
@@ -57,12 +65,99 @@ bool is_peer_failure(const std::exception& e) {
          dynamic_cast<const TimeoutError*>(&e) != nullptr;
 }
 
+std::unique_ptr<comm::ProcessGroup> join_generation(Store& counter, const std::string& key,
+                                                    int64_t g, const ConnectStore& connect,
+                                                    const JoinGroup& join) {
+  const std::shared_ptr<Store> client = connect();
+  const std::string next = fmt::format("{}/{}", key, g + 1);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool joined = false;
+  bool watcher_done = false;
+  std::atomic<bool> superseded{false};
+  // The watcher asks in slices (an interrupt that comes between two of its calls is lost, and
+  // the next slice ends it); once it saw the next generation it interrupts the join's client
+  // until the join gave up.
+  std::thread watcher([&] {
+    bool seen = false;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (joined) break;
+      }
+      try {
+        seen = counter.wait_get({next}, kWatchSlice).ready;
+      } catch (const Error&) {
+        // interrupted at the join's end, or the store is out of reach for a moment: the join's
+        // own timeout still bounds it
+        std::this_thread::sleep_for(kInterruptRetry);
+      }
+      if (seen) break;
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    if (seen) {
+      superseded = true;
+      while (!joined) {
+        client->interrupt();
+        cv.wait_for(lock, kInterruptRetry);
+      }
+    }
+    watcher_done = true;
+    cv.notify_all();
+  });
+  // The join is over: the watcher's wait is cut short rather than left to its slice.
+  auto finish = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    joined = true;
+    cv.notify_all();
+    while (!watcher_done) {
+      counter.interrupt();
+      cv.wait_for(lock, kInterruptRetry);
+    }
+    lock.unlock();
+    watcher.join();
+  };
+  std::unique_ptr<comm::ProcessGroup> group;
+  try {
+    group = join(g, client);
+  } catch (const std::exception& e) {
+    finish();
+    if (superseded) {
+      throw ConnectionError(fmt::format(
+          "joining generation {} was given up: the agent announced generation {} meanwhile (a "
+          "rank died during the re-form): {}",
+          g, g + 1, e.what()));
+    }
+    throw;
+  }
+  finish();
+  return group;
+}
+
+std::unique_ptr<comm::ProcessGroup> join_latest_generation(Store& counter, const std::string& key,
+                                                           const ConnectStore& connect,
+                                                           const JoinGroup& join,
+                                                           int64_t* generation) {
+  *generation = current_generation(counter, key);
+  for (;;) {
+    try {
+      return join_generation(counter, key, *generation, connect, join);
+    } catch (const ConnectionError& e) {
+      const int64_t latest = current_generation(counter, key);
+      if (latest <= *generation) throw;
+      log_warning("{}; joining generation {}", e.what(), latest);
+      *generation = latest;
+    }
+  }
+}
+
 RankRecovery::RankRecovery(std::string key, std::shared_ptr<Store> store,
-                           comm::ReformableProcessGroup& pg, Join join,
+                           comm::ReformableProcessGroup& pg, ConnectStore connect, JoinGroup join,
                            std::chrono::milliseconds verdict_timeout, int64_t generation)
     : key_(std::move(key)),
       store_(std::move(store)),
       pg_(pg),
+      connect_(std::move(connect)),
       join_(std::move(join)),
       verdict_timeout_(verdict_timeout),
       generation_(generation) {}
@@ -112,7 +207,7 @@ void RankRecovery::reform(const std::exception_ptr& error, const Exchange& excha
     }
     generation_ = generation;
     try {
-      pg_.replace(join_(generation));
+      pg_.replace(join_generation(*store_, key_, generation, connect_, join_));
       if (exchange()) {
         log_info("re-formed the group at generation {} {:.0f} ms after the failure", generation,
                  ms_since(t0));

@@ -8,7 +8,9 @@
 //     -> read the latest generation g = add(K, 0) and its verdict K/<g>
 //          restart: rethrow the original error (the agent restarts the whole group)
 //          replace: join generation g ("dtrain/attempt_<n>/gen_<g>"), then `exchange` on it
-//     -> a join or an exchange that fails (another death) waits for the next generation again
+//     -> a join or an exchange that fails (another death) waits for the next generation again;
+//        a join watches for that generation too (join_generation), so a rank that died during
+//        it does not keep the others waiting until the join timeout
 //
 // A replacement (DLAUNCH_REPLACEMENT=1) joins the generation the counter holds when it starts
 // (current_generation) and takes the state in resume(); from then on it is a survivor like the
@@ -50,15 +52,36 @@ int64_t current_generation(Store& store, const std::string& key);
 // Whether `e` is a peer's failure seen by a collective (what reform() handles).
 bool is_peer_failure(const std::exception& e);
 
+// Joins generation `g` of the group, bootstrapping through `client` (bootstrap.h's
+// join_process_group).
+using JoinGroup =
+    std::function<std::unique_ptr<comm::ProcessGroup>(int64_t g, std::shared_ptr<Store> client)>;
+// A new client of the agent's store.
+using ConnectStore = std::function<std::shared_ptr<Store>()>;
+
+// `join` of generation `g` through a new client while `counter` is watched for generation g + 1
+// at `key`: when the agent announces it first (a rank died during this re-form; its replacement
+// will join g + 1), the join's blocking store calls are interrupted and this throws
+// ConnectionError at once, instead of the join waiting for a rank that is gone until its timeout.
+std::unique_ptr<comm::ProcessGroup> join_generation(Store& counter, const std::string& key,
+                                                    int64_t g, const ConnectStore& connect,
+                                                    const JoinGroup& join);
+
+// A replacement's first join: the latest generation, then the next one each time the one it
+// joins is superseded (join_generation). Returns the group and sets `*generation`.
+std::unique_ptr<comm::ProcessGroup> join_latest_generation(Store& counter, const std::string& key,
+                                                           const ConnectStore& connect,
+                                                           const JoinGroup& join,
+                                                           int64_t* generation);
+
 class RankRecovery {
  public:
-  // Joins generation `g` of the group (bootstrap.h's join_process_group).
-  using Join = std::function<std::unique_ptr<comm::ProcessGroup>(int64_t g)>;
   // Runs the state exchange on the re-formed group: false when the group broke during it.
   using Exchange = std::function<bool()>;
 
   RankRecovery(std::string key, std::shared_ptr<Store> store, comm::ReformableProcessGroup& pg,
-               Join join, std::chrono::milliseconds verdict_timeout, int64_t generation);
+               ConnectStore connect, JoinGroup join, std::chrono::milliseconds verdict_timeout,
+               int64_t generation);
 
   // The generation this worker's group belongs to now.
   int64_t generation() const { return generation_; }
@@ -76,7 +99,8 @@ class RankRecovery {
   std::string key_;
   std::shared_ptr<Store> store_;
   comm::ReformableProcessGroup& pg_;
-  Join join_;
+  ConnectStore connect_;
+  JoinGroup join_;
   std::chrono::milliseconds verdict_timeout_;
   int64_t generation_;
 };
