@@ -17,7 +17,6 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
-#include "common/rank_recovery.h"
 #include "common/version.h"
 #include "common/worker_env.h"
 #include "kernels/backend.h"
@@ -148,7 +147,6 @@ int main(int argc, char** argv) {
     if (recovery_off.empty()) {
       recovery = std::make_unique<train::RankRecovery>(recovery_key, store, pg, connect, join,
                                                        join_timeout, generation);
-      announce_rank_recovery();
       if (env.rank == 0) log_info("rank-level recovery on: a peer's death is survived in process");
     } else if (env.rank == 0 && env.world_size > 1) {
       log_debug("rank-level recovery off: {}", recovery_off);

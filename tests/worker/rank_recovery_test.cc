@@ -112,7 +112,9 @@ class RankRecoveryTest : public ::testing::Test {
             {"DLAUNCH_RECOVERY_KEY", recovery_key_},
             {"DLAUNCH_HEARTBEAT_FILE", dir_.file(run + ".hb" + std::to_string(rank))},
             {"DLAUNCH_REPLACEMENT", "0"},
-            {"DLAUNCH_FLASH_DIR", ""},
+            // As under dlaunch: the data loaded once is kept there, so a replacement reads it
+            // back instead of generating the synthetic set again.
+            {"DLAUNCH_FLASH_DIR", dir_.file(run + ".flash")},
             {"DTRAIN_LIMIT_TRAIN_SAMPLES", "192"},
             {"DTRAIN_LIMIT_TEST_SAMPLES", "48"},
             {"DTRAIN_FAIL_AT_STEP", "-1"},

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/heartbeat.h"
 #include "common/log.h"
+#include "common/rank_recovery.h"
 #include "kernels/backend.h"
 #include "worker/data/dataset.h"
 #include "worker/data/distributed_sampler.h"
@@ -632,6 +633,10 @@ TrainSummary Trainer::run() {
   ResumePoint point =
       resume(config_, pg_, train_set_, {*model_, *data_parallel_, *optimizer_, *precision_},
              checkpoints_.flash_dir(), env_.replacement);
+  // From here this rank holds the training state and can survive a peer's death: the agent may
+  // now replace a rank of this group instead of restarting it (a replacement says so only once
+  // it took the state from its peers).
+  if (recovery_ != nullptr) announce_rank_recovery();
   const int64_t start_epoch = continue_from(point);
   start_ema(std::move(point.ema));
   divergence_.emplace(config_, !precision_->loss_scaling(), global_step_);
