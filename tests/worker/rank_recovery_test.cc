@@ -42,9 +42,8 @@ using nlohmann::json;
 using Clock = std::chrono::steady_clock;
 using namespace std::chrono_literals;
 
-constexpr int kWorld = 3;
-// 192 samples / 3 ranks / batch 8 = 8 steps per epoch, 16 in all.
-constexpr int64_t kStepsPerEpoch = 8;
+constexpr int kTrainSamples = 192;
+constexpr int kBatch = 8;
 const char kRecoveryKey[] = "dlaunch/recovery/test-run/attempt_0";
 
 std::string slurp(const fs::path& p) {
@@ -91,7 +90,7 @@ class RankRecoveryTest : public ::testing::Test {
  protected:
   // The same flags and data for every run; `out` is the run's --output_dir.
   std::vector<std::string> args(const std::string& out) const {
-    std::vector<std::string> a = {DTRAIN_BINARY,      "--width=4",        "--batch_size=8",
+    std::vector<std::string> a = {DTRAIN_BINARY,      "--width=4",        "--batch_size=" + std::to_string(kBatch),
                                   "--epochs=2",       "--log_every=1",    "--sync_bn",
                                   "--eval_every=1",   "--tensorboard=false",
                                   "--collective_timeout=600", "--output_dir=" + dir_.file(out)};
@@ -102,8 +101,8 @@ class RankRecoveryTest : public ::testing::Test {
   std::map<std::string, std::string> env(int rank, const std::string& run) const {
     return {{"RANK", std::to_string(rank)},
             {"LOCAL_RANK", std::to_string(rank)},
-            {"WORLD_SIZE", std::to_string(kWorld)},
-            {"LOCAL_WORLD_SIZE", std::to_string(kWorld)},
+            {"WORLD_SIZE", std::to_string(world_)},
+            {"LOCAL_WORLD_SIZE", std::to_string(world_)},
             {"GROUP_RANK", "0"},
             {"MASTER_ADDR", "127.0.0.1"},
             {"MASTER_PORT", std::to_string(port_)},
@@ -115,7 +114,7 @@ class RankRecoveryTest : public ::testing::Test {
             // As under dlaunch: the data loaded once is kept there, so a replacement reads it
             // back instead of generating the synthetic set again.
             {"DLAUNCH_FLASH_DIR", dir_.file(run + ".flash")},
-            {"DTRAIN_LIMIT_TRAIN_SAMPLES", "192"},
+            {"DTRAIN_LIMIT_TRAIN_SAMPLES", std::to_string(kTrainSamples)},
             {"DTRAIN_LIMIT_TEST_SAMPLES", "48"},
             {"DTRAIN_FAIL_AT_STEP", "-1"},
             {"DTRAIN_FAIL_POINT", ""},
@@ -131,8 +130,8 @@ class RankRecoveryTest : public ::testing::Test {
     TcpStoreServer server{TcpStoreServerOptions{}};
     port_ = server.start();
     Outcome outcome;
-    std::vector<std::unique_ptr<testing::Subprocess>> procs(kWorld);
-    outcome.processes.assign(kWorld, 0);
+    std::vector<std::unique_ptr<testing::Subprocess>> procs(world_);
+    outcome.processes.assign(world_, 0);
     auto spawn = [&](int rank, bool replacement) {
       std::map<std::string, std::string> e = env(rank, run);
       e["DLAUNCH_REPLACEMENT"] = replacement ? "1" : "0";
@@ -146,14 +145,14 @@ class RankRecoveryTest : public ::testing::Test {
       ++outcome.processes[rank];
       procs[rank] = std::make_unique<testing::Subprocess>(args(run), e);
     };
-    for (int r = 0; r < kWorld; ++r) spawn(r, false);
+    for (int r = 0; r < world_; ++r) spawn(r, false);
 
     TcpStoreClientOptions client_options;
     client_options.port = port_;
     TcpStoreClient agent_store(client_options);
     const fs::path metrics = fs::path(dir_.file(run)) / "metrics.jsonl";
-    std::vector<std::optional<testing::ExitInfo>> exits(kWorld);
-    std::vector<std::string> logs(kWorld);
+    std::vector<std::optional<testing::ExitInfo>> exits(world_);
+    std::vector<std::string> logs(world_);
     // Measuring: a death of a rank other than 0 is followed by rank 0's record of the next step.
     std::optional<std::pair<Clock::time_point, int64_t>> measuring;
     std::vector<Death> outside;
@@ -174,7 +173,7 @@ class RankRecoveryTest : public ::testing::Test {
         break;
       }
       bool all_done = true;
-      for (int r = 0; r < kWorld; ++r) {
+      for (int r = 0; r < world_; ++r) {
         if (exits[r]) continue;
         std::optional<testing::ExitInfo> exit = procs[r]->wait(0ms);
         if (!exit) {
@@ -226,7 +225,7 @@ class RankRecoveryTest : public ::testing::Test {
       }
       std::this_thread::sleep_for(measuring ? 1ms : 10ms);
     }
-    for (int r = 0; r < kWorld; ++r) {
+    for (int r = 0; r < world_; ++r) {
       if (!exits[r]) {
         ADD_FAILURE() << "rank " << r << " did not finish: " << procs[r]->err();
         continue;
@@ -245,14 +244,15 @@ class RankRecoveryTest : public ::testing::Test {
   void run_reference() {
     const Outcome ref = run_job("reference", {}, Verdict::kNone);
     ASSERT_TRUE(ref.finished);
-    for (int r = 0; r < kWorld; ++r) ASSERT_EQ(ref.exits[r].shell_code(), 0) << ref.logs[r];
+    for (int r = 0; r < world_; ++r) ASSERT_EQ(ref.exits[r].shell_code(), 0) << ref.logs[r];
   }
 
   // Every step record's figures of `run` equal the reference's, bit for bit, except `skipped`.
   void expect_same_losses(const std::string& run, const std::vector<int64_t>& skipped = {}) {
     const auto want = records(fs::path(dir_.file("reference")) / "metrics.jsonl", "step");
     const auto got = records(fs::path(dir_.file(run)) / "metrics.jsonl", "step");
-    ASSERT_EQ(want.size(), static_cast<size_t>(2 * kStepsPerEpoch));
+    // Two epochs of 192 samples in batches of 8 per rank: 16 steps with 3 ranks, 12 with 4.
+    ASSERT_EQ(want.size(), static_cast<size_t>(2 * kTrainSamples / (world_ * kBatch)));
     std::map<int64_t, json> by_step;
     for (const json& j : got) by_step[j["step"].get<int64_t>()] = j;  // a redone step: the last
     for (const json& w : want) {
@@ -292,13 +292,14 @@ class RankRecoveryTest : public ::testing::Test {
   void expect_survived(const Outcome& o, const std::vector<int>& processes) {
     ASSERT_TRUE(o.finished);
     EXPECT_EQ(o.processes, processes);
-    for (int r = 0; r < kWorld; ++r) EXPECT_EQ(o.exits[r].shell_code(), 0) << o.logs[r];
+    for (int r = 0; r < world_; ++r) EXPECT_EQ(o.exits[r].shell_code(), 0) << o.logs[r];
   }
 
   uint16_t port_ = 0;
   testing::TempDir dir_;
   std::string recovery_key_ = kRecoveryKey;
   std::vector<std::string> extra_args_;
+  int world_ = 3;
   // >= 0: this rank is SIGKILLed while the survivors re-form after the first death.
   int second_death_during_reform_ = -1;
 };
@@ -361,6 +362,19 @@ TEST_F(RankRecoveryTest, SecondDeathDuringTheReFormMovesOnToTheNextGeneration) {
   expect_same_losses("recovered");
   expect_same_final_state("recovered");
   EXPECT_NE(o.logs[0].find("re-formed the group at generation 2"), std::string::npos) << o.logs[0];
+}
+
+// Four ranks: in gloo's ring, rank 3's neighbours (2 and 0) both survive rank 1's death, so its
+// all-reduce in flight ends only when a neighbour abandons the group (closes its connections),
+// not by the dead rank's closed sockets.
+TEST_F(RankRecoveryTest, FourRanksWithoutSyncBnASurvivorAwayFromTheDeadRankRecoversToo) {
+  world_ = 4;
+  extra_args_ = {"--sync_bn=false"};
+  run_reference();
+  const Outcome o = run_job("recovered", {{1, 4}}, Verdict::kReplace);
+  expect_survived(o, {1, 2, 1, 1});
+  expect_same_losses("recovered");
+  expect_same_final_state("recovered");
 }
 
 TEST_F(RankRecoveryTest, RankZeroIsReplacedAndItsMetricsGoOn) {
