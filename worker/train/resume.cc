@@ -404,9 +404,7 @@ PeerStateResult exchange_state_as_survivor(const TrainConfig& config, comm::Proc
   PeerLoad peer;
   const PeerStateResult result =
       share_newest_state(pg, version, serialize, peer.loader(config, train_set, targets));
-  if (result.outcome == PeerStateOutcome::kReceived) {
-    *received = peer.point(config, pg.size(), train_set.size());
-  }
+  if (result.loaded) *received = peer.point(config, pg.size(), train_set.size());
   return result;
 }
 

@@ -93,7 +93,8 @@ std::optional<ResumePoint> resume_from_peer(const TrainConfig& config, comm::Pro
 // the other survivors once the group re-formed: offers its state at `version` (its global step;
 // `serialize` encodes it) to the ranks without it and, when another survivor holds a newer one
 // (it completed a step this rank did not), loads that into `targets` and sets `*received` to its
-// position. Returns the exchange's result (peer_state.h); never throws for a failed exchange.
+// position (also when the exchange then failed on another rank: the state loaded is whole).
+// Returns the exchange's result (peer_state.h); never throws for a failed exchange.
 PeerStateResult exchange_state_as_survivor(const TrainConfig& config, comm::ProcessGroup& pg,
                                            const data::ImageDataset& train_set,
                                            const ResumeTargets& targets, int64_t version,

@@ -104,6 +104,10 @@ class Trainer {
   // by the peers whose newer state this rank took): go on with the next batch.
   bool recover_step(EpochRun& run, const std::exception_ptr& error, bool complete,
                     const StepStart& start);
+  // Another survivor completed the step this one did not (the peer died inside the step's last
+  // collective): its state, loaded by the exchange, is this step done. Throws when it is not
+  // exactly one step ahead.
+  void adopt_peer_step(EpochRun& run, ResumePoint point);
   // One optimizer step on `batch`, its figures added to the step sums.
   void train_step(EpochRun& run, const data::Batch& batch);
   // After a step: the logging window, the progress bar, a flash copy, fault injection.
@@ -344,40 +348,46 @@ bool Trainer::recover_step(EpochRun& run, const std::exception_ptr& error, bool 
   log_info("step {} {}: re-forming the group", global_step_ + (complete ? 0 : 1),
            complete ? "was complete when the peer failed (the rest of its logging is left out)"
                     : "was interrupted and is rolled back, to be redone with the same batch");
-  std::optional<ResumePoint> received;
+  bool took_step = false;
   recovery_->reform(error, [&] {
-    received.reset();
     // The replacement starts after this step, as a checkpoint written now would say; the epoch's
     // totals are not sent: each rank keeps its own, and the dead rank's are lost (docs/dtrain.md).
     const CheckpointPosition at{run.epoch, run.step, run.seen_before, EpochTotals{}};
+    std::optional<ResumePoint> received;
     const PeerStateResult result = exchange_state_as_survivor(
         config_, pg_, train_set_, {*model_, *data_parallel_, *optimizer_, *precision_},
         global_step_,
         [&] { return encode_training_state(config_, run_id_, pg_.size(), state(), at); },
         &received);
+    // Taken whole even if the exchange then failed on another rank: this rank holds that state
+    // now, and offers it as such in the next generation's exchange.
+    if (received) {
+      adopt_peer_step(run, std::move(*received));
+      took_step = true;
+    }
     if (result.outcome != PeerStateOutcome::kFailed) return true;
     if (result.group_broken) return false;
     throw PeerStateError(fmt::format("sharing the training state after a re-form failed: {}",
                                      result.error));
   });
-  if (!received) return complete;
-  // Another survivor completed the step this one did not (the peer died inside its last
-  // collective): its state, loaded now, is this step done.
+  return complete || took_step;
+}
+
+void Trainer::adopt_peer_step(EpochRun& run, ResumePoint point) {
   const int64_t expected_step = run.step + 1;
-  if (received->epochs_done != run.epoch || received->inside_epoch.skip_steps != expected_step ||
-      received->global_step != global_step_ + 1) {
+  if (point.epochs_done != run.epoch || point.inside_epoch.skip_steps != expected_step ||
+      point.global_step != global_step_ + 1) {
     throw Error(fmt::format(
         "after the re-form this rank was at step {} (epoch {}, step {} in it) but a peer's newer "
         "state is at step {} (epoch {}, step {} in it); expected one step ahead: the ranks cannot "
         "agree where to go on, so the group restarts",
-        global_step_, run.epoch + 1, run.step, received->global_step, received->epochs_done + 1,
-        received->inside_epoch.skip_steps));
+        global_step_, run.epoch + 1, run.step, point.global_step, point.epochs_done + 1,
+        point.inside_epoch.skip_steps));
   }
-  if (ema_ && !received->ema.empty()) ema_->load_state(std::move(received->ema));
-  global_step_ = received->global_step;
+  if (ema_ && !point.ema.empty()) ema_->load_state(std::move(point.ema));
+  global_step_ = point.global_step;
   run.step = expected_step;
   log_info("took step {} from a peer that completed it", global_step_);
-  return true;
 }
 
 void Trainer::train_step(EpochRun& run, const data::Batch& batch) {
