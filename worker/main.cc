@@ -25,7 +25,9 @@
 #include "worker/train/bootstrap.h"
 #include "worker/train/device_select.h"
 #include "worker/train/op_profile.h"
+#include "worker/comm/reformable_process_group.h"
 #include "worker/train/peer_state.h"
+#include "worker/train/rank_recovery.h"
 #include "worker/train/stop_signal.h"
 #include "worker/train/train_config.h"
 #include "worker/train/trainer.h"
@@ -115,13 +117,42 @@ int main(int argc, char** argv) {
       fault.fail_at_step = get_env_int("DTRAIN_FAIL_AT_STEP").value_or(-1);
       fault.fail_rank = get_env_int("DTRAIN_FAIL_RANK").value_or(env.world_size - 1);
       if (get_env("DTRAIN_FAIL_SIGNAL").value_or("KILL") == "STOP") fault.signal = SIGSTOP;
+      fault.after_optimizer = get_env("DTRAIN_FAIL_POINT").value_or("") == "after_optimizer";
     }
     const auto collective_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::ceil(config.collective_timeout * 1000)));
     // Joining waits for ranks that start late (a slow node), whatever the collectives' limit.
     const auto join_timeout = std::max<std::chrono::milliseconds>(collective_timeout, std::chrono::seconds(300));
-    auto pg = train::join_process_group(env, join_timeout, collective_timeout, device);
-    train::TrainSummary summary = train::run_training(config, env, *pg, op_profile.backend(), fault);
+    // A replacement of a failed rank joins the generation its survivors re-form at (the agent
+    // bumped the counter before spawning it); every other worker starts at generation 0.
+    const std::string recovery_key = train::recovery_key_from_env();
+    const train::ConnectStore connect = [&] { return train::connect_job_store(env, join_timeout); };
+    const train::JoinGroup join = [&](int64_t g, std::shared_ptr<Store> client) {
+      return train::join_process_group(env, join_timeout, collective_timeout, device, g,
+                                       std::move(client));
+    };
+    std::shared_ptr<Store> store;  // the generation counter's
+    int64_t generation = 0;
+    std::unique_ptr<comm::ProcessGroup> first;
+    if (!recovery_key.empty() && config.rank_recovery && env.world_size > 1) {
+      store = connect();
+      if (env.replacement) {
+        first = train::join_latest_generation(*store, recovery_key, connect, join, &generation);
+      }
+    }
+    if (!first) first = join(generation, nullptr);
+    comm::ReformableProcessGroup pg(std::move(first));
+    std::unique_ptr<train::RankRecovery> recovery;
+    const std::string recovery_off = train::rank_recovery_off_reason(config, env, pg.backend());
+    if (recovery_off.empty()) {
+      recovery = std::make_unique<train::RankRecovery>(recovery_key, store, pg, connect, join,
+                                                       join_timeout, generation);
+      if (env.rank == 0) log_info("rank-level recovery on: a peer's death is survived in process");
+    } else if (env.rank == 0 && env.world_size > 1) {
+      log_debug("rank-level recovery off: {}", recovery_off);
+    }
+    train::TrainSummary summary =
+        train::run_training(config, env, pg, op_profile.backend(), fault, recovery.get());
     op_profile.write(env.rank);
     if (env.rank == 0) log_summary(summary);
     if (summary.stop_signal != 0 && !WorkerEnv::launched()) {

@@ -213,6 +213,22 @@ TEST(TrainConfig, BadValuesSayWhatIsAllowed) {
   EXPECT_EQ(parse({}).max_decoded_mib, 4096);
 }
 
+// --rank_recovery: on by default (dtrain survives a peer's death when dlaunch offers it), off
+// turns it off, anything else is bad usage naming the choices.
+TEST(TrainConfig, RankRecoveryIsOnByDefaultAndTakesOnOrOff) {
+  EXPECT_TRUE(parse({}).rank_recovery);
+  EXPECT_FALSE(parse({"--rank_recovery", "off"}).rank_recovery);
+  EXPECT_TRUE(parse({"--rank_recovery=on"}).rank_recovery);
+  try {
+    parse({"--rank_recovery=yes"});
+    ADD_FAILURE() << "--rank_recovery=yes was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--rank_recovery"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("off"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(train::train_usage().find("--rank_recovery"), std::string::npos);
+}
+
 // Issue 27: "nan" was a number (--lr nan said "negative", --collective_timeout nan passed);
 // every numeric flag refuses nan and inf (but --lr inf, which dtrain stops on as divergence)
 // with exit 2, and a range error names the bound crossed.

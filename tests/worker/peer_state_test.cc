@@ -332,6 +332,32 @@ TEST(PeerState, AStateOfOtherSettingsIsRefusedByTheReplacement) {
   EXPECT_EQ(params_before, params_after) << "a refused state must leave the model as it was";
 }
 
+// Survivors one step apart (a peer died inside a collective that only some of them completed):
+// the lowest rank holding the newest version sends, and the survivor with the older version
+// loads it like the replacement does; a survivor holding the newest keeps its own.
+TEST(PeerState, TheNewestVersionWinsAndOlderSurvivorsReceiveIt) {
+  const std::vector<int64_t> versions = {5, kNoState, 6, 6};
+  std::vector<PeerStateResult> results(versions.size());
+  std::vector<std::vector<uint8_t>> loaded(versions.size());
+  run_ranks(static_cast<int>(versions.size()), 60s, [&](int rank, GroupPtr& pg) {
+    results[rank] = share_newest_state(
+        *pg, versions[rank], [&] { return random_bytes(1000, static_cast<uint32_t>(rank)); },
+        [&, rank](const std::vector<uint8_t>& bytes, int) { loaded[rank] = bytes; });
+  });
+  for (size_t rank = 0; rank < versions.size(); ++rank) {
+    EXPECT_EQ(results[rank].source, 2) << "rank " << rank;
+    EXPECT_EQ(results[rank].version, 6) << "rank " << rank;
+  }
+  for (int rank : {0, 1}) {
+    EXPECT_EQ(results[rank].outcome, PeerStateOutcome::kReceived) << results[rank].error;
+    EXPECT_EQ(loaded[rank], random_bytes(1000, 2)) << "rank " << rank;
+  }
+  for (int rank : {2, 3}) {
+    EXPECT_EQ(results[rank].outcome, PeerStateOutcome::kKept) << results[rank].error;
+    EXPECT_TRUE(loaded[rank].empty());
+  }
+}
+
 // ---- failures of the exchange itself ------------------------------------------------------
 
 constexpr size_t kStateBytes = 1 << 20;

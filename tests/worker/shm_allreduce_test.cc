@@ -159,6 +159,55 @@ TEST(ShmAllreduce, ManyConsecutiveCallsCrossTheCounterWrap) {
   });
 }
 
+// A rank that abandons the group after a failure of its own lives on (it re-forms the group), so
+// its pid says nothing: its abandon() ends the others' waits at once with ConnectionError naming
+// it, long before the collective timeout (60 s here). A call every rank had arrived at still
+// completes.
+TEST(ShmAllreduce, ARankThatAbandonsTheGroupEndsThePeersWaitsAtOnce) {
+  ScopedShmEnv env(nullptr);
+  std::atomic<bool> waiting{false};
+  std::exception_ptr error;
+  double waited_s = 0;
+  run_gloo_ranks(
+      3,
+      [&](ProcessGroup& pg) {
+        ASSERT_TRUE(gloo_uses_shared_memory(pg));
+        std::vector<double> v(4, 1.0);
+        pg.allreduce(v.data(), v.size(), ReduceOp::kSum);  // every rank arrives
+        EXPECT_EQ(v[0], 3.0);
+        if (pg.rank() == 2) {
+          while (!waiting) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+          std::this_thread::sleep_for(std::chrono::milliseconds(50));
+          pg.abandon();
+          return;
+        }
+        if (pg.rank() == 1) {
+          waiting = true;
+          try {
+            pg.allreduce(v.data(), v.size(), ReduceOp::kSum);
+          } catch (const ConnectionError&) {
+          }
+          return;
+        }
+        const auto start = std::chrono::steady_clock::now();
+        try {
+          pg.allreduce(v.data(), v.size(), ReduceOp::kSum);
+        } catch (...) {
+          error = std::current_exception();
+        }
+        waited_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      },
+      std::chrono::milliseconds(60000));
+  ASSERT_TRUE(error);
+  try {
+    std::rethrow_exception(error);
+  } catch (const ConnectionError& e) {
+    EXPECT_NE(std::string(e.what()).find("rank 2 left the group after a failure"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(waited_s, 30.0) << "the wait should end at the abandonment, not the timeout";
+}
+
 TEST(ShmAllreduce, PeerThatNeverCallsTimesOut) {
   ScopedShmEnv env(nullptr);
   std::atomic<bool> done{false};

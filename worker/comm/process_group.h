@@ -10,7 +10,9 @@
 //
 // Timeouts: every collective gives up after the group's timeout (default 300 s) and throws
 // TimeoutError; a peer that died surfaces as ConnectionError or TimeoutError. After either, the
-// group is unusable: the worker should exit so the launcher can restart the job.
+// group is unusable: the worker exits so the launcher can restart the job, or (rank-level
+// recovery, worker/comm/reformable_process_group.h) calls abandon(), destroys the group and
+// joins a new one.
 #pragma once
 
 #include <cstddef>
@@ -53,6 +55,12 @@ class ProcessGroup {
   // Starts an in-place allreduce on the communication thread and returns at once. `data` must
   // stay valid and untouched until wait() returns.
   virtual std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op) = 0;
+
+  // After a failure, before the group is destroyed: async work queued and not started fails at
+  // once (instead of each waiting for a peer that is gone), and the peers' waits on this rank end
+  // now rather than at the timeout (this rank's connections close; on one host, the shared-memory
+  // all-reduce says this rank left). The group is unusable afterwards. Never throws.
+  virtual void abandon() {}
 
   // SyncBN's statistics on a GPU (worker/ddp/sync_batch_norm.h). True when allreduce_device()
   // can reduce this rank's device memory in place without the host (NCCL). The CPU groups (gloo,

@@ -13,6 +13,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <string>
 #include <cstring>
@@ -172,7 +173,29 @@ class GlooProcessGroup : public ProcessGroup {
   }
 
   std::shared_ptr<Work> allreduce_async(float* data, size_t count, ReduceOp op) override {
-    return comm_->submit([this, data, count, op] { gloo_allreduce(async_, who_, data, count, op); });
+    return comm_->submit([this, data, count, op] {
+      if (abandoned_.load(std::memory_order_acquire)) {
+        throw ConnectionError(fmt::format(
+            "gloo allreduce on rank {} of {} not started: the group was abandoned after a failure",
+            rank_, size_));
+      }
+      gloo_allreduce(async_, who_, data, count, op);
+    });
+  }
+
+  // The training thread (the one caller of the blocking collectives) is here, so no collective
+  // runs on the sync context and its connections can close now: the peers blocked on this rank
+  // there fail at once and abandon theirs in turn. The async context stays open until the
+  // destructor: an allreduce may still run on it on the communication thread, and it ends when
+  // its peers (which abandon too) close theirs, or the collective timeout.
+  void abandon() override {
+    abandoned_.store(true, std::memory_order_release);
+    if (shm_) shm_->abandon();
+    try {
+      sync_->closeConnections();
+    } catch (const std::exception&) {
+      // a pair already broken by the failure: nothing left to close
+    }
   }
 
  private:
@@ -184,6 +207,7 @@ class GlooProcessGroup : public ProcessGroup {
   std::shared_ptr<gloo::Context> async_;
   std::unique_ptr<ShmAllreduce> shm_;  // null: every allreduce uses gloo
   std::unique_ptr<CommThread> comm_ = std::make_unique<CommThread>();
+  std::atomic<bool> abandoned_{false};
 };
 
 }  // namespace

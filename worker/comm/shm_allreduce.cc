@@ -37,12 +37,17 @@ constexpr size_t kHeaderBytes = 64;  // one cache line, keeps the slots aligned
 // Spin this long before sleeping: a peer a few microseconds behind costs no syscall, and on an
 // oversubscribed host the sleeping waiter gives its core to the peer it waits for.
 constexpr auto kSpin = std::chrono::microseconds(20);
-constexpr auto kSleepSlice = std::chrono::milliseconds(100);
+// A sleeping waiter wakes this often to see whether a peer's process died: the time a survivor
+// of a SIGKILLed peer takes to notice (rank-level recovery re-forms the group after it).
+constexpr auto kSleepSlice = std::chrono::milliseconds(10);
 constexpr size_t kNameBytes = 64;
 
 struct Header {
   Counter arrived[2];
   uint64_t nonce;  // proves that every rank mapped rank 0's segment, not a namesake
+  // The first rank that abandoned the group, plus one (0: none has). Its pid lives on (it
+  // re-forms the group), so the pid check cannot tell the others.
+  Counter left;
 };
 static_assert(sizeof(Header) <= kHeaderBytes, "header must fit its cache line");
 
@@ -116,6 +121,7 @@ void* create_segment(const std::string& name, size_t bytes, uint64_t nonce) {
   h->arrived[0].store(kCounterStart, std::memory_order_relaxed);
   h->arrived[1].store(kCounterStart, std::memory_order_relaxed);
   h->nonce = nonce;
+  h->left.store(0, std::memory_order_relaxed);
   return base;
 }
 
@@ -258,6 +264,14 @@ ShmAllreduce::~ShmAllreduce() { munmap(base_, bytes_); }
 void ShmAllreduce::allreduce(float* data, size_t count, ReduceOp op) { run(data, count, op); }
 void ShmAllreduce::allreduce(double* data, size_t count, ReduceOp op) { run(data, count, op); }
 
+void ShmAllreduce::abandon() {
+  Header* h = header_of(base_);
+  uint32_t none = 0;
+  h->left.compare_exchange_strong(none, static_cast<uint32_t>(rank_) + 1, std::memory_order_acq_rel);
+  futex_wake_all(h->arrived[0]);
+  futex_wake_all(h->arrived[1]);
+}
+
 void ShmAllreduce::wait_for(unsigned buffer, uint32_t target) {
   Counter& c = header_of(base_)->arrived[buffer];
   const auto start = std::chrono::steady_clock::now();
@@ -271,6 +285,14 @@ void ShmAllreduce::wait_for(unsigned buffer, uint32_t target) {
   for (;;) {
     uint32_t seen = c.load(std::memory_order_acquire);
     if (reached(seen, target)) return;
+    // After the counter: a call every rank arrived at completes even if a rank left after it.
+    if (const uint32_t left = header_of(base_)->left.load(std::memory_order_acquire); left != 0) {
+      throw ConnectionError(fmt::format(
+          "shared-memory allreduce (call {}, rank {} of {}): rank {} left the group after a "
+          "failure while {} of {} ranks had arrived (the group is unusable)",
+          calls_, rank_, size_, left - 1,
+          static_cast<int64_t>(size_) - static_cast<int32_t>(target - seen), size_));
+    }
     auto now = std::chrono::steady_clock::now();
     if (now >= deadline) {
       throw TimeoutError(fmt::format(

@@ -22,8 +22,10 @@
 // Blocking and timeouts: allreduce() blocks until all ranks arrived, spinning briefly then
 // sleeping on the counter (FUTEX_WAIT on the shared word; the last arriver wakes everyone). After
 // `timeout` it throws TimeoutError; the group is then unusable (like after a gloo timeout). A
-// peer process that exited is noticed within ~100 ms of sleeping (its pid, exchanged at
-// start-up, is gone or a zombie) and throws ConnectionError.
+// peer process that exited is noticed within ~10 ms of sleeping (its pid, exchanged at
+// start-up, is gone or a zombie) and throws ConnectionError. A peer that abandons the group
+// after a failure of its own (abandon(): it lives on to re-form the group) ends the others'
+// waits at once with ConnectionError too.
 #pragma once
 
 #include <chrono>
@@ -59,6 +61,10 @@ class ShmAllreduce {
   // the sum times 1/size. Precondition: fits(count, sizeof(T)). Blocking; TimeoutError.
   void allreduce(float* data, size_t count, ReduceOp op);
   void allreduce(double* data, size_t count, ReduceOp op);
+
+  // This rank leaves the group (after a failure; it will not arrive again): every rank waiting
+  // in an allreduce that cannot complete now throws ConnectionError. Never blocks, never throws.
+  void abandon();
 
  private:
   ShmAllreduce(void* base, size_t bytes, int rank, int size, std::chrono::milliseconds timeout);

@@ -61,6 +61,8 @@ class DataParallel {
   void set_tta_flip(bool on) { tta_flip_ = on; }
 
   const GradReducer& reducer() const { return reducer_; }
+  // A train step that threw (a peer died; the group was dropped): ready for the step again.
+  void abandon_step() { reducer_.abandon_step(); }
 
  private:
   // Forward, `loss` (which fills grad_logits_), loss scaling, backward with the allreduce.

@@ -62,6 +62,12 @@ void GradReducer::finish() {
   if (!host_.empty()) staging_.from_host(grads_, host_.data(), total_);
 }
 
+void GradReducer::abandon_step() {
+  in_flight_.clear();
+  next_bucket_ = 0;
+  ready_end_ = 0;
+}
+
 void broadcast_from_rank0(comm::ProcessGroup& pg, float* data, size_t count) {
   if (pg.size() > 1) pg.broadcast(data, count * sizeof(float), 0);
 }

@@ -49,6 +49,10 @@ class GradReducer {
   // The gradient of [offset, offset + count) is final.
   void on_grad_ready(size_t offset, size_t count);
   void finish();
+  // A step interrupted by a failure (the group is being re-formed): forgets its allreduces so the
+  // step can be run again from begin_step(). Call after the group that ran them was destroyed
+  // (ReformableProcessGroup::drop): none of them may still write into the gradients.
+  void abandon_step();
 
   // [begin, end) element ranges of the buckets, in launch order.
   const std::vector<std::pair<size_t, size_t>>& buckets() const { return buckets_; }

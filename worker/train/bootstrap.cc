@@ -50,19 +50,26 @@ bool all_ranks_can_use_nccl(Store& store, bool mine, int64_t world, std::chrono:
 
 }  // namespace
 
-std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
-                                                       std::chrono::milliseconds timeout,
-                                                       std::chrono::milliseconds collective_timeout,
-                                                       const kernels::OpenedDevice& device) {
-  if (env.world_size == 1) return comm::make_local_process_group();
+std::shared_ptr<Store> connect_job_store(const WorkerEnv& env, std::chrono::milliseconds timeout) {
   TcpStoreClientOptions opts;
   opts.host = env.master_addr;
   opts.port = static_cast<uint16_t>(env.master_port);
   opts.connect_timeout = timeout;
   opts.timeout = timeout;
   opts.token = load_job_token();
-  auto client = std::make_shared<TcpStoreClient>(opts);
-  PrefixStore store(fmt::format("dtrain/attempt_{}", env.restart_count), client);
+  return std::make_shared<TcpStoreClient>(opts);
+}
+
+std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
+                                                       std::chrono::milliseconds timeout,
+                                                       std::chrono::milliseconds collective_timeout,
+                                                       const kernels::OpenedDevice& device,
+                                                       int64_t generation,
+                                                       std::shared_ptr<Store> client) {
+  if (env.world_size == 1) return comm::make_local_process_group();
+  std::string prefix = fmt::format("dtrain/attempt_{}", env.restart_count);
+  if (generation > 0) prefix += fmt::format("/gen_{}", generation);
+  PrefixStore store(prefix, client ? std::move(client) : connect_job_store(env, timeout));
 
   // Every rank votes, CPU ranks too (a node whose --device auto found no GPU), so that all take
   // the same transport. NCCL refuses two ranks on one GPU: ranks sharing one take gloo.
@@ -103,8 +110,8 @@ std::unique_ptr<comm::ProcessGroup> join_process_group(const WorkerEnv& env,
     // hostname may resolve to loopback (Debian's 127.0.1.1) and break every other host.
     gopts.hostname = local_address_towards(env.master_addr, static_cast<uint16_t>(env.master_port));
   }
-  log_debug("joining the gloo group as rank {} of {} via {}:{}", env.rank, env.world_size,
-            env.master_addr, env.master_port);
+  log_debug("joining the gloo group as rank {} of {} via {}:{} (generation {})", env.rank,
+            env.world_size, env.master_addr, env.master_port, generation);
   return comm::make_gloo_process_group(store, static_cast<int>(env.rank),
                                        static_cast<int>(env.world_size), gopts);
 }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
+#include <tuple>
 #include <utility>
 
 #include "common/byte_order.h"
@@ -74,15 +75,20 @@ double ms_since(Clock::time_point t) {
   return 1e3 * std::chrono::duration<double>(Clock::now() - t).count();
 }
 
-// The lowest rank holding the state, or -1.
-int find_source(comm::ProcessGroup& pg, bool has_state) {
-  std::vector<std::vector<uint8_t>> flags;
-  collective("asking which ranks hold the training state",
-             [&] { flags = pg.allgather({static_cast<uint8_t>(has_state ? 1 : 0)}); });
-  for (int r = 0; r < static_cast<int>(flags.size()); ++r) {
-    if (!flags[r].empty() && flags[r][0] != 0) return r;
+// The lowest rank holding the newest version, and that version; {-1, kNoState} when no rank
+// holds any.
+std::pair<int, int64_t> find_source(comm::ProcessGroup& pg, int64_t version) {
+  std::vector<uint8_t> mine(8);
+  store_le<uint64_t>(mine.data(), static_cast<uint64_t>(version < 0 ? kNoState : version));
+  std::vector<std::vector<uint8_t>> all;
+  collective("asking which ranks hold the training state", [&] { all = pg.allgather(mine); });
+  std::pair<int, int64_t> best{-1, kNoState};
+  for (int r = 0; r < static_cast<int>(all.size()); ++r) {
+    if (all[r].size() != 8) continue;
+    const auto v = static_cast<int64_t>(load_le<uint64_t>(all[r].data()));
+    if (v > best.second) best = {r, v};
   }
-  return -1;
+  return best;
 }
 
 // The source's header and bytes: the serialized state, or the error message that stopped it.
@@ -163,15 +169,15 @@ const char* peer_state_outcome_name(PeerStateOutcome outcome) {
   return "?";
 }
 
-PeerStateResult share_peer_state(comm::ProcessGroup& pg, bool has_state,
-                                 const SerializeState& serialize, const LoadState& load,
-                                 const PeerStateOptions& options) {
+PeerStateResult share_newest_state(comm::ProcessGroup& pg, int64_t version,
+                                   const SerializeState& serialize, const LoadState& load,
+                                   const PeerStateOptions& options) {
   const int rank = pg.rank();
   const Clock::time_point t0 = Clock::now();
   PeerStateResult result;
   uint64_t done = 0;
   try {
-    result.source = find_source(pg, has_state);
+    std::tie(result.source, result.version) = find_source(pg, version);
     if (result.source < 0) {
       result.outcome = PeerStateOutcome::kNoSurvivor;
       return result;
@@ -196,7 +202,7 @@ PeerStateResult share_peer_state(comm::ProcessGroup& pg, bool has_state,
           source, message);
       return result;
     }
-    const bool receiving = !has_state;
+    const bool receiving = version < result.version;
     if (receiving) payload.assign(header.length, 0);
     broadcast_state(pg, header, source, sending || receiving, payload, done, options);
     // A complaint from any rank fails the exchange for all.

@@ -3,16 +3,20 @@
 // of reading a checkpoint. In data-parallel training every survivor holds the state of the
 // current step, so no file is needed while one is left.
 //
-//   every rank:   allgather of "I hold the state" (one byte each)
+//   every rank:   allgather of the version of the state it holds (8 bytes each: a number that
+//                 grows as training goes on, dtrain's global step; negative: none)
 //                   nobody holds it -> kNoSurvivor on every rank: the caller falls back (the
 //                   flash copy, then the disk checkpoint)
-//   source:       the lowest rank holding it serializes its state
+//   source:       the lowest rank holding the newest version serializes its state; every rank
+//                 with an older version (or none) receives it
+//                 (survivors of a peer's death can be one step apart when the peer died inside
+//                 a collective that some of them completed: the ones behind catch up here)
 //   source -> all: header (status, length, CRC-32, chunk size), then the bytes in chunks
 //   receivers:    CRC-32 of what arrived == the header's ? load(bytes) : nothing loaded
 //   every rank:   allgather of each rank's outcome, so that all return the same verdict
 //
-//   outcome per rank:  kReceived  (held nothing, loaded the source's state)
-//                      kKept      (held the state: the source, or another survivor)
+//   outcome per rank:  kReceived  (held nothing or an older version, loaded the source's state)
+//                      kKept      (held the newest version: the source, or another survivor)
 //                      kNoSurvivor (nobody held it)
 //                      kFailed    (see group_broken)
 //
@@ -50,6 +54,7 @@ const char* peer_state_outcome_name(PeerStateOutcome outcome);
 struct PeerStateResult {
   PeerStateOutcome outcome = PeerStateOutcome::kFailed;
   int source = -1;        // the rank that sent the state (-1: none)
+  int64_t version = -1;   // the version it sent (the newest held; -1: none)
   uint64_t bytes = 0;     // the state's size, as the source announced it
   uint32_t checksum = 0;  // its CRC-32, as the source announced it
   // This rank loaded the source's state (complete and checked). Also possible with kFailed when
@@ -74,15 +79,25 @@ struct PeerStateOptions {
 
 // Called on the source only: the state as bytes.
 using SerializeState = std::function<std::vector<uint8_t>()>;
-// Called on ranks without state, with bytes that passed the checksum, and the source's rank.
+// Called on ranks without the newest state, with bytes that passed the checksum, and the
+// source's rank.
 // Throws to refuse them (reported as kFailed; it must not have changed anything then).
 using LoadState = std::function<void(const std::vector<uint8_t>& bytes, int source)>;
 
-// Every rank of `pg`, collectively. `has_state`: this rank holds the current training state (a
-// survivor). `serialize` may be empty on ranks without state, `load` on ranks with it.
-PeerStateResult share_peer_state(comm::ProcessGroup& pg, bool has_state,
-                                 const SerializeState& serialize, const LoadState& load,
-                                 const PeerStateOptions& options = {});
+// Every rank of `pg`, collectively. `version`: the version of the training state this rank
+// holds (kNoState: none, a replacement). `serialize` may be empty on ranks without state, `load`
+// on a rank sure to hold the newest.
+inline constexpr int64_t kNoState = -1;
+PeerStateResult share_newest_state(comm::ProcessGroup& pg, int64_t version,
+                                   const SerializeState& serialize, const LoadState& load,
+                                   const PeerStateOptions& options = {});
+
+// share_newest_state where every rank holding state holds the same (`has_state`: version 0).
+inline PeerStateResult share_peer_state(comm::ProcessGroup& pg, bool has_state,
+                                        const SerializeState& serialize, const LoadState& load,
+                                        const PeerStateOptions& options = {}) {
+  return share_newest_state(pg, has_state ? 0 : kNoState, serialize, load, options);
+}
 
 // A replacement rank could not take the state from a live peer (dtrain exits with it, so that the
 // job is restarted from the flash or disk checkpoint).

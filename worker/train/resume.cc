@@ -352,22 +352,68 @@ void require_one_run(const std::string& path, const std::string& run_id,
   }
 }
 
-std::optional<ResumePoint> resume_from_peer(const TrainConfig& config, comm::ProcessGroup& pg,
-                                            const data::ImageDataset& train_set,
-                                            const ResumeTargets& targets) {
+namespace {
+
+// What a rank takes from a live peer's state: loaded into the targets, then its position.
+struct PeerLoad {
   json meta;
   std::vector<float> ema;
   std::string from;
+
   // Decoded and checked in full before anything is copied: a refusal leaves this rank as it was.
-  auto load = [&](const std::vector<uint8_t>& bytes, int source) {
-    from = fmt::format("the training state of rank {} (a live peer)", source);
-    ckpt::LoadedCheckpoint loaded{from, ckpt::decode_checkpoint(bytes, from)};
-    check_resumable(loaded, config, train_set, targets.model);
-    const std::vector<float> all = flatten_state(config, targets.model, loaded.ckpt);
-    ema = apply_state(config, targets, all, loaded.ckpt.meta);
-    meta = std::move(loaded.ckpt.meta);
-  };
-  const PeerStateResult result = share_peer_state(pg, /*has_state=*/false, {}, load);
+  LoadState loader(const TrainConfig& config, const data::ImageDataset& train_set,
+                   const ResumeTargets& targets) {
+    return [this, &config, &train_set, targets](const std::vector<uint8_t>& bytes, int source) {
+      from = fmt::format("the training state of rank {} (a live peer)", source);
+      ckpt::LoadedCheckpoint loaded{from, ckpt::decode_checkpoint(bytes, from)};
+      check_resumable(loaded, config, train_set, targets.model);
+      const std::vector<float> all = flatten_state(config, targets.model, loaded.ckpt);
+      ema = apply_state(config, targets, all, loaded.ckpt.meta);
+      meta = std::move(loaded.ckpt.meta);
+    };
+  }
+
+  ResumePoint point(const TrainConfig& config, int world_size, int64_t train_size) {
+    ResumePoint p = resume_point_of(meta, world_size, config.batch_size, train_size);
+    // A live peer's epoch goes on in the same world with the same batch, sharded as it began:
+    // an epoch that began after a re-form at another world size (seen_before > 0) skips its
+    // steps done within that sharding, exactly as the peers that sent the state go on (the
+    // checkpoint rule would re-shard the rest, with other batches).
+    const int64_t seen_before = meta.value("epoch_seen_before", int64_t{0});
+    const int64_t epoch_step = meta.value("epoch_step", int64_t{0});
+    if (seen_before > 0 && epoch_step > 0 && p.saved_world_size == world_size &&
+        p.saved_batch_size == config.batch_size) {
+      p.inside_epoch.seen = seen_before;
+      p.inside_epoch.skip_steps = epoch_step;
+    }
+    p.resumed = true;
+    p.checkpoint = from;
+    p.run_id = meta.value("run_id", std::string());
+    p.ema = std::move(ema);
+    return p;
+  }
+};
+
+}  // namespace
+
+PeerStateResult exchange_state_as_survivor(const TrainConfig& config, comm::ProcessGroup& pg,
+                                           const data::ImageDataset& train_set,
+                                           const ResumeTargets& targets, int64_t version,
+                                           const SerializeState& serialize,
+                                           std::optional<ResumePoint>* received) {
+  PeerLoad peer;
+  const PeerStateResult result =
+      share_newest_state(pg, version, serialize, peer.loader(config, train_set, targets));
+  if (result.loaded) *received = peer.point(config, pg.size(), train_set.size());
+  return result;
+}
+
+std::optional<ResumePoint> resume_from_peer(const TrainConfig& config, comm::ProcessGroup& pg,
+                                            const data::ImageDataset& train_set,
+                                            const ResumeTargets& targets) {
+  PeerLoad peer;
+  const PeerStateResult result =
+      share_newest_state(pg, kNoState, {}, peer.loader(config, train_set, targets));
   if (result.outcome == PeerStateOutcome::kNoSurvivor) {
     if (pg.rank() == 0) {
       log_info(
@@ -383,11 +429,7 @@ std::optional<ResumePoint> resume_from_peer(const TrainConfig& config, comm::Pro
         "worker exits so that the job restarts from the flash copy or the disk checkpoint",
         result.error));
   }
-  ResumePoint point = resume_point_of(meta, pg.size(), config.batch_size, train_set.size());
-  point.resumed = true;
-  point.checkpoint = from;
-  point.run_id = meta.value("run_id", std::string());
-  point.ema = std::move(ema);
+  ResumePoint point = peer.point(config, pg.size(), train_set.size());
   if (pg.rank() == 0) log_position(point, pg.size(), config.batch_size, train_set.size());
   return point;
 }

@@ -89,6 +89,18 @@ std::optional<ResumePoint> resume_from_peer(const TrainConfig& config, comm::Pro
                                             const data::ImageDataset& train_set,
                                             const ResumeTargets& targets);
 
+// A survivor of a peer's death (train/rank_recovery.h), collectively with the replacement(s) and
+// the other survivors once the group re-formed: offers its state at `version` (its global step;
+// `serialize` encodes it) to the ranks without it and, when another survivor holds a newer one
+// (it completed a step this rank did not), loads that into `targets` and sets `*received` to its
+// position (also when the exchange then failed on another rank: the state loaded is whole).
+// Returns the exchange's result (peer_state.h); never throws for a failed exchange.
+PeerStateResult exchange_state_as_survivor(const TrainConfig& config, comm::ProcessGroup& pg,
+                                           const data::ImageDataset& train_set,
+                                           const ResumeTargets& targets, int64_t version,
+                                           const SerializeState& serialize,
+                                           std::optional<ResumePoint>* received);
+
 // The position a checkpoint's `meta` records, for a run of `world_size` ranks with --batch_size
 // `batch_size` over `train_size` samples (the EMA, the file and the run id are not its part).
 ResumePoint resume_point_of(const nlohmann::json& meta, int64_t world_size, int64_t batch_size,

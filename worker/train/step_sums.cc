@@ -21,11 +21,22 @@ void StepSums::begin_epoch(const EpochTotals& totals) {
   backend_.copy_from_host(sums_, start, sizeof(start));
 }
 
-EpochTotals StepSums::take_window() {
+EpochTotals StepSums::read_window() {
   double window[3];
   backend_.copy_to_host(window, sums_, kTripleBytes);
-  backend_.zero(sums_, kTripleBytes);
   return triple(window);
+}
+
+void StepSums::clear_window() { backend_.zero(sums_, kTripleBytes); }
+
+StepSums::Saved StepSums::save() const {
+  Saved saved;
+  backend_.copy_to_host(saved.sums, sums_, sizeof saved.sums);
+  return saved;
+}
+
+void StepSums::restore(const Saved& saved) {
+  backend_.copy_from_host(sums_, saved.sums, sizeof saved.sums);
 }
 
 EpochTotals StepSums::read_totals() {

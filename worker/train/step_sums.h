@@ -31,13 +31,22 @@ class StepSums {
   void begin_epoch(const EpochTotals& totals);
   // Where the loss op adds a step's figures: kTriples triples in the backend's memory.
   double* sums() { return sums_; }
-  // The window's sums, read to the host; the window then starts empty.
-  EpochTotals take_window();
+  // The window's sums, read to the host (nothing changes: the caller sums them over the ranks,
+  // then clear_window(), so a collective that fails loses nothing).
+  EpochTotals read_window();
+  void clear_window();
+  // All the sums as they are now, and back to them: a training step interrupted by a peer's
+  // death is rolled back before it is run again (rank-level recovery). One small copy each.
+  struct Saved {
+    double sums[6];
+  };
+  Saved save() const;
+  void restore(const Saved& saved);
   // The epoch's sums so far, read to the host.
   EpochTotals read_totals();
   // The window's mean loss so far when reading it costs nothing (the backend's memory is the
   // host's) and the window has a step; nullopt otherwise (the caller keeps what its last
-  // take_window() gave).
+  // window read gave).
   std::optional<double> free_window_loss() const;
 
  private:

@@ -304,6 +304,13 @@ const std::vector<Flag>& flags() {
          c.collective_timeout = number_flag(f, v, b, fmt::format("seconds above 0 and at most {}", kMaxCount));
        },
        [](const TrainConfig& c) { return fmt_double(c.collective_timeout); }},
+      {"rank_recovery",
+       "on | off: when a peer rank dies and dlaunch replaces it in process (--restart_scope rank), "
+       "this worker stays up, re-forms the group with the replacement and redoes the interrupted "
+       "step; off (and on NCCL groups): it exits, and dlaunch restarts the whole group",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) { c.rank_recovery = choice(f, v, {"on", "off"}) == "on"; },
+       [](const TrainConfig& c) { return std::string(c.rank_recovery ? "on" : "off"); }},
       {"log_every", "write a metrics line every N steps (0: epochs only)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.log_every = positive_int(f, v, 0); },
        [](const TrainConfig& c) { return std::to_string(c.log_every); }},

@@ -61,6 +61,9 @@ struct TrainConfig {
   // Seconds a collective may take before the worker gives up on it (exit 1, naming it) so the
   // agent restarts the group; joining the group waits max(this, 300 s).
   double collective_timeout = 300;
+  // Survive a peer rank's death in process (train/rank_recovery.h) when the agent offers it
+  // (DLAUNCH_RECOVERY_KEY); off: exit on it as before, so the agent restarts the whole group.
+  bool rank_recovery = true;
   int log_every = 20;           // steps; 0 = epoch lines only
   bool tensorboard = true;      // metrics.jsonl's scalars also as a TensorBoard event file
   int64_t max_steps = 0;        // 0 = no limit

@@ -11,6 +11,7 @@
 #include "common/error.h"
 #include "common/heartbeat.h"
 #include "common/log.h"
+#include "common/rank_recovery.h"
 #include "kernels/backend.h"
 #include "worker/data/dataset.h"
 #include "worker/data/distributed_sampler.h"
@@ -26,7 +27,9 @@
 #include "worker/train/epoch_batches.h"
 #include "worker/train/epoch_run.h"
 #include "worker/train/epoch_totals.h"
+#include "worker/train/peer_state.h"
 #include "worker/train/precision.h"
+#include "worker/train/rank_recovery.h"
 #include "worker/train/resume.h"
 #include "worker/train/run_metrics.h"
 #include "worker/train/step_sums.h"
@@ -51,12 +54,13 @@ double seconds_since(Clock::time_point t) {
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
-          kernels::Backend& backend, const FaultInjection& fault)
+          kernels::Backend& backend, const FaultInjection& fault, RankRecovery* recovery)
       : config_(config),
         env_(env),
         pg_(pg),
         backend_(backend),
         fault_(fault),
+        recovery_(recovery),
         rank0_(pg.rank() == 0),
         checkpoints_(config, pg) {}
 
@@ -81,11 +85,36 @@ class Trainer {
   void train_epoch(int64_t epoch, const EpochResume& resumed);
   // The epoch's sample indices for this rank, less those already trained before a resume.
   std::vector<int64_t> epoch_indices(EpochRun& run, const EpochResume& resumed);
+  // One batch: train_step and after_step. With rank-level recovery a peer's death inside them is
+  // survived: the step is rolled back and redone on the re-formed group with the same batch, or,
+  // when its optimizer step had run, the rest of its after_step is left out.
+  void run_step(EpochRun& run, const data::Batch& batch);
+  // What a step changes before its optimizer step, and what a redo would change again: the BN
+  // running statistics (forward in training mode) and the step sums (the loss op). The rest (the
+  // weights, the optimizer, fp16's loss scale, the EMA) changes only after the last collective
+  // of the gradients, with the optimizer step.
+  struct StepStart {
+    std::vector<std::vector<float>> bn_buffers;
+    StepSums::Saved sums;
+  };
+  StepStart save_step_start();
+  void restore_step_start(const StepStart& start);
+  // After a peer's death in a step (`complete`: its optimizer step had run): the group dropped
+  // and re-formed, the state shared with the replacement. True when the step is done (here, or
+  // by the peers whose newer state this rank took): go on with the next batch.
+  bool recover_step(EpochRun& run, const std::exception_ptr& error, bool complete,
+                    const StepStart& start);
+  // Another survivor completed the step this one did not (the peer died inside the step's last
+  // collective): its state, loaded by the exchange, is this step done. Throws when it is not
+  // exactly one step ahead.
+  void adopt_peer_step(EpochRun& run, ResumePoint point);
   // One optimizer step on `batch`, its figures added to the step sums.
   void train_step(EpochRun& run, const data::Batch& batch);
   // After a step: the logging window, the progress bar, a flash copy, fault injection.
   void after_step(EpochRun& run);
   void log_window(EpochRun& run);
+  // FaultInjection: raises its signal when this is the rank and the step.
+  void inject_fault();
   void finish_epoch(EpochRun& run);
   // A stop signal ended the epoch: a checkpoint inside it, no evaluation.
   void finish_stopped_epoch(EpochRun& run, const EpochFigures& figures);
@@ -112,7 +141,9 @@ class Trainer {
   comm::ProcessGroup& pg_;
   kernels::Backend& backend_;  // where the model, its gradients and the optimizer state live
   FaultInjection fault_;
+  RankRecovery* recovery_;  // null: a peer's death ends this worker
   bool rank0_;
+  std::string run_id_;  // this run's (resume.h), for the state sent to a replacement
 
   data::ImageDataset train_set_, test_set_;
   std::unique_ptr<ResidentSplit> resident_train_, resident_test_;  // null: the host loader
@@ -241,8 +272,7 @@ void Trainer::train_epoch(int64_t epoch, const EpochResume& resumed) {
   step_sums_->begin_epoch(run.totals);
   run.learning_rate = optim::lr_at(schedule_, static_cast<double>(epoch) + run.fraction(run.step));
   while (auto batch = batches.next(images_)) {
-    train_step(run, *batch);
-    after_step(run);
+    run_step(run, *batch);
     if (stop_signal_ != 0 || (config_.max_steps > 0 && global_step_ >= config_.max_steps)) {
       stop_ = true;
       break;
@@ -270,6 +300,96 @@ std::vector<int64_t> Trainer::epoch_indices(EpochRun& run, const EpochResume& re
   return indices;
 }
 
+void Trainer::run_step(EpochRun& run, const data::Batch& batch) {
+  if (recovery_ == nullptr) {
+    train_step(run, batch);
+    after_step(run);
+    return;
+  }
+  for (;;) {
+    const StepStart start = save_step_start();
+    const int64_t step_before = global_step_;
+    std::exception_ptr error;
+    try {
+      train_step(run, batch);
+      after_step(run);
+      return;
+    } catch (const Error& e) {
+      if (!is_peer_failure(e)) throw;
+      error = std::current_exception();
+    }
+    // The optimizer step ran (global_step_ counts it): the failure came later, in the stop
+    // agreement, the logging window or the flash copy, none of which changes the training.
+    if (recover_step(run, error, global_step_ > step_before, start)) return;
+  }
+}
+
+Trainer::StepStart Trainer::save_step_start() {
+  StepStart start;
+  for (Tensor* t : model_->buffers()) start.bn_buffers.push_back(t->to_host());
+  start.sums = step_sums_->save();
+  return start;
+}
+
+void Trainer::restore_step_start(const StepStart& start) {
+  const std::vector<Tensor*> buffers = model_->buffers();
+  for (size_t i = 0; i < buffers.size(); ++i) buffers[i]->copy_from_host(start.bn_buffers[i].data());
+  step_sums_->restore(start.sums);
+}
+
+bool Trainer::recover_step(EpochRun& run, const std::exception_ptr& error, bool complete,
+                           const StepStart& start) {
+  progress_.clear();
+  // First the group: its destruction waits for the async gradient all-reduces still running,
+  // which write into the gradients; then nothing of the step is in flight.
+  recovery_->drop_group();
+  data_parallel_->abandon_step();
+  if (!complete) restore_step_start(start);
+  log_info("step {} {}: re-forming the group", global_step_ + (complete ? 0 : 1),
+           complete ? "was complete when the peer failed (the rest of its logging is left out)"
+                    : "was interrupted and is rolled back, to be redone with the same batch");
+  bool took_step = false;
+  recovery_->reform(error, [&] {
+    // The replacement starts after this step, as a checkpoint written now would say; the epoch's
+    // totals are not sent: each rank keeps its own, and the dead rank's are lost (docs/dtrain.md).
+    const CheckpointPosition at{run.epoch, run.step, run.seen_before, EpochTotals{}};
+    std::optional<ResumePoint> received;
+    const PeerStateResult result = exchange_state_as_survivor(
+        config_, pg_, train_set_, {*model_, *data_parallel_, *optimizer_, *precision_},
+        global_step_,
+        [&] { return encode_training_state(config_, run_id_, pg_.size(), state(), at); },
+        &received);
+    // Taken whole even if the exchange then failed on another rank: this rank holds that state
+    // now, and offers it as such in the next generation's exchange.
+    if (received) {
+      adopt_peer_step(run, std::move(*received));
+      took_step = true;
+    }
+    if (result.outcome != PeerStateOutcome::kFailed) return true;
+    if (result.group_broken) return false;
+    throw PeerStateError(fmt::format("sharing the training state after a re-form failed: {}",
+                                     result.error));
+  });
+  return complete || took_step;
+}
+
+void Trainer::adopt_peer_step(EpochRun& run, ResumePoint point) {
+  const int64_t expected_step = run.step + 1;
+  if (point.epochs_done != run.epoch || point.inside_epoch.skip_steps != expected_step ||
+      point.global_step != global_step_ + 1) {
+    throw Error(fmt::format(
+        "after the re-form this rank was at step {} (epoch {}, step {} in it) but a peer's newer "
+        "state is at step {} (epoch {}, step {} in it); expected one step ahead: the ranks cannot "
+        "agree where to go on, so the group restarts",
+        global_step_, run.epoch + 1, run.step, point.global_step, point.epochs_done + 1,
+        point.inside_epoch.skip_steps));
+  }
+  if (ema_ && !point.ema.empty()) ema_->load_state(std::move(point.ema));
+  global_step_ = point.global_step;
+  run.step = expected_step;
+  log_info("took step {} from a peer that completed it", global_step_);
+}
+
 void Trainer::train_step(EpochRun& run, const data::Batch& batch) {
   run.learning_rate =
       optim::lr_at(schedule_, static_cast<double>(run.epoch) + run.fraction(run.step));
@@ -282,12 +402,13 @@ void Trainer::train_step(EpochRun& run, const data::Batch& batch) {
   }
   ++global_step_;
   ++run.step;
+  run.images += static_cast<double>(batch.size);
+  if (fault_.after_optimizer) inject_fault();
   heartbeat();
   stop_watch_progress(/*step=*/true);
   // Every rank learns of a signal any rank got, after the same step: the checkpoint below is
   // then the state of every rank.
   if (global_step_ % config_.stop_check_every == 0) stop_signal_ = agree_stop();
-  run.images += static_cast<double>(batch.size);
 }
 
 void Trainer::after_step(EpochRun& run) {
@@ -306,15 +427,23 @@ void Trainer::after_step(EpochRun& run) {
     save_flash(run);
   }
   // After the step's logging, so the metrics show the step the worker died after.
+  if (!fault_.after_optimizer) inject_fault();
+}
+
+void Trainer::inject_fault() {
   if (global_step_ == fault_.fail_at_step && pg_.rank() == fault_.fail_rank) {
-    log_warning("fault injection: {} rank {} after step {} (DTRAIN_FAIL_AT_STEP)",
-                fault_.signal == SIGSTOP ? "stopping" : "killing", pg_.rank(), global_step_);
+    log_warning("fault injection: {} rank {} after step {}{} (DTRAIN_FAIL_AT_STEP)",
+                fault_.signal == SIGSTOP ? "stopping" : "killing", pg_.rank(), global_step_,
+                fault_.after_optimizer ? "'s optimizer step" : "");
     std::raise(fault_.signal);
   }
 }
 
 void Trainer::log_window(EpochRun& run) {
-  const EpochTotals window = sum_over_ranks(pg_, step_sums_->take_window());
+  // Cleared only once summed: a window whose all-reduce failed (a peer died) is kept, and
+  // reported with the next one.
+  const EpochTotals window = sum_over_ranks(pg_, step_sums_->read_window());
+  step_sums_->clear_window();
   live_loss_ = window.mean_loss();
   double secs = seconds_since(run.window_start);
   double ips = secs > 0 ? window.samples / secs : 0;
@@ -514,6 +643,10 @@ TrainSummary Trainer::run() {
   ResumePoint point =
       resume(config_, pg_, train_set_, {*model_, *data_parallel_, *optimizer_, *precision_},
              checkpoints_.flash_dir(), env_.replacement);
+  // From here this rank holds the training state and can survive a peer's death: the agent may
+  // now replace a rank of this group instead of restarting it (a replacement says so only once
+  // it took the state from its peers).
+  if (recovery_ != nullptr) announce_rank_recovery();
   const int64_t start_epoch = continue_from(point);
   start_ema(std::move(point.ema));
   divergence_.emplace(config_, !precision_->loss_scaling(), global_step_);
@@ -546,6 +679,7 @@ TrainSummary Trainer::run() {
 }
 
 int64_t Trainer::continue_from(const ResumePoint& point) {
+  run_id_ = point.run_id;
   checkpoints_.set_run_id(point.run_id);
   if (!point.resumed) return 0;
   summary_.resumed = true;
@@ -588,8 +722,9 @@ void Trainer::finish_run() {
 }  // namespace
 
 TrainSummary run_training(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
-                          kernels::Backend& backend, const FaultInjection& fault) {
-  Trainer trainer(config, env, pg, backend, fault);
+                          kernels::Backend& backend, const FaultInjection& fault,
+                          RankRecovery* recovery) {
+  Trainer trainer(config, env, pg, backend, fault, recovery);
   return trainer.run();
 }
 

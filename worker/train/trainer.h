@@ -17,6 +17,13 @@
 // --resume PATH that is corrupt), TimeoutError/ConnectionError (a peer died), DivergedError
 // (the loss or the weights became inf/NaN: every rank throws it at the same step, and no
 // checkpoint of that state is written).
+//
+// With rank-level recovery (`recovery` not null: rank_recovery.h) a peer's death inside a
+// training step does not end run(): the step is rolled back (BN statistics, step sums), the
+// group re-formed with the replacement, which takes the state from the survivors, and the step
+// redone with the same batch; a death after the step's optimizer step leaves the rest of that
+// step's logging out. The losses are those of a run without the death, bit for bit. A death
+// elsewhere (evaluation, the epoch's end, checkpoints) throws as before.
 #pragma once
 
 #include <csignal>
@@ -31,6 +38,8 @@
 #include "worker/train/train_config.h"
 
 namespace dlaunch::train {
+
+class RankRecovery;
 
 struct TrainSummary {
   int64_t epochs_done = 0;  // completed epochs, counting those restored from a checkpoint
@@ -53,10 +62,13 @@ struct TrainSummary {
 // Test-only fault injection, read from the environment by dtrain's main: on the first attempt
 // (TORCHELASTIC_RESTART_COUNT=0) rank `fail_rank` raises `signal` right after global step
 // `fail_at_step`: SIGKILL (dies) or SIGSTOP (hangs, for --collective_timeout). -1: off.
+// `after_optimizer`: at that step's optimizer step instead, before the stop-signal agreement
+// (the peers then fail after the step is complete: rank-level recovery does not redo it).
 struct FaultInjection {
   int64_t fail_at_step = -1;
   int64_t fail_rank = 0;
   int signal = SIGKILL;
+  bool after_optimizer = false;
 };
 
 // Trains on `backend` (kernels/device.h picks it): the model, its gradients and the optimizer
@@ -64,6 +76,7 @@ struct FaultInjection {
 // made there from the uploaded splits (train/epoch_batches.h); checkpoints hold host copies, so
 // they are the same whatever the device.
 TrainSummary run_training(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
-                          kernels::Backend& backend, const FaultInjection& fault = {});
+                          kernels::Backend& backend, const FaultInjection& fault = {},
+                          RankRecovery* recovery = nullptr);
 
 }  // namespace dlaunch::train

@@ -1,0 +1,228 @@
+#include "worker/train/rank_recovery.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "common/env.h"
+#include "common/error.h"
+#include "common/heartbeat.h"
+#include "common/log.h"
+
+namespace dlaunch::train {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// A survivor's wait for the agent's verdict is cut into slices, each followed by a heartbeat: a
+// worker waiting for its peer's replacement is not hung (--hang_timeout).
+constexpr std::chrono::milliseconds kVerdictSlice{1000};
+// How often a join's watcher asks whether the next generation exists, and re-interrupts the
+// join's store client once it does (an interrupt that came between two of its calls is lost).
+constexpr std::chrono::milliseconds kWatchSlice{100};
+constexpr std::chrono::milliseconds kInterruptRetry{10};
+
+std::string what_of(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
+double ms_since(Clock::time_point t) {
+  return 1e3 * std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+}  // namespace
+
+std::string rank_recovery_off_reason(const TrainConfig& config, const WorkerEnv& env,
+                                     const std::string& group_backend) {
+  if (recovery_key_from_env().empty()) {
+    return fmt::format("{} is not set (the agent restarts whole groups)", env_names::kRecoveryKey);
+  }
+  if (!config.rank_recovery) return "--rank_recovery off";
+  if (env.world_size < 2) return "a world of one";
+  if (group_backend == "nccl") {
+    return "the group is NCCL, whose broken communicator dtrain cannot drop in process yet";
+  }
+  return "";
+}
+
+std::string recovery_key_from_env() { return get_env_or(env_names::kRecoveryKey, ""); }
+
+int64_t current_generation(Store& store, const std::string& key) { return store.add(key, 0); }
+
+bool is_peer_failure(const std::exception& e) {
+  return dynamic_cast<const ConnectionError*>(&e) != nullptr ||
+         dynamic_cast<const TimeoutError*>(&e) != nullptr;
+}
+
+std::unique_ptr<comm::ProcessGroup> join_generation(Store& counter, const std::string& key,
+                                                    int64_t g, const ConnectStore& connect,
+                                                    const JoinGroup& join) {
+  const std::shared_ptr<Store> client = connect();
+  const std::string next = fmt::format("{}/{}", key, g + 1);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool joined = false;
+  bool watcher_done = false;
+  std::atomic<bool> superseded{false};
+  // The watcher asks in slices (an interrupt that comes between two of its calls is lost, and
+  // the next slice ends it); once it saw the next generation it interrupts the join's client
+  // until the join gave up.
+  std::thread watcher([&] {
+    bool seen = false;
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu);
+        if (joined) break;
+      }
+      try {
+        seen = counter.wait_get({next}, kWatchSlice).ready;
+      } catch (const Error&) {
+        // interrupted at the join's end, or the store is out of reach for a moment: the join's
+        // own timeout still bounds it
+        std::this_thread::sleep_for(kInterruptRetry);
+      }
+      if (seen) break;
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    if (seen) {
+      superseded = true;
+      while (!joined) {
+        client->interrupt();
+        cv.wait_for(lock, kInterruptRetry);
+      }
+    }
+    watcher_done = true;
+    cv.notify_all();
+  });
+  // The join is over: the watcher's wait is cut short rather than left to its slice.
+  auto finish = [&] {
+    std::unique_lock<std::mutex> lock(mu);
+    joined = true;
+    cv.notify_all();
+    while (!watcher_done) {
+      counter.interrupt();
+      cv.wait_for(lock, kInterruptRetry);
+    }
+    lock.unlock();
+    watcher.join();
+  };
+  std::unique_ptr<comm::ProcessGroup> group;
+  try {
+    group = join(g, client);
+  } catch (const std::exception& e) {
+    finish();
+    if (superseded) {
+      throw ConnectionError(fmt::format(
+          "joining generation {} was given up: the agent announced generation {} meanwhile (a "
+          "rank died during the re-form): {}",
+          g, g + 1, e.what()));
+    }
+    throw;
+  }
+  finish();
+  return group;
+}
+
+std::unique_ptr<comm::ProcessGroup> join_latest_generation(Store& counter, const std::string& key,
+                                                           const ConnectStore& connect,
+                                                           const JoinGroup& join,
+                                                           int64_t* generation) {
+  *generation = current_generation(counter, key);
+  for (;;) {
+    try {
+      return join_generation(counter, key, *generation, connect, join);
+    } catch (const ConnectionError& e) {
+      const int64_t latest = current_generation(counter, key);
+      if (latest <= *generation) throw;
+      log_warning("{}; joining generation {}", e.what(), latest);
+      *generation = latest;
+    }
+  }
+}
+
+RankRecovery::RankRecovery(std::string key, std::shared_ptr<Store> store,
+                           comm::ReformableProcessGroup& pg, ConnectStore connect, JoinGroup join,
+                           std::chrono::milliseconds verdict_timeout, int64_t generation)
+    : key_(std::move(key)),
+      store_(std::move(store)),
+      pg_(pg),
+      connect_(std::move(connect)),
+      join_(std::move(join)),
+      verdict_timeout_(verdict_timeout),
+      generation_(generation) {}
+
+std::pair<int64_t, bool> RankRecovery::wait_for_verdict(const std::exception_ptr& error) {
+  const std::string next = fmt::format("{}/{}", key_, generation_ + 1);
+  const Clock::time_point deadline = Clock::now() + verdict_timeout_;
+  for (;;) {
+    heartbeat();
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (left.count() <= 0) {
+      log_error(
+          "no word from the agent at {} within {} s after the failure: giving up on re-forming "
+          "the group",
+          next, verdict_timeout_.count() / 1000);
+      std::rethrow_exception(error);
+    }
+    try {
+      store_->wait({next}, std::min(left, kVerdictSlice));
+      break;
+    } catch (const TimeoutError&) {
+      // the next slice
+    }
+  }
+  // The latest generation: the agent may have replaced more than one rank by now (each bump is
+  // a generation; only the newest is joined).
+  const int64_t latest = store_->add(key_, 0);
+  const Bytes verdict = store_->get(fmt::format("{}/{}", key_, latest));
+  const std::string said(verdict.begin(), verdict.end());
+  if (said == "replace") return {latest, true};
+  if (said != "restart") {
+    log_error("the agent's verdict for generation {} is '{}'; expected replace or restart",
+              latest, said);
+  }
+  return {latest, false};
+}
+
+void RankRecovery::reform(const std::exception_ptr& error, const Exchange& exchange) {
+  const Clock::time_point t0 = Clock::now();
+  log_warning("a peer failed ({}); waiting for the agent to replace it (generation {})",
+              what_of(error), generation_ + 1);
+  for (;;) {
+    const auto [generation, replace] = wait_for_verdict(error);
+    if (!replace) {
+      log_error("the agent restarts the whole group (generation {}): exiting", generation);
+      std::rethrow_exception(error);
+    }
+    generation_ = generation;
+    try {
+      pg_.replace(join_generation(*store_, key_, generation, connect_, join_));
+      if (exchange()) {
+        log_info("re-formed the group at generation {} {:.0f} ms after the failure", generation,
+                 ms_since(t0));
+        return;
+      }
+      log_warning("the group of generation {} broke during the state exchange; waiting for the "
+                  "next generation",
+                  generation);
+    } catch (const Error& e) {
+      if (!is_peer_failure(e)) throw;
+      log_warning("joining generation {} failed ({}); waiting for the next generation", generation,
+                  e.what());
+    }
+    pg_.drop();
+  }
+}
+
+}  // namespace dlaunch::train
