@@ -45,4 +45,23 @@ inline bool announce_rank_recovery() {
   return written;
 }
 
+// Takes the announcement back: the file is emptied, its times kept. A worker that exits on an
+// error calls it on its way out, so that the agent restarts the whole group instead of
+// replacing this rank alone: such an exit is not a crash that a fresh copy of the rank repairs
+// (a survivor that could not re-form, a diverged loss, a refused checkpoint), and its peers are
+// then in no state to welcome a replacement. Never throws.
+inline void withdraw_rank_recovery() {
+  const char* path = std::getenv("DLAUNCH_HEARTBEAT_FILE");
+  if (path == nullptr || *path == '\0') return;
+  const int fd = ::open(path, O_WRONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  struct stat before {};
+  const bool had_times = ::fstat(fd, &before) == 0;
+  if (::ftruncate(fd, 0) == 0 && had_times) {
+    const struct timespec times[2] = {before.st_atim, before.st_mtim};
+    ::futimens(fd, times);
+  }
+  ::close(fd);
+}
+
 }  // namespace dlaunch

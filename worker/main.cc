@@ -17,6 +17,7 @@
 #include "common/env.h"
 #include "common/error.h"
 #include "common/log.h"
+#include "common/rank_recovery.h"
 #include "common/version.h"
 #include "common/worker_env.h"
 #include "kernels/backend.h"
@@ -146,7 +147,8 @@ int main(int argc, char** argv) {
     const std::string recovery_off = train::rank_recovery_off_reason(config, env, pg.backend());
     if (recovery_off.empty()) {
       recovery = std::make_unique<train::RankRecovery>(recovery_key, store, pg, connect, join,
-                                                       join_timeout, generation);
+                                                       join_timeout, collective_timeout,
+                                                       generation);
       if (env.rank == 0) log_info("rank-level recovery on: a peer's death is survived in process");
     } else if (env.rank == 0 && env.world_size > 1) {
       log_debug("rank-level recovery off: {}", recovery_off);
@@ -162,10 +164,12 @@ int main(int argc, char** argv) {
   } catch (const UsageError& e) {
     log_error("{}", e.what());
     train::write_error_file(error_file, error_type(e), e.what());
+    withdraw_rank_recovery();
     return 2;
   } catch (const std::exception& e) {
     log_error("{}: {}", error_type(e), e.what());
     train::write_error_file(error_file, error_type(e), e.what());
+    withdraw_rank_recovery();  // an error exit is a whole-group restart (rank_recovery.h)
     return 1;
   }
 }

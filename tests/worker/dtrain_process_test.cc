@@ -592,8 +592,11 @@ Proc spawn_dlaunch(const std::vector<std::string>& args,
 // epoch), dlaunch restarts the group, and training resumes from the epoch-2 checkpoint: the step
 // count and the loss curve continue instead of starting over.
 TEST_F(DtrainProcessTest, KilledWorkerResumesUnderDlaunch) {
-  std::vector<std::string> args = {"--standalone", "--nproc_per_node=2", "--max_restarts=1",
-                                   "--hang_timeout=120", DTRAIN_BINARY};
+  // The whole group restarts from the disk checkpoint (--restart_scope group; a rank replaced
+  // alone is RankDeathsUnderDlaunch...).
+  std::vector<std::string> args = {"--standalone",      "--nproc_per_node=2",
+                                   "--max_restarts=1",  "--hang_timeout=120",
+                                   "--restart_scope=group", DTRAIN_BINARY};
   for (auto& a : small_run(4)) args.push_back(a);
   args.push_back("--sync_bn");
   args.push_back("--flash_every=0");  // the disk path: KilledWorkerResumesFromTheFlashCopy... has the other
@@ -686,6 +689,11 @@ TEST_F(DtrainProcessTest, StoppedPeerEndsTheSurvivorAfterTheCollectiveTimeout) {
   // The message names the collective and the peer; the agent restarted the group, which resumed.
   EXPECT_NE(text.find("rank 0 of 2 did not complete within the collective timeout"), std::string::npos) << text;
   EXPECT_NE(text.find("rank 1 is stuck or gone"), std::string::npos) << text;
+  // The survivor offered rank-level recovery, but a stuck peer is not a dead one: with no word
+  // from the agent it gave up, took its offer back and exited, so the agent restarted the whole
+  // group (killing the stopped rank) instead of replacing the survivor alone.
+  EXPECT_NE(text.find("giving up on re-forming the group"), std::string::npos) << text;
+  EXPECT_EQ(text.find("replaced in process"), std::string::npos) << text;
   EXPECT_NE(text.find("resumed from " + (dir_ / "out" / "checkpoint_epoch_0001.dtck").string()),
             std::string::npos)
       << text;
@@ -701,7 +709,8 @@ TEST_F(DtrainProcessTest, StoppedPeerEndsTheSurvivorAfterTheCollectiveTimeout) {
 TEST_F(DtrainProcessTest, KilledWorkerResumesFromTheFlashCopyWithTheSameLosses) {
   auto train = [&](const std::string& name, bool kill) {
     std::vector<std::string> args = {"--standalone", "--nproc_per_node=2", "--max_restarts=1",
-                                     "--hang_timeout=120", DTRAIN_BINARY, "--width=16",
+                                     "--hang_timeout=120", "--restart_scope=group",
+                                     DTRAIN_BINARY, "--width=16",
                                      "--batch_size=32", "--epochs=2", "--log_every=1",
                                      "--flash_every=3", "--output_dir=" + (dir_ / name).string()};
     std::vector<std::pair<std::string, std::string>> env = {

@@ -37,6 +37,17 @@ std::string what_of(const std::exception_ptr& error) {
   }
 }
 
+// The failure was a collective's timeout: the peer may be stuck rather than gone.
+bool timed_out(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
 double ms_since(Clock::time_point t) {
   return 1e3 * std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -153,18 +164,22 @@ std::unique_ptr<comm::ProcessGroup> join_latest_generation(Store& counter, const
 
 RankRecovery::RankRecovery(std::string key, std::shared_ptr<Store> store,
                            comm::ReformableProcessGroup& pg, ConnectStore connect, JoinGroup join,
-                           std::chrono::milliseconds verdict_timeout, int64_t generation)
+                           std::chrono::milliseconds verdict_timeout,
+                           std::chrono::milliseconds stuck_peer_wait, int64_t generation)
     : key_(std::move(key)),
       store_(std::move(store)),
       pg_(pg),
       connect_(std::move(connect)),
       join_(std::move(join)),
       verdict_timeout_(verdict_timeout),
+      stuck_peer_wait_(stuck_peer_wait),
       generation_(generation) {}
 
 std::pair<int64_t, bool> RankRecovery::wait_for_verdict(const std::exception_ptr& error) {
   const std::string next = fmt::format("{}/{}", key_, generation_ + 1);
-  const Clock::time_point deadline = Clock::now() + verdict_timeout_;
+  const std::chrono::milliseconds wait =
+      timed_out(error) ? std::min(verdict_timeout_, stuck_peer_wait_) : verdict_timeout_;
+  const Clock::time_point deadline = Clock::now() + wait;
   for (;;) {
     heartbeat();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
@@ -172,7 +187,7 @@ std::pair<int64_t, bool> RankRecovery::wait_for_verdict(const std::exception_ptr
       log_error(
           "no word from the agent at {} within {} s after the failure: giving up on re-forming "
           "the group",
-          next, verdict_timeout_.count() / 1000);
+          next, wait.count() / 1000.0);
       std::rethrow_exception(error);
     }
     try {

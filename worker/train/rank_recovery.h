@@ -79,9 +79,15 @@ class RankRecovery {
   // Runs the state exchange on the re-formed group: false when the group broke during it.
   using Exchange = std::function<bool()>;
 
+  // `verdict_timeout`: how long a survivor waits for the agent's word after a peer died
+  // (ConnectionError). `stuck_peer_wait`: the shorter wait after a collective timed out
+  // (TimeoutError): the peer may be alive and stuck, which the agent acts on only with
+  // --hang_timeout; without it no word comes, and the worker had better exit (withdrawing its
+  // announcement, so that the agent restarts the whole group and kills the stuck rank) than
+  // hold the job for the join timeout.
   RankRecovery(std::string key, std::shared_ptr<Store> store, comm::ReformableProcessGroup& pg,
                ConnectStore connect, JoinGroup join, std::chrono::milliseconds verdict_timeout,
-               int64_t generation);
+               std::chrono::milliseconds stuck_peer_wait, int64_t generation);
 
   // The generation this worker's group belongs to now.
   int64_t generation() const { return generation_; }
@@ -102,6 +108,7 @@ class RankRecovery {
   ConnectStore connect_;
   JoinGroup join_;
   std::chrono::milliseconds verdict_timeout_;
+  std::chrono::milliseconds stuck_peer_wait_;
   int64_t generation_;
 };
 
