@@ -13,6 +13,8 @@ bool groupable(const wire::Request& q) {
     case Op::kAdd:
       return q.keys.size() == 1;
     case Op::kWait:
+    case Op::kMultiGet:
+    case Op::kCheck:
       return !q.keys.empty();
     default:
       return false;
@@ -118,6 +120,8 @@ void RequestBatch::encode(Bytes& out, int64_t* grouped) {
         }
         wire::put_channel_group(out, payloads);
         *grouped += static_cast<int64_t>(e.members.size());
+        break;
+      case ChannelFrameKind::kShared:  // the store's reply frame; the batch makes none
         break;
     }
   }

@@ -1,6 +1,6 @@
 // The proxy's next write to the store: the workers' requests received since the previous
-// write, as channel frames (rendezvous/tcp/channel_frames.h), with concurrent GETs, WAITs and
-// ADDs of the same keys gathered into GROUPs. Pure logic: no I/O, no clock.
+// write, as channel frames (rendezvous/tcp/channel_frames.h), with concurrent GETs, MULTI_GETs,
+// CHECKs, WAITs and ADDs of the same keys gathered into GROUPs. Pure logic: no I/O, no clock.
 //
 // Why grouping keeps every worker's view: the requests in one batch were all received before
 // any of them is sent, so none is answered yet and each worker's earlier requests went out in
