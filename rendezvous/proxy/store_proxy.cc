@@ -239,6 +239,7 @@ struct StoreProxy::Impl {
       Bytes shared;
       wire::put_channel_shared_accepted(shared);
       write_up(shared, deadline);
+      batch.send_same_bytes_once(true);
     }
   }
 

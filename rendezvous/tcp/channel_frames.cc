@@ -79,9 +79,13 @@ DecodeResult decode_channel_frame(const uint8_t* data, size_t size, const Limits
       }
       break;
     }
+    case kGroupOfSameBytes:
     case static_cast<uint8_t>(ChannelFrameKind::kShared): {
-      out->kind = ChannelFrameKind::kShared;
-      if (!from_store) break;  // the proxy's: no body
+      const bool same = kind == kGroupOfSameBytes;
+      if (same && from_store) return fail("channel frame kind GROUP_SAME from the store");
+      // GROUP_SAME is read as the GROUP it stands for: every member's bytes are the same.
+      out->kind = same ? ChannelFrameKind::kGroup : ChannelFrameKind::kShared;
+      if (!from_store && !same) break;  // the proxy's SHARED: no body
       if (size < 5) return r;
       const uint32_t count = load_le<uint32_t>(data + 1);
       if (count == 0 || count > limits.max_keys) {
@@ -137,6 +141,14 @@ void put_channel_group(Bytes& out, const std::vector<ChannelPayload>& members) {
 
 void put_channel_shared_accepted(Bytes& out) {
   put_u8(out, static_cast<uint8_t>(ChannelFrameKind::kShared));
+}
+
+void put_channel_group_of_same_bytes(Bytes& out, const std::vector<uint32_t>& channels,
+                                     const uint8_t* data, size_t size) {
+  put_u8(out, kGroupOfSameBytes);
+  put_u32(out, static_cast<uint32_t>(channels.size()));
+  for (uint32_t c : channels) put_u32(out, c);
+  put_bytes(out, data, size);
 }
 
 void put_channel_shared(Bytes& out, const std::vector<uint32_t>& channels, const uint8_t* data,

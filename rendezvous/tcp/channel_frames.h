@@ -14,6 +14,8 @@
 //     SHARED = 4  (nothing more)                    this proxy reads the store's SHARED frames;
 //                                                   sent once, first, and only to a store whose
 //                                                   FEATURES has kFeatureSharedReplies
+//     GROUP_SAME  u32 count, count times u32        a GROUP whose members' bytes are all the
+//            = 5  channel, then u64 length, bytes   same, sent once (same store feature)
 //   store -> proxy
 //     DATA   = 1  u32 channel, u64 length, bytes    what the store sends that client
 //     CLOSED = 2  u32 channel                       the store closed that client's connection
@@ -44,6 +46,7 @@ namespace dlaunch::wire {
 enum class ChannelFrameKind : uint8_t {
   kOpen = 0, kData = 1, kClose = 2, kGroup = 3, kShared = 4 };
 inline constexpr uint8_t kChannelClosed = 2;  // store -> proxy, as kClose
+inline constexpr uint8_t kGroupOfSameBytes = 5;  // proxy -> store; decoded as a kGroup
 
 // One decoded frame; the payloads point into the buffer that was decoded.
 struct ChannelPayload {
@@ -72,6 +75,9 @@ void put_channel_close(Bytes& out, uint32_t channel);  // CLOSE, and the store's
 void put_channel_group(Bytes& out, const std::vector<ChannelPayload>& members);
 // The proxy's SHARED (no body): it reads the store's SHARED frames.
 void put_channel_shared_accepted(Bytes& out);
+// The proxy's GROUP_SAME: a GROUP of `channels`, each of which sent the same `size` bytes.
+void put_channel_group_of_same_bytes(Bytes& out, const std::vector<uint32_t>& channels,
+                                     const uint8_t* data, size_t size);
 // The store's SHARED: the same `size` bytes for every channel of `channels`.
 void put_channel_shared(Bytes& out, const std::vector<uint32_t>& channels, const uint8_t* data,
                         size_t size);

@@ -322,6 +322,20 @@ TEST(StoreProxy, StoreSendsAGroupOfIdenticalReadsOnceToACarrierThatReadsShared) 
     carrier.group({{1, make(Op::kAdd, {"n"}, {}, 1)}, {2, make(Op::kAdd, {"n"}, {}, 1)}});
     for (int i = 0; i < 2; ++i) EXPECT_TRUE(carrier.next().shared.empty());
   }
+  {
+    // A GROUP_SAME (the members' bytes once) is the GROUP it stands for.
+    Carrier carrier(port);
+    carrier.accept_shared();
+    carrier.open({7, 8});
+    Bytes q = encode(wire::Dialect::kTorch2, make(Op::kMultiGet, {"id0", "id1"}));
+    Bytes out;
+    wire::put_channel_group_of_same_bytes(out, {7, 8}, q.data(), q.size());
+    carrier.raw().send(out);
+    auto f = carrier.next();
+    EXPECT_EQ(f.shared, (std::vector<uint32_t>{7, 8}));
+    EXPECT_EQ(f.payload, values({"first", "second"}));
+    EXPECT_EQ(server.stats().worker_requests_by_op["MULTI_GET"], 2);
+  }
   Carrier older(port);  // never said SHARED: one DATA frame per member
   older.open({1, 2});
   older.group({{1, make(Op::kMultiGet, {"id0", "id1"})}, {2, make(Op::kMultiGet, {"id0", "id1"})}});
@@ -470,6 +484,28 @@ TEST(StoreProxyBatch, GroupsOnlyWhatKeepsEachWorkersOrderAndEachKeysOrder) {
   put(batch, 4, make(Op::kCheck, {"c"}));
   put(batch, 5, make(Op::kCheck, {"c"}));
   EXPECT_EQ(frames_of(batch), (std::vector<std::string>{"GROUP 1 2", "DATA 3", "GROUP 4 5"}));
+
+  // To a store that reads GROUP_SAME, members that sent the same bytes go up with them once;
+  // a group whose bytes differ (ADDs of other deltas) goes up as a GROUP.
+  RequestBatch same(true);
+  same.send_same_bytes_once(true);
+  put(same, 1, make(Op::kMultiGet, {"a", "b"}));
+  put(same, 2, make(Op::kMultiGet, {"a", "b"}));
+  put(same, 3, make(Op::kAdd, {"n"}, {}, 1));
+  put(same, 4, make(Op::kAdd, {"n"}, {}, 2));
+  Bytes wire_bytes;
+  int64_t in_groups = 0;
+  same.encode(wire_bytes, &in_groups);
+  EXPECT_EQ(in_groups, 4);
+  EXPECT_EQ(wire_bytes[0], wire::kGroupOfSameBytes);
+  wire::ChannelFrame f;
+  auto r = wire::decode_channel_frame(wire_bytes.data(), wire_bytes.size(), wire::Limits{}, false, &f);
+  ASSERT_EQ(r.status, wire::Status::kOk);
+  EXPECT_EQ(f.kind, wire::ChannelFrameKind::kGroup);
+  ASSERT_EQ(f.members.size(), 2u);
+  const Bytes mg = encode(wire::Dialect::kTorch2, make(Op::kMultiGet, {"a", "b"}));
+  for (const auto& m : f.members) EXPECT_EQ(Bytes(m.data, m.data + m.size), mg);
+  EXPECT_EQ(wire_bytes[r.consumed], static_cast<uint8_t>(wire::ChannelFrameKind::kGroup));
 
   RequestBatch off(false);
   put(off, 1, make(Op::kAdd, {"n"}, {}, 1));
