@@ -24,7 +24,8 @@
 //
 // The store runs one session per channel, exactly as for a connection of its own: dialect,
 // job token, worker namespace, parked and pending waits, timeouts, errors. A GROUP is the
-// store's to combine: when every member is one GET, WAIT or ADD of the same key, each channel
+// store's to combine: when every member is one GET, MULTI_GET, CHECK, WAIT or ADD of the same
+// keys, each channel
 // idle, the store answers them all from one look at the table (an ADD of the sum, each member
 // its own prefix of it: the members in the order listed, one after the other); otherwise it
 // handles the members as DATA frames in the order listed. Either way each client reads what it
