@@ -741,6 +741,40 @@ TEST(StoreProxy, ConcurrentIdenticalMultiGetsCostTheStoreOneRequest) {
   for (auto& w : ws) EXPECT_TRUE(w->silent(100)) << "a worker got more than its reply";
 }
 
+// PyTorch 1.13's clients (no VALIDATE, no MULTI_GET): their concurrent GETs of a key are one
+// request and one reply too, and each reads the value in its own dialect's bytes.
+TEST(StoreProxy, ConcurrentIdenticalGetsOf113ClientsCostOneRequestAndOneReply) {
+  constexpr int kWorkers = 6;
+  Stack stack;
+  std::vector<std::unique_ptr<Raw>> ws;
+  for (int i = 0; i < kWorkers; ++i) {  // a CHECK settles each one's dialect
+    ws.push_back(std::make_unique<Raw>(stack.proxy_port));
+    ws.back()->send(encode(wire::Dialect::kTorch113, make(Op::kCheck, {"x"})));
+    EXPECT_EQ(ws.back()->recv(1), Bytes{wire::kCheckNotReady});
+  }
+  TcpStoreClientOptions o;
+  o.port = stack.store_port;
+  TcpStoreClient root(o);
+  bool one_request = false;
+  for (int round = 0; round < 200 && !one_request; ++round) {
+    const std::string key = "uid" + std::to_string(round);
+    const std::string value(128, char('a' + round % 26));
+    root.set(key, to_bytes(value));
+    const int64_t before = stack.server->stats().worker_requests_by_op["GET"];
+    const int64_t shared_before = stack.proxy->stats().shared_replies;
+    Bytes b = encode(wire::Dialect::kTorch113, make(Op::kGet, {key}));
+    Bytes head(b.begin(), b.end() - 1), tail(b.end() - 1, b.end());
+    for (auto& w : ws) w->send(head);
+    std::this_thread::sleep_for(50ms);
+    for (auto& w : ws) w->send(tail);
+    for (auto& w : ws) ASSERT_EQ(w->recv(values({value}).size()), values({value})) << "round " << round;
+    one_request = stack.server->stats().worker_requests_by_op["GET"] - before == 1;
+    // ...and one reply, copied by the proxy to each.
+    if (one_request) EXPECT_EQ(stack.proxy->stats().shared_replies - shared_before, kWorkers);
+  }
+  EXPECT_TRUE(one_request) << "no round's " << kWorkers << " GETs became one request";
+}
+
 // A shared reply serves only the reads it was asked for: once it came, the keys change, and
 // the same MULTI_GET from each worker, alone, reads the new values.
 TEST(StoreProxy, AReadAfterTheSharedReplyCameIsNotServedFromIt) {
