@@ -232,7 +232,7 @@ struct Report {
   int64_t requests, bytes;
   int64_t watch_events;  // etcd only
   // --store_proxy on (kRequests): the process's proxies' counters (StoreProxyStats), summed.
-  int64_t proxied_requests, grouped, upstream_writes;
+  int64_t proxied_requests, grouped, upstream_writes, shared_replies;
 };
 
 void send_report(int fd, const Report& r) { (void)!write(fd, &r, sizeof(r)); }
@@ -475,12 +475,14 @@ void join_on_thread(SimAgent* a, int report_fd, Report::Kind kind) {
 using Agents = std::vector<std::unique_ptr<SimAgent>>;
 
 void report_requests(int report_fd, int first, const Options& opt) {
-  Report r{Report::kRequests, first, 0, 0, 0, 0, 0, g_requests.load(), g_bytes.load(), 0, 0, 0, 0};
+  Report r{Report::kRequests, first, 0, 0, 0, 0, 0, g_requests.load(), g_bytes.load(),
+           0, 0, 0, 0, 0};
   for (const StoreProxy* p : g_proxies) {
     const auto st = p->stats();
     r.proxied_requests += st.requests;
     r.grouped += st.grouped;
     r.upstream_writes += st.upstream_writes;
+    r.shared_replies += st.shared_replies;
   }
   if (opt.backend == Backend::kEtcd) {  // counted by the etcd client; bytes are not
     auto t = sim::etcd_traffic();
@@ -745,7 +747,7 @@ struct Result {
   // bytes in and out, connections open at the end.
   int64_t store_requests = 0, store_bytes = 0, store_connections = 0;
   // --store_proxy on: the proxies' counters over the phase, all nodes.
-  int64_t proxied_requests = 0, grouped = 0, upstream_writes = 0;
+  int64_t proxied_requests = 0, grouped = 0, upstream_writes = 0, shared_replies = 0;
   double agents_workers_cpu_s = 0;  // the simulator's own cost for the phase
   std::string not_run;  // why this N was not run (the store host could not hold its connections)
 };
@@ -770,7 +772,7 @@ bool read_report(int fd, Report& r, int timeout_ms) {
 
 struct Traffic {
   int64_t requests = 0, bytes = 0, watch_events = 0;
-  int64_t proxied_requests = 0, grouped = 0, upstream_writes = 0;
+  int64_t proxied_requests = 0, grouped = 0, upstream_writes = 0, shared_replies = 0;
 };
 
 Traffic total_requests(const std::vector<AgentProcess>& procs, int report_fd) {
@@ -786,6 +788,7 @@ Traffic total_requests(const std::vector<AgentProcess>& procs, int report_fd) {
       total.proxied_requests += r.proxied_requests;
       total.grouped += r.grouped;
       total.upstream_writes += r.upstream_writes;
+      total.shared_replies += r.shared_replies;
       ++got;
     }
   }
@@ -902,6 +905,7 @@ void run_workers_phase(const std::vector<AgentProcess>& procs, int report_fd, in
   res.proxied_requests = traffic_after.proxied_requests - traffic_before.proxied_requests;
   res.grouped = traffic_after.grouped - traffic_before.grouped;
   res.upstream_writes = traffic_after.upstream_writes - traffic_before.upstream_writes;
+  res.shared_replies = traffic_after.shared_replies - traffic_before.shared_replies;
   if (res.workers_ok != int64_t(res.n) * opt.workers_per_agent) res.ok = false;
 }
 
@@ -1114,9 +1118,11 @@ void print_workers_round(const Result& r, const Options& opt) {
               r.workers_requests / double(r.n), r.agents_workers_cpu_s, r.agents_hwm_mib);
   if (r.store_proxy) {
     std::printf("    proxies: %lld requests forwarded, %lld of them inside GROUPs, %lld upstream "
-                "writes (%.1f per node)\n",
+                "writes (%.1f per node), %lld replies shared (the store sent them once for "
+                "several workers)\n",
                 static_cast<long long>(r.proxied_requests), static_cast<long long>(r.grouped),
-                static_cast<long long>(r.upstream_writes), r.upstream_writes / double(r.n));
+                static_cast<long long>(r.upstream_writes), r.upstream_writes / double(r.n),
+                static_cast<long long>(r.shared_replies));
   }
 }
 

@@ -13,6 +13,8 @@ bool groupable(const wire::Request& q) {
     case Op::kAdd:
       return q.keys.size() == 1;
     case Op::kWait:
+    case Op::kMultiGet:
+    case Op::kCheck:
       return !q.keys.empty();
     default:
       return false;
@@ -25,6 +27,13 @@ bool keys_say_it_all(const wire::Request& q) {
 }
 
 }  // namespace
+
+bool RequestBatch::all_the_same_bytes(const std::vector<Member>& members) {
+  for (const Member& m : members) {
+    if (m.bytes != members[0].bytes) return false;
+  }
+  return true;
+}
 
 void RequestBatch::open(uint32_t channel) {
   entries_.push_back(Entry{ChannelFrameKind::kOpen, channel, {}, Op::kPing, {}, {}});
@@ -95,6 +104,7 @@ void RequestBatch::request(uint32_t channel, const wire::Request& q, const uint8
 
 void RequestBatch::encode(Bytes& out, int64_t* grouped) {
   std::vector<wire::ChannelPayload> payloads;
+  std::vector<uint32_t> channels;
   for (const Entry& e : entries_) {
     switch (e.kind) {
       case ChannelFrameKind::kOpen:
@@ -112,12 +122,22 @@ void RequestBatch::encode(Bytes& out, int64_t* grouped) {
           wire::put_channel_data(out, m.channel, m.bytes.data(), m.bytes.size());
           break;
         }
+        if (same_bytes_once_ && all_the_same_bytes(e.members)) {
+          channels.clear();
+          for (const Member& m : e.members) channels.push_back(m.channel);
+          const Bytes& bytes = e.members[0].bytes;
+          wire::put_channel_group_of_same_bytes(out, channels, bytes.data(), bytes.size());
+          *grouped += static_cast<int64_t>(e.members.size());
+          break;
+        }
         payloads.clear();
         for (const Member& m : e.members) {
           payloads.push_back(wire::ChannelPayload{m.channel, m.bytes.data(), m.bytes.size()});
         }
         wire::put_channel_group(out, payloads);
         *grouped += static_cast<int64_t>(e.members.size());
+        break;
+      case ChannelFrameKind::kShared:  // the store's reply frame; the batch makes none
         break;
     }
   }

@@ -1,6 +1,6 @@
 // The proxy's next write to the store: the workers' requests received since the previous
-// write, as channel frames (rendezvous/tcp/channel_frames.h), with concurrent GETs, WAITs and
-// ADDs of the same keys gathered into GROUPs. Pure logic: no I/O, no clock.
+// write, as channel frames (rendezvous/tcp/channel_frames.h), with concurrent GETs, MULTI_GETs,
+// CHECKs, WAITs and ADDs of the same keys gathered into GROUPs. Pure logic: no I/O, no clock.
 //
 // Why grouping keeps every worker's view: the requests in one batch were all received before
 // any of them is sent, so none is answered yet and each worker's earlier requests went out in
@@ -35,6 +35,10 @@ class RequestBatch {
   // codec refused: the store will say what is wrong with it).
   void raw(uint32_t channel, const uint8_t* data, size_t size);
 
+  // The store reads GROUP_SAME: a group whose members sent the same bytes goes up with them
+  // once (the key lists of the NCCL ids, the same from every rank of a node).
+  void send_same_bytes_once(bool on) { same_bytes_once_ = on; }
+
   bool empty() const { return entries_.empty(); }
   // Appends the batch's frames to `out` and empties it; counts the requests sent in a GROUP of
   // two or more into *grouped.
@@ -54,11 +58,13 @@ class RequestBatch {
     std::vector<Member> members;    // GROUP
   };
 
+  static bool all_the_same_bytes(const std::vector<Member>& members);
   size_t append_data(uint32_t channel, const uint8_t* data, size_t size);
   bool can_join(uint32_t channel, const wire::Request& q, size_t* at) const;
   void touch(const wire::Request& q, size_t at);
 
   bool group_requests_;
+  bool same_bytes_once_ = false;
   std::vector<Entry> entries_;
   std::unordered_map<std::string, size_t> last_touch_;   // key -> latest entry touching it
   std::unordered_map<uint32_t, size_t> last_of_channel_;  // channel -> its latest entry

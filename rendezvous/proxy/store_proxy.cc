@@ -77,7 +77,8 @@ struct StoreProxy::Impl {
   size_t up_in_begin = 0;
   uint8_t up_rbuf[65536];
 
-  std::atomic<int64_t> workers_accepted{0}, requests{0}, grouped{0}, upstream_writes{0};
+  std::atomic<int64_t> workers_accepted{0}, requests{0}, grouped{0}, upstream_writes{0},
+      shared_replies{0};
 
   // ---- the handshake with the store (start(), before the thread runs) ----
 
@@ -232,6 +233,14 @@ struct StoreProxy::Impl {
                        "same DLAUNCH_JOB_TOKEN");
     }
     if (answer[0] != 0) throw StateError(older);
+    // Replies the store may send once for several workers; a store without the bit never
+    // hears of them and sends each worker its own.
+    if (value & wire::kFeatureSharedReplies) {
+      Bytes shared;
+      wire::put_channel_shared_accepted(shared);
+      write_up(shared, deadline);
+      batch.send_same_bytes_once(true);
+    }
   }
 
   // ---- the workers ----
@@ -382,22 +391,14 @@ struct StoreProxy::Impl {
                                             limits, /*from_store=*/true, &f);
         if (r.status == wire::Status::kNeedMore) break;
         if (r.status == wire::Status::kBad) return upstream_lost("bad frame: " + r.error);
-        auto it = workers.find(f.channel);
-        if (it != workers.end()) {
-          WorkerPtr w = it->second;
-          if (f.kind == wire::ChannelFrameKind::kData) {
-            w->out.insert(w->out.end(), f.members[0].data, f.members[0].data + f.members[0].size);
-          } else {
-            w->close_after_write = true;
-          }
-          // A worker that does not read its replies must not grow the proxy's memory: closed,
-          // as the store closes such a client of its own.
-          if (w->out.size() > limits.max_frame_bytes) {
-            log_warning("store proxy: worker connection {} does not read its replies; closing it",
-                        w->id);
-            worker_gone(w);
-          } else {
-            write_worker(w);
+        if (f.kind == wire::ChannelFrameKind::kClose) {
+          deliver(f.channel, nullptr, 0, /*closed=*/true);
+        } else {
+          // DATA: one worker's bytes; SHARED: the same bytes for each of several workers.
+          for (const auto& m : f.members) deliver(m.channel, m.data, m.size, /*closed=*/false);
+          if (f.kind == wire::ChannelFrameKind::kShared) {
+            shared_replies.fetch_add(static_cast<int64_t>(f.members.size()),
+                                     std::memory_order_relaxed);
           }
         }
         up_in_begin += r.consumed;
@@ -406,6 +407,27 @@ struct StoreProxy::Impl {
       up_in_begin = 0;
       read_up_loop();
     });
+  }
+
+  // What the store sent one worker (or closed its channel), on its way down.
+  void deliver(uint32_t channel, const uint8_t* data, size_t size, bool closed) {
+    auto it = workers.find(channel);
+    if (it == workers.end()) return;  // the worker left meanwhile
+    WorkerPtr w = it->second;
+    if (closed) {
+      w->close_after_write = true;
+    } else {
+      w->out.insert(w->out.end(), data, data + size);
+    }
+    // A worker that does not read its replies must not grow the proxy's memory: closed, as
+    // the store closes such a client of its own.
+    if (w->out.size() > limits.max_frame_bytes) {
+      log_warning("store proxy: worker connection {} does not read its replies; closing it",
+                  w->id);
+      worker_gone(w);
+    } else {
+      write_worker(w);
+    }
   }
 
   // The store is gone for this node: every worker sees its connection closed, as it would had
@@ -505,6 +527,7 @@ StoreProxyStats StoreProxy::stats() const {
   s.requests = impl_->requests.load(std::memory_order_relaxed);
   s.grouped = impl_->grouped.load(std::memory_order_relaxed);
   s.upstream_writes = impl_->upstream_writes.load(std::memory_order_relaxed);
+  s.shared_replies = impl_->shared_replies.load(std::memory_order_relaxed);
   return s;
 }
 

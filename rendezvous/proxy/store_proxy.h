@@ -7,9 +7,13 @@
 // dialect (1.13 or 2.x), the job token, the worker namespace, waits, timeouts and errors are
 // the store's own, byte for byte. The proxy only frames bytes; it decodes the workers'
 // requests (with the store's codec) to find where each ends and to group concurrent ones:
-// GETs, WAITs or ADDs of the same key from several workers, received while the previous batch
-// was on the wire, go up as one GROUP, which the store answers from one look at the table when
-// it can prove that exact (TcpStoreState::handle_group). Everything else goes up unchanged, in
+// GETs, MULTI_GETs, CHECKs, WAITs or ADDs of the same keys from several workers, received while
+// the previous batch was on the wire, go up as one GROUP, which the store answers from one look
+// at the table when it can prove that exact (TcpStoreState::handle_group); when the members'
+// replies are the same bytes (the reads), the store sends them once (a SHARED frame) and the
+// proxy copies them to each member. A read is never answered from anything but its own group's
+// reply: a read that arrives after that reply has come goes up on its own, so no worker reads a
+// value older than its request. Everything else goes up unchanged, in
 // the order received per worker. A group never moves a worker's request ahead of that worker's
 // earlier ones, nor past a request of another worker on the same key.
 //
@@ -47,6 +51,7 @@ struct StoreProxyStats {
   int64_t requests = 0;        // workers' requests forwarded
   int64_t grouped = 0;         // of which went up inside a GROUP of two or more
   int64_t upstream_writes = 0;
+  int64_t shared_replies = 0;  // worker replies that came in a SHARED frame (one per worker)
 };
 
 class StoreProxy {

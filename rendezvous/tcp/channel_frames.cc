@@ -79,6 +79,33 @@ DecodeResult decode_channel_frame(const uint8_t* data, size_t size, const Limits
       }
       break;
     }
+    case kGroupOfSameBytes:
+    case static_cast<uint8_t>(ChannelFrameKind::kShared): {
+      const bool same = kind == kGroupOfSameBytes;
+      if (same && from_store) return fail("channel frame kind GROUP_SAME from the store");
+      // GROUP_SAME is read as the GROUP it stands for: every member's bytes are the same.
+      out->kind = same ? ChannelFrameKind::kGroup : ChannelFrameKind::kShared;
+      if (!from_store && !same) break;  // the proxy's SHARED: no body
+      if (size < 5) return r;
+      const uint32_t count = load_le<uint32_t>(data + 1);
+      if (count == 0 || count > limits.max_keys) {
+        return fail("channel SHARED frame for " + std::to_string(count) + " channels");
+      }
+      pos = 5;
+      if (size - pos < size_t{4} * count + 8) return r;
+      const uint8_t* channels = data + pos;
+      pos += size_t{4} * count;
+      const uint64_t length = load_le<uint64_t>(data + pos);
+      if (length > limits.max_frame_bytes) return fail("channel SHARED frame over the frame limit");
+      pos += 8;
+      if (size - pos < length) return r;
+      for (uint32_t i = 0; i < count; ++i) {
+        out->members.push_back(ChannelPayload{load_le<uint32_t>(channels + size_t{4} * i),
+                                              data + pos, static_cast<size_t>(length)});
+      }
+      pos += static_cast<size_t>(length);
+      break;
+    }
     default:
       return fail("unknown channel frame kind " + std::to_string(kind));
   }
@@ -110,6 +137,26 @@ void put_channel_group(Bytes& out, const std::vector<ChannelPayload>& members) {
     put_u32(out, m.channel);
     put_bytes(out, m.data, m.size);
   }
+}
+
+void put_channel_shared_accepted(Bytes& out) {
+  put_u8(out, static_cast<uint8_t>(ChannelFrameKind::kShared));
+}
+
+void put_channel_group_of_same_bytes(Bytes& out, const std::vector<uint32_t>& channels,
+                                     const uint8_t* data, size_t size) {
+  put_u8(out, kGroupOfSameBytes);
+  put_u32(out, static_cast<uint32_t>(channels.size()));
+  for (uint32_t c : channels) put_u32(out, c);
+  put_bytes(out, data, size);
+}
+
+void put_channel_shared(Bytes& out, const std::vector<uint32_t>& channels, const uint8_t* data,
+                        size_t size) {
+  put_u8(out, static_cast<uint8_t>(ChannelFrameKind::kShared));
+  put_u32(out, static_cast<uint32_t>(channels.size()));
+  for (uint32_t c : channels) put_u32(out, c);
+  put_bytes(out, data, size);
 }
 
 }  // namespace dlaunch::wire

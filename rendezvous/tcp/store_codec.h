@@ -63,8 +63,12 @@ inline constexpr uint32_t kFeatureDeclareRun = 1u << 1;
 // CHANNELS: one connection carries many clients' connections (a node's store proxy;
 // rendezvous/tcp/channel_frames.h).
 inline constexpr uint32_t kFeatureChannels = 1u << 2;
+// SHARED and GROUP_SAME channel frames: a combined GROUP whose members' replies are the same
+// bytes is answered with those bytes once, for the proxy to copy to each; a GROUP whose
+// members sent the same bytes comes up with them once (channel_frames.h).
+inline constexpr uint32_t kFeatureSharedReplies = 1u << 3;
 inline constexpr uint32_t kServerFeatures =
-    kFeatureWaitGet | kFeatureDeclareRun | kFeatureChannels;
+    kFeatureWaitGet | kFeatureDeclareRun | kFeatureChannels | kFeatureSharedReplies;
 
 // Reply codes (u8).
 inline constexpr uint8_t kCheckReady = 0, kCheckNotReady = 1;

@@ -448,6 +448,9 @@ void TcpStoreConnection::process_channel_frames() {
       case wire::ChannelFrameKind::kGroup:
         handle_group(f);
         break;
+      case wire::ChannelFrameKind::kShared:
+        shared_replies_ = true;
+        break;
     }
     if (closed) return;
     in_begin_ += r.consumed;
@@ -502,7 +505,9 @@ void TcpStoreConnection::handle_group(const wire::ChannelFrame& f) {
     if (combinable) {
       manager_.stats.record(requests[0].op, members[0]->declared_agent(),
                             std::chrono::steady_clock::now() - began, manager_.state.num_keys());
-      for (auto& c : members) c->replied();
+      if (!share_replies(members)) {
+        for (auto& c : members) c->replied();
+      }
       return;
     }
   }
@@ -512,6 +517,25 @@ void TcpStoreConnection::handle_group(const wire::ChannelFrame& f) {
     TcpStoreConnectionPtr c = it->second;
     c->feed(m.data, m.size);
   }
+}
+
+// The members' replies as one SHARED frame, when the proxy reads them and every member's
+// bytes are the same (a GET, MULTI_GET, CHECK or WAIT of the same keys): what each worker
+// reads is unchanged, the bytes cross this socket once. False: each member replies itself.
+bool TcpStoreConnection::share_replies(const std::vector<TcpStoreConnectionPtr>& members) {
+  if (!shared_replies_ || closed || members.size() < 2) return false;
+  const Bytes& first = members[0]->out;
+  if (first.empty()) return false;
+  for (const auto& c : members) {
+    if (c->closed || c->closing_ || c->out != first) return false;
+  }
+  std::vector<uint32_t> ids;
+  ids.reserve(members.size());
+  for (const auto& c : members) ids.push_back(c->channel_);
+  wire::put_channel_shared(out, ids, first.data(), first.size());
+  for (const auto& c : members) c->out.clear();
+  replied();
+  return true;
 }
 
 void TcpStoreConnection::send_channel_data(uint32_t id, const Bytes& bytes) {

@@ -96,6 +96,7 @@ class TcpStoreConnection final : public StoreSession {
   void process_channel_frames();
   void open_channel(uint32_t id);
   void handle_group(const wire::ChannelFrame& f);
+  bool share_replies(const std::vector<TcpStoreConnectionPtr>& members);
   void send_channel_data(uint32_t id, const Bytes& bytes);
   void channel_closed(uint32_t id);
   void feed(const uint8_t* data, size_t size);
@@ -142,6 +143,7 @@ class TcpStoreConnection final : public StoreSession {
   wire::Digest client_nonce_{}, server_nonce_{};
   // A carrier of channels (after CHANNELS), and its open channels by id.
   bool carries_channels_ = false;
+  bool shared_replies_ = false;  // the proxy reads SHARED frames (channel_frames.h)
   std::unordered_map<uint32_t, TcpStoreConnectionPtr> channels_;
   // A channel: the connection that carries it (null for a connection of its own).
   TcpStoreConnectionPtr carrier_;

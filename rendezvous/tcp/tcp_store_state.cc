@@ -242,8 +242,9 @@ void TcpStoreState::scope_keys(StoreSession& s, Request& q) {
 
 // Why combining is exact: the requests were all received before this runs and none is answered
 // yet, and nothing else runs in between (one thread), so taking them one after the other now is
-// a valid order. A GET or WAIT of keys that all exist changes nothing, so each answer is the
-// same as the first's. An ADD to an existing counter with no watcher and no barrier on it wakes
+// a valid order. A GET, MULTI_GET or WAIT of keys that all exist changes nothing, so each
+// answer is the same as the first's; a CHECK changes nothing whatever it finds. An ADD to an
+// existing counter with no watcher and no barrier on it wakes
 // no one (waiters wait only for missing keys), so one ADD of the sum leaves the table, and every
 // other session, as the sequence would; each session gets the value its own ADD would have
 // returned in the sequence (the counter before, plus the deltas up to and including its own).
@@ -251,8 +252,10 @@ bool TcpStoreState::handle_group(const std::vector<StoreSession*>& sessions,
                                  const std::vector<Request>& requests) {
   if (sessions.empty() || sessions.size() != requests.size()) return false;
   const Request& first = requests[0];
-  if (first.op != Op::kGet && first.op != Op::kWait && first.op != Op::kAdd) return false;
-  if (first.keys.empty() || (first.op != Op::kWait && first.keys.size() != 1)) return false;
+  const bool one_key = first.op == Op::kGet || first.op == Op::kAdd;
+  const bool any_keys = first.op == Op::kWait || first.op == Op::kMultiGet || first.op == Op::kCheck;
+  if (!one_key && !any_keys) return false;
+  if (first.keys.empty() || (one_key && first.keys.size() != 1)) return false;
   for (size_t i = 0; i < sessions.size(); ++i) {
     if (sessions[i]->closed || sessions[i]->parked()) return false;
     if (requests[i].op != first.op || requests[i].keys != first.keys) return false;
@@ -266,10 +269,21 @@ bool TcpStoreState::handle_group(const std::vector<StoreSession*>& sessions,
   keys.reserve(first.keys.size());
   for (const auto& key : first.keys) keys.push_back(scope + key);
   switch (first.op) {
-    case Op::kGet: {
-      const Bytes* value = table_.find(keys[0]);
-      if (!value) return false;
-      for (StoreSession* s : sessions) wire::put_bytes(s->out, *value);
+    case Op::kGet:
+    case Op::kMultiGet: {
+      // A missing key would make the member wait: that is the one-by-one path's.
+      Bytes reply;
+      for (const auto& key : keys) {
+        const Bytes* value = table_.find(key);
+        if (!value) return false;
+        wire::put_bytes(reply, *value);
+      }
+      for (StoreSession* s : sessions) s->out.insert(s->out.end(), reply.begin(), reply.end());
+      return true;
+    }
+    case Op::kCheck: {
+      const uint8_t ready = all_exist(keys) ? wire::kCheckReady : wire::kCheckNotReady;
+      for (StoreSession* s : sessions) wire::put_u8(s->out, ready);
       return true;
     }
     case Op::kWait:

@@ -93,7 +93,7 @@ class TcpStoreState final : private StoreTable::Observer {
   // be the decoder's reused request: its buffers may be taken (a SET swaps its value into the
   // table), so it is left unspecified.
   Handled handle(StoreSession& s, wire::Request& q, std::string& error);
-  // One GET, WAIT or ADD each from several sessions (a channel GROUP, channel_frames.h), all of
+  // One GET, MULTI_GET, CHECK, WAIT or ADD each from several sessions (a channel GROUP, channel_frames.h), all of
   // the same keys in the same namespace and none parked: answers them all from one look at the
   // table, each exactly as handle() would had they come one after the other in this order now
   // (an ADD of the sum, each session its own prefix). False, changing nothing, when that

@@ -212,11 +212,19 @@ class Carrier {
     wire::put_channel_group(out, payloads);
     raw_.send(out);
   }
-  // The store's next frame: (channel, payload), payload empty and `closed` for CLOSED.
+  // Tells the store this carrier reads SHARED frames.
+  void accept_shared() {
+    Bytes out;
+    wire::put_channel_shared_accepted(out);
+    raw_.send(out);
+  }
+  // The store's next frame: (channel, payload), payload empty and `closed` for CLOSED; for
+  // SHARED, every channel it names in `shared` (and the first in `channel`).
   struct Frame {
     uint32_t channel = 0;
     Bytes payload;
     bool closed = false;
+    std::vector<uint32_t> shared;
   };
   Frame next() {
     Frame f;
@@ -227,6 +235,11 @@ class Carrier {
     if (head[0] == wire::kChannelClosed) {
       f.closed = true;
       return f;
+    }
+    if (head[0] == static_cast<uint8_t>(wire::ChannelFrameKind::kShared)) {
+      Bytes ids = raw_.recv(4 * size_t{f.channel});
+      for (size_t i = 0; i + 4 <= ids.size(); i += 4) f.shared.push_back(load_le<uint32_t>(ids.data() + i));
+      f.channel = f.shared.empty() ? 0 : f.shared[0];
     }
     Bytes len = raw_.recv(8);
     f.payload = raw_.recv(load_le<uint64_t>(len.data()));
@@ -272,6 +285,68 @@ TEST(StoreProxy, StoreAnswersAGroupOfAddsWithEachMembersOwnPrefixSum) {
   wire::put_bytes(v, to_bytes("v"));
   for (int i = 0; i < 3; ++i) EXPECT_EQ(carrier.next().payload, v);
   EXPECT_EQ(server.stats().worker_requests_by_op["GET"], 1);
+}
+
+Bytes values(std::initializer_list<std::string> vs) {
+  Bytes b;
+  for (const auto& v : vs) wire::put_bytes(b, to_bytes(v));
+  return b;
+}
+
+// A combined group of reads answered with the same bytes goes down once, as one SHARED frame
+// naming every member, to a carrier that said it reads them; to one that did not, as before.
+TEST(StoreProxy, StoreSendsAGroupOfIdenticalReadsOnceToACarrierThatReadsShared) {
+  TcpStoreServer server(TcpStoreServerOptions{});
+  const uint16_t port = server.start();
+  {
+    Carrier carrier(port);
+    carrier.accept_shared();
+    carrier.open({1, 2, 3});
+    carrier.data(1, make(Op::kMultiSet, {"id0", "id1"}, {"first", "second"}));
+    carrier.group({{1, make(Op::kMultiGet, {"id0", "id1"})},
+                   {2, make(Op::kMultiGet, {"id0", "id1"})},
+                   {3, make(Op::kMultiGet, {"id0", "id1"})}});
+    auto f = carrier.next();
+    EXPECT_EQ(f.shared, (std::vector<uint32_t>{1, 2, 3}));
+    EXPECT_EQ(f.payload, values({"first", "second"}));
+    EXPECT_EQ(server.stats().worker_requests_by_op["MULTI_GET"], 1);
+    // CHECKs: the same answer, whether the keys exist or not.
+    carrier.group({{2, make(Op::kCheck, {"id0", "nope"})}, {3, make(Op::kCheck, {"id0", "nope"})}});
+    f = carrier.next();
+    EXPECT_EQ(f.shared, (std::vector<uint32_t>{2, 3}));
+    EXPECT_EQ(f.payload, Bytes{wire::kCheckNotReady});
+    EXPECT_EQ(server.stats().worker_requests_by_op["CHECK"], 1);
+    // Replies that differ (ADDs) still go to each member on its own.
+    carrier.data(1, make(Op::kAdd, {"n"}, {}, 1));
+    EXPECT_EQ(carrier.next().payload, i64(1));
+    carrier.group({{1, make(Op::kAdd, {"n"}, {}, 1)}, {2, make(Op::kAdd, {"n"}, {}, 1)}});
+    for (int i = 0; i < 2; ++i) EXPECT_TRUE(carrier.next().shared.empty());
+  }
+  {
+    // A GROUP_SAME (the members' bytes once) is the GROUP it stands for.
+    Carrier carrier(port);
+    carrier.accept_shared();
+    carrier.open({7, 8});
+    Bytes q = encode(wire::Dialect::kTorch2, make(Op::kMultiGet, {"id0", "id1"}));
+    Bytes out;
+    wire::put_channel_group_of_same_bytes(out, {7, 8}, q.data(), q.size());
+    carrier.raw().send(out);
+    auto f = carrier.next();
+    EXPECT_EQ(f.shared, (std::vector<uint32_t>{7, 8}));
+    EXPECT_EQ(f.payload, values({"first", "second"}));
+    EXPECT_EQ(server.stats().worker_requests_by_op["MULTI_GET"], 2);
+  }
+  Carrier older(port);  // never said SHARED: one DATA frame per member
+  older.open({1, 2});
+  older.group({{1, make(Op::kMultiGet, {"id0", "id1"})}, {2, make(Op::kMultiGet, {"id0", "id1"})}});
+  std::set<uint32_t> answered;
+  for (int i = 0; i < 2; ++i) {
+    auto f = older.next();
+    EXPECT_TRUE(f.shared.empty());
+    EXPECT_EQ(f.payload, values({"first", "second"}));
+    answered.insert(f.channel);
+  }
+  EXPECT_EQ(answered, (std::set<uint32_t>{1, 2}));
 }
 
 TEST(StoreProxy, StoreHandlesAGroupItCannotProveOneByOne) {
@@ -402,6 +477,36 @@ TEST(StoreProxyBatch, GroupsOnlyWhatKeepsEachWorkersOrderAndEachKeysOrder) {
   batch.close(9);
   EXPECT_EQ(frames_of(batch), (std::vector<std::string>{"OPEN 9", "DATA 9", "DATA 8", "DATA 7",
                                                         "DATA 6", "CLOSE 9"}));
+  // MULTI_GETs of the same key list, and CHECKs, group as GETs do; another list does not join.
+  put(batch, 1, make(Op::kMultiGet, {"a", "b"}));
+  put(batch, 2, make(Op::kMultiGet, {"a", "b"}));
+  put(batch, 3, make(Op::kMultiGet, {"b", "a"}));
+  put(batch, 4, make(Op::kCheck, {"c"}));
+  put(batch, 5, make(Op::kCheck, {"c"}));
+  EXPECT_EQ(frames_of(batch), (std::vector<std::string>{"GROUP 1 2", "DATA 3", "GROUP 4 5"}));
+
+  // To a store that reads GROUP_SAME, members that sent the same bytes go up with them once;
+  // a group whose bytes differ (ADDs of other deltas) goes up as a GROUP.
+  RequestBatch same(true);
+  same.send_same_bytes_once(true);
+  put(same, 1, make(Op::kMultiGet, {"a", "b"}));
+  put(same, 2, make(Op::kMultiGet, {"a", "b"}));
+  put(same, 3, make(Op::kAdd, {"n"}, {}, 1));
+  put(same, 4, make(Op::kAdd, {"n"}, {}, 2));
+  Bytes wire_bytes;
+  int64_t in_groups = 0;
+  same.encode(wire_bytes, &in_groups);
+  EXPECT_EQ(in_groups, 4);
+  EXPECT_EQ(wire_bytes[0], wire::kGroupOfSameBytes);
+  wire::ChannelFrame f;
+  auto r = wire::decode_channel_frame(wire_bytes.data(), wire_bytes.size(), wire::Limits{}, false, &f);
+  ASSERT_EQ(r.status, wire::Status::kOk);
+  EXPECT_EQ(f.kind, wire::ChannelFrameKind::kGroup);
+  ASSERT_EQ(f.members.size(), 2u);
+  const Bytes mg = encode(wire::Dialect::kTorch2, make(Op::kMultiGet, {"a", "b"}));
+  for (const auto& m : f.members) EXPECT_EQ(Bytes(m.data, m.data + m.size), mg);
+  EXPECT_EQ(wire_bytes[r.consumed], static_cast<uint8_t>(wire::ChannelFrameKind::kGroup));
+
   RequestBatch off(false);
   put(off, 1, make(Op::kAdd, {"n"}, {}, 1));
   put(off, 2, make(Op::kAdd, {"n"}, {}, 1));
@@ -572,6 +677,222 @@ TEST(StoreProxy, HistoriesStayLinearizableAcrossTwoProxiesAndDirectClients) {
 }
 
 // ---- losses -----------------------------------------------------------------------------------
+
+// ---- reads coalesced: one request, one reply copied to each --------------------------------
+
+// N workers on raw 2.x connections to the proxy, each with its dialect settled.
+std::vector<std::unique_ptr<Raw>> workers_on(uint16_t port, int n) {
+  std::vector<std::unique_ptr<Raw>> ws;
+  for (int i = 0; i < n; ++i) {
+    ws.push_back(std::make_unique<Raw>(port));
+    Bytes hello = validate();
+    Request ping = make(Op::kPing);
+    ping.u32 = static_cast<uint32_t>(i);
+    Bytes b = encode(wire::Dialect::kTorch2, ping);
+    hello.insert(hello.end(), b.begin(), b.end());
+    ws.back()->send(hello);
+    EXPECT_EQ(ws.back()->recv(4).size(), 4u);
+  }
+  return ws;
+}
+
+// Every worker sends the same request at once: all but its last byte first, then the last
+// bytes back to back, so the proxy finds them all in one read of its sockets.
+void send_together(std::vector<std::unique_ptr<Raw>>& ws, const Request& q) {
+  Bytes b = encode(wire::Dialect::kTorch2, q);
+  Bytes head(b.begin(), b.end() - 1), tail(b.end() - 1, b.end());
+  for (auto& w : ws) w->send(head);
+  std::this_thread::sleep_for(50ms);
+  for (auto& w : ws) w->send(tail);
+}
+
+// The scalable-init pattern: every rank of a node fetches the same ids. Sent together, the N
+// MULTI_GETs are one request at the store and one reply on its socket, and each worker reads
+// the ids. Rounds repeat until the proxy caught all N in one batch (it groups what arrives
+// while its previous write is on the wire, so a slow thread can split them).
+TEST(StoreProxy, ConcurrentIdenticalMultiGetsCostTheStoreOneRequest) {
+  constexpr int kWorkers = 8;
+  Stack stack;
+  auto ws = workers_on(stack.proxy_port, kWorkers);
+  TcpStoreClientOptions o;
+  o.port = stack.store_port;
+  TcpStoreClient root(o);
+  bool one_request = false;
+  for (int round = 0; round < 200 && !one_request; ++round) {
+    const std::string p = "r" + std::to_string(round) + "/";
+    root.set(p + "id0", to_bytes(std::string(128, char('a' + round % 26))));
+    root.set(p + "id1", to_bytes(std::string(128, char('A' + round % 26))));
+    const int64_t before = stack.server->stats().worker_requests_by_op["MULTI_GET"];
+    const int64_t shared_before = stack.proxy->stats().shared_replies;
+    send_together(ws, make(Op::kMultiGet, {p + "id0", p + "id1"}));
+    const Bytes expected = values({std::string(128, char('a' + round % 26)),
+                                   std::string(128, char('A' + round % 26))});
+    for (auto& w : ws) ASSERT_EQ(w->recv(expected.size()), expected) << "round " << round;
+    const int64_t requests = stack.server->stats().worker_requests_by_op["MULTI_GET"] - before;
+    EXPECT_GE(requests, 1);
+    EXPECT_LE(requests, kWorkers);
+    if (requests == 1) {
+      one_request = true;
+      std::cout << "round " << round << ": " << kWorkers << " MULTI_GETs, one request\n";
+      EXPECT_EQ(stack.proxy->stats().shared_replies - shared_before, kWorkers);
+    }
+  }
+  EXPECT_TRUE(one_request) << "no round's " << kWorkers << " MULTI_GETs became one request";
+  for (auto& w : ws) EXPECT_TRUE(w->silent(100)) << "a worker got more than its reply";
+}
+
+// PyTorch 1.13's clients (no VALIDATE, no MULTI_GET): their concurrent GETs of a key are one
+// request and one reply too, and each reads the value in its own dialect's bytes.
+TEST(StoreProxy, ConcurrentIdenticalGetsOf113ClientsCostOneRequestAndOneReply) {
+  constexpr int kWorkers = 6;
+  Stack stack;
+  std::vector<std::unique_ptr<Raw>> ws;
+  for (int i = 0; i < kWorkers; ++i) {  // a CHECK settles each one's dialect
+    ws.push_back(std::make_unique<Raw>(stack.proxy_port));
+    ws.back()->send(encode(wire::Dialect::kTorch113, make(Op::kCheck, {"x"})));
+    EXPECT_EQ(ws.back()->recv(1), Bytes{wire::kCheckNotReady});
+  }
+  TcpStoreClientOptions o;
+  o.port = stack.store_port;
+  TcpStoreClient root(o);
+  bool one_request = false;
+  for (int round = 0; round < 200 && !one_request; ++round) {
+    const std::string key = "uid" + std::to_string(round);
+    const std::string value(128, char('a' + round % 26));
+    root.set(key, to_bytes(value));
+    const int64_t before = stack.server->stats().worker_requests_by_op["GET"];
+    const int64_t shared_before = stack.proxy->stats().shared_replies;
+    Bytes b = encode(wire::Dialect::kTorch113, make(Op::kGet, {key}));
+    Bytes head(b.begin(), b.end() - 1), tail(b.end() - 1, b.end());
+    for (auto& w : ws) w->send(head);
+    std::this_thread::sleep_for(50ms);
+    for (auto& w : ws) w->send(tail);
+    for (auto& w : ws) ASSERT_EQ(w->recv(values({value}).size()), values({value})) << "round " << round;
+    one_request = stack.server->stats().worker_requests_by_op["GET"] - before == 1;
+    // ...and one reply, copied by the proxy to each.
+    if (one_request) EXPECT_EQ(stack.proxy->stats().shared_replies - shared_before, kWorkers);
+  }
+  EXPECT_TRUE(one_request) << "no round's " << kWorkers << " GETs became one request";
+}
+
+// A shared reply serves only the reads it was asked for: once it came, the keys change, and
+// the same MULTI_GET from each worker, alone, reads the new values.
+TEST(StoreProxy, AReadAfterTheSharedReplyCameIsNotServedFromIt) {
+  constexpr int kWorkers = 4;
+  Stack stack;
+  auto ws = workers_on(stack.proxy_port, kWorkers);
+  TcpStoreClientOptions o;
+  o.port = stack.store_port;
+  TcpStoreClient other(o);  // another node's rank, on the store itself
+  other.set("k0", to_bytes("old"));
+  other.set("k1", to_bytes("old"));
+  const Request q = make(Op::kMultiGet, {"k0", "k1"});
+  int64_t shared = 0;
+  for (int round = 0; round < 50 && shared == 0; ++round) {
+    send_together(ws, q);
+    for (auto& w : ws) ASSERT_EQ(w->recv(values({"old", "old"}).size()), values({"old", "old"}));
+    shared = stack.proxy->stats().shared_replies;
+  }
+  ASSERT_GT(shared, 0) << "the proxy never shared a reply";
+  other.set("k0", to_bytes("new"));
+  other.set("k1", to_bytes("newer"));
+  // SET has no reply: the store has taken both once it answered the next request.
+  ASSERT_EQ(to_string(other.get("k1")), "newer");
+  for (auto& w : ws) {
+    w->send(encode(wire::Dialect::kTorch2, q));
+    EXPECT_EQ(w->recv(values({"new", "newer"}).size()), values({"new", "newer"}));
+  }
+  // And GET, the same.
+  for (auto& w : ws) {
+    w->send(encode(wire::Dialect::kTorch2, make(Op::kGet, {"k1"})));
+    EXPECT_EQ(w->recv(values({"newer"}).size()), values({"newer"}));
+  }
+}
+
+// Single-writer registers read by many workers at once through the proxy (reads coalesced and
+// their replies shared): every read returns a value no older than the last write that had
+// completed when the read was sent, and no newer than the last write begun before its answer
+// came. That is linearizability for a register with one writer, checked in real time (a SET,
+// which has no reply, counts as done when the writer's next request is answered).
+TEST(StoreProxy, CoalescedReadsAreLinearizableInRealTime) {
+  constexpr int kKeys = 2, kReaders = 10, kWrites = 300;
+  using Clock = std::chrono::steady_clock;
+  Stack stack;
+  struct Write { Clock::time_point begun, done; };
+  struct Read { int key; int seq; Clock::time_point sent, answered; };
+  std::vector<std::vector<Write>> writes(kKeys);
+  std::vector<std::vector<Read>> reads(kReaders + kKeys);
+  std::vector<std::string> errors(kReaders + kKeys);
+  std::atomic<int> writers_left{kKeys};
+  {
+    TcpStoreClientOptions o;
+    o.port = stack.proxy_port;
+    TcpStoreClient c(o);
+    for (int k = 0; k < kKeys; ++k) c.set("reg" + std::to_string(k), to_bytes("-1"));
+  }
+  auto read_all = [&](TcpStoreClient& c, std::vector<Read>& out, std::mt19937& rng) {
+    const auto sent = Clock::now();
+    if (rng() % 2 == 0) {
+      const int k = static_cast<int>(rng() % kKeys);
+      const int seq = std::stoi(to_string(c.get("reg" + std::to_string(k))));
+      out.push_back({k, seq, sent, Clock::now()});
+    } else {
+      auto vs = c.multi_get({"reg0", "reg1"});
+      const auto answered = Clock::now();
+      for (int k = 0; k < kKeys; ++k) out.push_back({k, std::stoi(to_string(vs[k])), sent, answered});
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < kReaders + kKeys; ++t) {
+    pool.emplace_back([&, t] {
+      try {
+        TcpStoreClientOptions o;
+        o.port = stack.proxy_port;
+        o.timeout = 60s;
+        TcpStoreClient c(o);
+        std::mt19937 rng(99 + t);
+        if (t < kKeys) {  // the writer of reg<t>, which reads too
+          for (int i = 0; i < kWrites; ++i) {
+            Write w;
+            w.begun = Clock::now();
+            c.set("reg" + std::to_string(t), to_bytes(std::to_string(i)));
+            // SET has no reply: it is done when the next request on the connection is
+            // answered (the store takes a connection's requests in order).
+            read_all(c, reads[t], rng);
+            w.done = Clock::now();
+            writes[t].push_back(w);
+          }
+          writers_left.fetch_sub(1);
+        } else {
+          while (writers_left.load() > 0) read_all(c, reads[t], rng);
+        }
+      } catch (const std::exception& e) {
+        errors[t] = e.what();
+      }
+    });
+  }
+  for (auto& th : pool) th.join();
+  size_t checked = 0;
+  for (int t = 0; t < kReaders + kKeys; ++t) {
+    ASSERT_EQ(errors[t], "") << "client " << t;
+    for (const Read& r : reads[t]) {
+      int lowest = -1, highest = -1;
+      for (int i = 0; i < static_cast<int>(writes[r.key].size()); ++i) {
+        if (writes[r.key][i].done < r.sent) lowest = i;
+        if (writes[r.key][i].begun < r.answered) highest = i;
+      }
+      ASSERT_GE(r.seq, lowest) << "client " << t << " read reg" << r.key << " older than a write "
+                               << "completed before it asked";
+      ASSERT_LE(r.seq, highest) << "client " << t << " read reg" << r.key << " from the future";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, size_t{kKeys * kWrites});
+  auto s = stack.proxy->stats();
+  std::cout << "coalesced reads: " << checked << " values read, " << s.grouped
+            << " requests in groups, " << s.shared_replies << " replies shared\n";
+  EXPECT_GT(s.shared_replies, 0) << "no read was coalesced: the test proved nothing";
+}
 
 TEST(StoreProxy, AWorkerThatLeavesMidWaitDisturbsNoOther) {
   Stack stack;

@@ -389,7 +389,8 @@ TEST_F(ServerTest, WaitGetByteForByte) {
   start();
   Raw c(port_);
   c.send(cat({kValidate, u8(0xA3), u8(0xA4)}));  // DECLARE_AGENT, FEATURES
-  EXPECT_EQ(c.recv(1 + 4), cat({u8(0), u32(7)}));  // bits: 0 WAIT_GET, 1 DECLARE_RUN, 2 CHANNELS
+  // bits: 0 WAIT_GET, 1 DECLARE_RUN, 2 CHANNELS, 3 SHARED and GROUP_SAME channel frames
+  EXPECT_EQ(c.recv(1 + 4), cat({u8(0), u32(15)}));
   c.send(cat({u8(1), str("v"), str("xy")}));       // SET v
   // WAIT_GET [w, v, none] with 60 s: parked on w only (v's presence does not release it).
   c.send(cat({u8(0xA5), u64(60000), u64(3), str("w"), str("v"), str("none")}));
