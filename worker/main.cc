@@ -115,8 +115,9 @@ int main(int argc, char** argv) {
     train::OpProfile op_profile(*device.backend);  // DTRAIN_PROFILE_OPS (benchmarks only)
     train::FaultInjection fault;
     if (env.restart_count == 0) {
-      fault.fail_at_step = get_env_int("DTRAIN_FAIL_AT_STEP").value_or(-1);
-      fault.fail_rank = get_env_int("DTRAIN_FAIL_RANK").value_or(env.world_size - 1);
+      fault.points = train::parse_fault_points(get_env_or("DTRAIN_FAIL_AT_STEP", ""),
+                                               get_env_or("DTRAIN_FAIL_RANK", ""),
+                                               env.world_size - 1);
       if (get_env("DTRAIN_FAIL_SIGNAL").value_or("KILL") == "STOP") fault.signal = SIGSTOP;
       fault.after_optimizer = get_env("DTRAIN_FAIL_POINT").value_or("") == "after_optimizer";
     }

@@ -10,6 +10,7 @@
 #include "common/error.h"
 #include "worker/metrics/metrics_log.h"
 #include "worker/metrics/svg_plot.h"
+#include "worker/train/fault_injection.h"
 #include "worker/train/train_config.h"
 
 namespace dlaunch {
@@ -362,3 +363,29 @@ TEST(Metrics, EmptyHistoryStillRenders) {
 
 }  // namespace
 }  // namespace dlaunch
+
+// DTRAIN_FAIL_AT_STEP / DTRAIN_FAIL_RANK: one death, or several in one run (a rank replaced in
+// process keeps the attempt, so its replacement meets the later points).
+TEST(FaultInjection, StepListsTakeOneRankOrOnePerStep) {
+  using dlaunch::train::parse_fault_points;
+  EXPECT_TRUE(parse_fault_points("", "", 2).empty());
+  auto one = parse_fault_points("7", "", 2);
+  ASSERT_EQ(one.size(), 1u);
+  EXPECT_EQ(one[0].step, 7);
+  EXPECT_EQ(one[0].rank, 2);  // the default: the last rank
+  auto same = parse_fault_points("3,9", "1", 2);
+  ASSERT_EQ(same.size(), 2u);
+  EXPECT_EQ(same[1].step, 9);
+  EXPECT_EQ(same[1].rank, 1);
+  auto each = parse_fault_points("3,9,12", "1,0,2", 2);
+  ASSERT_EQ(each.size(), 3u);
+  EXPECT_EQ(each[1].rank, 0);
+  EXPECT_EQ(each[2].step, 12);
+  dlaunch::train::FaultInjection fault;
+  fault.points = each;
+  EXPECT_TRUE(fault.fires(9, 0));
+  EXPECT_FALSE(fault.fires(9, 1));
+  EXPECT_THROW(parse_fault_points("3,x", "", 1), dlaunch::UsageError);
+  EXPECT_THROW(parse_fault_points("3,-1", "", 1), dlaunch::UsageError);
+  EXPECT_THROW(parse_fault_points("3,9", "1,0,2", 2), dlaunch::UsageError);
+}

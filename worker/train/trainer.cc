@@ -431,7 +431,7 @@ void Trainer::after_step(EpochRun& run) {
 }
 
 void Trainer::inject_fault() {
-  if (global_step_ == fault_.fail_at_step && pg_.rank() == fault_.fail_rank) {
+  if (fault_.fires(global_step_, pg_.rank())) {
     log_warning("fault injection: {} rank {} after step {}{} (DTRAIN_FAIL_AT_STEP)",
                 fault_.signal == SIGSTOP ? "stopping" : "killing", pg_.rank(), global_step_,
                 fault_.after_optimizer ? "'s optimizer step" : "");

@@ -29,12 +29,14 @@
 #include <csignal>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/error.h"
 #include "common/worker_env.h"
 #include "kernels/backend.h"
 #include "worker/comm/process_group.h"
 #include "worker/train/divergence.h"  // DivergedError
+#include "worker/train/fault_injection.h"
 #include "worker/train/train_config.h"
 
 namespace dlaunch::train {
@@ -59,17 +61,6 @@ struct TrainSummary {
   std::string resumed_from;
 };
 
-// Test-only fault injection, read from the environment by dtrain's main: on the first attempt
-// (TORCHELASTIC_RESTART_COUNT=0) rank `fail_rank` raises `signal` right after global step
-// `fail_at_step`: SIGKILL (dies) or SIGSTOP (hangs, for --collective_timeout). -1: off.
-// `after_optimizer`: at that step's optimizer step instead, before the stop-signal agreement
-// (the peers then fail after the step is complete: rank-level recovery does not redo it).
-struct FaultInjection {
-  int64_t fail_at_step = -1;
-  int64_t fail_rank = 0;
-  int signal = SIGKILL;
-  bool after_optimizer = false;
-};
 
 // Trains on `backend` (kernels/device.h picks it): the model, its gradients and the optimizer
 // state live there; batches are loaded on the host and copied over, or, with --data_on_device,
