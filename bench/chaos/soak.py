@@ -28,10 +28,11 @@ and, once --duration has passed, job_term: SIGTERM to every agent (a preemption)
 started again; dtrain resumes from its checkpoint and trains to the end.
 
 Goodput, the figure users of large jobs track, is useful training time / wall time over the
-faulted run: from rank 0's step lines (each stamped with its time and worker-group attempt), a
-step's time counts when the line before it was the step before in the same attempt and the step
-is never logged again (a step redone after a restart was not useful); the gaps across a restart
-are recovery. Printed with the steps redone in all (docs/benchmarks.md, "Goodput under faults").
+faulted run: from rank 0's step lines (each stamped with its time and worker-group attempt), the
+distinct steps made times the run's own undisturbed pace per step (the median interval between
+consecutive steps of one attempt), over the wall time from the first line to the last; so a
+step redone, a restart's or replacement's gap and slow steps after it are all lost time. Printed
+with the steps redone in all (docs/benchmarks.md, "Goodput under faults").
 
 A fault is recovered when rank 0 logs a training step it had not logged before the fault (the
 job's metrics.jsonl, one line per step): recovery time is fault -> that line, steps lost is the
@@ -688,7 +689,12 @@ def read_steps(out):
 
 def goodput(steps, since=None):
     """Useful training time / wall time over `steps` (read_steps) from `since` (default: the
-    first line) to the last line, and the number of step lines later redone."""
+    first line) to the last line, and the number of step lines later redone. Useful time is the
+    progress made (distinct steps) at the run's own undisturbed pace (the median interval between
+    consecutive steps of one attempt): a redone step, the gap of a restart or a replacement, and
+    slow steps after one (a new process warming up) all count as lost, whichever path recovered.
+    Counting the intervals themselves instead would call a replacement's gap useful, as the
+    interrupted step ends in it."""
     if since is not None:
         steps = [s for s in steps if s[0] >= since]
     if len(steps) < 2:
@@ -696,15 +702,15 @@ def goodput(steps, since=None):
     last_line_of = {}
     for i, (_, _, step) in enumerate(steps):
         last_line_of[step] = i
-    useful = 0.0
-    for i in range(1, len(steps)):
-        (t0, a0, s0), (t1, a1, s1) = steps[i - 1], steps[i]
-        if a1 == a0 and s1 == s0 + 1 and last_line_of[s1] == i:
-            useful += t1 - t0
+    paces = [t1 - t0 for (t0, a0, s0), (t1, a1, s1) in zip(steps, steps[1:]) if a1 == a0 and s1 == s0 + 1]
     wall = steps[-1][0] - steps[0][0]
+    if not paces or wall <= 0:
+        return None
+    pace = statistics.median(paces)
+    useful = min(wall, (len(last_line_of) - 1) * pace)
     redone = len(steps) - len(last_line_of)
-    return {"goodput": round(useful / wall, 4) if wall > 0 else None, "useful_s": round(useful, 2),
-            "wall_s": round(wall, 2), "steps_redone": redone}
+    return {"goodput": round(useful / wall, 4), "useful_s": round(useful, 2),
+            "wall_s": round(wall, 2), "steps_redone": redone, "step_s": round(pace, 4)}
 
 
 def final_accuracy(out):
