@@ -28,16 +28,14 @@ using namespace std::chrono_literals;
 const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kWorker = TEST_WORKER_BIN;
 
-// dlaunch keeps ignoring the signals its caller ignored (nohup), so the signal tests must not
-// inherit such dispositions from whatever runs them (a background job of a non-interactive shell
-// ignores SIGINT): coreutils' env resets them before it execs dlaunch.
+// The signal tests must not inherit ignored signals from whatever runs them
+// (with_default_signals).
 std::vector<std::string> cmd(std::vector<std::string> flags, std::vector<std::string> worker) {
-  std::vector<std::string> argv = {"/usr/bin/env", "--default-signal=HUP,INT,TERM,USR1,USR2",
-                                   kDlaunch};
+  std::vector<std::string> argv = {kDlaunch};
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.push_back(kWorker);
   argv.insert(argv.end(), worker.begin(), worker.end());
-  return argv;
+  return with_default_signals(std::move(argv));
 }
 
 // "[default1]:KEY=VALUE" lines -> per local rank maps.

@@ -27,13 +27,9 @@ using namespace std::chrono_literals;
 const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kWorker = TEST_WORKER_BIN;
 
-// The signals a row sends must reach dlaunch with their default disposition (see
-// dlaunch_integration_test.cc's cmd()).
 std::vector<std::string> dlaunch(std::vector<std::string> args) {
-  std::vector<std::string> argv = {"/usr/bin/env", "--default-signal=HUP,INT,TERM,USR1,USR2",
-                                   kDlaunch};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
+  args.insert(args.begin(), kDlaunch);
+  return with_default_signals(std::move(args));
 }
 
 struct Outcome {

@@ -35,11 +35,10 @@ std::string trim(std::string s) {
 }
 
 std::vector<std::string> sh_job(std::vector<std::string> flags, const std::string& script) {
-  std::vector<std::string> argv = {"/usr/bin/env", "--default-signal=HUP,INT,TERM,USR1,USR2",
-                                   kDlaunch, "--standalone"};
+  std::vector<std::string> argv = {kDlaunch, "--standalone"};
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.insert(argv.end(), {"/bin/sh", "-c", script});
-  return argv;
+  return with_default_signals(std::move(argv));
 }
 
 // Writes `bytes` zero bytes to `path`; 0 or the errno of the first failed write.

@@ -21,13 +21,9 @@ using namespace std::chrono_literals;
 
 const std::string kDlaunch = DLAUNCH_BIN;
 
-// The signals a test sends must reach dlaunch with their default disposition, whatever the
-// runner ignores (coreutils' env resets them): a signal ignored at start stays ignored.
 std::vector<std::string> dlaunch_as_pid1(std::vector<std::string> args) {
-  std::vector<std::string> argv = {"/usr/bin/env", "--default-signal=HUP,INT,TERM,USR1,USR2",
-                                   kDlaunch};
-  argv.insert(argv.end(), args.begin(), args.end());
-  return argv;
+  args.insert(args.begin(), kDlaunch);
+  return with_default_signals(std::move(args));
 }
 
 #define SKIP_WITHOUT_PID_NAMESPACES()               \

@@ -20,13 +20,12 @@ const std::string kDlaunch = DLAUNCH_BIN;
 const std::string kWorker = TEST_WORKER_BIN;
 
 std::vector<std::string> cmd(std::vector<std::string> flags, std::vector<std::string> worker) {
-  std::vector<std::string> argv = {"/usr/bin/env", "--default-signal=HUP,INT,TERM,USR1,USR2",
-                                   kDlaunch};
+  std::vector<std::string> argv = {kDlaunch};
   argv.insert(argv.end(), flags.begin(), flags.end());
   argv.push_back(kWorker);
   argv.push_back("rank-recovery");
   argv.insert(argv.end(), worker.begin(), worker.end());
-  return argv;
+  return with_default_signals(std::move(argv));
 }
 
 // Each rank's starts (DIR/started.<rank>.<pid>), one line each, in no particular order.

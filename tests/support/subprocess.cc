@@ -202,4 +202,9 @@ std::vector<std::string> lines_with_prefix(const std::string& text, const std::s
   return out;
 }
 
+std::vector<std::string> with_default_signals(std::vector<std::string> argv) {
+  argv.insert(argv.begin(), {"/usr/bin/env", "--default-signal=HUP,INT,TERM,USR1,USR2"});
+  return argv;
+}
+
 }  // namespace dlaunch::testing

@@ -70,6 +70,11 @@ RunResult run(const std::vector<std::string>& argv,
               const std::map<std::string, std::string>& env = {},
               std::chrono::milliseconds timeout = std::chrono::seconds(60));
 
+// `argv` run through coreutils' env with the signals a test sends (HUP, INT, TERM, USR1, USR2)
+// reset to their default disposition: dlaunch keeps ignoring what its caller ignored (nohup),
+// and a background job of a non-interactive shell, which may run the tests, ignores SIGINT.
+std::vector<std::string> with_default_signals(std::vector<std::string> argv);
+
 // Polls `pred` every 10 ms until it holds or `timeout` passes; returns the last result.
 bool wait_until(const std::function<bool()>& pred, std::chrono::milliseconds timeout);
 
