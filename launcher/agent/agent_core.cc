@@ -158,6 +158,10 @@ void AgentCore::carry_out(const Action& a) {
     case A::kReplaceRank:
     case A::kAnnounceRestart:
       return a.kind == A::kReplaceRank ? replace_rank(a) : announce_restart();
+    case A::kForgiveHang:
+      group->forgive_hang();
+      stuck_elsewhere.reset();
+      return hangs_.resumed(opts.clock->now());
     case A::kTimeline:
     case A::kLogInfo:
     case A::kLogWarning:

@@ -202,6 +202,10 @@ void HangWatch::blame(const std::vector<int64_t>& suspects,
   // Asked by a peer, before any worker here passed --hang_timeout: the hang is not this node's
   // to claim, and the peer's verdict is what to read (it was written before its request).
   if (for_peer) req.mine.stuck_here = false;
+  // Stuck here and announced: this node will most likely replace it alone (offer_replacement),
+  // and says so, so that the other nodes' silent ranks wait for the re-formed group.
+  req.mine.replaceable = req.mine.stuck_here && agent_.recovery.on() &&
+                         announced_rank_recovery(w.heartbeat_file);
   const int64_t gen = agent_.state().generation;
   start_hang_exchange(
       round ? round->store : nullptr, req,
@@ -219,7 +223,8 @@ void HangWatch::end(const std::optional<NodeHangVerdict>& elsewhere, bool for_pe
   }
   if (!elsewhere && !for_peer && offer_replacement()) return;
   const WorkerRecord& w = agent_.group->worker(agent_.group->root_cause().value_or(0));
-  Event verdict{Event::Kind::kHangVerdict};
+  Event verdict{elsewhere && elsewhere->replaceable ? Event::Kind::kHangReplacedElsewhere
+                                                    : Event::Kind::kHangVerdict};
   verdict.flag = for_peer;
   verdict.text = elsewhere ? fmt::format("the ranks on {} hung waiting for {}", agent_.opts.host,
                                          describe_remote_hang_root(*elsewhere))

@@ -375,6 +375,23 @@ struct SignalSteps : PeerSteps {
 
 // Hangs, control requests, the exit barrier and the start of a generation; on() dispatches.
 struct Stepper : SignalSteps {
+  // The silent ranks here wait in a collective for a rank stuck on another node, whose agent
+  // replaces it alone: they re-form with its replacement, so this node keeps them and watches
+  // on. Should that node restart the job instead (its budget spent), its request comes as a
+  // peer's restart. Without rank recovery here, or with the job stopping, as any hang.
+  void hang_replaced_elsewhere(const Event& e) {
+    if (s.phase != P::kCapturing) return;
+    if (!s.rank_recovery || s.cause.kind != StopKind::kNone || s.cause.signal != 0 ||
+        s.settling) {
+      return hang_verdict(e);
+    }
+    s.phase = P::kRunning;
+    say(A::kLogWarning, e.text + "; that node replaces it alone, and the ranks here wait for the "
+                                 "re-formed group");
+    act(A::kForgiveHang);
+    if (s.hang_checks) act(A::kArmHangChecks);
+  }
+
   void hang_verdict(const Event& e) {
     if (s.phase != P::kCapturing) return;
     // The peer that asked has told every node already.
@@ -568,6 +585,8 @@ struct Stepper : SignalSteps {
         return barrier_done(e);
       case E::kRankFailed:
         return rank_failed(e);
+      case E::kHangReplacedElsewhere:
+        return hang_replaced_elsewhere(e);
     }
   }
 };
@@ -606,6 +625,7 @@ const char* event_name(Event::Kind k) {
     case E::kControlRestart: return "control_restart";
     case E::kBarrierDone: return "barrier_done";
     case E::kRankFailed: return "rank_failed";
+    case E::kHangReplacedElsewhere: return "hang_replaced_elsewhere";
   }
   return "?";
 }
@@ -644,6 +664,7 @@ const char* action_name(Action::Kind k) {
     case A::kAnswer: return "answer";
     case A::kReplaceRank: return "replace_rank";
     case A::kAnnounceRestart: return "announce_restart";
+    case A::kForgiveHang: return "forgive_hang";
   }
   return "?";
 }

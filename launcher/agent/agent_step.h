@@ -94,6 +94,9 @@ struct Event {
                   // healthy, before the group takes it as its failure; count: its local rank;
                   // flag: it announced rank_recovery; in_flight: an earlier replacement here has
                   // not beaten yet; text: "rank R (local L, pid P) <what happened>"
+    kHangReplacedElsewhere,  // the hang is judged: its stuck rank is on another node, which
+                             // replaces it alone (NodeHangVerdict::replaceable); flag: asked by
+                             // a peer; text: for the others, as kHangVerdict's
   };
   enum class Peer { kMembershipChanged, kRestartRequested, kShutdownRequested };
   enum class Verdict { kCounted, kNodeLost, kStoreLost };
@@ -150,6 +153,8 @@ struct Action {
     kReplaceRank,        // count: the local rank replaced alone; code: the restart it spends (1 is
                          // the first); flag: it hung (kill it first); text: the log line
     kAnnounceRestart,    // the group is being stopped: tell workers that opted in to exit at once
+    kForgiveHang,        // the silent workers here only waited for a rank replaced elsewhere:
+                         // the group is healthy again and their silence so far is no hang
   };
   Kind kind;
   int code = 0;

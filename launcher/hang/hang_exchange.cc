@@ -40,7 +40,7 @@ std::string encode_hang_verdict(const NodeHangVerdict& v) {
                         {"stuck_here", v.stuck_here},     {"rank", v.rank},
                         {"local_rank", v.local_rank},     {"pid", v.pid},
                         {"where", v.where},               {"python_stack", v.python_stack},
-                        {"stacks_dir", v.stacks_dir}}
+                        {"stacks_dir", v.stacks_dir},     {"replaceable", v.replaceable}}
       .dump();
 }
 
@@ -58,6 +58,7 @@ std::optional<NodeHangVerdict> decode_hang_verdict(const std::string& text) {
     v.where = j.value("where", "");
     v.python_stack = j.value("python_stack", "");
     v.stacks_dir = j.value("stacks_dir", "");
+    v.replaceable = j.value("replaceable", false);
     return v;
   } catch (const nlohmann::json::exception&) {
     return std::nullopt;

@@ -48,6 +48,10 @@ struct NodeHangVerdict {
   std::string where;         // "wait_for_a_batch (train.py:22)"
   std::string python_stack;  // its main thread's Python frames, as the report prints them
   std::string stacks_dir;    // where its stack.txt / py_stack.txt are, on that node
+  // The stuck rank announced rank_recovery and its agent replaces single ranks: that node will
+  // most likely replace it alone (or else restart the job, which the others hear as a peer's
+  // restart), so the silent ranks elsewhere wait for the re-formed group instead of restarting.
+  bool replaceable = false;
 };
 
 // This node's verdict from judge_hang's: stuck here when its root was stopped or its stacks

@@ -125,6 +125,13 @@ void WorkerGroup::on_spawn_failed(const std::string& reason) {
 
 void WorkerGroup::on_abandoned(int64_t local_rank) { worker(local_rank).abandoned = true; }
 
+void WorkerGroup::forgive_hang() {
+  if (state_ != GroupState::kUnhealthy) return;
+  state_ = GroupState::kHealthy;
+  root_cause_.reset();
+  for (auto& w : workers_) w.hung = false;
+}
+
 bool WorkerGroup::begin_replacement(int64_t local_rank) {
   WorkerRecord& w = worker(local_rank);
   if (w.state != WorkerState::kRunning || w.replacing) return false;

@@ -94,6 +94,9 @@ class WorkerGroup {
   // The stacks showed that this hung worker, not the one on_hung named, is the one stuck (the
   // others wait for it in a collective): it becomes the root cause. Only while Unhealthy.
   void blame_hang(int64_t local_rank);
+  // The silent workers only waited for a rank stuck on another node, which that node replaces
+  // alone: Unhealthy -> Healthy, no root cause. Only while Unhealthy.
+  void forgive_hang();
   // The group must stop for a reason outside it (signal, peer, membership). Init/Healthy ->
   // Stopped; a final state is kept.
   void on_stop_requested(const std::string& reason);

@@ -158,10 +158,12 @@ const std::vector<Row> kTable = {
     {E::kBarrierDone, {"R", "U", "C", "S", "D finish_now", "D"}},
     // Without --restart_scope rank (job_in's default) nothing is ever replaced alone.
     {E::kRankFailed, {"R", "U", "C", "S", "B", "D"}},
+    // Without rank recovery here: a hang like any other.
+    {E::kHangReplacedElsewhere, {"R", "U", "S report_to_peers stop_group", "S", "B", "D"}},
 };
 
 TEST(AgentStepTable, EveryEventInEveryPhase) {
-  std::vector<bool> seen(static_cast<size_t>(E::kBarrierDone) + 1, false);
+  std::vector<bool> seen(static_cast<size_t>(E::kHangReplacedElsewhere) + 1, false);
   for (const Row& row : kTable) {
     ASSERT_EQ(row.in_phase.size(), std::size(kPhases)) << event_name(row.event);
     seen[static_cast<size_t>(row.event)] = true;
@@ -604,6 +606,21 @@ TEST(AgentStepRankRecovery, EveryStopSaysRestartFirstExceptWithoutAStore) {
   // --restart_scope group: as before.
   EXPECT_EQ(outcome(step(job_in(P::kRunning), plain(E::kWorkerFailed))),
             "S report_to_peers stop_group");
+}
+
+// A hang whose stuck rank is on another node that replaces it alone: the silent ranks here are
+// kept (they re-form with the replacement) and watched on; with the job stopping, or without
+// rank recovery here, it is a hang like any other.
+TEST(AgentStepRankRecovery, AHangReplacedOnAnotherNodeKeepsTheRanksHere) {
+  Event e = plain(E::kHangReplacedElsewhere);
+  e.text = "the ranks on a hung waiting for rank 3 on node 1";
+  StepResult kept = step(recovering_job_in(P::kCapturing), e);
+  EXPECT_EQ(outcome(kept), "U log_warning forgive_hang arm_hang_checks");
+  EXPECT_EQ(kept.state.restarts_used, 0);  // the other node spends its own budget
+  AgentState stopping = recovering_job_in(P::kCapturing);
+  stopping.cause.record(StopKind::kPeerRestart);
+  EXPECT_EQ(outcome(step(stopping, e)), "S report_to_peers announce_restart stop_group");
+  EXPECT_EQ(outcome(step(recovering_job_in(P::kRunning), e)), "U");
 }
 
 }  // namespace

@@ -40,6 +40,9 @@ TEST(HangExchange, VerdictSurvivesTheStoreAndGarbageIsNotOne) {
   EXPECT_EQ(back->where, v.where);
   EXPECT_EQ(back->python_stack, v.python_stack);
   EXPECT_EQ(back->stacks_dir, v.stacks_dir);
+  EXPECT_FALSE(back->replaceable);
+  v.replaceable = true;  // its node replaces the stuck rank alone
+  EXPECT_TRUE(decode_hang_verdict(encode_hang_verdict(v))->replaceable);
   EXPECT_FALSE(decode_hang_verdict("not json"));
   EXPECT_FALSE(decode_hang_verdict(R"({"host": "x"})"));
 }

@@ -198,6 +198,26 @@ TEST(WorkerGroup, AHungWorkerReplacedAloneMakesTheGroupHealthyAgain) {
   EXPECT_FALSE(g.worker(1).hung);
 }
 
+// The silent workers here only waited for a rank stuck on another node, which that node replaces
+// alone: the group is healthy again, and a later failure is its own root cause.
+TEST(WorkerGroup, AHangForgivenMakesTheGroupHealthyAgain) {
+  FakeClock clock;
+  auto g = make_group(2);
+  g.on_started(0, 1, clock.now(), kWall);
+  g.on_started(1, 2, clock.now(), kWall);
+  g.on_hung(0, clock.now(), kWall);
+  ASSERT_EQ(g.state(), GroupState::kUnhealthy);
+  g.forgive_hang();
+  EXPECT_EQ(g.state(), GroupState::kHealthy);
+  EXPECT_FALSE(g.root_cause());
+  EXPECT_FALSE(g.worker(0).hung);
+  g.on_exit(1, ExitStatus::exited(1), clock.now(), kWall);
+  EXPECT_EQ(g.state(), GroupState::kFailed);
+  EXPECT_EQ(g.root_cause(), 1);
+  g.forgive_hang();  // only a hang is forgiven
+  EXPECT_EQ(g.state(), GroupState::kFailed);
+}
+
 TEST(WorkerGroup, AReplacementThatCannotStartFailsTheGroup) {
   FakeClock clock;
   auto g = make_group(2);
