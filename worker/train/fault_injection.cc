@@ -9,18 +9,14 @@ namespace dlaunch::train {
 
 namespace {
 
-// "N" or "N1,N2,...": numbers >= 0 (parse_int's message names the variable and the item).
+// "N" or "N1,N2,..." (parse_int's message names the variable and the item).
 std::vector<int64_t> parse_list(const std::string& text, const char* name) {
   std::vector<int64_t> out;
   size_t start = 0;
   for (;;) {
     const size_t comma = text.find(',', start);
     const std::string item = text.substr(start, comma == std::string::npos ? comma : comma - start);
-    const int64_t v = parse_int(item, name);
-    if (v < 0) {
-      throw UsageError(fmt::format("{}={}: expected numbers >= 0, found {}", name, text, v));
-    }
-    out.push_back(v);
+    out.push_back(parse_int(item, name));
     if (comma == std::string::npos) return out;
     start = comma + 1;
   }
@@ -42,7 +38,9 @@ std::vector<FaultPoint> parse_fault_points(const std::string& steps, const std::
         ranks, who.size(), at.size(), steps));
   }
   std::vector<FaultPoint> points;
-  for (size_t i = 0; i < at.size(); ++i) points.push_back({at[i], who[i]});
+  for (size_t i = 0; i < at.size(); ++i) {
+    if (at[i] >= 0) points.push_back({at[i], who[i]});  // a negative step is none (-1: off)
+  }
   return points;
 }
 

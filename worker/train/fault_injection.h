@@ -34,8 +34,9 @@ struct FaultInjection {
   }
 };
 
-// DTRAIN_FAIL_AT_STEP's steps ("N" or "N1,N2,...") and DTRAIN_FAIL_RANK's ranks (one for every
-// step, or one per step; `default_rank` when unset). UsageError for anything else.
+// DTRAIN_FAIL_AT_STEP's steps ("N" or "N1,N2,..."; a negative one is none, so -1 is off) and
+// DTRAIN_FAIL_RANK's ranks (one for every step, or one per step; `default_rank` when unset).
+// UsageError for anything else.
 std::vector<FaultPoint> parse_fault_points(const std::string& steps, const std::string& ranks,
                                            int64_t default_rank);
 
