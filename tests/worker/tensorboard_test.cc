@@ -219,11 +219,13 @@ TEST_F(DtrainTensorBoardTest, KilledRunWithGarbageTailResumesWithEachStepOnce) {
 }
 
 // Under dlaunch, rank 1 killed after step 11 of 16: the group restarts from the flash copy at
-// step 9 and redoes steps 10 and 11 (metrics.jsonl has them twice, told apart by the attempt).
-// Rank 0 alone writes the event file, which has each of them once, with attempt 1's values.
+// step 9 (--restart_scope group: a rank replaced alone redoes nothing) and redoes steps 10 and
+// 11 (metrics.jsonl has them twice, told apart by the attempt). Rank 0 alone writes the event
+// file, which has each of them once, with attempt 1's values.
 TEST_F(DtrainTensorBoardTest, FlashRestartUnderDlaunchKeepsEachStepOnce) {
   Subprocess p({DLAUNCH_BINARY, "--standalone", "--nproc_per_node=2", "--max_restarts=1",
-                "--hang_timeout=120", DTRAIN_BINARY, "--width=4", "--batch_size=32", "--epochs=2",
+                "--hang_timeout=120", "--restart_scope=group", DTRAIN_BINARY, "--width=4",
+                "--batch_size=32", "--epochs=2",
                 "--log_every=1", "--flash_every=3", "--output_dir=" + out_.string()},
                {{"DTRAIN_LIMIT_TRAIN_SAMPLES", "512"},
                 {"DTRAIN_LIMIT_TEST_SAMPLES", "32"},
