@@ -185,6 +185,9 @@ nlohmann::json node_status_json(const NodeStatus& s) {
     const auto& st = *s.store;
     j["store"] = {{"keys", st.keys},
                   {"connections", st.connections},
+                  {"connections_peak", st.connections_peak},
+                  {"connections_accepted", st.connections_accepted},
+                  {"channels_opened", st.channels_opened},
                   {"requests", st.requests},
                   {"requests_per_second", st.requests_per_s},
                   {"latency_p50_seconds", st.p50_seconds},
@@ -235,6 +238,9 @@ NodeStatus node_status_from_json(const nlohmann::json& j) {
     StoreStatsSnapshot snap;
     snap.keys = st.value("keys", int64_t{0});
     snap.connections = st.value("connections", int64_t{0});
+    snap.connections_peak = st.value("connections_peak", int64_t{0});
+    snap.connections_accepted = st.value("connections_accepted", int64_t{0});
+    snap.channels_opened = st.value("channels_opened", int64_t{0});
     snap.requests = st.value("requests", int64_t{0});
     snap.requests_per_s = st.value("requests_per_second", 0.0);
     snap.p50_seconds = st.value("latency_p50_seconds", 0.0);

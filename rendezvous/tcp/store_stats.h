@@ -27,7 +27,13 @@ namespace dlaunch {
 struct StoreStatsSnapshot {
   int64_t requests = 0;       // served since start
   int64_t keys = 0;           // in the table after the latest request
-  int64_t connections = 0;    // open now (filled by the server)
+  int64_t connections = 0;    // open now (filled by the server, as the three below)
+  int64_t connections_peak = 0;      // the most open at once since start
+  int64_t connections_accepted = 0;  // accepted since start
+  // Clients' connections carried inside a node's store proxy's one connection (CHANNELS), opened
+  // since start: how many workers reached the store through proxies, which `connections` no
+  // longer shows.
+  int64_t channels_opened = 0;
   double requests_per_s = 0;  // over the interval since the previous snapshot (>= 1 s)
   double p50_seconds = 0;     // 0 when no request was served
   double p99_seconds = 0;

@@ -20,6 +20,11 @@ void TcpStoreConnectionManager::start(tcp::socket socket) {
   auto conn = std::make_shared<TcpStoreConnection>(*this, std::move(socket));
   connections_.insert(conn);
   open_.store(connections_.size(), std::memory_order_relaxed);
+  // Written on the server thread only; atomics so that stats() may read them from any thread.
+  if (connections_.size() > peak_.load(std::memory_order_relaxed)) {
+    peak_.store(connections_.size(), std::memory_order_relaxed);
+  }
+  accepted_.fetch_add(1, std::memory_order_relaxed);
   conn->start();
 }
 
@@ -460,6 +465,7 @@ void TcpStoreConnection::process_channel_frames() {
 void TcpStoreConnection::open_channel(uint32_t id) {
   if (channels_.count(id) > 0) return bad_frame("channel " + std::to_string(id) + " opened twice");
   channels_.emplace(id, std::make_shared<TcpStoreConnection>(manager_, self(), id));
+  manager_.note_channel_opened();
 }
 
 // A channel's bytes arrived: as a read on a connection of its own.

@@ -43,6 +43,12 @@ class TcpStoreConnectionManager {
   void stop_all();
   // Connections open right now; any thread may read it (approximate).
   size_t size() const { return open_.load(std::memory_order_relaxed); }
+  // Since start (any thread): the most open at once, how many were accepted, and how many
+  // channels proxies opened (each a client's connection carried by a proxy's).
+  size_t peak() const { return peak_.load(std::memory_order_relaxed); }
+  int64_t accepted() const { return accepted_.load(std::memory_order_relaxed); }
+  int64_t channels_opened() const { return channels_opened_.load(std::memory_order_relaxed); }
+  void note_channel_opened() { channels_opened_.fetch_add(1, std::memory_order_relaxed); }
 
   // Logs a refused or malformed client, at most once a second (the rest are counted).
   void complain(const std::string& message);
@@ -61,6 +67,9 @@ class TcpStoreConnectionManager {
  private:
   std::unordered_set<TcpStoreConnectionPtr> connections_;
   std::atomic<size_t> open_{0};
+  std::atomic<size_t> peak_{0};
+  std::atomic<int64_t> accepted_{0};
+  std::atomic<int64_t> channels_opened_{0};
   std::chrono::steady_clock::time_point last_complaint_{};
   size_t suppressed_complaints_ = 0;
 };

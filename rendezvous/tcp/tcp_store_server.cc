@@ -209,6 +209,9 @@ void TcpStoreServer::begin_worker_namespace_local(const std::string& ns) {
 StoreStatsSnapshot TcpStoreServer::stats() const {
   StoreStatsSnapshot s = impl_->manager.stats.snapshot();
   s.connections = static_cast<int64_t>(impl_->manager.size());
+  s.connections_peak = static_cast<int64_t>(impl_->manager.peak());
+  s.connections_accepted = impl_->manager.accepted();
+  s.channels_opened = impl_->manager.channels_opened();
   return s;
 }
 

@@ -131,5 +131,70 @@ TEST(StoreTraffic, TwoNodesThroughTheStoreProxyAskNoMoreOverFewerConnections) {
   }
 }
 
+// Training through the store proxy: 2 nodes (two agents on this machine, c10d) of 2 workers, a
+// small gloo DDP training with fixed seeds (store_proxy_ddp.py beside this file), run with
+// --store_proxy off and on. The results must be bit for bit the same (every rank's last loss and
+// the parameters' bytes), and the store, read while every worker is connected, must hold one
+// connection per worker without the proxy and one per node with it (the agents' own connections
+// are the same in both), the workers' connections arriving as channels of the proxies'.
+TEST(StoreTraffic, TrainingThroughTheStoreProxyIsIdenticalOverOneConnectionPerNode) {
+  if (torch2_missing()) GTEST_SKIP() << "no PyTorch 2.15 at " << kTorch2Python
+                                     << ": run scripts/setup_torch2.sh (scripts/test.sh does)";
+  constexpr int kNodes = 2;
+  constexpr int kWorkersPerNode = 2;
+  std::map<std::string, nlohmann::json> by_mode;
+  for (const std::string mode : {"off", "on"}) {
+    SCOPED_TRACE("--store_proxy " + mode);
+    TempDir dir;
+    const std::string output = dir.path() + "/result.json";
+    const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+    std::vector<int> status_ports;
+    std::string urls;
+    for (int i = 0; i < kNodes; ++i) {
+      status_ports.push_back(free_port());
+      urls += (i ? "," : "") + std::string("http://127.0.0.1:") +
+              std::to_string(status_ports.back()) + "/status";
+    }
+    std::vector<std::unique_ptr<Subprocess>> agents;
+    for (int port : status_ports) {
+      agents.push_back(std::make_unique<Subprocess>(
+          std::vector<std::string>{
+              kDlaunch, "--nnodes=" + std::to_string(kNodes),
+              "--nproc_per_node=" + std::to_string(kWorkersPerNode), "--rdzv_backend=c10d",
+              "--rdzv_endpoint=" + endpoint, "--rdzv_id=ddp_" + mode,
+              "--status_port=" + std::to_string(port), "--store_proxy=" + mode,
+              "--python=" + kTorch2Python, kCompatDir + "/store_proxy_ddp.py",
+              "--status_url=" + urls, "--output=" + output, "--steps=5"},
+          std::map<std::string, std::string>{{"OMP_NUM_THREADS", "1"}}));
+    }
+    std::string context;
+    for (auto& a : agents) {
+      auto e = a->wait(300s);
+      context += "--- agent stdout:\n" + a->out() + "--- agent stderr:\n" + a->err();
+      ASSERT_TRUE(e) << context;
+      EXPECT_EQ(e->shell_code(), 0) << context;
+    }
+    std::ifstream in(output);
+    ASSERT_TRUE(in) << "no " << output << "\n" << context;
+    by_mode[mode] = nlohmann::json::parse(in);
+    ASSERT_EQ(by_mode[mode]["world_size"], kNodes * kWorkersPerNode) << context;
+  }
+  const auto& off = by_mode["off"];
+  const auto& on = by_mode["on"];
+  std::cout << "--store_proxy off: " << off.dump() << "\n--store_proxy on: " << on.dump() << "\n";
+  // Compared as JSON numbers: the same doubles, not merely close ones.
+  EXPECT_EQ(on["losses"], off["losses"]);
+  EXPECT_EQ(on["mean_loss_last"], off["mean_loss_last"]);
+  EXPECT_EQ(on["params_sha256"], off["params_sha256"]);
+  const int64_t workers = kNodes * kWorkersPerNode;
+  const auto& direct = off["store"];
+  const auto& proxied = on["store"];
+  EXPECT_EQ(direct["channels_opened"].get<int64_t>(), 0) << direct.dump();
+  EXPECT_EQ(proxied["channels_opened"].get<int64_t>(), workers) << proxied.dump();
+  EXPECT_EQ(direct["connections"].get<int64_t>() - proxied["connections"].get<int64_t>(),
+            workers - kNodes)
+      << "the store's open connections, off: " << direct.dump() << "\non: " << proxied.dump();
+}
+
 }  // namespace
 }  // namespace dlaunch::testing

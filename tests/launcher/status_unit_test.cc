@@ -53,6 +53,9 @@ NodeStatus sample() {
   stats.record(wire::Op::kAdd, false, std::chrono::microseconds(5), 9);
   s.store = stats.snapshot();
   s.store->connections = 4;
+  s.store->connections_peak = 7;
+  s.store->connections_accepted = 11;
+  s.store->channels_opened = 6;
   return s;
 }
 
@@ -75,6 +78,9 @@ TEST(NodeStatus, JsonRoundTrips) {
   ASSERT_TRUE(back.store);
   EXPECT_EQ(back.store->keys, 9);
   EXPECT_EQ(back.store->connections, 4);
+  EXPECT_EQ(back.store->connections_peak, 7);
+  EXPECT_EQ(back.store->connections_accepted, 11);
+  EXPECT_EQ(back.store->channels_opened, 6);
   EXPECT_EQ(back.store->worker_requests_by_op, s.store->worker_requests_by_op);
   EXPECT_EQ(back.store->worker_requests_by_op.at("ADD"), 1);
 }

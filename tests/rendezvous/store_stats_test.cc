@@ -4,6 +4,9 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
+#include "rendezvous/proxy/store_proxy.h"
 #include "rendezvous/tcp/tcp_store_client.h"
 #include "rendezvous/tcp/tcp_store_server.h"
 
@@ -79,6 +82,56 @@ TEST(StoreStats, ServerCountsRequestsByOpAndByWhoAsked) {
     for (const auto& [op, n] : *by_op) total += n;
   }
   EXPECT_EQ(total, s.requests);
+}
+
+// Connections open now, the most open at once, and how many were accepted: a closed one leaves
+// the first and stays in the others.
+TEST(StoreStats, ServerCountsPeakAndAcceptedConnections) {
+  TcpStoreServer server(TcpStoreServerOptions{});
+  uint16_t port = server.start();
+  TcpStoreClientOptions o;
+  o.port = port;
+  auto wait_for_open = [&](int64_t n) {  // the server learns of a close when it reads the EOF
+    for (int i = 0; i < 500 && server.stats().connections != n; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  };
+  {
+    TcpStoreClient first(o);
+    TcpStoreClient second(o);
+    EXPECT_EQ(first.add("n", 1), 1);
+    EXPECT_EQ(second.add("n", 1), 2);
+  }
+  wait_for_open(0);
+  TcpStoreClient third(o);
+  EXPECT_EQ(third.add("n", 1), 3);
+  StoreStatsSnapshot s = server.stats();
+  EXPECT_EQ(s.connections, 1);
+  EXPECT_EQ(s.connections_peak, 2);
+  EXPECT_EQ(s.connections_accepted, 3);
+  EXPECT_EQ(s.channels_opened, 0);
+}
+
+// Workers behind a node's store proxy are one connection at the store (the proxy's), and the
+// channels it opened for them are counted apart.
+TEST(StoreStats, WorkersBehindAStoreProxyAreChannelsOfOneConnection) {
+  TcpStoreServer server(TcpStoreServerOptions{});
+  StoreProxyOptions po;
+  po.store_host = "127.0.0.1";
+  po.store_port = server.start();
+  StoreProxy proxy(po);
+  TcpStoreClientOptions o;
+  o.port = proxy.start();
+  TcpStoreClient a(o), b(o), c(o);
+  EXPECT_EQ(a.add("n", 1), 1);  // answered, so counted (a SET has no reply to wait for)
+  EXPECT_EQ(b.add("n", 1), 2);
+  EXPECT_EQ(c.add("n", 1), 3);
+  StoreStatsSnapshot s = server.stats();
+  EXPECT_EQ(s.connections, 1);
+  EXPECT_EQ(s.connections_peak, 1);
+  EXPECT_EQ(s.connections_accepted, 1);
+  EXPECT_EQ(s.channels_opened, 3);
+  EXPECT_EQ(s.worker_requests_by_op["ADD"], 3);
 }
 
 TEST(StoreStats, LocalWritesReachClientsAndTheKeyCount) {
