@@ -53,8 +53,10 @@
 //                       exits 1 (how=exit) or stops itself with SIGSTOP (how=stop: silent, for
 //                       --hang_timeout); the others, when they announced, ignore SIGTERM, wait
 //                       (beating) for the key K/1, write "count=N verdict=V" to DIR/seen.<rank>,
-//                       then exit 0 on `replace` once DIR/replaced exists, 1 on `restart`; when
-//                       they did not announce they wait until stopped. A replacement
+//                       then exit 0 on `replace` once DIR/replaced exists, 1 on `restart`, and
+//                       on `shrink W R` wait for K/shrink_R/rank_<RANK>, append " rank=<it>" to
+//                       that line and exit 0; when they did not announce they wait until
+//                       stopped. A replacement
 //                       (DLAUNCH_REPLACEMENT=1) writes "count=N" (the counter it reads) to
 //                       DIR/replaced and exits 0 ([replacement_exit=N]: N; [replacement_delay=S]:
 //                       first sleeps S seconds, not beating); later attempts exit 0 at once.
@@ -261,8 +263,17 @@ int rank_recovery() {
     }
   }
   const std::string verdict = dlaunch::to_string(store.get(next));
-  write_file(dir + "/seen." + std::to_string(g_rank),
-             "count=" + std::to_string(store.add(key, 0)) + " verdict=" + verdict + "\n");
+  const std::string seen = "count=" + std::to_string(store.add(key, 0)) + " verdict=" + verdict;
+  if (verdict.rfind("shrink ", 0) == 0) {
+    // "shrink <world> <round>": this rank's new rank is at K/shrink_<round>/rank_<RANK>.
+    const std::string round = verdict.substr(verdict.rfind(' ') + 1);
+    const std::string mine = key + "/shrink_" + round + "/rank_" + std::to_string(g_rank);
+    store.wait({mine}, 120s);
+    write_file(dir + "/seen." + std::to_string(g_rank),
+               seen + " rank=" + dlaunch::to_string(store.get(mine)) + "\n");
+    return 0;
+  }
+  write_file(dir + "/seen." + std::to_string(g_rank), seen + "\n");
   if (verdict != "replace") return 1;
   if (std::to_string(g_rank) == opt("then_fail", "")) return 1;
   while (!file_exists(dir + "/replaced")) {
