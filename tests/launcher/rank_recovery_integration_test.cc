@@ -242,13 +242,14 @@ TEST(RankRecovery, AnUnknownScopeIsAUsageError) {
 // `logs`/node<i>.
 std::vector<std::unique_ptr<Subprocess>> three_nodes(const std::string& run_id, int nproc,
                                                      std::vector<std::string> worker,
-                                                     const TempDir& logs) {
+                                                     const TempDir& logs, int max_restarts = 0) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int i = 0; i < 3; ++i) {
     nodes.push_back(std::make_unique<Subprocess>(
         cmd({"--nnodes", "2:3", "--nproc_per_node", std::to_string(nproc), "--rdzv_endpoint",
-             endpoint, "--rdzv_id", run_id, "--max_restarts", "0", "--shutdown_grace", "2",
+             endpoint, "--rdzv_id", run_id, "--max_restarts", std::to_string(max_restarts),
+             "--shutdown_grace", "2",
              "--log_dir", logs.path() + "/node" + std::to_string(i), "--rdzv_conf",
              "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=3"},
             worker)));
@@ -325,6 +326,42 @@ TEST(RankRecovery, ALostNodeShrinksTheGroupInPlace) {
     new_ranks.insert(seen.substr(at + 6, seen.size() - at - 7));
   }
   EXPECT_EQ(new_ranks, (std::set<std::string>{"0", "1", "2", "3"}));
+}
+
+// After the shrink a rank fails and is replaced alone in the smaller world: the replacement gets
+// its new rank and world size, and meets the others in their store namespace (it reads the
+// counter they see: the shrink's generation, then its own).
+TEST(RankRecovery, ARankReplacedAfterAShrinkHasItsNewRank) {
+  TempDir dir, logs;
+  auto nodes =
+      three_nodes("shrinkreplace", 2, {"dir=" + dir.path(), "fail=-1", "fail_after_shrink=3"},
+                  logs, /*max_restarts=*/1);
+  ASSERT_TRUE(wait_ready(dir, 6, 90s));
+  const Killed killed = kill_a_node(nodes, dir);
+  ASSERT_EQ(killed.ranks.size(), 2u);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i == killed.node) continue;
+    auto e = nodes[i]->wait(120s);
+    ASSERT_TRUE(e) << nodes[i]->err();
+    EXPECT_EQ(e->shell_code(), 0) << nodes[i]->err();
+  }
+  EXPECT_EQ(read_file(dir.file("replaced")), "count=2\n");
+  auto s = starts(dir);
+  bool found = false;
+  for (const std::string& start : s[3]) {
+    if (start.find("replacement=1") == std::string::npos) continue;
+    found = true;
+    EXPECT_NE(start.find("restart_count=0 attempt=0 world=4"), std::string::npos) << start;
+  }
+  EXPECT_TRUE(found) << "no replacement started as rank 3";
+  int waited = 0;
+  for (int rank = 0; rank < 6; ++rank) {
+    if (!file_exists(dir.file("seen_again." + std::to_string(rank)))) continue;
+    ++waited;
+    EXPECT_EQ(read_file(dir.file("seen_again." + std::to_string(rank))),
+              "count=2 verdict=replace\n");
+  }
+  EXPECT_EQ(waited, 3);
 }
 
 // The same with workers that did not announce rank_recovery: today's whole-group restart in the
