@@ -68,6 +68,9 @@ void RendezvousLoop::begin_keeping_workers() {
   const int64_t old_round = agent_.last_round->round;
   const std::string kept_namespace = worker_namespace(agent_.cfg.run_id, agent_.workers_round);
   const bool can_shrink = agent_.generation_before_shrink.has_value() && old_store;
+  // The workers' store: a round that names another (etcd's node 0 lost) cannot shrink them.
+  const std::string workers_store = fmt::format("{}:{}", agent_.last_round->master_addr,
+                                                agent_.last_round->master_port);
   auto marked = std::make_shared<bool>(false);
   auto before = [old_store, old_round, can_shrink, marked]() {
     if (!can_shrink) return;
@@ -81,8 +84,15 @@ void RendezvousLoop::begin_keeping_workers() {
                   e.what());
     }
   };
-  auto after = [old_round, kept_namespace, marked](const RendezvousResult& r) -> bool {
+  auto after = [old_round, kept_namespace, workers_store,
+                marked](const RendezvousResult& r) -> bool {
     if (!*marked || !r.store) return false;
+    if (fmt::format("{}:{}", r.master_addr, r.master_port) != workers_store) {
+      log_warning("the new round's workers' store is {}:{}, not the running workers' {}: the "
+                  "group restarts in it",
+                  r.master_addr, r.master_port, workers_store);
+      return false;
+    }
     bool shrink = false;
     try {
       shrink = agree_to_shrink(*r.store, old_round, r.round, r.group_world_size);
