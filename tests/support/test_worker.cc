@@ -282,8 +282,9 @@ int rank_recovery() {
     const std::string fail_after = opt("fail_after_shrink", "");
     if (fail_after.empty()) return 0;
     if (new_rank == fail_after) return 1;
-    // The others wait for the failed rank's replacement, as survivors do.
-    const std::string again = verdict_of(store.add(key, 0) + 1);
+    // The others wait for the failed rank's replacement, as survivors do: the generation after
+    // the shrink's (1), whatever the counter says by now.
+    const std::string again = verdict_of(2);
     write_file(dir + "/seen_again." + std::to_string(g_rank),
                "count=" + std::to_string(store.add(key, 0)) + " verdict=" + again + "\n");
     if (again != "replace") return 1;
