@@ -25,6 +25,10 @@
 //   -> Succeeded: exit 0 (several nodes: after the exit barrier)
 //   -> the job's store is lost, or another node closed the job: exit 1
 //   -> stopped by a membership change: new generation without spending the budget
+//      (a node lost while every local worker announced rank_recovery does not stop the
+//      workers: the agent re-rendezvouses with them kept, and a round of exactly the nodes
+//      that kept theirs shrinks the group in place, its new ranks told through the store,
+//      free; any other round restarts the group in that round, free: shrink_agreement.h)
 //   -> Failed/Unhealthy, or another node failed: on several nodes, first ask the rendezvous
 //      whether a node was lost (then a new generation without spending the budget); else
 //      restart (new generation, TORCHELASTIC_RESTART_COUNT + 1) while --max_restarts lasts,

@@ -58,6 +58,12 @@ class AgentContext {
   std::optional<NodeHangVerdict> stuck_elsewhere;  // this generation's hang, stuck on another node
   // The store side of rank recovery for the current group (off without --restart_scope rank).
   RankRecovery recovery;
+  // The round whose worker namespace the group's workers use (rendezvous/tcp/worker_namespace.h):
+  // the round the group started in, also after it shrank in place.
+  int64_t workers_round = -1;
+  // While the round after a lost node forms with the workers kept: the generation the workers
+  // last saw; none when it could not be read (then the group restarts instead of shrinking).
+  std::optional<int64_t> generation_before_shrink;
   std::chrono::system_clock::time_point started_wall = std::chrono::system_clock::now();
   // Timeline, status endpoint and control; created by AgentStatus::start_monitor.
   std::unique_ptr<AgentMonitor> monitor;

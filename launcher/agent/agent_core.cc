@@ -158,6 +158,10 @@ void AgentCore::carry_out(const Action& a) {
     case A::kReplaceRank:
     case A::kAnnounceRestart:
       return a.kind == A::kReplaceRank ? replace_rank(a) : announce_restart();
+    case A::kRendezvousKeepingWorkers:
+      return rendezvous_keeping_workers();
+    case A::kShrink:
+      return shrink(a);
     case A::kForgiveHang:
       group->forgive_hang();
       stuck_elsewhere.reset();
@@ -243,6 +247,71 @@ void AgentCore::announce_restart() {
                 "waiting for a replacement exit at their join timeout or the stop signal",
                 e.what());
   }
+}
+
+// ---- in-process shrink --------------------------------------------------------------------------
+
+// A node was lost and the workers here wait for the verdict: the generation they last saw is
+// read first (the next round's release empties their namespace, the counter with it), which
+// also ties the agent's connection to their namespace.
+void AgentCore::rendezvous_keeping_workers() {
+  generation_before_shrink.reset();
+  try {
+    generation_before_shrink = recovery.current_generation();
+  } catch (const std::exception& e) {
+    log_warning("cannot read the workers' generation counter {} in the job's store ({}); the "
+                "group restarts in the new round instead of shrinking in place",
+                recovery.key(), e.what());
+  }
+  rendezvous_.begin_keeping_workers();
+}
+
+// The round holds exactly the nodes that kept their workers: the new round's node 0 announces
+// the shrink, every node tells its own workers their new ranks, and the group, /status and the
+// report use them from now on. The workers' environment stays as at their spawn.
+void AgentCore::shrink(const Action& a) {
+  const RendezvousResult& r = *last_round;
+  const WorkerPlacement place = place_workers(r, cfg.nproc_per_node);
+  std::vector<std::pair<int64_t, int64_t>> ranks;
+  for (const WorkerRecord& w : group->workers()) {
+    ranks.emplace_back(w.global_rank, place.first_rank + w.local_rank);
+  }
+  int64_t generation = -1;
+  try {
+    if (r.group_rank == 0) {
+      generation = recovery.announce_shrink(generation_before_shrink.value_or(0), place.world,
+                                            r.round);
+    }
+    recovery.tell_new_ranks(r.round, ranks);
+  } catch (const std::exception& e) {
+    log_error("cannot tell the workers their ranks after the shrink in the job's store at {}:{} "
+              "({}); stopping them",
+              r.master_addr, r.master_port, e.what());
+    group->on_stop_requested("the shrink could not be announced: " + std::string(e.what()));
+    Event failed{Event::Kind::kWorkerFailed};
+    failed.text = fmt::format("the workers on {} could not be told their ranks after the shrink",
+                              opts.host);
+    post(failed);
+    return;
+  }
+  const int64_t old_first = group->worker(0).global_rank;
+  workers_.shrank();
+  log_warning("{}: the group re-forms in process at world size {} (this node's ranks {}-{} are "
+              "now {}-{}, node {} of {}; not counted as a restart)",
+              a.text, place.world, old_first, old_first + cfg.nproc_per_node - 1,
+              place.first_rank, place.first_rank + cfg.nproc_per_node - 1, r.group_rank,
+              r.group_world_size);
+  earlier_failures.push_back(fmt::format("attempt {}: {} (the group shrank in process to world "
+                                         "size {})",
+                                         group->attempt(), a.text, place.world));
+  monitor->events().emit("shrink", {{"world_size", place.world},
+                                    {"round", r.round},
+                                    {"node_rank", r.group_rank},
+                                    {"nodes", r.group_world_size},
+                                    {"first_rank", place.first_rank},
+                                    {"generation", generation},
+                                    {"attempt", group->attempt()},
+                                    {"why", a.text}});
 }
 
 // The group and what it left are down: kill what remains in its process groups, then anything

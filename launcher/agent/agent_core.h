@@ -53,6 +53,8 @@ class AgentCore : public AgentContext {
   void say(const Action& a);
   void replace_rank(const Action& a);
   void announce_restart();
+  void rendezvous_keeping_workers();
+  void shrink(const Action& a);
   void stop_group(int first);
   void collect_group();
   void say_why_finished(const Action& a);

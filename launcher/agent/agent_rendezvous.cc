@@ -6,6 +6,9 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "launcher/agent/rank_replacement.h"
+#include "launcher/agent/shrink_agreement.h"
+#include "rendezvous/store/prefix_store.h"
 #include "rendezvous/tcp/tcp_store_server.h"
 #include "rendezvous/tcp/worker_namespace.h"
 
@@ -54,14 +57,80 @@ void RendezvousLoop::begin_generation() {
   agent_.monitor->events().emit("rendezvous_opened", {{"restarts", agent_.state().restarts_used}});
   // While the round forms this loop is idle; after it, every agent of the job spawns at once.
   agent_.files.prepare_attempt(agent_.state().generation + 1, agent_.cfg.nproc_per_node);
+  join_round(nullptr, nullptr);
+}
+
+void RendezvousLoop::begin_keeping_workers() {
+  agent_.stuck_elsewhere.reset();
+  agent_.monitor->events().emit("rendezvous_opened", {{"restarts", agent_.state().restarts_used},
+                                                      {"keeping_workers", true}});
+  const std::shared_ptr<Store> old_store = agent_.last_round->store;
+  const int64_t old_round = agent_.last_round->round;
+  const std::string kept_namespace = worker_namespace(agent_.cfg.run_id, agent_.workers_round);
+  const bool can_shrink = agent_.generation_before_shrink.has_value() && old_store;
+  // The workers' store: a round that names another (etcd's node 0 lost) cannot shrink them.
+  const std::string workers_store = fmt::format("{}:{}", agent_.last_round->master_addr,
+                                                agent_.last_round->master_port);
+  auto marked = std::make_shared<bool>(false);
+  auto before = [old_store, old_round, can_shrink, marked]() {
+    if (!can_shrink) return;
+    // Before the join: the round cannot complete without this node, so its members read it.
+    try {
+      mark_kept_workers(*old_store, old_round);
+      *marked = true;
+    } catch (const std::exception& e) {
+      log_warning("cannot tell the other nodes that this node kept its workers ({}); the group "
+                  "restarts in the new round",
+                  e.what());
+    }
+  };
+  auto after = [old_round, kept_namespace, workers_store,
+                marked](const RendezvousResult& r) -> bool {
+    if (!*marked || !r.store) return false;
+    if (fmt::format("{}:{}", r.master_addr, r.master_port) != workers_store) {
+      log_warning("the new round's workers' store is {}:{}, not the running workers' {}: the "
+                  "group restarts in it",
+                  r.master_addr, r.master_port, workers_store);
+      return false;
+    }
+    bool shrink = false;
+    try {
+      shrink = agree_to_shrink(*r.store, old_round, r.round, r.group_world_size);
+    } catch (const std::exception& e) {
+      log_warning("cannot agree with the other nodes on a shrink in place ({}); the group "
+                  "restarts in the new round",
+                  e.what());
+      return false;
+    }
+    if (!shrink) return false;
+    // The round's release began a new namespace for workers that never come: the group's
+    // later replacements must meet its workers in theirs.
+    try {
+      if (auto* prefixed = dynamic_cast<PrefixStore*>(r.store.get())) {
+        begin_worker_namespace(*prefixed->base(), kept_namespace);
+      }
+    } catch (const std::exception& e) {
+      log_warning("cannot keep the workers' store namespace {} ({}); a rank replaced alone "
+                  "later may not find the others",
+                  kept_namespace, e.what());
+    }
+    return true;
+  };
+  join_round(before, after);
+}
+
+void RendezvousLoop::join_round(std::function<void()> before,
+                                std::function<bool(const RendezvousResult&)> after) {
   agent_.opts.rendezvous->prepare_watch();
   if (round_thread_.joinable()) round_thread_.join();
   auto handler = agent_.opts.rendezvous;
   auto g = agent_.gate;
-  round_thread_ = std::thread([this, handler, g]() {
+  round_thread_ = std::thread([this, handler, g, before, after]() {
     try {
+      if (before) before();
       RendezvousResult r = handler->next_rendezvous();
-      post_from_thread(g, [this, r]() { on_round_done(r); });
+      const bool every_node_kept = after && after(r);
+      post_from_thread(g, [this, r, every_node_kept]() { on_round_done(r, every_node_kept); });
     } catch (const JobFinishedError& e) {
       std::string msg = e.what();
       post_from_thread(g, [this, msg]() { on_job_finished_while_waiting(msg); });
@@ -76,15 +145,16 @@ void RendezvousLoop::begin_generation() {
 }
 
 // The round is the agent's from here: the workers start (kStartWorkers) for it.
-void RendezvousLoop::round_formed(const RendezvousResult& r) {
+void RendezvousLoop::round_formed(const RendezvousResult& r, bool every_node_kept) {
   agent_.last_round = r;
   Event formed{Event::Kind::kRoundFormed};
   formed.count = r.restart_count;
   formed.flag = r.store != nullptr && r.group_world_size > 1;
+  formed.every_node_kept = every_node_kept;
   agent_.post(formed);
 }
 
-void RendezvousLoop::on_round_done(const RendezvousResult& r) {
+void RendezvousLoop::on_round_done(const RendezvousResult& r, bool every_node_kept) {
   if (agent_.state().phase == AgentPhase::kDone) return;
   // A large round's table names no hosts (round_table.h): its members would be N empty
   // strings, written by each of the N agents just when they all start their workers.
@@ -102,7 +172,7 @@ void RendezvousLoop::on_round_done(const RendezvousResult& r) {
   // missed by watching after the spawn: this loop thread handles the workers' exits only after
   // this function, and the watcher reads the round's event key, which holds an event posted
   // meanwhile.
-  round_formed(r);
+  round_formed(r, every_node_kept);
   // The workers could not start and the agent ended.
   if (agent_.state().phase == AgentPhase::kDone) return;
   agent_.monitor->publish([store = r.store]() { return store; });
@@ -136,6 +206,12 @@ void RendezvousLoop::on_event(const RendezvousEvent& ev) {
   switch (ev.kind) {
     case RendezvousEvent::Kind::kMembershipChanged:
       e.peer = Event::Peer::kMembershipChanged;
+      // What step() needs to keep the workers for an in-process shrink.
+      e.flag = ev.node_gone;
+      if (agent_.group && agent_.recovery.on()) {
+        e.announced = all_announced(*agent_.group);
+        e.in_flight = replacement_in_flight(*agent_.group, agent_.opts.last_beat);
+      }
       break;
     case RendezvousEvent::Kind::kRestartRequested:
       e.peer = Event::Peer::kRestartRequested;

@@ -5,6 +5,7 @@
 // published for the others. Loop thread, apart from the helper threads it owns.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <thread>
 
@@ -19,6 +20,11 @@ class RendezvousLoop {
 
   // A new generation: a round, then (posted as kRoundFormed) the workers start.
   void begin_generation();
+  // A new round while the workers run on (a node was lost, agent_step.h keeping_workers): this
+  // node counts itself among those that kept their workers, joins, and the round's nodes agree
+  // whether it shrinks the group in place (shrink_agreement.h; kRoundFormed's every_node_kept).
+  // On a shrink the workers' namespace is kept for the group's later replacements.
+  void begin_keeping_workers();
 
   // Asks the rendezvous whether the round's failure spends the budget or a node was lost
   // (RendezvousHandler::settle_failure, up to the keep-alive window) on a helper thread, then
@@ -40,8 +46,12 @@ class RendezvousLoop {
   std::thread settle_thread_;
   std::thread report_thread_;  // publishes this node's failure (report_to_peers)
 
-  void round_formed(const RendezvousResult& r);
-  void on_round_done(const RendezvousResult& r);
+  void round_formed(const RendezvousResult& r, bool every_node_kept = false);
+  void on_round_done(const RendezvousResult& r, bool every_node_kept = false);
+  // next_rendezvous() on a helper thread; `before` runs on it first and `after` once the round
+  // formed (its answer goes with kRoundFormed as every_node_kept). Either may be empty.
+  void join_round(std::function<void()> before,
+                  std::function<bool(const RendezvousResult&)> after);
   // `exit_code`: kWorkersFailed (a timeout, a lost store: another try may work) or
   // kNodeMismatch (the nodes' settings disagree: no try will).
   void on_round_failed(const std::string& msg, int exit_code);

@@ -145,7 +145,20 @@ struct GenerationSteps {
     if (s.phase != P::kStopping) return;
     act(A::kCollectGroup);
     DecisionInput in = decision_input(group);
-    carry_out(in, decide(in));
+    const Decision d = decide(in);
+    const std::optional<AgentState::PendingRound> pending = s.pending_round;
+    s.pending_round.reset();
+    // The rendezvous failed with the workers kept, and nothing stronger came meanwhile.
+    if (s.exit_after_stop && s.cause.kind == StopKind::kNone) return finish(*s.exit_after_stop);
+    if (pending && d.action == Decision::Action::kRejoin) {
+      // The round formed while the kept group stopped: it is this generation's.
+      s.phase = P::kRendezvous;
+      Event formed{Event::Kind::kRoundFormed};
+      formed.count = pending->restart_count;
+      formed.flag = pending->exit_barrier_due;
+      return round_formed(formed);
+    }
+    carry_out(in, d);
   }
 
   void round_formed(const Event& e) {
@@ -181,13 +194,17 @@ struct PeerSteps : GenerationSteps {
     if (s.phase == P::kExitBarrier) return peer_event_after_success(e);
     if (!working()) return;
     switch (e.peer) {
-      case Event::Peer::kMembershipChanged:
-        say(A::kLogWarning, fmt::format("membership changed: {}; restarting the workers (not "
-                                        "counted as a restart)",
-                                        e.text));
+      case Event::Peer::kMembershipChanged: {
+        const std::string why_not = shrink_refused(e);
+        if (why_not.empty()) return keep_workers(e);
+        say(A::kLogWarning,
+            fmt::format("membership changed: {}; restarting the workers (not counted as a "
+                        "restart){}",
+                        e.text, why_not == "-" ? "" : "; not re-formed in process: " + why_not));
         s.cause.record(StopKind::kMembershipChange);
         act(A::kStopRequested, 0, "membership changed: " + e.text);
         return stop(SIGTERM);
+      }
       case Event::Peer::kRestartRequested:
         say(A::kLogWarning, "another node asked for a restart: " + e.text);
         act(A::kStopRequested, 0, "restart requested by another node: " + e.text);
@@ -203,6 +220,119 @@ struct PeerSteps : GenerationSteps {
         act(A::kStopRequested, 0, "shutdown requested: " + e.text);
         s.cause.record(StopKind::kPeerShutdown);
         return stop(SIGTERM);
+    }
+  }
+
+  // Why a membership change does not keep the workers here for an in-process shrink: "" when
+  // it does, "-" when there is nothing to say (no node was lost, or no rank recovery here).
+  std::string shrink_refused(const Event& e) const {
+    if (!e.flag || !s.rank_recovery || !s.multi_node) return "-";
+    if (s.cause.kind != StopKind::kNone || s.cause.signal != 0 || s.settling ||
+        !s.store_lost.empty()) {
+      return "the job is being stopped";
+    }
+    if (!e.announced) {
+      return "not every worker here announced rank_recovery (or one has ended)";
+    }
+    if (e.in_flight) return "a replacement on this node has not beaten yet";
+    return "";
+  }
+
+  // A node was lost and every worker here can re-form in process: a new round with the
+  // workers kept. They are silent meanwhile (waiting for the verdict): the hang checks run only
+  // in kRunning, and a hang being investigated was that wait.
+  void keep_workers(const Event& e) {
+    s.keeping_workers = true;
+    s.kept_group_broken = false;
+    s.lost_node = e.text;
+    if (s.phase == P::kCapturing) act(A::kForgiveHang);
+    s.phase = P::kRendezvous;
+    say(A::kLogWarning,
+        fmt::format("membership changed: {}; every worker here announced rank_recovery: "
+                    "re-rendezvousing with the workers kept (not counted as a restart)",
+                    e.text));
+    act(A::kRendezvousKeepingWorkers);
+  }
+
+  // The round after a loss, formed while the workers were kept: it shrinks the group in place
+  // when it holds exactly the nodes that kept theirs, the group is intact and the job-wide
+  // restart count did not move (the workers' recovery key would); else the group is stopped,
+  // the workers that opted in told `restart`, and started again in this round, as after any
+  // membership change.
+  void round_formed_keeping(const Event& e) {
+    s.keeping_workers = false;
+    std::string why_not;
+    if (!e.every_node_kept) {
+      why_not = "the round does not hold exactly the nodes that kept their workers";
+    } else if (s.kept_group_broken) {
+      why_not = "a worker here ended meanwhile";
+    } else if (!s.round_restarts || e.count != *s.round_restarts) {
+      why_not = "a failure elsewhere was counted meanwhile";
+    }
+    if (why_not.empty()) {
+      s.phase = P::kRunning;
+      s.exit_barrier_due = e.flag;
+      act(A::kShrink, 0, s.lost_node);
+      // Their silence so far was the wait for this round.
+      act(A::kResumeHangChecks);
+      if (s.hang_checks) act(A::kArmHangChecks);
+      return;
+    }
+    say(A::kLogWarning, fmt::format("the new round cannot shrink the worker group in place ({}); "
+                                    "restarting it in that round (not counted as a restart)",
+                                    why_not));
+    s.pending_round = AgentState::PendingRound{e.count, e.flag};
+    s.cause.record(StopKind::kMembershipChange);
+    act(A::kStopRequested, 0, "membership changed: " + s.lost_node);
+    s.phase = P::kRunning;
+    stop(SIGTERM);
+  }
+
+  // The round could not form while the workers were kept: they are stopped first.
+  void round_failed_keeping(int code) {
+    s.keeping_workers = false;
+    s.exit_after_stop = code;
+    s.phase = P::kRunning;
+    act(A::kStopRequested, 0, "the rendezvous after a lost node failed");
+    stop(SIGTERM);
+  }
+
+  // What may arrive while the round forms with the workers kept; false: as in any round.
+  bool while_keeping(const Event& e) {
+    switch (e.kind) {
+      case E::kRoundFormed:
+        round_formed_keeping(e);
+        return true;
+      case E::kRoundFailed:
+        round_failed_keeping(e.code);
+        return true;
+      case E::kJobFinishedElsewhere:
+        round_failed_keeping(exit_codes::kWorkersFailed);
+        return true;
+      case E::kWorkerFailed:
+      case E::kWorkerExited:
+      case E::kExecFailed:
+      case E::kRankFailed:
+        if (!s.kept_group_broken) {
+          say(A::kLogWarning, "a worker ended while the nodes re-form: the group restarts in "
+                              "the new round instead of shrinking in place");
+        }
+        s.kept_group_broken = true;
+        return true;
+      case E::kStoreLost:
+        s.keeping_workers = false;
+        s.phase = P::kRunning;  // the workers run: stop them
+        return false;
+      case E::kSignal:
+        if (e.signal == SIGCHLD || e.signal == SIGTSTP || e.signal == SIGCONT ||
+            e.signal == SIGUSR1 || e.signal == SIGUSR2) {
+          return false;
+        }
+        s.keeping_workers = false;
+        s.phase = P::kRunning;  // the workers run: stop them
+        return false;
+      default:
+        return false;
     }
   }
 
@@ -529,6 +659,7 @@ struct Stepper : SignalSteps {
   }
 
   void on(const Event& e) {
+    if (s.keeping_workers && s.phase == P::kRendezvous && while_keeping(e)) return;
     switch (e.kind) {
       // A generation begins: these come only while the round forms (the agent leaves that phase
       // only by a round formed or by ending).
@@ -665,6 +796,8 @@ const char* action_name(Action::Kind k) {
     case A::kReplaceRank: return "replace_rank";
     case A::kAnnounceRestart: return "announce_restart";
     case A::kForgiveHang: return "forgive_hang";
+    case A::kRendezvousKeepingWorkers: return "rendezvous_keeping_workers";
+    case A::kShrink: return "shrink";
   }
   return "?";
 }

@@ -56,6 +56,24 @@ struct AgentState {
   // may be replaced alone (the contract: common/worker_env.h, kRecoveryKey).
   bool rank_recovery = false;
 
+  // A node of the round was lost and every worker here can re-form in process: the agent
+  // re-rendezvouses while its workers run on (silent, waiting for the verdict). The round that
+  // forms either shrinks the group in place (kShrink) or, failing that, the group is stopped and
+  // started again in that round (`pending_round`).
+  bool keeping_workers = false;
+  // A kept worker ended meanwhile: the group can no longer re-form in process.
+  bool kept_group_broken = false;
+  std::string lost_node;  // the rendezvous's sentence for the loss, for the shrink's log line
+  // A round formed while the kept group is being stopped: its workers start once it is down.
+  struct PendingRound {
+    int64_t restart_count = 0;
+    bool exit_barrier_due = false;
+  };
+  std::optional<PendingRound> pending_round;
+  // The rendezvous failed while the workers were kept: they are stopped, then the agent exits
+  // with the round's code.
+  std::optional<int> exit_after_stop;
+
   // The restart count of the current round (the job-wide one on several nodes), with the ranks
   // replaced since it formed.
   int64_t restart_count() const {
@@ -68,7 +86,9 @@ struct AgentState {
 struct Event {
   enum class Kind {
     kStart,                 // run() begins
-    kRoundFormed,           // count: the round's restart count; flag: several nodes, a store
+    kRoundFormed,           // count: the round's restart count; flag: several nodes, a store;
+                            // after a rendezvous with the workers kept, every_node_kept: every
+                            // node of the round kept its workers and none that did is missing
     kRoundFailed,           // code: 1, or 78 when the nodes' settings disagree
     kJobFinishedElsewhere,  // a spare node: the job succeeded without it
     kAttemptFailed,         // the generation's files could not be made
@@ -80,7 +100,11 @@ struct Event {
     kWorkerFailed,          // the group just failed; text: this node's failure for the others
     kWorkerExited,          // any other exit; group, all_exited
     kGroupDown,             // the group and everything it left are down; group
-    kPeerEvent,             // pushed by the rendezvous; peer, text: its reason
+    kPeerEvent,             // pushed by the rendezvous; peer, text: its reason; for a
+                            // membership change: flag: a node of the round died or left (not
+                            // one asking in); announced: every local worker announced
+                            // rank_recovery and runs; in_flight: a replacement here has not
+                            // beaten yet
     kStoreLost,             // text: the rendezvous's sentence
     kFailureVerdict,        // generation, verdict, text: the reason
     kSignal,                // signal; text: who asked (`dlaunch stop`), empty for a real signal
@@ -110,6 +134,8 @@ struct Event {
   bool all_exited = false;
   bool hung = false;
   bool in_flight = false;
+  bool announced = false;
+  bool every_node_kept = false;
   GroupState group = GroupState::kInit;
   Peer peer = Peer::kMembershipChanged;
   Verdict verdict = Verdict::kCounted;
@@ -153,8 +179,12 @@ struct Action {
     kReplaceRank,        // count: the local rank replaced alone; code: the restart it spends (1 is
                          // the first); flag: it hung (kill it first); text: the log line
     kAnnounceRestart,    // the group is being stopped: tell workers that opted in to exit at once
-    kForgiveHang,        // the silent workers here only waited for a rank replaced elsewhere:
-                         // the group is healthy again and their silence so far is no hang
+    kForgiveHang,        // the silent workers here only waited for a rank replaced elsewhere
+                         // (or a lost node): the group is healthy again and their silence so
+                         // far is no hang
+    kRendezvousKeepingWorkers,  // a new round while the workers run on (kRoundFormed follows)
+    kShrink,  // the round just formed holds exactly the nodes that kept their workers: tell
+              // them their new ranks and world size in the store; text: the loss, for the log
   };
   Kind kind;
   int code = 0;

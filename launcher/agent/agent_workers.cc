@@ -50,6 +50,7 @@ void WorkerSupervisor::start() {
   }
   round_ = r;
   place_ = place;
+  agent_.workers_round = r.round;
   log_info("attempt {}: starting {} worker(s), global ranks {}-{} of {} (node {} of {}), "
            "restart count {}/{}",
            agent_.state().generation, agent_.cfg.nproc_per_node, place.first_rank,
@@ -246,6 +247,12 @@ void WorkerSupervisor::respawn(int64_t local_rank) {
   log_info("local rank {} (rank {}): starting its replacement (generation {} of {})", local_rank,
            w.global_rank, generation, agent_.recovery.key());
   spawn(*round_, place_, local_rank, console_);
+}
+
+void WorkerSupervisor::shrank() {
+  round_ = store_proxy_.route(*agent_.last_round);
+  place_ = place_workers(*round_, agent_.cfg.nproc_per_node);
+  agent_.group->renumber(place_.first_rank);
 }
 
 void WorkerSupervisor::on_output_loss(std::shared_ptr<const OutputLoss> loss) {

@@ -33,6 +33,9 @@ class WorkerSupervisor {
   // in the store and start its replacement with the same contract and DLAUNCH_REPLACEMENT=1.
   // When it cannot be announced, the failure is the group's after all (kWorkerFailed).
   void respawn(int64_t local_rank);
+  // The group shrank in place to the round just formed (AgentContext::last_round): its
+  // workers' new ranks, and the round a later replacement is started with.
+  void shrank();
   // At the job's end: the log files that could not take all of their worker's output (a full
   // disk), with what is missing from each; nothing when none.
   void report_output_losses() const;

@@ -29,6 +29,15 @@ bool any_announced(const WorkerGroup& group) {
   return false;
 }
 
+bool all_announced(const WorkerGroup& group) {
+  for (const WorkerRecord& w : group.workers()) {
+    if (!w.running() || w.heartbeat_file.empty() || !announced_rank_recovery(w.heartbeat_file)) {
+      return false;
+    }
+  }
+  return !group.workers().empty();
+}
+
 RankRecovery::~RankRecovery() = default;
 
 void RankRecovery::begin(std::string key, std::string host, int64_t port,
@@ -49,7 +58,7 @@ void RankRecovery::off() {
   restart_announced_ = false;
 }
 
-int64_t RankRecovery::announce(const std::string& verdict) {
+Store& RankRecovery::store() {
   if (!store_) {
     TcpStoreClientOptions o;
     o.host = host_;
@@ -62,10 +71,35 @@ int64_t RankRecovery::announce(const std::string& verdict) {
     o.agent = false;  // the workers' namespace (see the header)
     store_ = std::make_shared<TcpStoreClient>(o);
   }
-  const int64_t generation = store_->add(key_, 1);
+  return *store_;
+}
+
+int64_t RankRecovery::announce(const std::string& verdict) {
+  const int64_t generation = store().add(key_, 1);
   store_->set(key_ + "/" + std::to_string(generation), to_bytes(verdict));
   if (verdict == kRestartVerdict) restart_announced_ = true;
   return generation;
+}
+
+int64_t RankRecovery::current_generation() { return store().add(key_, 0); }
+
+int64_t RankRecovery::announce_shrink(int64_t before, int64_t world, int64_t round) {
+  int64_t generation = store().add(key_, 1);
+  if (generation <= before) generation = store_->add(key_, before + 1 - generation);
+  store_->set(key_ + "/" + std::to_string(generation),
+              to_bytes(fmt::format("{} {} {}", kShrinkVerdict, world, round)));
+  return generation;
+}
+
+void RankRecovery::tell_new_ranks(int64_t round,
+                                  const std::vector<std::pair<int64_t, int64_t>>& ranks) {
+  std::vector<std::string> keys;
+  std::vector<Bytes> values;
+  for (const auto& [old_rank, new_rank] : ranks) {
+    keys.push_back(fmt::format("{}/shrink_{}/rank_{}", key_, round, old_rank));
+    values.push_back(to_bytes(std::to_string(new_rank)));
+  }
+  store().multi_set(keys, values);
 }
 
 }  // namespace dlaunch

@@ -7,6 +7,9 @@
 //   generation g > 0:  g = add(K, 1), then set(K/g, verdict)
 //     "replace": a rank is being started again; the survivors re-form at generation g
 //     "restart": the agent restarts (or ends) the whole group; the survivors exit at once
+//     "shrink <W'> <round>": a node was lost and the group re-forms in process at world size W'
+//       (agent_step.h, keeping_workers); each survivor reads its new rank R' from
+//       K/shrink_<round>/rank_<R>, which every agent sets for its own workers
 //
 // The agent's connection is made like a worker's (no agent declaration), after the round, so
 // the store puts its keys in the round's worker namespace, where the workers read theirs
@@ -22,6 +25,8 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "common/clock.h"
 #include "launcher/process/worker_group.h"
@@ -33,6 +38,7 @@ class Store;
 inline constexpr Duration kRecoveryStoreTimeout = std::chrono::seconds(5);
 inline constexpr char kReplaceVerdict[] = "replace";
 inline constexpr char kRestartVerdict[] = "restart";
+inline constexpr char kShrinkVerdict[] = "shrink";
 
 // "dlaunch/recovery/<run_id>/attempt_<restart_count>": one counter per worker group.
 std::string recovery_key(const std::string& run_id, int64_t restart_count);
@@ -46,6 +52,9 @@ bool replacement_in_flight(
 
 // Whether any worker of the group (a replacement too) announced rank_recovery.
 bool any_announced(const WorkerGroup& group);
+// Whether every worker of the group runs and announced rank_recovery: the group can re-form in
+// process without any of them.
+bool all_announced(const WorkerGroup& group);
 
 class RankRecovery {
  public:
@@ -67,6 +76,18 @@ class RankRecovery {
   // The verdict `restart` was announced for this group (it is said once).
   bool restart_announced() const { return restart_announced_; }
 
+  // The latest generation announced. Makes the connection now if there is none, so that it
+  // stays in the namespace of the workers' round when the next round begins another (a
+  // connection keeps the namespace of its first key operation). Throws what the store throws.
+  int64_t current_generation();
+  // Announces the shrink to world size `world` agreed in round `round` (kShrinkVerdict); returns
+  // the generation. The round's release emptied the workers' namespace, the counter with it:
+  // it goes on from `before`, the generation the workers last saw (current_generation() before
+  // the round). Throws what the store throws.
+  int64_t announce_shrink(int64_t before, int64_t world, int64_t round);
+  // Sets K/shrink_<round>/rank_<R> = R' for each (R, R') of this node's workers.
+  void tell_new_ranks(int64_t round, const std::vector<std::pair<int64_t, int64_t>>& ranks);
+
   // Tests: a store of their own instead of a connection.
   void use_store_for_tests(std::shared_ptr<Store> store) { store_ = std::move(store); }
 
@@ -77,6 +98,8 @@ class RankRecovery {
   std::optional<std::string> token_;
   std::shared_ptr<Store> store_;
   bool restart_announced_ = false;
+
+  Store& store();
 };
 
 }  // namespace dlaunch

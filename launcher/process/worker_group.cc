@@ -168,6 +168,10 @@ void WorkerGroup::replacement_failed(int64_t local_rank) {
   root_cause_ = local_rank;
 }
 
+void WorkerGroup::renumber(int64_t first_rank) {
+  for (auto& w : workers_) w.global_rank = first_rank + w.local_rank;
+}
+
 void WorkerGroup::add_stderr_line(int64_t local_rank, std::string line) {
   auto& tail = worker(local_rank).stderr_tail;
   tail.push_back(std::move(line));

@@ -113,6 +113,9 @@ class WorkerGroup {
   // Its replacement could not be announced or started: the failure is the group's after all
   // (Healthy -> Failed, this worker the root cause).
   void replacement_failed(int64_t local_rank);
+  // The group shrank in place (a node was lost): its workers' global ranks are now
+  // `first_rank` + local rank. The records in replaced() keep the ranks they had.
+  void renumber(int64_t first_rank);
   // The records of the workers replaced alone in this generation, as they ended, in order.
   const std::vector<WorkerRecord>& replaced() const { return replaced_; }
   void add_stderr_line(int64_t local_rank, std::string line);

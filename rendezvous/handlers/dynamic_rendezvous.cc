@@ -453,13 +453,23 @@ void DynamicRendezvous::watch(std::function<void(const RendezvousEvent&)> on_eve
   }
   // A restart event means a worker failed somewhere: count this node in at once (it is alive),
   // so the verdict does not wait for this node's agent to stop its workers.
-  watcher_->watch(round, [this, on_event](const RendezvousEvent& e) {
+  // A membership change is a loss when the round's verdict says so: the keep-alive (or the
+  // node that leaves) writes it before it publishes the event.
+  watcher_->watch(round, [this, on_event](RendezvousEvent e) {
     if (e.kind == RendezvousEvent::Kind::kRestartRequested) {
       try {
         verdicts_->ack();
       } catch (const Error& err) {
         log_debug("rendezvous {}: could not count this node in after a failure: {}",
                   params_.run_id, err.what());
+      }
+    }
+    if (e.kind == RendezvousEvent::Kind::kMembershipChanged) {
+      try {
+        e.node_gone = verdicts_->node_lost_now();
+      } catch (const Error& err) {
+        log_debug("rendezvous {}: could not read the round's verdict: {}", params_.run_id,
+                  err.what());
       }
     }
     if (on_event) on_event(e);

@@ -116,6 +116,19 @@ FailureVerdict FailureVerdicts::settle() {
   }
 }
 
+bool FailureVerdicts::node_lost_now() {
+  int64_t round;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    round = round_;
+  }
+  if (round < 0) return false;
+  const std::string verdict_key = round_key(round, "verdict");
+  if (!store_->check({verdict_key})) return false;
+  const std::string v = to_string(store_->get(verdict_key));
+  return v.size() > 2 && v[0] == 'L';
+}
+
 std::optional<FailureVerdict> FailureVerdicts::look(int64_t round, TimePoint deadline,
                                                     bool& acked) {
   if (!acked) {

@@ -57,6 +57,9 @@ class FailureVerdicts {
   bool write(Store& store, int64_t round, const std::string& verdict);
   // Blocks until the running round's verdict is known (RendezvousHandler::settle_failure).
   FailureVerdict settle();
+  // Whether the running round's verdict, as it is now, says a node was lost (or left). One
+  // store round trip, no ack, no wait; throws the store's errors.
+  bool node_lost_now();
 
  private:
   std::string round_key(int64_t round, const std::string& suffix) const;

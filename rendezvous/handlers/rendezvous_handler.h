@@ -82,6 +82,9 @@ struct RendezvousEvent {
   Kind kind;
   // For the log: "node host-b (node rank 3) lost (no keep-alive for 15 s)", ...
   std::string reason;
+  // kMembershipChanged: a node of the round died or left (the round's verdict says "lost"), not
+  // one asking in. The agent may then keep its workers for an in-process shrink.
+  bool node_gone = false;
 };
 
 // How a worker failure counts (settle_failure()). Every node of the round gets the same

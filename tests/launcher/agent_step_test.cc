@@ -623,5 +623,162 @@ TEST(AgentStepRankRecovery, AHangReplacedOnAnotherNodeKeepsTheRanksHere) {
   EXPECT_EQ(outcome(step(recovering_job_in(P::kRunning), e)), "U");
 }
 
+
+// ---- in-process shrink (a node lost, --restart_scope rank) ------------------------------------
+
+Event node_lost(bool announced, bool in_flight = false) {
+  Event e = peer(Event::Peer::kMembershipChanged, "node b (node rank 2) lost (no keep-alive for 3 s)");
+  e.flag = true;  // a node of the round died
+  e.announced = announced;
+  e.in_flight = in_flight;
+  return e;
+}
+
+Event kept_round(int64_t restart_count, bool every_node_kept) {
+  Event e = round(restart_count, true);
+  e.every_node_kept = every_node_kept;
+  return e;
+}
+
+// When a membership change keeps the workers here for a shrink in place, and each reason it
+// does not (today's restart, whose stop says `restart` to the workers that opted in).
+TEST(AgentStepShrink, KeepTheWorkersOrRestartAsBefore) {
+  AgentState preempted = recovering_job_in(P::kRunning);
+  preempted.cause.record(StopKind::kPreempted);
+  Event joining = node_lost(true);
+  joining.flag = false;  // a node asking in
+  joining.text = "node c is waiting to join";
+  const std::vector<RecoveryRow> rows = {
+      {"lost, every worker announced", recovering_job_in(P::kRunning), node_lost(true),
+       "R log_warning rendezvous_keeping_workers"},
+      {"lost while the silent workers' stacks are read: that silence was the wait",
+       recovering_job_in(P::kCapturing), node_lost(true),
+       "R forgive_hang log_warning rendezvous_keeping_workers"},
+      {"a worker did not announce", recovering_job_in(P::kRunning), node_lost(false),
+       "S log_warning stop_requested announce_restart stop_group"},
+      {"a replacement in flight", recovering_job_in(P::kRunning), node_lost(true, true),
+       "S log_warning stop_requested announce_restart stop_group"},
+      {"a node asking in", recovering_job_in(P::kRunning), joining,
+       "S log_warning stop_requested announce_restart stop_group"},
+      {"a preemption notice", preempted, node_lost(true),
+       "S log_warning stop_requested announce_restart stop_group"},
+      {"--restart_scope group", job_in(P::kRunning), node_lost(true),
+       "S log_warning stop_requested stop_group"},
+      {"stopping already", recovering_job_in(P::kStopping), node_lost(true), "S"},
+  };
+  for (const RecoveryRow& row : rows) {
+    StepResult r = step(row.state, row.event);
+    EXPECT_EQ(outcome(r), row.outcome) << row.what;
+    EXPECT_EQ(r.state.keeping_workers, r.state.phase == P::kRendezvous) << row.what;
+  }
+  StepResult no = step(recovering_job_in(P::kRunning), node_lost(false));
+  EXPECT_NE(no.actions[0].text.find("not re-formed in process: not every worker here announced "
+                                    "rank_recovery"),
+            std::string::npos)
+      << no.actions[0].text;
+}
+
+Steps kept_after_a_loss() {
+  Steps run(recovering_job_in(P::kRunning));
+  run.on(node_lost(true));
+  EXPECT_EQ(run.s.phase, P::kRendezvous);
+  return run;
+}
+
+TEST(AgentStepShrink, TheRoundOfTheSurvivorsShrinksTheGroupInPlace) {
+  Steps run = kept_after_a_loss();
+  run.s.round_restarts = 3;  // the budget is spent: a shrink is no restart
+  run.on(kept_round(3, true));
+  EXPECT_EQ(outcome({run.s, run.last}), "U shrink resume_hang_checks arm_hang_checks");
+  EXPECT_EQ(run.last[0].text, "node b (node rank 2) lost (no keep-alive for 3 s)");
+  EXPECT_EQ(run.s.generation, 0);  // the same workers, the same attempt
+  EXPECT_EQ(run.s.restarts_used, 0);
+  EXPECT_EQ(run.s.restart_count(), 3);
+  EXPECT_FALSE(run.s.keeping_workers);
+  EXPECT_TRUE(run.s.exit_barrier_due);
+  // The group goes on as any: a later failure is the group's.
+  run.on(plain(E::kWorkerFailed));
+  EXPECT_EQ(outcome({run.s, run.last}), "S report_to_peers announce_restart stop_group");
+}
+
+// While the round forms the workers wait silently: hang events change nothing, a worker that
+// ends makes the round restart the group, and the rest of the round's events are as usual.
+TEST(AgentStepShrink, WhatArrivesWhileTheRoundForms) {
+  const std::vector<RecoveryRow> rows = {
+      {"a capture cannot start", kept_after_a_loss().s, plain(E::kCaptureStarted), "R"},
+      {"no hang verdict", kept_after_a_loss().s, plain(E::kHangVerdict), "R"},
+      {"a worker fails", kept_after_a_loss().s, plain(E::kWorkerFailed), "R log_warning"},
+      {"a worker fails, announced", kept_after_a_loss().s, rank_failed(true), "R log_warning"},
+      {"the store is lost", kept_after_a_loss().s, plain(E::kStoreLost),
+       "S stop_requested stop_group"},
+      {"a stop signal: this node leaves", kept_after_a_loss().s, signal_event(SIGTERM),
+       "S timeline log_warning begin_leaving stop_requested announce_restart stop_group"},
+      {"SIGUSR2 is forwarded", kept_after_a_loss().s, signal_event(SIGUSR2),
+       "R timeline log_info forward"},
+      {"the round fails", kept_after_a_loss().s, plain(E::kRoundFailed),
+       "S stop_requested announce_restart stop_group"},
+  };
+  for (const RecoveryRow& row : rows) {
+    EXPECT_EQ(outcome(step(row.state, row.event)), row.outcome) << row.what;
+  }
+}
+
+// Each reason the round does not shrink: the group is stopped (the workers told `restart`),
+// then started again in that round, not counted.
+TEST(AgentStepShrink, OtherwiseTheGroupRestartsInTheNewRound) {
+  struct Case {
+    const char* what;
+    std::vector<Event> before;
+    Event formed;
+  };
+  const std::vector<Case> cases = {
+      {"a new node in the round, or a survivor missing", {}, kept_round(0, false)},
+      {"a worker ended meanwhile", {plain(E::kWorkerFailed)}, kept_round(0, true)},
+      {"a failure elsewhere was counted", {}, kept_round(1, true)},
+  };
+  for (const Case& c : cases) {
+    Steps run = kept_after_a_loss();
+    for (const Event& e : c.before) run.on(e);
+    run.on(c.formed);
+    EXPECT_EQ(outcome({run.s, run.last}),
+              "S log_warning stop_requested announce_restart stop_group")
+        << c.what;
+    run.on(group_down(GroupState::kStopped));
+    EXPECT_EQ(outcome({run.s, run.last}), "R collect_group start_workers") << c.what;
+    EXPECT_EQ(run.s.generation, 1) << c.what;
+    EXPECT_EQ(run.s.restarts_used, 0) << c.what;
+    EXPECT_EQ(run.s.round_restarts, c.formed.count) << c.what;
+    run.on(E::kWorkersStarting);
+    EXPECT_EQ(run.s.phase, P::kRunning) << c.what;
+  }
+}
+
+// A stop while the kept group restarts in the new round still ends the job.
+TEST(AgentStepShrink, ASignalDuringTheFallbackEndsTheJob) {
+  Steps run = kept_after_a_loss();
+  run.on(kept_round(0, false)).on(signal_event(SIGTERM));
+  run.on(group_down(GroupState::kStopped));
+  EXPECT_EQ(run.s.phase, P::kDone);
+  EXPECT_EQ(run.s.exit_code, exit_codes::kSignalBase + SIGTERM);
+  // A round that forms after the stop signal changes nothing.
+  Steps late = kept_after_a_loss();
+  late.on(signal_event(SIGTERM)).on(kept_round(0, true));
+  EXPECT_EQ(outcome({late.s, late.last}), "S");
+  late.on(group_down(GroupState::kStopped));
+  EXPECT_EQ(late.s.exit_code, exit_codes::kSignalBase + SIGTERM);
+}
+
+TEST(AgentStepShrink, AFailedRoundStopsTheKeptWorkersThenExitsWithItsCode) {
+  Steps run = kept_after_a_loss();
+  Event mismatch{E::kRoundFailed};
+  mismatch.code = exit_codes::kNodeMismatch;
+  run.on(mismatch).on(group_down(GroupState::kStopped));
+  EXPECT_EQ(run.s.phase, P::kDone);
+  EXPECT_EQ(run.s.exit_code, exit_codes::kNodeMismatch);
+  Steps lost = kept_after_a_loss();
+  lost.on(plain(E::kStoreLost)).on(group_down(GroupState::kStopped));
+  EXPECT_EQ(lost.s.exit_code, exit_codes::kWorkersFailed);
+}
+
 }  // namespace
 }  // namespace dlaunch

@@ -3,9 +3,12 @@
 // (launcher/agent/rank_replacement.h): it announces rank_recovery, and its survivors read the
 // generation counter through the job's store as workers do. Generous timeouts; behaviour only.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -229,6 +232,166 @@ TEST(RankRecovery, AnUnknownScopeIsAUsageError) {
   EXPECT_NE(r.err.find("--restart_scope='node' is not a scope; expected rank"),
             std::string::npos)
       << r.err;
+}
+
+
+// ---- a node lost (--nnodes MIN:MAX): the group shrinks in process --------------------------------
+
+// Three c10d agents on one endpoint, `nproc` workers each, running the test worker's
+// rank-recovery mode with `worker` args; a 3 s keep-alive window; node i logs under
+// `logs`/node<i>.
+std::vector<std::unique_ptr<Subprocess>> three_nodes(const std::string& run_id, int nproc,
+                                                     std::vector<std::string> worker,
+                                                     const TempDir& logs, int max_restarts = 0) {
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<std::unique_ptr<Subprocess>> nodes;
+  for (int i = 0; i < 3; ++i) {
+    nodes.push_back(std::make_unique<Subprocess>(
+        cmd({"--nnodes", "2:3", "--nproc_per_node", std::to_string(nproc), "--rdzv_endpoint",
+             endpoint, "--rdzv_id", run_id, "--max_restarts", std::to_string(max_restarts),
+             "--shutdown_grace", "2",
+             "--log_dir", logs.path() + "/node" + std::to_string(i), "--rdzv_conf",
+             "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=3"},
+            worker)));
+  }
+  return nodes;
+}
+
+// SIGKILLs the first agent that does not host the job's store, and its workers (their pids from
+// DIR/started.<rank>.<pid>, their ranks from the agent's "global ranks A-B" line); returns the
+// agent's index and those ranks, or none when every agent hosts the store.
+struct Killed {
+  size_t node = 0;
+  std::set<int> ranks;
+};
+Killed kill_a_node(std::vector<std::unique_ptr<Subprocess>>& nodes, const TempDir& dir) {
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    auto& node = nodes[i];
+    const std::string err = node->err();
+    if (err.find("hosting the job's store") != std::string::npos) continue;
+    const size_t at = err.find("global ranks ");
+    if (at == std::string::npos) return {};
+    const int first = std::stoi(err.substr(at + 13));
+    const int last = std::stoi(err.substr(err.find('-', at) + 1));
+    node->signal(SIGKILL);
+    node->wait(30s);
+    Killed killed{i, {}};
+    auto started = starts(dir);
+    for (int rank = first; rank <= last; ++rank) {
+      killed.ranks.insert(rank);
+      for (const std::string& start : started[rank]) {
+        ::kill(std::stoi(start.substr(4)), SIGKILL);  // "pid=P ..."
+      }
+    }
+    return killed;
+  }
+  return {};
+}
+
+// A node SIGKILLed with its workers: the other two re-rendezvous without stopping theirs, which
+// read the verdict `shrink 4 <round>` and their new ranks (contiguous per node) and finish.
+TEST(RankRecovery, ALostNodeShrinksTheGroupInPlace) {
+  TempDir dir, logs;
+  auto nodes = three_nodes("shrink", 2, {"dir=" + dir.path(), "fail=-1"}, logs);
+  ASSERT_TRUE(wait_ready(dir, 6, 90s));
+  const Killed killed = kill_a_node(nodes, dir);
+  const std::set<int>& lost = killed.ranks;
+  ASSERT_EQ(lost.size(), 2u);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i == killed.node) continue;
+    auto& node = nodes[i];
+    auto e = node->wait(120s);
+    ASSERT_TRUE(e) << node->err();
+    EXPECT_EQ(e->shell_code(), 0) << node->err();
+    EXPECT_NE(node->err().find("lost (no keep-alive for 3 s): the group re-forms in process at "
+                               "world size 4"),
+              std::string::npos)
+        << node->err();
+    EXPECT_EQ(node->err().find("restarting the worker"), std::string::npos) << node->err();
+    const std::string events = find_events(logs.path() + "/node" + std::to_string(i));
+    EXPECT_NE(events.find("\"event\":\"shrink\""), std::string::npos) << events;
+    EXPECT_NE(events.find("\"world_size\":4"), std::string::npos) << events;
+    EXPECT_NE(events.find("\"restarts\":0"), std::string::npos) << events;  // job_finished
+  }
+  // The survivors ran once (same pids all along) and each read its new rank.
+  auto s = starts(dir);
+  std::set<std::string> new_ranks;
+  for (int rank = 0; rank < 6; ++rank) {
+    if (lost.count(rank)) continue;
+    EXPECT_EQ(s[rank].size(), 1u) << rank;
+    const std::string seen = read_file(dir.file("seen." + std::to_string(rank)));
+    EXPECT_EQ(seen.rfind("count=1 verdict=shrink 4 ", 0), 0u) << seen;
+    const size_t at = seen.find(" rank=");
+    ASSERT_NE(at, std::string::npos) << seen;
+    new_ranks.insert(seen.substr(at + 6, seen.size() - at - 7));
+  }
+  EXPECT_EQ(new_ranks, (std::set<std::string>{"0", "1", "2", "3"}));
+}
+
+// After the shrink a rank fails and is replaced alone in the smaller world: the replacement gets
+// its new rank and world size, and meets the others in their store namespace (it reads the
+// counter they see: the shrink's generation, then its own).
+TEST(RankRecovery, ARankReplacedAfterAShrinkHasItsNewRank) {
+  TempDir dir, logs;
+  auto nodes =
+      three_nodes("shrinkreplace", 2, {"dir=" + dir.path(), "fail=-1", "fail_after_shrink=3"},
+                  logs, /*max_restarts=*/1);
+  ASSERT_TRUE(wait_ready(dir, 6, 90s));
+  const Killed killed = kill_a_node(nodes, dir);
+  ASSERT_EQ(killed.ranks.size(), 2u);
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i == killed.node) continue;
+    auto e = nodes[i]->wait(120s);
+    ASSERT_TRUE(e) << nodes[i]->err();
+    EXPECT_EQ(e->shell_code(), 0) << nodes[i]->err();
+  }
+  EXPECT_EQ(read_file(dir.file("replaced")), "count=2\n");
+  auto s = starts(dir);
+  bool found = false;
+  for (const std::string& start : s[3]) {
+    if (start.find("replacement=1") == std::string::npos) continue;
+    found = true;
+    EXPECT_NE(start.find("restart_count=0 attempt=0 world=4"), std::string::npos) << start;
+  }
+  EXPECT_TRUE(found) << "no replacement started as rank 3";
+  int waited = 0;
+  for (int rank = 0; rank < 6; ++rank) {
+    if (!file_exists(dir.file("seen_again." + std::to_string(rank)))) continue;
+    ++waited;
+    EXPECT_EQ(read_file(dir.file("seen_again." + std::to_string(rank))),
+              "count=2 verdict=replace\n");
+  }
+  EXPECT_EQ(waited, 3);
+}
+
+// The same with workers that did not announce rank_recovery: today's whole-group restart in the
+// smaller world, and the log says why the group was not re-formed in process.
+TEST(RankRecovery, ALostNodeRestartsGroupsThatDidNotAnnounce) {
+  TempDir dir, logs;
+  auto nodes =
+      three_nodes("noshrink", 1, {"dir=" + dir.path(), "fail=-1", "announce=0"}, logs);
+  ASSERT_TRUE(wait_ready(dir, 3, 90s));
+  const Killed killed = kill_a_node(nodes, dir);
+  const std::set<int>& lost = killed.ranks;
+  ASSERT_EQ(lost.size(), 1u);
+  int survivors = 0;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i == killed.node) continue;
+    auto& node = nodes[i];
+    ++survivors;
+    auto e = node->wait(120s);
+    ASSERT_TRUE(e) << node->err();
+    EXPECT_EQ(e->shell_code(), 0) << node->err();
+    EXPECT_NE(node->err().find("not re-formed in process: not every worker here announced "
+                               "rank_recovery"),
+              std::string::npos)
+        << node->err();
+    EXPECT_EQ(node->err().find("re-forms in process"), std::string::npos) << node->err();
+  }
+  EXPECT_EQ(survivors, 2);
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_FALSE(file_exists(dir.file("seen." + std::to_string(rank)))) << rank;
+  }
 }
 
 }  // namespace

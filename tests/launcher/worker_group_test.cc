@@ -242,5 +242,23 @@ TEST(WorkerGroup, NoReplacementOnceTheGroupIsFinal) {
   EXPECT_FALSE(g.begin_replacement(1));
 }
 
+
+// A shrink in place renumbers the running workers; the replaced records keep their ranks, and a
+// replacement started afterwards has the new one.
+TEST(WorkerGroup, RenumberGivesTheNewRanksToTheRecordsInUse) {
+  FakeClock clock;
+  auto g = make_group(2);
+  for (int i = 0; i < 2; ++i) g.on_started(i, 100 + i, clock.now(), kWall);
+  ASSERT_TRUE(g.begin_replacement(1));
+  g.on_exit(1, ExitStatus::exited(1), clock.now(), kWall);
+  g.restart_worker(1);
+  g.on_started(1, 200, clock.now(), kWall);
+  g.renumber(4);
+  EXPECT_EQ(g.worker(0).global_rank, 4);
+  EXPECT_EQ(g.worker(1).global_rank, 5);
+  EXPECT_EQ(g.replaced()[0].global_rank, 11);
+  EXPECT_EQ(g.state(), GroupState::kHealthy);
+}
+
 }  // namespace
 }  // namespace dlaunch

@@ -73,6 +73,23 @@ TEST(FailureVerdicts, ALostVerdictMakesTheFailureFreeNamesTheNodeAndHolds) {
   EXPECT_EQ(restart_count(*store), 0);
 }
 
+// What the event watcher asks of a membership change: is the round's verdict "lost" now?
+TEST(FailureVerdicts, NodeLostNowReadsTheRoundsVerdictWithoutAckingOrWaiting) {
+  auto store = std::make_shared<InMemoryStore>();
+  FakeClock clock;
+  Node a(store, "a", clock), observer(store, "o", clock);
+  EXPECT_FALSE(a.verdicts.node_lost_now());  // no round yet
+  a.verdicts.enter_round(2, 3);
+  EXPECT_FALSE(a.verdicts.node_lost_now());  // no verdict (a node asking in)
+  EXPECT_FALSE(store->check({kPrefix + "/round/2/acks"}));
+  ASSERT_TRUE(observer.verdicts.write(*store, 2, "L|node h2 (node rank 2) left"));
+  EXPECT_TRUE(a.verdicts.node_lost_now());
+  Node b(store, "b", clock);
+  b.verdicts.enter_round(3, 2);
+  ASSERT_TRUE(observer.verdicts.write(*store, 3, "C"));
+  EXPECT_FALSE(b.verdicts.node_lost_now());  // charged: a failure, not a loss
+}
+
 TEST(FailureVerdicts, NoVerdictWithinTheBudgetIsCharged) {
   auto store = std::make_shared<InMemoryStore>();
   // The budget is the keep-alive window and two intervals: 5 x 20 ms of the real clock.

@@ -604,6 +604,9 @@ TEST_F(RendezvousTest, DynamicNodeThatStopsKeepAlivesIsDetectedAndTheRestReForm)
   auto detected = std::chrono::steady_clock::now() - frozen_at;
   EXPECT_EQ(log0.events[0].kind, RendezvousEvent::Kind::kMembershipChanged);
   EXPECT_NE(log0.events[0].reason.find("h2"), std::string::npos) << log0.events[0].reason;
+  // A loss (the round's verdict says so), which lets an agent keep its workers for a shrink.
+  EXPECT_TRUE(log0.events[0].node_gone);
+  EXPECT_TRUE(log1.events[0].node_gone);
   EXPECT_LT(detected, 5s);  // window 0.4 s; generous for a loaded machine
   // Keys PyTorch workers of round 0 left behind (same TORCHELASTIC_RESTART_COUNT next round),
   // and an agent's key, outside every round's worker namespace.
@@ -642,6 +645,7 @@ TEST_F(RendezvousTest, DynamicLateJoinerTriggersMembershipChangeAndIsAdmittedNex
   auto late_result = std::async(std::launch::async, [&] { return late->next_rendezvous(); });
   ASSERT_TRUE(log.wait_for(1, 10s));
   EXPECT_EQ(log.events[0].kind, RendezvousEvent::Kind::kMembershipChanged);
+  EXPECT_FALSE(log.events[0].node_gone);  // a node asking in
   EXPECT_GE(hs[0]->num_nodes_waiting(), 1);
   auto again = meet(hs);
   auto l = late_result.get();

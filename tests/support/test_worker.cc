@@ -48,13 +48,19 @@
 //                       recovery (launcher/agent/rank_replacement.h). With DLAUNCH_RECOVERY_KEY
 //                       set (and not announce=0) it announces rank_recovery in its heartbeat
 //                       file. Each start writes "pid=P replacement=0|1 key=K restart_count=C
-//                       attempt=A" to DIR/started.<rank>.<pid>. In attempt 0: rank R, once every
-//                       rank's DIR/ready.<rank> exists and DIR/failed does not, creates it and
+//                       attempt=A world=W" to DIR/started.<rank>.<pid>. In attempt 0: rank R,
+//                       once every rank's DIR/ready.<rank> exists and DIR/failed does not,
+//                       creates it and
 //                       exits 1 (how=exit) or stops itself with SIGSTOP (how=stop: silent, for
 //                       --hang_timeout); the others, when they announced, ignore SIGTERM, wait
 //                       (beating) for the key K/1, write "count=N verdict=V" to DIR/seen.<rank>,
-//                       then exit 0 on `replace` once DIR/replaced exists, 1 on `restart`; when
-//                       they did not announce they wait until stopped. A replacement
+//                       then exit 0 on `replace` once DIR/replaced exists, 1 on `restart`, and
+//                       on `shrink W R` wait for K/shrink_R/rank_<RANK>, append " rank=<it>" to
+//                       that line and exit 0 ([fail_after_shrink=R2]: the one whose new rank is
+//                       R2 exits 1, the others wait for the next verdict, write "count=N
+//                       verdict=V" to DIR/seen_again.<rank> and, on `replace`, exit 0 once
+//                       DIR/replaced exists); when they did not announce they wait until
+//                       stopped. A replacement
 //                       (DLAUNCH_REPLACEMENT=1) writes "count=N" (the counter it reads) to
 //                       DIR/replaced and exits 0 ([replacement_exit=N]: N; [replacement_delay=S]:
 //                       first sleeps S seconds, not beating); later attempts exit 0 at once.
@@ -225,7 +231,7 @@ int rank_recovery() {
              "pid=" + std::to_string(getpid()) + " replacement=" + (replacement ? "1" : "0") +
                  " key=" + (key.empty() ? "<unset>" : key) +
                  " restart_count=" + env_or("TORCHELASTIC_RESTART_COUNT", "?") +
-                 " attempt=" + attempt + "\n");
+                 " attempt=" + attempt + " world=" + env_or("WORLD_SIZE", "?") + "\n");
   if (replacement) {
     dlaunch::TcpStoreClient store(job_store_options());
     write_file(dir + "/replaced", "count=" + std::to_string(store.add(key, 0)) + "\n");
@@ -247,22 +253,48 @@ int rank_recovery() {
   }
   if (!announced) sleep_forever();
   dlaunch::TcpStoreClient store(job_store_options());
-  const std::string next = key + "/1";
-  for (auto give_up = std::chrono::steady_clock::now() + 120s;;) {
-    dlaunch::heartbeat();
-    try {
-      store.wait({next}, 200ms);
-      break;
-    } catch (const dlaunch::TimeoutError&) {
-      if (std::chrono::steady_clock::now() > give_up) {
-        write_file(dir + "/seen." + std::to_string(g_rank), "timeout\n");
-        return 2;
+  // Waits (beating) for generation g's verdict; "" after 120 s.
+  auto verdict_of = [&](int64_t g) -> std::string {
+    const std::string next = key + "/" + std::to_string(g);
+    for (auto give_up = std::chrono::steady_clock::now() + 120s;;) {
+      dlaunch::heartbeat();
+      try {
+        store.wait({next}, 200ms);
+        return dlaunch::to_string(store.get(next));
+      } catch (const dlaunch::TimeoutError&) {
+        if (std::chrono::steady_clock::now() > give_up) return "";
       }
     }
+  };
+  const std::string verdict = verdict_of(1);
+  if (verdict.empty()) {
+    write_file(dir + "/seen." + std::to_string(g_rank), "timeout\n");
+    return 2;
   }
-  const std::string verdict = dlaunch::to_string(store.get(next));
-  write_file(dir + "/seen." + std::to_string(g_rank),
-             "count=" + std::to_string(store.add(key, 0)) + " verdict=" + verdict + "\n");
+  const std::string seen = "count=" + std::to_string(store.add(key, 0)) + " verdict=" + verdict;
+  if (verdict.rfind("shrink ", 0) == 0) {
+    // "shrink <world> <round>": this rank's new rank is at K/shrink_<round>/rank_<RANK>.
+    const std::string round = verdict.substr(verdict.rfind(' ') + 1);
+    const std::string mine = key + "/shrink_" + round + "/rank_" + std::to_string(g_rank);
+    store.wait({mine}, 120s);
+    const std::string new_rank = dlaunch::to_string(store.get(mine));
+    write_file(dir + "/seen." + std::to_string(g_rank), seen + " rank=" + new_rank + "\n");
+    const std::string fail_after = opt("fail_after_shrink", "");
+    if (fail_after.empty()) return 0;
+    if (new_rank == fail_after) return 1;
+    // The others wait for the failed rank's replacement, as survivors do: the generation after
+    // the shrink's (1), whatever the counter says by now.
+    const std::string again = verdict_of(2);
+    write_file(dir + "/seen_again." + std::to_string(g_rank),
+               "count=" + std::to_string(store.add(key, 0)) + " verdict=" + again + "\n");
+    if (again != "replace") return 1;
+    while (!file_exists(dir + "/replaced")) {
+      dlaunch::heartbeat();
+      std::this_thread::sleep_for(50ms);
+    }
+    return 0;
+  }
+  write_file(dir + "/seen." + std::to_string(g_rank), seen + "\n");
   if (verdict != "replace") return 1;
   if (std::to_string(g_rank) == opt("then_fail", "")) return 1;
   while (!file_exists(dir + "/replaced")) {
