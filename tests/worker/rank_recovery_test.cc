@@ -14,8 +14,9 @@
 //   the verdict `shrink 2 <round>` and the new ranks as the agents would): the 2 survivors (the
 //   same processes) re-form in process and finish, every sample of each epoch trained exactly
 //   once (DTRAIN_LOG_SAMPLES), with each rank's batch or the global batch kept
-//   (--elastic_batch); rank 0's duties move when its node is the one lost; a single rank of the
-//   shrunk world is still replaced in process.
+//   (--elastic_batch; a global batch that does not divide is rounded down per rank); rank 0's
+//   duties move when its node is the one lost; a single rank of the shrunk world is still
+//   replaced in process.
 // The time from a death to the survivors' next completed step is printed (not asserted).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -314,19 +315,20 @@ class RankRecoveryTest : public ::testing::Test {
   int second_death_during_reform_ = -1;
 };
 
-// A node of an elastic job lost: 4 ranks as 2 nodes of 2. Both ranks of `lost_node` SIGKILL
-// themselves after global step `step` (in the first epoch); once both are gone the test does
-// what the surviving agents do (docs/env.md, "Rank-level recovery"): it announces generation 1
-// with the verdict `shrink 2 <round>` and gives each survivor its new rank (the surviving node
-// becomes node 0: ranks 0 and 1). With `later_death_step` > 0 the survivor that is rank 1 after
-// the shrink dies after that step and is replaced alone in the world of 2 (RANK=1, WORLD_SIZE=2).
+// A node of an elastic job lost: 4 ranks as 2 nodes of 2 (or, with nodes_ and per_node_, 4 of
+// 1). The ranks of `lost_node` SIGKILL themselves after global step `step` (in the first epoch);
+// once all are gone the test does what the surviving agents do (docs/env.md, "Rank-level
+// recovery"): it announces generation 1 with the verdict `shrink <W'> <round>` and gives each
+// survivor its new rank (the nodes after the lost one move down by one). With
+// `later_death_step` > 0 the survivor that is rank 1 after the shrink dies after that step and
+// is replaced alone in the smaller world (RANK=1, WORLD_SIZE=W').
 class ShrinkTest : public RankRecoveryTest {
  protected:
-  static constexpr int kNodes = 2;
-  static constexpr int kPerNode = 2;
-  static constexpr int kWorld = kNodes * kPerNode;
-  static constexpr int kShrunk = kPerNode;
   const std::string kRound = "7";
+  int nodes_ = 2;
+  int per_node_ = 2;
+  int world() const { return nodes_ * per_node_; }
+  int shrunk() const { return (nodes_ - 1) * per_node_; }
 
   struct ShrinkOutcome {
     std::vector<testing::ExitInfo> exits;  // the survivors (by their rank after the shrink), then
@@ -335,32 +337,32 @@ class ShrinkTest : public RankRecoveryTest {
     bool finished = false;
   };
 
-  void SetUp() override {
-    world_ = kWorld;
-    nproc_per_node_ = kPerNode;
-  }
-
   ShrinkOutcome run_shrink(const std::string& run, int lost_node, int64_t step,
                            int64_t later_death_step = 0) {
+    world_ = world();
+    nproc_per_node_ = per_node_;
+    const int before = world();
+    const int after = shrunk();
     TcpStoreServer server{TcpStoreServerOptions{}};
     port_ = server.start();
     const std::string samples = dir_.file(run + ".samples");
     fs::create_directories(samples);
     auto environment = [&](int rank) {
       std::map<std::string, std::string> e = env(rank, run);
-      e["DLAUNCH_FLASH_DIR"] = dir_.file(run + ".flash" + std::to_string(rank / kPerNode));
+      e["DLAUNCH_FLASH_DIR"] = dir_.file(run + ".flash" + std::to_string(rank / per_node_));
       e["DTRAIN_LOG_SAMPLES"] = samples;
       return e;
     };
-    std::vector<std::unique_ptr<testing::Subprocess>> procs(kWorld);
-    std::vector<int> new_rank(kWorld, -1);
-    for (int r = 0; r < kWorld; ++r) {
+    std::vector<std::unique_ptr<testing::Subprocess>> procs(before);
+    std::vector<int> new_rank(before, -1);
+    for (int r = 0; r < before; ++r) {
       std::map<std::string, std::string> e = environment(r);
-      if (r / kPerNode == lost_node) {
+      if (r / per_node_ == lost_node) {
         e["DTRAIN_FAIL_AT_STEP"] = std::to_string(step);
         e["DTRAIN_FAIL_RANK"] = std::to_string(r);
       } else {
-        new_rank[r] = r % kPerNode;
+        const int node = r / per_node_;
+        new_rank[r] = (node < lost_node ? node : node - 1) * per_node_ + r % per_node_;
         if (later_death_step > 0 && new_rank[r] == 1) {
           e["DTRAIN_FAIL_AT_STEP"] = std::to_string(later_death_step);
           e["DTRAIN_FAIL_RANK"] = "1";  // its rank after the shrink
@@ -369,7 +371,7 @@ class ShrinkTest : public RankRecoveryTest {
       procs[r] = std::make_unique<testing::Subprocess>(args(run), e);
     }
     ShrinkOutcome outcome;
-    for (int r = 0; r < kWorld; ++r) {
+    for (int r = 0; r < before; ++r) {
       if (new_rank[r] >= 0) outcome.survivor_pids_before.push_back(procs[r]->pid());
     }
 
@@ -380,14 +382,14 @@ class ShrinkTest : public RankRecoveryTest {
       agent_store.set(key, Bytes(value.begin(), value.end()));
     };
     std::unique_ptr<testing::Subprocess> replacement;
-    std::vector<std::optional<testing::ExitInfo>> exits(kWorld);
+    std::vector<std::optional<testing::ExitInfo>> exits(before);
     std::optional<testing::ExitInfo> replacement_exit;
     int lost = 0;
-    bool shrunk = false;
+    bool announced = false;
     const auto deadline = Clock::now() + 300s;
     while (Clock::now() < deadline) {
       bool all_done = true;
-      for (int r = 0; r < kWorld; ++r) {
+      for (int r = 0; r < before; ++r) {
         if (exits[r]) continue;
         exits[r] = procs[r]->wait(0ms);
         if (!exits[r]) {
@@ -402,22 +404,22 @@ class ShrinkTest : public RankRecoveryTest {
           set(fmt::format("{}/{}", recovery_key_, g), "replace");
           std::map<std::string, std::string> e = environment(r);
           e["RANK"] = "1";
-          e["WORLD_SIZE"] = std::to_string(kShrunk);
-          e["LOCAL_RANK"] = "1";
-          e["GROUP_RANK"] = "0";
+          e["WORLD_SIZE"] = std::to_string(after);
+          e["LOCAL_RANK"] = std::to_string(1 % per_node_);
+          e["GROUP_RANK"] = std::to_string(1 / per_node_);
           e["DLAUNCH_REPLACEMENT"] = "1";
           replacement = std::make_unique<testing::Subprocess>(args(run), e);
           all_done = false;
         }
       }
-      if (lost == kPerNode && !shrunk) {
+      if (lost == per_node_ && !announced) {
         // The new round's leader announces the shrink, then every surviving agent gives its
         // workers their new ranks (the order between the two does not matter).
-        shrunk = true;
+        announced = true;
         const int64_t g = agent_store.add(recovery_key_, 1);
-        set(fmt::format("{}/{}", recovery_key_, g), fmt::format("shrink {} {}", kShrunk, kRound));
+        set(fmt::format("{}/{}", recovery_key_, g), fmt::format("shrink {} {}", after, kRound));
         std::this_thread::sleep_for(200ms);
-        for (int r = 0; r < kWorld; ++r) {
+        for (int r = 0; r < before; ++r) {
           if (new_rank[r] < 0) continue;
           set(fmt::format("{}/shrink_{}/rank_{}", recovery_key_, kRound, r),
               std::to_string(new_rank[r]));
@@ -433,8 +435,8 @@ class ShrinkTest : public RankRecoveryTest {
       }
       std::this_thread::sleep_for(10ms);
     }
-    for (int k = 0; k < kShrunk; ++k) {
-      for (int r = 0; r < kWorld; ++r) {
+    for (int k = 0; k < after; ++k) {
+      for (int r = 0; r < before; ++r) {
         if (new_rank[r] != k) continue;
         outcome.survivor_pids_after.push_back(procs[r]->pid());
         if (!exits[r]) {
@@ -456,10 +458,14 @@ class ShrinkTest : public RankRecoveryTest {
     return outcome;
   }
 
-  // Every sample of each of the 2 epochs trained exactly once, by all the processes together
-  // (192 samples: no padding at 4 ranks, nor at 2); `per_rank_batch_after` the size of each
-  // step's batch at the world of 2.
-  void expect_each_sample_once(const std::string& run, size_t per_rank_batch_after) {
+  // Every sample of each of the 2 epochs trained exactly once, by all the processes together,
+  // but for the padding of an epoch's rest to a multiple of the smaller world (the
+  // permutation's first samples once more, as the sampler pads; none at 4 ranks nor at 2 for
+  // 192 samples). `step`: the steps done at the old size; `per_rank_batch_after` the size of
+  // each step's batch at the smaller world (an epoch's last may be smaller).
+  void expect_each_sample_once(const std::string& run, int64_t step, size_t per_rank_batch_after) {
+    const int before = world();
+    const int after = shrunk();
     std::map<int64_t, std::map<int64_t, int>> trained;  // epoch -> sample -> times
     int lines_after = 0;
     for (const auto& f : fs::directory_iterator(dir_.file(run + ".samples"))) {
@@ -470,41 +476,55 @@ class ShrinkTest : public RankRecoveryTest {
         ASSERT_TRUE(words >> epoch >> step >> world) << line;
         std::vector<int64_t> ids;
         for (int64_t id; words >> id;) ids.push_back(id);
-        ASSERT_EQ(ids.size(), world == kWorld ? static_cast<size_t>(kBatch) : per_rank_batch_after)
-            << line;
-        if (world == kShrunk) ++lines_after;
+        if (world == before) {
+          ASSERT_EQ(ids.size(), static_cast<size_t>(kBatch)) << line;
+        } else {
+          ASSERT_EQ(world, after) << line;
+          ASSERT_LE(ids.size(), per_rank_batch_after) << line;
+          if (ids.size() == per_rank_batch_after) ++lines_after;
+        }
         for (int64_t id : ids) ++trained[epoch][id];
       }
     }
     EXPECT_GT(lines_after, 0);
     ASSERT_EQ(trained.size(), 2u);
+    const int64_t rest = kTrainSamples - step * kBatch * before;
+    const std::vector<int64_t> padding = {(after - rest % after) % after,
+                                          (after - kTrainSamples % after) % after};
     for (const auto& [epoch, times] : trained) {
       EXPECT_EQ(times.size(), static_cast<size_t>(kTrainSamples)) << "epoch " << epoch + 1;
+      int64_t twice = 0;
       for (const auto& [id, n] : times) {
-        EXPECT_EQ(n, 1) << "epoch " << epoch + 1 << ": sample " << id << " trained " << n
-                        << " times";
+        if (n == 2) ++twice;
+        EXPECT_LE(n, 2) << "epoch " << epoch + 1 << ": sample " << id << " trained " << n << " times";
       }
+      EXPECT_EQ(twice, padding[epoch]) << "epoch " << epoch + 1;
     }
   }
 
   // The run's steps: `step` at 4 ranks of kBatch, then the first epoch's rest and the second
   // epoch at 2 ranks of `per_rank_batch_after`, as the final checkpoint and the metrics say.
   void expect_steps(const std::string& run, int64_t step, int64_t per_rank_batch_after) {
-    const int64_t rest = kTrainSamples - step * kBatch * kWorld;
-    const int64_t global_after = per_rank_batch_after * kShrunk;
-    const int64_t steps = step + rest / global_after + kTrainSamples / global_after;
+    const int after = shrunk();
+    const int64_t rest = kTrainSamples - step * kBatch * world();
+    // Each rank's share (padded to whole samples), in batches (the last may be smaller).
+    auto steps_for = [&](int64_t samples) {
+      const int64_t per_rank = (samples + after - 1) / after;
+      return (per_rank + per_rank_batch_after - 1) / per_rank_batch_after;
+    };
+    const int64_t steps = step + steps_for(rest) + steps_for(kTrainSamples);
     const ckpt::Checkpoint final_state = ckpt::read_checkpoint(
         (fs::path(dir_.file(run)) / ckpt::checkpoint_file_name(2)).string());
     EXPECT_EQ(final_state.meta["step"], steps);
-    EXPECT_EQ(final_state.meta["world_size"], kShrunk);
+    EXPECT_EQ(final_state.meta["world_size"], after);
     EXPECT_EQ(final_state.meta["batch_size"], per_rank_batch_after);
     const auto steps_recorded = records(fs::path(dir_.file(run)) / "metrics.jsonl", "step");
     ASSERT_FALSE(steps_recorded.empty());
     EXPECT_EQ(steps_recorded.back()["step"], steps);
-    EXPECT_EQ(steps_recorded.back()["world_size"], kShrunk);
+    EXPECT_EQ(steps_recorded.back()["world_size"], after);
     const auto epochs = records(fs::path(dir_.file(run)) / "metrics.jsonl", "epoch");
     ASSERT_EQ(epochs.size(), 2u);
-    EXPECT_EQ(epochs.back()["world_size"], kShrunk);
+    EXPECT_EQ(epochs.back()["world_size"], after);
   }
 
   void expect_survivors_finished(const ShrinkOutcome& o, size_t processes) {
@@ -522,7 +542,7 @@ TEST_F(ShrinkTest, NodeLostPerRankBatchEverySampleOnceAndRankZeroMoves) {
   const ShrinkOutcome o = run_shrink("per_rank", /*lost_node=*/0, /*step=*/2);
   expect_survivors_finished(o, 2);
   EXPECT_EQ(o.survivor_pids_after, o.survivor_pids_before);
-  expect_each_sample_once("per_rank", kBatch);
+  expect_each_sample_once("per_rank", 2, kBatch);
   expect_steps("per_rank", 2, kBatch);
   EXPECT_NE(o.logs[0].find("shrinks the group from world size 4 to 2 (round 7): this worker goes "
                            "on as rank 0 (was 2)"),
@@ -540,7 +560,7 @@ TEST_F(ShrinkTest, NodeLostGlobalBatchKeptEverySampleOnce) {
   const ShrinkOutcome o = run_shrink("global", /*lost_node=*/1, /*step=*/3);
   expect_survivors_finished(o, 2);
   EXPECT_EQ(o.survivor_pids_after, o.survivor_pids_before);
-  expect_each_sample_once("global", 2 * kBatch);
+  expect_each_sample_once("global", 3, 2 * kBatch);
   expect_steps("global", 3, 2 * kBatch);
   EXPECT_NE(o.logs[0].find("each rank's batch is now 16 (was 8), the global batch 32 kept"),
             std::string::npos)
@@ -558,7 +578,7 @@ TEST_F(ShrinkTest, ARankOfTheShrunkWorldIsStillReplacedAlone) {
   EXPECT_EQ(o.exits[0].shell_code(), 0) << o.logs[0];
   EXPECT_EQ(o.exits[1].shell_code(), 128 + SIGKILL) << o.logs[1];
   EXPECT_EQ(o.exits[2].shell_code(), 0) << o.logs[2];
-  expect_each_sample_once("replaced", 2 * kBatch);
+  expect_each_sample_once("replaced", 2, 2 * kBatch);
   expect_steps("replaced", 2, 2 * kBatch);
   EXPECT_NE(o.logs[0].find("re-formed the group at generation 2 (rank 0 of 2)"), std::string::npos)
       << o.logs[0];
@@ -709,6 +729,24 @@ TEST_F(RankRecoveryTest, RankRecoveryOffSurvivorsExitAsBefore) {
     EXPECT_EQ(o.logs[r].find("waiting for the agent"), std::string::npos) << o.logs[r];
     EXPECT_EQ(slurp(dir_.file("off.hb" + std::to_string(r))), "");
   }
+}
+
+// --elastic_batch global where the global batch does not divide: 4 nodes of 1, one lost; the
+// global batch 32 among 3 ranks is 10 each (30 in all), said in the log; the epoch's rest is
+// padded to a multiple of 3 as the sampler pads an epoch, and every other sample trained once.
+TEST_F(ShrinkTest, GlobalBatchThatDoesNotDivideIsRoundedDownPerRank) {
+  extra_args_ = {"--elastic_batch=global"};
+  nodes_ = 4;
+  per_node_ = 1;
+  const ShrinkOutcome o = run_shrink("rounded", /*lost_node=*/3, /*step=*/2);
+  expect_survivors_finished(o, 3);
+  EXPECT_EQ(o.survivor_pids_after, o.survivor_pids_before);
+  expect_each_sample_once("rounded", 2, 10);
+  expect_steps("rounded", 2, 10);
+  EXPECT_NE(o.logs[0].find("each rank's batch is now 10 (was 8); the global batch 32 does not "
+                           "divide among 3 ranks, so it is 30 now"),
+            std::string::npos)
+      << o.logs[0];
 }
 
 }  // namespace
