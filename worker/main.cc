@@ -129,8 +129,13 @@ int main(int argc, char** argv) {
     // bumped the counter before spawning it); every other worker starts at generation 0.
     const std::string recovery_key = train::recovery_key_from_env();
     const train::ConnectStore connect = [&] { return train::connect_job_store(env, join_timeout); };
-    const train::JoinGroup join = [&](int64_t g, std::shared_ptr<Store> client) {
-      return train::join_process_group(env, join_timeout, collective_timeout, device, g,
+    // A shrink re-forms this worker as another rank of a smaller world (rank_recovery.h).
+    const train::JoinGroup join = [&](int64_t g, int rank, int world,
+                                      std::shared_ptr<Store> client) {
+      WorkerEnv seat = env;
+      seat.rank = rank;
+      seat.world_size = world;
+      return train::join_process_group(seat, join_timeout, collective_timeout, device, g,
                                        std::move(client));
     };
     std::shared_ptr<Store> store;  // the generation counter's
@@ -139,10 +144,15 @@ int main(int argc, char** argv) {
     if (!recovery_key.empty() && config.rank_recovery && env.world_size > 1) {
       store = connect();
       if (env.replacement) {
-        first = train::join_latest_generation(*store, recovery_key, connect, join, &generation);
+        first = train::join_latest_generation(*store, recovery_key, static_cast<int>(env.rank),
+                                              static_cast<int>(env.world_size), connect, join,
+                                              &generation);
       }
     }
-    if (!first) first = join(generation, nullptr);
+    if (!first) {
+      first = join(generation, static_cast<int>(env.rank), static_cast<int>(env.world_size),
+                   nullptr);
+    }
     comm::ReformableProcessGroup pg(std::move(first));
     std::unique_ptr<train::RankRecovery> recovery;
     const std::string recovery_off = train::rank_recovery_off_reason(config, env, pg.backend());
@@ -157,7 +167,7 @@ int main(int argc, char** argv) {
     train::TrainSummary summary =
         train::run_training(config, env, pg, op_profile.backend(), fault, recovery.get());
     op_profile.write(env.rank);
-    if (env.rank == 0) log_summary(summary);
+    if (pg.rank() == 0) log_summary(summary);  // a shrink may have moved rank 0
     if (summary.stop_signal != 0 && !WorkerEnv::launched()) {
       return summary.stop_signal == SIGUSR1 ? 75 : 128 + summary.stop_signal;
     }

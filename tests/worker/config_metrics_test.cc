@@ -230,6 +230,23 @@ TEST(TrainConfig, RankRecoveryIsOnByDefaultAndTakesOnOrOff) {
   EXPECT_NE(train::train_usage().find("--rank_recovery"), std::string::npos);
 }
 
+// --elastic_batch: what a shrink in process keeps; per_rank by default, anything else but global
+// is bad usage naming the choices.
+TEST(TrainConfig, ElasticBatchIsPerRankByDefaultAndTakesPerRankOrGlobal) {
+  EXPECT_EQ(parse({}).elastic_batch, "per_rank");
+  EXPECT_EQ(parse({"--elastic_batch", "global"}).elastic_batch, "global");
+  EXPECT_EQ(parse({"--elastic_batch=per_rank"}).elastic_batch, "per_rank");
+  try {
+    parse({"--elastic_batch=both"});
+    ADD_FAILURE() << "--elastic_batch=both was accepted";
+  } catch (const UsageError& e) {
+    EXPECT_NE(std::string(e.what()).find("--elastic_batch"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("per_rank"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("global"), std::string::npos) << e.what();
+  }
+  EXPECT_NE(train::train_usage().find("--elastic_batch"), std::string::npos);
+}
+
 // Issue 27: "nan" was a number (--lr nan said "negative", --collective_timeout nan passed);
 // every numeric flag refuses nan and inf (but --lr inf, which dtrain stops on as divergence)
 // with exit 2, and a range error names the bound crossed.

@@ -358,6 +358,29 @@ TEST(PeerState, TheNewestVersionWinsAndOlderSurvivorsReceiveIt) {
   }
 }
 
+// Every rank holds the newest version (the survivors of a group that shrank, no new rank): the
+// versions agree, nothing is serialized, sent or loaded.
+TEST(PeerState, WhenEveryRankHoldsTheNewestNothingIsSent) {
+  std::vector<PeerStateResult> results(3);
+  std::atomic<int> serialized{0};
+  run_ranks(3, 60s, [&](int rank, GroupPtr& pg) {
+    results[rank] = share_newest_state(
+        *pg, 9,
+        [&] {
+          ++serialized;
+          return random_bytes(1000, 1);
+        },
+        [](const std::vector<uint8_t>&, int) { ADD_FAILURE() << "nothing is loaded"; });
+  });
+  EXPECT_EQ(serialized, 0);
+  for (const PeerStateResult& r : results) {
+    EXPECT_EQ(r.outcome, PeerStateOutcome::kKept) << r.error;
+    EXPECT_EQ(r.source, 0);
+    EXPECT_EQ(r.version, 9);
+    EXPECT_EQ(r.bytes, 0u);
+  }
+}
+
 // ---- failures of the exchange itself ------------------------------------------------------
 
 constexpr size_t kStateBytes = 1 << 20;

@@ -9,7 +9,14 @@
 //   for bit; rank 0 too (it writes the metrics); three deaths, two in one epoch;
 // - a death after a step's optimizer step: the step is not redone, the training still equal;
 // - verdict restart: the survivors exit at once with the original error;
-// - no DLAUNCH_RECOVERY_KEY, or --rank_recovery off: the survivors exit as before.
+// - no DLAUNCH_RECOVERY_KEY, or --rank_recovery off: the survivors exit as before;
+// - a node lost (4 ranks as 2 nodes of 2, both ranks of one SIGKILLed mid-epoch, the test writing
+//   the verdict `shrink 2 <round>` and the new ranks as the agents would): the 2 survivors (the
+//   same processes) re-form in process and finish, every sample of each epoch trained exactly
+//   once (DTRAIN_LOG_SAMPLES), with each rank's batch or the global batch kept
+//   (--elastic_batch; a global batch that does not divide is rounded down per rank); rank 0's
+//   duties move when its node is the one lost; a single rank of the shrunk world is still
+//   replaced in process.
 // The time from a death to the survivors' next completed step is printed (not asserted).
 #include <gtest/gtest.h>
 #include <signal.h>
@@ -19,6 +26,7 @@
 
 #include <chrono>
 #include <filesystem>
+#include <set>
 #include <fstream>
 #include <map>
 #include <memory>
@@ -99,11 +107,13 @@ class RankRecoveryTest : public ::testing::Test {
   }
 
   std::map<std::string, std::string> env(int rank, const std::string& run) const {
+    // One node of world_ ranks, or nodes of nproc_per_node_ (GROUP_RANK the node's index).
+    const int per_node = nproc_per_node_ > 0 ? nproc_per_node_ : world_;
     return {{"RANK", std::to_string(rank)},
-            {"LOCAL_RANK", std::to_string(rank)},
+            {"LOCAL_RANK", std::to_string(rank % per_node)},
             {"WORLD_SIZE", std::to_string(world_)},
-            {"LOCAL_WORLD_SIZE", std::to_string(world_)},
-            {"GROUP_RANK", "0"},
+            {"LOCAL_WORLD_SIZE", std::to_string(per_node)},
+            {"GROUP_RANK", std::to_string(rank / per_node)},
             {"MASTER_ADDR", "127.0.0.1"},
             {"MASTER_PORT", std::to_string(port_)},
             {"TORCHELASTIC_RESTART_COUNT", "0"},
@@ -300,9 +310,279 @@ class RankRecoveryTest : public ::testing::Test {
   std::string recovery_key_ = kRecoveryKey;
   std::vector<std::string> extra_args_;
   int world_ = 3;
+  int nproc_per_node_ = 0;  // 0: every rank on one node
   // >= 0: this rank is SIGKILLed while the survivors re-form after the first death.
   int second_death_during_reform_ = -1;
 };
+
+// A node of an elastic job lost: 4 ranks as 2 nodes of 2 (or, with nodes_ and per_node_, 4 of
+// 1). The ranks of `lost_node` SIGKILL themselves after global step `step` (in the first epoch);
+// once all are gone the test does what the surviving agents do (docs/env.md, "Rank-level
+// recovery"): it announces generation 1 with the verdict `shrink <W'> <round>` and gives each
+// survivor its new rank (the nodes after the lost one move down by one). With
+// `later_death_step` > 0 the survivor that is rank 1 after the shrink dies after that step and
+// is replaced alone in the smaller world (RANK=1, WORLD_SIZE=W').
+class ShrinkTest : public RankRecoveryTest {
+ protected:
+  const std::string kRound = "7";
+  int nodes_ = 2;
+  int per_node_ = 2;
+  int world() const { return nodes_ * per_node_; }
+  int shrunk() const { return (nodes_ - 1) * per_node_; }
+
+  struct ShrinkOutcome {
+    std::vector<testing::ExitInfo> exits;  // the survivors (by their rank after the shrink), then
+    std::vector<std::string> logs;         // the replacement if any
+    std::vector<pid_t> survivor_pids_before, survivor_pids_after;
+    bool finished = false;
+  };
+
+  ShrinkOutcome run_shrink(const std::string& run, int lost_node, int64_t step,
+                           int64_t later_death_step = 0) {
+    world_ = world();
+    nproc_per_node_ = per_node_;
+    const int before = world();
+    const int after = shrunk();
+    TcpStoreServer server{TcpStoreServerOptions{}};
+    port_ = server.start();
+    const std::string samples = dir_.file(run + ".samples");
+    fs::create_directories(samples);
+    auto environment = [&](int rank) {
+      std::map<std::string, std::string> e = env(rank, run);
+      e["DLAUNCH_FLASH_DIR"] = dir_.file(run + ".flash" + std::to_string(rank / per_node_));
+      e["DTRAIN_LOG_SAMPLES"] = samples;
+      return e;
+    };
+    std::vector<std::unique_ptr<testing::Subprocess>> procs(before);
+    std::vector<int> new_rank(before, -1);
+    for (int r = 0; r < before; ++r) {
+      std::map<std::string, std::string> e = environment(r);
+      if (r / per_node_ == lost_node) {
+        e["DTRAIN_FAIL_AT_STEP"] = std::to_string(step);
+        e["DTRAIN_FAIL_RANK"] = std::to_string(r);
+      } else {
+        const int node = r / per_node_;
+        new_rank[r] = (node < lost_node ? node : node - 1) * per_node_ + r % per_node_;
+        if (later_death_step > 0 && new_rank[r] == 1) {
+          e["DTRAIN_FAIL_AT_STEP"] = std::to_string(later_death_step);
+          e["DTRAIN_FAIL_RANK"] = "1";  // its rank after the shrink
+        }
+      }
+      procs[r] = std::make_unique<testing::Subprocess>(args(run), e);
+    }
+    ShrinkOutcome outcome;
+    for (int r = 0; r < before; ++r) {
+      if (new_rank[r] >= 0) outcome.survivor_pids_before.push_back(procs[r]->pid());
+    }
+
+    TcpStoreClientOptions client_options;
+    client_options.port = port_;
+    TcpStoreClient agent_store(client_options);
+    auto set = [&](const std::string& key, const std::string& value) {
+      agent_store.set(key, Bytes(value.begin(), value.end()));
+    };
+    std::unique_ptr<testing::Subprocess> replacement;
+    std::vector<std::optional<testing::ExitInfo>> exits(before);
+    std::optional<testing::ExitInfo> replacement_exit;
+    int lost = 0;
+    bool announced = false;
+    const auto deadline = Clock::now() + 300s;
+    while (Clock::now() < deadline) {
+      bool all_done = true;
+      for (int r = 0; r < before; ++r) {
+        if (exits[r]) continue;
+        exits[r] = procs[r]->wait(0ms);
+        if (!exits[r]) {
+          all_done = false;
+          continue;
+        }
+        const bool killed = exits[r]->signaled && exits[r]->code == SIGKILL;
+        if (killed && new_rank[r] < 0) ++lost;
+        if (killed && new_rank[r] == 1 && later_death_step > 0 && !replacement) {
+          // A rank of the shrunk world: replaced alone, as the agent does.
+          const int64_t g = agent_store.add(recovery_key_, 1);
+          set(fmt::format("{}/{}", recovery_key_, g), "replace");
+          std::map<std::string, std::string> e = environment(r);
+          e["RANK"] = "1";
+          e["WORLD_SIZE"] = std::to_string(after);
+          e["LOCAL_RANK"] = std::to_string(1 % per_node_);
+          e["GROUP_RANK"] = std::to_string(1 / per_node_);
+          e["DLAUNCH_REPLACEMENT"] = "1";
+          replacement = std::make_unique<testing::Subprocess>(args(run), e);
+          all_done = false;
+        }
+      }
+      if (lost == per_node_ && !announced) {
+        // The new round's leader announces the shrink, then every surviving agent gives its
+        // workers their new ranks (the order between the two does not matter).
+        announced = true;
+        const int64_t g = agent_store.add(recovery_key_, 1);
+        set(fmt::format("{}/{}", recovery_key_, g), fmt::format("shrink {} {}", after, kRound));
+        std::this_thread::sleep_for(200ms);
+        for (int r = 0; r < before; ++r) {
+          if (new_rank[r] < 0) continue;
+          set(fmt::format("{}/shrink_{}/rank_{}", recovery_key_, kRound, r),
+              std::to_string(new_rank[r]));
+        }
+      }
+      if (replacement && !replacement_exit) {
+        replacement_exit = replacement->wait(0ms);
+        if (!replacement_exit) all_done = false;
+      }
+      if (all_done) {
+        outcome.finished = true;
+        break;
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    for (int k = 0; k < after; ++k) {
+      for (int r = 0; r < before; ++r) {
+        if (new_rank[r] != k) continue;
+        outcome.survivor_pids_after.push_back(procs[r]->pid());
+        if (!exits[r]) {
+          ADD_FAILURE() << "rank " << r << " did not finish: " << procs[r]->err();
+          continue;
+        }
+        outcome.exits.push_back(*exits[r]);
+        outcome.logs.push_back(procs[r]->out() + procs[r]->err());
+      }
+    }
+    if (replacement) {
+      if (!replacement_exit) {
+        ADD_FAILURE() << "the replacement did not finish: " << replacement->err();
+      } else {
+        outcome.exits.push_back(*replacement_exit);
+        outcome.logs.push_back(replacement->out() + replacement->err());
+      }
+    }
+    return outcome;
+  }
+
+  // Every sample of each of the 2 epochs trained exactly once, by all the processes together,
+  // but for the padding of an epoch's rest to a multiple of the smaller world (the
+  // permutation's first samples once more, as the sampler pads; none at 4 ranks nor at 2 for
+  // 192 samples). `step`: the steps done at the old size; `per_rank_batch_after` the size of
+  // each step's batch at the smaller world (an epoch's last may be smaller).
+  void expect_each_sample_once(const std::string& run, int64_t step, size_t per_rank_batch_after) {
+    const int before = world();
+    const int after = shrunk();
+    std::map<int64_t, std::map<int64_t, int>> trained;  // epoch -> sample -> times
+    int lines_after = 0;
+    for (const auto& f : fs::directory_iterator(dir_.file(run + ".samples"))) {
+      std::istringstream in(slurp(f.path()));
+      for (std::string line; std::getline(in, line);) {
+        std::istringstream words(line);
+        int64_t epoch = 0, step = 0, world = 0;
+        ASSERT_TRUE(words >> epoch >> step >> world) << line;
+        std::vector<int64_t> ids;
+        for (int64_t id; words >> id;) ids.push_back(id);
+        if (world == before) {
+          ASSERT_EQ(ids.size(), static_cast<size_t>(kBatch)) << line;
+        } else {
+          ASSERT_EQ(world, after) << line;
+          ASSERT_LE(ids.size(), per_rank_batch_after) << line;
+          if (ids.size() == per_rank_batch_after) ++lines_after;
+        }
+        for (int64_t id : ids) ++trained[epoch][id];
+      }
+    }
+    EXPECT_GT(lines_after, 0);
+    ASSERT_EQ(trained.size(), 2u);
+    const int64_t rest = kTrainSamples - step * kBatch * before;
+    const std::vector<int64_t> padding = {(after - rest % after) % after,
+                                          (after - kTrainSamples % after) % after};
+    for (const auto& [epoch, times] : trained) {
+      EXPECT_EQ(times.size(), static_cast<size_t>(kTrainSamples)) << "epoch " << epoch + 1;
+      int64_t twice = 0;
+      for (const auto& [id, n] : times) {
+        if (n == 2) ++twice;
+        EXPECT_LE(n, 2) << "epoch " << epoch + 1 << ": sample " << id << " trained " << n << " times";
+      }
+      EXPECT_EQ(twice, padding[epoch]) << "epoch " << epoch + 1;
+    }
+  }
+
+  // The run's steps: `step` at 4 ranks of kBatch, then the first epoch's rest and the second
+  // epoch at 2 ranks of `per_rank_batch_after`, as the final checkpoint and the metrics say.
+  void expect_steps(const std::string& run, int64_t step, int64_t per_rank_batch_after) {
+    const int after = shrunk();
+    const int64_t rest = kTrainSamples - step * kBatch * world();
+    // Each rank's share (padded to whole samples), in batches (the last may be smaller).
+    auto steps_for = [&](int64_t samples) {
+      const int64_t per_rank = (samples + after - 1) / after;
+      return (per_rank + per_rank_batch_after - 1) / per_rank_batch_after;
+    };
+    const int64_t steps = step + steps_for(rest) + steps_for(kTrainSamples);
+    const ckpt::Checkpoint final_state = ckpt::read_checkpoint(
+        (fs::path(dir_.file(run)) / ckpt::checkpoint_file_name(2)).string());
+    EXPECT_EQ(final_state.meta["step"], steps);
+    EXPECT_EQ(final_state.meta["world_size"], after);
+    EXPECT_EQ(final_state.meta["batch_size"], per_rank_batch_after);
+    const auto steps_recorded = records(fs::path(dir_.file(run)) / "metrics.jsonl", "step");
+    ASSERT_FALSE(steps_recorded.empty());
+    EXPECT_EQ(steps_recorded.back()["step"], steps);
+    EXPECT_EQ(steps_recorded.back()["world_size"], after);
+    const auto epochs = records(fs::path(dir_.file(run)) / "metrics.jsonl", "epoch");
+    ASSERT_EQ(epochs.size(), 2u);
+    EXPECT_EQ(epochs.back()["world_size"], after);
+  }
+
+  void expect_survivors_finished(const ShrinkOutcome& o, size_t processes) {
+    ASSERT_TRUE(o.finished);
+    ASSERT_EQ(o.exits.size(), processes);
+    for (size_t i = 0; i < o.exits.size(); ++i) {
+      EXPECT_EQ(o.exits[i].shell_code(), 0) << o.logs[i];
+    }
+  }
+};
+
+// Node 0 lost, rank 0 with it: the ranks 2 and 3 go on as 0 and 1 with their batch of 8 (the
+// global batch 32 becomes 16), and the new rank 0 takes over the metrics and the checkpoints.
+TEST_F(ShrinkTest, NodeLostPerRankBatchEverySampleOnceAndRankZeroMoves) {
+  const ShrinkOutcome o = run_shrink("per_rank", /*lost_node=*/0, /*step=*/2);
+  expect_survivors_finished(o, 2);
+  EXPECT_EQ(o.survivor_pids_after, o.survivor_pids_before);
+  expect_each_sample_once("per_rank", 2, kBatch);
+  expect_steps("per_rank", 2, kBatch);
+  EXPECT_NE(o.logs[0].find("shrinks the group from world size 4 to 2 (round 7): this worker goes "
+                           "on as rank 0 (was 2)"),
+            std::string::npos)
+      << o.logs[0];
+  EXPECT_NE(o.logs[0].find("this worker is rank 0 now"), std::string::npos) << o.logs[0];
+  EXPECT_NE(o.logs[0].find("epoch 1 goes on after 64 of its 192 samples, shared among 2 ranks"),
+            std::string::npos)
+      << o.logs[0];
+}
+
+// --elastic_batch global: node 1 lost; the survivors keep the global batch of 32, 16 each.
+TEST_F(ShrinkTest, NodeLostGlobalBatchKeptEverySampleOnce) {
+  extra_args_ = {"--elastic_batch=global"};
+  const ShrinkOutcome o = run_shrink("global", /*lost_node=*/1, /*step=*/3);
+  expect_survivors_finished(o, 2);
+  EXPECT_EQ(o.survivor_pids_after, o.survivor_pids_before);
+  expect_each_sample_once("global", 3, 2 * kBatch);
+  expect_steps("global", 3, 2 * kBatch);
+  EXPECT_NE(o.logs[0].find("each rank's batch is now 16 (was 8), the global batch 32 kept"),
+            std::string::npos)
+      << o.logs[0];
+}
+
+// After the shrink a single rank of the world of 2 dies and is replaced in process: the
+// replacement trains with its peer's batch (16, --elastic_batch global) from its position.
+TEST_F(ShrinkTest, ARankOfTheShrunkWorldIsStillReplacedAlone) {
+  extra_args_ = {"--elastic_batch=global"};
+  const ShrinkOutcome o = run_shrink("replaced", /*lost_node=*/1, /*step=*/2,
+                                     /*later_death_step=*/4);
+  ASSERT_TRUE(o.finished);
+  ASSERT_EQ(o.exits.size(), 3u);
+  EXPECT_EQ(o.exits[0].shell_code(), 0) << o.logs[0];
+  EXPECT_EQ(o.exits[1].shell_code(), 128 + SIGKILL) << o.logs[1];
+  EXPECT_EQ(o.exits[2].shell_code(), 0) << o.logs[2];
+  expect_each_sample_once("replaced", 2, 2 * kBatch);
+  expect_steps("replaced", 2, 2 * kBatch);
+  EXPECT_NE(o.logs[0].find("re-formed the group at generation 2 (rank 0 of 2)"), std::string::npos)
+      << o.logs[0];
+}
 
 TEST_F(RankRecoveryTest, RankKilledMidEpochIsReplacedAndTheTrainingIsBitIdentical) {
   run_reference();
@@ -449,6 +729,24 @@ TEST_F(RankRecoveryTest, RankRecoveryOffSurvivorsExitAsBefore) {
     EXPECT_EQ(o.logs[r].find("waiting for the agent"), std::string::npos) << o.logs[r];
     EXPECT_EQ(slurp(dir_.file("off.hb" + std::to_string(r))), "");
   }
+}
+
+// --elastic_batch global where the global batch does not divide: 4 nodes of 1, one lost; the
+// global batch 32 among 3 ranks is 10 each (30 in all), said in the log; the epoch's rest is
+// padded to a multiple of 3 as the sampler pads an epoch, and every other sample trained once.
+TEST_F(ShrinkTest, GlobalBatchThatDoesNotDivideIsRoundedDownPerRank) {
+  extra_args_ = {"--elastic_batch=global"};
+  nodes_ = 4;
+  per_node_ = 1;
+  const ShrinkOutcome o = run_shrink("rounded", /*lost_node=*/3, /*step=*/2);
+  expect_survivors_finished(o, 3);
+  EXPECT_EQ(o.survivor_pids_after, o.survivor_pids_before);
+  expect_each_sample_once("rounded", 2, 10);
+  expect_steps("rounded", 2, 10);
+  EXPECT_NE(o.logs[0].find("each rank's batch is now 10 (was 8); the global batch 32 does not "
+                           "divide among 3 ranks, so it is 30 now"),
+            std::string::npos)
+      << o.logs[0];
 }
 
 }  // namespace

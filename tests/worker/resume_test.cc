@@ -145,6 +145,18 @@ TEST(ResumePointOf, AnotherWorldOrBatchGoesOnWithTheUntrainedRest) {
   }
 }
 
+// After a shrink with --elastic_batch global the checkpoint records each rank's batch in use (not
+// --batch_size) and the global batch kept: the position counts in the former.
+TEST(ResumePointOf, AfterAShrinkTheBatchInUseCountsAndTheGlobalBatchIsRead) {
+  const json meta = {{"epoch", 0},      {"step", 7},           {"world_size", 2},
+                     {"batch_size", 16}, {"global_batch", 32}, {"epoch_step", 2},
+                     {"epoch_seen_before", 64}};
+  const ResumePoint p = resume_point_of(meta, 4, 8, 192);
+  EXPECT_EQ(p.saved_batch_size, 16);
+  EXPECT_EQ(p.saved_global_batch, 32);
+  EXPECT_EQ(p.inside_epoch.seen, 64 + 2 * 16 * 2);
+}
+
 TEST(ResumePointOf, AnEpochThatBeganAfterAReformCountsFromItsPrefix) {
   json meta = {{"epoch", 0},       {"step", 40},      {"world_size", 2},
                {"batch_size", 10}, {"epoch_step", 3}, {"epoch_seen_before", 100}};

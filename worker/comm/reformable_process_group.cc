@@ -21,12 +21,21 @@ void ReformableProcessGroup::drop() {
 void ReformableProcessGroup::replace(std::unique_ptr<ProcessGroup> next) {
   if (next->rank() != rank_ || next->size() != size_) {
     throw InternalError(fmt::format(
-        "re-formed process group has rank {} of {}; expected rank {} of {} as before", next->rank(),
+        "re-formed process group has rank {} of {}; expected rank {} of {}", next->rank(),
         next->size(), rank_, size_));
   }
   drop();
   backend_ = next->backend();
   inner_ = std::move(next);
+}
+
+void ReformableProcessGroup::move_to(int rank, int size) {
+  if (inner_ || rank < 0 || rank >= size) {
+    throw InternalError(fmt::format("cannot move rank {} of {} to rank {} of {}{}", rank_, size_,
+                                    rank, size, inner_ ? " while its group is held" : ""));
+  }
+  rank_ = rank;
+  size_ = size;
 }
 
 ProcessGroup& ReformableProcessGroup::inner(const char* what) const {

@@ -6,9 +6,11 @@
 //
 //   replace(first) -> collectives ... failure -> drop() -> replace(next) -> collectives ...
 //
-// rank() and size() never change (a replacement takes the same rank in a world of the same
-// size); backend() is the inner group's. Between drop() and replace() every collective throws
-// ConnectionError. Same threading as ProcessGroup: the training thread's.
+// rank() and size() change only through move_to(): a replacement takes the same rank in a world
+// of the same size, and only a shrink (a node lost, the survivors re-form smaller) moves this
+// worker to another rank of a smaller world. backend() is the inner group's. Between drop() and
+// replace() every collective throws ConnectionError. Same threading as ProcessGroup: the training
+// thread's.
 #pragma once
 
 #include <memory>
@@ -29,6 +31,9 @@ class ReformableProcessGroup : public ProcessGroup {
   void drop();
   // Takes `next` (same rank and size, else InternalError) after drop().
   void replace(std::unique_ptr<ProcessGroup> next);
+  // After drop(): the groups from now on have rank `rank` of `size` (a shrink). InternalError
+  // while a group is held or for a rank outside [0, size).
+  void move_to(int rank, int size);
   bool dropped() const { return inner_ == nullptr; }
 
   int rank() const override { return rank_; }

@@ -29,7 +29,7 @@ ckpt::Checkpoint build_checkpoint(const TrainConfig& config, const std::string& 
           {"step", state.global_step},
           {"optimizer_steps", state.optimizer.step_count()},
           {"world_size", world_size},
-          {"batch_size", config.batch_size},
+          {"batch_size", state.batch_size > 0 ? state.batch_size : config.batch_size},
           {"signature", model_signature(config, state.train_set, state.model.config())},
           {"config", config_json(config)},
           // The sampler and augmentation are pure functions of (seed, epoch, index): the next
@@ -37,6 +37,7 @@ ckpt::Checkpoint build_checkpoint(const TrainConfig& config, const std::string& 
           // the steps done (with this world and batch size) say where to go on.
           {"sampler", {{"seed", config.seed}, {"next_epoch", at.epochs_done}, {"shuffle", true}}},
           {"rng", {{"seed", config.seed}, {"kind", "splitmix64 counter-based"}}}};
+  if (state.global_batch > 0) meta["global_batch"] = state.global_batch;
   if (at.epoch_step > 0) {
     meta["epoch_step"] = at.epoch_step;
     // The epoch began here after a prefix trained by another world: epoch_step counts from there.

@@ -38,6 +38,11 @@ struct TrainingState {
   int64_t global_step = 0;
   double test_loss = 0;  // the last evaluation (NaN: none ran), for a resume with nothing to train
   double test_accuracy = 0;
+  // Each rank's batch, which a position's steps count in (0: --batch_size); not --batch_size
+  // after a shrink with --elastic_batch global.
+  int64_t batch_size = 0;
+  // --elastic_batch global: the global batch kept through shrinks (0: none recorded).
+  int64_t global_batch = 0;
 };
 
 // Where in the training a checkpoint is written.

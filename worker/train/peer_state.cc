@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <chrono>
 #include <exception>
-#include <tuple>
 #include <utility>
 
 #include "common/byte_order.h"
@@ -77,17 +76,31 @@ double ms_since(Clock::time_point t) {
 
 // The lowest rank holding the newest version, and that version; {-1, kNoState} when no rank
 // holds any.
-std::pair<int, int64_t> find_source(comm::ProcessGroup& pg, int64_t version) {
+// The source (the lowest rank holding the newest version; -1: none), that version, and whether
+// any rank holds an older one (or none) and so needs the bytes.
+struct Source {
+  int rank = -1;
+  int64_t version = kNoState;
+  bool someone_behind = false;
+};
+
+Source find_source(comm::ProcessGroup& pg, int64_t version) {
   std::vector<uint8_t> mine(8);
   store_le<uint64_t>(mine.data(), static_cast<uint64_t>(version < 0 ? kNoState : version));
   std::vector<std::vector<uint8_t>> all;
   collective("asking which ranks hold the training state", [&] { all = pg.allgather(mine); });
-  std::pair<int, int64_t> best{-1, kNoState};
+  Source best;
+  std::vector<int64_t> versions;
   for (int r = 0; r < static_cast<int>(all.size()); ++r) {
-    if (all[r].size() != 8) continue;
-    const auto v = static_cast<int64_t>(load_le<uint64_t>(all[r].data()));
-    if (v > best.second) best = {r, v};
+    const auto v = all[r].size() == 8 ? static_cast<int64_t>(load_le<uint64_t>(all[r].data()))
+                                      : kNoState;
+    versions.push_back(v);
+    if (v > best.version) {
+      best.rank = r;
+      best.version = v;
+    }
   }
+  for (int64_t v : versions) best.someone_behind = best.someone_behind || v < best.version;
   return best;
 }
 
@@ -177,9 +190,16 @@ PeerStateResult share_newest_state(comm::ProcessGroup& pg, int64_t version,
   PeerStateResult result;
   uint64_t done = 0;
   try {
-    std::tie(result.source, result.version) = find_source(pg, version);
+    const Source found = find_source(pg, version);
+    result.source = found.rank;
+    result.version = found.version;
     if (result.source < 0) {
       result.outcome = PeerStateOutcome::kNoSurvivor;
+      return result;
+    }
+    // Every rank holds the newest version (the survivors of a shrink): nothing to send.
+    if (!found.someone_behind) {
+      result.outcome = PeerStateOutcome::kKept;
       return result;
     }
     const int source = result.source;

@@ -7,6 +7,8 @@
 //                 grows as training goes on, dtrain's global step; negative: none)
 //                   nobody holds it -> kNoSurvivor on every rank: the caller falls back (the
 //                   flash copy, then the disk checkpoint)
+//                   everybody holds the newest (the survivors of a shrink, no new rank) ->
+//                   kKept on every rank, nothing serialized or sent
 //   source:       the lowest rank holding the newest version serializes its state; every rank
 //                 with an older version (or none) receives it
 //                 (survivors of a peer's death can be one step apart when the peer died inside

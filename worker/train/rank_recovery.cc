@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <sstream>
 #include <thread>
 
 #include "common/env.h"
@@ -77,7 +78,8 @@ bool is_peer_failure(const std::exception& e) {
 }
 
 std::unique_ptr<comm::ProcessGroup> join_generation(Store& counter, const std::string& key,
-                                                    int64_t g, const ConnectStore& connect,
+                                                    int64_t g, int rank, int world,
+                                                    const ConnectStore& connect,
                                                     const JoinGroup& join) {
   const std::shared_ptr<Store> client = connect();
   const std::string next = fmt::format("{}/{}", key, g + 1);
@@ -130,7 +132,7 @@ std::unique_ptr<comm::ProcessGroup> join_generation(Store& counter, const std::s
   };
   std::unique_ptr<comm::ProcessGroup> group;
   try {
-    group = join(g, client);
+    group = join(g, rank, world, client);
   } catch (const std::exception& e) {
     finish();
     if (superseded) {
@@ -146,13 +148,14 @@ std::unique_ptr<comm::ProcessGroup> join_generation(Store& counter, const std::s
 }
 
 std::unique_ptr<comm::ProcessGroup> join_latest_generation(Store& counter, const std::string& key,
+                                                           int rank, int world,
                                                            const ConnectStore& connect,
                                                            const JoinGroup& join,
                                                            int64_t* generation) {
   *generation = current_generation(counter, key);
   for (;;) {
     try {
-      return join_generation(counter, key, *generation, connect, join);
+      return join_generation(counter, key, *generation, rank, world, connect, join);
     } catch (const ConnectionError& e) {
       const int64_t latest = current_generation(counter, key);
       if (latest <= *generation) throw;
@@ -175,57 +178,114 @@ RankRecovery::RankRecovery(std::string key, std::shared_ptr<Store> store,
       stuck_peer_wait_(stuck_peer_wait),
       generation_(generation) {}
 
-std::pair<int64_t, bool> RankRecovery::wait_for_verdict(const std::exception_ptr& error) {
-  const std::string next = fmt::format("{}/{}", key_, generation_ + 1);
-  const std::chrono::milliseconds wait =
-      timed_out(error) ? std::min(verdict_timeout_, stuck_peer_wait_) : verdict_timeout_;
+bool RankRecovery::wait_with_heartbeats(const std::string& key, std::chrono::milliseconds wait) {
   const Clock::time_point deadline = Clock::now() + wait;
   for (;;) {
     heartbeat();
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-    if (left.count() <= 0) {
-      log_error(
-          "no word from the agent at {} within {} s after the failure: giving up on re-forming "
-          "the group",
-          next, wait.count() / 1000.0);
-      std::rethrow_exception(error);
-    }
+    if (left.count() <= 0) return false;
     try {
-      store_->wait({next}, std::min(left, kVerdictSlice));
-      break;
+      store_->wait({key}, std::min(left, kVerdictSlice));
+      return true;
     } catch (const TimeoutError&) {
       // the next slice
     }
   }
-  // The latest generation: the agent may have replaced more than one rank by now (each bump is
-  // a generation; only the newest is joined).
-  const int64_t latest = store_->add(key_, 0);
-  const Bytes verdict = store_->get(fmt::format("{}/{}", key_, latest));
-  const std::string said(verdict.begin(), verdict.end());
-  if (said == "replace") return {latest, true};
-  if (said != "restart") {
-    log_error("the agent's verdict for generation {} is '{}'; expected replace or restart",
-              latest, said);
+}
+
+std::string RankRecovery::read_verdict(int64_t g) {
+  const std::string key = fmt::format("{}/{}", key_, g);
+  // The agent bumps the counter before it sets the verdict: a later generation's may lag.
+  if (!wait_with_heartbeats(key, verdict_timeout_)) return "";
+  const Bytes verdict = store_->get(key);
+  return std::string(verdict.begin(), verdict.end());
+}
+
+void RankRecovery::take_new_seat(int64_t g, int64_t world, const std::string& round,
+                                 const std::exception_ptr& error) {
+  const int old_rank = pg_.rank();
+  const int old_world = pg_.size();
+  const std::string key = fmt::format("{}/shrink_{}/rank_{}", key_, round, old_rank);
+  if (!wait_with_heartbeats(key, verdict_timeout_)) {
+    log_error("generation {} shrinks the group to world size {}, but the agent gave this rank "
+              "no new rank at {} within {} s: exiting",
+              g, world, key, verdict_timeout_.count() / 1000.0);
+    std::rethrow_exception(error);
   }
-  return {latest, false};
+  const Bytes said = store_->get(key);
+  const std::string text(said.begin(), said.end());
+  int new_rank = -1;
+  try {
+    size_t used = 0;
+    new_rank = std::stoi(text, &used);
+    if (used != text.size()) new_rank = -1;
+  } catch (const std::exception&) {
+  }
+  if (new_rank < 0 || new_rank >= world) {
+    log_error("the agent's new rank for rank {} at {} is '{}'; expected a number in [0, {}): "
+              "exiting",
+              old_rank, key, text, world);
+    std::rethrow_exception(error);
+  }
+  pg_.move_to(new_rank, static_cast<int>(world));
+  log_warning("generation {} shrinks the group from world size {} to {} (round {}): this worker "
+              "goes on as rank {} (was {})",
+              g, old_world, world, round, new_rank, old_rank);
+}
+
+int64_t RankRecovery::wait_for_verdict(const std::exception_ptr& error) {
+  const std::string next = fmt::format("{}/{}", key_, generation_ + 1);
+  const std::chrono::milliseconds wait =
+      timed_out(error) ? std::min(verdict_timeout_, stuck_peer_wait_) : verdict_timeout_;
+  if (!wait_with_heartbeats(next, wait)) {
+    log_error(
+        "no word from the agent at {} within {} s after the failure: giving up on re-forming "
+        "the group",
+        next, wait.count() / 1000.0);
+    std::rethrow_exception(error);
+  }
+  // The latest generation: the agent may have replaced more than one rank by now (each bump is
+  // a generation; only the newest is joined). Each one between is read in order, so that a
+  // shrink among them still moves this worker to its new rank.
+  const int64_t latest = store_->add(key_, 0);
+  for (int64_t g = generation_ + 1; g <= latest; ++g) {
+    const std::string said = read_verdict(g);
+    if (said == "replace") continue;
+    if (said.rfind("shrink ", 0) == 0) {
+      std::istringstream words(said.substr(7));
+      int64_t world = 0;
+      std::string round, rest;
+      if (words >> world >> round && !(words >> rest) && world >= 1 && world <= pg_.size()) {
+        take_new_seat(g, world, round, error);
+        continue;
+      }
+    }
+    if (said == "restart") {
+      log_error("the agent restarts the whole group (generation {}): exiting", g);
+    } else {
+      log_error("the agent's verdict for generation {} is '{}'; expected replace, restart or "
+                "shrink <world size no larger than {}> <round>: exiting",
+                g, said, pg_.size());
+    }
+    std::rethrow_exception(error);
+  }
+  return latest;
 }
 
 void RankRecovery::reform(const std::exception_ptr& error, const Exchange& exchange) {
   const Clock::time_point t0 = Clock::now();
-  log_warning("a peer failed ({}); waiting for the agent to replace it (generation {})",
+  log_warning("a peer failed ({}); waiting for the agent to replace it or shrink the group "
+              "(generation {})",
               what_of(error), generation_ + 1);
   for (;;) {
-    const auto [generation, replace] = wait_for_verdict(error);
-    if (!replace) {
-      log_error("the agent restarts the whole group (generation {}): exiting", generation);
-      std::rethrow_exception(error);
-    }
+    const int64_t generation = wait_for_verdict(error);
     generation_ = generation;
     try {
-      pg_.replace(join_generation(*store_, key_, generation, connect_, join_));
+      pg_.replace(
+          join_generation(*store_, key_, generation, pg_.rank(), pg_.size(), connect_, join_));
       if (exchange()) {
-        log_info("re-formed the group at generation {} {:.0f} ms after the failure", generation,
-                 ms_since(t0));
+        log_info("re-formed the group at generation {} (rank {} of {}) {:.0f} ms after the failure",
+                 generation, pg_.rank(), pg_.size(), ms_since(t0));
         return;
       }
       log_warning("the group of generation {} broke during the state exchange; waiting for the "

@@ -5,9 +5,13 @@
 //   a collective fails (ConnectionError, TimeoutError)
 //     -> drop the group (abandon it: the other survivors' waits end too)
 //     -> wait for the store key K/<generation + 1> (K = DLAUNCH_RECOVERY_KEY), heartbeating
-//     -> read the latest generation g = add(K, 0) and its verdict K/<g>
+//     -> read the latest generation g = add(K, 0) and the verdicts up to it, K/<g>, in order
 //          restart: rethrow the original error (the agent restarts the whole group)
-//          replace: join generation g ("dtrain/attempt_<n>/gen_<g>"), then `exchange` on it
+//          replace: nothing more (a rank is respawned)
+//          shrink W' <round>: a node was lost; wait for K/shrink_<round>/rank_<this rank>, the
+//                   rank R' this worker takes in the smaller world of W' ranks
+//     -> join generation g ("dtrain/attempt_<n>/gen_<g>") as this (maybe new) rank, then
+//        `exchange` on it
 //     -> a join or an exchange that fails (another death) waits for the next generation again;
 //        a join watches for that generation too (join_generation), so a rank that died during
 //        it does not keep the others waiting until the join timeout
@@ -52,10 +56,10 @@ int64_t current_generation(Store& store, const std::string& key);
 // Whether `e` is a peer's failure seen by a collective (what reform() handles).
 bool is_peer_failure(const std::exception& e);
 
-// Joins generation `g` of the group, bootstrapping through `client` (bootstrap.h's
-// join_process_group).
-using JoinGroup =
-    std::function<std::unique_ptr<comm::ProcessGroup>(int64_t g, std::shared_ptr<Store> client)>;
+// Joins generation `g` of the group as rank `rank` of `world`, bootstrapping through `client`
+// (bootstrap.h's join_process_group).
+using JoinGroup = std::function<std::unique_ptr<comm::ProcessGroup>(
+    int64_t g, int rank, int world, std::shared_ptr<Store> client)>;
 // A new client of the agent's store.
 using ConnectStore = std::function<std::shared_ptr<Store>()>;
 
@@ -64,12 +68,14 @@ using ConnectStore = std::function<std::shared_ptr<Store>()>;
 // will join g + 1), the join's blocking store calls are interrupted and this throws
 // ConnectionError at once, instead of the join waiting for a rank that is gone until its timeout.
 std::unique_ptr<comm::ProcessGroup> join_generation(Store& counter, const std::string& key,
-                                                    int64_t g, const ConnectStore& connect,
+                                                    int64_t g, int rank, int world,
+                                                    const ConnectStore& connect,
                                                     const JoinGroup& join);
 
 // A replacement's first join: the latest generation, then the next one each time the one it
 // joins is superseded (join_generation). Returns the group and sets `*generation`.
 std::unique_ptr<comm::ProcessGroup> join_latest_generation(Store& counter, const std::string& key,
+                                                           int rank, int world,
                                                            const ConnectStore& connect,
                                                            const JoinGroup& join,
                                                            int64_t* generation);
@@ -94,13 +100,23 @@ class RankRecovery {
   // Drops the broken group (ReformableProcessGroup::drop).
   void drop_group() { pg_.drop(); }
   // After drop_group(): waits, joins and exchanges as above; returns when `exchange` succeeded
-  // on a re-formed group. Rethrows `error` when the agent restarts the group instead.
+  // on a re-formed group. Rethrows `error` when the agent restarts the group instead. After a
+  // shrink the group (`pg`) has this worker's new rank and world size: the caller compares.
   void reform(const std::exception_ptr& error, const Exchange& exchange);
 
  private:
-  // Waits for the verdict of the generation after generation_; returns the latest generation
-  // and whether it says replace. Rethrows `error` when no verdict came in time.
-  std::pair<int64_t, bool> wait_for_verdict(const std::exception_ptr& error);
+  // Waits for the verdict of the generation after generation_ and reads every verdict up to the
+  // latest generation, which it returns; a shrink among them moves `pg` to this worker's new
+  // rank (take_new_seat). Rethrows `error` when no verdict came in time or one says restart.
+  int64_t wait_for_verdict(const std::exception_ptr& error);
+  // Generation `g`'s verdict ("" when it was not set within the verdict timeout).
+  std::string read_verdict(int64_t g);
+  // A shrink to `world` ranks in rendezvous round `round`: waits for this worker's new rank and
+  // moves `pg` to it. Rethrows `error` when none comes in time or it is not a rank of `world`.
+  void take_new_seat(int64_t g, int64_t world, const std::string& round,
+                     const std::exception_ptr& error);
+  // Waits up to `wait` for `key`, heartbeating every slice; false when it did not appear.
+  bool wait_with_heartbeats(const std::string& key, std::chrono::milliseconds wait);
 
   std::string key_;
   std::shared_ptr<Store> store_;

@@ -274,6 +274,7 @@ ResumePoint resume_point_of(const json& meta, int64_t world_size, int64_t batch_
   point.test_accuracy = meta.value("test_accuracy", std::nan(""));
   point.saved_world_size = meta.value("world_size", int64_t{0});
   point.saved_batch_size = meta.value("batch_size", int64_t{0});
+  point.saved_global_batch = meta.value("global_batch", int64_t{0});
   const int64_t epoch_step = meta.value("epoch_step", int64_t{0});
   if (epoch_step <= 0) return point;
   EpochResume& inside = point.inside_epoch;
@@ -375,14 +376,14 @@ struct PeerLoad {
 
   ResumePoint point(const TrainConfig& config, int world_size, int64_t train_size) {
     ResumePoint p = resume_point_of(meta, world_size, config.batch_size, train_size);
-    // A live peer's epoch goes on in the same world with the same batch, sharded as it began:
-    // an epoch that began after a re-form at another world size (seen_before > 0) skips its
-    // steps done within that sharding, exactly as the peers that sent the state go on (the
-    // checkpoint rule would re-shard the rest, with other batches).
+    // A live peer's epoch goes on in the same world with the peers' batch (the trainer takes
+    // it: not --batch_size after a shrink with --elastic_batch global), sharded as it began: an
+    // epoch that began after a re-form at another world size (seen_before > 0) skips its steps
+    // done within that sharding, exactly as the peers that sent the state go on (the checkpoint
+    // rule would re-shard the rest, with other batches).
     const int64_t seen_before = meta.value("epoch_seen_before", int64_t{0});
     const int64_t epoch_step = meta.value("epoch_step", int64_t{0});
-    if (seen_before > 0 && epoch_step > 0 && p.saved_world_size == world_size &&
-        p.saved_batch_size == config.batch_size) {
+    if (epoch_step > 0 && p.saved_world_size == world_size) {
       p.inside_epoch.seen = seen_before;
       p.inside_epoch.skip_steps = epoch_step;
     }

@@ -57,8 +57,9 @@ struct ResumePoint {
   int64_t global_step = 0;
   double test_loss = std::nan("");  // the checkpoint's last evaluation (NaN: none)
   double test_accuracy = std::nan("");
-  int64_t saved_world_size = 0;  // the world that wrote the checkpoint, and its --batch_size
+  int64_t saved_world_size = 0;  // the world that wrote the checkpoint, and its ranks' batch
   int64_t saved_batch_size = 0;
+  int64_t saved_global_batch = 0;  // --elastic_batch global's kept global batch (0: none)
   EpochResume inside_epoch;  // a checkpoint written inside epoch epochs_done + 1
   std::vector<float> ema;    // the checkpoint's EMA when this run keeps one (--ema)
 };

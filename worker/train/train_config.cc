@@ -311,6 +311,14 @@ const std::vector<Flag>& flags() {
        false,
        [](TrainConfig& c, auto& f, auto& v) { c.rank_recovery = choice(f, v, {"on", "off"}) == "on"; },
        [](const TrainConfig& c) { return std::string(c.rank_recovery ? "on" : "off"); }},
+      {"elastic_batch",
+       "per_rank | global: when a node is lost and the others go on in process at a smaller "
+       "world size, per_rank keeps each rank's --batch_size (the global batch shrinks); global "
+       "keeps the global batch (--batch_size times the world at the start), each rank taking "
+       "global / world, rounded down when it does not divide",
+       false,
+       [](TrainConfig& c, auto& f, auto& v) { c.elastic_batch = choice(f, v, {"per_rank", "global"}); },
+       [](const TrainConfig& c) { return c.elastic_batch; }},
       {"log_every", "write a metrics line every N steps (0: epochs only)", false,
        [](TrainConfig& c, auto& f, auto& v) { c.log_every = positive_int(f, v, 0); },
        [](const TrainConfig& c) { return std::to_string(c.log_every); }},

@@ -64,6 +64,10 @@ struct TrainConfig {
   // Survive a peer rank's death in process (train/rank_recovery.h) when the agent offers it
   // (DLAUNCH_RECOVERY_KEY); off: exit on it as before, so the agent restarts the whole group.
   bool rank_recovery = true;
+  // When the group shrinks in process (a node lost): per_rank keeps each rank's --batch_size (the
+  // global batch shrinks with the world); global keeps the global batch, each rank taking
+  // global / world (rounded down when it does not divide).
+  std::string elastic_batch = "per_rank";
   int log_every = 20;           // steps; 0 = epoch lines only
   bool tensorboard = true;      // metrics.jsonl's scalars also as a TensorBoard event file
   int64_t max_steps = 0;        // 0 = no limit

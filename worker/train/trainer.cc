@@ -32,6 +32,7 @@
 #include "worker/train/rank_recovery.h"
 #include "worker/train/resume.h"
 #include "worker/train/run_metrics.h"
+#include "worker/train/sample_log.h"
 #include "worker/train/step_sums.h"
 #include "worker/train/stop_signal.h"
 #include "worker/train/training_data.h"
@@ -62,6 +63,8 @@ class Trainer {
         fault_(fault),
         recovery_(recovery),
         rank0_(pg.rank() == 0),
+        batch_size_(config.batch_size),
+        samples_(SampleLog::from_env()),
         checkpoints_(config, pg) {}
 
   TrainSummary run();
@@ -83,12 +86,29 @@ class Trainer {
   void finish_run();
   // `resumed`: where a stopped epoch goes on (all zero: from its start).
   void train_epoch(int64_t epoch, const EpochResume& resumed);
-  // The epoch's sample indices for this rank, less those already trained before a resume.
-  std::vector<int64_t> epoch_indices(EpochRun& run, const EpochResume& resumed);
+  // The epoch's sample indices for this rank in this world: the rest after the first `seen`
+  // entries of its permutation (0: all), less the first `skip_steps` batches (a resume).
+  std::vector<int64_t> epoch_indices(EpochRun& run, int64_t seen, int64_t skip_steps);
   // One batch: train_step and after_step. With rank-level recovery a peer's death inside them is
   // survived: the step is rolled back and redone on the re-formed group with the same batch, or,
-  // when its optimizer step had run, the rest of its after_step is left out.
+  // when its optimizer step had run, the rest of its after_step is left out. After a shrink
+  // (shrunk_from_ set) a rolled-back step is not redone: the epoch's rest is shared anew.
   void run_step(EpochRun& run, const data::Batch& batch);
+  // After a shrink: this rank's new duties and batch (take_new_seat), then the rest of the epoch
+  // from the exact sample position, shared among the smaller world (`batches` replaced).
+  void continue_after_shrink(EpochRun& run, std::optional<EpochBatches>& batches);
+  // The group re-formed with this worker at another rank or world size: rank 0's duties (the
+  // metrics, the progress line; checkpoints follow the group by themselves), the per-rank batch
+  // (--elastic_batch) and the learning rate's scale follow.
+  void take_new_seat();
+  // Each rank's batch in a world of `world` ranks: --batch_size, or with --elastic_batch global
+  // the kept global batch / world, rounded down (at least 1).
+  int64_t batch_for_world(int world) const;
+  // --scale_lr: the learning rate times the world size, or with --elastic_batch global times the
+  // world that set the global batch (the global batch is kept, so is the rate).
+  void scale_learning_rate();
+  // DTRAIN_LOG_SAMPLES: the indices of `batch`, a step this rank completed (or took from a peer).
+  void log_samples(const EpochRun& run, const data::Batch& batch);
   // What a step changes before its optimizer step, and what a redo would change again: the BN
   // running statistics (forward in training mode) and the step sums (the loss op). The rest (the
   // weights, the optimizer, fp16's loss scale, the EMA) changes only after the last collective
@@ -142,7 +162,15 @@ class Trainer {
   kernels::Backend& backend_;  // where the model, its gradients and the optimizer state live
   FaultInjection fault_;
   RankRecovery* recovery_;  // null: a peer's death ends this worker
-  bool rank0_;
+  bool rank0_;  // follows the group's rank: a shrink may move rank 0's duties to this worker
+  // Each rank's batch now: --batch_size, or after a shrink with --elastic_batch global the kept
+  // global batch shared among the smaller world.
+  int64_t batch_size_;
+  int64_t global_batch_ = 0;  // --elastic_batch global: the global batch kept (0: per_rank)
+  int shrunk_from_ = 0;       // set by recover_step when the group re-formed smaller: the old world
+  SampleLog samples_;         // DTRAIN_LOG_SAMPLES (test-only)
+  std::vector<int64_t> shard_;  // with the sample log: the epoch's indices as the batches take them
+  size_t shard_next_ = 0;
   std::string run_id_;  // this run's (resume.h), for the state sent to a replacement
 
   data::ImageDataset train_set_, test_set_;
@@ -226,7 +254,7 @@ void Trainer::build_model() {
   optimizer_ = std::make_unique<optim::Optimizer>(optim_config, backend_);
 
   schedule_.kind = optim::parse_lr_schedule(config_.lr_schedule);
-  schedule_.base_lr = config_.lr * (config_.scale_lr ? pg_.size() : 1);
+  scale_learning_rate();
   schedule_.warmup_epochs = config_.warmup_epochs;
   schedule_.total_epochs = config_.epochs;
   if (rank0_) {
@@ -262,17 +290,19 @@ int Trainer::agree_stop() {
 void Trainer::train_epoch(int64_t epoch, const EpochResume& resumed) {
   EpochRun run;
   run.epoch = epoch;
-  std::vector<int64_t> indices = epoch_indices(run, resumed);
-  EpochBatches batches(train_set_, resident_train_.get(), std::move(indices), config_.batch_size,
-                       config_.augment(), config_.seed, epoch,
-                       {config_.cutout, config_.alternating_flip});
+  std::optional<EpochBatches> batches;
+  batches.emplace(train_set_, resident_train_.get(),
+                  epoch_indices(run, resumed.seen, resumed.skip_steps), batch_size_,
+                  config_.augment(), config_.seed, epoch,
+                  data::AugmentRecipe{config_.cutout, config_.alternating_flip});
   run.start = run.window_start = Clock::now();
   if (rank0_) run.totals = resumed.totals;
   run.resumed_images = run.totals.samples;
   step_sums_->begin_epoch(run.totals);
   run.learning_rate = optim::lr_at(schedule_, static_cast<double>(epoch) + run.fraction(run.step));
-  while (auto batch = batches.next(images_)) {
+  while (auto batch = batches->next(images_)) {
     run_step(run, *batch);
+    if (shrunk_from_ != 0) continue_after_shrink(run, batches);
     if (stop_signal_ != 0 || (config_.max_steps > 0 && global_step_ >= config_.max_steps)) {
       stop_ = true;
       break;
@@ -281,23 +311,85 @@ void Trainer::train_epoch(int64_t epoch, const EpochResume& resumed) {
   finish_epoch(run);
 }
 
-std::vector<int64_t> Trainer::epoch_indices(EpochRun& run, const EpochResume& resumed) {
+std::vector<int64_t> Trainer::epoch_indices(EpochRun& run, int64_t seen, int64_t skip_steps) {
   data::DistributedSampler sampler(train_set_.size(), pg_.size(), pg_.rank(), /*shuffle=*/true,
                                    config_.seed, /*drop_last=*/false);
   // After a re-form at another world size, the rest of the epoch's samples, shared anew.
-  run.seen_before = resumed.seen;
+  run.seen_before = seen;
   std::vector<int64_t> indices = run.seen_before > 0
                                      ? sampler.indices_after(run.epoch, run.seen_before)
                                      : sampler.indices(run.epoch);
-  run.steps = (static_cast<int64_t>(indices.size()) + config_.batch_size - 1) / config_.batch_size;
+  run.steps = (static_cast<int64_t>(indices.size()) + batch_size_ - 1) / batch_size_;
   run.n_train = static_cast<double>(train_set_.size());
   // Resuming inside this epoch: the sampler's order is a pure function of (seed, epoch), so
   // skipping the batches already trained continues exactly where the stop happened.
-  run.step = std::min(resumed.skip_steps, run.steps);
+  run.step = std::min(skip_steps, run.steps);
   indices.erase(indices.begin(),
-                indices.begin() + std::min<int64_t>(run.step * config_.batch_size,
+                indices.begin() + std::min<int64_t>(run.step * batch_size_,
                                                     static_cast<int64_t>(indices.size())));
+  if (samples_.on()) {
+    shard_ = indices;
+    shard_next_ = 0;
+  }
   return indices;
+}
+
+void Trainer::continue_after_shrink(EpochRun& run, std::optional<EpochBatches>& batches) {
+  const int old_world = std::exchange(shrunk_from_, 0);
+  // The ranks took the shards' batches in step, so the steps done cover exactly a prefix of the
+  // epoch's permutation (padding only ever comes in an epoch's last step):
+  // distributed_sampler.h's indices_after.
+  const int64_t seen = run.seen_before + run.step * batch_size_ * old_world;
+  take_new_seat();
+  if (run.step >= run.steps || seen >= train_set_.size()) return;  // its samples are all done
+  batches.emplace(train_set_, resident_train_.get(), epoch_indices(run, seen, 0), batch_size_,
+                  config_.augment(), config_.seed, run.epoch,
+                  data::AugmentRecipe{config_.cutout, config_.alternating_flip});
+  if (rank0_) {
+    log_info("epoch {} goes on after {} of its {} samples, shared among {} ranks: {} steps of {} "
+             "per rank",
+             run.epoch + 1, seen, train_set_.size(), pg_.size(), run.steps, batch_size_);
+  }
+}
+
+void Trainer::take_new_seat() {
+  const bool was_rank0 = rank0_;
+  rank0_ = pg_.rank() == 0;
+  set_log_tag(fmt::format("dtrain rank {}", pg_.rank()));
+  const int64_t batch = batch_for_world(pg_.size());
+  if (batch != batch_size_) {
+    log_info("--elastic_batch global: each rank's batch is now {} (was {}){}", batch, batch_size_,
+             global_batch_ % pg_.size() == 0
+                 ? fmt::format(", the global batch {} kept", global_batch_)
+                 : fmt::format("; the global batch {} does not divide among {} ranks, so it is "
+                               "{} now",
+                               global_batch_, pg_.size(), batch * pg_.size()));
+    batch_size_ = batch;
+  }
+  scale_learning_rate();
+  if (rank0_ && !was_rank0) {
+    log_info("this worker is rank 0 now: it writes the metrics and the checkpoints");
+    metrics_.open(config_, env_.restart_count, train_set_, test_set_, global_step_,
+                  summary_.epochs_done, pg_.size());
+    progress_ = metrics::ProgressBar(metrics::stdout_is_terminal() || env_.console_tty);
+  }
+}
+
+int64_t Trainer::batch_for_world(int world) const {
+  if (global_batch_ == 0) return config_.batch_size;
+  return std::max<int64_t>(1, global_batch_ / world);
+}
+
+void Trainer::scale_learning_rate() {
+  const int64_t lr_world = global_batch_ > 0 ? global_batch_ / config_.batch_size : pg_.size();
+  schedule_.base_lr = config_.lr * static_cast<double>(config_.scale_lr ? lr_world : 1);
+}
+
+void Trainer::log_samples(const EpochRun& run, const data::Batch& batch) {
+  if (!samples_.on()) return;
+  samples_.record(run.epoch, global_step_, pg_.size(), shard_, shard_next_,
+                  static_cast<size_t>(batch.size));
+  shard_next_ += static_cast<size_t>(batch.size);
 }
 
 void Trainer::run_step(EpochRun& run, const data::Batch& batch) {
@@ -320,7 +412,12 @@ void Trainer::run_step(EpochRun& run, const data::Batch& batch) {
     }
     // The optimizer step ran (global_step_ counts it): the failure came later, in the stop
     // agreement, the logging window or the flash copy, none of which changes the training.
-    if (recover_step(run, error, global_step_ > step_before, start)) return;
+    const bool complete = global_step_ > step_before;
+    const bool done = recover_step(run, error, complete, start);
+    if (done && !complete) log_samples(run, batch);  // a peer's state: this batch's step done
+    // After a shrink a step not done is not redone at the old size: its samples are in the
+    // epoch's rest, which the smaller world shares anew (train_epoch).
+    if (done || shrunk_from_ != 0) return;
   }
 }
 
@@ -347,7 +444,10 @@ bool Trainer::recover_step(EpochRun& run, const std::exception_ptr& error, bool 
   if (!complete) restore_step_start(start);
   log_info("step {} {}: re-forming the group", global_step_ + (complete ? 0 : 1),
            complete ? "was complete when the peer failed (the rest of its logging is left out)"
-                    : "was interrupted and is rolled back, to be redone with the same batch");
+                    : "was interrupted and is rolled back (redone with the same batch, or, if "
+                      "the group shrinks, its samples shared anew)");
+  const int rank = pg_.rank();
+  const int world = pg_.size();
   bool took_step = false;
   recovery_->reform(error, [&] {
     // The replacement starts after this step, as a checkpoint written now would say; the epoch's
@@ -370,6 +470,7 @@ bool Trainer::recover_step(EpochRun& run, const std::exception_ptr& error, bool 
     throw PeerStateError(fmt::format("sharing the training state after a re-form failed: {}",
                                      result.error));
   });
+  if (pg_.rank() != rank || pg_.size() != world) shrunk_from_ = world;
   return complete || took_step;
 }
 
@@ -403,6 +504,7 @@ void Trainer::train_step(EpochRun& run, const data::Batch& batch) {
   ++global_step_;
   ++run.step;
   run.images += static_cast<double>(batch.size);
+  log_samples(run, batch);
   if (fault_.after_optimizer) inject_fault();
   heartbeat();
   stop_watch_progress(/*step=*/true);
@@ -623,7 +725,8 @@ void Trainer::save_flash(const EpochRun& run) {
 
 TrainingState Trainer::state() {
   return {*model_,    *optimizer_,  ema_.get(),         *precision_,
-          train_set_, global_step_, summary_.test_loss, summary_.test_accuracy};
+          train_set_, global_step_, summary_.test_loss, summary_.test_accuracy,
+          batch_size_, global_batch_};
 }
 
 TrainSummary Trainer::run() {
@@ -681,6 +784,15 @@ TrainSummary Trainer::run() {
 int64_t Trainer::continue_from(const ResumePoint& point) {
   run_id_ = point.run_id;
   checkpoints_.set_run_id(point.run_id);
+  if (config_.elastic_batch == "global") global_batch_ = config_.batch_size * pg_.size();
+  // A replacement trains with its peers' batch and keeps their global batch: after a shrink
+  // with --elastic_batch global they are not --batch_size and this world's.
+  if (env_.replacement && point.resumed && point.saved_world_size == pg_.size() &&
+      point.saved_batch_size > 0) {
+    batch_size_ = point.saved_batch_size;
+    if (global_batch_ > 0 && point.saved_global_batch > 0) global_batch_ = point.saved_global_batch;
+  }
+  scale_learning_rate();
   if (!point.resumed) return 0;
   summary_.resumed = true;
   summary_.resumed_from = point.checkpoint;

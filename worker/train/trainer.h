@@ -23,7 +23,11 @@
 // group re-formed with the replacement, which takes the state from the survivors, and the step
 // redone with the same batch; a death after the step's optimizer step leaves the rest of that
 // step's logging out. The losses are those of a run without the death, bit for bit. A death
-// elsewhere (evaluation, the epoch's end, checkpoints) throws as before.
+// elsewhere (evaluation, the epoch's end, checkpoints) throws as before. When the agent shrinks
+// the group instead (a node lost), the interrupted step is rolled back and not redone: this
+// worker goes on as its new rank of the smaller world, with the rest of the epoch from the exact
+// sample position shared anew, its batch as --elastic_batch says, and rank 0's duties if it is
+// the new rank 0.
 #pragma once
 
 #include <csignal>
