@@ -1,0 +1,63 @@
+#include "worker/train/replacement_watch.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "common/error.h"
+#include "common/log.h"
+
+namespace dlaunch::train {
+
+namespace {
+
+// Each wait is cut into slices so that a stop whose interrupt came between two calls is seen.
+constexpr std::chrono::milliseconds kWatchSlice{1000};
+constexpr std::chrono::milliseconds kStopRetry{5};
+
+}  // namespace
+
+ReplacementWatch::ReplacementWatch(std::string key, int64_t generation,
+                                   std::function<std::shared_ptr<Store>()> connect)
+    : key_(std::move(key)), connect_(std::move(connect)) {
+  thread_ = std::thread([this, next = generation + 1] { run(next); });
+}
+
+ReplacementWatch::~ReplacementWatch() {
+  stop_ = true;
+  // The thread may be inside a wait (interrupted here: once is not enough when the interrupt
+  // falls between two of its calls) or between two calls (it sees stop_).
+  while (!stopped_.load(std::memory_order_acquire)) {
+    if (client_ready_.load(std::memory_order_acquire)) client_->interrupt();
+    std::this_thread::sleep_for(kStopRetry);
+  }
+  thread_.join();
+}
+
+void ReplacementWatch::run(int64_t next) {
+  try {
+    client_ = connect_();
+    client_ready_.store(true, std::memory_order_release);
+    while (!stop_) {
+      const std::string verdict_key = fmt::format("{}/{}", key_, next);
+      WaitGetResult r;
+      try {
+        r = client_->wait_get({verdict_key}, kWatchSlice);
+      } catch (const StoreInterruptedError&) {
+        continue;  // stopping
+      }
+      if (!r.ready) continue;
+      const std::string verdict = r.values.front() ? to_string(*r.values.front()) : "";
+      if (verdict == "replace") {
+        replaced_.store(next, std::memory_order_release);
+        log_debug("the agent announced generation {} (replace): abandoning this step", next);
+      }
+      ++next;
+    }
+  } catch (const std::exception& e) {
+    if (!stop_) log_debug("watching for rank replacements stopped: {}", e.what());
+  }
+  stopped_.store(true, std::memory_order_release);
+}
+
+}  // namespace dlaunch::train
