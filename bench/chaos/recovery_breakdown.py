@@ -35,6 +35,7 @@ MILESTONES = [
     ("survivors joined the group", "survivors", r"^joined generation"),
     ("replacement data ready", "new", r"start-up: data ready"),
     ("replacement model built", "new", r"start-up: model built"),
+    ("replacement kernels warmed up", "new", r"start-up: kernels warmed up"),
     ("replacement took the state", "new", r"start-up: training state in place"),
     ("survivors re-formed", "survivors", r"re-formed the group at generation"),
     ("replacement redid the step", "new", r"start-up: step \d+ done"),
