@@ -11,8 +11,10 @@ namespace dlaunch::train {
 
 namespace {
 
-// Each wait is cut into slices so that a stop whose interrupt came between two calls is seen.
-constexpr std::chrono::milliseconds kWatchSlice{1000};
+// One store request per slice and worker, so a long one (a job of thousands of workers sends its
+// agent's store that many a minute); the server answers at once when the key appears, and a stop
+// interrupts the wait (repeatedly, so one that fell between two calls is not lost).
+constexpr std::chrono::milliseconds kWatchSlice{60000};
 constexpr std::chrono::milliseconds kStopRetry{5};
 
 }  // namespace
