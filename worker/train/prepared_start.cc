@@ -53,7 +53,11 @@ model::ResNetConfig resnet_config(const TrainConfig& config, const data::ImageDa
 
 StartPreparation::StartPreparation(const TrainConfig& config, const WorkerEnv& env,
                                    kernels::Backend& backend, bool build_model) {
-  done_ = std::async(std::launch::async, [&config, &env, &backend, build_model] {
+  // OpenMP's thread count is per thread: this one's, not the library's default, so that the
+  // kernels made here (and the convolution choices, keyed by it) are the training thread's.
+  const int threads = kernels::host_threads();
+  done_ = std::async(std::launch::async, [&config, &env, &backend, build_model, threads] {
+    kernels::set_host_threads(threads);
     PreparedStart p;
     p.splits = load_training_data(config, env, env.rank == 0);
     log_startup_phase("data ready (prepared while joining)");
