@@ -158,6 +158,7 @@ int main(int argc, char** argv) {
     }
     if (!first) first = join(generation, nullptr);
     train::log_startup_phase(fmt::format("joined the group (generation {})", generation));
+    if (preparing) preparing->joined();
     comm::ReformableProcessGroup pg(std::move(first));
     std::unique_ptr<train::RankRecovery> recovery;
     const std::string recovery_off = train::rank_recovery_off_reason(config, env, pg.backend());

@@ -441,10 +441,15 @@ TEST_F(RankRecoveryTest, ReplacementPreparesItsDataModelAndKernelsWhileJoining) 
   const Outcome o = run_job("prepared", {{1, 5}}, Verdict::kReplace);
   expect_survived(o, {1, 2, 1});
   for (const char* phase : {"start-up: data ready (prepared while joining)",
-                            "start-up: model built (prepared while joining)",
-                            "start-up: kernels warmed up (prepared while joining)"}) {
+                            "start-up: model built (prepared while joining)"}) {
     EXPECT_NE(o.logs[1].find(phase), std::string::npos) << o.logs[1];
   }
+  // The warm-up pass, whole or cut short at the join (which of the two depends on the timing).
+  EXPECT_TRUE(o.logs[1].find("start-up: kernels warmed up (prepared while joining)") !=
+                  std::string::npos ||
+              o.logs[1].find("start-up: warm-up cut short: the group was joined") !=
+                  std::string::npos)
+      << o.logs[1];
   for (int r : {0, 2}) {
     EXPECT_EQ(o.logs[r].find("prepared while joining"), std::string::npos) << o.logs[r];
   }

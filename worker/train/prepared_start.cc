@@ -1,6 +1,7 @@
 #include "worker/train/prepared_start.h"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "common/error.h"
@@ -13,20 +14,41 @@ namespace dlaunch::train {
 
 namespace {
 
-// One training forward and backward on zeros, the BN running statistics kept as they were.
-void warm_up(model::ResNet& model, const TrainConfig& config, const data::ImageDataset& train_set) {
+// Thrown by the warm-up's layer and gradient checks once the group is joined.
+struct WarmUpCut {};
+
+// One training forward and backward on zeros, the BN running statistics kept as they were, cut
+// short between two layers as soon as `stop` is set: it must not delay the state exchange that
+// the survivors wait in. Returns whether it ran to its end.
+bool warm_up(model::ResNet& model, const TrainConfig& config, const data::ImageDataset& train_set,
+             const std::atomic<bool>& stop) {
+  if (stop) return false;
   kernels::Backend& backend = model.backend();
   std::vector<std::vector<float>> buffers;
   for (Tensor* t : model.buffers()) buffers.push_back(t->to_host());
-  Tensor images({config.batch_size, train_set.channels, train_set.height, train_set.width},
-                backend);
-  images.zero();
-  const Tensor& logits = model.forward(images, /*training=*/true);
-  Tensor grad_logits({logits.dim(0), logits.dim(1)}, backend);
-  grad_logits.zero();
-  model.backward(grad_logits);
+  model.set_layer_check([&stop] {
+    if (stop) throw WarmUpCut{};
+  });
+  model.set_grad_ready_callback([&stop](size_t, size_t) {
+    if (stop) throw WarmUpCut{};
+  });
+  bool whole = true;
+  try {
+    Tensor images({config.batch_size, train_set.channels, train_set.height, train_set.width},
+                  backend);
+    images.zero();
+    const Tensor& logits = model.forward(images, /*training=*/true);
+    Tensor grad_logits({logits.dim(0), logits.dim(1)}, backend);
+    grad_logits.zero();
+    model.backward(grad_logits);
+  } catch (const WarmUpCut&) {
+    whole = false;
+  }
+  model.set_layer_check(nullptr);
+  model.set_grad_ready_callback(nullptr);
   const std::vector<Tensor*> now = model.buffers();
   for (size_t i = 0; i < now.size(); ++i) now[i]->copy_from_host(buffers[i].data());
+  return whole;
 }
 
 }  // namespace
@@ -56,7 +78,7 @@ StartPreparation::StartPreparation(const TrainConfig& config, const WorkerEnv& e
   // OpenMP's thread count is per thread: this one's, not the library's default, so that the
   // kernels made here (and the convolution choices, keyed by it) are the training thread's.
   const int threads = kernels::host_threads();
-  done_ = std::async(std::launch::async, [&config, &env, &backend, build_model, threads] {
+  done_ = std::async(std::launch::async, [this, &config, &env, &backend, build_model, threads] {
     kernels::set_host_threads(threads);
     PreparedStart p;
     p.splits = load_training_data(config, env, env.rank == 0);
@@ -65,13 +87,18 @@ StartPreparation::StartPreparation(const TrainConfig& config, const WorkerEnv& e
     p.model = std::make_unique<model::ResNet>(resnet_config(config, p.splits.train), config.seed,
                                               backend);
     log_startup_phase("model built (prepared while joining)");
-    warm_up(*p.model, config, p.splits.train);
-    p.warmed_up = true;
-    log_startup_phase("kernels warmed up (prepared while joining)");
+    p.warmed_up = warm_up(*p.model, config, p.splits.train, joined_);
+    log_startup_phase(p.warmed_up ? "kernels warmed up (prepared while joining)"
+                                  : "warm-up cut short: the group was joined");
     return p;
   });
 }
 
-PreparedStart StartPreparation::take() { return done_.get(); }
+void StartPreparation::joined() { joined_ = true; }
+
+PreparedStart StartPreparation::take() {
+  joined_ = true;
+  return done_.get();
+}
 
 }  // namespace dlaunch::train
