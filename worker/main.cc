@@ -13,6 +13,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <optional>
 
 #include "common/env.h"
 #include "common/error.h"
@@ -28,7 +29,9 @@
 #include "worker/train/op_profile.h"
 #include "worker/comm/reformable_process_group.h"
 #include "worker/train/peer_state.h"
+#include "worker/train/prepared_start.h"
 #include "worker/train/rank_recovery.h"
+#include "worker/train/startup_phases.h"
 #include "worker/train/stop_signal.h"
 #include "worker/train/train_config.h"
 #include "worker/train/trainer.h"
@@ -75,6 +78,7 @@ void log_summary(const dlaunch::train::TrainSummary& summary) {
 
 int main(int argc, char** argv) {
   using namespace dlaunch;
+  train::mark_startup_begin();
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--version") {
       std::fputs(version_text("dtrain").c_str(), stdout);
@@ -91,6 +95,7 @@ int main(int argc, char** argv) {
     WorkerEnv env = WorkerEnv::from_environ();
     error_file = env.error_file.empty() ? error_file : env.error_file;
     set_log_tag(fmt::format("dtrain rank {}", env.rank));
+    train::log_startup_phase(env.replacement ? "main() of a replacement" : "main()");
     bool help = false;
     train::TrainConfig config =
         train::parse_train_args(std::vector<std::string>(argv + 1, argv + argc), &help);
@@ -112,6 +117,7 @@ int main(int argc, char** argv) {
     // Before joining the group: a missing GPU is a usage error of this worker alone (exit 2),
     // said before any peer waits on it.
     const kernels::OpenedDevice device = train::select_device(config, env);
+    train::log_startup_phase("device opened");
     train::OpProfile op_profile(*device.backend);  // DTRAIN_PROFILE_OPS (benchmarks only)
     train::FaultInjection fault;
     if (env.restart_count == 0) {
@@ -141,8 +147,16 @@ int main(int argc, char** argv) {
     std::shared_ptr<Store> store;  // the generation counter's
     int64_t generation = 0;
     std::unique_ptr<comm::ProcessGroup> first;
-    if (!recovery_key.empty() && config.rank_recovery && env.world_size > 1) {
+    const bool recovering = !recovery_key.empty() && config.rank_recovery && env.world_size > 1;
+    // A replacement's survivors wait for it: its data, model and kernels are made ready while it
+    // joins (prepared_start.h); the model only on the CPU (a GPU's belongs to this thread).
+    std::optional<train::StartPreparation> preparing;
+    if (recovering && env.replacement) {
+      preparing.emplace(config, env, op_profile.backend(), device.cuda_device < 0);
+    }
+    if (recovering) {
       store = connect();
+      train::log_startup_phase("connected to the store");
       if (env.replacement) {
         first = train::join_latest_generation(*store, recovery_key, static_cast<int>(env.rank),
                                               static_cast<int>(env.world_size), connect, join,
@@ -153,19 +167,28 @@ int main(int argc, char** argv) {
       first = join(generation, static_cast<int>(env.rank), static_cast<int>(env.world_size),
                    nullptr);
     }
+    train::log_startup_phase(fmt::format("joined the group (generation {})", generation));
+    if (preparing) preparing->joined();
     comm::ReformableProcessGroup pg(std::move(first));
     std::unique_ptr<train::RankRecovery> recovery;
     const std::string recovery_off = train::rank_recovery_off_reason(config, env, pg.backend());
     if (recovery_off.empty()) {
+      // The watch's client gives up within seconds: its thread is waited for at the exit.
+      const train::ConnectStore watch_connect = [&] {
+        return train::connect_job_store(env, std::chrono::seconds(10));
+      };
       recovery = std::make_unique<train::RankRecovery>(recovery_key, store, pg, connect, join,
                                                        join_timeout, collective_timeout,
-                                                       generation);
+                                                       generation, watch_connect);
       if (env.rank == 0) log_info("rank-level recovery on: a peer's death is survived in process");
     } else if (env.rank == 0 && env.world_size > 1) {
       log_debug("rank-level recovery off: {}", recovery_off);
     }
+    std::optional<train::PreparedStart> prepared;
+    if (preparing) prepared = preparing->take();
     train::TrainSummary summary =
-        train::run_training(config, env, pg, op_profile.backend(), fault, recovery.get());
+        train::run_training(config, env, pg, op_profile.backend(), fault, recovery.get(),
+                            prepared ? &*prepared : nullptr);
     op_profile.write(env.rank);
     if (pg.rank() == 0) log_summary(summary);  // a shrink may have moved rank 0
     if (summary.stop_signal != 0 && !WorkerEnv::launched()) {

@@ -655,7 +655,7 @@ def finish_fault(fault, got, summary, problems):
     if got == "finished":  # the job trained to its end meanwhile: nothing left to recover
         fault["recovered"] = None
         log(f"  the job finished before {fault['kind']} needed a recovery")
-        summary["faults"].append({k: v for k, v in fault.items() if k != "time"})
+        summary["faults"].append(fault_record(fault))
         return
     if got is None:
         fault["recovered"] = False
@@ -667,7 +667,16 @@ def finish_fault(fault, got, summary, problems):
                      steps_lost=max(0, fault["step_before"] - (step - 1)))
         log(f"  recovered in {secs:.2f} s at step {step} (last before: {fault['step_before']}, "
             f"lost {fault['steps_lost']})")
-    summary["faults"].append({k: v for k, v in fault.items() if k != "time"})
+    summary["faults"].append(fault_record(fault))
+
+
+def fault_record(fault):
+    """The fault as summary_*.json keeps it: its wall time as `at` (Unix seconds, for lining it up
+    with the logs' stamps: bench/chaos/recovery_breakdown.py)."""
+    rec = {k: v for k, v in fault.items() if k != "time"}
+    if "time" in fault:
+        rec["at"] = round(fault["time"], 3)
+    return rec
 
 
 def read_steps(out):

@@ -109,7 +109,7 @@ class RankRecoveryTest : public ::testing::Test {
   std::map<std::string, std::string> env(int rank, const std::string& run) const {
     // One node of world_ ranks, or nodes of nproc_per_node_ (GROUP_RANK the node's index).
     const int per_node = nproc_per_node_ > 0 ? nproc_per_node_ : world_;
-    return {{"RANK", std::to_string(rank)},
+    std::map<std::string, std::string> e = {{"RANK", std::to_string(rank)},
             {"LOCAL_RANK", std::to_string(rank % per_node)},
             {"WORLD_SIZE", std::to_string(world_)},
             {"LOCAL_WORLD_SIZE", std::to_string(per_node)},
@@ -132,6 +132,8 @@ class RankRecoveryTest : public ::testing::Test {
             {"DLAUNCH_CONV_ALGO", "direct"},
             {"DLAUNCH_CONV_CACHE", "off"},
             {"OMP_NUM_THREADS", "1"}};
+    for (const auto& [k, v] : extra_env_) e[k] = v;
+    return e;
   }
 
   // Runs the job `run` with `deaths`, answering each with `verdict`. Each run has a store of its
@@ -171,6 +173,16 @@ class RankRecoveryTest : public ::testing::Test {
     }
     const auto deadline = Clock::now() + 300s;
     while (Clock::now() < deadline) {
+      if (announce_after_step_ >= 0) {
+        const auto steps = records(metrics, "step");
+        if (!steps.empty() && steps.back()["step"].get<int64_t>() >= announce_after_step_) {
+          // A replacement announced while every rank lives: only the announcement can make
+          // them abandon their step.
+          announce_after_step_ = -1;
+          const int64_t g = agent_store.add(recovery_key_, 1);
+          agent_store.set(fmt::format("{}/{}", recovery_key_, g), to_bytes("replace"));
+        }
+      }
       for (auto it = outside.begin(); it != outside.end(); ++it) {
         const auto steps = records(metrics, "step");
         if (it->incarnation + 1 != outcome.processes[it->rank] || steps.empty() ||
@@ -309,10 +321,14 @@ class RankRecoveryTest : public ::testing::Test {
   testing::TempDir dir_;
   std::string recovery_key_ = kRecoveryKey;
   std::vector<std::string> extra_args_;
+  std::map<std::string, std::string> extra_env_;
   int world_ = 3;
   int nproc_per_node_ = 0;  // 0: every rank on one node
   // >= 0: this rank is SIGKILLed while the survivors re-form after the first death.
   int second_death_during_reform_ = -1;
+  // >= 0: the test agent announces generation 1 with the verdict replace (no rank died) once
+  // rank 0 recorded this step.
+  int64_t announce_after_step_ = -1;
 };
 
 // A node of an elastic job lost: 4 ranks as 2 nodes of 2 (or, with nodes_ and per_node_, 4 of
@@ -597,7 +613,8 @@ TEST_F(RankRecoveryTest, RankKilledMidEpochIsReplacedAndTheTrainingIsBitIdentica
 }
 
 // Without SyncBN the first collective of a step is the gradients' asynchronous all-reduce (gloo,
-// on the communication thread): the survivors' failure comes from there, and the group's
+// on the communication thread): the survivors' failure comes from there (or from the agent's
+// announcement, whichever reaches them first), and the group's
 // teardown must not wait for the collective timeout (600 s) on the all-reduces in flight. The BN
 // statistics are each rank's own then; those of rank 0 are the ones checkpointed, unchanged.
 TEST_F(RankRecoveryTest, WithoutSyncBnTheFailedGradientAllReduceIsRedone) {
@@ -607,7 +624,12 @@ TEST_F(RankRecoveryTest, WithoutSyncBnTheFailedGradientAllReduceIsRedone) {
   expect_survived(o, {1, 1, 2});
   expect_same_losses("recovered");
   expect_same_final_state("recovered");
-  EXPECT_NE(o.logs[0].find("gloo allreduce"), std::string::npos) << o.logs[0];
+  // Whichever came first: the gradient all-reduce's failure, or the agent's announcement read by
+  // the survivor's watch (it then abandons the step with that all-reduce in flight, whose
+  // teardown must not wait for the timeout either).
+  const bool all_reduce_failed = o.logs[0].find("gloo allreduce") != std::string::npos;
+  const bool announced = o.logs[0].find("the agent announced generation 1") != std::string::npos;
+  EXPECT_TRUE(all_reduce_failed || announced) << o.logs[0];
 }
 
 // SIGKILLed from outside at moments inside a step (in a collective, maybe, that some survivors
@@ -689,6 +711,58 @@ TEST_F(RankRecoveryTest, DeathAfterTheOptimizerStepIsNotRedone) {
   expect_same_final_state("recovered");
   EXPECT_NE(o.logs[0].find("step 4 was complete when the peer failed"), std::string::npos)
       << o.logs[0];
+}
+
+// A replacement's data, model and kernels are made ready while it joins the group, not after:
+// its start-up phases (debug lines) say so, and the survivors, which are no replacements, do
+// nothing of the kind. (That the warm-up pass leaves no trace is the bit-identical tests'.)
+TEST_F(RankRecoveryTest, ReplacementPreparesItsDataModelAndKernelsWhileJoining) {
+  extra_env_ = {{"DLAUNCH_LOG_LEVEL", "debug"}};
+  const Outcome o = run_job("prepared", {{1, 5}}, Verdict::kReplace);
+  expect_survived(o, {1, 2, 1});
+  for (const char* phase : {"start-up: data ready (prepared while joining)",
+                            "start-up: model built (prepared while joining)"}) {
+    EXPECT_NE(o.logs[1].find(phase), std::string::npos) << o.logs[1];
+  }
+  // The warm-up pass, whole or cut short at the join (which of the two depends on the timing).
+  EXPECT_TRUE(o.logs[1].find("start-up: kernels warmed up (prepared while joining)") !=
+                  std::string::npos ||
+              o.logs[1].find("start-up: warm-up cut short: the group was joined") !=
+                  std::string::npos)
+      << o.logs[1];
+  for (int r : {0, 2}) {
+    EXPECT_EQ(o.logs[r].find("prepared while joining"), std::string::npos) << o.logs[r];
+  }
+}
+
+// The agent announces a replacement while the ranks compute (here with no rank dead, so that
+// nothing else can end their step): each rank in a training step abandons it at its next layer,
+// as soon as the announcement reaches it, rather than when a collective fails, which after a
+// real death can be a whole step later (no SyncBN: the first collective of a step is the
+// gradient all-reduce's end). They re-form among themselves at generation 1 and redo the step;
+// the training is the same as without it.
+TEST_F(RankRecoveryTest, AnnouncedReplacementAbandonsTheStepBeforeAnyCollectiveFails) {
+  extra_args_ = {"--sync_bn=false", "--width=16"};
+  run_reference();
+  announce_after_step_ = 3;
+  const Outcome o = run_job("announced", {}, Verdict::kNone);
+  expect_survived(o, {1, 1, 1});
+  // The final state, not every step record: a rank that finished a logging window's all-reduce
+  // and abandoned the next step can leave a peer whose all-reduce failed, whose window is then
+  // reported with the next one (as after a death).
+  expect_same_final_state("announced");
+  int abandoned = 0;
+  for (int r = 0; r < world_; ++r) {
+    EXPECT_NE(o.logs[r].find("re-formed the group at generation 1"), std::string::npos)
+        << o.logs[r];
+    if (o.logs[r].find("the agent announced generation 1: it replaces a failed rank of this "
+                       "group, so the step in progress is abandoned") != std::string::npos) {
+      ++abandoned;
+    }
+  }
+  // A rank the announcement reached between two steps' collectives fails in the next one, when
+  // the others abandoned the group; at least one was computing.
+  EXPECT_GE(abandoned, 1) << o.logs[0] << o.logs[1] << o.logs[2];
 }
 
 // The agent restarts the whole group instead: the survivors exit 1 with the error that ended

@@ -44,13 +44,21 @@ DataParallel::DataParallel(model::ResNet& model, comm::ProcessGroup& pg, bool sy
     bn_sync_ = std::make_unique<ProcessGroupBatchNormSync>(pg, model.backend());
     model_.set_batchnorm_sync(bn_sync_.get());
   }
-  model_.set_grad_ready_callback(
-      [this](size_t offset, size_t count) { reducer_.on_grad_ready(offset, count); });
+  model_.set_grad_ready_callback([this](size_t offset, size_t count) {
+    if (interrupt_check_) interrupt_check_();
+    reducer_.on_grad_ready(offset, count);
+  });
 }
 
 DataParallel::~DataParallel() {
   model_.set_batchnorm_sync(nullptr);
   model_.set_grad_ready_callback(nullptr);
+  model_.set_layer_check(nullptr);
+}
+
+void DataParallel::set_interrupt_check(std::function<void()> check) {
+  interrupt_check_ = check;
+  model_.set_layer_check(std::move(check));
 }
 
 void DataParallel::broadcast_state() {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "worker/comm/process_group.h"
@@ -63,6 +64,10 @@ class DataParallel {
   const GradReducer& reducer() const { return reducer_; }
   // A train step that threw (a peer died; the group was dropped): ready for the step again.
   void abandon_step() { reducer_.abandon_step(); }
+  // check() is called during train steps, between the forward's residual blocks and before each
+  // gradient is handed to the all-reduce; it may throw to abandon the step (the caller then
+  // drops the group and calls abandon_step, as after a failed collective). Empty: none.
+  void set_interrupt_check(std::function<void()> check);
 
  private:
   // Forward, `loss` (which fills grad_logits_), loss scaling, backward with the allreduce.
@@ -76,6 +81,7 @@ class DataParallel {
   Tensor grad_logits_;
   float label_smoothing_ = 0;
   bool tta_flip_ = false;
+  std::function<void()> interrupt_check_;
 };
 
 }  // namespace dlaunch::ddp

@@ -108,6 +108,7 @@ struct ResNet::Impl {
   std::vector<ParamInfo> infos;
   Tensor flat_params, flat_grads;
   std::function<void(size_t, size_t)> ready;
+  std::function<void()> layer_check;
   BatchNormSync* sync = nullptr;
   size_t next_ready = 0;  // checks that gradients complete in offset order
 
@@ -336,6 +337,7 @@ const Tensor& ResNet::forward(const Tensor& images, bool training) {
     x = &m.pooled_stem;
   }
   for (auto& blk : m.blocks) {
+    if (training && m.layer_check) m.layer_check();
     blk.in = x;
     blk.in_shape = xs;
     m.conv_forward(blk.conv1, xs, x->data(), &blk.mid_shape);
@@ -483,6 +485,7 @@ void ResNet::set_batchnorm_sync(BatchNormSync* sync) { impl_->sync = sync; }
 void ResNet::set_grad_ready_callback(std::function<void(size_t, size_t)> fn) {
   impl_->ready = std::move(fn);
 }
+void ResNet::set_layer_check(std::function<void()> fn) { impl_->layer_check = std::move(fn); }
 void ResNet::zero_grad() { impl_->flat_grads.zero(); }
 const ResNetConfig& ResNet::config() const { return impl_->config; }
 

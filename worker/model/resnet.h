@@ -101,6 +101,11 @@ class ResNet {
   void set_batchnorm_sync(BatchNormSync* sync);
   // fn(offset, count) is called on the thread running backward(); keep it short (enqueue work).
   void set_grad_ready_callback(std::function<void(size_t offset, size_t count)> fn);
+  // fn() is called before each residual block of a training forward (not in evaluation); it may
+  // throw to abandon the pass (the BN running statistics are then partly updated, and the
+  // caller restores them). The training thread's way to stop a step another thread learned is
+  // lost (a peer rank being replaced) without waiting for the step's end.
+  void set_layer_check(std::function<void()> fn);
   void zero_grad();
 
   const ResNetConfig& config() const;

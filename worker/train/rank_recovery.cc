@@ -168,7 +168,8 @@ std::unique_ptr<comm::ProcessGroup> join_latest_generation(Store& counter, const
 RankRecovery::RankRecovery(std::string key, std::shared_ptr<Store> store,
                            comm::ReformableProcessGroup& pg, ConnectStore connect, JoinGroup join,
                            std::chrono::milliseconds verdict_timeout,
-                           std::chrono::milliseconds stuck_peer_wait, int64_t generation)
+                           std::chrono::milliseconds stuck_peer_wait, int64_t generation,
+                           ConnectStore watch_connect)
     : key_(std::move(key)),
       store_(std::move(store)),
       pg_(pg),
@@ -176,7 +177,21 @@ RankRecovery::RankRecovery(std::string key, std::shared_ptr<Store> store,
       join_(std::move(join)),
       verdict_timeout_(verdict_timeout),
       stuck_peer_wait_(stuck_peer_wait),
-      generation_(generation) {}
+      generation_(generation) {
+  if (watch_connect) {
+    watch_ = std::make_unique<ReplacementWatch>(key_, generation_, std::move(watch_connect));
+  }
+}
+
+void RankRecovery::abandon_step_if_replacing() const {
+  if (watch_ == nullptr) return;
+  const int64_t replaced = watch_->replaced_generation();
+  if (replaced <= generation_) return;
+  throw ConnectionError(fmt::format(
+      "the agent announced generation {}: it re-forms this group (a rank replaced or a node "
+      "lost), so the step in progress is abandoned",
+      replaced));
+}
 
 bool RankRecovery::wait_with_heartbeats(const std::string& key, std::chrono::milliseconds wait) {
   const Clock::time_point deadline = Clock::now() + wait;
@@ -280,9 +295,12 @@ void RankRecovery::reform(const std::exception_ptr& error, const Exchange& excha
   for (;;) {
     const int64_t generation = wait_for_verdict(error);
     generation_ = generation;
+    log_debug("verdict replace for generation {} seen {:.0f} ms after the failure", generation,
+              ms_since(t0));
     try {
       pg_.replace(
           join_generation(*store_, key_, generation, pg_.rank(), pg_.size(), connect_, join_));
+      log_debug("joined generation {} {:.0f} ms after the failure", generation, ms_since(t0));
       if (exchange()) {
         log_info("re-formed the group at generation {} (rank {} of {}) {:.0f} ms after the failure",
                  generation, pg_.rank(), pg_.size(), ms_since(t0));

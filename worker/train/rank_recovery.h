@@ -36,6 +36,7 @@
 #include "common/worker_env.h"
 #include "rendezvous/store/store.h"
 #include "worker/comm/reformable_process_group.h"
+#include "worker/train/replacement_watch.h"
 #include "worker/train/train_config.h"
 
 namespace dlaunch::train {
@@ -90,15 +91,23 @@ class RankRecovery {
   // (TimeoutError): the peer may be alive and stuck, which the agent acts on only with
   // --hang_timeout; without it no word comes, and the worker had better exit (withdrawing its
   // announcement, so that the agent restarts the whole group and kills the stuck rank) than
-  // hold the job for the join timeout.
+  // hold the job for the join timeout. `watch_connect`: a store client for the
+  // ReplacementWatch (replacement_watch.h), which should give up connecting within seconds;
+  // empty: no watch, a peer's death is seen at the step's next collective only.
   RankRecovery(std::string key, std::shared_ptr<Store> store, comm::ReformableProcessGroup& pg,
                ConnectStore connect, JoinGroup join, std::chrono::milliseconds verdict_timeout,
-               std::chrono::milliseconds stuck_peer_wait, int64_t generation);
+               std::chrono::milliseconds stuck_peer_wait, int64_t generation,
+               ConnectStore watch_connect = {});
 
   // The generation this worker's group belongs to now.
   int64_t generation() const { return generation_; }
   // Drops the broken group (ReformableProcessGroup::drop).
   void drop_group() { pg_.drop(); }
+  // Throws ConnectionError when the agent announced that it replaces a rank of this group (the
+  // watch saw a newer generation with the verdict replace): the step in progress cannot
+  // complete, and the caller abandons it as if its collective had failed. The training step
+  // calls it between layers (DataParallel::set_interrupt_check). Cheap: one atomic load.
+  void abandon_step_if_replacing() const;
   // After drop_group(): waits, joins and exchanges as above; returns when `exchange` succeeded
   // on a re-formed group. Rethrows `error` when the agent restarts the group instead. After a
   // shrink the group (`pg`) has this worker's new rank and world size: the caller compares.
@@ -126,6 +135,7 @@ class RankRecovery {
   std::chrono::milliseconds verdict_timeout_;
   std::chrono::milliseconds stuck_peer_wait_;
   int64_t generation_;
+  std::unique_ptr<ReplacementWatch> watch_;  // null: none
 };
 
 }  // namespace dlaunch::train

@@ -29,10 +29,12 @@
 #include "worker/train/epoch_totals.h"
 #include "worker/train/peer_state.h"
 #include "worker/train/precision.h"
+#include "worker/train/prepared_start.h"
 #include "worker/train/rank_recovery.h"
 #include "worker/train/resume.h"
 #include "worker/train/run_metrics.h"
 #include "worker/train/sample_log.h"
+#include "worker/train/startup_phases.h"
 #include "worker/train/step_sums.h"
 #include "worker/train/stop_signal.h"
 #include "worker/train/training_data.h"
@@ -45,9 +47,6 @@ using nlohmann::json;
 
 namespace {
 
-// --stem auto picks torchvision's ImageNet stem for images at least this large (see build_model).
-constexpr int64_t kImageNetStemFrom = 64;
-
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -55,13 +54,15 @@ double seconds_since(Clock::time_point t) {
 class Trainer {
  public:
   Trainer(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
-          kernels::Backend& backend, const FaultInjection& fault, RankRecovery* recovery)
+          kernels::Backend& backend, const FaultInjection& fault, RankRecovery* recovery,
+          PreparedStart* prepared)
       : config_(config),
         env_(env),
         pg_(pg),
         backend_(backend),
         fault_(fault),
         recovery_(recovery),
+        prepared_(prepared),
         rank0_(pg.rank() == 0),
         batch_size_(config.batch_size),
         samples_(SampleLog::from_env()),
@@ -109,6 +110,9 @@ class Trainer {
   void scale_learning_rate();
   // DTRAIN_LOG_SAMPLES: the indices of `batch`, a step this rank completed (or took from a peer).
   void log_samples(const EpochRun& run, const data::Batch& batch);
+  // The first step of this process, and the first after a re-form, are timed at debug level
+  // (startup_phases.h): they end a replacement's start-up and a survivor's recovery.
+  void say_first_step_done();
   // What a step changes before its optimizer step, and what a redo would change again: the BN
   // running statistics (forward in training mode) and the step sums (the loss op). The rest (the
   // weights, the optimizer, fp16's loss scale, the EMA) changes only after the last collective
@@ -162,6 +166,7 @@ class Trainer {
   kernels::Backend& backend_;  // where the model, its gradients and the optimizer state live
   FaultInjection fault_;
   RankRecovery* recovery_;  // null: a peer's death ends this worker
+  PreparedStart* prepared_;  // what a replacement made ready while joining; null: nothing
   bool rank0_;  // follows the group's rank: a shrink may move rank 0's duties to this worker
   // Each rank's batch now: --batch_size, or after a shrink with --elastic_batch global the kept
   // global batch shared among the smaller world.
@@ -187,6 +192,8 @@ class Trainer {
   metrics::ProgressBar progress_{false};
   Tensor images_;  // the batch: on the host, or on backend_ with data on the device
   int64_t global_step_ = 0;
+  int64_t steps_this_process_ = 0;
+  std::optional<Clock::time_point> recovering_since_;  // a peer's failure this rank recovers from
   std::optional<DivergenceCheck> divergence_;  // from the start (or resume) of the training on
   bool stop_ = false;
   int stop_signal_ = 0;
@@ -198,7 +205,8 @@ class Trainer {
 };
 
 void Trainer::load_data() {
-  data::DatasetSplits splits = load_training_data(config_, env_, rank0_);
+  data::DatasetSplits splits = prepared_ != nullptr ? std::move(prepared_->splits)
+                                                    : load_training_data(config_, env_, rank0_);
   train_set_ = std::move(splits.train);
   test_set_ = std::move(splits.test);
 }
@@ -223,26 +231,21 @@ void Trainer::place_data() {
 }
 
 void Trainer::build_model() {
-  model::ResNetConfig model_config;
-  model_config.depth = config_.depth();
-  model_config.width = config_.width;
-  model_config.in_channels = static_cast<int>(train_set_.channels);
-  model_config.num_classes = static_cast<int>(train_set_.num_classes);
-  model_config.image_size = static_cast<int>(train_set_.height);
-  // train_config checked the name
-  DL_CHECK(kernels::parse_dtype(config_.precision, &model_config.precision)) << config_.precision;
+  const model::ResNetConfig model_config = resnet_config(config_, train_set_);
+  const bool imagenet_stem = model_config.stem == model::ResNetStem::kImageNet;
   precision_ = std::make_unique<MixedPrecision>(model_config.precision, backend_);
-  // auto: torchvision's stem once the images are large enough that dividing them by 4 before
-  // layer1 leaves 16 pixels or more; below that the CIFAR stem keeps the resolution.
-  const bool imagenet_stem = config_.stem == "imagenet" ||
-                             (config_.stem == "auto" &&
-                              std::min(train_set_.height, train_set_.width) >= kImageNetStemFrom);
-  model_config.stem = imagenet_stem ? model::ResNetStem::kImageNet : model::ResNetStem::kCifar;
-  model_ = std::make_unique<model::ResNet>(model_config, config_.seed, backend_);
+  model_ = prepared_ != nullptr && prepared_->model
+               ? std::move(prepared_->model)
+               : std::make_unique<model::ResNet>(model_config, config_.seed, backend_);
   data_parallel_ = std::make_unique<ddp::DataParallel>(*model_, pg_, config_.sync_bn);
   step_sums_ = std::make_unique<StepSums>(backend_);
   data_parallel_->set_label_smoothing(static_cast<float>(config_.label_smoothing));
   data_parallel_->set_tta_flip(config_.tta == "flip");
+  // A survivor abandons its step as soon as the agent announces a replacement, instead of
+  // computing the rest of it first (rank_recovery.h's watch).
+  if (recovery_ != nullptr) {
+    data_parallel_->set_interrupt_check([this] { recovery_->abandon_step_if_replacing(); });
+  }
 
   optim::OptimConfig optim_config;
   optim_config.kind = optim::parse_optim_kind(config_.optimizer);
@@ -392,10 +395,20 @@ void Trainer::log_samples(const EpochRun& run, const data::Batch& batch) {
   shard_next_ += static_cast<size_t>(batch.size);
 }
 
+void Trainer::say_first_step_done() {
+  if (steps_this_process_++ == 0) log_startup_phase(fmt::format("step {} done", global_step_));
+  if (recovering_since_) {
+    log_debug("step {} done {:.0f} ms after the failure", global_step_,
+              1e3 * seconds_since(*recovering_since_));
+    recovering_since_.reset();
+  }
+}
+
 void Trainer::run_step(EpochRun& run, const data::Batch& batch) {
   if (recovery_ == nullptr) {
     train_step(run, batch);
     after_step(run);
+    say_first_step_done();
     return;
   }
   for (;;) {
@@ -405,6 +418,7 @@ void Trainer::run_step(EpochRun& run, const data::Batch& batch) {
     try {
       train_step(run, batch);
       after_step(run);
+      say_first_step_done();
       return;
     } catch (const Error& e) {
       if (!is_peer_failure(e)) throw;
@@ -437,6 +451,7 @@ void Trainer::restore_step_start(const StepStart& start) {
 bool Trainer::recover_step(EpochRun& run, const std::exception_ptr& error, bool complete,
                            const StepStart& start) {
   progress_.clear();
+  if (!recovering_since_) recovering_since_ = Clock::now();
   // First the group: its destruction waits for the async gradient all-reduces still running,
   // which write into the gradients; then nothing of the step is in flight.
   recovery_->drop_group();
@@ -741,11 +756,14 @@ TrainSummary Trainer::run() {
   }
   load_data();
   place_data();
+  log_startup_phase("data ready");
   build_model();
+  log_startup_phase("model built");
   checkpoints_.open_flash(env_);
   ResumePoint point =
       resume(config_, pg_, train_set_, {*model_, *data_parallel_, *optimizer_, *precision_},
              checkpoints_.flash_dir(), env_.replacement);
+  log_startup_phase("training state in place");
   // From here this rank holds the training state and can survive a peer's death: the agent may
   // now replace a rank of this group instead of restarting it (a replacement says so only once
   // it took the state from its peers).
@@ -835,8 +853,8 @@ void Trainer::finish_run() {
 
 TrainSummary run_training(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
                           kernels::Backend& backend, const FaultInjection& fault,
-                          RankRecovery* recovery) {
-  Trainer trainer(config, env, pg, backend, fault, recovery);
+                          RankRecovery* recovery, PreparedStart* prepared) {
+  Trainer trainer(config, env, pg, backend, fault, recovery, prepared);
   return trainer.run();
 }
 

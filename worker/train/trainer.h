@@ -46,6 +46,7 @@
 namespace dlaunch::train {
 
 class RankRecovery;
+struct PreparedStart;
 
 struct TrainSummary {
   int64_t epochs_done = 0;  // completed epochs, counting those restored from a checkpoint
@@ -70,8 +71,10 @@ struct TrainSummary {
 // state live there; batches are loaded on the host and copied over, or, with --data_on_device,
 // made there from the uploaded splits (train/epoch_batches.h); checkpoints hold host copies, so
 // they are the same whatever the device.
+// `prepared`: the data and model a replacement made ready while it joined the group
+// (prepared_start.h), taken from there; null: loaded and built here.
 TrainSummary run_training(const TrainConfig& config, const WorkerEnv& env, comm::ProcessGroup& pg,
                           kernels::Backend& backend, const FaultInjection& fault = {},
-                          RankRecovery* recovery = nullptr);
+                          RankRecovery* recovery = nullptr, PreparedStart* prepared = nullptr);
 
 }  // namespace dlaunch::train
