@@ -755,8 +755,9 @@ TEST_F(RankRecoveryTest, AnnouncedReplacementAbandonsTheStepBeforeAnyCollectiveF
   for (int r = 0; r < world_; ++r) {
     EXPECT_NE(o.logs[r].find("re-formed the group at generation 1"), std::string::npos)
         << o.logs[r];
-    if (o.logs[r].find("the agent announced generation 1: it replaces a failed rank of this "
-                       "group, so the step in progress is abandoned") != std::string::npos) {
+    if (o.logs[r].find("the agent announced generation 1: it re-forms this group (a rank "
+                       "replaced or a node lost), so the step in progress is abandoned") !=
+        std::string::npos) {
       ++abandoned;
     }
   }
