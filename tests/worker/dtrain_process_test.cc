@@ -878,15 +878,18 @@ TEST_F(DtrainProcessTest, EpochStoppedByTwoWorkersGoesOnAloneWithTheUnseenSample
   EXPECT_EQ(epochs[0]["world_size"], 1);
 }
 
-// Issue 18: three c10d agents, one SIGKILLed while dtrain trains. The survivors' workers fail
-// at once (gloo connection errors); that must be settled as the loss of a node, not a worker
-// failure: with --max_restarts 0 the two remaining nodes re-form (a new round, a store
-// namespace of its own, so dtrain's "dtrain/attempt_0" keys of the first round are not read)
-// and finish, naming the lost node.
+// Issue 18: three c10d agents, one SIGKILLed while dtrain trains. That must be settled as the
+// loss of a node, not a worker failure: with --max_restarts 0 the two remaining nodes re-form
+// and finish, naming the lost node. Issue 34: dtrain's workers announced rank_recovery, so the
+// two agents keep them through the new round and the group shrinks in process: no worker is
+// started again, and every sample of each epoch is still trained (the sampler's padding aside).
 TEST_F(DtrainProcessTest, NodeKilledMidRunReFormsWithoutSpendingRestartsAndFinishes) {
   const std::string endpoint = "127.0.0.1:" + std::to_string(testing::free_port());
   std::vector<std::pair<std::string, std::string>> env;
   for (const auto& kv : small_env()) env.emplace_back(kv.substr(0, kv.find('=')), kv.substr(kv.find('=') + 1));
+  const fs::path samples = dir_ / "samples";
+  fs::create_directories(samples);
+  env.emplace_back("DTRAIN_LOG_SAMPLES", samples.string());
   auto agent = [&](const std::string& addr, const std::string& name) {
     std::vector<std::string> args = {"--nnodes=2:3", "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
                                      "--rdzv_id=node_loss", "--local_addr=" + addr,
@@ -918,6 +921,39 @@ TEST_F(DtrainProcessTest, NodeKilledMidRunReFormsWithoutSpendingRestartsAndFinis
   auto epochs = epoch_lines(dir_ / "out" / "metrics.jsonl");
   ASSERT_FALSE(epochs.empty()) << text;
   EXPECT_EQ(epochs.back()["epoch"], 3) << text;
+  for (const auto& [name, log_text] : {std::pair{"host", text}, {"peer", slurp(log("peer.log"))}}) {
+    EXPECT_NE(log_text.find("the group re-forms in process at world size 2"), std::string::npos)
+        << name << ":\n" << log_text;
+    size_t starts = 0;
+    for (size_t at = log_text.find(": starting 1 worker(s)"); at != std::string::npos;
+         at = log_text.find(": starting 1 worker(s)", at + 1)) {
+      ++starts;
+    }
+    EXPECT_EQ(starts, 1u) << name << "'s worker was started again:\n" << log_text;
+  }
+  // DTRAIN_LOG_SAMPLES: "<epoch> <global step> <world size> <index>..." per completed step, from
+  // every process. 512 samples an epoch; the padding repeats fewer than a world's samples.
+  std::map<int64_t, std::map<int64_t, int>> trained;  // epoch -> sample -> times
+  for (const auto& file : fs::directory_iterator(samples)) {
+    std::ifstream in(file.path());
+    for (std::string line; std::getline(in, line);) {
+      std::istringstream words(line);
+      int64_t epoch = 0, step = 0, world = 0, index = 0;
+      words >> epoch >> step >> world;
+      while (words >> index) ++trained[epoch][index];
+    }
+  }
+  ASSERT_EQ(trained.size(), 3u) << text;
+  for (const auto& [epoch, times] : trained) {
+    int extra = 0;
+    for (int64_t i = 0; i < 512; ++i) {
+      const auto it = times.find(i);
+      EXPECT_TRUE(it != times.end()) << "epoch " << epoch << " skipped sample " << i;
+      if (it != times.end()) extra += it->second - 1;
+    }
+    EXPECT_EQ(times.size(), 512u) << "epoch " << epoch;
+    EXPECT_LE(extra, 2) << "epoch " << epoch << " trained samples again beyond the padding";
+  }
 }
 
 // Issue 18: Slurm's preemption notice (SIGUSR1 to dlaunch, forwarded to the workers) used to kill
