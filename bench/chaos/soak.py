@@ -303,11 +303,27 @@ class Job:
     def all_workers(self):
         return {w for i in self.agents for w in self.workers(i)}
 
-    def regrouped(self, old_workers, faulted=None):
+    SHRINK_LINE = "the group re-forms in process at world size"
+
+    def shrinks(self):
+        """How many in-process shrinks each live agent has logged (a lost node's survivors
+        re-formed without new workers: the agent's line, docs/env.md), by host."""
+        counts = {}
+        for i in self.agents:
+            try:
+                with open(os.path.join(self.workdir, f"agent{i}.log"), errors="replace") as f:
+                    counts[i] = f.read().count(self.SHRINK_LINE)
+            except OSError:
+                counts[i] = 0
+        return counts
+
+    def regrouped(self, old_workers, faulted=None, shrinks_before=None):
         """True once every live agent runs its full complement of workers and either none of
-        them predates the fault (a whole-group restart, a re-formed job) or the faulted worker
-        is gone and a new one runs beside the survivors (a rank replaced in place). A step
-        logged after this needs every rank of the group, so it is the new group's."""
+        them predates the fault (a whole-group restart, a re-formed job), or the faulted worker
+        is gone and a new one runs beside the survivors (a rank replaced in place), or every
+        live agent logged an in-process shrink since the fault (a lost node: the survivors keep
+        their processes). A step logged after this needs every rank of the group, so it is the
+        new group's."""
         if not self.agents:
             return False
         current = [self.workers(i) for i in self.agents]
@@ -316,6 +332,10 @@ class Job:
         everyone = [w for ws in current for w in ws]
         if not any(w in old_workers for w in everyone):
             return True
+        if shrinks_before is not None:
+            now = self.shrinks()
+            if all(now[i] > shrinks_before.get(i, 0) for i in now):
+                return True
         return (faulted is not None and faulted not in everyone and
                 any(w not in old_workers for w in everyone))
 
@@ -394,11 +414,13 @@ class Progress:
         return None
 
 
-def wait_recovery(job, progress, fault_time, old_workers, timeout, rejoin=None, faulted=None):
+def wait_recovery(job, progress, fault_time, old_workers, timeout, rejoin=None, faulted=None,
+                  shrinks_before=None):
     """Seconds from the fault to the first step logged by the new worker group, and that step;
-    None on timeout. A step line counts only once every live agent runs workers that all
-    started after the fault (a line the old group wrote late is not a recovery). rejoin()
-    restarts agents that exited meanwhile (node loss, link cut)."""
+    None on timeout. A step line counts only once the group re-formed (Job.regrouped: new
+    workers everywhere, a replaced rank, or every live agent's in-process shrink since
+    `shrinks_before`; a line the old group wrote late is not a recovery). rejoin() restarts
+    agents that exited meanwhile (node loss, link cut)."""
     deadline = fault_time + timeout
     regrouped_at = None
     while time.time() < deadline:
@@ -407,7 +429,7 @@ def wait_recovery(job, progress, fault_time, old_workers, timeout, rejoin=None, 
             rejoin()
         if regrouped_at is None:
             progress.read()  # lines of the old group are consumed before the new group starts
-            if job.regrouped(old_workers, faulted):
+            if job.regrouped(old_workers, faulted, shrinks_before):
                 regrouped_at = time.time()
         else:
             got = progress.first_after(regrouped_at)
@@ -521,13 +543,14 @@ def soak_once(args, net, workdir, scope, kinds, reference):
 
     while time.time() - t0 < args.duration and job.alive():
         time.sleep(rng.expovariate(1.0 / args.gap))
-        step_before, old_workers = progress.last_step(), job.all_workers()
+        step_before, old_workers, shrinks_before = progress.last_step(), job.all_workers(), job.shrinks()
         fault = inject(rng.choice(kinds), job, net, args, rng, progress)
         if fault is None:
             continue
         fault["step_before"] = step_before
         got = wait_recovery(job, progress, fault["time"], old_workers, args.recovery_timeout,
-                            rejoin=fault.get("rejoin", rejoin), faulted=fault.get("pid"))
+                            rejoin=fault.get("rejoin", rejoin), faulted=fault.get("pid"),
+                            shrinks_before=shrinks_before)
         finish_fault(fault, got, summary, problems)
         if fault["kind"] == "agent_kill" and got != "finished":  # the node returns: a scale-up, timed as its own event
             rejoin_event = {"kind": "node_rejoin", "time": time.time(), "host": fault["host"]}
