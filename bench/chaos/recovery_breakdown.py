@@ -20,6 +20,9 @@ import re
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from soak import read_steps  # noqa: E402  (rank 0's step records, as the soak reads them)
+
 LINE = re.compile(r"^(?:\[default\d+\]:)?\[(dlaunch|dtrain rank (\d+)) (\d\d):(\d\d):(\d\d)\.(\d\d\d) ([DIWE])\] (.*)$")
 
 # (label, who, pattern): who is "agent", "new" (the replacement) or "survivors" (the last one).
@@ -66,15 +69,7 @@ def breakdown(soak_dir):
     scope = os.path.basename(os.path.abspath(soak_dir)).replace("soak_", "")
     with open(os.path.join(parent, f"summary_{scope}.json")) as f:
         summary = json.load(f)
-    steps = []
-    with open(os.path.join(soak_dir, "out", "metrics.jsonl")) as f:
-        for line in f:
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                continue
-            if rec.get("kind") == "step":
-                steps.append((rec["time"], rec["step"]))
+    steps = [(t, step) for t, _, step in read_steps(os.path.join(soak_dir, "out"))]
     rows = []
     for fault in summary["faults"]:
         if fault.get("kind") != "worker_kill" or "at" not in fault or not fault.get("recovered"):

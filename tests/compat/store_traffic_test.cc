@@ -18,8 +18,10 @@
 
 #include <fstream>
 #include <map>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "tests/support/subprocess.h"
 
@@ -43,6 +45,56 @@ std::map<std::string, int64_t> model_counts(int64_t world, int groups) {
           {"SET", groups * world},
           {"GET", groups * world * world},
           {"WAIT", groups * 2 * world * world}};
+}
+
+// `nodes` agents on this machine (c10d, each with a status port) of `per_node` PyTorch 2.15
+// workers running `script` (beside this file) with `args`, under --store_proxy `mode`: what the
+// script's rank 0 wrote (JSON, given the agents' /status URLs). Null, with the test failed, when
+// an agent did not exit 0 or the job was not of nodes x per_node ranks.
+nlohmann::json run_proxy_job(const std::string& mode, int nodes, int per_node,
+                             const std::string& script, const std::vector<std::string>& args) {
+  TempDir dir;
+  const std::string output = dir.path() + "/result.json";
+  const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
+  std::vector<int> status_ports;
+  std::string urls;
+  for (int i = 0; i < nodes; ++i) {
+    status_ports.push_back(free_port());
+    urls += (i ? "," : "") + std::string("http://127.0.0.1:") +
+            std::to_string(status_ports.back()) + "/status";
+  }
+  std::vector<std::unique_ptr<Subprocess>> agents;
+  for (int port : status_ports) {
+    std::vector<std::string> argv = {
+        kDlaunch, "--nnodes=" + std::to_string(nodes),
+        "--nproc_per_node=" + std::to_string(per_node), "--rdzv_backend=c10d",
+        "--rdzv_endpoint=" + endpoint,
+        "--rdzv_id=" + script.substr(0, script.find('.')) + "_" + mode,
+        "--status_port=" + std::to_string(port), "--store_proxy=" + mode,
+        "--python=" + kTorch2Python, kCompatDir + "/" + script, "--status_url=" + urls,
+        "--output=" + output};
+    argv.insert(argv.end(), args.begin(), args.end());
+    agents.push_back(std::make_unique<Subprocess>(
+        argv, std::map<std::string, std::string>{{"OMP_NUM_THREADS", "1"}}));
+  }
+  std::string context;
+  bool all_ok = true;
+  for (auto& a : agents) {
+    auto e = a->wait(300s);
+    context += "--- agent stdout:\n" + a->out() + "--- agent stderr:\n" + a->err();
+    if (!e || e->shell_code() != 0) all_ok = false;
+  }
+  std::ifstream in(output);
+  if (!all_ok || !in) {
+    ADD_FAILURE() << "an agent did not exit 0, or no " << output << "\n" << context;
+    return nullptr;
+  }
+  nlohmann::json got = nlohmann::json::parse(in);
+  if (got["world_size"] != nodes * per_node) {
+    ADD_FAILURE() << "world size " << got["world_size"] << "\n" << context;
+    return nullptr;
+  }
+  return got;
 }
 
 TEST(StoreTraffic, Torch215WorkersAskExactlyWhatTheModelSays) {
@@ -79,36 +131,8 @@ TEST(StoreTraffic, TwoNodesThroughTheStoreProxyAskNoMoreOverFewerConnections) {
   std::map<std::string, nlohmann::json> by_mode;
   for (const std::string mode : {"off", "on"}) {
     SCOPED_TRACE("--store_proxy " + mode);
-    TempDir dir;
-    const std::string output = dir.path() + "/counts.json";
-    const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
-    const int status_ports[2] = {free_port(), free_port()};
-    const std::string urls = "http://127.0.0.1:" + std::to_string(status_ports[0]) +
-                             "/status,http://127.0.0.1:" + std::to_string(status_ports[1]) +
-                             "/status";
-    std::vector<std::unique_ptr<Subprocess>> agents;
-    for (int port : status_ports) {
-      agents.push_back(std::make_unique<Subprocess>(
-          std::vector<std::string>{kDlaunch, "--nnodes=2", "--nproc_per_node=3",
-                                   "--rdzv_backend=c10d", "--rdzv_endpoint=" + endpoint,
-                                   "--rdzv_id=traffic_" + mode,
-                                   "--status_port=" + std::to_string(port),
-                                   "--store_proxy=" + mode, "--python=" + kTorch2Python,
-                                   kCompatDir + "/store_traffic.py", "--status_url=" + urls,
-                                   "--output=" + output, "--phases=init,new_group"},
-          std::map<std::string, std::string>{{"OMP_NUM_THREADS", "1"}}));
-    }
-    std::string context;
-    for (auto& a : agents) {
-      auto e = a->wait(300s);
-      context += "--- agent stdout:\n" + a->out() + "--- agent stderr:\n" + a->err();
-      ASSERT_TRUE(e) << context;
-      EXPECT_EQ(e->shell_code(), 0) << context;
-    }
-    std::ifstream in(output);
-    ASSERT_TRUE(in) << "no " << output << "\n" << context;
-    by_mode[mode] = nlohmann::json::parse(in);
-    ASSERT_EQ(by_mode[mode]["world_size"], 6) << context;
+    by_mode[mode] = run_proxy_job(mode, 2, 3, "store_traffic.py", {"--phases=init,new_group"});
+    ASSERT_FALSE(by_mode[mode].is_null());
   }
   const auto& off = by_mode["off"];
   const auto& on = by_mode["on"];
@@ -145,39 +169,9 @@ TEST(StoreTraffic, TrainingThroughTheStoreProxyIsIdenticalOverOneConnectionPerNo
   std::map<std::string, nlohmann::json> by_mode;
   for (const std::string mode : {"off", "on"}) {
     SCOPED_TRACE("--store_proxy " + mode);
-    TempDir dir;
-    const std::string output = dir.path() + "/result.json";
-    const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
-    std::vector<int> status_ports;
-    std::string urls;
-    for (int i = 0; i < kNodes; ++i) {
-      status_ports.push_back(free_port());
-      urls += (i ? "," : "") + std::string("http://127.0.0.1:") +
-              std::to_string(status_ports.back()) + "/status";
-    }
-    std::vector<std::unique_ptr<Subprocess>> agents;
-    for (int port : status_ports) {
-      agents.push_back(std::make_unique<Subprocess>(
-          std::vector<std::string>{
-              kDlaunch, "--nnodes=" + std::to_string(kNodes),
-              "--nproc_per_node=" + std::to_string(kWorkersPerNode), "--rdzv_backend=c10d",
-              "--rdzv_endpoint=" + endpoint, "--rdzv_id=ddp_" + mode,
-              "--status_port=" + std::to_string(port), "--store_proxy=" + mode,
-              "--python=" + kTorch2Python, kCompatDir + "/store_proxy_ddp.py",
-              "--status_url=" + urls, "--output=" + output, "--steps=5"},
-          std::map<std::string, std::string>{{"OMP_NUM_THREADS", "1"}}));
-    }
-    std::string context;
-    for (auto& a : agents) {
-      auto e = a->wait(300s);
-      context += "--- agent stdout:\n" + a->out() + "--- agent stderr:\n" + a->err();
-      ASSERT_TRUE(e) << context;
-      EXPECT_EQ(e->shell_code(), 0) << context;
-    }
-    std::ifstream in(output);
-    ASSERT_TRUE(in) << "no " << output << "\n" << context;
-    by_mode[mode] = nlohmann::json::parse(in);
-    ASSERT_EQ(by_mode[mode]["world_size"], kNodes * kWorkersPerNode) << context;
+    by_mode[mode] =
+        run_proxy_job(mode, kNodes, kWorkersPerNode, "store_proxy_ddp.py", {"--steps=5"});
+    ASSERT_FALSE(by_mode[mode].is_null());
   }
   const auto& off = by_mode["off"];
   const auto& on = by_mode["on"];
