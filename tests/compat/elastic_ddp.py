@@ -41,6 +41,12 @@ def main():
         time.sleep(0.02)
     print(f"rank {rank}/{world}: done after {step} steps", flush=True)
     dist.destroy_process_group()
+    # PyTorch 2.15 sometimes aborts in the interpreter's finalization after a gloo DDP run
+    # ("terminate called without an active exception", SIGABRT; gloo's threads still release
+    # tensors while the interpreter is torn down: pytorch/pytorch#179291). Seen in 3 of 14 runs
+    # of this test's last round, after every rank printed "done". The training is over and
+    # checked by then, so the process leaves without the finalization.
+    os._exit(0)
 
 
 if __name__ == "__main__":
