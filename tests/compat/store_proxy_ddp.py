@@ -22,22 +22,12 @@ import hashlib
 import json
 import os
 import time
-import urllib.request
 
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-
-def store_status(status_urls):
-    """The store's section of /status from the agent that hosts it: with c10d, whichever agent
-    bound the endpoint, so --status_url lists every agent's (comma-separated)."""
-    for url in status_urls.split(","):
-        with urllib.request.urlopen(url, timeout=60) as reply:
-            status = json.load(reply)
-        if status.get("store"):
-            return status["store"]
-    raise RuntimeError(f"no agent at {status_urls} reports a store")
+from store_traffic import store_status  # beside this file: the store's section of /status
 
 
 def rss_anon_bytes():

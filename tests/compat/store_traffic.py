@@ -20,7 +20,7 @@ def store_status(status_urls):
     """The store's section of /status, from the agent that hosts the store: --status_url may
     name several agents (comma-separated; with c10d, whichever bound the endpoint hosts it)."""
     for url in status_urls.split(","):
-        with urllib.request.urlopen(url, timeout=30) as reply:
+        with urllib.request.urlopen(url, timeout=60) as reply:
             status = json.load(reply)
         if status.get("store"):
             return status["store"]
