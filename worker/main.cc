@@ -126,6 +126,9 @@ int main(int argc, char** argv) {
                                                env.world_size - 1);
       if (get_env("DTRAIN_FAIL_SIGNAL").value_or("KILL") == "STOP") fault.signal = SIGSTOP;
       fault.after_optimizer = get_env("DTRAIN_FAIL_POINT").value_or("") == "after_optimizer";
+      if (!env.replacement) {
+        fault.stall_in_reform_rank = get_env_int("DTRAIN_STALL_IN_REFORM").value_or(-1);
+      }
     }
     const auto collective_timeout = std::chrono::milliseconds(
         static_cast<int64_t>(std::ceil(config.collective_timeout * 1000)));

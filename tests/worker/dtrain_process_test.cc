@@ -834,6 +834,66 @@ TEST_F(DtrainProcessTest, RankDeathsUnderDlaunchKeepTheLossCurveBitForBit) {
   EXPECT_EQ(eb[2]["test_accuracy"], ea[2]["test_accuracy"]);
 }
 
+// Issue 34: a survivor that hangs while the group re-forms after a death. Rank 1 is killed after
+// step 4; rank 2 stops itself as it begins to re-form. The agent declares it hung (its heartbeat
+// stops; the other survivor and the replacement beat while they wait), captures its stack,
+// replaces it alone, and the re-form moves on to the next generation: the training equals the
+// fault-free run's step for step, with one worker group and no checkpoint read.
+TEST_F(DtrainProcessTest, SurvivorHungWhileTheGroupReFormsIsReplacedToo) {
+  auto train = [&](const std::string& name, bool faults) {
+    std::vector<std::string> args = {"--standalone", "--nproc_per_node=3", "--max_restarts=5",
+                                     "--hang_timeout=3", "--log_dir=" + (dir_ / (name + "_logs")).string(),
+                                     DTRAIN_BINARY, "--width=8", "--batch_size=32", "--epochs=2",
+                                     "--log_every=1", "--output_dir=" + (dir_ / name).string()};
+    std::vector<std::pair<std::string, std::string>> env = {
+        {"DTRAIN_LIMIT_TRAIN_SAMPLES", "512"}, {"DTRAIN_LIMIT_TEST_SAMPLES", "200"},
+        {"DLAUNCH_CONV_ALGO", "direct"}, {"DLAUNCH_CONV_CACHE", "off"}};
+    if (faults) {
+      env.emplace_back("DTRAIN_FAIL_AT_STEP", "4");
+      env.emplace_back("DTRAIN_FAIL_RANK", "1");
+      env.emplace_back("DTRAIN_STALL_IN_REFORM", "2");
+    }
+    Proc p = spawn_dlaunch(args, env, log(name + ".log"));
+    EXPECT_EQ(wait_for(p), 0) << slurp(p.log);
+    return slurp(p.log);
+  };
+  const std::string whole = train("whole", false);
+  const std::string faulted = train("faulted", true);
+  EXPECT_NE(faulted.find("stopping rank 2 as it begins to re-form"), std::string::npos) << faulted;
+  EXPECT_NE(faulted.find("root cause of the hang: local rank 2 (rank 2,"), std::string::npos)
+      << faulted;
+  size_t replaced = 0;
+  for (size_t at = faulted.find("replaced in process, the other workers go on");
+       at != std::string::npos;
+       at = faulted.find("replaced in process, the other workers go on", at + 1)) {
+    ++replaced;
+  }
+  EXPECT_EQ(replaced, 2u) << faulted;
+  EXPECT_EQ(faulted.find("restarting the worker group"), std::string::npos) << faulted;
+  EXPECT_EQ(faulted.find("resumed from /"), std::string::npos) << faulted;
+  // The hung survivor's stack was taken before it was killed.
+  bool stack_taken = false;
+  for (const auto& entry : fs::recursive_directory_iterator(dir_ / "faulted_logs")) {
+    if (entry.path().filename() == "stack.txt" && fs::file_size(entry.path()) > 0) {
+      stack_taken = true;
+    }
+  }
+  EXPECT_TRUE(stack_taken) << faulted;
+  const auto a = step_lines(dir_ / "whole" / "metrics.jsonl");
+  const auto b = step_lines(dir_ / "faulted" / "metrics.jsonl");
+  ASSERT_GE(a.size(), 6u) << whole;
+  ASSERT_EQ(b.size(), a.size()) << faulted;
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(b[i]["step"], a[i]["step"]);
+    EXPECT_EQ(b[i]["loss"], a[i]["loss"]) << "step " << a[i]["step"];
+  }
+  auto ea = epoch_lines(dir_ / "whole" / "metrics.jsonl");
+  auto eb = epoch_lines(dir_ / "faulted" / "metrics.jsonl");
+  ASSERT_EQ(ea.size(), 2u);
+  ASSERT_EQ(eb.size(), 2u);
+  EXPECT_EQ(eb[1]["test_accuracy"], ea[1]["test_accuracy"]);
+}
+
 // dlaunch with 2 workers: args after DTRAIN_BINARY go to dtrain.
 Proc spawn_dlaunch_dtrain(const std::vector<std::string>& dtrain_args,
                           const std::vector<std::pair<std::string, std::string>>& env,

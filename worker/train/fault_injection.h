@@ -25,6 +25,9 @@ struct FaultInjection {
   std::vector<FaultPoint> points;
   int signal = SIGKILL;
   bool after_optimizer = false;
+  // This rank (not a replacement) SIGSTOPs itself when it begins its first re-form after a
+  // peer's failure: a survivor that hangs while the group recovers. -1: off.
+  int64_t stall_in_reform_rank = -1;
 
   bool fires(int64_t step, int64_t rank) const {
     for (const FaultPoint& p : points) {

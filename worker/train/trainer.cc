@@ -463,6 +463,13 @@ bool Trainer::recover_step(EpochRun& run, const std::exception_ptr& error, bool 
                       "the group shrinks, its samples shared anew)");
   const int rank = pg_.rank();
   const int world = pg_.size();
+  if (fault_.stall_in_reform_rank == rank) {
+    fault_.stall_in_reform_rank = -1;
+    log_warning("fault injection: stopping rank {} as it begins to re-form "
+                "(DTRAIN_STALL_IN_REFORM)",
+                rank);
+    std::raise(SIGSTOP);
+  }
   bool took_step = false;
   recovery_->reform(error, [&] {
     // The replacement starts after this step, as a checkpoint written now would say; the epoch's
