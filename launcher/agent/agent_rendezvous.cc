@@ -71,6 +71,11 @@ void RendezvousLoop::begin_keeping_workers() {
   // The workers' store: a round that names another (etcd's node 0 lost) cannot shrink them.
   const std::string workers_store = fmt::format("{}:{}", agent_.last_round->master_addr,
                                                 agent_.last_round->master_port);
+  // Only the nodes that kept their workers come back (the lost one is gone): the round need not
+  // wait its last call for newcomers, who would end the shrink anyway.
+  if (can_shrink) {
+    agent_.opts.rendezvous->expect_nodes(agent_.last_round->group_world_size - 1);
+  }
   auto marked = std::make_shared<bool>(false);
   auto before = [old_store, old_round, can_shrink, marked]() {
     if (!can_shrink) return;

@@ -97,6 +97,11 @@ RendezvousResult DynamicRendezvous::next_rendezvous() {
   attempt.deadline = clock_.now() + config_.join_timeout;
   attempt.notes = WaitNotes(clock_.now());
   view_.running_round_dead = false;
+  view_.expected_arrivals = expected_nodes_.exchange(0);
+  if (view_.expected_arrivals > 0) {
+    log_debug("rendezvous {}: the next round completes once {} nodes joined (no last call)",
+              params_.run_id, view_.expected_arrivals);
+  }
   while (true) {
     throw_if_store_lost();
     try {

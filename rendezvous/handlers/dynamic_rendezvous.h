@@ -34,6 +34,7 @@
 // keep-alive's verdicts (failure_verdicts.h).
 #pragma once
 
+#include <atomic>
 #include <memory>
 #include <mutex>
 
@@ -70,6 +71,7 @@ class DynamicRendezvous final : public RendezvousHandler {
   FailureVerdict settle_failure() override;
   void begin_leaving() override;
   int64_t num_nodes_waiting() override;
+  void expect_nodes(int64_t nodes) override { expected_nodes_ = nodes; }
   void mark_finished() override;
   void set_closed() override;
   bool is_closed() override;
@@ -162,6 +164,8 @@ class DynamicRendezvous final : public RendezvousHandler {
   std::string prefix_;
   std::string node_id_;
   DynamicNodeView view_;
+  // expect_nodes(), from the agent's thread; taken by the next next_rendezvous().
+  std::atomic<int64_t> expected_nodes_{0};
   std::unique_ptr<EventWatcher> watcher_;
   std::shared_ptr<RoundLedger> ledger_;  // the backend's, else a StoreRoundLedger
   std::unique_ptr<RoundRelease> release_;

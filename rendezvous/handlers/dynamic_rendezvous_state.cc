@@ -85,7 +85,8 @@ JoinDecision decide_join(const std::optional<DynamicState>& state, const Dynamic
         d.step = JoinStep::kComplete;
         d.participants = limits.max_nodes;
       } else if (v.arrivals >= limits.min_nodes &&
-                 now - v.arrivals_changed_at >= limits.last_call_timeout) {
+                 (now - v.arrivals_changed_at >= limits.last_call_timeout ||
+                  (v.expected_arrivals > 0 && v.arrivals >= v.expected_arrivals))) {
         d.step = JoinStep::kComplete;
         d.participants = v.arrivals;
       } else {

@@ -14,7 +14,8 @@
 // the compare_set to COMPLETE; later arrivals wait for round r+1 (num_nodes_waiting).
 //
 // A round completes at MAX arrivals at once, or once MIN have arrived and no new node arrived
-// for last_call_timeout (measured on each node's own clock from when it saw the count change).
+// for last_call_timeout (measured on each node's own clock from when it saw the count change),
+// or, for a node told whom to expect, once that many arrived.
 #pragma once
 
 #include <cstdint>
@@ -49,6 +50,9 @@ struct DynamicNodeView {
   int64_t arrivals = 0;        // the latest arrival count seen for joined_round
   TimePoint arrivals_changed_at{};
   bool running_round_dead = false;  // every participant of the running round died or left
+  // > 0: the round completes once this many (and MIN) arrived, without the last call
+  // (RendezvousHandler::expect_nodes).
+  int64_t expected_arrivals = 0;
 };
 
 struct DynamicLimits {

@@ -137,6 +137,13 @@ class RendezvousHandler {
   virtual void begin_leaving() {}
   // Nodes that asked to join and wait for the next round (elastic scale-up).
   virtual int64_t num_nodes_waiting() = 0;
+  // The next next_rendezvous() completes its round as soon as `nodes` nodes (and at least MIN)
+  // joined, without the last call: the agent knows who comes back (the running round's nodes
+  // that kept their workers after a loss), and waiting for newcomers would only hold those
+  // workers; a newcomer joins the round after, as any scale-up. Fewer arrivals than `nodes`
+  // (another node lost meanwhile) complete by the last call as usual. Once, then forgotten.
+  // Default (a backend without a last call): nothing.
+  virtual void expect_nodes(int64_t nodes) { (void)nodes; }
   // After this node passed the exit barrier (every node's workers succeeded): tells the nodes
   // that wait for a place in the full job that it finished, so they exit 0 instead of taking
   // the store's end for its death. Bounded by a few seconds; never throws. Default: nothing.

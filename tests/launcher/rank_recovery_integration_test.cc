@@ -239,10 +239,11 @@ TEST(RankRecovery, AnUnknownScopeIsAUsageError) {
 
 // Three c10d agents on one endpoint, `nproc` workers each, running the test worker's
 // rank-recovery mode with `worker` args; a 3 s keep-alive window; node i logs under
-// `logs`/node<i>.
+// `logs`/node<i>; `last_call`: --rdzv_conf last_call_timeout.
 std::vector<std::unique_ptr<Subprocess>> three_nodes(const std::string& run_id, int nproc,
                                                      std::vector<std::string> worker,
-                                                     const TempDir& logs, int max_restarts = 0) {
+                                                     const TempDir& logs, int max_restarts = 0,
+                                                     const std::string& last_call = "0.5") {
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int i = 0; i < 3; ++i) {
@@ -251,7 +252,7 @@ std::vector<std::unique_ptr<Subprocess>> three_nodes(const std::string& run_id, 
              endpoint, "--rdzv_id", run_id, "--max_restarts", std::to_string(max_restarts),
              "--shutdown_grace", "2",
              "--log_dir", logs.path() + "/node" + std::to_string(i), "--rdzv_conf",
-             "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=3"},
+             "last_call_timeout=" + last_call + ",keep_alive_interval=1,keep_alive_max_attempt=3"},
             worker)));
   }
   return nodes;
@@ -290,9 +291,11 @@ Killed kill_a_node(std::vector<std::unique_ptr<Subprocess>>& nodes, const TempDi
 
 // A node SIGKILLed with its workers: the other two re-rendezvous without stopping theirs, which
 // read the verdict `shrink 4 <round>` and their new ranks (contiguous per node) and finish.
+// The last call is 300 s: the survivors' round completes once both are back (expect_nodes),
+// or they would wait it out past the test's 120 s.
 TEST(RankRecovery, ALostNodeShrinksTheGroupInPlace) {
   TempDir dir, logs;
-  auto nodes = three_nodes("shrink", 2, {"dir=" + dir.path(), "fail=-1"}, logs);
+  auto nodes = three_nodes("shrink", 2, {"dir=" + dir.path(), "fail=-1"}, logs, 0, "300");
   ASSERT_TRUE(wait_ready(dir, 6, 90s));
   const Killed killed = kill_a_node(nodes, dir);
   const std::set<int>& lost = killed.ranks;

@@ -76,6 +76,30 @@ TEST_F(DecideJoin, AtMinCompletesOnlyAfterLastCallWithoutNewArrivals) {
   EXPECT_EQ(d.participants, 3);
 }
 
+// After a loss the agents that kept their workers say whom they expect (expect_nodes): once
+// they are all back the round completes without its last call; fewer (another node lost
+// meanwhile) complete by the last call as usual, and never below MIN.
+TEST_F(DecideJoin, ExpectedNodesCompleteWithoutTheLastCall) {
+  view.expected_arrivals = 3;
+  joined(1, 1, 2);
+  EXPECT_EQ(decide(DynamicState{1, S::kOpen, 0}).step, JoinStep::kWait);
+  view.arrivals = 3;
+  view.arrivals_changed_at = clock.now();
+  auto d = decide(DynamicState{1, S::kOpen, 0});
+  EXPECT_EQ(d.step, JoinStep::kComplete);
+  EXPECT_EQ(d.participants, 3);
+  EXPECT_EQ(d.next, (DynamicState{1, S::kComplete, 3}));
+
+  joined(1, 1, 2);  // one of the three expected never comes: the last call as usual
+  EXPECT_EQ(decide(DynamicState{1, S::kOpen, 0}).step, JoinStep::kWait);
+  clock.advance(1s);
+  EXPECT_EQ(decide(DynamicState{1, S::kOpen, 0}).participants, 2);
+
+  view.expected_arrivals = 1;  // below MIN (2): waits for MIN, then the last call
+  joined(1, 1, 1);
+  EXPECT_EQ(decide(DynamicState{1, S::kOpen, 0}).step, JoinStep::kWait);
+}
+
 TEST_F(DecideJoin, ParticipantOfACompletedRoundIsDone) {
   joined(5, 2, 3);
   EXPECT_EQ(decide(DynamicState{5, S::kComplete, 3}).step, JoinStep::kDone);
