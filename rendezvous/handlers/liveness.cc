@@ -107,7 +107,15 @@ class StoreLiveness final : public Liveness {
       auto answered_at = clock_.now();
       auto it = seen_.find(id);
       if (it == seen_.end()) {
-        seen_[id] = {now, answered_at, false, {}};
+        Seen first{now, answered_at, false, {}};
+        // No earlier look to compare with (the first of a round): a node whose every counted
+        // connection ended already (killed before this look) is taken as ended from this
+        // answer. A node that counts none (an older agent, or one still registering) is not.
+        if (now.opened > 0 && now.closed >= now.opened) {
+          first.ended = true;
+          first.ended_seen_at = answered_at;
+        }
+        seen_[id] = first;
         continue;
       }
       Seen& s = it->second;

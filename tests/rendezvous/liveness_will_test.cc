@@ -63,6 +63,17 @@ TEST_F(LivenessWillTest, ANodeWhoseConnectionEndedAndDoesNotComeBackIsDeadAfterT
   EXPECT_LT(took, kWindow / 3);
 }
 
+// Killed before the observer's first look (of a round): that look finds every connection the
+// node counted ended.
+TEST_F(LivenessWillTest, ANodeKilledBeforeTheFirstLookIsDeadAfterTheGrace) {
+  auto observer = node("o");
+  auto victim = node("v");
+  victim.reset();
+  std::this_thread::sleep_for(200ms);  // the server sees the close (not needed for the verdict)
+  ASSERT_TRUE(found_dead(*observer, "v", kWindow / 2));
+  EXPECT_TRUE(observer->found_by_connection_end("v"));
+}
+
 TEST_F(LivenessWillTest, ANodeThatConnectsAgainAndBeatsIsNotDead) {
   auto observer = node("o");
   auto flaky = node("f");
