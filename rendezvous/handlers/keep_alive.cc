@@ -29,6 +29,17 @@ KeepAlive::KeepAlive(Settings settings, std::function<std::shared_ptr<Store>()> 
       loss_(loss),
       clock_(clock) {}
 
+// How long a neighbour whose store connection ended has to connect again (or beat) before it
+// is lost. A live agent whose connection merely broke notices at its next call, at most a step
+// (interval / 4) later, reconnects 50 ms after that, and registers its will again at once
+// (use_connection_wills, which counts the new connection): half an interval leaves it a whole
+// step more than that. A dead one is found about a grace and a step after it died, a fraction
+// of the window. The floor keeps the same margin for the shortest intervals, whose step is
+// 50 ms.
+Duration KeepAlive::close_grace() const {
+  return std::max<Duration>(settings_.interval / 2, std::chrono::milliseconds(250));
+}
+
 KeepAlive::~KeepAlive() {
   stop();
 }
@@ -121,7 +132,12 @@ bool KeepAlive::step() {
   // retried the same way (meanwhile this node cannot prove it is alive, and the others see it).
   try {
     ka.doing = "connecting to the store";
-    if (!ka.store && !open_store()) return false;
+    if (!ka.store) {
+      if (!open_store()) return false;
+      ka.doing = "registering this node's last will with the store";
+      ka.liveness->use_connection_wills(close_grace());
+      ka.beat_now = true;  // the others see a node that reconnected at once
+    }
     if (round != ka.looked_round) {
       // The round's nodes all joined it, so they were alive when it formed: a neighbour's
       // silence before does not carry over. Carried over, a node whose link was cut for a
@@ -167,8 +183,9 @@ bool KeepAlive::open_store() {
 void KeepAlive::beat_when_due() {
   auto& ka = state_;
   auto now = clock_.now();
-  if (ka.beaten && now - ka.last_beat < settings_.interval) return;
+  if (ka.beaten && !ka.beat_now && now - ka.last_beat < settings_.interval) return;
   ka.liveness->beat();
+  ka.beat_now = false;
   // The second beat comes up to one interval early, at a phase drawn from the node id, so the
   // beats of N agents started together spread over the interval (never later: the window is
   // counted from the last beat).
@@ -190,12 +207,24 @@ void KeepAlive::report_lost_neighbours(const std::vector<NodeRef>& watched, int6
   ka.doing = "reading the keep-alives of the nodes this node watches: " + neighbours;
   auto dead = ka.liveness->dead(ids);
   if (dead.empty()) return;
-  std::string who;
+  // Those whose agent's connection ended apart from those silent for the window: each group
+  // is said what happened to it.
+  std::string ended, silent;
   for (const auto& w : watched) {
     if (std::find(dead.begin(), dead.end(), w.id) == dead.end()) continue;
+    std::string& who = ka.liveness->found_by_connection_end(w.id) ? ended : silent;
     who += fmt::format("{}node {} (node rank {})", who.empty() ? "" : ", ", w.host, w.rank);
   }
-  std::string reason = fmt::format("{} lost (no keep-alive for {:g} s)", who, to_seconds(window()));
+  std::string reason;
+  if (!ended.empty()) {
+    reason = fmt::format(
+        "{} lost (its agent's store connection closed and no keep-alive came for {:g} s)", ended,
+        to_seconds(close_grace()));
+  }
+  if (!silent.empty()) {
+    reason += fmt::format("{}{} lost (no keep-alive for {:g} s)", reason.empty() ? "" : "; ",
+                          silent, to_seconds(window()));
+  }
   log_warning("rendezvous '{}' round {}: {}", settings_.run_id, round, reason);
   ka.doing = "telling the other nodes: " + reason;
   // The verdict first: nodes whose workers already failed wait for it (settle_failure).

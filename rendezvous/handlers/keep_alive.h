@@ -5,7 +5,11 @@
 // A thread (start(), at the first round) steps every keep_alive_interval / 4: it beats every
 // interval (Liveness::beat) and looks at the neighbours; a neighbour silent for interval x
 // max_attempt is reported as lost: the round's verdict "lost" (FailureVerdicts::write), then a
-// kMembershipChanged event for the round. The thread has its own store connection (open_store).
+// kMembershipChanged event for the round. The thread has its own store connection (open_store),
+// straight to the store (never through the node's store proxy, which carries workers only),
+// and makes it this node's last will (Liveness::use_connection_wills): when the agent is
+// killed, the store host sees that connection end at once, and a neighbour that neither
+// connected again nor beat within close_grace() is lost then, not after the window.
 // stop() ends it within milliseconds (a call blocked on a dead store is interrupted) and marks
 // this node as having left cleanly. begin_leaving() has the thread say so earlier, as soon as
 // the agent got its stop signal.
@@ -85,6 +89,7 @@ class KeepAlive {
 
  private:
   Duration window() const { return settings_.interval * settings_.max_attempt; }
+  Duration close_grace() const;
   void loop();
   // Parts of step(), on the keep-alive thread (or its external driver):
   bool open_store();  // false when stop() began meanwhile
@@ -138,6 +143,7 @@ class KeepAlive {
     std::unique_ptr<Liveness> liveness;
     TimePoint last_beat{};
     bool beaten = false;
+    bool beat_now = false;  // a new connection: beat at once, whatever the interval says
     int64_t reported_round = -1;
     int64_t looked_round = -1;  // the round whose nodes the liveness's windows are about
     // When the store last answered, and whether it does not now: one warning when it stops,

@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/clock.h"
@@ -29,6 +30,20 @@ class Liveness {
   virtual std::vector<std::string> dead(const std::vector<std::string>& node_ids) = 0;
   // This node leaves on purpose (job done); observers stop watching it.
   virtual void leave() = 0;
+  // Lets this node's store connection speak for it when it ends, and judges the watched nodes
+  // by theirs: the liveness registers the connection's last will (Store::set_will), and a
+  // watched node whose connection ended (its agent was killed: the kernel closes a dead
+  // process's sockets at once) and that neither connected again nor beat within `grace` is
+  // dead without waiting out the window. Called on every new store connection of the
+  // keep-alive. Does nothing where the store has no wills (an older server) or life is proven
+  // otherwise (leases): the window alone judges then. Errors: the store's.
+  virtual void use_connection_wills(Duration grace) { (void)grace; }
+  // Whether the last dead() or gone() found `id` dead because its connection ended (above);
+  // false: silent for the window.
+  virtual bool found_by_connection_end(const std::string& id) const {
+    (void)id;
+    return false;
+  }
   // The nodes watched from now on were alive a moment ago (they joined the round that now
   // runs): their windows start again at the next look, whatever their counters did before. A
   // liveness that proves life otherwise (leases) has nothing to forget.
@@ -48,7 +63,10 @@ using LivenessFactory = std::function<std::unique_ptr<Liveness>(
     Duration window, const Clock& clock)>;
 
 // Heartbeats as counters at "<prefix>/hb/<node>" (add 1 per beat); "<prefix>/left/<node>" marks
-// a clean exit.
+// a clean exit. With use_connection_wills: "<prefix>/closed/<node>" is the keep-alive
+// connection's will (the server adds 1 when it ends uncleared) and "<prefix>/opened/<node>"
+// counts the connections that registered it (added to right after), read with the heartbeat in
+// one request.
 std::unique_ptr<Liveness> make_store_liveness(std::shared_ptr<Store> store,
                                               const std::string& prefix,
                                               const std::string& self_id, Duration window,

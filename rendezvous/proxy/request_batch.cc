@@ -21,9 +21,11 @@ bool groupable(const wire::Request& q) {
   }
 }
 
-// Whether the request's effect is confined to the keys it names.
+// Whether the request's effect is confined to the keys it names (a WILL's comes later, when its
+// connection ends).
 bool keys_say_it_all(const wire::Request& q) {
-  return !q.keys.empty() && q.op != Op::kDeletePrefix && q.op != Op::kDeclareRun;
+  return !q.keys.empty() && q.op != Op::kDeletePrefix && q.op != Op::kDeclareRun &&
+         q.op != Op::kWill;
 }
 
 }  // namespace

@@ -35,6 +35,8 @@ class PrefixStore final : public Store {
   WaitGetResult wait_get(const std::vector<std::string>& keys, Duration timeout) override;
   bool can_delete_prefix() const override { return base_->can_delete_prefix(); }
   int64_t delete_prefix(const std::string& prefix) override;
+  bool set_will(const std::string& key) override { return base_->set_will(full(key)); }
+  void clear_will() override { base_->clear_will(); }
   void interrupt() override { base_->interrupt(); }
   void connect() override { base_->connect(); }
 

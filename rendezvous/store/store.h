@@ -96,6 +96,21 @@ class Store {
   // can_delete_prefix() is false.
   virtual int64_t delete_prefix(const std::string& prefix);
 
+  // Optional: this client's last will, as MQTT has one. The backend adds 1 to the counter at
+  // `key` when this client's connection ends without clear_will() first: its process died
+  // (the kernel closes a dead process's sockets), or the connection broke. A client that
+  // connects again names the will again on its new connection, which takes it over (the old
+  // connection's end, seen late, no longer counts). Returns whether the backend carries wills
+  // out: a dlaunch TCP store client whose server has the op (WILL) does, as a prefix store
+  // over one; PyTorch's servers, an older dlaunch server, etcd here and the in-memory store do
+  // not, and nothing is registered then. Blocks while connecting; errors: the backend's.
+  virtual bool set_will(const std::string& key) {
+    (void)key;
+    return false;
+  }
+  // Forgets the will, so that closing the connection now adds nothing (a clean exit).
+  virtual void clear_will() {}
+
   // Ends a call blocked in get/wait on another thread, which then throws StoreInterruptedError;
   // later calls work as before. Where the backend cannot, or no call is blocked, it does
   // nothing, so a caller that must stop a thread repeats it until the thread is out (see

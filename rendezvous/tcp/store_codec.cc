@@ -14,7 +14,7 @@ namespace {
 enum class Args : uint8_t {
   kNone,           // GETNUMKEYS, CANCEL_WAIT, LIST_KEYS, DECLARE_AGENT, FEATURES, CHANNELS
   kU32,            // VALIDATE magic, PING nonce
-  kKey,            // key (DECLARE_RUN: the run id)
+  kKey,            // key (DECLARE_RUN: the run id; WILL: its counter, empty to clear)
   kKeyValue,       // key, value
   kKeyTwoValues,   // key, expected, desired (COMPARE_SET)
   kKeyDelta,       // key, i64 (ADD's delta, BARRIER's world size)
@@ -65,6 +65,7 @@ constexpr OpRow kOpTable[] = {
     {Op::kWaitGet, "WAIT_GET", kNoCode, op2::kWaitGet, Args::kTimeoutKeys},
     {Op::kDeclareRun, "DECLARE_RUN", kNoCode, op2::kDeclareRun, Args::kKey},
     {Op::kChannels, "CHANNELS", kNoCode, op2::kChannels, Args::kNone},
+    {Op::kWill, "WILL", kNoCode, op2::kWill, Args::kKey},
 };
 constexpr size_t kNumOps = sizeof(kOpTable) / sizeof(kOpTable[0]);
 
@@ -305,7 +306,7 @@ DecodeResult decode_request(Dialect dialect, const uint8_t* data, size_t size,
             : fmt::format("unknown opcode {} for the PyTorch 2.x dialect (it has 0-{}, and "
                           "dlaunch's {}-{}): a PyTorch newer than this dlaunch knows, or a "
                           "client that is no store client",
-                          code, op2::kBarrier, op2::kAuthBegin, op2::kWaitGet);
+                          code, op2::kBarrier, op2::kAuthBegin, op2::kWill);
     return result;
   }
   q.delta = 0;

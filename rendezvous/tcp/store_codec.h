@@ -18,7 +18,7 @@
 //                                                  DELETE_PREFIX=0xA2 DECLARE_AGENT=0xA3
 //                                                  FEATURES=0xA4 WAIT_GET=0xA5
 //                                                  DECLARE_RUN=0xA6 CHANNELS=0xA7
-//                                                  (2.x only)
+//                                                  WILL=0xA8 (2.x only)
 //
 // docs/store_protocol.md has every request and reply layout.
 #pragma once
@@ -51,7 +51,7 @@ inline constexpr uint8_t kValidate = 0, kSet = 1, kCompareSet = 2, kGet = 3, kAd
                          // dlaunch's extension, accepted only in the 2.x dialect.
                          kAuthBegin = 0xA0, kAuthProof = 0xA1, kDeletePrefix = 0xA2,
                          kDeclareAgent = 0xA3, kFeatures = 0xA4, kWaitGet = 0xA5,
-                         kDeclareRun = 0xA6, kChannels = 0xA7;
+                         kDeclareRun = 0xA6, kChannels = 0xA7, kWill = 0xA8;
 }
 
 // FEATURES' reply: a u32 of these bits, what this server does beyond DECLARE_AGENT. A server
@@ -67,8 +67,12 @@ inline constexpr uint32_t kFeatureChannels = 1u << 2;
 // bytes is answered with those bytes once, for the proxy to copy to each; a GROUP whose
 // members sent the same bytes comes up with them once (channel_frames.h).
 inline constexpr uint32_t kFeatureSharedReplies = 1u << 3;
-inline constexpr uint32_t kServerFeatures =
-    kFeatureWaitGet | kFeatureDeclareRun | kFeatureChannels | kFeatureSharedReplies;
+// WILL: a connection's last will, a counter the server adds 1 to when the connection ends
+// without clearing it first (its process died, or the connection broke).
+inline constexpr uint32_t kFeatureWill = 1u << 4;
+inline constexpr uint32_t kServerFeatures = kFeatureWaitGet | kFeatureDeclareRun |
+                                            kFeatureChannels | kFeatureSharedReplies |
+                                            kFeatureWill;
 
 // Reply codes (u8).
 inline constexpr uint8_t kCheckReady = 0, kCheckNotReady = 1;
@@ -88,9 +92,9 @@ enum class Op : uint8_t {
   kValidate, kPing, kSet, kCompareSet, kGet, kAdd, kCheck, kWait, kNumKeys, kWatchKey,
   kDeleteKey, kAppend, kMultiGet, kMultiSet, kCancelWait, kQueuePush, kQueuePop, kQueueLen,
   kListKeys, kBarrier, kAuthBegin, kAuthProof, kDeletePrefix, kDeclareAgent, kFeatures,
-  kWaitGet, kDeclareRun, kChannels,
+  kWaitGet, kDeclareRun, kChannels, kWill,
 };
-inline constexpr size_t kOpCount = static_cast<size_t>(Op::kChannels) + 1;
+inline constexpr size_t kOpCount = static_cast<size_t>(Op::kWill) + 1;
 const char* op_name(Op op);
 
 inline constexpr size_t kNonceBytes = 32;
@@ -99,7 +103,7 @@ using Digest = std::array<uint8_t, 32>;
 struct Request {
   Op op = Op::kPing;
   std::vector<std::string> keys;  // SET/GET/...: one; CHECK/WAIT/MULTI_*: several; DECLARE_RUN:
-                                  // the run id
+                                  // the run id; WILL: its counter (empty: clear the will)
   std::vector<Bytes> values;      // SET/APPEND/QUEUE_PUSH: one; COMPARE_SET: expected, desired
   int64_t delta = 0;              // ADD; BARRIER's world size
   uint64_t timeout_ms = 0;        // WAIT_GET: answered at the latest after this (0: no limit)

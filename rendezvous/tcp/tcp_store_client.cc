@@ -467,6 +467,26 @@ int64_t TcpStoreClient::delete_prefix(const std::string& prefix) {
   return recv_i64(deadline_after(timeout()), "DELETE_PREFIX", prefix);
 }
 
+bool TcpStoreClient::set_will(const std::string& key) {
+  if (key.empty()) throw UsageError("set_will: no key; clear_will() forgets a will");
+  CallScope call(*this);
+  ensure_connected();  // a new connection names the previous will, replaced just below
+  if (!(server_features_ & wire::kFeatureWill)) return false;
+  will_ = key;
+  send_will(will_, deadline_after(timeout()));
+  return true;
+}
+
+void TcpStoreClient::clear_will() {
+  CallScope call(*this);
+  if (will_.empty()) return;
+  will_.clear();
+  // Without a connection there is no will on the server to clear: the last one was carried
+  // out when that connection ended.
+  if (fd_ < 0) return;
+  send_will("", deadline_after(timeout()));
+}
+
 bool TcpStoreClient::ping() {
   CallScope call(*this);
   ensure_connected();

@@ -113,6 +113,12 @@ class TcpStoreClient final : public Store {
   // Deletes every key starting with `prefix` (dlaunch servers only); returns how many.
   bool can_delete_prefix() const override { return true; }
   int64_t delete_prefix(const std::string& prefix) override;
+  // The connection's last will (WILL; Store::set_will): registered now and again on every
+  // connection this client makes later, so the counter moves only when this client's process
+  // dies or its connection breaks and it does not come back. False (nothing registered) when
+  // the server lacks the op (an agent's connection asks FEATURES; any other never has wills).
+  bool set_will(const std::string& key) override;
+  void clear_will() override;
 
   // Ends the call in progress on another thread, if any, within milliseconds: it throws
   // StoreInterruptedError (also while connecting or backing off between connect attempts),
@@ -160,6 +166,8 @@ class TcpStoreClient final : public Store {
   // Declares options_.run_id (DECLARE_RUN) to a server that has the op; throws UsageError when
   // the store serves another run.
   void declare_run(std::chrono::steady_clock::time_point deadline);
+  // Sends WILL with `key` (empty: clear) and reads its answer.
+  void send_will(const std::string& key, std::chrono::steady_clock::time_point deadline);
   void send_request(const wire::Request& request);
   // Frames a one-key request straight into wbuf_ (no Request, no copy of the value), after
   // connecting if needed: the 2.x opcode of `op`, then `key`. The caller appends the op's
@@ -196,6 +204,7 @@ class TcpStoreClient final : public Store {
   bool connected_once_ = false;  // a connection succeeded: later connects use reconnect_timeout
   uint32_t server_features_ = 0;   // wire::kFeature* bits from FEATURES (agents only)
   bool features_refused_ = false;  // the server closed on FEATURES: an older dlaunch build
+  std::string will_;               // set_will()'s key, named again on every new connection
   Bytes wbuf_;                // the request being sent (reused)
   // Received bytes: [rpos_, rend_) not yet consumed. Not zero-filled: a connection's replies
   // are small, so only the pages recv() writes are ever touched (a zero-filled 64 KiB was 16

@@ -281,6 +281,9 @@ void TcpStoreClient::handshake(SteadyTime::time_point deadline) {
   }
   if (ask_features) read_features(deadline);
   declare_run(deadline);
+  // A connection that replaces a lost one carries the will on: the server hands it over from
+  // the old connection, whose end (if the server sees it only now) then counts for nothing.
+  if (!will_.empty() && (server_features_ & wire::kFeatureWill)) send_will(will_, deadline);
 }
 
 void TcpStoreClient::ping_and_declare(Bytes& hello, SteadyTime::time_point deadline) {
@@ -440,6 +443,18 @@ void TcpStoreClient::declare_run(SteadyTime::time_point deadline) {
       "the store at {} serves run '{}'; this agent's run is '{}': give this job its own "
       "--rdzv_endpoint (or the same --rdzv_id, if it is the same job)",
       endpoint(), theirs, options_.run_id));
+}
+
+void TcpStoreClient::send_will(const std::string& key, SteadyTime::time_point deadline) {
+  Request will;
+  will.op = Op::kWill;
+  will.keys = {key};
+  send_request(will);
+  uint8_t r = recv_u8(deadline, "WILL", key);
+  if (r != 0) {
+    drop();
+    throw ProtocolError(fmt::format("store {}: WILL answered {}, expected 0", endpoint(), r));
+  }
 }
 
 void TcpStoreClient::read_features(SteadyTime::time_point deadline) {

@@ -34,6 +34,7 @@ void TcpStoreConnectionManager::remove(const TcpStoreConnectionPtr& c) {
 }
 
 void TcpStoreConnectionManager::stop_all() {
+  state.forget_wills();  // the clients did not go away: the store does
   auto conns = connections_;
   for (auto& c : conns) c->close();
   state.forget_clients();
@@ -241,7 +242,7 @@ void TcpStoreConnection::process_frames() {
     if (r.status == wire::Status::kBad) return bad_frame(r.error);
     if (!manager_.options.knows_features &&
         (q.op == Op::kFeatures || q.op == Op::kWaitGet || q.op == Op::kDeclareRun ||
-         q.op == Op::kChannels)) {
+         q.op == Op::kChannels || q.op == Op::kWill)) {
       return bad_frame("unknown opcode " + std::to_string(wire::opcode(dialect_, q.op)) +
                        " (this server plays a build older than FEATURES)");
     }

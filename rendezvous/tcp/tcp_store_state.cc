@@ -27,7 +27,8 @@ void TcpStoreState::put_reply_first(Bytes& out, size_t at, Put put) {
 
 // A flat switch over the op set: one case per op, read top to bottom.
 TcpStoreState::Handled TcpStoreState::handle(StoreSession& s, Request& q, std::string& error) {
-  if (!q.keys.empty()) scope_keys(s, q);
+  // WILL's empty key clears the will: it names no key to scope.
+  if (!q.keys.empty() && !(q.op == Op::kWill && q.keys[0].empty())) scope_keys(s, q);
   Bytes& reply = s.out;
   switch (q.op) {
     case Op::kValidate:
@@ -128,6 +129,14 @@ TcpStoreState::Handled TcpStoreState::handle(StoreSession& s, Request& q, std::s
       break;
     case Op::kFeatures:
       wire::put_u32(reply, wire::kServerFeatures);
+      break;
+    case Op::kWill:
+      if (q.keys[0].empty()) {
+        clear_will(s);
+      } else {
+        set_will(s, q.keys[0]);
+      }
+      wire::put_u8(reply, 0);
       break;
     case Op::kAuthBegin:
     case Op::kAuthProof:
@@ -452,6 +461,39 @@ void TcpStoreState::cancel_wait(StoreSession& s) {
 void TcpStoreState::drop(StoreSession& s) {
   if (s.pending_wait_.active) forget(s, /*pending_wait=*/true);
   if (s.parked_.active) forget(s, /*pending_wait=*/false);
+  if (s.will_.empty()) return;
+  const std::string key = s.will_;
+  clear_will(s);
+  try {
+    table_.add(key, 1);  // wakes the key's waiters and watchers as any ADD
+  } catch (const Error&) {
+    // The key holds no counter (someone SET it): the will cannot be carried out, and the
+    // connection is gone, so there is nobody to tell; its watchers keep their window.
+  }
+}
+
+// A session has at most one will; naming another replaces it. A counter that is another
+// session's will becomes this one's (a client that reconnected takes over its will).
+void TcpStoreState::set_will(StoreSession& s, const std::string& key) {
+  clear_will(s);
+  auto [it, inserted] = wills_.try_emplace(key, &s);
+  if (!inserted) {
+    it->second->will_.clear();
+    it->second = &s;
+  }
+  s.will_ = key;
+}
+
+void TcpStoreState::clear_will(StoreSession& s) {
+  if (s.will_.empty()) return;
+  auto it = wills_.find(s.will_);
+  if (it != wills_.end() && it->second == &s) wills_.erase(it);
+  s.will_.clear();
+}
+
+void TcpStoreState::forget_wills() {
+  for (auto& [key, session] : wills_) session->will_.clear();
+  wills_.clear();
 }
 
 void TcpStoreState::forget_clients() {

@@ -73,6 +73,7 @@ class StoreSession : public std::enable_shared_from_this<StoreSession> {
   bool agent_ = false;
   bool scope_known_ = false;
   std::string scope_;
+  std::string will_;      // WILL's counter (in the session's namespace); empty: none
   Waiting parked_;        // a GET/MULTI_GET/WAIT_GET: the session's next requests wait for it
   Waiting pending_wait_;  // a WAIT or BARRIER: the session goes on meanwhile
 };
@@ -108,8 +109,12 @@ class TcpStoreState final : private StoreTable::Observer {
   // WAIT_TIMED_OUT with the keys' values as they are, like a completed one (replied(),
   // resumed()). False, doing nothing, when no WAIT_GET of `s` is parked.
   bool expire_wait(StoreSession& s);
-  // The session is going away: takes it off every wait list.
+  // The session is going away: takes it off every wait list, and carries out its will (adds 1
+  // to the counter it named in WILL and did not clear): its client died or lost the connection.
   void drop(StoreSession& s);
+  // The server stops: forgets every will, so that closing the connections carries none out
+  // (the clients did not go away, the store did). Call before closing them.
+  void forget_wills();
   // The server stops: forgets every waiter and watcher (their connections are closed).
   void forget_clients();
   // Keys in the table (worker namespaces included).
@@ -154,6 +159,8 @@ class TcpStoreState final : private StoreTable::Observer {
   void queue_pop(StoreSession& s, const std::string& key);
   void list_keys(StoreSession& s);
   Handled barrier(StoreSession& s, wire::Request& q, std::string& error);
+  void set_will(StoreSession& s, const std::string& key);
+  void clear_will(StoreSession& s);
   void release_barrier_waiters(const std::string& key, const Bytes& count);
 
   StoreTable table_;
@@ -163,6 +170,10 @@ class TcpStoreState final : private StoreTable::Observer {
   // pending_wait_ holds the request): a key that exists, so not on waiters_.
   std::unordered_map<std::string, std::vector<SessionPtr>> barrier_waiters_;
   std::unordered_map<std::string, std::vector<std::weak_ptr<StoreSession>>> watchers_;
+  // Each will's counter and the one session whose will it is: a client that reconnects names
+  // the same counter from its new connection, which takes the will over, so the old
+  // connection's end (seen late, after a partition) no longer counts.
+  std::unordered_map<std::string, StoreSession*> wills_;
 };
 
 }  // namespace dlaunch

@@ -10,6 +10,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/support/subprocess.h"
@@ -238,12 +239,13 @@ TEST(RankRecovery, AnUnknownScopeIsAUsageError) {
 // ---- a node lost (--nnodes MIN:MAX): the group shrinks in process --------------------------------
 
 // Three c10d agents on one endpoint, `nproc` workers each, running the test worker's
-// rank-recovery mode with `worker` args; a 3 s keep-alive window; node i logs under
-// `logs`/node<i>; `last_call`: --rdzv_conf last_call_timeout.
-std::vector<std::unique_ptr<Subprocess>> three_nodes(const std::string& run_id, int nproc,
-                                                     std::vector<std::string> worker,
-                                                     const TempDir& logs, int max_restarts = 0,
-                                                     const std::string& last_call = "0.5") {
+// rank-recovery mode with `worker` args; node i logs under `logs`/node<i>. `conf`: the
+// --rdzv_conf (by default a 3 s keep-alive window and a 0.5 s last call).
+std::vector<std::unique_ptr<Subprocess>> three_nodes(
+    const std::string& run_id, int nproc, std::vector<std::string> worker, const TempDir& logs,
+    int max_restarts = 0,
+    const std::string& conf =
+        "last_call_timeout=0.5,keep_alive_interval=1,keep_alive_max_attempt=3") {
   const std::string endpoint = "127.0.0.1:" + std::to_string(free_port());
   std::vector<std::unique_ptr<Subprocess>> nodes;
   for (int i = 0; i < 3; ++i) {
@@ -252,7 +254,7 @@ std::vector<std::unique_ptr<Subprocess>> three_nodes(const std::string& run_id, 
              endpoint, "--rdzv_id", run_id, "--max_restarts", std::to_string(max_restarts),
              "--shutdown_grace", "2",
              "--log_dir", logs.path() + "/node" + std::to_string(i), "--rdzv_conf",
-             "last_call_timeout=" + last_call + ",keep_alive_interval=1,keep_alive_max_attempt=3"},
+             conf},
             worker)));
   }
   return nodes;
@@ -295,7 +297,8 @@ Killed kill_a_node(std::vector<std::unique_ptr<Subprocess>>& nodes, const TempDi
 // or they would wait it out past the test's 120 s.
 TEST(RankRecovery, ALostNodeShrinksTheGroupInPlace) {
   TempDir dir, logs;
-  auto nodes = three_nodes("shrink", 2, {"dir=" + dir.path(), "fail=-1"}, logs, 0, "300");
+  auto nodes = three_nodes("shrink", 2, {"dir=" + dir.path(), "fail=-1"}, logs, 0,
+                           "last_call_timeout=300,keep_alive_interval=1,keep_alive_max_attempt=3");
   ASSERT_TRUE(wait_ready(dir, 6, 90s));
   const Killed killed = kill_a_node(nodes, dir);
   const std::set<int>& lost = killed.ranks;
@@ -306,8 +309,9 @@ TEST(RankRecovery, ALostNodeShrinksTheGroupInPlace) {
     auto e = node->wait(120s);
     ASSERT_TRUE(e) << node->err();
     EXPECT_EQ(e->shell_code(), 0) << node->err();
-    EXPECT_NE(node->err().find("lost (no keep-alive for 3 s): the group re-forms in process at "
-                               "world size 4"),
+    // Its agent's store connection closed with it: found lost without waiting out the window.
+    EXPECT_NE(node->err().find("lost (its agent's store connection closed and no keep-alive came "
+                               "for 0.5 s): the group re-forms in process at world size 4"),
               std::string::npos)
         << node->err();
     EXPECT_EQ(node->err().find("restarting the worker"), std::string::npos) << node->err();
@@ -329,6 +333,41 @@ TEST(RankRecovery, ALostNodeShrinksTheGroupInPlace) {
     new_ranks.insert(seen.substr(at + 6, seen.size() - at - 7));
   }
   EXPECT_EQ(new_ranks, (std::set<std::string>{"0", "1", "2", "3"}));
+}
+
+// The same with a 30 s keep-alive window (interval 5 s x 6): the store host sees the killed
+// agent's connection end at once, and the survivors re-form after the grace (half an
+// interval), long before the window would let them.
+TEST(RankRecovery, ALostNodeIsFoundByItsClosedConnectionLongBeforeTheWindow) {
+  TempDir dir, logs;
+  auto nodes = three_nodes("closed", 2, {"dir=" + dir.path(), "fail=-1"}, logs, 0,
+                           "last_call_timeout=0.5,keep_alive_interval=5,keep_alive_max_attempt=6");
+  ASSERT_TRUE(wait_ready(dir, 6, 90s));
+  const Killed killed = kill_a_node(nodes, dir);
+  ASSERT_EQ(killed.ranks.size(), 2u);
+  const std::string reformed =
+      "lost (its agent's store connection closed and no keep-alive came for 2.5 s): the group "
+      "re-forms in process at world size 4";
+  // Generous for a loaded machine, and still short of the 30 s window (counted from the kill,
+  // which was before this point).
+  const auto until = std::chrono::steady_clock::now() + 25s;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i == killed.node) continue;
+    bool seen = false;
+    while (!seen && std::chrono::steady_clock::now() < until) {
+      seen = nodes[i]->err().find(reformed) != std::string::npos;
+      if (!seen) std::this_thread::sleep_for(100ms);
+    }
+    EXPECT_TRUE(seen) << "not re-formed within 25 s of the kill:\n" << nodes[i]->err();
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (i == killed.node) continue;
+    auto e = nodes[i]->wait(120s);
+    ASSERT_TRUE(e) << nodes[i]->err();
+    EXPECT_EQ(e->shell_code(), 0) << nodes[i]->err();
+    EXPECT_EQ(nodes[i]->err().find("no keep-alive for 30 s"), std::string::npos)
+        << nodes[i]->err();
+  }
 }
 
 // After the shrink a rank fails and is replaced alone in the smaller world: the replacement gets

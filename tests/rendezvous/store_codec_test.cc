@@ -121,7 +121,7 @@ TEST(StoreCodec, Torch2GoldenFramesAreShiftedByOne) {
   auto unknown = decode(Dialect::kTorch2, u8(19), &q);
   EXPECT_EQ(unknown.status, Status::kBad);
   EXPECT_EQ(unknown.error,
-            "unknown opcode 19 for the PyTorch 2.x dialect (it has 0-18, and dlaunch's 160-165): a "
+            "unknown opcode 19 for the PyTorch 2.x dialect (it has 0-18, and dlaunch's 160-168): a "
             "PyTorch newer than this dlaunch knows, or a client that is no store client");
 }
 

@@ -355,7 +355,7 @@ TEST_F(ServerTest, Torch2UnknownOpcodeOrMalformedFrameIsLoggedAndClosesOnlyThatC
   };
   const std::vector<Case> cases = {
       {cat({kValidate, u8(19)}),
-       "unknown opcode 19 for the PyTorch 2.x dialect (it has 0-18, and dlaunch's 160-165): a "
+       "unknown opcode 19 for the PyTorch 2.x dialect (it has 0-18, and dlaunch's 160-168): a "
        "PyTorch newer than this dlaunch knows, or a client that is no store client"},
       {cat({kValidate, u8(0xFF)}), "unknown opcode 255 for the PyTorch 2.x dialect"},
       {cat({kValidate, kValidate}), "VALIDATE after the first message"},
@@ -389,8 +389,9 @@ TEST_F(ServerTest, WaitGetByteForByte) {
   start();
   Raw c(port_);
   c.send(cat({kValidate, u8(0xA3), u8(0xA4)}));  // DECLARE_AGENT, FEATURES
-  // bits: 0 WAIT_GET, 1 DECLARE_RUN, 2 CHANNELS, 3 SHARED and GROUP_SAME channel frames
-  EXPECT_EQ(c.recv(1 + 4), cat({u8(0), u32(15)}));
+  // bits: 0 WAIT_GET, 1 DECLARE_RUN, 2 CHANNELS, 3 SHARED and GROUP_SAME channel frames,
+  // 4 WILL
+  EXPECT_EQ(c.recv(1 + 4), cat({u8(0), u32(31)}));
   c.send(cat({u8(1), str("v"), str("xy")}));       // SET v
   // WAIT_GET [w, v, none] with 60 s: parked on w only (v's presence does not release it).
   c.send(cat({u8(0xA5), u64(60000), u64(3), str("w"), str("v"), str("none")}));

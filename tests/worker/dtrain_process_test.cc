@@ -972,7 +972,7 @@ TEST_F(DtrainProcessTest, NodeKilledMidRunReFormsWithoutSpendingRestartsAndFinis
   EXPECT_EQ(wait_for(peer), 0) << slurp(log("peer.log"));
   std::string text = slurp(log("host.log"));
   EXPECT_NE(text.find("node 127.0.0.3 (node rank"), std::string::npos) << text;
-  EXPECT_NE(text.find("lost (no keep-alive"), std::string::npos) << text;
+  EXPECT_NE(text.find("lost (its agent's store connection closed"), std::string::npos) << text;
   EXPECT_NE(text.find("not counted as a restart"), std::string::npos) << text;
   // A round of two formed, whether the workers then re-form in it in process (they announced
   // rank_recovery: the group shrinks) or are started again in it. Which node rank the store host
