@@ -1,0 +1,116 @@
+// --hang_timeout auto's pace (launcher/hang/hang_pace.h), with a scripted clock.
+#include "launcher/hang/hang_pace.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+namespace dlaunch {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+HangPaceParams params() {
+  HangPaceParams p;
+  p.startup = seconds(300);
+  p.floor = seconds(1);
+  p.factor = 5;
+  p.group_gaps = 20;
+  p.worker_gaps = 3;
+  return p;
+}
+
+// `beats` beats of worker `w` (pid `pid`), `every` apart, from the clock's time on.
+void beat(HangPace& pace, FakeClock& clock, int64_t w, int pid, int beats, Duration every) {
+  for (int i = 0; i < beats; ++i) {
+    clock.advance(every);
+    pace.observe(w, pid, clock.now());
+  }
+}
+
+TEST(HangPace, TheStartUpTimeoutAppliesBeforeTheGroupShowedEnoughGaps) {
+  FakeClock clock;
+  HangPace pace(params());
+  pace.observe(0, 100, std::nullopt);
+  EXPECT_EQ(pace.timeout(0).value, seconds(300));
+  beat(pace, clock, 0, 100, 20, milliseconds(50));  // the first beat is no gap: 19 gaps
+  HangPace::Timeout t = pace.timeout(0);
+  EXPECT_FALSE(t.learned);
+  EXPECT_EQ(t.group_gaps, 19);
+  EXPECT_EQ(t.value, seconds(300));
+  EXPECT_NE(pace.describe(t).find("start-up"), std::string::npos) << pace.describe(t);
+}
+
+TEST(HangPace, TheLearnedTimeoutIsTheFactorTimesTheLongestGap) {
+  FakeClock clock;
+  HangPace pace(params());
+  beat(pace, clock, 0, 100, 10, milliseconds(250));
+  beat(pace, clock, 1, 101, 12, milliseconds(300));
+  HangPace::Timeout t = pace.timeout(1);
+  EXPECT_TRUE(t.learned);
+  EXPECT_EQ(t.longest_gap, milliseconds(300));
+  EXPECT_EQ(t.value, milliseconds(1500));
+  EXPECT_EQ(pace.timeout(0).value, milliseconds(1500)) << "the group's longest gap, not its own";
+  EXPECT_EQ(pace.describe(t), "--hang_timeout auto: 5 x the longest gap seen, 0.30 s");
+}
+
+TEST(HangPace, FastBeatsGetTheFloor) {
+  FakeClock clock;
+  HangPace pace(params());
+  beat(pace, clock, 0, 100, 40, milliseconds(50));
+  HangPace::Timeout t = pace.timeout(0);
+  EXPECT_TRUE(t.learned);
+  EXPECT_EQ(t.value, seconds(1));
+  EXPECT_NE(pace.describe(t).find("floor of 1.0 s"), std::string::npos) << pace.describe(t);
+}
+
+TEST(HangPace, ALongEvaluationGapRaisesTheTimeout) {
+  FakeClock clock;
+  HangPace pace(params());
+  beat(pace, clock, 0, 100, 40, milliseconds(100));
+  EXPECT_EQ(pace.timeout(0).value, seconds(1));
+  beat(pace, clock, 0, 100, 1, seconds(2));  // an epoch-end evaluation without beats
+  beat(pace, clock, 0, 100, 5, milliseconds(100));
+  EXPECT_EQ(pace.timeout(0).value, seconds(10));
+}
+
+TEST(HangPace, ReReadingTheSameBeatIsNoGap) {
+  FakeClock clock;
+  HangPace pace(params());
+  beat(pace, clock, 0, 100, 30, milliseconds(100));
+  const TimePoint last = clock.now();
+  for (int i = 0; i < 50; ++i) pace.observe(0, 100, last);  // checks faster than the beats
+  EXPECT_EQ(pace.timeout(0).group_gaps, 29);
+  EXPECT_EQ(pace.timeout(0).longest_gap, milliseconds(100));
+}
+
+TEST(HangPace, AReplacementGetsTheStartUpTimeoutUntilItBeatItself) {
+  FakeClock clock;
+  HangPace pace(params());
+  beat(pace, clock, 0, 100, 30, milliseconds(100));
+  beat(pace, clock, 1, 101, 30, milliseconds(100));
+  ASSERT_TRUE(pace.timeout(1).learned);
+  pace.observe(1, 202, std::nullopt);  // a new pid: the replacement, not yet beating
+  EXPECT_EQ(pace.timeout(1).value, seconds(300));
+  beat(pace, clock, 1, 202, 3, milliseconds(100));  // 2 gaps of its own
+  EXPECT_FALSE(pace.timeout(1).learned);
+  beat(pace, clock, 1, 202, 1, milliseconds(100));
+  EXPECT_TRUE(pace.timeout(1).learned);
+  EXPECT_EQ(pace.timeout(1).value, seconds(1));
+  EXPECT_TRUE(pace.timeout(0).learned) << "the survivors keep the group's figure";
+}
+
+TEST(HangPace, TheTimeTheWorkersWereStoppedIsNoGap) {
+  FakeClock clock;
+  HangPace pace(params());
+  beat(pace, clock, 0, 100, 30, milliseconds(100));
+  pace.skip_current_gaps();
+  beat(pace, clock, 0, 100, 1, seconds(60));  // SIGTSTP ... SIGCONT
+  beat(pace, clock, 0, 100, 3, milliseconds(100));
+  EXPECT_EQ(pace.timeout(0).longest_gap, milliseconds(100));
+  EXPECT_EQ(pace.timeout(0).value, seconds(1));
+}
+
+}  // namespace
+}  // namespace dlaunch
