@@ -45,8 +45,8 @@ std::string HangPace::describe(const Timeout& t) const {
   }
   const Duration scaled = std::chrono::duration_cast<Duration>(t.longest_gap * params_.factor);
   if (scaled < params_.floor) {
-    return fmt::format("--hang_timeout auto: the floor of {:.1f} s, more than {:g} x the longest "
-                       "gap seen, {:.2f} s",
+    return fmt::format("--hang_timeout auto: the floor of {:.1f} s ({:g} x the longest gap seen, "
+                       "{:.2f} s, is less)",
                        to_seconds(params_.floor), params_.factor, to_seconds(t.longest_gap));
   }
   return fmt::format("--hang_timeout auto: {:g} x the longest gap seen, {:.2f} s", params_.factor,
