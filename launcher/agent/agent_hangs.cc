@@ -59,7 +59,15 @@ void HangWatch::observe_pace() {
     pace_generation_ = agent_.group->attempt();
   }
   for (auto& w : agent_.group->workers()) {
-    if (w.running()) pace_.observe(w.local_rank, w.pid, agent_.opts.last_beat(w.heartbeat_file));
+    if (!w.running()) continue;
+    if (!pace_.observe(w.local_rank, w.pid, agent_.opts.last_beat(w.heartbeat_file))) continue;
+    // Once the pace is known: rare (the longest gap only grows), and it says why a later hang
+    // took as long as it did.
+    const HangPace::Timeout t = pace_.timeout(w.local_rank);
+    if (!t.learned) continue;
+    log_info("--hang_timeout auto: the longest gap between heartbeats is now {:.2f} s (local "
+             "rank {}): the hang timeout is now {:.1f} s",
+             to_seconds(t.longest_gap), w.local_rank, to_seconds(t.value));
   }
 }
 

@@ -6,16 +6,25 @@
 
 namespace dlaunch {
 
-void HangPace::observe(int64_t worker, int pid, std::optional<TimePoint> beat) {
+bool HangPace::observe(int64_t worker, int pid, std::optional<TimePoint> beat) {
   Worker& w = workers_[worker];
   if (w.pid != pid) w = Worker{pid, std::nullopt, 0};
-  if (!beat) return;
+  if (!beat) return false;
+  bool grew = false;
   if (w.last && *beat > *w.last) {
-    longest_ = std::max<Duration>(longest_, *beat - *w.last);
+    const Duration gap = *beat - *w.last;
+    const Timeout now = timeout(worker);
+    const bool warming_up = w.gaps < params_.worker_gaps;
+    const bool suspect = now.learned && gap > now.value / 2;
+    if (!warming_up && !suspect && gap > longest_) {
+      longest_ = gap;
+      grew = true;
+    }
     ++w.gaps;
     ++gaps_;
   }
   if (!w.last || *beat > *w.last) w.last = beat;
+  return grew;
 }
 
 void HangPace::skip_current_gaps() {

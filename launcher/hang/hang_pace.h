@@ -3,8 +3,15 @@
 // (the time is the worker's own beat time; a check slower than the beats only merges gaps, so
 // the figure errs long, the safe side). Once the group has shown enough gaps, a worker is hung
 // when silent longer than max(floor, factor x the longest gap seen in this group so far); before
-// that the start-up timeout applies. All gaps count, the first ones too: a long first step, an
-// evaluation or a checkpoint write raises the figure for the rest of the generation.
+// that the start-up timeout applies. An evaluation or a checkpoint write that does not beat
+// raises the figure for the rest of the generation. Two kinds of gap are counted but not learned:
+//   - a worker's first `worker_gaps` gaps (its first steps after loading, or a replacement's
+//     join): the start-up timeout covers them, and one slow first step would otherwise make
+//     every later hang cost factor x that step;
+//   - once the timeout is learned, a gap longer than half of it: the agent already suspected
+//     that silence (hang_investigation.h reads the stacks of workers silent that long). The
+//     ranks that wait in a collective for a rank stuck on another node show such a gap when that
+//     node replaces it; learned, every hang would raise the timeout for the next one.
 //
 // The same idea as NVIDIA's resiliency extension (nvidia-resiliency-ext, fault_tolerance:
 // RankMonitorClient.calculate_and_set_hb_timeouts sets rank_heartbeat_timeout to safety_factor
@@ -41,8 +48,9 @@ class HangPace {
   explicit HangPace(HangPaceParams params = {}) : params_(params) {}
 
   // `worker`'s last beat as read now (nullopt: it never beat). A new `pid` under the same key is
-  // a replacement: its own count starts over (the group's longest gap stays).
-  void observe(int64_t worker, int pid, std::optional<TimePoint> beat);
+  // a replacement: its own count starts over (the group's longest gap stays). True when the
+  // group's longest gap grew.
+  bool observe(int64_t worker, int pid, std::optional<TimePoint> beat);
   // The workers were stopped (SIGTSTP) and go on: the time until each one's next beat is no gap
   // of theirs.
   void skip_current_gaps();

@@ -849,12 +849,12 @@ TEST(DlaunchHang, AutoDeclaresAWorkerThatStopsBeatingHungByItsLearnedPace) {
   EXPECT_FALSE(read_file(logs.path() + "/pace/attempt_0/0/stack.txt").empty()) << r.err;
 }
 
-// A pause the workers showed while the pace was learned (1 s, like an evaluation) is part of
-// it: a later 2.5 s pause (past the 1 s floor, within 5 x 1 s) is no hang.
+// A pause the workers showed while the pace was learned (1 s, like an evaluation, after their
+// first 3 gaps) is part of it: a later 2 s pause (past the 1 s floor) is no hang.
 TEST(DlaunchHang, AutoLearnsALongPauseAndDoesNotDeclareItsRepeatHung) {
   auto r = run({kDlaunch, "--standalone", "--hang_timeout", "auto", "--nproc_per_node", "2",
                 "--no_python", "/bin/sh", "-c",
-                std::string(kBeatLoop) + "beat 10; sleep 1; beat 60; sleep 2.5; beat 20"},
+                std::string(kBeatLoop) + "beat 12; sleep 1; beat 60; sleep 2; beat 20"},
                {}, 120s);
   ASSERT_FALSE(r.timed_out) << r.err;
   EXPECT_EQ(r.exit.shell_code(), 0) << r.err;

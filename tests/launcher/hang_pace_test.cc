@@ -68,11 +68,42 @@ TEST(HangPace, FastBeatsGetTheFloor) {
 TEST(HangPace, ALongEvaluationGapRaisesTheTimeout) {
   FakeClock clock;
   HangPace pace(params());
-  beat(pace, clock, 0, 100, 40, milliseconds(100));
-  EXPECT_EQ(pace.timeout(0).value, seconds(1));
+  beat(pace, clock, 0, 100, 6, milliseconds(100));
   beat(pace, clock, 0, 100, 1, seconds(2));  // an epoch-end evaluation without beats
-  beat(pace, clock, 0, 100, 5, milliseconds(100));
-  EXPECT_EQ(pace.timeout(0).value, seconds(10));
+  beat(pace, clock, 0, 100, 20, milliseconds(100));
+  HangPace::Timeout t = pace.timeout(0);
+  EXPECT_TRUE(t.learned);
+  EXPECT_EQ(t.value, seconds(10));
+  // Once learned, a gap of up to half the timeout raises it too.
+  beat(pace, clock, 0, 100, 1, seconds(4));
+  EXPECT_EQ(pace.timeout(0).value, seconds(20));
+}
+
+TEST(HangPace, AWorkersFirstGapsAreNotLearned) {
+  FakeClock clock;
+  HangPace pace(params());
+  beat(pace, clock, 0, 100, 1, milliseconds(100));
+  beat(pace, clock, 0, 100, 1, seconds(5));  // the first step: warm-up, compilation
+  beat(pace, clock, 0, 100, 30, milliseconds(100));
+  HangPace::Timeout t = pace.timeout(0);
+  EXPECT_TRUE(t.learned);
+  EXPECT_EQ(t.longest_gap, milliseconds(100));
+  EXPECT_EQ(t.value, seconds(1));
+}
+
+// The ranks that waited in a collective for a rank stuck on another node beat again once it is
+// replaced: that silence, longer than half the timeout, would raise it for the next hang.
+TEST(HangPace, OnceLearnedASilenceLongerThanHalfTheTimeoutIsNotLearned) {
+  FakeClock clock;
+  HangPace pace(params());
+  beat(pace, clock, 0, 100, 30, milliseconds(200));
+  ASSERT_EQ(pace.timeout(0).value, seconds(1));
+  beat(pace, clock, 0, 100, 1, milliseconds(900));
+  beat(pace, clock, 0, 100, 5, milliseconds(200));
+  EXPECT_EQ(pace.timeout(0).longest_gap, milliseconds(200));
+  EXPECT_EQ(pace.timeout(0).value, seconds(1));
+  beat(pace, clock, 0, 100, 1, milliseconds(400));  // within half: learned
+  EXPECT_EQ(pace.timeout(0).value, seconds(2));
 }
 
 TEST(HangPace, ReReadingTheSameBeatIsNoGap) {
