@@ -79,7 +79,7 @@ Duration HangWatch::timeout_for(const WorkerRecord& w) const {
 }
 
 void HangWatch::note_hang_rule(WorkerRecord& w, TimePoint now) const {
-  if (!agent_.cfg.hang_timeout_auto || !w.hang_rule.empty()) return;
+  if (!agent_.cfg.hang_timeout_auto) return;
   const HangPace::Timeout t = pace_generation_ == agent_.group->attempt()
                                   ? pace_.timeout(w.local_rank)
                                   : HangPace::Timeout{agent_.cfg.hang_timeout};

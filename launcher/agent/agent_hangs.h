@@ -68,8 +68,9 @@ class HangWatch {
   void observe_pace();
   // The timeout `w` is judged by now: --hang_timeout, or with auto the learned (or start-up) one.
   Duration timeout_for(const WorkerRecord& w) const;
-  // With auto: keeps in `w` how long it was silent, the timeout it passed and why, for the
-  // report; nothing with a fixed timeout.
+  // With auto: keeps in `w` how long it was silent now, the timeout it passed and why, for the
+  // report (a survivor of an earlier hang carries that one's until then); nothing with a fixed
+  // timeout.
   void note_hang_rule(WorkerRecord& w, TimePoint now) const;
   // With auto "1.3 s, more than 1.0 s (--hang_timeout auto: ...)"; with a fixed timeout
   // "more than 6.0 s (--hang_timeout)" when `fixed_rule`, else "6.0 s".

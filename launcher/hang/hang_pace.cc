@@ -8,18 +8,19 @@ namespace dlaunch {
 
 bool HangPace::observe(int64_t worker, int pid, std::optional<TimePoint> beat) {
   Worker& w = workers_[worker];
-  if (w.pid != pid) w = Worker{pid, std::nullopt, 0};
+  if (w.pid != pid) w = Worker{pid, std::nullopt, 0, 0};
   if (!beat) return false;
   bool grew = false;
   if (w.last && *beat > *w.last) {
     const Duration gap = *beat - *w.last;
     const Timeout now = timeout(worker);
-    const bool warming_up = w.gaps < params_.worker_gaps;
+    const bool warming_up = w.gaps < params_.worker_gaps || w.unlearned > 0;
     const bool suspect = now.learned && gap > now.value / 2;
     if (!warming_up && !suspect && gap > longest_) {
       longest_ = gap;
       grew = true;
     }
+    if (w.unlearned > 0) --w.unlearned;
     ++w.gaps;
     ++gaps_;
   }
@@ -28,7 +29,10 @@ bool HangPace::observe(int64_t worker, int pid, std::optional<TimePoint> beat) {
 }
 
 void HangPace::skip_current_gaps() {
-  for (auto& [key, w] : workers_) w.last.reset();
+  for (auto& [key, w] : workers_) {
+    w.last.reset();
+    w.unlearned = params_.worker_gaps;
+  }
 }
 
 HangPace::Timeout HangPace::timeout(int64_t worker) const {

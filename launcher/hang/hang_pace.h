@@ -51,8 +51,9 @@ class HangPace {
   // a replacement: its own count starts over (the group's longest gap stays). True when the
   // group's longest gap grew.
   bool observe(int64_t worker, int pid, std::optional<TimePoint> beat);
-  // The workers were stopped (SIGTSTP) and go on: the time until each one's next beat is no gap
-  // of theirs.
+  // The workers were stopped (SIGTSTP), or waited for a replaced rank, and go on: the time until
+  // each one's next beat is no gap of theirs, and the next `worker_gaps` gaps are not learned
+  // either (the first steps with a replacement wait for its first steps). The timeouts stay.
   void skip_current_gaps();
 
   struct Timeout {
@@ -72,6 +73,7 @@ class HangPace {
     int pid = -1;
     std::optional<TimePoint> last;
     int64_t gaps = 0;
+    int64_t unlearned = 0;  // gaps still to count without learning them
   };
   HangPaceParams params_;
   std::map<int64_t, Worker> workers_;

@@ -143,5 +143,20 @@ TEST(HangPace, TheTimeTheWorkersWereStoppedIsNoGap) {
   EXPECT_EQ(pace.timeout(0).value, seconds(1));
 }
 
+// After a rank was replaced the survivors' first steps wait for the replacement's first ones:
+// not learned, while the survivors keep the learned timeout.
+TEST(HangPace, TheFirstGapsAfterAReplacementAreNotLearned) {
+  FakeClock clock;
+  HangPace pace(params());
+  beat(pace, clock, 0, 100, 30, milliseconds(100));
+  pace.skip_current_gaps();
+  beat(pace, clock, 0, 100, 1, milliseconds(100));
+  EXPECT_EQ(pace.timeout(0).value, seconds(1)) << "still learned";
+  beat(pace, clock, 0, 100, 3, milliseconds(450));
+  EXPECT_EQ(pace.timeout(0).longest_gap, milliseconds(100));
+  beat(pace, clock, 0, 100, 1, milliseconds(450));
+  EXPECT_EQ(pace.timeout(0).longest_gap, milliseconds(450));
+}
+
 }  // namespace
 }  // namespace dlaunch
