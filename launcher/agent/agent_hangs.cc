@@ -58,9 +58,12 @@ void HangWatch::observe_pace() {
     pace_ = HangPace(pace_params(agent_.cfg));
     pace_generation_ = agent_.group->attempt();
   }
+  const TimePoint now = agent_.opts.clock->now();
   for (auto& w : agent_.group->workers()) {
     if (!w.running()) continue;
-    if (!pace_.observe(w.local_rank, w.pid, agent_.opts.last_beat(w.heartbeat_file))) continue;
+    if (!pace_.observe(w.local_rank, w.pid, agent_.opts.last_beat(w.heartbeat_file), now)) {
+      continue;
+    }
     // Once the pace is known: rare (the longest gap only grows), and it says why a later hang
     // took as long as it did.
     const HangPace::Timeout t = pace_.timeout(w.local_rank);

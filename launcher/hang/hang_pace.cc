@@ -6,17 +6,19 @@
 
 namespace dlaunch {
 
-bool HangPace::observe(int64_t worker, int pid, std::optional<TimePoint> beat) {
+bool HangPace::observe(int64_t worker, int pid, std::optional<TimePoint> beat, TimePoint now) {
   Worker& w = workers_[worker];
-  if (w.pid != pid) w = Worker{pid, std::nullopt, 0, 0};
+  if (w.pid != pid) w = Worker{pid, std::nullopt, 0, 0, std::nullopt};
+  const bool late = w.checked && now - *w.checked > params_.late_check;
+  w.checked = now;
   if (!beat) return false;
   bool grew = false;
   if (w.last && *beat > *w.last) {
     const Duration gap = *beat - *w.last;
-    const Timeout now = timeout(worker);
+    const Timeout in_force = timeout(worker);
     const bool warming_up = w.gaps < params_.worker_gaps || w.unlearned > 0;
-    const bool suspect = now.learned && gap > now.value / 2;
-    if (!warming_up && !suspect && gap > longest_) {
+    const bool suspect = in_force.learned && gap > in_force.value / 2;
+    if (!warming_up && !suspect && !late && gap > longest_) {
       longest_ = gap;
       grew = true;
     }

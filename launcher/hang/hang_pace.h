@@ -41,16 +41,20 @@ struct HangPaceParams {
   // Gaps a worker must have shown itself: a replacement (rank recovery) starts fresh, and its
   // first beats span its join and first steps, whose length the group has not seen.
   int64_t worker_gaps = 3;
+  // A check later than this after the previous one (the agent's loop was busy) may have missed
+  // beats: the gap it sees spans several, so it is counted but not learned. The agent checks
+  // every 100 ms.
+  Duration late_check = std::chrono::milliseconds(250);
 };
 
 class HangPace {
  public:
   explicit HangPace(HangPaceParams params = {}) : params_(params) {}
 
-  // `worker`'s last beat as read now (nullopt: it never beat). A new `pid` under the same key is
-  // a replacement: its own count starts over (the group's longest gap stays). True when the
-  // group's longest gap grew.
-  bool observe(int64_t worker, int pid, std::optional<TimePoint> beat);
+  // `worker`'s last beat as read at `now` (nullopt: it never beat). A new `pid` under the same
+  // key is a replacement: its own count starts over (the group's longest gap stays). True when
+  // the group's longest gap grew.
+  bool observe(int64_t worker, int pid, std::optional<TimePoint> beat, TimePoint now);
   // The workers were stopped (SIGTSTP), or waited for a replaced rank, and go on: the time until
   // each one's next beat is no gap of theirs, and the next `worker_gaps` gaps are not learned
   // either (the first steps with a replacement wait for its first steps). The timeouts stay.
@@ -74,6 +78,7 @@ class HangPace {
     std::optional<TimePoint> last;
     int64_t gaps = 0;
     int64_t unlearned = 0;  // gaps still to count without learning them
+    std::optional<TimePoint> checked;  // the previous observe()
   };
   HangPaceParams params_;
   std::map<int64_t, Worker> workers_;

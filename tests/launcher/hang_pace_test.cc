@@ -21,18 +21,26 @@ HangPaceParams params() {
   return p;
 }
 
-// `beats` beats of worker `w` (pid `pid`), `every` apart, from the clock's time on.
+constexpr Duration kCheck = milliseconds(100);  // the agent's check period
+
+// `beats` beats of worker `w` (pid `pid`), `every` apart, from the clock's time on, read by a
+// check every 100 ms and one right after each beat.
 void beat(HangPace& pace, FakeClock& clock, int64_t w, int pid, int beats, Duration every) {
   for (int i = 0; i < beats; ++i) {
-    clock.advance(every);
-    pace.observe(w, pid, clock.now());
+    const TimePoint previous = clock.now();
+    for (Duration left = every; left > kCheck; left -= kCheck) {
+      clock.advance(kCheck);
+      pace.observe(w, pid, previous, clock.now());
+    }
+    clock.set(previous + every);
+    pace.observe(w, pid, clock.now(), clock.now());
   }
 }
 
 TEST(HangPace, TheStartUpTimeoutAppliesBeforeTheGroupShowedEnoughGaps) {
   FakeClock clock;
   HangPace pace(params());
-  pace.observe(0, 100, std::nullopt);
+  pace.observe(0, 100, std::nullopt, clock.now());
   EXPECT_EQ(pace.timeout(0).value, seconds(300));
   beat(pace, clock, 0, 100, 20, milliseconds(50));  // the first beat is no gap: 19 gaps
   HangPace::Timeout t = pace.timeout(0);
@@ -111,7 +119,7 @@ TEST(HangPace, ReReadingTheSameBeatIsNoGap) {
   HangPace pace(params());
   beat(pace, clock, 0, 100, 30, milliseconds(100));
   const TimePoint last = clock.now();
-  for (int i = 0; i < 50; ++i) pace.observe(0, 100, last);  // checks faster than the beats
+  for (int i = 0; i < 50; ++i) pace.observe(0, 100, last, last);  // checks faster than beats
   EXPECT_EQ(pace.timeout(0).group_gaps, 29);
   EXPECT_EQ(pace.timeout(0).longest_gap, milliseconds(100));
 }
@@ -122,7 +130,7 @@ TEST(HangPace, AReplacementGetsTheStartUpTimeoutUntilItBeatItself) {
   beat(pace, clock, 0, 100, 30, milliseconds(100));
   beat(pace, clock, 1, 101, 30, milliseconds(100));
   ASSERT_TRUE(pace.timeout(1).learned);
-  pace.observe(1, 202, std::nullopt);  // a new pid: the replacement, not yet beating
+  pace.observe(1, 202, std::nullopt, clock.now());  // a new pid: the replacement, not beating
   EXPECT_EQ(pace.timeout(1).value, seconds(300));
   beat(pace, clock, 1, 202, 3, milliseconds(100));  // 2 gaps of its own
   EXPECT_FALSE(pace.timeout(1).learned);
@@ -156,6 +164,17 @@ TEST(HangPace, TheFirstGapsAfterAReplacementAreNotLearned) {
   EXPECT_EQ(pace.timeout(0).longest_gap, milliseconds(100));
   beat(pace, clock, 0, 100, 1, milliseconds(450));
   EXPECT_EQ(pace.timeout(0).longest_gap, milliseconds(450));
+}
+
+// The agent's loop was busy for 600 ms: its next check sees a gap that spans the beats it missed.
+TEST(HangPace, AGapSeenByALateCheckIsNotLearned) {
+  FakeClock clock;
+  HangPace pace(params());
+  beat(pace, clock, 0, 100, 30, milliseconds(100));
+  const TimePoint checked = clock.now();
+  pace.observe(0, 100, checked + milliseconds(700), checked + milliseconds(700));
+  EXPECT_EQ(pace.timeout(0).longest_gap, milliseconds(100));
+  EXPECT_EQ(pace.timeout(0).group_gaps, 30);
 }
 
 }  // namespace
