@@ -57,6 +57,13 @@ BRIDGE = "dl_soak_br"
 NS_PREFIX = "dl_soak"
 
 
+def hang_timeout_arg(text):
+    """dlaunch's --hang_timeout: seconds, or auto / auto:STARTUP (passed as given)."""
+    if text == "auto" or text.startswith("auto:"):
+        return text
+    return "%g" % float(text)
+
+
 def log(msg):
     print(f"[soak {time.strftime('%H:%M:%S')}] {msg}", flush=True)
 
@@ -208,7 +215,7 @@ class Job:
             "--restart_scope", self.scope,
             "--rdzv_backend", self.args.backend, "--rdzv_endpoint", self.endpoint(),
             "--rdzv_id", self.run_id, "--rdzv_conf", conf, "--max_restarts", "1000",
-            "--hang_timeout", str(self.args.hang_timeout),
+            "--hang_timeout", self.args.hang_timeout,
             "--local_addr", self.net.address(i),
             "--log_dir", self.log_dirs[i],
         ] + self.dtrain_args()
@@ -462,7 +469,8 @@ def main():
     ap.add_argument("--fill", type=float, default=1.0, help="with --epochs 0: the share of --duration to size for")
     ap.add_argument("--width", type=int, default=8)
     ap.add_argument("--batch_size", type=int, default=32)
-    ap.add_argument("--hang_timeout", type=float, default=6)
+    ap.add_argument("--hang_timeout", type=hang_timeout_arg, default="6",
+                    help="seconds, or auto / auto:STARTUP (learned from the workers' pace)")
     ap.add_argument("--keep_alive", type=float, default=1)
     ap.add_argument("--cut_seconds", type=float, default=6)
     ap.add_argument("--recovery_timeout", type=float, default=90)

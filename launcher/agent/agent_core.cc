@@ -157,6 +157,7 @@ void AgentCore::carry_out(const Action& a) {
       return;
     case A::kReplaceRank:
     case A::kAnnounceRestart:
+      if (a.kind == A::kReplaceRank) hangs_.rank_replaced();
       return a.kind == A::kReplaceRank ? replace_rank(a) : announce_restart();
     case A::kRendezvousKeepingWorkers:
       return rendezvous_keeping_workers();
@@ -386,6 +387,7 @@ void AgentCore::report_failure(int64_t restart_count) {
   ctx.max_restarts = cfg.max_restarts;
   ctx.restarts_used = restart_count;
   ctx.hang_timeout = cfg.hang_timeout;
+  ctx.hang_timeout_auto = cfg.hang_timeout_auto;
   ctx.earlier = earlier_failures;
   ctx.stuck = stuck;
   ctx.events_file = monitor->events().path();

@@ -6,19 +6,38 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "launcher/agent/failure_report.h"
 #include "launcher/status/node_status.h"
 #include "launcher/hang/heartbeat_file.h"
 #include "launcher/hang/stack_capture.h"
 
 namespace dlaunch {
 
+namespace {
+
+HangPaceParams pace_params(const LaunchConfig& cfg) {
+  HangPaceParams p;
+  p.startup = cfg.hang_timeout;
+  return p;
+}
+
+}  // namespace
+
 HangWatch::HangWatch(AgentContext& agent)
-    : agent_(agent), timer_(agent.io), probe_(agent.procs, agent.io) {}
+    : agent_(agent),
+      timer_(agent.io),
+      pace_(pace_params(agent.cfg)),
+      probe_(agent.procs, agent.io) {}
 
 void HangWatch::arm() {
-  // At most 500 ms: a hang is seen within --hang_timeout + 0.5 s, also for long timeouts.
-  Duration period = std::clamp<Duration>(agent_.cfg.hang_timeout / 4, std::chrono::milliseconds(10),
-                                         std::chrono::milliseconds(500));
+  // At most 500 ms: a hang is seen within --hang_timeout + 0.5 s, also for long timeouts. With
+  // auto, 100 ms: the learned timeout can be as short as its floor (1 s), and a check slower
+  // than the beats lengthens the gaps it records (one stat(2) per worker each time).
+  Duration period = agent_.cfg.hang_timeout_auto
+                        ? std::chrono::milliseconds(100)
+                        : std::clamp<Duration>(agent_.cfg.hang_timeout / 4,
+                                               std::chrono::milliseconds(10),
+                                               std::chrono::milliseconds(500));
   timer_.expires_after(period);
   const int64_t gen = agent_.state().generation;
   timer_.async_wait([this, gen](const boost::system::error_code& ec) {
@@ -33,6 +52,52 @@ void HangWatch::cancel() {
   probe_.cancel();
 }
 
+void HangWatch::observe_pace() {
+  if (!agent_.cfg.hang_timeout_auto) return;
+  if (pace_generation_ != agent_.group->attempt()) {
+    pace_ = HangPace(pace_params(agent_.cfg));
+    pace_generation_ = agent_.group->attempt();
+  }
+  const TimePoint now = agent_.opts.clock->now();
+  for (auto& w : agent_.group->workers()) {
+    if (!w.running()) continue;
+    if (!pace_.observe(w.local_rank, w.pid, agent_.opts.last_beat(w.heartbeat_file), now)) {
+      continue;
+    }
+    // Once the pace is known: rare (the longest gap only grows), and it says why a later hang
+    // took as long as it did.
+    const HangPace::Timeout t = pace_.timeout(w.local_rank);
+    if (!t.learned) continue;
+    log_info("--hang_timeout auto: the longest gap between heartbeats is now {:.2f} s (local "
+             "rank {}): the hang timeout is now {:.1f} s",
+             to_seconds(t.longest_gap), w.local_rank, to_seconds(t.value));
+  }
+}
+
+Duration HangWatch::timeout_for(const WorkerRecord& w) const {
+  if (!agent_.cfg.hang_timeout_auto || pace_generation_ != agent_.group->attempt()) {
+    return agent_.cfg.hang_timeout;
+  }
+  return pace_.timeout(w.local_rank).value;
+}
+
+void HangWatch::note_hang_rule(WorkerRecord& w, TimePoint now) const {
+  if (!agent_.cfg.hang_timeout_auto) return;
+  const HangPace::Timeout t = pace_generation_ == agent_.group->attempt()
+                                  ? pace_.timeout(w.local_rank)
+                                  : HangPace::Timeout{agent_.cfg.hang_timeout};
+  const TimePoint since = std::max(w.started, resumed_);
+  const auto beat = agent_.opts.last_beat(w.heartbeat_file);
+  w.hang_silence = now - std::max(since, beat.value_or(since));
+  w.hang_timeout = t.value;
+  w.hang_rule = pace_.describe(t);
+}
+
+std::string HangWatch::silence_text(const WorkerRecord& w, bool fixed_rule) const {
+  if (w.hang_rule.empty() && !fixed_rule) return fmt::format("{:.1f} s", to_seconds(timeout_for(w)));
+  return hang_silence(w, timeout_for(w));
+}
+
 HangWatch::Silent HangWatch::silent_workers(TimePoint now) const {
   // Suspects: silent for half the timeout. The rank that got stuck and the ranks that then
   // block in a collective go silent within a step of each other, in either order, so the
@@ -43,9 +108,10 @@ HangWatch::Silent HangWatch::silent_workers(TimePoint now) const {
     auto beat = agent_.opts.last_beat(w.heartbeat_file);
     bool from_start = agent_.cfg.hang_timeout_from_start;
     const TimePoint since = std::max(w.started, resumed_);
-    if (WorkerGroup::is_hung(since, beat, now, agent_.cfg.hang_timeout, from_start)) {
+    const Duration timeout = timeout_for(w);
+    if (WorkerGroup::is_hung(since, beat, now, timeout, from_start)) {
       s.hung.push_back(w.local_rank);
-    } else if (WorkerGroup::is_hung(since, beat, now, agent_.cfg.hang_timeout / 2, from_start)) {
+    } else if (WorkerGroup::is_hung(since, beat, now, timeout / 2, from_start)) {
       s.suspects.push_back(w.local_rank);
     }
   }
@@ -57,6 +123,7 @@ HangWatch::Silent HangWatch::silent_workers(TimePoint now) const {
 void HangWatch::check() {
   if (paused_) return;
   TimePoint now = agent_.opts.clock->now();
+  observe_pace();
   Silent s = silent_workers(now);
   mark_silent_cpu(s.suspects);
   if (!s.hung.empty()) start_hang(s, now);
@@ -65,6 +132,7 @@ void HangWatch::check() {
 void HangWatch::start_hang(const Silent& s, TimePoint now) {
   // The first by index stands as the root cause until the stacks tell who is stuck and who
   // waits for it in a collective (investigate).
+  for (int64_t local_rank : s.hung) note_hang_rule(agent_.group->worker(local_rank), now);
   agent_.group->on_hung(s.hung.front(), now, std::chrono::system_clock::now());
   log_hung(s.hung);
   investigate(s.suspects, false);
@@ -76,6 +144,7 @@ bool HangWatch::investigate_for_peer() {
     return false;
   }
   const TimePoint now = agent_.opts.clock->now();
+  observe_pace();
   Silent s = silent_workers(now);
   if (s.suspects.empty()) return false;
   mark_silent_cpu(s.suspects);
@@ -84,9 +153,11 @@ bool HangWatch::investigate_for_peer() {
     start_hang(s, now);
     return true;
   }
-  log_warning("local rank(s) {} silent for more than {:.1f} s (half --hang_timeout): reading "
+  log_warning("local rank(s) {} silent for more than {:.1f} s (half --hang_timeout{}): reading "
               "their stacks and the other nodes' hang verdicts before stopping",
-              fmt::join(s.suspects, ", "), to_seconds(agent_.cfg.hang_timeout / 2));
+              fmt::join(s.suspects, ", "),
+              to_seconds(timeout_for(agent_.group->worker(s.suspects.front())) / 2),
+              agent_.cfg.hang_timeout_auto ? " auto" : "");
   investigate(s.suspects, true);
   return true;
 }
@@ -98,11 +169,11 @@ void HangWatch::log_hung(const std::vector<int64_t>& hung) {
                              {{"rank", w.global_rank},
                               {"local_rank", w.local_rank},
                               {"pid", w.pid},
-                              {"hang_timeout_seconds", to_seconds(agent_.cfg.hang_timeout)}});
+                              {"hang_timeout_seconds", to_seconds(timeout_for(w))}});
     log_error("local rank {} (rank {}, pid {}) is hung: its heartbeat file {} was not touched "
-              "for more than {:.1f} s (--hang_timeout){}",
-              w.local_rank, w.global_rank, w.pid, w.heartbeat_file,
-              to_seconds(agent_.cfg.hang_timeout), cpu_note(w.pid, agent_.opts.clock->now()));
+              "for {}{}",
+              w.local_rank, w.global_rank, w.pid, w.heartbeat_file, silence_text(w, true),
+              cpu_note(w.pid, agent_.opts.clock->now()));
   }
 }
 
@@ -192,6 +263,7 @@ void HangWatch::blame(const std::vector<int64_t>& suspects,
     for (const auto& line : v.log) log_error("{}", line);
   }
   agent_.group->blame_hang(v.root);
+  note_hang_rule(agent_.group->worker(v.root), agent_.opts.clock->now());
   // Before stopping: compare with the other nodes, so a rank stuck on another node is named
   // instead of a local victim (hang_exchange.h; at most kHangExchangeWait, off the loop).
   const WorkerRecord& w = agent_.group->worker(v.root);
@@ -228,9 +300,8 @@ void HangWatch::end(const std::optional<NodeHangVerdict>& elsewhere, bool for_pe
   verdict.flag = for_peer;
   verdict.text = elsewhere ? fmt::format("the ranks on {} hung waiting for {}", agent_.opts.host,
                                          describe_remote_hang_root(*elsewhere))
-                           : fmt::format("rank {} on {} hung (no heartbeat for {:.1f} s){}{}",
-                                         w.global_rank, agent_.opts.host,
-                                         to_seconds(agent_.cfg.hang_timeout),
+                           : fmt::format("rank {} on {} hung (no heartbeat for {}){}{}",
+                                         w.global_rank, agent_.opts.host, silence_text(w, false),
                                          w.hang_where.empty() ? "" : " in ", w.hang_where);
   agent_.post(verdict);
 }
@@ -244,8 +315,8 @@ bool HangWatch::offer_replacement() {
   hung.count = local_rank;
   hung.flag = announced_rank_recovery(w.heartbeat_file);
   hung.in_flight = replacement_in_flight(*agent_.group, agent_.opts.last_beat);
-  hung.text = fmt::format("rank {} (local {}, pid {}) hung (no heartbeat for {:.1f} s){}{}",
-                          w.global_rank, local_rank, w.pid, to_seconds(agent_.cfg.hang_timeout),
+  hung.text = fmt::format("rank {} (local {}, pid {}) hung (no heartbeat for {}){}{}",
+                          w.global_rank, local_rank, w.pid, silence_text(w, false),
                           w.hang_where.empty() ? "" : " in ", w.hang_where);
   for (const Action& a : agent_.post(hung)) {
     if (a.kind == Action::Kind::kReplaceRank) return true;
@@ -266,7 +337,7 @@ void HangWatch::kill_silent_workers() {
     if (!w.running() || w.pid <= 0) continue;
     auto beat = agent_.opts.last_beat(w.heartbeat_file);
     const TimePoint since = std::max(w.started, resumed_);
-    if (w.hung || WorkerGroup::is_hung(since, beat, now, agent_.cfg.hang_timeout,
+    if (w.hung || WorkerGroup::is_hung(since, beat, now, timeout_for(w),
                                        agent_.cfg.hang_timeout_from_start)) {
       agent_.procs.signal_group(w.pid, SIGKILL);
     }

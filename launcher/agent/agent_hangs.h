@@ -15,6 +15,7 @@
 #include "launcher/agent/agent_context.h"
 #include "launcher/hang/hang_exchange.h"
 #include "launcher/hang/hang_investigation.h"
+#include "launcher/hang/hang_pace.h"
 
 namespace dlaunch {
 
@@ -22,7 +23,8 @@ class HangWatch {
  public:
   explicit HangWatch(AgentContext& agent);
 
-  // Checks the heartbeats every min(--hang_timeout / 4, 500 ms) while the workers run.
+  // Checks the heartbeats every min(--hang_timeout / 4, 500 ms) while the workers run; with
+  // --hang_timeout auto every 100 ms, so that the gaps it learns are close to the real ones.
   void arm();
   // The group is being stopped: no more checks.
   void stop_checks() { timer_.cancel(); }
@@ -43,16 +45,36 @@ class HangWatch {
   void pause() { paused_ = true; }
   // The workers go on from `now` (SIGCONT): the time they spent stopped is no silence of theirs,
   // so the hang clock starts again from here.
+  // With --hang_timeout auto, the silence up to the next beat is not learned either: the
+  // survivors' wait in the collective during a hang is no pace of theirs.
   void resumed(TimePoint now) {
     paused_ = false;
     resumed_ = now;
+    pace_.skip_current_gaps();
   }
+  // A rank is replaced alone: the others' silence while they waited for it (in the collective
+  // it broke, then in the re-form) is not learned as a gap (--hang_timeout auto).
+  void rank_replaced() { pace_.skip_current_gaps(); }
 
  private:
   AgentContext& agent_;
   boost::asio::steady_timer timer_;
   TimePoint resumed_{};  // the last SIGCONT; silence is counted from it at the earliest
   bool paused_ = false;
+  // --hang_timeout auto: the pace of this generation's workers (a new generation starts over).
+  HangPace pace_;
+  int64_t pace_generation_ = -1;
+  // Reads every running worker's heartbeat into pace_ (auto only).
+  void observe_pace();
+  // The timeout `w` is judged by now: --hang_timeout, or with auto the learned (or start-up) one.
+  Duration timeout_for(const WorkerRecord& w) const;
+  // With auto: keeps in `w` how long it was silent now, the timeout it passed and why, for the
+  // report (a survivor of an earlier hang carries that one's until then); nothing with a fixed
+  // timeout.
+  void note_hang_rule(WorkerRecord& w, TimePoint now) const;
+  // With auto "1.3 s, more than 1.0 s (--hang_timeout auto: ...)"; with a fixed timeout
+  // "more than 6.0 s (--hang_timeout)" when `fixed_rule`, else "6.0 s".
+  std::string silence_text(const WorkerRecord& w, bool fixed_rule) const;
   // A silent worker's CPU time when it was first seen silent (a suspect), by pid: the verdict
   // says whether it then spun or slept.
   struct CpuMark {

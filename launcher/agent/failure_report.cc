@@ -98,11 +98,18 @@ std::string format_wall_time(std::chrono::system_clock::time_point t) {
                      tm.tm_mday, tm.tm_hour, tm.tm_min, tm.tm_sec, millis);
 }
 
+std::string hang_silence(const WorkerRecord& w, Duration hang_timeout) {
+  if (w.hang_rule.empty()) {
+    return fmt::format("more than {:.1f} s (--hang_timeout)", to_seconds(hang_timeout));
+  }
+  return fmt::format("{:.1f} s, more than {:.1f} s ({})", to_seconds(w.hang_silence),
+                     to_seconds(w.hang_timeout), w.hang_rule);
+}
+
 std::string describe_end(const WorkerRecord& w, Duration hang_timeout) {
   std::string what;
   if (w.hung) {
-    what = fmt::format("hung: no heartbeat for more than {:.1f} s (--hang_timeout)",
-                       to_seconds(hang_timeout));
+    what = "hung: no heartbeat for " + hang_silence(w, hang_timeout);
     if (!w.hang_where.empty()) what += ", in " + w.hang_where;
     if (w.exit) what += fmt::format(", then ended by {}", w.exit->describe());
   } else if (w.abandoned) {
@@ -123,8 +130,14 @@ std::string format_remote_root_cause(const NodeHangVerdict& r, const ReportConte
   std::string out = "Root cause (a rank stuck on another node; the ranks here waited for it):\n";
   out += fmt::format("  host      : {} (node rank {})\n", r.host, r.node_rank);
   out += fmt::format("  rank      : {} (local_rank: {})\n", r.rank, r.local_rank);
-  out += fmt::format("  hung      : no heartbeat for more than {:.1f} s (pid: {})\n",
-                     to_seconds(ctx.hang_timeout), r.pid);
+  if (ctx.hang_timeout_auto) {
+    out += fmt::format("  hung      : no heartbeat past --hang_timeout auto; its node's report "
+                       "says for how long (pid: {})\n",
+                       r.pid);
+  } else {
+    out += fmt::format("  hung      : no heartbeat for more than {:.1f} s (pid: {})\n",
+                       to_seconds(ctx.hang_timeout), r.pid);
+  }
   if (!r.stacks_dir.empty()) {
     out += fmt::format("  stacks    : {}/stack.txt (on {})\n", r.stacks_dir, r.host);
   }
@@ -166,8 +179,13 @@ std::string format_local_root_cause(const WorkerRecord& w, const ReportContext& 
                      which.empty() ? "" : fmt::format(" ({})", fmt::join(which, ", ")));
   out += fmt::format("  rank      : {} (local_rank: {})\n", w.global_rank, w.local_rank);
   if (w.hung) {
-    out += fmt::format("  hung      : no heartbeat for more than {:.1f} s (pid: {})\n",
-                       to_seconds(ctx.hang_timeout), w.pid);
+    if (w.hang_rule.empty()) {
+      out += fmt::format("  hung      : no heartbeat for more than {:.1f} s (pid: {})\n",
+                         to_seconds(ctx.hang_timeout), w.pid);
+    } else {
+      out += fmt::format("  hung      : no heartbeat for {} (pid: {})\n",
+                         hang_silence(w, ctx.hang_timeout), w.pid);
+    }
     std::string stack = w.log_dir + "/stack.txt";
     out += fmt::format("  stacks    : {}\n", stack);
     if (!w.hang_where.empty()) out += fmt::format("  stuck in  : {}\n", w.hang_where);

@@ -37,6 +37,7 @@ struct ReportContext {
   int64_t max_restarts = 0;
   int64_t restarts_used = 0;
   Duration hang_timeout{0};
+  bool hang_timeout_auto = false;  // --hang_timeout auto: hang_timeout is its start-up timeout
   // One line per earlier attempt that failed: "attempt 0: rank 1 exit code 3".
   std::vector<std::string> earlier;
   // "pid 123 (state D)" for processes that would not die.
@@ -52,6 +53,10 @@ struct ReportContext {
 std::string format_wall_time(std::chrono::system_clock::time_point t);
 // "rank 1 (local_rank 1, pid 4242): exit code 3" for the one-line summaries.
 std::string describe_end(const WorkerRecord& w, Duration hang_timeout);
+// How long a hung worker was silent: "more than 6.0 s (--hang_timeout)" (`hang_timeout`), or for
+// one declared by --hang_timeout auto "1.3 s, more than 1.0 s (--hang_timeout auto: 5 x the
+// longest gap seen, 0.20 s)" (its own record).
+std::string hang_silence(const WorkerRecord& w, Duration hang_timeout);
 
 std::string format_failure_report(const WorkerGroup& group, const ReportContext& ctx);
 

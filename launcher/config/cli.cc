@@ -91,8 +91,10 @@ std::vector<FlagSpec> make_specs() {
            "[default0-7]:line (files get every line)"),
       flag("log_timestamps", 0, false, "false", "",
            "start each console line of the workers with the time dlaunch got it"),
-      flag("hang_timeout", 0, true, "0", "SECONDS",
-           "declare a worker hung when its heartbeat file is older than this; 0 = off"),
+      flag("hang_timeout", 0, true, "0", "SECONDS|auto|auto:STARTUP",
+           "declare a worker hung when its heartbeat file is older than this; 0 = off; auto: "
+           "max(1 s, 5 x the longest gap between heartbeats seen), STARTUP seconds (300) until "
+           "that is known"),
       flag("hang_timeout_from_start", 0, false, "false", "",
            "with --hang_timeout: also a worker that never heartbeats is hung that long after its "
            "start (by default the clock starts at its first heartbeat)"),

@@ -1,5 +1,6 @@
 #include "launcher/config/config_resolution.h"
 
+#include "launcher/hang/hang_pace.h"
 #include "launcher/process/exit_status.h"
 #include "launcher/flash/flash_dir.h"
 #include "launcher/config/kubernetes_env.h"
@@ -445,9 +446,40 @@ void read_shutdown_timeout(Resolver& r, LaunchConfig& cfg) {
   cfg.origin["shutdown_grace"] = timeout.origin;
 }
 
+// --hang_timeout SECONDS, or auto[:STARTUP] (launcher/hang/hang_pace.h): learned from the
+// workers' pace, with STARTUP seconds (default 300) until the pace is known.
+void read_hang_timeout(Resolver& r, LaunchConfig& cfg) {
+  const Raw raw = r.raw("hang_timeout");
+  constexpr std::string_view kAuto = "auto";
+  if (raw.text.compare(0, kAuto.size(), kAuto) != 0) {
+    cfg.hang_timeout = from_seconds(r.seconds("hang_timeout", true));
+    return;
+  }
+  cfg.hang_timeout_auto = true;
+  cfg.hang_timeout = HangPaceParams{}.startup;
+  if (raw.text.size() == kAuto.size()) return;
+  const std::string startup = raw.text.substr(kAuto.size() + 1);
+  double v = -1;
+  if (raw.text[kAuto.size()] == ':') {
+    try {
+      v = parse_double(startup, raw.what);
+    } catch (const UsageError&) {
+      v = -1;
+    }
+  }
+  if (!(v > 0 && v <= kMaxSeconds)) {
+    throw UsageError(fmt::format(
+        "{}={} is not allowed; expected a number of seconds, 'auto' (the timeout learned from "
+        "the workers' heartbeats), or 'auto:STARTUP' with STARTUP the seconds allowed until "
+        "then (more than 0), e.g. auto:600",
+        raw.what, raw.text));
+  }
+  cfg.hang_timeout = from_seconds(v);
+}
+
 // Supervision, the program and its output, Slurm.
 void read_worker_flags(Resolver& r, LaunchConfig& cfg, QuotedFlags& q) {
-  cfg.hang_timeout = from_seconds(r.seconds("hang_timeout", true));
+  read_hang_timeout(r, cfg);
   cfg.hang_timeout_from_start = r.boolean("hang_timeout_from_start");
   cfg.no_python_hooks = r.boolean("no_python_hooks");
   cfg.log_fold = r.boolean("log_fold");

@@ -215,7 +215,10 @@ Rows job_rows(const LaunchConfig& c) {
       {"use_env", c.use_env ? "true (ignored)" : "false"},
       {"role", c.role},
       {"hang_timeout",
-       to_seconds(c.hang_timeout) == 0 ? "0 (off)" : fmt::format("{}", to_seconds(c.hang_timeout))},
+       c.hang_timeout_auto
+           ? fmt::format("auto (start-up timeout {})", to_seconds(c.hang_timeout))
+       : to_seconds(c.hang_timeout) == 0 ? "0 (off)"
+                                         : fmt::format("{}", to_seconds(c.hang_timeout))},
       {"hang_timeout_from_start", c.hang_timeout_from_start ? "true" : "false"},
       {"no_python_hooks", c.no_python_hooks ? "true" : "false"},
       {"shutdown_grace", fmt::format("{}", to_seconds(c.shutdown_grace))},

@@ -82,7 +82,10 @@ struct LaunchConfig {
   std::string restart_scope = "rank";
   double monitor_interval = 5;
   std::string role = "default";
-  Duration hang_timeout{0};  // zero: off
+  Duration hang_timeout{0};  // zero: off; with hang_timeout_auto, the start-up timeout
+  // --hang_timeout auto[:STARTUP]: the timeout is learned from the workers' pace
+  // (launcher/hang/hang_pace.h); hang_timeout holds the start-up timeout that applies until then.
+  bool hang_timeout_auto = false;
   // A worker that never touched its heartbeat file counts as hung --hang_timeout after its
   // start. Off by default: a program that does not heartbeat (or has not reached its first
   // step) is not hung.

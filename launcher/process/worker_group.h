@@ -65,6 +65,11 @@ struct WorkerRecord {
   // After a hang (hang_diagnosis.h): where its main thread was, and its Python stack.
   std::string hang_where;
   std::string python_stack;
+  // Declared hung by --hang_timeout auto: how long it had been silent, the timeout it was
+  // judged by and why (launcher/hang/hang_pace.h); empty with a fixed --hang_timeout.
+  Duration hang_silence{0};
+  Duration hang_timeout{0};
+  std::string hang_rule;
 
   bool running() const { return state == WorkerState::kRunning && !abandoned; }
 };

@@ -824,6 +824,49 @@ TEST(DlaunchHang, BeatingWorkerIsNotHung) {
   EXPECT_EQ(r.err.find("is hung"), std::string::npos) << r.err;
 }
 
+// A shell worker's heartbeat loop: `beat N` touches the heartbeat file N times, 50 ms apart.
+constexpr const char* kBeatLoop =
+    "beat() { i=0; while [ $i -lt $1 ]; do touch \"$DLAUNCH_HEARTBEAT_FILE\"; sleep 0.05; "
+    "i=$((i+1)); done; }; ";
+
+// --hang_timeout auto: a worker that beat every 50 ms and then stops is hung after the learned
+// timeout (its floor, 1 s), not after the 300 s start-up timeout, and its stack is read first.
+TEST(DlaunchHang, AutoDeclaresAWorkerThatStopsBeatingHungByItsLearnedPace) {
+  TempDir logs;
+  auto r = run({kDlaunch, "--standalone", "--hang_timeout", "auto", "--shutdown_grace", "1",
+                "--log_dir", logs.path(), "--rdzv_id", "pace", "--no_python", "/bin/sh", "-c",
+                std::string(kBeatLoop) + "beat 80; exec sleep 600"},
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << "the hang was not detected\n" << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 1) << r.err;
+  EXPECT_NE(r.err.find("is hung"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(--hang_timeout auto: "), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("the longest gap seen"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("start-up timeout"), std::string::npos) << r.err;
+  if (!file_exists("/usr/bin/eu-stack") && !file_exists("/usr/bin/gdb")) {
+    GTEST_SKIP() << "neither eu-stack nor gdb is installed: no stack to check";
+  }
+  EXPECT_FALSE(read_file(logs.path() + "/pace/attempt_0/0/stack.txt").empty()) << r.err;
+}
+
+// A pause the workers showed while the pace was learned (1 s, like an evaluation, after their
+// first 3 gaps) is part of it: a later 2 s pause (past the 1 s floor) is no hang.
+TEST(DlaunchHang, AutoLearnsALongPauseAndDoesNotDeclareItsRepeatHung) {
+  auto r = run({kDlaunch, "--standalone", "--hang_timeout", "auto", "--nproc_per_node", "2",
+                "--no_python", "/bin/sh", "-c",
+                std::string(kBeatLoop) + "beat 12; sleep 1; beat 60; sleep 2; beat 20"},
+               {}, 120s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_EQ(r.err.find("is hung"), std::string::npos) << r.err;
+}
+
+TEST(DlaunchHang, AutoWithABadStartUpTimeoutIsAUsageError) {
+  auto r = run({kDlaunch, "--standalone", "--hang_timeout", "auto:0", "--no_python", "/bin/true"});
+  EXPECT_EQ(r.exit.shell_code(), 2) << r.err;
+  EXPECT_NE(r.err.find("'auto:STARTUP'"), std::string::npos) << r.err;
+}
+
 // dlaunch started with its stdin closed (`<&-`, cron, CI): the workers' stdin is /dev/null, not
 // whatever file the agent opened first into descriptor 0.
 TEST(DlaunchLogs, WorkersOfAnAgentWithoutStdinReadDevNull) {

@@ -369,6 +369,29 @@ TEST(LaunchConfig, SecondsMustBeFiniteAndNameTheirBound) {
   EXPECT_EQ(resolve({"--hang_timeout", "0", "p"}).hang_timeout, Duration::zero());
 }
 
+// --hang_timeout auto[:STARTUP] (launcher/hang/hang_pace.h): the start-up timeout is kept in
+// hang_timeout.
+TEST(LaunchConfig, HangTimeoutAutoTakesAnOptionalStartUpTimeout) {
+  LaunchConfig c = resolve({"--hang_timeout", "auto", "p"});
+  EXPECT_TRUE(c.hang_timeout_auto);
+  EXPECT_EQ(c.hang_timeout, std::chrono::seconds(300));
+  c = resolve({"--hang_timeout", "auto:600", "p"});
+  EXPECT_TRUE(c.hang_timeout_auto);
+  EXPECT_EQ(c.hang_timeout, std::chrono::seconds(600));
+  c = resolve({"p"}, {{"DLAUNCH_HANG_TIMEOUT", "auto"}});
+  EXPECT_TRUE(c.hang_timeout_auto);
+  c = resolve({"--hang_timeout", "6", "p"});
+  EXPECT_FALSE(c.hang_timeout_auto);
+  EXPECT_EQ(c.hang_timeout, std::chrono::seconds(6));
+  for (const char* value : {"auto:0", "auto:", "auto:x", "autox", "auto:nan", "auto:1e9"}) {
+    std::string e = usage_error({"--hang_timeout", value, "p"});
+    EXPECT_NE(e.find(std::string("--hang_timeout=") + value + " is not allowed"),
+              std::string::npos)
+        << value << ": " << e;
+    EXPECT_NE(e.find("'auto:STARTUP'"), std::string::npos) << e;
+  }
+}
+
 TEST(LaunchConfig, RunIdsStayOnePathComponent) {
   for (const char* id : {"../esc", "a/b", "..", ".", "", "tab\there", "bell\a"}) {
     std::string e = usage_error({"--rdzv_id", id, "p"});

@@ -210,6 +210,34 @@ TEST(RankRecovery, AHungWorkerIsReplacedAlone) {
   }
 }
 
+// The same with --hang_timeout auto: the ranks beat every 50 ms first, the stuck one is hung
+// after the learned timeout (not the 300 s start-up one) and only it is replaced; the others,
+// beating while they wait for the verdict, are not declared hung.
+TEST(RankRecovery, AHungWorkerIsReplacedAloneWithTheLearnedTimeout) {
+  TempDir dir, logs;
+  auto r = run(cmd({"--standalone", "--nproc_per_node", "3", "--max_restarts", "2",
+                    "--hang_timeout", "auto", "--log_dir", logs.path(), "--rdzv_id", "hung"},
+                   {"dir=" + dir.path(), "fail=1", "how=stop", "beat_first=3"}),
+               {}, 180s);
+  ASSERT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit.shell_code(), 0) << r.err;
+  EXPECT_NE(r.err.find("local rank 1 (rank 1, pid"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("local rank 0 (rank 0"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("local rank 2 (rank 2"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("(--hang_timeout auto: "), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("start-up timeout"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("replaced in process, the other workers go on; restart 1 of 2"),
+            std::string::npos)
+      << r.err;
+  auto s = starts(dir);
+  EXPECT_EQ(s[0].size(), 1u) << r.err;
+  EXPECT_EQ(s[2].size(), 1u) << r.err;
+  EXPECT_EQ(s[1].size(), 2u) << r.err;
+  for (int rank : {0, 2}) {
+    EXPECT_EQ(read_file(dir.file("seen." + std::to_string(rank))), "count=1 verdict=replace\n");
+  }
+}
+
 // --restart_scope group: no recovery key, no announcement, the whole group restarts.
 TEST(RankRecovery, GroupScopeRestartsTheGroupAsBefore) {
   TempDir dir;

@@ -52,7 +52,8 @@
 //                       once every rank's DIR/ready.<rank> exists and DIR/failed does not,
 //                       creates it and
 //                       exits 1 (how=exit) or stops itself with SIGSTOP (how=stop: silent, for
-//                       --hang_timeout); the others, when they announced, ignore SIGTERM, wait
+//                       --hang_timeout; [beat_first=S]: every rank beats every 50 ms for S
+//                       seconds first, a pace for --hang_timeout auto); the others, when they announced, ignore SIGTERM, wait
 //                       (beating) for the key K/1, write "count=N verdict=V" to DIR/seen.<rank>,
 //                       then exit 0 on `replace` once DIR/replaced exists, 1 on `restart`, and
 //                       on `shrink W R` wait for K/shrink_R/rank_<RANK>, append " rank=<it>" to
@@ -239,6 +240,13 @@ int rank_recovery() {
   }
   if (attempt != "0") return 0;
   if (announced) ::signal(SIGTERM, SIG_IGN);  // the verdict is read before the stop
+  // A pace for --hang_timeout auto to learn before the failure.
+  const auto beat_until = std::chrono::steady_clock::now() +
+                          std::chrono::duration<double>(std::atof(opt("beat_first", "0").c_str()));
+  while (std::chrono::steady_clock::now() < beat_until) {
+    dlaunch::heartbeat();
+    std::this_thread::sleep_for(50ms);
+  }
   g_opts["ready"] = dir;
   mark_ready();
   const int world = std::atoi(env_or("WORLD_SIZE", "1"));

@@ -21,8 +21,9 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // A survivor's wait for the agent's verdict is cut into slices, each followed by a heartbeat: a
-// worker waiting for its peer's replacement is not hung (--hang_timeout).
-constexpr std::chrono::milliseconds kVerdictSlice{250};
+// worker waiting for its peer's replacement is not hung (--hang_timeout). Short, so that the gap
+// it shows stays near a step's: --hang_timeout auto learns the longest gap.
+constexpr std::chrono::milliseconds kVerdictSlice{200};
 // How often a join's watcher asks whether the next generation exists, and re-interrupts the
 // join's store client once it does (an interrupt that came between two of its calls is lost).
 constexpr std::chrono::milliseconds kWatchSlice{100};
@@ -94,14 +95,15 @@ std::unique_ptr<comm::ProcessGroup> join_generation(Store& counter, const std::s
   std::thread watcher([&] {
     bool seen = false;
     for (;;) {
+      // Waiting for peers to join is not a hang (the join's own timeout bounds it): the agent's
+      // hang check would otherwise take this worker (and a replacement that never beat yet) for
+      // hung while a stuck peer keeps the join from completing, and the stuck peer could not be
+      // replaced alone.
+      heartbeat();
       {
         std::lock_guard<std::mutex> lock(mu);
         if (joined) break;
       }
-      // Waiting for peers to join is not a hang: the agent's hang check would otherwise take
-      // this worker (and a replacement that never beat yet) for hung while a stuck peer keeps
-      // the join from completing, and the stuck peer could not be replaced alone.
-      heartbeat();
       try {
         seen = counter.wait_get({next}, kWatchSlice).ready;
       } catch (const Error&) {

@@ -610,6 +610,9 @@ void Trainer::finish_epoch(EpochRun& run) {
   bool do_eval =
       last_epoch || (config_.eval_every > 0 && (run.epoch + 1) % config_.eval_every == 0);
   broadcast_buffers();  // rank 0's running statistics for eval and the checkpoint
+  // The epoch's end is no longer silent than a step (--hang_timeout auto learns the longest gap
+  // between beats): before the evaluation (which beats every batch) and around the checkpoint.
+  heartbeat();
   std::optional<std::pair<double, double>> test;
   if (do_eval) test = evaluate();
   double epoch_secs = seconds_since(run.start);
@@ -623,7 +626,9 @@ void Trainer::finish_epoch(EpochRun& run) {
   if (run.complete()) {
     summary_.epochs_done = run.epoch + 1;
     summary_.partial_epoch = summary_.partial_epoch_steps = summary_.partial_epoch_of = 0;
+    heartbeat();
     checkpoints_.save(state(), CheckpointPosition{run.epoch + 1});
+    heartbeat();
   } else {
     summary_.partial_epoch = run.epoch + 1;
     summary_.partial_epoch_steps = run.step;
