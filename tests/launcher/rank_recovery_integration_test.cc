@@ -44,6 +44,18 @@ std::map<int, std::vector<std::string>> starts(const TempDir& dir) {
   return out;
 }
 
+// Of ranks 0-2, rank 1 was started twice (once replaced) and the others once, reading the
+// verdict `replace`.
+void expect_rank_one_replaced_alone(const TempDir& dir, const std::string& err) {
+  auto s = starts(dir);
+  EXPECT_EQ(s[0].size(), 1u) << err;
+  EXPECT_EQ(s[2].size(), 1u) << err;
+  EXPECT_EQ(s[1].size(), 2u) << err;
+  for (int rank : {0, 2}) {
+    EXPECT_EQ(read_file(dir.file("seen." + std::to_string(rank))), "count=1 verdict=replace\n");
+  }
+}
+
 std::string find_events(const std::string& logs) {
   for (const auto& entry : std::filesystem::recursive_directory_iterator(logs)) {
     if (entry.path().filename() == "events.jsonl") return read_file(entry.path());
@@ -196,13 +208,7 @@ TEST(RankRecovery, AHungWorkerIsReplacedAlone) {
   EXPECT_NE(r.err.find("replaced in process, the other workers go on; restart 1 of 2"),
             std::string::npos)
       << r.err;
-  auto s = starts(dir);
-  EXPECT_EQ(s[0].size(), 1u) << r.err;
-  EXPECT_EQ(s[2].size(), 1u) << r.err;
-  EXPECT_EQ(s[1].size(), 2u) << r.err;
-  for (int rank : {0, 2}) {
-    EXPECT_EQ(read_file(dir.file("seen." + std::to_string(rank))), "count=1 verdict=replace\n");
-  }
+  expect_rank_one_replaced_alone(dir, r.err);
   const std::string events = find_events(logs.path());
   EXPECT_NE(events.find("\"hung\":true"), std::string::npos) << events;
   if (file_exists("/usr/bin/eu-stack") || file_exists("/usr/bin/gdb")) {
@@ -229,13 +235,7 @@ TEST(RankRecovery, AHungWorkerIsReplacedAloneWithTheLearnedTimeout) {
   EXPECT_NE(r.err.find("replaced in process, the other workers go on; restart 1 of 2"),
             std::string::npos)
       << r.err;
-  auto s = starts(dir);
-  EXPECT_EQ(s[0].size(), 1u) << r.err;
-  EXPECT_EQ(s[2].size(), 1u) << r.err;
-  EXPECT_EQ(s[1].size(), 2u) << r.err;
-  for (int rank : {0, 2}) {
-    EXPECT_EQ(read_file(dir.file("seen." + std::to_string(rank))), "count=1 verdict=replace\n");
-  }
+  expect_rank_one_replaced_alone(dir, r.err);
 }
 
 // --restart_scope group: no recovery key, no announcement, the whole group restarts.

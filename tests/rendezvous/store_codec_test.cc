@@ -5,28 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include "tests/rendezvous/frame_bytes.h"
 
 namespace dlaunch::wire {
 namespace {
 
-// Little helpers to write golden frames readably.
-Bytes cat(std::initializer_list<Bytes> parts) {
-  Bytes out;
-  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
-Bytes u8(uint8_t v) { return {v}; }
-Bytes u32(uint32_t v) {
-  Bytes b(4);
-  for (int i = 0; i < 4; ++i) b[i] = uint8_t(v >> (8 * i));
-  return b;
-}
-Bytes u64(uint64_t v) {
-  Bytes b(8);
-  for (int i = 0; i < 8; ++i) b[i] = uint8_t(v >> (8 * i));
-  return b;
-}
-Bytes str(const std::string& s) { return cat({u64(s.size()), Bytes(s.begin(), s.end())}); }
+using dlaunch::test::cat;
+using dlaunch::test::str;
+using dlaunch::test::u32;
+using dlaunch::test::u64;
+using dlaunch::test::u8;
 
 DecodeResult decode(Dialect d, const Bytes& b, Request* q, Limits limits = {}) {
   return decode_request(d, b.data(), b.size(), limits, q);

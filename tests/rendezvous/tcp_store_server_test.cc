@@ -23,6 +23,7 @@
 #include "rendezvous/store/prefix_store.h"
 #include "rendezvous/tcp/tcp_store_client.h"
 #include "tests/rendezvous/raw_connection.h"
+#include "tests/rendezvous/frame_bytes.h"
 
 namespace dlaunch {
 namespace {
@@ -31,24 +32,12 @@ using namespace std::chrono_literals;
 
 using Raw = test::RawConnection;
 
-Bytes cat(std::initializer_list<Bytes> parts) {
-  Bytes out;
-  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
-  return out;
-}
-Bytes u8(uint8_t v) { return {v}; }
-Bytes u32(uint32_t v) {
-  Bytes b(4);
-  store_le<uint32_t>(b.data(), v);
-  return b;
-}
-Bytes u64(uint64_t v) {
-  Bytes b(8);
-  store_le<uint64_t>(b.data(), v);
-  return b;
-}
-Bytes str(const std::string& s) { return cat({u64(s.size()), Bytes(s.begin(), s.end())}); }
-const Bytes kValidate = cat({u8(0), u32(0x3C85F7CE)});
+using test::cat;
+using test::str;
+using test::u32;
+using test::u64;
+using test::u8;
+using test::kValidate;
 
 class ServerTest : public ::testing::Test {
  protected:
