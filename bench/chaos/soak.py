@@ -42,6 +42,7 @@ recovered within --recovery_timeout, the job exited 0, its final test accuracy i
 no process, /dev/shm segment or listening port of the job is left.
 """
 import argparse
+import fcntl
 import json
 import os
 import random
@@ -90,6 +91,7 @@ class Network:
     def setup(self):
         if self.mode != "netns":
             return
+        self.hold_names()
         self.teardown()
         sh(f"ip link add {BRIDGE} type bridge && ip link set {BRIDGE} up")
         for i in range(self.hosts):
@@ -99,6 +101,22 @@ class Network:
             sh(f"ip link set {ns}h netns {ns} && ip link set {ns}b master {BRIDGE} && ip link set {ns}b up")
             sh(f"ip -n {ns} addr add {self.address(i)}/24 dev {ns}h")
             sh(f"ip -n {ns} link set {ns}h up && ip -n {ns} link set lo up")
+
+    def hold_names(self):
+        """One soak at a time owns the bridge and the namespaces: a second one's setup would tear
+        down the first's network under its running job (its store stops answering)."""
+        self.lock = open(f"/run/lock/{BRIDGE}.lock", "a+")
+        try:
+            fcntl.flock(self.lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self.lock.seek(0)
+            holder = self.lock.read().strip() or "another process"
+            raise SystemExit(f"soak.py: another soak ({holder}) holds the network namespaces "
+                             f"{NS_PREFIX}* and the bridge {BRIDGE}; wait for it to end "
+                             f"(or use --hosts local)")
+        self.lock.truncate(0)
+        self.lock.write(f"pid {os.getpid()}")
+        self.lock.flush()
 
     def teardown(self):
         if self.mode != "netns":
