@@ -1,6 +1,5 @@
 #include "launcher/config/config_resolution.h"
 
-#include "launcher/hang/hang_pace.h"
 #include "launcher/process/exit_status.h"
 #include "launcher/flash/flash_dir.h"
 #include "launcher/config/kubernetes_env.h"
@@ -456,7 +455,7 @@ void read_hang_timeout(Resolver& r, LaunchConfig& cfg) {
     return;
   }
   cfg.hang_timeout_auto = true;
-  cfg.hang_timeout = HangPaceParams{}.startup;
+  cfg.hang_timeout = LaunchConfig::kHangAutoStartup;
   if (raw.text.size() == kAuto.size()) return;
   const std::string startup = raw.text.substr(kAuto.size() + 1);
   double v = -1;

@@ -86,6 +86,9 @@ struct LaunchConfig {
   // --hang_timeout auto[:STARTUP]: the timeout is learned from the workers' pace
   // (launcher/hang/hang_pace.h); hang_timeout holds the start-up timeout that applies until then.
   bool hang_timeout_auto = false;
+  // --hang_timeout auto's start-up timeout when the flag gives none (NVRx's
+  // initial_rank_heartbeat_timeout plays this part).
+  static constexpr Duration kHangAutoStartup = std::chrono::seconds(300);
   // A worker that never touched its heartbeat file counts as hung --hang_timeout after its
   // start. Off by default: a program that does not heartbeat (or has not reached its first
   // step) is not hung.

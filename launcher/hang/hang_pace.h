@@ -31,7 +31,8 @@
 namespace dlaunch {
 
 struct HangPaceParams {
-  // Until the pace is known: as a fixed --hang_timeout, from the worker's first beat.
+  // Until the pace is known: as a fixed --hang_timeout, from the worker's first beat. The agent
+  // passes --hang_timeout auto's (LaunchConfig::kHangAutoStartup when the flag gives none).
   Duration startup = std::chrono::seconds(300);
   // The learned timeout is never shorter: a worker is not hung for missing a few short beats.
   Duration floor = std::chrono::seconds(1);
